@@ -1,0 +1,24 @@
+# shard_add_test(<name> SOURCES <files...> [LIBS <targets...>] [LABELS <labels...>]
+#                [TIMEOUT <s>] [ENV <VAR=value...>] [QT])
+# One executable per unit (tst_<unit>.cpp). With QT the executable links Qt6::Test and runs
+# offscreen; without it the test is a plain main() that returns non-zero on failure.
+function(shard_add_test name)
+    cmake_parse_arguments(T "QT" "TIMEOUT" "SOURCES;LIBS;LABELS;ENV" ${ARGN})
+    add_executable(${name} ${T_SOURCES})
+    target_link_libraries(${name} PRIVATE ${T_LIBS})
+    target_compile_definitions(${name} PRIVATE
+        SHARD_SOURCE_DIR="${CMAKE_SOURCE_DIR}" SHARD_BINARY_DIR="${CMAKE_BINARY_DIR}")
+    if(T_QT)
+        target_link_libraries(${name} PRIVATE Qt6::Test)
+        # Torch headers and Qt's `slots`/`signals` keywords do not mix.
+        target_compile_definitions(${name} PRIVATE QT_NO_KEYWORDS)
+        set_target_properties(${name} PROPERTIES AUTOMOC ON)
+    endif()
+    add_test(NAME ${name} COMMAND ${name})
+    if(NOT T_TIMEOUT)
+        set(T_TIMEOUT 300)
+    endif()
+    set_tests_properties(${name} PROPERTIES
+        LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+        ENVIRONMENT "QT_QPA_PLATFORM=offscreen;OMP_NUM_THREADS=1;${T_ENV}")
+endfunction()

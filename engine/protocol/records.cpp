@@ -1,0 +1,136 @@
+// JSON encoding of metric and event records; the field names are the on-disk contract.
+#include "records.h"
+
+#include <stdexcept>
+
+namespace shard::protocol {
+
+namespace {
+
+template <typename T>
+T required(const nlohmann::json& j, const char* key, const char* what)
+{
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null())
+        throw std::runtime_error(std::string(what) + " record: missing field '" + key + "'");
+    try {
+        return it->get<T>();
+    } catch (const nlohmann::json::exception&) {
+        throw std::runtime_error(std::string(what) + " record: field '" + key +
+            "' has the wrong type (" + it->type_name() + ")");
+    }
+}
+
+template <typename T>
+T optional(const nlohmann::json& j, const char* key, T fallback)
+{
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null())
+        return fallback;
+    try {
+        return it->get<T>();
+    } catch (const nlohmann::json::exception&) {
+        throw std::runtime_error(std::string("record: field '") + key + "' has the wrong type (" +
+            it->type_name() + ")");
+    }
+}
+
+void checkVersion(const nlohmann::json& j, const char* what)
+{
+    if (!j.is_object())
+        throw std::runtime_error(std::string(what) + " record: not a JSON object");
+    const int v = optional<int>(j, "v", kSchemaVersion);
+    if (v > kSchemaVersion)
+        throw std::runtime_error(std::string(what) + " record: schema version " +
+            std::to_string(v) + " is newer than this build understands (" +
+            std::to_string(kSchemaVersion) + "); update Shard Studio");
+}
+
+} // namespace
+
+nlohmann::json toJson(const RankMemory& m)
+{
+    return {{"rank", m.rank}, {"sharded_params", m.shardedParamBytes},
+        {"gathered_params", m.gatheredParamBytes}, {"grads", m.gradBytes},
+        {"optimizer", m.optimizerBytes}, {"activations", m.activationBytes},
+        {"other", m.otherBytes}, {"current", m.currentBytes}, {"peak", m.peakBytes}};
+}
+
+RankMemory rankMemoryFromJson(const nlohmann::json& j)
+{
+    RankMemory m;
+    m.rank = optional<int>(j, "rank", 0);
+    m.shardedParamBytes = optional<int64_t>(j, "sharded_params", 0);
+    m.gatheredParamBytes = optional<int64_t>(j, "gathered_params", 0);
+    m.gradBytes = optional<int64_t>(j, "grads", 0);
+    m.optimizerBytes = optional<int64_t>(j, "optimizer", 0);
+    m.activationBytes = optional<int64_t>(j, "activations", 0);
+    m.otherBytes = optional<int64_t>(j, "other", 0);
+    m.currentBytes = optional<int64_t>(j, "current", 0);
+    m.peakBytes = optional<int64_t>(j, "peak", 0);
+    return m;
+}
+
+nlohmann::json toJson(const MetricRecord& r)
+{
+    nlohmann::json j = {{"v", kSchemaVersion}, {"type", "metric"}, {"step", r.step},
+        {"tokens", r.tokens}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.gradNorm},
+        {"tokens_per_sec", r.tokensPerSec}, {"step_time", r.stepTimeSec},
+        {"wall_time", r.wallTimeSec}, {"comm_bytes", r.commBytes}};
+    if (r.evalLoss)
+        j["eval_loss"] = *r.evalLoss;
+    auto mem = nlohmann::json::array();
+    for (const auto& m : r.memory)
+        mem.push_back(toJson(m));
+    j["memory"] = std::move(mem);
+    return j;
+}
+
+MetricRecord metricFromJson(const nlohmann::json& j)
+{
+    checkVersion(j, "metric");
+    MetricRecord r;
+    r.step = required<int64_t>(j, "step", "metric");
+    r.loss = required<double>(j, "loss", "metric");
+    r.tokens = optional<int64_t>(j, "tokens", 0);
+    r.lr = optional<double>(j, "lr", 0.0);
+    r.gradNorm = optional<double>(j, "grad_norm", 0.0);
+    r.tokensPerSec = optional<double>(j, "tokens_per_sec", 0.0);
+    r.stepTimeSec = optional<double>(j, "step_time", 0.0);
+    r.wallTimeSec = optional<double>(j, "wall_time", 0.0);
+    r.commBytes = optional<int64_t>(j, "comm_bytes", 0);
+    if (auto it = j.find("eval_loss"); it != j.end() && it->is_number())
+        r.evalLoss = it->get<double>();
+    if (auto it = j.find("memory"); it != j.end() && it->is_array())
+        for (const auto& m : *it)
+            r.memory.push_back(rankMemoryFromJson(m));
+    return r;
+}
+
+nlohmann::json toJson(const EventRecord& e)
+{
+    return {{"v", kSchemaVersion}, {"type", "event"}, {"kind", e.kind},
+        {"wall_time", e.wallTimeSec}, {"step", e.step}, {"message", e.message},
+        {"data", e.data}};
+}
+
+EventRecord eventFromJson(const nlohmann::json& j)
+{
+    checkVersion(j, "event");
+    EventRecord e;
+    e.kind = required<std::string>(j, "kind", "event");
+    e.wallTimeSec = optional<double>(j, "wall_time", 0.0);
+    e.step = optional<int64_t>(j, "step", -1);
+    e.message = optional<std::string>(j, "message", "");
+    if (auto it = j.find("data"); it != j.end() && it->is_object())
+        e.data = *it;
+    return e;
+}
+
+std::string encodeLine(const nlohmann::json& j)
+{
+    // Replace invalid UTF-8 instead of throwing: a log message must never stop a run.
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+} // namespace shard::protocol

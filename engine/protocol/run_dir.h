@@ -1,0 +1,30 @@
+// The layout of a run directory (DESIGN.md §3); every path in one place.
+#pragma once
+
+#include <string>
+
+namespace shard::protocol {
+
+class RunDir {
+public:
+    explicit RunDir(std::string root) : m_root(std::move(root)) {}
+    const std::string& root() const { return m_root; }
+    std::string specFile() const { return m_root + "/run.json"; }
+    std::string metricsFile() const { return m_root + "/metrics.jsonl"; }
+    std::string eventsFile() const { return m_root + "/events.jsonl"; }
+    std::string logsDir() const { return m_root + "/logs"; }
+    std::string rankLog(int rank) const { return logsDir() + "/rank-" + std::to_string(rank) + ".log"; }
+    std::string launcherLog() const { return logsDir() + "/launcher.log"; }
+    std::string checkpointsDir() const { return m_root + "/checkpoints"; }
+    std::string checkpointDir(long long step) const
+    {
+        return checkpointsDir() + "/step-" + std::to_string(step);
+    }
+    std::string pidFile() const { return m_root + "/launcher.pid"; }
+    std::string modelOutDir() const { return m_root + "/model"; }
+
+private:
+    std::string m_root;
+};
+
+} // namespace shard::protocol

@@ -1,0 +1,162 @@
+// run.json encoding and validation. Every field is listed once in forEachField so that the
+// encoder, the decoder and the unknown-key check cannot drift apart.
+#include "run_spec.h"
+
+#include <set>
+#include <stdexcept>
+
+namespace shard::protocol {
+
+namespace {
+
+template <typename Spec, typename F>
+void forEachField(Spec& s, F&& f)
+{
+    f("name", s.name);
+    f("model", s.model);
+    f("tokenizer", s.tokenizer);
+    f("data", s.data);
+    f("data_format", s.dataFormat);
+    f("eval_data", s.evalData);
+    f("eval_fraction", s.evalFraction);
+    f("eval_every", s.evalEvery);
+    f("packing", s.packing);
+    f("shuffle", s.shuffle);
+    f("skip_bad_lines", s.skipBadLines);
+    f("train_on_prompt", s.trainOnPrompt);
+    f("out", s.outDir);
+    f("strategy", s.strategy);
+    f("shard_group", s.shardGroup);
+    f("nodes", s.nodes);
+    f("procs_per_node", s.procsPerNode);
+    f("device", s.device);
+    f("precision", s.precision);
+    f("checkpointing", s.checkpointing);
+    f("offload", s.offload);
+    f("steps", s.steps);
+    f("epochs", s.epochs);
+    f("micro_batch", s.microBatch);
+    f("seq_len", s.seqLen);
+    f("grad_accum", s.gradAccum);
+    f("lr", s.lr);
+    f("min_lr_ratio", s.minLrRatio);
+    f("schedule", s.schedule);
+    f("warmup", s.warmup);
+    f("weight_decay", s.weightDecay);
+    f("beta1", s.beta1);
+    f("beta2", s.beta2);
+    f("eps", s.eps);
+    f("clip", s.clip);
+    f("seed", s.seed);
+    f("log_every", s.logEvery);
+    f("checkpoint_every", s.checkpointEvery);
+    f("keep_checkpoints", s.keepCheckpoints);
+    f("resume", s.resume);
+    f("threads", s.threads);
+}
+
+void oneOf(const std::string& field, const std::string& value, std::set<std::string> allowed)
+{
+    if (allowed.count(value))
+        return;
+    std::string list;
+    for (const auto& a : allowed)
+        list += (list.empty() ? "" : ", ") + a;
+    throw std::runtime_error("run spec: " + field + " '" + value + "' is not one of: " + list);
+}
+
+void positive(const std::string& field, double value)
+{
+    if (!(value > 0))
+        throw std::runtime_error(
+            "run spec: " + field + " must be greater than 0 (got " + std::to_string(value) + ")");
+}
+
+} // namespace
+
+nlohmann::json toJson(const RunSpec& s)
+{
+    nlohmann::json j = nlohmann::json::object();
+    forEachField(s, [&](const char* key, const auto& v) { j[key] = v; });
+    j["v"] = 1;
+    return j;
+}
+
+RunSpec runSpecFromJson(const nlohmann::json& j)
+{
+    if (!j.is_object())
+        throw std::runtime_error("run spec: expected a JSON object");
+    RunSpec s;
+    std::set<std::string> known{"v"};
+    forEachField(s, [&](const char* key, auto& v) {
+        known.insert(key);
+        auto it = j.find(key);
+        if (it == j.end() || it->is_null())
+            return;
+        try {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+                if (it->is_string())
+                    v = {it->get<std::string>()};
+                else
+                    v = it->get<T>();
+            } else {
+                v = it->get<T>();
+            }
+        } catch (const nlohmann::json::exception&) {
+            throw std::runtime_error(std::string("run spec: field '") + key +
+                "' has the wrong type (" + it->type_name() + ")");
+        }
+    });
+    for (auto it = j.begin(); it != j.end(); ++it)
+        if (!known.count(it.key()))
+            throw std::runtime_error("run spec: unknown field '" + it.key() +
+                "' (check the spelling; see `shard-worker train --help`)");
+    return s;
+}
+
+void validate(const RunSpec& s)
+{
+    oneOf("strategy", s.strategy, {"ddp", "zero1", "zero2", "zero3", "hybrid"});
+    oneOf("precision", s.precision, {"fp32", "bf16-mixed", "bf16", "fp16-mixed"});
+    oneOf("checkpointing", s.checkpointing, {"none", "full"});
+    oneOf("offload", s.offload, {"none", "optimizer", "params+optimizer"});
+    oneOf("schedule", s.schedule, {"constant", "linear", "cosine"});
+    oneOf("device", s.device, {"cpu", "cuda"});
+    oneOf("data_format", s.dataFormat, {"auto", "text", "alpaca", "chat", "tokenized"});
+    positive("micro_batch", static_cast<double>(s.microBatch));
+    positive("seq_len", static_cast<double>(s.seqLen));
+    positive("grad_accum", static_cast<double>(s.gradAccum));
+    positive("nodes", s.nodes);
+    positive("procs_per_node", s.procsPerNode);
+    positive("lr", s.lr);
+    positive("log_every", static_cast<double>(s.logEvery));
+    if (s.steps <= 0 && s.epochs <= 0)
+        throw std::runtime_error("run spec: give steps (--steps N) or epochs (--epochs N)");
+    if (s.warmup < 0)
+        throw std::runtime_error("run spec: warmup must be >= 0");
+    if (s.clip < 0)
+        throw std::runtime_error("run spec: clip must be >= 0 (0 disables clipping)");
+    if (s.evalFraction < 0 || s.evalFraction >= 1)
+        throw std::runtime_error("run spec: eval_fraction must be in [0, 1)");
+    if (s.beta1 < 0 || s.beta1 >= 1 || s.beta2 < 0 || s.beta2 >= 1)
+        throw std::runtime_error("run spec: beta1 and beta2 must be in [0, 1)");
+    if (s.strategy == "hybrid") {
+        if (s.shardGroup <= 0)
+            throw std::runtime_error("run spec: hybrid needs a shard group size (--shard-group G)");
+        if (s.worldSize() % s.shardGroup != 0)
+            throw std::runtime_error("run spec: shard group " + std::to_string(s.shardGroup) +
+                " does not divide the " + std::to_string(s.worldSize()) +
+                " ranks; pick a divisor of the rank count");
+    }
+    if (s.offload != "none" && s.device == "cpu")
+        throw std::runtime_error(
+            "run spec: offload '" + s.offload + "' means nothing on CPU (the state is already in "
+            "host memory); use --offload none");
+    if (s.model.empty())
+        throw std::runtime_error("run spec: no model given (--model DIR)");
+    if (s.data.empty())
+        throw std::runtime_error("run spec: no data given (--data FILE.jsonl)");
+}
+
+} // namespace shard::protocol

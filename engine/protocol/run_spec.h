@@ -1,0 +1,67 @@
+// The full resolved specification of a run (<run>/run.json): model, strategy, hyper-parameters,
+// data and seed. Shared by the worker (which trains it) and the launchers (which start it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace shard::protocol {
+
+struct RunSpec {
+    std::string name;
+    std::string model;     // HF folder (engine) or preset name (planning)
+    std::string tokenizer; // folder with tokenizer.json; empty = the model folder
+    std::vector<std::string> data;
+    std::string dataFormat = "auto"; // auto, text, alpaca, chat, tokenized
+    std::string evalData;            // file; or evalFraction > 0
+    double evalFraction = 0.0;
+    int64_t evalEvery = 0;
+    bool packing = false;
+    bool shuffle = true;
+    bool skipBadLines = false;
+    bool trainOnPrompt = false;
+    std::string outDir;
+
+    std::string strategy = "zero3"; // ddp, zero1, zero2, zero3, hybrid
+    int shardGroup = 0;             // hybrid
+    int nodes = 1;
+    int procsPerNode = 1;
+    std::string device = "cpu"; // cpu, cuda
+    std::string precision = "fp32"; // fp32, bf16-mixed, bf16, fp16-mixed
+    std::string checkpointing = "none"; // none, full
+    std::string offload = "none";       // none, optimizer, params+optimizer
+
+    int64_t steps = 0;
+    int64_t epochs = 0;
+    int64_t microBatch = 1;
+    int64_t seqLen = 128;
+    int64_t gradAccum = 1;
+    double lr = 1e-3;
+    double minLrRatio = 0.0;
+    std::string schedule = "cosine"; // constant, linear, cosine
+    int64_t warmup = 0;
+    double weightDecay = 0.0;
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1e-8;
+    double clip = 1.0; // 0 disables
+    uint64_t seed = 0;
+    int64_t logEvery = 1;
+    int64_t checkpointEvery = 0;
+    int64_t keepCheckpoints = 2;
+    std::string resume; // "", "auto" or a checkpoint path
+    int threads = 0;    // intra-op threads per rank; 0 = cores / local ranks
+
+    int worldSize() const { return nodes * procsPerNode; }
+};
+
+nlohmann::json toJson(const RunSpec& s);
+// Unknown keys are an error (a typo in a config must not be silently ignored).
+RunSpec runSpecFromJson(const nlohmann::json& j);
+// Throws std::runtime_error describing the first invalid field and how to fix it.
+void validate(const RunSpec& s);
+
+} // namespace shard::protocol

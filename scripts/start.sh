@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The main job: set up, build, then open the studio (or, with no display, run the headless demo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export CCACHE_BASEDIR="$PWD"
+cmake --preset release >/dev/null
+cmake --build --preset release
+bin=build/release
+if [[ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" && -x $bin/app/studio/shard-studio ]]; then
+    exec $bin/app/studio/shard-studio
+elif $bin/app/shard demo --help >/dev/null 2>&1; then
+    exec $bin/app/shard demo
+else
+    exec $bin/app/shard plan --model llama-2-7b --gpus 8 --strategy zero3 --precision bf16-mixed \
+        --checkpointing full --micro-batch 2 --seq-len 4096
+fi
