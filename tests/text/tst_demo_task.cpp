@@ -73,6 +73,16 @@ int main()
             const std::string end
                 = format == DataFormat::Chat ? std::string("<|eot_id|>") : tok->eosToken();
             CHECK_EQ(tok->decode(labelled), examples[i].answer + end);
+            // The generation prompt is exactly the tokens before the answer.
+            const auto prompt = demoPromptIds(*tok, examples[i], format);
+            CHECK(prompt.size() < rows[i].inputIds.size());
+            CHECK(std::equal(prompt.begin(), prompt.end(), rows[i].inputIds.begin()));
+            CHECK(rows[i].labels[prompt.size()] != kIgnoreLabel);
+            if (format == DataFormat::Chat)
+                CHECK_EQ(tok->decode(prompt),
+                    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n"
+                        + examples[i].prompt
+                        + "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
         }
     }
     CHECK_THROWS(writeDemoData((dir / "no/such/dir/x.jsonl").string(), DemoTask::Copy, 3, 1,
