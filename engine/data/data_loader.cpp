@@ -258,6 +258,8 @@ DataLoader::DataLoader(DataConfig config, std::shared_ptr<const tokenizer::Token
 }
 
 DataLoader::~DataLoader() = default;
+DataLoader::DataLoader(DataLoader&&) noexcept = default;
+DataLoader& DataLoader::operator=(DataLoader&&) noexcept = default;
 
 std::vector<Sample> DataLoader::nextGlobalBatch(int64_t rows)
 {

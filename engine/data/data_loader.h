@@ -49,6 +49,8 @@ public:
     ~DataLoader();
     DataLoader(const DataLoader&) = delete;
     DataLoader& operator=(const DataLoader&) = delete;
+    DataLoader(DataLoader&&) noexcept;
+    DataLoader& operator=(DataLoader&&) noexcept;
 
     // The next `rows` rows of the global order, each exactly seqLen long.
     std::vector<Sample> nextGlobalBatch(int64_t rows);

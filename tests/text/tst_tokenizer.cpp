@@ -9,6 +9,7 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/demo_tokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_text.h"
 
 using namespace shard::testing;
 using namespace shard::tokenizer;
@@ -139,6 +140,60 @@ void testLinearCost()
     }
 }
 
+// A byte-level vocabulary plus whole words, so ignore_merges exposes the pre-token splits.
+nlohmann::json byteLevelModel(const std::vector<std::string>& words)
+{
+    nlohmann::json vocab = nlohmann::json::object();
+    int id = 0;
+    for (const auto& b : byteToUtf8())
+        vocab[b] = id++;
+    for (const auto& w : words)
+        vocab[w] = id++;
+    return {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()},
+        {"ignore_merges", true}};
+}
+
+void testPreTokenizers()
+{
+    // GPT-2: ByteLevel with its own regex; a space run keeps its last space for the next word.
+    const nlohmann::json gpt2 = {{"model", byteLevelModel({"Hello", "\xC4\xA0world", "'s"})},
+        {"pre_tokenizer",
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+        {"decoder", {{"type", "ByteLevel"}}}};
+    const Tokenizer g = Tokenizer::fromJson(gpt2, nullptr);
+    const int32_t hello = g.tokenToId("Hello"), world = g.tokenToId("\xC4\xA0world");
+    const int32_t space = g.tokenToId("\xC4\xA0");
+    CHECK_EQ(g.encode("Hello world"), (std::vector<int32_t> {hello, world}));
+    CHECK_EQ(g.encode("Hello  world"), (std::vector<int32_t> {hello, space, world}));
+    CHECK_EQ(g.encode("Hello's"), (std::vector<int32_t> {hello, g.tokenToId("'s")}));
+    CHECK_EQ(g.decode(g.encode("Hello  world's")), std::string("Hello  world's"));
+    // add_prefix_space: "Hello" becomes " Hello".
+    nlohmann::json prefixed = gpt2;
+    prefixed["pre_tokenizer"]["add_prefix_space"] = true;
+    prefixed["model"] = byteLevelModel({"\xC4\xA0Hello", "\xC4\xA0world"});
+    const Tokenizer p = Tokenizer::fromJson(prefixed, nullptr);
+    CHECK_EQ(p.encode("Hello world"),
+        (std::vector<int32_t> {p.tokenToId("\xC4\xA0Hello"), p.tokenToId("\xC4\xA0world")}));
+
+    // Metaspace (newer SentencePiece conversions): spaces become "\u2581", prepended once.
+    nlohmann::json vocab
+        = {{"<unk>", 0}, {"\u2581Hello", 1}, {"\u2581world", 2}, {"\u2581", 3}, {"H", 4}, {"i", 5}};
+    const nlohmann::json meta
+        = {{"model",
+               {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()},
+                   {"ignore_merges", true}, {"unk_token", "<unk>"}, {"fuse_unk", true}}},
+            {"pre_tokenizer",
+                {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"},
+                    {"split", true}}},
+            {"decoder",
+                {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}}}};
+    const Tokenizer m = Tokenizer::fromJson(meta, nullptr);
+    CHECK_EQ(m.encode("Hello world"), (std::vector<int32_t> {1, 2}));
+    CHECK_EQ(m.decode({1, 2}), std::string("Hello world"));
+    // Unknown characters fuse into one <unk> (no byte fallback in this model).
+    CHECK_EQ(m.encode("Hi \u00e9\u00e9"), (std::vector<int32_t> {3, 4, 5, 3, 0}));
+}
+
 } // namespace
 
 int main()
@@ -146,6 +201,7 @@ int main()
     testDemoTokenizer();
     testAddedTokens();
     testBadFiles();
+    testPreTokenizers();
     testLinearCost();
     return finish("tst_tokenizer");
 }
