@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
     # toolchain
     build-essential cmake ninja-build ccache git pkg-config clang-format
+    # packaging: .deb, man pages, metainfo checks, the clean-root install test
+    dpkg-dev help2man debootstrap appstream desktop-file-utils
     # front end and run store
     qt6-base-dev libqt6sql6-sqlite libqcustomplot-dev libqcustomplot2.1-qt6
     libsqlite3-dev sqlite3
