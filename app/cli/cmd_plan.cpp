@@ -314,21 +314,33 @@ const CommandRegistration kPlan([](CLI::App& app) {
     auto o = std::make_shared<PlanOptions>();
     auto* sub = app.add_subcommand(
         "plan", "Predict memory per device, FLOPs and traffic for a model and a sharding setup");
-    sub->add_option("--model", o->model, "Preset name (see `shard models`) or HF folder");
-    sub->add_option("--gpus", o->gpus, "GPUs (ranks) per node (default 1)");
-    sub->add_option("--nodes", o->nodes, "Nodes (default 1); total GPUs = gpus x nodes");
-    sub->add_option("--strategy", o->strategy, "ddp, zero1, zero2, zero3 (default), hybrid");
-    sub->add_option("--shard-group", o->shardGroup, "hybrid: ranks per shard group");
-    sub->add_option("--precision", o->precision, "fp32, bf16-mixed (default), bf16, fp16-mixed");
-    sub->add_option("--checkpointing", o->checkpointing, "none (default), full");
-    sub->add_option("--offload", o->offload, "none (default), optimizer, params+optimizer");
-    sub->add_option("--micro-batch", o->microBatch, "Sequences per rank per micro-step");
-    sub->add_option("--seq-len", o->seqLen, "Tokens per sequence (default min(2048, max))");
-    sub->add_option("--grad-accum", o->gradAccum, "Micro-steps per optimizer step");
-    sub->add_option("--gpu-memory", o->gpuMemory, "GiB per GPU (default 80), or `cpu`");
-    sub->add_option("--overhead", o->overhead, "Fixed overhead per device in GiB");
-    sub->add_option("--mode", o->mode, "engine (default) or zero-paper accounting");
-    sub->add_option("--calibration", o->calibration, "JSON file of planner coefficients");
+    sub->add_option("--model", o->model, "Preset name (see `shard models`) or HF folder")
+        ->type_name("NAME|DIR");
+    sub->add_option("--gpus", o->gpus, "GPUs (ranks) per node (default 1)")->type_name("N");
+    sub->add_option("--nodes", o->nodes, "Nodes (default 1); total GPUs = gpus x nodes")
+        ->type_name("M");
+    sub->add_option("--strategy", o->strategy, "ddp, zero1, zero2, zero3 (default), hybrid")
+        ->type_name("S");
+    sub->add_option("--shard-group", o->shardGroup, "hybrid: ranks per shard group")
+        ->type_name("G");
+    sub->add_option("--precision", o->precision, "fp32, bf16-mixed (default), bf16, fp16-mixed")
+        ->type_name("P");
+    sub->add_option("--checkpointing", o->checkpointing, "none (default), full")->type_name("C");
+    sub->add_option("--offload", o->offload, "none (default), optimizer, params+optimizer")
+        ->type_name("O");
+    sub->add_option("--micro-batch", o->microBatch, "Sequences per rank per micro-step")
+        ->type_name("B");
+    sub->add_option("--seq-len", o->seqLen, "Tokens per sequence (default min(2048, max))")
+        ->type_name("L");
+    sub->add_option("--grad-accum", o->gradAccum, "Micro-steps per optimizer step")->type_name("K");
+    sub->add_option("--gpu-memory", o->gpuMemory, "GiB per GPU (default 80), or `cpu`")
+        ->type_name("GiB|cpu");
+    sub->add_option("--overhead", o->overhead, "Fixed overhead per device in GiB")
+        ->type_name("GiB");
+    sub->add_option("--mode", o->mode, "engine (default) or zero-paper accounting")
+        ->type_name("MODE");
+    sub->add_option("--calibration", o->calibration, "JSON file of planner coefficients")
+        ->type_name("FILE");
     sub->add_flag("--show-calibration", o->showCalibration, "Print the coefficients and exit");
     sub->add_flag("--json", o->json, "One JSON object instead of the table");
     sub->callback([o] { runPlan(*o); });

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check.h"
+#include "plan/model_spec.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -140,6 +141,38 @@ void testJson()
     CHECK(h.out.find("host RAM (offloaded)") != std::string::npos);
 }
 
+void testCalibration()
+{
+    Result show = shard("plan --show-calibration");
+    CHECK_EQ(show.code, 0);
+    json cal = json::parse(show.out, nullptr, false);
+    CHECK(!cal.is_discarded() && cal.contains("act_per_hidden") && cal.contains("zero_paper_k"));
+    // A calibration file changes the prediction without a rebuild.
+    fs::path file = tempDir() / "cal.json";
+    std::ofstream(file) << R"({"gpu_overhead_bytes": 0, "gpu_fragmentation": 0})";
+    Result r = shard("plan --model llama-2-7b --gpus 8 --seq-len 1024 --json --calibration '"
+        + file.string() + "'");
+    CHECK_EQ(r.code, 0);
+    json j = json::parse(r.out, nullptr, false);
+    CHECK(!j.is_discarded() && j["per_device"]["overhead"] == 0);
+    std::ofstream(file) << R"({"gpu_overhead": 1})";
+    expectError("plan --model llama-2-7b --calibration '" + file.string() + "'",
+        "cal.json: calibration: unknown key 'gpu_overhead'");
+}
+
+void testHfFolder()
+{
+    // A Hugging Face folder written from a preset plans like the preset.
+    fs::path dir = tempDir() / "Qwen2.5-7B";
+    fs::create_directories(dir);
+    std::ofstream(dir / "config.json")
+        << shard::plan::toHfConfig(*shard::plan::findPreset("qwen2.5-7b")).dump(2);
+    Result r = shard("plan --model '" + dir.string() + "' --gpus 4 --seq-len 2048 --json");
+    CHECK_EQ(r.code, 0);
+    json j = json::parse(r.out, nullptr, false);
+    CHECK(!j.is_discarded() && j["params"] == 7615616512LL && j["model"] == "Qwen2.5-7B");
+}
+
 void testModels()
 {
     Result r = shard("models");
@@ -213,6 +246,8 @@ int main()
     testHumanTable();
     testJson();
     testModels();
+    testHfFolder();
+    testCalibration();
     testErrors();
     fs::remove_all(tempDir());
     return shard::plan::test::finish("tst_shard_plan_cli");
