@@ -485,7 +485,8 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     if (s.isMoe())
         res.notes.push_back(s.name
             + " is a mixture-of-experts model: planning only (the engine "
-              "trains dense models)");
+              "trains dense models; sharding without expert parallelism gathers every "
+              "expert of a block)");
     if (!paper && in.gradAccum > 1
         && (in.strategy == Strategy::Zero2 || in.strategy == Strategy::Zero3
             || in.strategy == Strategy::Hybrid))
