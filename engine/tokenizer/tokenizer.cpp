@@ -254,6 +254,19 @@ Tokenizer Tokenizer::fromJson(const nlohmann::json& tj, const nlohmann::json& cf
     impl->padId = resolve(impl->padToken, "pad_token");
     impl->addBos = cfg.value("add_bos_token", false) && impl->bosId >= 0;
     impl->addEos = cfg.value("add_eos_token", false) && impl->eosId >= 0;
+    // transformers' Llama tokenizers rebuild the post-processor from add_bos_token /
+    // add_eos_token, so for them the config overrides tokenizer.json's template.
+    const std::string cls = cfg.value("tokenizer_class", std::string());
+    const bool llamaClass = cls == "LlamaTokenizer" || cls == "LlamaTokenizerFast"
+        || cls == "CodeLlamaTokenizer" || cls == "CodeLlamaTokenizerFast";
+    if (llamaClass && (cfg.contains("add_bos_token") || cfg.contains("add_eos_token"))) {
+        impl->post = PostTemplate {};
+        impl->post.present = true;
+        if (cfg.value("add_bos_token", true) && impl->bosId >= 0)
+            impl->post.prefix.push_back(impl->bosId);
+        if (cfg.value("add_eos_token", false) && impl->eosId >= 0)
+            impl->post.suffix.push_back(impl->eosId);
+    }
     if (cfg.contains("chat_template") && cfg["chat_template"].is_string())
         impl->chatTemplate = cfg["chat_template"].get<std::string>();
     impl->tokenizerClass = cfg.value("tokenizer_class", std::string());

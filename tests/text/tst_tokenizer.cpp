@@ -194,6 +194,30 @@ void testPreTokenizers()
     CHECK_EQ(m.encode("Hi \u00e9\u00e9"), (std::vector<int32_t> {3, 4, 5, 3, 0}));
 }
 
+void testSpecialTokenConfig()
+{
+    // Llama tokenizers take BOS/EOS from tokenizer_config.json (as transformers does).
+    auto files = makeDemoTokenizer(300);
+    auto cfg = files.tokenizerConfig;
+    cfg["tokenizer_class"] = "LlamaTokenizerFast";
+    cfg["add_bos_token"] = false;
+    cfg["add_eos_token"] = true;
+    const Tokenizer llama = Tokenizer::fromJson(files.tokenizerJson, cfg);
+    const auto ids = llama.encode("hi", true);
+    CHECK(!ids.empty() && ids.front() != llama.bosId() && ids.back() == llama.eosId());
+    // Other classes follow tokenizer.json's post-processor (here: BOS only).
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast";
+    const Tokenizer other = Tokenizer::fromJson(files.tokenizerJson, cfg);
+    const auto ids2 = other.encode("hi", true);
+    CHECK(ids2.front() == other.bosId() && ids2.back() != other.eosId());
+    // Without a post-processor the config's flags apply.
+    auto tj = files.tokenizerJson;
+    tj["post_processor"] = nullptr;
+    const Tokenizer bare = Tokenizer::fromJson(tj, cfg);
+    const auto ids3 = bare.encode("hi", true);
+    CHECK(ids3.front() != bare.bosId() && ids3.back() == bare.eosId());
+}
+
 } // namespace
 
 int main()
@@ -202,6 +226,7 @@ int main()
     testAddedTokens();
     testBadFiles();
     testPreTokenizers();
+    testSpecialTokenConfig();
     testLinearCost();
     return finish("tst_tokenizer");
 }
