@@ -1,7 +1,7 @@
 // Encode throughput (MB/s) of shard_tokenizer against the JavaScript implementation in the
 // same npm packages (transformers.js via node), side by side on the same generated mixed
 // text: English-like prose, code, Chinese/Japanese, numbers, emoji, whitespace runs.
-// usage: bench_tokenizer [--mb N] [--reps R] [--out RESULTS.md]
+// usage: bench_tokenizer [--mb N] [--reps R] [--out RESULTS.md] [--no-js]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -99,8 +99,16 @@ int main(int argc, char** argv)
     double mb = 4.0;
     int reps = 3;
     std::string outPath;
+    bool js = true;
+    for (int i = 1; i < argc; ++i)
+        if (std::string(argv[i]) == "--no-js")
+            js = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i];
+        if (a == "--no-js") {
+            --i;
+            continue;
+        }
         if (a == "--mb")
             mb = std::atof(argv[i + 1]);
         else if (a == "--reps")
@@ -140,13 +148,14 @@ int main(int argc, char** argv)
             + inputs.string() + " --bench " + std::to_string(reps);
         double jsMBs = 0;
         size_t jsTokens = 0;
-        try {
-            const auto j = nlohmann::json::parse(runCapture(cmd));
-            jsMBs = j["bytes"].get<double>() / j["seconds"].get<double>() / 1e6;
-            jsTokens = j["tokens"].get<size_t>();
-        } catch (const std::exception& e) {
-            std::cerr << name << ": JS run failed (" << e.what() << ")\n";
-        }
+        if (js)
+            try {
+                const auto j = nlohmann::json::parse(runCapture(cmd));
+                jsMBs = j["bytes"].get<double>() / j["seconds"].get<double>() / 1e6;
+                jsTokens = j["tokens"].get<size_t>();
+            } catch (const std::exception& e) {
+                std::cerr << name << ": JS run failed (" << e.what() << ")\n";
+            }
         if (jsTokens && jsTokens != tokens)
             std::cerr << name << ": token counts differ: C++ " << tokens << ", JS " << jsTokens
                       << "\n";

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "data/sample.h"
 #include "data/sample_builder.h"
 
@@ -39,6 +41,11 @@ struct Position {
     int64_t index = 0;
     bool operator==(const Position& o) const { return epoch == o.epoch && index == o.index; }
 };
+
+// {"epoch": e, "index": i} for checkpoints and metric records; the reader throws naming the
+// field that is missing or negative.
+nlohmann::json positionToJson(const Position& position);
+Position positionFromJson(const nlohmann::json& json);
 
 class DataLoader {
 public:

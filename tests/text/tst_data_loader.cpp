@@ -241,6 +241,7 @@ void testShuffleAndResume()
             CHECK_EQ(got[i].labels, expected[i].labels);
         }
         CHECK_THROWS(resumed.setPosition({0, 51}), "outside this dataset");
+        CHECK((positionFromJson(positionToJson(at)) == at));
     }
     // The global batch is the same however it is later sliced: two batches of 4 == one of 8.
     DataLoader x(c), y(c);
@@ -340,6 +341,8 @@ void testBadInputs()
     fmt.format = DataFormat::Chat;
     CHECK_THROWS(DataLoader(fmt, g_tok), "missing \"messages\" (chat format)");
     CHECK_THROWS(parseDataFormat("csv"), "unknown data format 'csv'");
+    CHECK_THROWS(positionFromJson({{"epoch", 1}}), "\"index\" is missing");
+    CHECK_THROWS(positionFromJson({{"epoch", -1}, {"index", 0}}), "\"epoch\" is missing or not a");
 }
 
 void testStreamingIndex()
