@@ -56,6 +56,26 @@ std::vector<std::string> samples()
     s.push_back(longText);
     // One very long "word" without spaces (a single pre-token).
     s.push_back(std::string(20000, 'a'));
+    // Random strings over the character classes the split regexes distinguish (letters of
+    // several scripts, digits incl. non-ASCII, punctuation, apostrophes, every kind of
+    // whitespace, combining marks, emoji, special-token fragments), seeded.
+    const std::vector<std::string> atoms
+        = {"a", "Z", "é", "ß", "ж", "λ", "日", "本", "の", "ア", "한", "ع", "ह", "0", "7", "٣", "½",
+            "Ⅻ", "'s", "'S", "'ll", "'", "\"", ".", ",", "!", "?", "-", "_", "(", ")", "{", "}",
+            "#", "$", "%", "&", "*", "/", "\\", "<", ">", "|", " ", " ", "  ", "\t", "\n", "\r\n",
+            "\r", "\u00a0", "\u2009", "\u3000", "\u0301", "\u200d", "😀", "👍🏽", "🇫🇷", "<|",
+            "|>", "<s>", "</s", "<|im_end|>", "<|eot_id|>", "▁", "\x7f", "\x01"};
+    uint64_t state = 12345;
+    auto next = [&state] {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        return static_cast<size_t>(state >> 33);
+    };
+    for (int i = 0; i < 200; ++i) {
+        std::string r;
+        for (size_t k = 0, n = 1 + next() % 40; k < n; ++k)
+            r += atoms[next() % atoms.size()];
+        s.push_back(r);
+    }
     return s;
 }
 
@@ -225,13 +245,20 @@ int main()
             const std::string& x = inputs[i];
             if (name == "qwen3" && x.find("e\u0301") != std::string::npos)
                 continue;
-            if (name == "llama2" && x.find("<s>") != std::string::npos)
+            // (Llama 2 also writes spaces as "\u2581", so a literal "\u2581" comes back as a
+            // space.)
+            if (name == "llama2"
+                && (x.find("<s>") != std::string::npos || x.find("\u2581") != std::string::npos
+                    || x.find("</s>") != std::string::npos || x.find("<unk>") != std::string::npos))
+                continue;
+            if (name == "qwen3" && x.find("\u0301") != std::string::npos)
                 continue;
             const std::string back = tok.decode(tok.encode(x, false));
             if (back != x) {
                 ++failures();
-                std::cerr << name << " round trip of sample " << i << " gave '"
-                          << back.substr(0, 60) << "'\n";
+                std::cerr << name << " round trip of sample " << i << ": "
+                          << nlohmann::json(x).dump() << " gave " << nlohmann::json(back).dump()
+                          << "\n";
             }
         }
         // Special tokens added by the config come back out with skipSpecial.
