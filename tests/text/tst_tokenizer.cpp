@@ -1,7 +1,9 @@
 // Tokenizer unit tests without external files: the demo tokenizer (exact vocabulary sizes,
 // load back, round trip, special tokens), unsupported types and bad files, invalid UTF-8,
 // and linear cost on long inputs.
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -218,6 +220,35 @@ void testSpecialTokenConfig()
     CHECK(ids3.front() != bare.bosId() && ids3.back() == bare.eosId());
 }
 
+void testThreads()
+{
+    // One Tokenizer shared by threads (the cache and regex stacks are per tokenizer / thread).
+    const auto files = makeDemoTokenizer(4096);
+    const Tokenizer tok = Tokenizer::fromJson(files.tokenizerJson, files.tokenizerConfig);
+    std::vector<std::string> texts;
+    for (int i = 0; i < 200; ++i)
+        texts.push_back("sample " + std::to_string(i * 7919) + ": the answer is "
+            + std::to_string(i) + std::string(i % 7, ' ') + "日本語 😀\n");
+    std::vector<std::vector<int32_t>> expected;
+    for (const auto& t : texts)
+        expected.push_back(
+            Tokenizer::fromJson(files.tokenizerJson, files.tokenizerConfig).encode(t));
+    std::atomic<int> mismatches {0};
+    std::vector<std::thread> threads;
+    for (int k = 0; k < 4; ++k)
+        threads.emplace_back([&, k] {
+            for (int rep = 0; rep < 20; ++rep)
+                for (size_t i = 0; i < texts.size(); ++i) {
+                    const size_t j = (i * (k + 1) + rep) % texts.size();
+                    if (tok.encode(texts[j]) != expected[j])
+                        ++mismatches;
+                }
+        });
+    for (auto& t : threads)
+        t.join();
+    CHECK_EQ(mismatches.load(), 0);
+}
+
 } // namespace
 
 int main()
@@ -227,6 +258,7 @@ int main()
     testBadFiles();
     testPreTokenizers();
     testSpecialTokenConfig();
+    testThreads();
     testLinearCost();
     return finish("tst_tokenizer");
 }
