@@ -267,8 +267,15 @@ Tokenizer Tokenizer::fromJson(const nlohmann::json& tj, const nlohmann::json& cf
         if (cfg.value("add_eos_token", false) && impl->eosId >= 0)
             impl->post.suffix.push_back(impl->eosId);
     }
-    if (cfg.contains("chat_template") && cfg["chat_template"].is_string())
+    if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) {
         impl->chatTemplate = cfg["chat_template"].get<std::string>();
+    } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {
+        // Several named templates: [{"name": "default", "template": "..."}, ...].
+        for (const auto& t : cfg["chat_template"])
+            if (t.is_object() && t.value("name", std::string()) == "default"
+                && t.contains("template") && t["template"].is_string())
+                impl->chatTemplate = t["template"].get<std::string>();
+    }
     impl->tokenizerClass = cfg.value("tokenizer_class", std::string());
     Tokenizer t;
     t.m_impl = std::move(impl);

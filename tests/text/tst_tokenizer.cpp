@@ -113,6 +113,11 @@ void testBadFiles()
     const Tokenizer tok = Tokenizer::fromJson(tj, cfg);
     CHECK_THROWS(tok.encode(std::string("ok \xC3\x28 bad")), "not valid UTF-8 (byte offset 3)");
     CHECK_THROWS(tok.encode(std::string("\xED\xA0\x80")), "not valid UTF-8");
+    const nlohmann::json named
+        = nlohmann::json::array({{{"name", "tool_use"}, {"template", "{{ '<|im_start|>' }}"}},
+            {{"name", "default"}, {"template", "[INST] <<SYS>> {{ x }}"}}});
+    CHECK(detectChatTemplate(Tokenizer::fromJson(tj, withField(cfg, "chat_template", named)))
+        == ChatTemplateKind::Llama2);
     CHECK_THROWS(detectChatTemplate(Tokenizer::fromJson(
                      tj, withField(cfg, "chat_template", "{{ messages | custom }}"))),
         "--chat-template");
