@@ -223,7 +223,7 @@ Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOp
 
     NewRun nr;
     nr.name = name;
-    nr.specJson = req.specJson.isEmpty() ? QByteArray("{}") : req.specJson;
+    nr.specJson = req.specJson.isEmpty() ? specForTrainArgs(req.trainArgs) : req.specJson;
     nr.target = QStringLiteral("slurm");
     nr.host = o.via;
     nr.runDir = absDir;
@@ -382,6 +382,7 @@ void SlurmRunWatcher::start(int pollMs)
         connect(m_inner, &RunWatcher::pointsAdded, this, &RunWatcher::pointsAdded);
         connect(m_inner, &RunWatcher::eventsAdded, this, &RunWatcher::eventsAdded);
         connect(m_inner, &RunWatcher::errorOccurred, this, &RunWatcher::errorOccurred);
+        connect(m_inner, &RunWatcher::statusChanged, this, &RunWatcher::statusChanged);
     }
     m_timer = new QTimer(this);
     connect(m_timer, &QTimer::timeout, this, [this] { pollJob(); });

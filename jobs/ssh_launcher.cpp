@@ -109,7 +109,7 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
         hostNames << h.toString();
     NewRun nr;
     nr.name = name;
-    nr.specJson = req.specJson.isEmpty() ? QByteArray("{}") : req.specJson;
+    nr.specJson = req.specJson.isEmpty() ? specForTrainArgs(req.trainArgs) : req.specJson;
     nr.target = QStringLiteral("ssh");
     nr.host = hostNames.join(',');
     nr.runDir = absDir;
