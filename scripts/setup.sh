@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
     # toolchain
     build-essential cmake ninja-build ccache git pkg-config clang-format
+    # packaging: .deb, man pages, metainfo checks, the clean-root install test
+    dpkg-dev help2man debootstrap appstream desktop-file-utils
     # front end and run store
     qt6-base-dev libqt6sql6-sqlite libqcustomplot-dev libqcustomplot2.1-qt6
     libsqlite3-dev sqlite3
@@ -13,6 +15,8 @@ PACKAGES=(
     libtorch-dev libgloo-dev libopenblas0-pthread
     # shared
     libspdlog-dev nlohmann-json3-dev libcli11-dev
+    # tokenizer: pre-tokenizer regexes (PCRE2 with JIT) and Unicode normalization (ICU)
+    libpcre2-dev libicu-dev
     # tests: offscreen GUI, real sshd and Slurm on loopback, reference values, tokenizer refs
     xvfb xauth openssh-server openssh-client slurm-wlm python3 python3-torch
     iproute2 procps psmisc util-linux

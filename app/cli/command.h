@@ -16,7 +16,10 @@ std::vector<CommandSetup>& commandRegistry();
 int& exitCode();
 
 struct CommandRegistration {
-    explicit CommandRegistration(CommandSetup setup) { commandRegistry().push_back(std::move(setup)); }
+    explicit CommandRegistration(CommandSetup setup)
+    {
+        commandRegistry().push_back(std::move(setup));
+    }
 };
 
 } // namespace shard::cli

@@ -30,9 +30,9 @@ int main(int argc, char** argv)
     QCoreApplication qapp(argc, argv);
     QCoreApplication::setApplicationName("shard-studio");
     QCoreApplication::setOrganizationName("ShardStudio");
-    CLI::App app{"shard: plan, launch and compare sharded fine-tuning runs"};
-    app.set_version_flag("--version", std::string("shard ") + SHARD_VERSION + " (" +
-        SHARD_GIT_REV + ")");
+    CLI::App app {"shard: plan, launch and compare sharded fine-tuning runs"};
+    app.set_version_flag(
+        "--version", std::string("shard ") + SHARD_VERSION + " (" + SHARD_GIT_REV + ")");
     app.require_subcommand(1);
     spdlog::set_default_logger(spdlog::stderr_color_mt("shard"));
     spdlog::set_level(spdlog::level::warn);

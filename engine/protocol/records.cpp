@@ -7,8 +7,7 @@ namespace shard::protocol {
 
 namespace {
 
-template <typename T>
-T required(const nlohmann::json& j, const char* key, const char* what)
+template<typename T> T required(const nlohmann::json& j, const char* key, const char* what)
 {
     auto it = j.find(key);
     if (it == j.end() || it->is_null())
@@ -16,13 +15,12 @@ T required(const nlohmann::json& j, const char* key, const char* what)
     try {
         return it->get<T>();
     } catch (const nlohmann::json::exception&) {
-        throw std::runtime_error(std::string(what) + " record: field '" + key +
-            "' has the wrong type (" + it->type_name() + ")");
+        throw std::runtime_error(std::string(what) + " record: field '" + key
+            + "' has the wrong type (" + it->type_name() + ")");
     }
 }
 
-template <typename T>
-T optional(const nlohmann::json& j, const char* key, T fallback)
+template<typename T> T optional(const nlohmann::json& j, const char* key, T fallback)
 {
     auto it = j.find(key);
     if (it == j.end() || it->is_null())
@@ -30,8 +28,8 @@ T optional(const nlohmann::json& j, const char* key, T fallback)
     try {
         return it->get<T>();
     } catch (const nlohmann::json::exception&) {
-        throw std::runtime_error(std::string("record: field '") + key + "' has the wrong type (" +
-            it->type_name() + ")");
+        throw std::runtime_error(std::string("record: field '") + key + "' has the wrong type ("
+            + it->type_name() + ")");
     }
 }
 
@@ -41,9 +39,9 @@ void checkVersion(const nlohmann::json& j, const char* what)
         throw std::runtime_error(std::string(what) + " record: not a JSON object");
     const int v = optional<int>(j, "v", kSchemaVersion);
     if (v > kSchemaVersion)
-        throw std::runtime_error(std::string(what) + " record: schema version " +
-            std::to_string(v) + " is newer than this build understands (" +
-            std::to_string(kSchemaVersion) + "); update Shard Studio");
+        throw std::runtime_error(std::string(what) + " record: schema version " + std::to_string(v)
+            + " is newer than this build understands (" + std::to_string(kSchemaVersion)
+            + "); update Shard Studio");
 }
 
 } // namespace
@@ -110,8 +108,7 @@ MetricRecord metricFromJson(const nlohmann::json& j)
 nlohmann::json toJson(const EventRecord& e)
 {
     return {{"v", kSchemaVersion}, {"type", "event"}, {"kind", e.kind},
-        {"wall_time", e.wallTimeSec}, {"step", e.step}, {"message", e.message},
-        {"data", e.data}};
+        {"wall_time", e.wallTimeSec}, {"step", e.step}, {"message", e.message}, {"data", e.data}};
 }
 
 EventRecord eventFromJson(const nlohmann::json& j)

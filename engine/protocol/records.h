@@ -29,8 +29,8 @@ struct RankMemory {
 
 struct MetricRecord {
     int64_t step = 0;
-    int64_t tokens = 0;  // tokens seen so far (global)
-    double loss = 0.0;   // on this step's batch, before this step's update
+    int64_t tokens = 0; // tokens seen so far (global)
+    double loss = 0.0;  // on this step's batch, before this step's update
     double lr = 0.0;
     double gradNorm = 0.0;
     double tokensPerSec = 0.0;
@@ -46,7 +46,8 @@ struct EventRecord {
     double wallTimeSec = 0.0;
     int64_t step = -1;
     std::string message;
-    nlohmann::json data = nlohmann::json::object(); // e.g. {"reason":"completed"}, {"rank":1,"signal":9}
+    nlohmann::json data
+        = nlohmann::json::object(); // e.g. {"reason":"completed"}, {"rank":1,"signal":9}
 };
 
 nlohmann::json toJson(const RankMemory& m);

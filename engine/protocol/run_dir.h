@@ -7,13 +7,19 @@ namespace shard::protocol {
 
 class RunDir {
 public:
-    explicit RunDir(std::string root) : m_root(std::move(root)) {}
+    explicit RunDir(std::string root)
+        : m_root(std::move(root))
+    {
+    }
     const std::string& root() const { return m_root; }
     std::string specFile() const { return m_root + "/run.json"; }
     std::string metricsFile() const { return m_root + "/metrics.jsonl"; }
     std::string eventsFile() const { return m_root + "/events.jsonl"; }
     std::string logsDir() const { return m_root + "/logs"; }
-    std::string rankLog(int rank) const { return logsDir() + "/rank-" + std::to_string(rank) + ".log"; }
+    std::string rankLog(int rank) const
+    {
+        return logsDir() + "/rank-" + std::to_string(rank) + ".log";
+    }
     std::string launcherLog() const { return logsDir() + "/launcher.log"; }
     std::string checkpointsDir() const { return m_root + "/checkpoints"; }
     std::string checkpointDir(long long step) const

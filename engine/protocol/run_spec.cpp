@@ -9,8 +9,7 @@ namespace shard::protocol {
 
 namespace {
 
-template <typename Spec, typename F>
-void forEachField(Spec& s, F&& f)
+template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
 {
     f("name", s.name);
     f("model", s.model);
@@ -87,7 +86,7 @@ RunSpec runSpecFromJson(const nlohmann::json& j)
     if (!j.is_object())
         throw std::runtime_error("run spec: expected a JSON object");
     RunSpec s;
-    std::set<std::string> known{"v"};
+    std::set<std::string> known {"v"};
     forEachField(s, [&](const char* key, auto& v) {
         known.insert(key);
         auto it = j.find(key);
@@ -104,14 +103,14 @@ RunSpec runSpecFromJson(const nlohmann::json& j)
                 v = it->get<T>();
             }
         } catch (const nlohmann::json::exception&) {
-            throw std::runtime_error(std::string("run spec: field '") + key +
-                "' has the wrong type (" + it->type_name() + ")");
+            throw std::runtime_error(std::string("run spec: field '") + key
+                + "' has the wrong type (" + it->type_name() + ")");
         }
     });
     for (auto it = j.begin(); it != j.end(); ++it)
         if (!known.count(it.key()))
-            throw std::runtime_error("run spec: unknown field '" + it.key() +
-                "' (check the spelling; see `shard-worker train --help`)");
+            throw std::runtime_error("run spec: unknown field '" + it.key()
+                + "' (check the spelling; see `shard-worker train --help`)");
     return s;
 }
 
@@ -145,14 +144,14 @@ void validate(const RunSpec& s)
         if (s.shardGroup <= 0)
             throw std::runtime_error("run spec: hybrid needs a shard group size (--shard-group G)");
         if (s.worldSize() % s.shardGroup != 0)
-            throw std::runtime_error("run spec: shard group " + std::to_string(s.shardGroup) +
-                " does not divide the " + std::to_string(s.worldSize()) +
-                " ranks; pick a divisor of the rank count");
+            throw std::runtime_error("run spec: shard group " + std::to_string(s.shardGroup)
+                + " does not divide the " + std::to_string(s.worldSize())
+                + " ranks; pick a divisor of the rank count");
     }
     if (s.offload != "none" && s.device == "cpu")
-        throw std::runtime_error(
-            "run spec: offload '" + s.offload + "' means nothing on CPU (the state is already in "
-            "host memory); use --offload none");
+        throw std::runtime_error("run spec: offload '" + s.offload
+            + "' means nothing on CPU (the state is already in "
+              "host memory); use --offload none");
     if (s.model.empty())
         throw std::runtime_error("run spec: no model given (--model DIR)");
     if (s.data.empty())

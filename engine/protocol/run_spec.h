@@ -29,8 +29,8 @@ struct RunSpec {
     int shardGroup = 0;             // hybrid
     int nodes = 1;
     int procsPerNode = 1;
-    std::string device = "cpu"; // cpu, cuda
-    std::string precision = "fp32"; // fp32, bf16-mixed, bf16, fp16-mixed
+    std::string device = "cpu";         // cpu, cuda
+    std::string precision = "fp32";     // fp32, bf16-mixed, bf16, fp16-mixed
     std::string checkpointing = "none"; // none, full
     std::string offload = "none";       // none, optimizer, params+optimizer
 

@@ -26,9 +26,9 @@ int& exitCode()
 
 int main(int argc, char** argv)
 {
-    CLI::App app{"shard-worker: the Shard Studio engine (one process per rank)"};
-    app.set_version_flag("--version", std::string("shard-worker ") + SHARD_VERSION + " (" +
-        SHARD_GIT_REV + ")");
+    CLI::App app {"shard-worker: the Shard Studio engine (one process per rank)"};
+    app.set_version_flag(
+        "--version", std::string("shard-worker ") + SHARD_VERSION + " (" + SHARD_GIT_REV + ")");
     app.require_subcommand(1);
     // Logs go to stderr: the worker's stdout carries protocol records only.
     spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));

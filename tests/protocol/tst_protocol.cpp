@@ -1,0 +1,151 @@
+// Run-directory records: JSON round trips, offset-based JSONL consumption, run spec validation.
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <fstream>
+
+#include "protocol/jsonl_reader.h"
+#include "protocol/records.h"
+#include "protocol/run_spec.h"
+
+using namespace shard::protocol;
+
+class TestProtocol : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void metricRoundTrip()
+    {
+        MetricRecord r;
+        r.step = 7;
+        r.tokens = 7 * 512;
+        r.loss = 2.5;
+        r.lr = 1e-4;
+        r.evalLoss = 2.75;
+        r.memory.push_back({1, 10, 20, 30, 40, 50, 60, 70, 80});
+        const auto back = metricFromJson(nlohmann::json::parse(encodeLine(toJson(r))));
+        QCOMPARE(back.step, 7);
+        QCOMPARE(back.tokens, 3584);
+        QCOMPARE(back.loss, 2.5);
+        QVERIFY(back.evalLoss.has_value());
+        QCOMPARE(*back.evalLoss, 2.75);
+        QCOMPARE(int(back.memory.size()), 1);
+        QCOMPARE(back.memory[0].rank, 1);
+        QCOMPARE(back.memory[0].optimizerBytes, 40);
+        QCOMPARE(back.memory[0].peakBytes, 80);
+    }
+
+    void metricMissingField()
+    {
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, metricFromJson({{"v", 1}, {"loss", 1.0}}));
+        QVERIFY_THROWS_EXCEPTION(
+            std::runtime_error, metricFromJson({{"v", 99}, {"step", 1}, {"loss", 1.0}}));
+    }
+
+    void eventRoundTrip()
+    {
+        EventRecord e {"error", 3.5, 12, "rank 1 killed by signal 9", {{"rank", 1}, {"signal", 9}}};
+        const auto back = eventFromJson(toJson(e));
+        QCOMPARE(QString::fromStdString(back.kind), QStringLiteral("error"));
+        QCOMPARE(back.step, 12);
+        QCOMPARE(back.data["signal"].get<int>(), 9);
+    }
+
+    void consumeLeavesHalfWrittenLine()
+    {
+        const std::string data = "{\"a\":1}\n\n{\"a\":2}\n{\"a\":";
+        int sum = 0;
+        auto res = consumeJsonl(
+            data, [&](const nlohmann::json& j, int64_t) { sum += j["a"].get<int>(); });
+        QCOMPARE(sum, 3);
+        QCOMPARE(res.lines, 2);
+        QCOMPARE(res.consumedBytes, int64_t(data.rfind('\n') + 1));
+    }
+
+    void consumeReportsBadLines()
+    {
+        std::vector<std::string> bad;
+        auto res = consumeJsonl(
+            "not json\n[1,2]\n{\"ok\":true}\n", [](const nlohmann::json&, int64_t) {},
+            [&](const std::string& line, const std::string&) { bad.push_back(line); });
+        QCOMPARE(res.badLines, 2);
+        QCOMPARE(int(bad.size()), 2);
+        QCOMPARE(QString::fromStdString(bad[0]), QStringLiteral("not json"));
+    }
+
+    void readFileByOffsetIsIdempotent()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("m.jsonl").toStdString();
+        {
+            std::ofstream out(path);
+            out << "{\"n\":1}\n{\"n\":2}\n{\"n\":";
+        }
+        int64_t offset = 0;
+        int count = 0;
+        auto on = [&](const nlohmann::json&, int64_t) { ++count; };
+        offset += readJsonlFile(path, offset, on).consumedBytes;
+        QCOMPARE(count, 2);
+        offset += readJsonlFile(path, offset, on).consumedBytes; // nothing new
+        QCOMPARE(count, 2);
+        {
+            std::ofstream out(path, std::ios::app);
+            out << "3}\n";
+        }
+        offset += readJsonlFile(path, offset, on).consumedBytes;
+        QCOMPARE(count, 3);
+    }
+
+    void runSpecRoundTrip()
+    {
+        RunSpec s;
+        s.name = "demo";
+        s.model = "/m";
+        s.data = {"/d.jsonl"};
+        s.steps = 10;
+        s.strategy = "hybrid";
+        s.shardGroup = 2;
+        s.procsPerNode = 4;
+        const auto back = runSpecFromJson(toJson(s));
+        QCOMPARE(QString::fromStdString(back.strategy), QStringLiteral("hybrid"));
+        QCOMPARE(back.shardGroup, 2);
+        QCOMPARE(back.worldSize(), 4);
+        validate(back);
+    }
+
+    void runSpecErrors_data()
+    {
+        QTest::addColumn<QString>("json");
+        QTest::addColumn<QString>("needle");
+        const QString base = R"("model":"/m","data":["/d"],"steps":5)";
+        QTest::newRow("unknown field") << "{" + base + R"(,"stpes":3})"
+                                       << "unknown field 'stpes'";
+        QTest::newRow("bad strategy") << "{" + base + R"(,"strategy":"zero4"})"
+                                      << "strategy 'zero4'";
+        QTest::newRow("hybrid group")
+            << "{" + base + R"(,"strategy":"hybrid","shard_group":3,"procs_per_node":4})"
+            << "does not divide";
+        QTest::newRow("zero micro batch") << "{" + base + R"(,"micro_batch":0})"
+                                          << "micro_batch";
+        QTest::newRow("offload on cpu") << "{" + base + R"(,"offload":"optimizer"})"
+                                        << "nothing on CPU";
+        QTest::newRow("wrong type") << "{" + base + R"(,"lr":"fast"})"
+                                    << "'lr' has the wrong type";
+        QTest::newRow("no steps") << R"({"model":"/m","data":["/d"]})"
+                                  << "--steps";
+    }
+
+    void runSpecErrors()
+    {
+        QFETCH(QString, json);
+        QFETCH(QString, needle);
+        try {
+            validate(runSpecFromJson(nlohmann::json::parse(json.toStdString())));
+            QFAIL("expected an error");
+        } catch (const std::runtime_error& e) {
+            QVERIFY2(QString::fromUtf8(e.what()).contains(needle), e.what());
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestProtocol)
+#include "tst_protocol.moc"

@@ -1,0 +1,136 @@
+// Compare page: two recorded run folders overlay on the loss and memory charts, the config
+// values that differ are listed (and equal ones are not), x axis / smoothing / log scale apply,
+// PNG and CSV export write files, and a folder without run.json shows a message.
+#include <QtTest>
+
+#include <QDir>
+#include <QFile>
+#include <QTableWidget>
+#include <QTemporaryDir>
+
+#include <nlohmann/json.hpp>
+
+#include "protocol/records.h"
+#include "widgets/compare_page.h"
+#include "widgets/live_plot.h"
+#include "widgets/qcp.h"
+
+using namespace shard::widgets;
+namespace protocol = shard::protocol;
+
+namespace {
+
+QString writeRun(const QString& root, const QString& name, double lr, const char* strategy,
+    int records, double lossScale)
+{
+    const QString dir = root + "/" + name;
+    QDir().mkpath(dir);
+    nlohmann::json spec = {{"name", name.toStdString()}, {"lr", lr}, {"strategy", strategy},
+        {"seq_len", 128}, {"steps", records}, {"data", {"demo.jsonl"}}};
+    QFile specFile(dir + "/run.json");
+    specFile.open(QIODevice::WriteOnly);
+    specFile.write(QByteArray::fromStdString(spec.dump()));
+    QFile metrics(dir + "/metrics.jsonl");
+    metrics.open(QIODevice::WriteOnly);
+    for (int i = 1; i <= records; ++i) {
+        protocol::MetricRecord r;
+        r.step = i;
+        r.tokens = i * 512;
+        r.loss = lossScale * 4.0 / i;
+        r.wallTimeSec = i * 0.5;
+        r.memory.push_back({0, 100, 0, 50, 200, 30, 5, 400, 1000 + i});
+        r.memory.push_back({1, 100, 0, 50, 200, 30, 5, 400, 2000 + i});
+        metrics.write(QByteArray::fromStdString(protocol::encodeLine(protocol::toJson(r)) + "\n"));
+    }
+    return dir;
+}
+
+} // namespace
+
+class TstComparePage : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void twoRunsOverlayWithDifferences()
+    {
+        QTemporaryDir tmp;
+        const QString a = writeRun(tmp.path(), "run-a", 1e-3, "zero3", 100, 1.0);
+        const QString b = writeRun(tmp.path(), "run-b", 3e-4, "ddp", 80, 1.5);
+        ComparePage page;
+        page.resize(1200, 800);
+        page.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&page));
+        QSignalSpy added(&page, &ComparePage::runAdded);
+        page.addRunDirectory(a);
+        page.addRunDirectory(b);
+        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 2, 5000);
+        QCOMPARE(page.runCount(), 2);
+        page.flushCharts();
+        QCOMPARE(page.lossPlot()->seriesCount(), 2);
+        QSet<int> counts
+            = {page.lossPlot()->drawnPointCount(0), page.lossPlot()->drawnPointCount(1)};
+        QCOMPARE(counts, (QSet<int> {100, 80}));
+        QCOMPARE(page.memoryPlot()->seriesCount(), 2);
+
+        QTableWidget* diff = page.differencesTable();
+        QStringList keys;
+        for (int r = 0; r < diff->rowCount(); ++r)
+            keys.append(diff->item(r, 0)->text());
+        keys.sort();
+        QCOMPARE(keys, (QStringList {"lr", "steps", "strategy"}));
+        // One column per run after the key, named after the runs.
+        QCOMPARE(diff->columnCount(), 3);
+        const int strategyRow = int(keys.indexOf("strategy"));
+        Q_UNUSED(strategyRow);
+        QStringList strategies;
+        for (int r = 0; r < diff->rowCount(); ++r)
+            if (diff->item(r, 0)->text() == "strategy")
+                strategies = {diff->item(r, 1)->text(), diff->item(r, 2)->text()};
+        strategies.sort();
+        QCOMPARE(strategies, (QStringList {"ddp", "zero3"}));
+
+        // Unchecking a run hides it and removes it from the differences.
+        page.setRunChecked(1, false);
+        QCOMPARE(diff->rowCount(), 0);
+        page.setRunChecked(1, true);
+        QCOMPARE(diff->rowCount(), 3);
+
+        // X axis by tokens: keys are tokens now.
+        page.setXAxis(XAxisKind::Tokens);
+        page.flushCharts();
+        QCOMPARE(page.lossPlot()->customPlot()->xAxis->label(), QString("tokens"));
+        QVERIFY(page.lossPlot()->customPlot()->xAxis->range().upper >= 100 * 512);
+        page.setSmoothing(0.9);
+        page.setLogY(true);
+        page.flushCharts();
+        QCOMPARE(page.lossPlot()->smoothing(), 0.9);
+        QVERIFY(page.lossPlot()->logY());
+
+        const QString csv = tmp.filePath("out.csv");
+        QCOMPARE(page.exportCsv(csv), QString());
+        QFile f(csv);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QList<QByteArray> lines = f.readAll().trimmed().split('\n');
+        QCOMPARE(lines.size(), 1 + 100 + 80);
+        QCOMPARE(lines[0], QByteArray("run,step,tokens,wall_time,loss,peak_bytes"));
+        const QString png = tmp.filePath("out.png");
+        QCOMPARE(page.exportPng(png), QString());
+        QVERIFY(QFileInfo(png).size() > 1000);
+        QVERIFY(QFileInfo(tmp.filePath("out-memory.png")).size() > 1000);
+        QVERIFY(!page.exportCsv(tmp.filePath("no/such/dir/x.csv")).isEmpty());
+    }
+
+    void folderWithoutRunJsonShowsMessage()
+    {
+        QTemporaryDir tmp;
+        ComparePage page;
+        page.show();
+        QSignalSpy failed(&page, &ComparePage::loadFailed);
+        page.addRunDirectory(tmp.path());
+        QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 5000);
+        QVERIFY2(page.messageText().contains("no run.json"), qPrintable(page.messageText()));
+        QCOMPARE(page.runCount(), 0);
+    }
+};
+
+QTEST_MAIN(TstComparePage)
+#include "tst_compare_page.moc"

@@ -1,0 +1,160 @@
+// LivePlot: redraws are coalesced (<= ~25/s), hidden plots do not redraw, long histories are
+// decimated to the pixel width, appends go in incrementally, smoothing and log scale apply.
+#include <cmath>
+
+#include <QtTest>
+
+#include "widgets/chart_math.h"
+#include "widgets/live_plot.h"
+#include "widgets/qcp.h"
+
+using namespace shard::widgets;
+
+class TstLivePlot : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void burstsAreCoalesced()
+    {
+        LivePlot plot("loss");
+        plot.resize(800, 400);
+        plot.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&plot));
+        const int series = plot.addSeries("a", Qt::blue);
+        QTest::qWait(100);
+        const int before = plot.replotCount();
+        QElapsedTimer timer;
+        timer.start();
+        int step = 0;
+        // ~1000 appends per second for 600 ms: far more than the redraw budget.
+        while (timer.elapsed() < 600) {
+            plot.appendPoints(series, {double(step)}, {std::sin(step * 0.01)});
+            ++step;
+            QTest::qWait(1);
+        }
+        QTest::qWait(150);
+        const int replots = plot.replotCount() - before;
+        const double seconds = timer.elapsed() / 1000.0;
+        QVERIFY2(replots >= 3, qPrintable(QString("only %1 replots").arg(replots)));
+        QVERIFY2(replots <= int(seconds * 25) + 2,
+            qPrintable(
+                QString("%1 replots in %2 s for %3 appends").arg(replots).arg(seconds).arg(step)));
+        QCOMPARE(plot.drawnPointCount(series), step);
+    }
+
+    void hiddenPlotDoesNotRedraw()
+    {
+        QWidget window;
+        auto* plot = new LivePlot("hidden", &window);
+        window.resize(600, 300);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        const int s = plot->addSeries("a", Qt::red);
+        QTest::qWait(100);
+        plot->hide();
+        const int before = plot->replotCount();
+        for (int i = 0; i < 50; ++i)
+            plot->appendPoints(s, {double(i)}, {double(i)});
+        QTest::qWait(200);
+        QCOMPARE(plot->replotCount(), before);
+        QVERIFY(plot->hasPendingRedraw());
+        plot->show();
+        QTRY_VERIFY(plot->replotCount() > before);
+        QCOMPARE(plot->drawnPointCount(s), 50);
+    }
+
+    void longHistoryIsDecimatedToPixelWidth()
+    {
+        LivePlot plot;
+        plot.resize(900, 400);
+        plot.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&plot));
+        const int s = plot.addSeries("long", Qt::darkGreen);
+        const int n = 300000;
+        QVector<double> k(n), v(n);
+        for (int i = 0; i < n; ++i) {
+            k[i] = i;
+            v[i] = std::cos(i * 1e-3);
+        }
+        v[200000] = 9.0;
+        plot.setPoints(s, k, v);
+        plot.flushNow();
+        const int width = plot.customPlot()->axisRect()->width();
+        QVERIFY(width > 100);
+        QVERIFY2(plot.drawnPointCount(s) <= 4 * width + 2,
+            qPrintable(QString("%1 points for %2 px").arg(plot.drawnPointCount(s)).arg(width)));
+        // The spike is still drawn and the y range covers it.
+        QVERIFY(plot.customPlot()->yAxis->range().upper >= 9.0);
+        QCOMPARE(plot.series(s).size(), qsizetype(n));
+    }
+
+    void appendsGoInIncrementally()
+    {
+        LivePlot plot;
+        plot.resize(600, 300);
+        plot.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&plot));
+        const int s = plot.addSeries("a", Qt::blue);
+        plot.appendPoints(s, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+        plot.flushNow();
+        QCOMPARE(plot.drawnPointCount(s), 10);
+        const auto* first = &*plot.customPlot()->graph(0)->data()->constBegin();
+        plot.appendPoints(s, {10, 11, 12}, {1, 1, 1});
+        plot.flushNow();
+        QCOMPARE(plot.drawnPointCount(s), 13);
+        // Keys that go backwards are dropped instead of corrupting the sorted container.
+        plot.appendPoints(s, {5}, {100});
+        plot.flushNow();
+        QCOMPARE(plot.drawnPointCount(s), 13);
+        Q_UNUSED(first);
+    }
+
+    void smoothingDrawsEmaOverFaintRaw()
+    {
+        LivePlot plot;
+        plot.resize(600, 300);
+        plot.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&plot));
+        const int s = plot.addSeries("loss", Qt::blue);
+        QVector<double> k, v;
+        for (int i = 0; i < 100; ++i) {
+            k.append(i);
+            v.append(5.0 / (1 + i) + (i % 2 ? 0.3 : -0.3));
+        }
+        plot.appendPoints(s, k.mid(0, 50), v.mid(0, 50));
+        plot.setSmoothing(0.8);
+        plot.appendPoints(s, k.mid(50), v.mid(50));
+        plot.flushNow();
+        auto* smooth = plot.customPlot()->graph(1);
+        QVERIFY(smooth->visible());
+        QCOMPARE(smooth->dataCount(), 100);
+        const auto expected = emaSmooth(v, 0.8);
+        int i = 0;
+        for (auto it = smooth->data()->constBegin(); it != smooth->data()->constEnd(); ++it, ++i)
+            QVERIFY(std::abs(it->value - expected[i]) < 1e-12);
+        QVERIFY(plot.customPlot()->graph(0)->pen().color().alpha() < 255);
+        plot.setSmoothing(0.0);
+        plot.flushNow();
+        QVERIFY(!plot.customPlot()->graph(1)->visible());
+    }
+
+    void logScaleAndAxisKinds()
+    {
+        LivePlot plot;
+        plot.resize(600, 300);
+        plot.show();
+        const int s = plot.addSeries("a", Qt::blue);
+        plot.setPoints(s, {1, 2, 3}, {10, 100, 1000});
+        plot.setLogY(true);
+        plot.flushNow();
+        QCOMPARE(plot.customPlot()->yAxis->scaleType(), QCPAxis::stLogarithmic);
+        QVERIFY(plot.customPlot()->yAxis->range().lower > 0);
+        plot.setXAxisKind(XAxisKind::WallTime);
+        QVERIFY(plot.customPlot()->xAxis->label().contains("wall time"));
+        QVERIFY(!plot.customPlot()->xAxis->ticker().dynamicCast<QCPAxisTickerTime>().isNull());
+        plot.setXAxisKind(XAxisKind::Tokens);
+        QCOMPARE(plot.customPlot()->xAxis->label(), QString("tokens"));
+    }
+};
+
+QTEST_MAIN(TstLivePlot)
+#include "tst_live_plot.moc"

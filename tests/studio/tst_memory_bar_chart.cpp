@@ -1,0 +1,65 @@
+// MemoryBarChart: categories stack in order, the capacity line sits at the device size, the
+// prediction marker sits at the predicted total, and the value axis covers all of them.
+#include <QtTest>
+
+#include "widgets/memory_bar_chart.h"
+#include "widgets/qcp.h"
+
+using namespace shard::widgets;
+
+namespace {
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+}
+
+class TstMemoryBarChart : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void stacksCategoriesWithCapacity()
+    {
+        MemoryBarChart chart("memory");
+        chart.resize(700, 400);
+        chart.show();
+        chart.setCategories({"params", "grads", "optimizer"});
+        chart.setBars({{"ddp", {8 * kGiB, 8 * kGiB, 16 * kGiB}, std::nullopt, false},
+            {"zero3", {1 * kGiB, 1 * kGiB, 2 * kGiB}, 5 * kGiB, true}});
+        chart.setCapacity(24 * kGiB, "24 GiB");
+        chart.flushNow();
+        QCustomPlot* plot = chart.customPlot();
+        QList<QCPBars*> bars;
+        for (int i = 0; i < plot->plottableCount(); ++i)
+            if (auto* b = qobject_cast<QCPBars*>(plot->plottable(i)))
+                bars.append(b);
+        QCOMPARE(bars.size(), 3);
+        // Each category sits on the one before it.
+        QCOMPARE(bars[1]->barBelow(), bars[0]);
+        QCOMPARE(bars[2]->barBelow(), bars[1]);
+        QCOMPARE(bars[2]->data()->at(0)->value, 16.0);
+        QCOMPARE(bars[0]->data()->at(1)->value, 1.0);
+        QCOMPARE(bars[2]->name(), QString("optimizer"));
+        // Stacked total 32 GiB exceeds the 24 GiB capacity: the axis shows both.
+        QVERIFY(plot->yAxis->range().upper >= 32.0);
+        QCPItemStraightLine* line = nullptr;
+        for (int i = 0; i < plot->itemCount(); ++i)
+            if (auto* l = qobject_cast<QCPItemStraightLine*>(plot->item(i)))
+                line = l;
+        QVERIFY(line && line->visible());
+        QCOMPARE(line->point1->coords().y(), 24.0);
+        // The chosen strategy is marked and the prediction is drawn at 5 GiB.
+        auto ticker = plot->xAxis->ticker().dynamicCast<QCPAxisTickerText>();
+        QVERIFY(ticker);
+        QCOMPARE(ticker->ticks().value(2), QString("[zero3]"));
+        QCPGraph* prediction = nullptr;
+        for (int i = 0; i < plot->plottableCount(); ++i)
+            if (auto* g = qobject_cast<QCPGraph*>(plot->plottable(i)))
+                prediction = g;
+        QVERIFY(prediction);
+        QCOMPARE(prediction->dataCount(), 1);
+        QCOMPARE(prediction->data()->at(0)->value, 5.0);
+
+        chart.setCapacity(std::nullopt);
+        QVERIFY(!line->visible());
+    }
+};
+
+QTEST_MAIN(TstMemoryBarChart)
+#include "tst_memory_bar_chart.moc"

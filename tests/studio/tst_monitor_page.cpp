@@ -1,0 +1,130 @@
+// Monitor page against a run directory that a separate, real process appends to: points arrive
+// while it writes (including a line written in two halves), memory bars per rank, progress,
+// events and the log tail; a folder without run.json shows a message.
+#include <QtTest>
+
+#include <QDir>
+#include <QFile>
+#include <QPlainTextEdit>
+#include <QProcess>
+#include <QProgressBar>
+#include <QTemporaryDir>
+
+#include "widgets/live_plot.h"
+#include "widgets/memory_bar_chart.h"
+#include "widgets/monitor_page.h"
+
+using namespace shard::widgets;
+
+namespace {
+
+void writeFile(const QString& path, const QByteArray& text)
+{
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(text);
+}
+
+// A shell loop that appends one metric line per ~40 ms; line 5 is written in two halves
+// 300 ms apart, the way a writer that is preempted mid-line leaves it.
+QString writerScript(int records)
+{
+    return QString(R"SH(cd "$1"
+i=1
+while [ $i -le @N@ ]; do
+  loss="$((400 / i / 100)).$(printf %02d $((400 / i % 100)))"
+  wall="$((i * 4 / 100)).$(printf %02d $((i * 4 % 100)))"
+  line=$(printf '{"v":1,"type":"metric","step":%d,"tokens":%d,"loss":%s,"lr":0.001,"grad_norm":1.5,"tokens_per_sec":1000,"step_time":0.04,"wall_time":%s,"memory":[{"rank":0,"sharded_params":1000,"grads":500,"optimizer":2000,"activations":300,"other":10,"current":4000,"peak":5000},{"rank":1,"sharded_params":1000,"grads":500,"optimizer":2000,"activations":310,"other":10,"current":4000,"peak":5100}]}' $i $((i * 256)) "$loss" "$wall")
+  if [ $i -eq 5 ]; then
+    head=${line%?????????????}
+    printf '%s' "$head" >> metrics.jsonl; sleep 0.3
+    printf '%s\n' "${line#"$head"}" >> metrics.jsonl
+  else
+    printf '%s\n' "$line" >> metrics.jsonl
+  fi
+  echo "[info] step $i" >> logs/rank-0.log
+  i=$((i + 1)); sleep 0.04
+done
+printf '{"v":1,"type":"event","kind":"finish","wall_time":9,"step":@N@,"message":"done","data":{"reason":"completed"}}\n' >> events.jsonl
+)SH")
+        .replace("@N@", QString::number(records));
+}
+
+} // namespace
+
+class TstMonitorPage : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void pointsArriveFromAProcessAppending()
+    {
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString run = tmp.filePath("run-a");
+        QVERIFY(QDir().mkpath(run + "/logs"));
+        writeFile(run + "/run.json", R"({"name":"tiny","steps":40,"strategy":"zero3"})");
+        writeFile(run + "/events.jsonl",
+            R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
+            "\n");
+
+        MonitorPage page;
+        page.resize(1200, 800);
+        page.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&page));
+        QSignalSpy arrived(&page, &MonitorPage::pointsArrived);
+        QSignalSpy finished(&page, &MonitorPage::runFinished);
+        page.openRunDirectory(run);
+
+        QProcess writer;
+        writer.start("sh", {"-c", writerScript(40), "writer", run});
+        QVERIFY(writer.waitForStarted());
+        // Points show up while the writer is still going.
+        QTRY_VERIFY_WITH_TIMEOUT(page.pointCount() >= 3, 5000);
+        QVERIFY(writer.state() == QProcess::Running);
+        QVERIFY(arrived.count() >= 1);
+        QVERIFY(writer.waitForFinished(20000));
+        QCOMPARE(writer.exitCode(), 0);
+        QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 40, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 5000);
+        QCOMPARE(finished.first().first().toString(), QString("completed"));
+        // More than one batch arrived: the page followed the file, not read it once at the end.
+        QVERIFY(arrived.count() >= 3);
+
+        // Steps in order, each exactly once, the split line included.
+        const auto& steps = page.run().step;
+        for (int i = 0; i < steps.size(); ++i)
+            QCOMPARE(steps[i], double(i + 1));
+        QCOMPARE(page.run().loss[3], 1.0);
+        page.flushCharts();
+        QCOMPARE(page.lossPlot()->drawnPointCount(0), 40);
+        QCOMPARE(page.lrPlot()->drawnPointCount(0), 40);
+        QCOMPARE(page.throughputPlot()->drawnPointCount(0), 40);
+        const auto& bars = page.memoryChart()->bars();
+        QCOMPARE(int(bars.size()), 2);
+        QCOMPARE(bars[1].label, QString("rank 1"));
+        QCOMPARE(bars[1].bytes[4], 310.0); // activations
+        auto* progress = page.findChild<QProgressBar*>();
+        QVERIFY(progress);
+        QCOMPARE(progress->maximum(), 40);
+        QCOMPARE(progress->value(), 40);
+        auto* log = page.findChild<QPlainTextEdit*>();
+        QVERIFY(log->toPlainText().contains("[info] step 40"));
+        QVERIFY(page.messageText().isEmpty());
+    }
+
+    void folderWithoutRunJsonShowsMessage()
+    {
+        QTemporaryDir tmp;
+        MonitorPage page;
+        page.show();
+        page.openRunDirectory(tmp.path());
+        QTRY_VERIFY_WITH_TIMEOUT(!page.messageText().isEmpty(), 3000);
+        QVERIFY2(page.messageText().contains("no run.json"), qPrintable(page.messageText()));
+        QCOMPARE(page.pointCount(), 0);
+
+        page.openRunDirectory(tmp.filePath("does-not-exist"));
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("no such folder"), 3000);
+    }
+};
+
+QTEST_MAIN(TstMonitorPage)
+#include "tst_monitor_page.moc"

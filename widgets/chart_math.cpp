@@ -1,0 +1,84 @@
+// TensorBoard EMA smoothing and min/max (M4) decimation for the chart layer.
+#include "widgets/chart_math.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace shard::widgets {
+
+double emaStep(EmaState& state, double value, double weight)
+{
+    if (!std::isfinite(value))
+        return value;
+    state.last = state.last * weight + (1.0 - weight) * value;
+    ++state.count;
+    state.weightPow *= weight;
+    const double debias = weight >= 1.0 ? 1.0 : 1.0 - state.weightPow;
+    return debias > 0.0 ? state.last / debias : value;
+}
+
+QVector<double> emaSmooth(const QVector<double>& values, double weight)
+{
+    QVector<double> out;
+    out.reserve(values.size());
+    EmaState state;
+    for (double v : values)
+        out.append(emaStep(state, v, weight));
+    return out;
+}
+
+DecimatedSeries decimateMinMax(const QVector<double>& keys, const QVector<double>& values,
+    double xMin, double xMax, int buckets)
+{
+    DecimatedSeries out;
+    const qsizetype n = std::min(keys.size(), values.size());
+    if (n == 0 || buckets <= 0 || !(xMax > xMin))
+        return out;
+    const auto first = std::lower_bound(keys.begin(), keys.begin() + n, xMin) - keys.begin();
+    const auto last = std::upper_bound(keys.begin(), keys.begin() + n, xMax) - keys.begin();
+    out.keys.reserve(std::min<qsizetype>(n, 4 * qsizetype(buckets) + 2));
+    out.values.reserve(out.keys.capacity());
+    auto push = [&](qsizetype i) {
+        if (std::isfinite(values[i])) {
+            out.keys.append(keys[i]);
+            out.values.append(values[i]);
+        }
+    };
+    if (first > 0)
+        push(first - 1);
+    const double scale = buckets / (xMax - xMin);
+    qsizetype i = first;
+    while (i < last) {
+        const auto bucket = std::min<qsizetype>(buckets - 1, qsizetype((keys[i] - xMin) * scale));
+        qsizetype firstIdx = -1, minIdx = -1, maxIdx = -1, lastIdx = -1;
+        while (i < last
+            && std::min<qsizetype>(buckets - 1, qsizetype((keys[i] - xMin) * scale)) == bucket) {
+            const double v = values[i];
+            if (std::isfinite(v)) {
+                if (firstIdx < 0)
+                    firstIdx = minIdx = maxIdx = i;
+                if (v < values[minIdx])
+                    minIdx = i;
+                if (v > values[maxIdx])
+                    maxIdx = i;
+                lastIdx = i;
+            }
+            ++i;
+        }
+        if (firstIdx < 0)
+            continue;
+        qsizetype picks[4]
+            = {firstIdx, std::min(minIdx, maxIdx), std::max(minIdx, maxIdx), lastIdx};
+        qsizetype previous = -1;
+        for (qsizetype p : picks) {
+            if (p != previous)
+                push(p);
+            previous = p;
+        }
+    }
+    if (last < n)
+        push(last);
+    return out;
+}
+
+} // namespace shard::widgets

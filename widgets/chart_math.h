@@ -1,0 +1,36 @@
+// Pure numeric helpers of the chart layer: TensorBoard-style EMA smoothing and min/max
+// decimation of long histories to the plot's pixel width. No widget dependency.
+#pragma once
+
+#include <cstdint>
+
+#include <QVector>
+
+namespace shard::widgets {
+
+// Running state of a debiased exponential moving average, so live data is smoothed
+// incrementally with the same result as smoothing the whole series at once.
+struct EmaState {
+    double last = 0.0;
+    int64_t count = 0;      // finite values folded in so far
+    double weightPow = 1.0; // weight^count, kept so a step costs no pow()
+};
+
+// TensorBoard's smoothing: last = last*w + (1-w)*y, divided by (1 - w^n) so the first points are
+// not pulled towards zero. Non-finite values pass through without touching the state. w in [0, 1).
+double emaStep(EmaState& state, double value, double weight);
+QVector<double> emaSmooth(const QVector<double>& values, double weight);
+
+struct DecimatedSeries {
+    QVector<double> keys;
+    QVector<double> values;
+};
+
+// Reduces sorted (keys, values) to at most four points per bucket (first, min, max, last in key
+// order) over `buckets` equal slices of [xMin, xMax], so a line drawn from the result covers the
+// same pixels as one drawn from all points. The nearest point outside each end is kept so the line
+// reaches the plot's edges. Non-finite values are dropped.
+DecimatedSeries decimateMinMax(const QVector<double>& keys, const QVector<double>& values,
+    double xMin, double xMax, int buckets);
+
+} // namespace shard::widgets

@@ -1,0 +1,365 @@
+// ComparePage: one LivePlot series per run, rebuilt when the x axis changes.
+#include "widgets/compare_page.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QFile>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QListWidget>
+#include <QPushButton>
+#include <QSlider>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QTextStream>
+#include <QVBoxLayout>
+
+#include "widgets/qcp.h"
+
+#include "widgets/background.h"
+#include "widgets/live_plot.h"
+#include "widgets/message_bar.h"
+#include "widgets/theme.h"
+
+namespace shard::widgets {
+
+ComparePage::ComparePage(QWidget* parent)
+    : QWidget(parent)
+{
+    m_runList = new QListWidget(this);
+    m_runList->setAccessibleName(tr("Runs to compare"));
+    m_runList->setMinimumWidth(180);
+    m_add = new QPushButton(tr("&Add run folder…"), this);
+    m_clear = new QPushButton(tr("C&lear"), this);
+    m_smoothing = new QSlider(Qt::Horizontal, this);
+    m_smoothing->setRange(0, 99);
+    m_smoothing->setValue(0);
+    m_smoothing->setAccessibleName(tr("Smoothing"));
+    m_smoothing->setMinimumWidth(120);
+    m_smoothingValue = new QLabel("0.00", this);
+    m_xAxisBox = new QComboBox(this);
+    m_xAxisBox->addItem(tr("step"), int(XAxisKind::Step));
+    m_xAxisBox->addItem(tr("tokens"), int(XAxisKind::Tokens));
+    m_xAxisBox->addItem(tr("wall time"), int(XAxisKind::WallTime));
+    m_xAxisBox->setAccessibleName(tr("X axis"));
+    m_log = new QCheckBox(tr("Lo&g scale"), this);
+    m_png = new QPushButton(tr("Export &PNG…"), this);
+    m_csv = new QPushButton(tr("Export &CSV…"), this);
+    m_message = new MessageBar(this);
+
+    m_loss = new LivePlot(tr("Loss"), this);
+    m_loss->setYAxisLabel(tr("loss"));
+    m_loss->setLegendVisible(true);
+    m_memoryPlot = new LivePlot(tr("Peak memory per rank"), this);
+    m_memoryPlot->setYAxisLabel(tr("GiB"));
+    m_diff = new QTableWidget(this);
+    m_diff->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_diff->setAlternatingRowColors(true);
+    m_diff->verticalHeader()->setVisible(false);
+    m_diff->setAccessibleName(tr("Config values that differ"));
+
+    auto* controls = new QHBoxLayout;
+    controls->addWidget(new QLabel(tr("&Smoothing"), this));
+    qobject_cast<QLabel*>(controls->itemAt(0)->widget())->setBuddy(m_smoothing);
+    controls->addWidget(m_smoothing);
+    controls->addWidget(m_smoothingValue);
+    controls->addSpacing(12);
+    auto* xLabel = new QLabel(tr("&X axis"), this);
+    xLabel->setBuddy(m_xAxisBox);
+    controls->addWidget(xLabel);
+    controls->addWidget(m_xAxisBox);
+    controls->addWidget(m_log);
+    controls->addStretch(1);
+    controls->addWidget(m_png);
+    controls->addWidget(m_csv);
+
+    auto* left = new QWidget(this);
+    auto* leftLayout = new QVBoxLayout(left);
+    leftLayout->setContentsMargins(0, 0, 0, 0);
+    leftLayout->addWidget(new QLabel(tr("Runs"), left));
+    leftLayout->addWidget(m_runList, 1);
+    auto* leftButtons = new QHBoxLayout;
+    leftButtons->addWidget(m_add);
+    leftButtons->addWidget(m_clear);
+    leftLayout->addLayout(leftButtons);
+
+    auto* charts = new QSplitter(Qt::Horizontal, this);
+    charts->addWidget(m_loss);
+    charts->addWidget(m_memoryPlot);
+    charts->setStretchFactor(0, 3);
+    charts->setStretchFactor(1, 2);
+    auto* right = new QSplitter(Qt::Vertical, this);
+    right->addWidget(charts);
+    auto* diffBox = new QWidget(this);
+    auto* diffLayout = new QVBoxLayout(diffBox);
+    diffLayout->setContentsMargins(0, 0, 0, 0);
+    diffLayout->addWidget(new QLabel(tr("Config values that differ"), diffBox));
+    diffLayout->addWidget(m_diff);
+    right->addWidget(diffBox);
+    right->setStretchFactor(0, 3);
+    right->setStretchFactor(1, 1);
+
+    auto* split = new QSplitter(Qt::Horizontal, this);
+    split->addWidget(left);
+    split->addWidget(right);
+    split->setStretchFactor(0, 0);
+    split->setStretchFactor(1, 1);
+    split->setSizes({220, 900});
+
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(controls);
+    layout->addWidget(m_message);
+    layout->addWidget(split, 1);
+
+    setTabOrder(m_smoothing, m_xAxisBox);
+    setTabOrder(m_xAxisBox, m_log);
+    setTabOrder(m_log, m_png);
+    setTabOrder(m_png, m_csv);
+    setTabOrder(m_csv, m_runList);
+    setTabOrder(m_runList, m_add);
+    setTabOrder(m_add, m_clear);
+    setTabOrder(m_clear, m_diff);
+
+    connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
+        m_smoothingValue->setText(QString::number(v / 100.0, 'f', 2));
+        m_loss->setSmoothing(v / 100.0);
+        m_memoryPlot->setSmoothing(0.0);
+    });
+    connect(m_xAxisBox, qOverload<int>(&QComboBox::currentIndexChanged), this,
+        [this] { setXAxis(XAxisKind(m_xAxisBox->currentData().toInt())); });
+    connect(m_log, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogY(on); });
+    connect(m_add, &QPushButton::clicked, this, &ComparePage::browse);
+    connect(m_clear, &QPushButton::clicked, this, &ComparePage::removeAllRuns);
+    connect(m_runList, &QListWidget::itemChanged, this, [this](QListWidgetItem* item) {
+        const int row = m_runList->row(item);
+        if (row < 0 || size_t(row) >= m_checked.size())
+            return;
+        const bool checked = item->checkState() == Qt::Checked;
+        if (m_checked[size_t(row)] == checked)
+            return;
+        m_checked[size_t(row)] = checked;
+        m_loss->setSeriesVisible(row, checked);
+        m_memoryPlot->setSeriesVisible(row, checked);
+        rebuildDifferences();
+    });
+    connect(m_png, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getSaveFileName(
+            this, tr("Export PNG"), "compare.png", tr("PNG images (*.png)"));
+        if (path.isEmpty())
+            return;
+        const QString error = exportPng(path);
+        if (error.isEmpty())
+            m_message->showMessage(tr("Wrote %1").arg(path), MessageBar::Kind::Info);
+        else
+            m_message->showMessage(error);
+    });
+    connect(m_csv, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getSaveFileName(
+            this, tr("Export CSV"), "compare.csv", tr("CSV files (*.csv)"));
+        if (path.isEmpty())
+            return;
+        const QString error = exportCsv(path);
+        if (error.isEmpty())
+            m_message->showMessage(tr("Wrote %1").arg(path), MessageBar::Kind::Info);
+        else
+            m_message->showMessage(error);
+    });
+}
+
+QString ComparePage::messageText() const
+{
+    return m_message->isVisible() ? m_message->text() : QString();
+}
+
+void ComparePage::browse()
+{
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Add a run folder"));
+    if (!dir.isEmpty())
+        addRunDirectory(dir);
+}
+
+void ComparePage::addRunDirectory(const QString& directory)
+{
+    ++m_loading;
+    m_message->showMessage(tr("Loading %1…").arg(directory), MessageBar::Kind::Info);
+    runInBackground(
+        this, [directory] { return loadRunDirectory(directory); },
+        [this](Result<RunSeries> result) {
+            --m_loading;
+            if (!result) {
+                m_message->showMessage(result.error());
+                Q_EMIT loadFailed(result.error());
+                return;
+            }
+            m_message->clearMessage();
+            addRun(result.take());
+        });
+}
+
+void ComparePage::addRun(RunSeries run)
+{
+    const QString id = run.id;
+    auto it = std::find_if(
+        m_runs.begin(), m_runs.end(), [&](const RunSeries& r) { return r.id == id; });
+    if (it != m_runs.end()) {
+        *it = std::move(run);
+    } else {
+        m_runs.push_back(std::move(run));
+        m_checked.push_back(true);
+    }
+    QSignalBlocker block(m_runList);
+    m_runList->clear();
+    for (size_t i = 0; i < m_runs.size(); ++i) {
+        auto* item = new QListWidgetItem(m_runs[i].name, m_runList);
+        item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
+        item->setCheckState(m_checked[i] ? Qt::Checked : Qt::Unchecked);
+        item->setToolTip(m_runs[i].directory);
+        QPixmap swatch(12, 12);
+        swatch.fill(Theme::seriesColor(int(i)));
+        item->setIcon(QIcon(swatch));
+    }
+    rebuildPlots();
+    rebuildDifferences();
+    Q_EMIT runAdded(id);
+}
+
+void ComparePage::removeAllRuns()
+{
+    m_runs.clear();
+    m_checked.clear();
+    m_runList->clear();
+    rebuildPlots();
+    rebuildDifferences();
+}
+
+void ComparePage::setRunChecked(int index, bool checked)
+{
+    if (auto* item = m_runList->item(index))
+        item->setCheckState(checked ? Qt::Checked : Qt::Unchecked);
+}
+
+void ComparePage::setSmoothing(double weight)
+{
+    m_smoothing->setValue(int(weight * 100 + 0.5));
+}
+
+void ComparePage::setXAxis(XAxisKind kind)
+{
+    m_xAxis = kind;
+    const int index = m_xAxisBox->findData(int(kind));
+    if (index != m_xAxisBox->currentIndex()) {
+        m_xAxisBox->setCurrentIndex(index); // re-enters through the signal
+        return;
+    }
+    rebuildPlots();
+}
+
+void ComparePage::setLogY(bool on)
+{
+    m_log->setChecked(on);
+}
+
+void ComparePage::rebuildPlots()
+{
+    m_loss->removeAllSeries();
+    m_memoryPlot->removeAllSeries();
+    m_loss->setXAxisKind(m_xAxis);
+    m_memoryPlot->setXAxisKind(m_xAxis);
+    for (size_t i = 0; i < m_runs.size(); ++i) {
+        const RunSeries& run = m_runs[i];
+        const QColor color = Theme::seriesColor(int(i));
+        const auto& x = run.xColumn(m_xAxis);
+        const int l = m_loss->addSeries(run.name, color);
+        m_loss->setPoints(l, x, run.loss);
+        m_loss->setSeriesVisible(l, m_checked[i]);
+        QVector<double> gib(run.peakBytes.size());
+        for (qsizetype k = 0; k < gib.size(); ++k)
+            gib[k] = run.peakBytes[k] / (1024.0 * 1024.0 * 1024.0);
+        const int m = m_memoryPlot->addSeries(run.name, color);
+        m_memoryPlot->setPoints(m, x, gib);
+        m_memoryPlot->setSeriesVisible(m, m_checked[i]);
+    }
+}
+
+void ComparePage::rebuildDifferences()
+{
+    std::vector<nlohmann::json> configs;
+    QStringList names;
+    for (size_t i = 0; i < m_runs.size(); ++i) {
+        if (!m_checked[i])
+            continue;
+        configs.push_back(m_runs[i].config);
+        names.append(m_runs[i].name);
+    }
+    const auto diffs = differingConfigValues(configs);
+    m_diff->clear();
+    m_diff->setColumnCount(int(names.size()) + 1);
+    m_diff->setHorizontalHeaderLabels(QStringList {tr("setting")} + names);
+    m_diff->setRowCount(int(diffs.size()));
+    for (int r = 0; r < int(diffs.size()); ++r) {
+        m_diff->setItem(r, 0, new QTableWidgetItem(diffs[size_t(r)].key));
+        for (int c = 0; c < diffs[size_t(r)].values.size(); ++c)
+            m_diff->setItem(r, c + 1, new QTableWidgetItem(diffs[size_t(r)].values[c]));
+    }
+    m_diff->resizeColumnsToContents();
+    if (names.size() >= 2 && diffs.empty()) {
+        m_diff->setRowCount(1);
+        m_diff->setItem(0, 0, new QTableWidgetItem(tr("(all settings are equal)")));
+    }
+}
+
+QString ComparePage::exportPng(const QString& path)
+{
+    flushCharts();
+    const int w = std::max(m_loss->width(), 800);
+    const int h = std::max(m_loss->height(), 500);
+    if (!m_loss->customPlot()->savePng(path, w, h))
+        return tr("Could not write %1; check that the folder exists and is writable.").arg(path);
+    QFileInfo info(path);
+    const QString memoryPath = info.dir().filePath(info.completeBaseName() + "-memory.png");
+    if (!m_memoryPlot->customPlot()->savePng(memoryPath, w, h))
+        return tr("Could not write %1; check that the folder is writable.").arg(memoryPath);
+    return {};
+}
+
+QString ComparePage::exportCsv(const QString& path)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::WriteOnly | QIODevice::Truncate | QIODevice::Text))
+        return tr("Could not write %1: %2").arg(path, file.errorString());
+    QTextStream out(&file);
+    out << "run,step,tokens,wall_time,loss,peak_bytes\n";
+    for (size_t i = 0; i < m_runs.size(); ++i) {
+        if (!m_checked[i])
+            continue;
+        const RunSeries& r = m_runs[i];
+        QString name = r.name;
+        if (name.contains(',') || name.contains('"'))
+            name = '"' + QString(name).replace("\"", "\"\"") + '"';
+        for (qsizetype k = 0; k < r.size(); ++k)
+            out << name << ',' << qint64(r.step[k]) << ',' << qint64(r.tokens[k]) << ','
+                << QString::number(r.wallTimeSec[k], 'g', 10) << ','
+                << QString::number(r.loss[k], 'g', 10) << ',' << qint64(r.peakBytes[k]) << '\n';
+    }
+    out.flush();
+    if (file.error() != QFileDevice::NoError)
+        return tr("Could not write %1: %2").arg(path, file.errorString());
+    return {};
+}
+
+void ComparePage::flushCharts()
+{
+    m_loss->flushNow();
+    m_memoryPlot->flushNow();
+}
+
+void ComparePage::restyle()
+{
+    m_loss->restyle();
+    m_memoryPlot->restyle();
+}
+
+} // namespace shard::widgets

@@ -1,0 +1,86 @@
+// Compare page: overlays the loss and peak-memory curves of any runs, with TensorBoard's EMA
+// smoothing, x axis by step / tokens / wall time, log scale, a table of the config values that
+// differ, and PNG / CSV export.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include <QWidget>
+
+#include "widgets/run_series.h"
+
+class QCheckBox;
+class QComboBox;
+class QListWidget;
+class QPushButton;
+class QSlider;
+class QTableWidget;
+class QLabel;
+
+namespace shard::widgets {
+
+class LivePlot;
+class MessageBar;
+
+class ComparePage : public QWidget {
+    Q_OBJECT
+public:
+    explicit ComparePage(QWidget* parent = nullptr);
+
+    // Adds a loaded run (UI thread). Runs with the same id replace the earlier one.
+    void addRun(RunSeries run);
+    // Loads a run folder in the background; emits runAdded or shows the error.
+    void addRunDirectory(const QString& directory);
+    void removeAllRuns();
+    int runCount() const { return int(m_runs.size()); }
+    const RunSeries& runAt(int i) const { return m_runs.at(size_t(i)); }
+    void setRunChecked(int index, bool checked);
+
+    void setSmoothing(double weight);
+    void setXAxis(XAxisKind kind);
+    void setLogY(bool on);
+
+    // Writes the loss chart as PNG (and the memory chart next to it as NAME-memory.png);
+    // returns an error message or empty.
+    QString exportPng(const QString& path);
+    // One row per (run, record): run, step, tokens, wall_time, loss, peak_bytes.
+    QString exportCsv(const QString& path);
+
+    LivePlot* lossPlot() const { return m_loss; }
+    LivePlot* memoryPlot() const { return m_memoryPlot; }
+    QTableWidget* differencesTable() const { return m_diff; }
+    QString messageText() const;
+    void flushCharts();
+    void restyle();
+
+Q_SIGNALS:
+    void runAdded(const QString& id);
+    void loadFailed(const QString& message);
+
+private:
+    void rebuildPlots();
+    void rebuildDifferences();
+    void browse();
+
+    std::vector<RunSeries> m_runs;
+    std::vector<bool> m_checked;
+    XAxisKind m_xAxis = XAxisKind::Step;
+    int m_loading = 0;
+
+    QListWidget* m_runList = nullptr;
+    QPushButton* m_add = nullptr;
+    QPushButton* m_clear = nullptr;
+    QSlider* m_smoothing = nullptr;
+    QLabel* m_smoothingValue = nullptr;
+    QComboBox* m_xAxisBox = nullptr;
+    QCheckBox* m_log = nullptr;
+    QPushButton* m_png = nullptr;
+    QPushButton* m_csv = nullptr;
+    MessageBar* m_message = nullptr;
+    LivePlot* m_loss = nullptr;
+    LivePlot* m_memoryPlot = nullptr;
+    QTableWidget* m_diff = nullptr;
+};
+
+} // namespace shard::widgets

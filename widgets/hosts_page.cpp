@@ -1,0 +1,387 @@
+// HostsPage: host list, edit form, asynchronous connection tests through QProcess.
+#include "widgets/hosts_page.h"
+
+#include <QComboBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSettings>
+#include <QSpinBox>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+#include "widgets/message_bar.h"
+
+namespace shard::widgets {
+
+namespace {
+constexpr int kConnectTimeoutSec = 8;
+}
+
+HostsPage::HostsPage(QWidget* parent)
+    : QWidget(parent)
+{
+    m_table = new QTableWidget(this);
+    m_table->setColumnCount(5);
+    m_table->setHorizontalHeaderLabels(
+        {tr("name"), tr("kind"), tr("address"), tr("user"), tr("partition")});
+    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_table->setSelectionMode(QAbstractItemView::SingleSelection);
+    m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_table->verticalHeader()->setVisible(false);
+    m_table->horizontalHeader()->setStretchLastSection(true);
+    m_table->setAccessibleName(tr("Hosts"));
+
+    m_name = new QLineEdit(this);
+    m_name->setPlaceholderText(tr("e.g. gpu-box"));
+    m_kind = new QComboBox(this);
+    m_kind->addItem(tr("SSH host"), "ssh");
+    m_kind->addItem(tr("Slurm cluster"), "slurm");
+    m_address = new QLineEdit(this);
+    m_address->setPlaceholderText(tr("host name or ~/.ssh/config alias (empty: this machine)"));
+    m_port = new QSpinBox(this);
+    m_port->setRange(1, 65535);
+    m_port->setValue(22);
+    m_user = new QLineEdit(this);
+    m_user->setPlaceholderText(tr("default from ~/.ssh/config"));
+    m_partition = new QLineEdit(this);
+    m_partition->setPlaceholderText(tr("Slurm partition (optional)"));
+    m_save = new QPushButton(tr("&Save host"), this);
+    m_remove = new QPushButton(tr("&Remove"), this);
+    m_test = new QPushButton(tr("&Test connection"), this);
+    m_cancel = new QPushButton(tr("Cancel test"), this);
+    m_cancel->setEnabled(false);
+    m_busy = new QProgressBar(this);
+    m_busy->setRange(0, 0);
+    m_busy->setVisible(false);
+    m_busy->setMaximumWidth(160);
+    m_message = new MessageBar(this);
+
+    auto* form = new QFormLayout;
+    form->addRow(tr("&Name"), m_name);
+    form->addRow(tr("&Kind"), m_kind);
+    form->addRow(tr("&Address"), m_address);
+    form->addRow(tr("&Port"), m_port);
+    form->addRow(tr("&User"), m_user);
+    form->addRow(tr("Partitio&n"), m_partition);
+    auto* buttons = new QHBoxLayout;
+    buttons->addWidget(m_save);
+    buttons->addWidget(m_remove);
+    buttons->addStretch(1);
+    buttons->addWidget(m_busy);
+    buttons->addWidget(m_test);
+    buttons->addWidget(m_cancel);
+
+    auto* help = new QLabel(tr("Connections use your OpenSSH client, so ~/.ssh/config, agents, "
+                               "ProxyJump and known hosts apply. Host keys are checked by "
+                               "OpenSSH; a new or changed key must be accepted in a terminal."),
+        this);
+    help->setWordWrap(true);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->addWidget(m_table, 1);
+    layout->addWidget(m_message);
+    layout->addLayout(form);
+    layout->addLayout(buttons);
+    layout->addWidget(help);
+
+    setTabOrder(m_table, m_name);
+    setTabOrder(m_name, m_kind);
+    setTabOrder(m_kind, m_address);
+    setTabOrder(m_address, m_port);
+    setTabOrder(m_port, m_user);
+    setTabOrder(m_user, m_partition);
+    setTabOrder(m_partition, m_save);
+    setTabOrder(m_save, m_remove);
+    setTabOrder(m_remove, m_test);
+    setTabOrder(m_test, m_cancel);
+
+    connect(m_table, &QTableWidget::currentCellChanged, this, [this](int row) { fillForm(row); });
+    connect(m_kind, qOverload<int>(&QComboBox::currentIndexChanged), this,
+        [this] { m_partition->setEnabled(m_kind->currentData().toString() == "slurm"); });
+    m_partition->setEnabled(false);
+    connect(m_save, &QPushButton::clicked, this, [this] {
+        const HostEntry e = formEntry();
+        if (e.name.isEmpty()) {
+            m_message->showMessage(tr("Give the host a name first."));
+            return;
+        }
+        if (e.kind == "ssh" && e.address.isEmpty()) {
+            m_message->showMessage(tr("An SSH host needs an address (a host name or an alias "
+                                      "from ~/.ssh/config)."));
+            return;
+        }
+        m_message->clearMessage();
+        addHost(e);
+        saveSettings();
+    });
+    connect(m_remove, &QPushButton::clicked, this, [this] {
+        const int row = m_table->currentRow();
+        if (row < 0 || row >= m_hosts.size())
+            return;
+        m_hosts.removeAt(row);
+        refreshTable();
+        saveSettings();
+        Q_EMIT hostsChanged();
+    });
+    connect(m_test, &QPushButton::clicked, this, &HostsPage::testSelected);
+    connect(m_cancel, &QPushButton::clicked, this, &HostsPage::cancelTest);
+}
+
+QString HostsPage::messageText() const
+{
+    return m_message->isVisible() ? m_message->text() : QString();
+}
+
+void HostsPage::setHosts(const QList<HostEntry>& hosts)
+{
+    m_hosts = hosts;
+    refreshTable();
+}
+
+void HostsPage::addHost(const HostEntry& host)
+{
+    int row = -1;
+    for (int i = 0; i < m_hosts.size(); ++i)
+        if (m_hosts[i].name == host.name)
+            row = i;
+    if (row >= 0) {
+        m_hosts[row] = host;
+    } else {
+        m_hosts.append(host);
+        row = int(m_hosts.size()) - 1;
+    }
+    refreshTable();
+    selectHost(row);
+    Q_EMIT hostsChanged();
+}
+
+void HostsPage::selectHost(int row)
+{
+    m_table->setCurrentCell(row, 0);
+    fillForm(row);
+}
+
+void HostsPage::refreshTable()
+{
+    m_table->setRowCount(int(m_hosts.size()));
+    for (int r = 0; r < m_hosts.size(); ++r) {
+        const HostEntry& h = m_hosts[r];
+        const QString address = h.address.isEmpty()
+            ? tr("(this machine)")
+            : (h.port != 22 ? QString("%1:%2").arg(h.address).arg(h.port) : h.address);
+        const QStringList cells
+            = {h.name, h.kind == "slurm" ? tr("Slurm") : tr("SSH"), address, h.user, h.partition};
+        for (int c = 0; c < cells.size(); ++c)
+            m_table->setItem(r, c, new QTableWidgetItem(cells[c]));
+    }
+    m_table->resizeColumnsToContents();
+    m_table->horizontalHeader()->setStretchLastSection(true);
+}
+
+void HostsPage::fillForm(int row)
+{
+    if (row < 0 || row >= m_hosts.size())
+        return;
+    const HostEntry& h = m_hosts[row];
+    m_name->setText(h.name);
+    m_kind->setCurrentIndex(m_kind->findData(h.kind));
+    m_address->setText(h.address);
+    m_port->setValue(h.port);
+    m_user->setText(h.user);
+    m_partition->setText(h.partition);
+}
+
+HostEntry HostsPage::formEntry() const
+{
+    HostEntry e;
+    e.name = m_name->text().trimmed();
+    e.kind = m_kind->currentData().toString();
+    e.address = m_address->text().trimmed();
+    e.port = m_port->value();
+    e.user = m_user->text().trimmed();
+    e.partition = m_partition->text().trimmed();
+    return e;
+}
+
+QStringList HostsPage::testCommand(const HostEntry& host)
+{
+    // What a launch needs: the host answers, and shard-worker (or sinfo) is there.
+    const QString remote = host.kind == "slurm"
+        ? QStringLiteral("sinfo -h -o %P")
+        : QStringLiteral("command -v shard-worker >/dev/null || echo 'shard-worker: not found "
+                         "on PATH' >&2; command -v shard-worker >/dev/null");
+    if (host.kind == "slurm" && host.address.isEmpty())
+        return {"sinfo", "-h", "-o", "%P"};
+    QStringList args = {"ssh", "-o", "BatchMode=yes", "-o",
+        QString("ConnectTimeout=%1").arg(kConnectTimeoutSec), "-o", "StrictHostKeyChecking=yes"};
+    if (host.port != 22)
+        args << "-p" << QString::number(host.port);
+    args << (host.user.isEmpty() ? host.address : host.user + "@" + host.address);
+    args << "--" << remote;
+    return args;
+}
+
+QString HostsPage::explainFailure(const HostEntry& host, int exitCode, const QString& err)
+{
+    const QString where = host.address.isEmpty()
+        ? tr("this machine")
+        : (host.port != 22 ? QString("%1:%2").arg(host.address).arg(host.port) : host.address);
+    if (err.contains("Connection refused"))
+        return tr("%1 refused the connection: no SSH server listens there. Check the address "
+                  "and port, and that sshd runs on the host.")
+            .arg(where);
+    if (err.contains("Could not resolve hostname"))
+        return tr("%1: unknown host name. Check the spelling or add it to ~/.ssh/config.")
+            .arg(where);
+    if (err.contains("timed out") || err.contains("No route to host")
+        || err.contains("Network is unreachable"))
+        return tr("%1 is unreachable (no answer within %2 s). Check the network, VPN or "
+                  "ProxyJump.")
+            .arg(where)
+            .arg(kConnectTimeoutSec);
+    if (err.contains("Permission denied"))
+        return tr("%1 refused authentication. Load your key into ssh-agent or copy it with "
+                  "ssh-copy-id, and check the user name.")
+            .arg(where);
+    if (err.contains("Host key verification failed") || err.contains("REMOTE HOST IDENTIFICATION"))
+        return tr("%1: the host key is unknown or has changed. Connect once with ssh in a "
+                  "terminal to check and accept it; the studio never accepts keys itself.")
+            .arg(where);
+    if (err.contains("shard-worker: not found"))
+        return tr("%1 answers, but shard-worker is not installed there (not on PATH). Install "
+                  "Shard Studio's worker on the host.")
+            .arg(where);
+    if (host.kind == "slurm" && (exitCode == 127 || err.contains("not found")))
+        return tr("Slurm is not available on %1 (sinfo not found).").arg(where);
+    if (host.kind == "slurm" && !err.isEmpty())
+        return tr("Slurm on %1 did not answer: %2").arg(where, err.trimmed().section('\n', 0, 0));
+    const QString first = err.trimmed().section('\n', 0, 0);
+    return first.isEmpty() ? tr("%1: the test failed (exit code %2).").arg(where).arg(exitCode)
+                           : tr("%1: %2").arg(where, first);
+}
+
+void HostsPage::testSelected()
+{
+    if (m_process)
+        return;
+    HostEntry host = formEntry();
+    const int row = m_table->currentRow();
+    if (host.name.isEmpty() && row >= 0 && row < m_hosts.size())
+        host = m_hosts[row];
+    if (host.kind == "ssh" && host.address.isEmpty()) {
+        m_message->showMessage(tr("Choose a host or enter an address to test."));
+        Q_EMIT testFinished(false, messageText());
+        return;
+    }
+    m_testing = host;
+    const QStringList cmd = testCommand(host);
+    m_process = new QProcess(this);
+    m_process->setProgram(cmd.front());
+    m_process->setArguments(cmd.mid(1));
+    connect(m_process, &QProcess::finished, this, &HostsPage::onFinished);
+    connect(m_process, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
+        if (e != QProcess::FailedToStart || !m_process)
+            return;
+        const QString program = m_process->program();
+        m_process->deleteLater();
+        m_process = nullptr;
+        m_busy->setVisible(false);
+        m_cancel->setEnabled(false);
+        m_test->setEnabled(true);
+        m_message->showMessage(tr("Could not run %1: is it installed? (%2 needs the OpenSSH "
+                                  "client or Slurm's tools on this machine)")
+                                   .arg(program, program));
+        Q_EMIT testFinished(false, messageText());
+    });
+    m_message->showMessage(tr("Testing %1…").arg(host.name.isEmpty() ? host.address : host.name),
+        MessageBar::Kind::Info);
+    m_busy->setVisible(true);
+    m_cancel->setEnabled(true);
+    m_test->setEnabled(false);
+    m_process->start();
+}
+
+void HostsPage::cancelTest()
+{
+    if (!m_process)
+        return;
+    QProcess* p = m_process;
+    m_process = nullptr;
+    p->disconnect(this);
+    p->kill();
+    connect(p, &QProcess::finished, p, &QObject::deleteLater);
+    m_busy->setVisible(false);
+    m_cancel->setEnabled(false);
+    m_test->setEnabled(true);
+    m_message->showMessage(tr("Test cancelled."), MessageBar::Kind::Info);
+    Q_EMIT testFinished(false, messageText());
+}
+
+void HostsPage::onFinished(int exitCode, QProcess::ExitStatus status)
+{
+    if (!m_process)
+        return;
+    const QString err = QString::fromLocal8Bit(m_process->readAllStandardError());
+    const QString out = QString::fromLocal8Bit(m_process->readAllStandardOutput());
+    m_process->deleteLater();
+    m_process = nullptr;
+    m_busy->setVisible(false);
+    m_cancel->setEnabled(false);
+    m_test->setEnabled(true);
+    const bool ok = status == QProcess::NormalExit && exitCode == 0;
+    if (ok) {
+        const QString what = m_testing.kind == "slurm"
+            ? tr("Slurm answers; partitions: %1").arg(out.simplified().replace(' ', ", "))
+            : tr("connected, shard-worker found");
+        m_message->showMessage(
+            tr("%1: %2").arg(m_testing.name.isEmpty() ? m_testing.address : m_testing.name, what),
+            MessageBar::Kind::Info);
+    } else {
+        m_message->showMessage(explainFailure(m_testing, exitCode, err));
+    }
+    Q_EMIT testFinished(ok, messageText());
+}
+
+void HostsPage::saveSettings() const
+{
+    QSettings s;
+    s.beginWriteArray("hosts", int(m_hosts.size()));
+    for (int i = 0; i < m_hosts.size(); ++i) {
+        s.setArrayIndex(i);
+        s.setValue("name", m_hosts[i].name);
+        s.setValue("kind", m_hosts[i].kind);
+        s.setValue("address", m_hosts[i].address);
+        s.setValue("port", m_hosts[i].port);
+        s.setValue("user", m_hosts[i].user);
+        s.setValue("partition", m_hosts[i].partition);
+    }
+    s.endArray();
+}
+
+void HostsPage::loadSettings()
+{
+    QSettings s;
+    QList<HostEntry> hosts;
+    const int n = s.beginReadArray("hosts");
+    for (int i = 0; i < n; ++i) {
+        s.setArrayIndex(i);
+        HostEntry e;
+        e.name = s.value("name").toString();
+        e.kind = s.value("kind", "ssh").toString();
+        e.address = s.value("address").toString();
+        e.port = s.value("port", 22).toInt();
+        e.user = s.value("user").toString();
+        e.partition = s.value("partition").toString();
+        if (!e.name.isEmpty())
+            hosts.append(e);
+    }
+    s.endArray();
+    setHosts(hosts);
+}
+
+} // namespace shard::widgets

@@ -1,0 +1,406 @@
+// LivePlot: coalesced, decimated, smoothed live line charts on QCustomPlot.
+#include "widgets/live_plot.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "widgets/qcp.h"
+
+#include "widgets/theme.h"
+
+namespace shard::widgets {
+
+QString xAxisLabel(XAxisKind kind)
+{
+    switch (kind) {
+    case XAxisKind::Step:
+        return QObject::tr("step");
+    case XAxisKind::Tokens:
+        return QObject::tr("tokens");
+    case XAxisKind::WallTime:
+        return QObject::tr("wall time");
+    }
+    return {};
+}
+
+struct LivePlot::Series {
+    QString name;
+    QColor color;
+    SeriesBuffer raw;
+    SeriesBuffer smooth;
+    EmaState ema;
+    QCPGraph* rawGraph = nullptr;
+    QCPGraph* smoothGraph = nullptr;
+    bool visible = true;
+    bool dirty = true;
+    bool needsFull = true;
+    bool decimated = false;
+    qsizetype drawn = 0;
+    int64_t droppedAtDraw = 0;
+    explicit Series(qsizetype capacity)
+        : raw(capacity)
+        , smooth(capacity)
+    {
+    }
+};
+
+LivePlot::LivePlot(const QString& title, QWidget* parent)
+    : QWidget(parent)
+{
+    m_plot = new QCustomPlot(this);
+    m_plot->setNoAntialiasingOnDrag(true);
+    m_plot->setNotAntialiasedElements(QCP::aeAll);
+    m_plot->setAntialiasedElements(QCP::aePlottables);
+    m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    m_plot->setFocusPolicy(Qt::ClickFocus);
+    m_plot->setMinimumSize(200, 140);
+    m_plot->plotLayout()->insertRow(0);
+    m_title = new QCPTextElement(
+        m_plot, title, QFont(font().family(), font().pointSize(), QFont::DemiBold));
+    m_plot->plotLayout()->addElement(0, 0, m_title);
+    m_plot->legend->setVisible(false);
+    m_plot->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
+    m_plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    m_plot->yAxis->setNumberFormat("gb");
+    m_plot->xAxis->setNumberFormat("gb");
+    setXAxisKind(XAxisKind::Step);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(m_plot);
+
+    m_timer.setSingleShot(true);
+    m_timer.setInterval(kCoalesceMs);
+    connect(&m_timer, &QTimer::timeout, this, [this] { flush(false); });
+    connect(m_plot, &QCustomPlot::afterReplot, this, [this] {
+        ++m_replotCount;
+        Q_EMIT replotted();
+    });
+    // A drag or a wheel turn means the user wants this view: stop auto-ranging.
+    connect(m_plot, &QCustomPlot::mousePress, this, [this] { m_autoRange = false; });
+    connect(m_plot, &QCustomPlot::mouseWheel, this, [this] { m_autoRange = false; });
+    connect(m_plot, &QCustomPlot::mouseDoubleClick, this, [this] { resetView(); });
+    connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] {
+        if (m_inFlush)
+            return;
+        for (auto& s : m_series)
+            if (s->decimated)
+                markDirty(*s, true);
+    });
+    restyle();
+}
+
+LivePlot::~LivePlot() = default;
+
+int LivePlot::addSeries(const QString& name, const QColor& color, qsizetype capacity)
+{
+    auto s = std::make_unique<Series>(capacity);
+    s->name = name;
+    s->color = color;
+    s->rawGraph = m_plot->addGraph();
+    s->smoothGraph = m_plot->addGraph();
+    s->rawGraph->setName(name);
+    s->smoothGraph->setName(name);
+    s->rawGraph->setAdaptiveSampling(true);
+    s->smoothGraph->setAdaptiveSampling(true);
+    m_series.push_back(std::move(s));
+    applySeriesStyle(*m_series.back());
+    markDirty(*m_series.back(), true);
+    return int(m_series.size()) - 1;
+}
+
+void LivePlot::removeAllSeries()
+{
+    m_plot->clearGraphs();
+    m_series.clear();
+    m_autoRange = true;
+    m_timer.start();
+}
+
+const SeriesBuffer& LivePlot::series(int index) const
+{
+    return m_series.at(size_t(index))->raw;
+}
+
+int LivePlot::drawnPointCount(int index) const
+{
+    return m_series.at(size_t(index))->rawGraph->dataCount();
+}
+
+void LivePlot::appendPoints(int index, const QVector<double>& keys, const QVector<double>& values)
+{
+    if (index < 0 || size_t(index) >= m_series.size() || keys.isEmpty())
+        return;
+    Series& s = *m_series[size_t(index)];
+    // Keep only keys that do not go backwards, then feed raw and smoothed buffers the same
+    // points so both trim in step.
+    QVector<double> k, v, smoothed;
+    const qsizetype n = std::min(keys.size(), values.size());
+    k.reserve(n);
+    v.reserve(n);
+    smoothed.reserve(n);
+    double lastKey = s.raw.empty() ? -std::numeric_limits<double>::infinity() : s.raw.keys().back();
+    for (qsizetype i = 0; i < n; ++i) {
+        if (keys[i] < lastKey)
+            continue;
+        lastKey = keys[i];
+        k.append(keys[i]);
+        v.append(values[i]);
+        smoothed.append(emaStep(s.ema, values[i], m_smoothing));
+    }
+    s.raw.append(k, v);
+    s.smooth.append(k, smoothed);
+    markDirty(s, false);
+}
+
+void LivePlot::setPoints(int index, const QVector<double>& keys, const QVector<double>& values)
+{
+    if (index < 0 || size_t(index) >= m_series.size())
+        return;
+    Series& s = *m_series[size_t(index)];
+    s.raw.clear();
+    s.smooth.clear();
+    s.ema = {};
+    s.raw.append(keys, values);
+    s.smooth.append(s.raw.keys(), emaSmooth(s.raw.values(), m_smoothing));
+    s.ema = {};
+    for (double v : s.raw.values())
+        emaStep(s.ema, v, m_smoothing);
+    markDirty(s, true);
+}
+
+void LivePlot::setSeriesVisible(int index, bool visible)
+{
+    if (index < 0 || size_t(index) >= m_series.size())
+        return;
+    Series& s = *m_series[size_t(index)];
+    s.visible = visible;
+    applySeriesStyle(s);
+    markDirty(s, false);
+}
+
+void LivePlot::setSmoothing(double weight)
+{
+    weight = std::clamp(weight, 0.0, 0.999);
+    if (weight == m_smoothing)
+        return;
+    m_smoothing = weight;
+    for (auto& s : m_series) {
+        s->smooth.clear();
+        s->smooth.append(s->raw.keys(), emaSmooth(s->raw.values(), weight));
+        s->ema = {};
+        for (double v : s->raw.values())
+            emaStep(s->ema, v, weight);
+        applySeriesStyle(*s);
+        markDirty(*s, true);
+    }
+}
+
+void LivePlot::setLogY(bool on)
+{
+    m_logY = on;
+    if (on) {
+        m_plot->yAxis->setScaleType(QCPAxis::stLogarithmic);
+        m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
+        m_plot->yAxis->setNumberFormat("eb");
+        m_plot->yAxis->setNumberPrecision(0);
+    } else {
+        m_plot->yAxis->setScaleType(QCPAxis::stLinear);
+        m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+        m_plot->yAxis->setNumberFormat("gb");
+        m_plot->yAxis->setNumberPrecision(6);
+    }
+    m_autoRange = true;
+    markAllDirty(false);
+}
+
+void LivePlot::setXAxisKind(XAxisKind kind)
+{
+    m_plot->xAxis->setLabel(xAxisLabel(kind) + (kind == XAxisKind::WallTime ? " (h:mm:ss)" : ""));
+    if (kind == XAxisKind::WallTime) {
+        auto ticker = QSharedPointer<QCPAxisTickerTime>::create();
+        ticker->setTimeFormat("%h:%m:%s");
+        m_plot->xAxis->setTicker(ticker);
+    } else {
+        m_plot->xAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+        m_plot->xAxis->setNumberFormat("gb");
+        m_plot->xAxis->setNumberPrecision(kind == XAxisKind::Tokens ? 3 : 6);
+    }
+    m_autoRange = true;
+    markAllDirty(false);
+}
+
+void LivePlot::setYAxisLabel(const QString& label)
+{
+    m_plot->yAxis->setLabel(label);
+}
+
+void LivePlot::setTitle(const QString& title)
+{
+    m_title->setText(title);
+}
+
+void LivePlot::setLegendVisible(bool visible)
+{
+    m_plot->legend->setVisible(visible);
+    for (auto& s : m_series)
+        applySeriesStyle(*s);
+    markAllDirty(false);
+}
+
+void LivePlot::resetView()
+{
+    m_autoRange = true;
+    markAllDirty(true);
+}
+
+void LivePlot::restyle()
+{
+    Theme::stylePlot(m_plot);
+    m_title->setTextColor(palette().color(QPalette::WindowText));
+    markAllDirty(false);
+}
+
+void LivePlot::applySeriesStyle(Series& s)
+{
+    const bool smoothing = m_smoothing > 0.0;
+    QColor faint = s.color;
+    faint.setAlpha(70);
+    s.rawGraph->setPen(QPen(smoothing ? faint : s.color, 1.5));
+    s.smoothGraph->setPen(QPen(s.color, 2.0));
+    s.rawGraph->setVisible(s.visible);
+    s.smoothGraph->setVisible(s.visible && smoothing);
+    // One legend entry per series: the line the eye follows.
+    s.rawGraph->removeFromLegend();
+    s.smoothGraph->removeFromLegend();
+    if (s.visible && m_plot->legend->visible())
+        (smoothing ? s.smoothGraph : s.rawGraph)->addToLegend();
+}
+
+void LivePlot::markDirty(Series& s, bool full)
+{
+    s.dirty = true;
+    s.needsFull = s.needsFull || full;
+    if (!m_timer.isActive())
+        m_timer.start();
+}
+
+void LivePlot::markAllDirty(bool full)
+{
+    for (auto& s : m_series) {
+        s->dirty = true;
+        s->needsFull = s->needsFull || full;
+    }
+    if (!m_timer.isActive())
+        m_timer.start();
+}
+
+int LivePlot::pixelWidth() const
+{
+    const int w = m_plot->axisRect()->width();
+    return std::max(w > 0 ? w : m_plot->width() - 80, 100);
+}
+
+void LivePlot::rebuild(Series& s)
+{
+    const qsizetype n = s.raw.size();
+    const int px = pixelWidth();
+    const bool decimate = n > qsizetype(kDecimateAbovePointsPerPixel) * px;
+    const bool smoothing = m_smoothing > 0.0;
+    const bool prefixIntact = s.droppedAtDraw == s.raw.droppedCount() && s.drawn <= n;
+    if (!decimate && !s.decimated && !s.needsFull && prefixIntact) {
+        if (n > s.drawn) {
+            // Only the new tail, in one batch, already sorted.
+            s.rawGraph->addData(s.raw.keys().mid(s.drawn), s.raw.values().mid(s.drawn), true);
+            if (smoothing)
+                s.smoothGraph->addData(
+                    s.smooth.keys().mid(s.drawn), s.smooth.values().mid(s.drawn), true);
+        }
+    } else if (!decimate) {
+        s.rawGraph->setData(s.raw.keys(), s.raw.values(), true);
+        if (smoothing)
+            s.smoothGraph->setData(s.smooth.keys(), s.smooth.values(), true);
+        else
+            s.smoothGraph->data()->clear();
+    } else {
+        double lo = s.raw.keys().front();
+        double hi = s.raw.keys().back();
+        if (!m_autoRange) {
+            lo = m_plot->xAxis->range().lower;
+            hi = m_plot->xAxis->range().upper;
+        }
+        if (!(hi > lo))
+            hi = lo + 1.0;
+        auto d = decimateMinMax(s.raw.keys(), s.raw.values(), lo, hi, px);
+        s.rawGraph->setData(d.keys, d.values, true);
+        if (smoothing) {
+            auto ds = decimateMinMax(s.smooth.keys(), s.smooth.values(), lo, hi, px);
+            s.smoothGraph->setData(ds.keys, ds.values, true);
+        } else {
+            s.smoothGraph->data()->clear();
+        }
+    }
+    if (!smoothing && !s.smoothGraph->data()->isEmpty())
+        s.smoothGraph->data()->clear();
+    s.decimated = decimate;
+    s.drawn = n;
+    s.droppedAtDraw = s.raw.droppedCount();
+    s.dirty = false;
+    s.needsFull = false;
+}
+
+void LivePlot::flush(bool immediate)
+{
+    if (!immediate && !isVisible()) {
+        // Hidden plots do not draw; showEvent picks the work up.
+        m_deferredWhileHidden = true;
+        return;
+    }
+    m_deferredWhileHidden = false;
+    m_inFlush = true;
+    for (auto& s : m_series)
+        if (s->dirty)
+            rebuild(*s);
+    if (m_autoRange) {
+        bool haveData = false;
+        for (auto& s : m_series)
+            haveData = haveData || (s->visible && !s->raw.empty());
+        if (haveData) {
+            m_plot->rescaleAxes(true);
+            // A little headroom so a flat line does not sit on the frame.
+            const QCPRange y = m_plot->yAxis->range();
+            if (m_logY) {
+                m_plot->yAxis->setRange(y.lower / 1.15, y.upper * 1.15);
+            } else {
+                const double pad = y.size() > 0 ? y.size() * 0.05 : std::abs(y.upper) * 0.05 + 1e-9;
+                m_plot->yAxis->setRange(y.lower - pad, y.upper + pad);
+            }
+        }
+    }
+    m_inFlush = false;
+    m_plot->replot(immediate ? QCustomPlot::rpImmediateRefresh : QCustomPlot::rpQueuedReplot);
+}
+
+void LivePlot::flushNow()
+{
+    m_timer.stop();
+    flush(true);
+}
+
+void LivePlot::showEvent(QShowEvent* event)
+{
+    QWidget::showEvent(event);
+    if (m_deferredWhileHidden && !m_timer.isActive())
+        m_timer.start();
+}
+
+void LivePlot::resizeEvent(QResizeEvent* event)
+{
+    QWidget::resizeEvent(event);
+    // The pixel width decides the decimation: redo long series for the new width.
+    for (auto& s : m_series)
+        if (s->decimated || s->raw.size() > qsizetype(kDecimateAbovePointsPerPixel) * pixelWidth())
+            markDirty(*s, true);
+}
+
+} // namespace shard::widgets

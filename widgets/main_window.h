@@ -1,0 +1,71 @@
+// The studio's main window: a page list (Plan, Launch, Monitor, Runs, Compare, Hosts) beside a
+// stack of pages, keyboard navigation (Ctrl+1..6, Ctrl+O), light/dark palettes, and window
+// state plus last choices remembered in QSettings.
+#pragma once
+
+#include <optional>
+
+#include <QMainWindow>
+
+#include "widgets/theme.h"
+
+class QListWidget;
+class QStackedWidget;
+
+namespace shard::widgets {
+
+class ComparePage;
+class HostsPage;
+class LaunchPage;
+class MonitorPage;
+class PlanPage;
+class RunsPage;
+
+enum class Page { Plan, Launch, Monitor, Runs, Compare, Hosts };
+constexpr int kPageCount = 6;
+
+QString pageName(Page page); // "plan", "launch", ...
+std::optional<Page> pageFromName(const QString& name);
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    void showPage(Page page);
+    Page currentPage() const;
+    void setTheme(ThemeKind kind);
+    ThemeKind theme() const { return m_theme; }
+
+    PlanPage* planPage() const { return m_plan; }
+    LaunchPage* launchPage() const { return m_launch; }
+    MonitorPage* monitorPage() const { return m_monitor; }
+    RunsPage* runsPage() const { return m_runs; }
+    ComparePage* comparePage() const { return m_compare; }
+    HostsPage* hostsPage() const { return m_hosts; }
+
+    void restoreSettings();
+    void saveSettings() const;
+    // Draws every chart now (screenshots).
+    void flushCharts();
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+
+private:
+    void buildMenus();
+    void wirePages();
+
+    QListWidget* m_nav = nullptr;
+    QStackedWidget* m_stack = nullptr;
+    PlanPage* m_plan = nullptr;
+    LaunchPage* m_launch = nullptr;
+    MonitorPage* m_monitor = nullptr;
+    RunsPage* m_runs = nullptr;
+    ComparePage* m_compare = nullptr;
+    HostsPage* m_hosts = nullptr;
+    ThemeKind m_theme = ThemeKind::Light;
+};
+
+} // namespace shard::widgets

@@ -1,0 +1,198 @@
+// MemoryBarChart: QCPBars stacked with moveAbove, GiB on the value axis, a capacity line.
+#include "widgets/memory_bar_chart.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "widgets/qcp.h"
+
+#include "widgets/theme.h"
+
+namespace shard::widgets {
+
+namespace {
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+}
+
+MemoryBarChart::MemoryBarChart(const QString& title, QWidget* parent)
+    : QWidget(parent)
+{
+    m_plot = new QCustomPlot(this);
+    m_plot->setMinimumSize(240, 180);
+    m_plot->setFocusPolicy(Qt::NoFocus);
+    m_plot->plotLayout()->insertRow(0);
+    m_title = new QCPTextElement(
+        m_plot, title, QFont(font().family(), font().pointSize(), QFont::DemiBold));
+    m_plot->plotLayout()->addElement(0, 0, m_title);
+    m_plot->legend->setVisible(true);
+    m_plot->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
+    m_plot->legend->setFillOrder(QCPLegend::foColumnsFirst);
+    // The legend goes in its own row under the bars so it never covers them.
+    m_plot->axisRect()->insetLayout()->take(m_plot->legend);
+    m_plot->plotLayout()->addElement(2, 0, m_plot->legend);
+    m_plot->legend->setWrap(4);
+    m_plot->legend->setMargins(QMargins(4, 2, 4, 2));
+    m_plot->plotLayout()->setRowStretchFactor(2, 0.001);
+    m_plot->plotLayout()->setRowSpacing(2);
+    m_plot->yAxis->setLabel(tr("GiB per device"));
+    m_plot->yAxis->setNumberFormat("gb");
+    m_plot->xAxis->setTickLength(0, 0);
+    m_plot->xAxis->setSubTicks(false);
+    m_plot->xAxis->grid()->setVisible(false);
+
+    m_capacityLine = new QCPItemStraightLine(m_plot);
+    m_capacityLine->setPen(QPen(QColor(200, 40, 40), 2, Qt::DashLine));
+    m_capacityText = new QCPItemText(m_plot);
+    m_capacityText->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
+    m_capacityText->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
+    m_capacityText->setColor(QColor(200, 40, 40));
+    m_capacityLine->setVisible(false);
+    m_capacityText->setVisible(false);
+    m_predictionLabel = tr("predicted");
+
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(m_plot);
+    restyle();
+}
+
+void MemoryBarChart::setCategories(const QStringList& categories)
+{
+    if (categories == m_categories)
+        return;
+    m_categories = categories;
+    for (QCPBars* bars : m_stack)
+        m_plot->removePlottable(bars);
+    m_stack.clear();
+    if (m_prediction) {
+        m_plot->removePlottable(m_prediction);
+        m_prediction = nullptr;
+    }
+    QCPBars* below = nullptr;
+    for (int i = 0; i < categories.size(); ++i) {
+        auto* bars = new QCPBars(m_plot->xAxis, m_plot->yAxis);
+        bars->setName(categories[i]);
+        bars->setWidth(0.6);
+        const QColor c = Theme::categoryColor(i);
+        bars->setBrush(c);
+        bars->setPen(QPen(c.darker(130), 1));
+        if (below)
+            bars->moveAbove(below);
+        below = bars;
+        m_stack.push_back(bars);
+    }
+    rebuild();
+}
+
+void MemoryBarChart::setBars(const std::vector<MemoryBar>& bars)
+{
+    m_bars = bars;
+    rebuild();
+}
+
+void MemoryBarChart::setCapacity(std::optional<double> bytes, const QString& label)
+{
+    m_capacity = bytes;
+    m_capacityLabel = label;
+    rebuild();
+}
+
+void MemoryBarChart::setPredictionLabel(const QString& label)
+{
+    m_predictionLabel = label;
+    rebuild();
+}
+
+void MemoryBarChart::setTitle(const QString& title)
+{
+    m_title->setText(title);
+}
+
+void MemoryBarChart::restyle()
+{
+    Theme::stylePlot(m_plot);
+    m_title->setTextColor(palette().color(QPalette::WindowText));
+    m_plot->xAxis->grid()->setVisible(false);
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void MemoryBarChart::rebuild()
+{
+    QVector<double> ticks;
+    QVector<QString> labels;
+    double top = 0.0;
+    bool anyPrediction = false;
+    for (int b = 0; b < int(m_bars.size()); ++b) {
+        ticks.append(b + 1);
+        labels.append(m_bars[size_t(b)].label);
+        const auto& bytes = m_bars[size_t(b)].bytes;
+        top = std::max(top, std::accumulate(bytes.begin(), bytes.end(), 0.0) / kGiB);
+        if (m_bars[size_t(b)].predictedBytes) {
+            anyPrediction = true;
+            top = std::max(top, *m_bars[size_t(b)].predictedBytes / kGiB);
+        }
+    }
+    for (int c = 0; c < int(m_stack.size()); ++c) {
+        QVector<double> values;
+        for (const MemoryBar& bar : m_bars)
+            values.append(size_t(c) < bar.bytes.size() ? bar.bytes[size_t(c)] / kGiB : 0.0);
+        m_stack[size_t(c)]->setData(ticks, values, true);
+    }
+    if (anyPrediction && !m_prediction) {
+        m_prediction = new QCPGraph(m_plot->xAxis, m_plot->yAxis);
+        m_prediction->setLineStyle(QCPGraph::lsNone);
+        const QColor fg = palette().color(QPalette::WindowText);
+        m_prediction->setScatterStyle(
+            QCPScatterStyle(QCPScatterStyle::ssCrossSquare, QPen(fg, 2), QBrush(Qt::NoBrush), 11));
+    }
+    if (m_prediction) {
+        m_prediction->setName(m_predictionLabel);
+        QVector<double> px, py;
+        for (int b = 0; b < int(m_bars.size()); ++b) {
+            if (m_bars[size_t(b)].predictedBytes) {
+                px.append(b + 1);
+                py.append(*m_bars[size_t(b)].predictedBytes / kGiB);
+            }
+        }
+        m_prediction->setData(px, py, true);
+        m_prediction->setVisible(!px.isEmpty());
+        if (px.isEmpty())
+            m_prediction->removeFromLegend();
+        else if (!m_plot->legend->hasItemWithPlottable(m_prediction))
+            m_prediction->addToLegend();
+    }
+    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+    for (int b = 0; b < int(m_bars.size()); ++b) {
+        // Qt's rich text is not available in tick labels: mark the chosen bar with brackets.
+        const QString& label = labels[b];
+        ticker->addTick(ticks[b], m_bars[size_t(b)].highlighted ? "[" + label + "]" : label);
+    }
+    m_plot->xAxis->setTicker(ticker);
+    m_plot->xAxis->setRange(0.4, double(m_bars.size()) + 0.6);
+
+    if (m_capacity && *m_capacity > 0) {
+        const double cap = *m_capacity / kGiB;
+        top = std::max(top, cap);
+        m_capacityLine->point1->setCoords(0, cap);
+        m_capacityLine->point2->setCoords(1, cap);
+        m_capacityText->position->setTypeY(QCPItemPosition::ptPlotCoords);
+        m_capacityText->position->setCoords(0.99, cap);
+        m_capacityText->setText(m_capacityLabel.isEmpty()
+                ? tr("capacity %1 GiB").arg(cap, 0, 'f', 1)
+                : m_capacityLabel);
+        m_capacityLine->setVisible(true);
+        m_capacityText->setVisible(true);
+    } else {
+        m_capacityLine->setVisible(false);
+        m_capacityText->setVisible(false);
+    }
+    m_plot->yAxis->setRange(0, top > 0 ? top * 1.12 : 1.0);
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void MemoryBarChart::flushNow()
+{
+    m_plot->replot(QCustomPlot::rpImmediateRefresh);
+}
+
+} // namespace shard::widgets

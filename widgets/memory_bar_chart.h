@@ -1,0 +1,64 @@
+// Stacked bars of memory per device by category (parameters, gradients, optimizer state, ...),
+// one bar per strategy or per rank, with the device's capacity as a horizontal line and, where
+// given, a predicted total per bar drawn on the same axes.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include <QStringList>
+#include <QWidget>
+
+class QCustomPlot;
+class QCPBars;
+class QCPGraph;
+class QCPItemStraightLine;
+class QCPItemText;
+class QCPTextElement;
+
+namespace shard::widgets {
+
+struct MemoryBar {
+    QString label;
+    std::vector<double> bytes;            // one entry per category, in setCategories' order
+    std::optional<double> predictedBytes; // e.g. the planner's total, drawn as a marker
+    bool highlighted = false;             // the chosen strategy: label drawn bold
+};
+
+class MemoryBarChart : public QWidget {
+    Q_OBJECT
+public:
+    explicit MemoryBarChart(const QString& title = {}, QWidget* parent = nullptr);
+
+    void setCategories(const QStringList& categories);
+    void setBars(const std::vector<MemoryBar>& bars);
+    // Device memory; none hides the line (e.g. CPU without a limit).
+    void setCapacity(std::optional<double> bytes, const QString& label = {});
+    void setPredictionLabel(const QString& label);
+    void setTitle(const QString& title);
+
+    const std::vector<MemoryBar>& bars() const { return m_bars; }
+    QStringList categories() const { return m_categories; }
+    std::optional<double> capacity() const { return m_capacity; }
+    QCustomPlot* customPlot() const { return m_plot; }
+    // Draws now instead of at the next event-loop turn (screenshots, tests).
+    void flushNow();
+    void restyle();
+
+private:
+    void rebuild();
+
+    QCustomPlot* m_plot = nullptr;
+    QCPTextElement* m_title = nullptr;
+    std::vector<QCPBars*> m_stack;
+    QCPGraph* m_prediction = nullptr;
+    QCPItemStraightLine* m_capacityLine = nullptr;
+    QCPItemText* m_capacityText = nullptr;
+    QStringList m_categories;
+    std::vector<MemoryBar> m_bars;
+    std::optional<double> m_capacity;
+    QString m_capacityLabel;
+    QString m_predictionLabel;
+};
+
+} // namespace shard::widgets

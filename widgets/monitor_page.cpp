@@ -1,0 +1,347 @@
+// MonitorPage: RunDirFollower updates feed LivePlots and the per-rank memory chart.
+#include "widgets/monitor_page.h"
+
+#include <QFileDialog>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSlider>
+#include <QSplitter>
+#include <QTabWidget>
+#include <QTreeWidget>
+#include <QVBoxLayout>
+
+#include "widgets/live_plot.h"
+#include "widgets/memory_bar_chart.h"
+#include "widgets/message_bar.h"
+#include "widgets/theme.h"
+
+namespace shard::widgets {
+
+QStringList memoryCategoryNames()
+{
+    return {QObject::tr("sharded params"), QObject::tr("gathered params"), QObject::tr("grads"),
+        QObject::tr("optimizer"), QObject::tr("activations"), QObject::tr("other")};
+}
+
+std::vector<double> memoryByCategory(const protocol::RankMemory& m)
+{
+    return {double(m.shardedParamBytes), double(m.gatheredParamBytes), double(m.gradBytes),
+        double(m.optimizerBytes), double(m.activationBytes), double(m.otherBytes)};
+}
+
+QString formatDuration(double seconds)
+{
+    if (!(seconds >= 0) || seconds > 1e8)
+        return QStringLiteral("—");
+    const auto s = qint64(seconds + 0.5);
+    if (s >= 3600)
+        return QString("%1:%2:%3")
+            .arg(s / 3600)
+            .arg((s / 60) % 60, 2, 10, QChar('0'))
+            .arg(s % 60, 2, 10, QChar('0'));
+    return QString("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QChar('0'));
+}
+
+QString formatBytes(double bytes)
+{
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 4) {
+        bytes /= 1024.0;
+        ++u;
+    }
+    return QString("%1 %2").arg(bytes, 0, 'f', u == 0 ? 0 : (bytes < 10 ? 2 : 1)).arg(units[u]);
+}
+
+MonitorPage::MonitorPage(QWidget* parent)
+    : QWidget(parent)
+{
+    m_path = new QLineEdit(this);
+    m_path->setPlaceholderText(tr("Run folder (holds run.json and metrics.jsonl)"));
+    m_path->setAccessibleName(tr("Run folder"));
+    m_open = new QPushButton(tr("&Open run folder…"), this);
+    m_stop = new QPushButton(tr("S&top run"), this);
+    m_stop->setEnabled(false);
+    m_status = new QLabel(tr("No run open"), this);
+    m_progress = new QProgressBar(this);
+    m_progress->setRange(0, 1);
+    m_progress->setValue(0);
+    m_progress->setFormat(tr("step %v of %m"));
+    m_eta = new QLabel(this);
+    m_eta->setMinimumWidth(160);
+    m_smoothing = new QSlider(Qt::Horizontal, this);
+    m_smoothing->setRange(0, 99);
+    m_smoothing->setValue(60);
+    m_smoothing->setMaximumWidth(160);
+    m_smoothing->setAccessibleName(tr("Loss smoothing"));
+    m_message = new MessageBar(this);
+
+    m_loss = new LivePlot(tr("Loss"), this);
+    m_loss->addSeries(tr("train loss"), Theme::seriesColor(0));
+    m_loss->addSeries(tr("eval loss"), Theme::seriesColor(3));
+    m_loss->setSmoothing(0.6);
+    m_loss->setYAxisLabel(tr("loss"));
+    m_lr = new LivePlot(tr("Learning rate"), this);
+    m_lr->addSeries(tr("lr"), Theme::seriesColor(2));
+    m_gradNorm = new LivePlot(tr("Gradient norm"), this);
+    m_gradNorm->addSeries(tr("grad norm"), Theme::seriesColor(4));
+    m_throughput = new LivePlot(tr("Throughput"), this);
+    m_throughput->addSeries(tr("tokens/s"), Theme::seriesColor(1));
+    m_throughput->setYAxisLabel(tr("tokens/s"));
+    m_memory = new MemoryBarChart(tr("Memory per rank"), this);
+    m_memory->setCategories(memoryCategoryNames());
+    m_memory->setPredictionLabel(tr("planner prediction"));
+
+    m_log = new QPlainTextEdit(this);
+    m_log->setReadOnly(true);
+    m_log->setMaximumBlockCount(2000);
+    m_log->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    m_log->setPlaceholderText(tr("The tail of logs/rank-0.log appears here."));
+    m_events = new QTreeWidget(this);
+    m_events->setHeaderLabels({tr("time"), tr("step"), tr("event"), tr("message")});
+    m_events->setRootIsDecorated(false);
+    m_events->header()->setStretchLastSection(true);
+
+    auto* top = new QHBoxLayout;
+    top->addWidget(m_path, 1);
+    top->addWidget(m_open);
+    top->addWidget(m_stop);
+    auto* progressRow = new QHBoxLayout;
+    progressRow->addWidget(m_status);
+    progressRow->addWidget(m_progress, 1);
+    progressRow->addWidget(m_eta);
+    progressRow->addWidget(new QLabel(tr("Smoothing"), this));
+    progressRow->addWidget(m_smoothing);
+
+    auto* charts = new QWidget(this);
+    auto* grid = new QGridLayout(charts);
+    grid->setContentsMargins(0, 0, 0, 0);
+    grid->addWidget(m_loss, 0, 0);
+    grid->addWidget(m_lr, 0, 1);
+    grid->addWidget(m_memory, 0, 2, 2, 1);
+    grid->addWidget(m_gradNorm, 1, 0);
+    grid->addWidget(m_throughput, 1, 1);
+    grid->setColumnStretch(0, 3);
+    grid->setColumnStretch(1, 3);
+    grid->setColumnStretch(2, 2);
+
+    auto* tabs = new QTabWidget(this);
+    tabs->addTab(m_log, tr("&Log"));
+    tabs->addTab(m_events, tr("&Events"));
+    auto* split = new QSplitter(Qt::Vertical, this);
+    split->addWidget(charts);
+    split->addWidget(tabs);
+    split->setStretchFactor(0, 4);
+    split->setStretchFactor(1, 1);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(top);
+    layout->addWidget(m_message);
+    layout->addLayout(progressRow);
+    layout->addWidget(split, 1);
+
+    setTabOrder(m_path, m_open);
+    setTabOrder(m_open, m_stop);
+    setTabOrder(m_stop, m_smoothing);
+    setTabOrder(m_smoothing, tabs);
+
+    connect(m_open, &QPushButton::clicked, this, &MonitorPage::browse);
+    connect(m_path, &QLineEdit::returnPressed, this,
+        [this] { openRunDirectory(m_path->text().trimmed()); });
+    connect(m_stop, &QPushButton::clicked, this, &MonitorPage::stopRun);
+    connect(m_smoothing, &QSlider::valueChanged, this,
+        [this](int v) { m_loss->setSmoothing(v / 100.0); });
+    connect(&m_follower, &RunDirFollower::updated, this, &MonitorPage::onUpdate);
+    connect(&m_follower, &RunDirFollower::failed, this, &MonitorPage::onFailed);
+}
+
+QString MonitorPage::runDirectory() const
+{
+    return m_follower.directory();
+}
+
+QString MonitorPage::messageText() const
+{
+    return m_message->isVisible() ? m_message->text() : "";
+}
+
+void MonitorPage::browse()
+{
+    const QString dir
+        = QFileDialog::getExistingDirectory(this, tr("Open a run folder"), m_path->text());
+    if (!dir.isEmpty())
+        openRunDirectory(dir);
+}
+
+void MonitorPage::reset()
+{
+    m_run = RunSeries {};
+    m_predictedBytes.reset();
+    m_totalSteps = 0;
+    m_finished = false;
+    for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput})
+        for (int i = 0; i < p->seriesCount(); ++i)
+            p->setPoints(i, {}, {});
+    m_memory->setBars({});
+    m_memory->setCapacity(std::nullopt);
+    m_log->clear();
+    m_events->clear();
+    m_progress->setRange(0, 1);
+    m_progress->setValue(0);
+    m_eta->clear();
+    m_message->clearMessage();
+}
+
+void MonitorPage::openRunDirectory(const QString& directory)
+{
+    reset();
+    if (directory.isEmpty()) {
+        m_message->showMessage(tr("Enter or choose a run folder first."));
+        return;
+    }
+    m_path->setText(directory);
+    m_run.directory = directory;
+    m_status->setText(tr("Waiting for the run…"));
+    m_stop->setEnabled(bool(m_stopper));
+    m_follower.follow(directory);
+}
+
+void MonitorPage::onFailed(const QString& message)
+{
+    m_message->showMessage(message);
+    m_status->setText(tr("Not a run"));
+}
+
+void MonitorPage::onUpdate(const FollowUpdate& u)
+{
+    if (u.specChanged) {
+        m_message->clearMessage();
+        m_run.config = u.spec;
+        m_run.name = QString::fromStdString(u.spec.value("name", std::string()));
+        m_totalSteps = u.spec.value("steps", int64_t(0));
+        if (m_predictor)
+            m_predictedBytes = m_predictor(u.spec);
+        m_status->setText(m_run.name.isEmpty() ? tr("Running") : m_run.name);
+    }
+    if (!u.metrics.empty()) {
+        QVector<double> step, loss, lr, gn, tps, evalStep, evalLoss;
+        for (const auto& r : u.metrics) {
+            m_run.append(r);
+            step.append(double(r.step));
+            loss.append(r.loss);
+            lr.append(r.lr);
+            gn.append(r.gradNorm);
+            tps.append(r.tokensPerSec);
+            if (r.evalLoss) {
+                evalStep.append(double(r.step));
+                evalLoss.append(*r.evalLoss);
+            }
+        }
+        // One batched append per series per update, whatever the record rate.
+        m_loss->appendPoints(0, step, loss);
+        if (!evalStep.isEmpty())
+            m_loss->appendPoints(1, evalStep, evalLoss);
+        m_lr->appendPoints(0, step, lr);
+        m_gradNorm->appendPoints(0, step, gn);
+        m_throughput->appendPoints(0, step, tps);
+        updateMemory();
+        updateProgress();
+        Q_EMIT pointsArrived(pointCount());
+    }
+    for (const auto& e : u.events) {
+        m_run.events.push_back(e);
+        auto* item = new QTreeWidgetItem(m_events,
+            {formatDuration(e.wallTimeSec), e.step >= 0 ? QString::number(e.step) : QString(),
+                QString::fromStdString(e.kind), QString::fromStdString(e.message)});
+        if (e.kind == "error" || e.kind == "warning")
+            item->setForeground(2, QColor(200, 40, 40));
+        if (e.kind == "finish") {
+            m_finished = true;
+            m_stop->setEnabled(false);
+            const QString reason = QString::fromStdString(e.data.value("reason", std::string()));
+            m_status->setText(tr("Finished%1").arg(reason.isEmpty() ? "" : ": " + reason));
+            Q_EMIT runFinished(reason);
+        }
+        if (e.kind == "error")
+            m_message->showMessage(
+                tr("The run reported an error: %1").arg(QString::fromStdString(e.message)));
+    }
+    if (!u.logLines.isEmpty())
+        m_log->appendPlainText(u.logLines.join('\n'));
+    if (u.badLines > 0)
+        m_message->showMessage(
+            tr("%n line(s) of the run's files could not be read and were skipped.", "", u.badLines),
+            MessageBar::Kind::Info);
+}
+
+void MonitorPage::updateProgress()
+{
+    if (m_run.size() == 0)
+        return;
+    const double step = m_run.step.back();
+    if (m_totalSteps > 0) {
+        m_progress->setRange(0, int(m_totalSteps));
+        m_progress->setValue(int(std::min<double>(step, double(m_totalSteps))));
+    } else {
+        m_progress->setRange(0, 0);
+    }
+    const qsizetype n = m_run.size();
+    if (n >= 2 && m_totalSteps > 0) {
+        const double dt = m_run.wallTimeSec.back() - m_run.wallTimeSec.front();
+        const double ds = m_run.step.back() - m_run.step.front();
+        if (dt > 0 && ds > 0) {
+            const double eta = (double(m_totalSteps) - step) * dt / ds;
+            m_eta->setText(tr("elapsed %1 · ETA %2")
+                               .arg(formatDuration(m_run.wallTimeSec.back()), formatDuration(eta)));
+            return;
+        }
+    }
+    m_eta->setText(tr("elapsed %1").arg(formatDuration(m_run.wallTimeSec.back())));
+}
+
+void MonitorPage::updateMemory()
+{
+    std::vector<MemoryBar> bars;
+    for (const auto& m : m_run.lastMemory) {
+        MemoryBar bar;
+        bar.label = tr("rank %1").arg(m.rank);
+        bar.bytes = memoryByCategory(m);
+        bar.predictedBytes = m_predictedBytes;
+        bars.push_back(std::move(bar));
+    }
+    m_memory->setBars(bars);
+}
+
+void MonitorPage::stopRun()
+{
+    if (!m_stopper)
+        return;
+    const QString error = m_stopper(runDirectory());
+    if (!error.isEmpty())
+        m_message->showMessage(error);
+    else
+        m_message->showMessage(
+            tr("Stop requested; the run records why it ended."), MessageBar::Kind::Info);
+}
+
+void MonitorPage::flushCharts()
+{
+    for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput})
+        p->flushNow();
+    m_memory->flushNow();
+}
+
+void MonitorPage::restyle()
+{
+    for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput})
+        p->restyle();
+    m_memory->restyle();
+}
+
+} // namespace shard::widgets

@@ -1,0 +1,99 @@
+// Monitor page: a run followed live from its directory — loss (raw and smoothed), learning rate,
+// grad norm, tokens/s, memory per rank stacked by category next to the planner's prediction,
+// progress with ETA, the log tail and events, and stop.
+#pragma once
+
+#include <functional>
+#include <optional>
+
+#include <QWidget>
+
+#include "widgets/run_dir_follower.h"
+#include "widgets/run_series.h"
+
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QProgressBar;
+class QPushButton;
+class QSlider;
+class QTreeWidget;
+
+namespace shard::widgets {
+
+class LivePlot;
+class MemoryBarChart;
+class MessageBar;
+
+class MonitorPage : public QWidget {
+    Q_OBJECT
+public:
+    explicit MonitorPage(QWidget* parent = nullptr);
+
+    // Predicts bytes per rank for a run.json (the planner); empty when it cannot.
+    using Predictor = std::function<std::optional<double>(const nlohmann::json& spec)>;
+    void setPredictor(Predictor predictor) { m_predictor = std::move(predictor); }
+    // Stops the run in `directory`; returns an error message or empty on success.
+    using Stopper = std::function<QString(const QString& directory)>;
+    void setStopper(Stopper stopper) { m_stopper = std::move(stopper); }
+
+    void openRunDirectory(const QString& directory);
+    QString runDirectory() const;
+    const RunSeries& run() const { return m_run; }
+    int pointCount() const { return int(m_run.size()); }
+    QString messageText() const;
+    bool finished() const { return m_finished; }
+
+    LivePlot* lossPlot() const { return m_loss; }
+    LivePlot* lrPlot() const { return m_lr; }
+    LivePlot* gradNormPlot() const { return m_gradNorm; }
+    LivePlot* throughputPlot() const { return m_throughput; }
+    MemoryBarChart* memoryChart() const { return m_memory; }
+    // Draws every chart now (screenshots).
+    void flushCharts();
+    void restyle();
+
+Q_SIGNALS:
+    void pointsArrived(int total);
+    void runFinished(const QString& reason);
+
+private:
+    void browse();
+    void onUpdate(const FollowUpdate& update);
+    void onFailed(const QString& message);
+    void updateProgress();
+    void updateMemory();
+    void stopRun();
+    void reset();
+
+    RunDirFollower m_follower;
+    RunSeries m_run;
+    Predictor m_predictor;
+    Stopper m_stopper;
+    std::optional<double> m_predictedBytes;
+    int64_t m_totalSteps = 0;
+    bool m_finished = false;
+
+    QLineEdit* m_path = nullptr;
+    QPushButton* m_open = nullptr;
+    QPushButton* m_stop = nullptr;
+    QLabel* m_status = nullptr;
+    QProgressBar* m_progress = nullptr;
+    QLabel* m_eta = nullptr;
+    QSlider* m_smoothing = nullptr;
+    MessageBar* m_message = nullptr;
+    LivePlot* m_loss = nullptr;
+    LivePlot* m_lr = nullptr;
+    LivePlot* m_gradNorm = nullptr;
+    LivePlot* m_throughput = nullptr;
+    MemoryBarChart* m_memory = nullptr;
+    QPlainTextEdit* m_log = nullptr;
+    QTreeWidget* m_events = nullptr;
+};
+
+QStringList memoryCategoryNames();
+std::vector<double> memoryByCategory(const protocol::RankMemory& m);
+QString formatDuration(double seconds);
+QString formatBytes(double bytes);
+
+} // namespace shard::widgets

@@ -1,0 +1,183 @@
+// RunDirFollower: a poller on a worker thread reading JSON lines by byte offset.
+#include "widgets/run_dir_follower.h"
+
+#include <fstream>
+
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QTimer>
+
+#include "protocol/jsonl_reader.h"
+#include "protocol/run_dir.h"
+
+namespace shard::widgets {
+
+class RunDirFollowerWorker : public QObject {
+    Q_OBJECT
+public:
+    void start(const QString& directory, quint64 generation)
+    {
+        m_generation = generation;
+        m_dir = protocol::RunDir(QDir(directory).absolutePath().toStdString());
+        m_metricsOffset = m_eventsOffset = m_logOffset = 0;
+        m_specSeen = false;
+        m_reportedMissing = false;
+        if (!m_timer) {
+            m_timer = new QTimer(this);
+            m_timer->setInterval(RunDirFollower::kPollMs);
+            connect(m_timer, &QTimer::timeout, this, &RunDirFollowerWorker::poll);
+        }
+        m_timer->start();
+        poll();
+    }
+    void halt()
+    {
+        if (m_timer)
+            m_timer->stop();
+    }
+
+Q_SIGNALS:
+    void updated(const shard::widgets::FollowUpdate& update);
+    void failed(const QString& message, quint64 generation);
+
+private:
+    void poll()
+    {
+        FollowUpdate u;
+        u.generation = m_generation;
+        const QString root = QString::fromStdString(m_dir.root());
+        if (!m_specSeen) {
+            if (!QFileInfo(root).isDir()) {
+                reportOnce(tr("%1: no such folder; open the folder a run writes (it holds "
+                              "run.json)")
+                               .arg(root));
+                return;
+            }
+            std::ifstream in(m_dir.specFile());
+            if (!in) {
+                reportOnce(tr("%1: no run.json yet; this is not a run folder, or the run has "
+                              "not started writing")
+                               .arg(root));
+                return;
+            }
+            try {
+                in >> u.spec;
+            } catch (const std::exception&) {
+                // run.json is written once; a partial read means the writer is mid-way.
+                return;
+            }
+            m_specSeen = true;
+            u.specChanged = true;
+        }
+        m_metricsOffset += protocol::readJsonlFile(
+            m_dir.metricsFile(), m_metricsOffset,
+            [&](const nlohmann::json& j, int64_t) {
+                try {
+                    if (j.value("type", std::string("metric")) == "metric")
+                        u.metrics.push_back(protocol::metricFromJson(j));
+                } catch (const std::exception&) {
+                    ++u.badLines;
+                }
+            },
+            [&](const std::string&, const std::string&) {
+                ++u.badLines;
+            }).consumedBytes;
+        m_eventsOffset += protocol::readJsonlFile(
+            m_dir.eventsFile(), m_eventsOffset,
+            [&](const nlohmann::json& j, int64_t) {
+                try {
+                    u.events.push_back(protocol::eventFromJson(j));
+                } catch (const std::exception&) {
+                    ++u.badLines;
+                }
+            },
+            [&](const std::string&, const std::string&) {
+                ++u.badLines;
+            }).consumedBytes;
+        readLog(u);
+        if (u.specChanged || !u.metrics.empty() || !u.events.empty() || !u.logLines.isEmpty()
+            || u.badLines > 0)
+            Q_EMIT updated(u);
+    }
+
+    void readLog(FollowUpdate& u)
+    {
+        QFile log(QString::fromStdString(m_dir.rankLog(0)));
+        if (!log.open(QIODevice::ReadOnly))
+            return;
+        if (log.size() < m_logOffset)
+            m_logOffset = 0; // truncated or replaced
+        // Only the tail matters to a viewer: skip to the last 64 KiB of a long log.
+        m_logOffset = std::max(m_logOffset, log.size() - (64 << 10));
+        log.seek(m_logOffset);
+        const QByteArray data = log.readAll();
+        const auto end = data.lastIndexOf('\n');
+        if (end < 0)
+            return;
+        m_logOffset += end + 1;
+        for (const QByteArray& line : data.left(end).split('\n'))
+            u.logLines.append(QString::fromUtf8(line));
+    }
+
+    void reportOnce(const QString& message)
+    {
+        if (m_reportedMissing)
+            return;
+        m_reportedMissing = true;
+        Q_EMIT failed(message, m_generation);
+    }
+
+    protocol::RunDir m_dir {""};
+    QTimer* m_timer = nullptr;
+    int64_t m_metricsOffset = 0;
+    int64_t m_eventsOffset = 0;
+    qint64 m_logOffset = 0;
+    bool m_specSeen = false;
+    bool m_reportedMissing = false;
+    quint64 m_generation = 0;
+};
+
+RunDirFollower::RunDirFollower(QObject* parent)
+    : QObject(parent)
+{
+    qRegisterMetaType<shard::widgets::FollowUpdate>();
+    m_worker = new RunDirFollowerWorker;
+    m_worker->moveToThread(&m_thread);
+    connect(&m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
+    connect(m_worker, &RunDirFollowerWorker::updated, this, [this](const FollowUpdate& u) {
+        if (u.generation == m_generation)
+            Q_EMIT updated(u);
+    });
+    connect(m_worker, &RunDirFollowerWorker::failed, this,
+        [this](const QString& message, quint64 generation) {
+            if (generation == m_generation)
+                Q_EMIT failed(message);
+        });
+    m_thread.setObjectName("run-dir-follower");
+    m_thread.start();
+}
+
+RunDirFollower::~RunDirFollower()
+{
+    m_thread.quit();
+    m_thread.wait();
+}
+
+void RunDirFollower::follow(const QString& directory)
+{
+    m_directory = directory;
+    const quint64 generation = ++m_generation;
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker, directory, generation] { w->start(directory, generation); });
+}
+
+void RunDirFollower::stop()
+{
+    ++m_generation;
+    QMetaObject::invokeMethod(m_worker, [w = m_worker] { w->halt(); });
+}
+
+} // namespace shard::widgets
+
+#include "run_dir_follower.moc"

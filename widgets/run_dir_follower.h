@@ -1,0 +1,59 @@
+// Follows a run directory while a process appends to it: polls metrics.jsonl, events.jsonl and
+// the rank-0 log from stored byte offsets on its own thread, and posts complete records to the
+// UI thread in batches. The UI thread never touches the files.
+#pragma once
+
+#include <vector>
+
+#include <QMetaType>
+#include <QObject>
+#include <QString>
+#include <QStringList>
+#include <QThread>
+
+#include <nlohmann/json.hpp>
+
+#include "protocol/records.h"
+
+namespace shard::widgets {
+
+struct FollowUpdate {
+    quint64 generation = 0; // which follow() call produced it; stale ones are dropped
+    bool specChanged = false;
+    nlohmann::json spec; // run.json, when specChanged
+    std::vector<protocol::MetricRecord> metrics;
+    std::vector<protocol::EventRecord> events;
+    QStringList logLines;
+    int badLines = 0;
+};
+
+class RunDirFollowerWorker;
+
+class RunDirFollower : public QObject {
+    Q_OBJECT
+public:
+    explicit RunDirFollower(QObject* parent = nullptr);
+    ~RunDirFollower() override;
+
+    static constexpr int kPollMs = 200;
+
+    // Starts following `directory` from its beginning; replaces any previous directory.
+    void follow(const QString& directory);
+    void stop();
+    QString directory() const { return m_directory; }
+
+Q_SIGNALS:
+    void updated(const shard::widgets::FollowUpdate& update);
+    // A readable one-line message (missing run.json, unreadable file).
+    void failed(const QString& message);
+
+private:
+    QThread m_thread;
+    RunDirFollowerWorker* m_worker = nullptr;
+    QString m_directory;
+    quint64 m_generation = 0;
+};
+
+} // namespace shard::widgets
+
+Q_DECLARE_METATYPE(shard::widgets::FollowUpdate)

@@ -1,0 +1,159 @@
+// Run directory loading into plot columns, and config differences between runs.
+#include "widgets/run_series.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <QDir>
+#include <QFileInfo>
+
+#include "protocol/jsonl_reader.h"
+#include "protocol/run_dir.h"
+
+namespace shard::widgets {
+
+void RunSeries::append(const protocol::MetricRecord& r)
+{
+    step.append(double(r.step));
+    tokens.append(double(r.tokens));
+    wallTimeSec.append(r.wallTimeSec);
+    loss.append(r.loss);
+    lr.append(r.lr);
+    gradNorm.append(r.gradNorm);
+    tokensPerSec.append(r.tokensPerSec);
+    double peak = 0.0;
+    for (const auto& m : r.memory)
+        peak = std::max(peak, double(m.peakBytes));
+    peakBytes.append(peak);
+    if (!r.memory.empty())
+        lastMemory = r.memory;
+}
+
+const QVector<double>& RunSeries::xColumn(XAxisKind kind) const
+{
+    switch (kind) {
+    case XAxisKind::Tokens:
+        return tokens;
+    case XAxisKind::WallTime:
+        return wallTimeSec;
+    case XAxisKind::Step:
+        break;
+    }
+    return step;
+}
+
+Result<RunSeries> loadRunDirectory(const QString& directory)
+{
+    const QFileInfo info(directory);
+    if (!info.exists())
+        return Result<RunSeries>::failure(
+            QObject::tr("%1: no such folder; pick the folder a run wrote (it holds run.json)")
+                .arg(directory));
+    if (!info.isDir())
+        return Result<RunSeries>::failure(
+            QObject::tr("%1: not a folder; pick the run's folder, which holds run.json")
+                .arg(directory));
+    const protocol::RunDir dir(QDir(directory).absolutePath().toStdString());
+    RunSeries run;
+    run.directory = QString::fromStdString(dir.root());
+    run.id = run.directory;
+    std::ifstream specIn(dir.specFile());
+    if (!specIn)
+        return Result<RunSeries>::failure(
+            QObject::tr("%1: no run.json, so this is not a run folder; pick the folder given "
+                        "to --out when the run started")
+                .arg(directory));
+    try {
+        specIn >> run.config;
+    } catch (const std::exception& e) {
+        return Result<RunSeries>::failure(
+            QObject::tr("%1/run.json is not valid JSON (%2); the run folder is damaged")
+                .arg(directory, QString::fromUtf8(e.what())));
+    }
+    if (!run.config.is_object())
+        return Result<RunSeries>::failure(
+            QObject::tr("%1/run.json must hold a JSON object").arg(directory));
+    run.name = run.config.contains("name") && run.config["name"].is_string()
+            && !run.config["name"].get<std::string>().empty()
+        ? QString::fromStdString(run.config["name"].get<std::string>())
+        : QFileInfo(directory).fileName();
+
+    QString badLine;
+    protocol::readJsonlFile(
+        dir.metricsFile(), 0,
+        [&](const nlohmann::json& j, int64_t) {
+            try {
+                run.append(protocol::metricFromJson(j));
+            } catch (const std::exception& e) {
+                if (badLine.isEmpty())
+                    badLine = QString::fromUtf8(e.what());
+            }
+        },
+        {}, int64_t(1) << 40);
+    protocol::readJsonlFile(
+        dir.eventsFile(), 0,
+        [&](const nlohmann::json& j, int64_t) {
+            try {
+                run.events.push_back(protocol::eventFromJson(j));
+            } catch (const std::exception&) {
+            }
+        },
+        {}, int64_t(64) << 20);
+    return run;
+}
+
+namespace {
+
+void flatten(
+    const nlohmann::json& j, const std::string& prefix, std::map<std::string, std::string>& out)
+{
+    if (j.is_object() && !j.empty()) {
+        for (auto it = j.begin(); it != j.end(); ++it)
+            flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+    } else if (j.is_array() && !j.empty()
+        && std::any_of(
+            j.begin(), j.end(), [](const nlohmann::json& e) { return e.is_structured(); })) {
+        for (size_t i = 0; i < j.size(); ++i)
+            flatten(j[i], prefix + "." + std::to_string(i), out);
+    } else {
+        out[prefix] = j.is_string() ? j.get<std::string>() : j.dump();
+    }
+}
+
+} // namespace
+
+std::vector<ConfigDifference> differingConfigValues(const std::vector<nlohmann::json>& configs)
+{
+    std::vector<std::map<std::string, std::string>> flat(configs.size());
+    std::set<std::string> keys;
+    for (size_t i = 0; i < configs.size(); ++i) {
+        flatten(configs[i], "", flat[i]);
+        // Identity and location differ by construction; they name the columns instead.
+        flat[i].erase("name");
+        flat[i].erase("out");
+        for (const auto& [k, v] : flat[i])
+            keys.insert(k);
+    }
+    std::vector<ConfigDifference> out;
+    if (configs.size() < 2)
+        return out;
+    const QString missing = QStringLiteral("—");
+    for (const std::string& key : keys) {
+        ConfigDifference d;
+        d.key = QString::fromStdString(key);
+        bool differs = false;
+        for (size_t i = 0; i < flat.size(); ++i) {
+            auto it = flat[i].find(key);
+            d.values.append(it == flat[i].end() ? missing : QString::fromStdString(it->second));
+            if (i > 0 && d.values[int(i)] != d.values[0])
+                differs = true;
+        }
+        if (differs)
+            out.push_back(std::move(d));
+    }
+    return out;
+}
+
+} // namespace shard::widgets

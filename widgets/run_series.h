@@ -1,0 +1,47 @@
+// One run's metrics as plot-ready columns plus its resolved spec (run.json), loaded from a run
+// directory (DESIGN.md §3) or from the run store; and the list of config values that differ
+// between runs, for the Compare page.
+#pragma once
+
+#include <vector>
+
+#include <QString>
+#include <QStringList>
+#include <QVector>
+
+#include <nlohmann/json.hpp>
+
+#include "protocol/records.h"
+#include "widgets/live_plot.h"
+#include "widgets/result.h"
+
+namespace shard::widgets {
+
+struct RunSeries {
+    QString id;   // store id or run directory
+    QString name; // what the user sees
+    QString directory;
+    nlohmann::json config = nlohmann::json::object(); // run.json
+    QVector<double> step, tokens, wallTimeSec, loss, lr, gradNorm, tokensPerSec;
+    QVector<double> peakBytes; // largest peak over ranks, per record
+    std::vector<protocol::RankMemory> lastMemory;
+    std::vector<protocol::EventRecord> events;
+
+    void append(const protocol::MetricRecord& record);
+    const QVector<double>& xColumn(XAxisKind kind) const;
+    qsizetype size() const { return step.size(); }
+};
+
+// Reads <dir>/run.json, metrics.jsonl and events.jsonl. Blocking: call it off the UI thread.
+// A folder without run.json, or with a malformed one, is an error that says so.
+Result<RunSeries> loadRunDirectory(const QString& directory);
+
+struct ConfigDifference {
+    QString key;        // dotted path, e.g. "lr" or "data.0"
+    QStringList values; // one per run, "—" where the run lacks the key
+};
+
+// Keys whose values are not all equal across the configs, sorted by key.
+std::vector<ConfigDifference> differingConfigValues(const std::vector<nlohmann::json>& configs);
+
+} // namespace shard::widgets
