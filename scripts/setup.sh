@@ -15,6 +15,8 @@ PACKAGES=(
     libtorch-dev libgloo-dev libopenblas0-pthread
     # shared
     libspdlog-dev nlohmann-json3-dev libcli11-dev
+    # tokenizer: pre-tokenizer regexes (PCRE2 with JIT) and Unicode normalization (ICU)
+    libpcre2-dev libicu-dev
     # tests: offscreen GUI, real sshd and Slurm on loopback, reference values, tokenizer refs
     xvfb xauth openssh-server openssh-client slurm-wlm python3 python3-torch
     iproute2 procps psmisc util-linux

@@ -50,13 +50,18 @@ struct ModelSpec {
     double ropeTheta = 10000.0;
     RopeScaling ropeScaling;
     bool tieWordEmbeddings = false;
-    bool attentionBias = false; // q/k/v bias (Qwen2)
+    bool attentionBias = false; // q/k/v bias (Qwen2; Llama/Qwen3 attention_bias=true)
+    bool outputBias = false;    // o_proj bias (Llama/Qwen3 attention_bias=true; never Qwen2)
     bool qkNorm = false;        // per-head RMSNorm on q and k (Qwen3)
+    int64_t slidingWindow = 0;  // Mistral/Qwen2 sliding_window when in use; 0 = full attention
+    std::string torchDtype = "bfloat16"; // config.json "torch_dtype" of the stored weights
     int64_t bosTokenId = -1;
     int64_t eosTokenId = -1;
     std::optional<MoeSpec> moe;
 
     bool isMoe() const { return moe.has_value(); }
+    int64_t qDim() const { return numHeads * headDim; }    // q_proj rows
+    int64_t kvDim() const { return numKvHeads * headDim; } // k_proj / v_proj rows
 };
 
 // One parameter tensor exactly as Hugging Face names and shapes it.
@@ -80,7 +85,14 @@ std::vector<std::string> closePresetNames(const std::string& name, size_t max = 
 // A preset name or a path to a folder holding config.json.
 ModelSpec resolveModel(const std::string& presetOrPath);
 
+// Every parameter in Hugging Face state-dict order: embed_tokens, then per block self_attn
+// (q, k, v, o [+ bias], q_norm, k_norm), mlp (gate, up, down), input_layernorm,
+// post_attention_layernorm; then model.norm and lm_head (absent when tied).
 std::vector<ParamInfo> parameterTable(const ModelSpec& spec);
 int64_t parameterCount(const ModelSpec& spec);
+// Parameters that touch one token (MoE: shared + routed experts per token); = count when dense.
+int64_t activeParameterCount(const ModelSpec& spec);
+// Human-readable count, e.g. "6.74B", "15.7M".
+std::string formatParamCount(int64_t count);
 
 } // namespace shard::plan

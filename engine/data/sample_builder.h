@@ -1,0 +1,65 @@
+// Turns one JSONL record into token ids and labels (unpadded): plain text, Alpaca, chat (via
+// the model's chat template) and pre-tokenized records; validates records with a reason.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "tokenizer/chat_template.h"
+
+namespace shard::tokenizer {
+class Tokenizer;
+}
+
+namespace shard::data {
+
+enum class DataFormat { Auto, Text, Alpaca, Chat, Tokenized };
+
+// "auto", "text", "alpaca", "chat", "tokenized"; throws naming the accepted values.
+DataFormat parseDataFormat(std::string_view name);
+std::string dataFormatName(DataFormat format);
+
+// The format a record's keys indicate, or nullopt (then `why` says what was seen).
+std::optional<DataFormat> detectFormat(const nlohmann::json& record, std::string& why);
+
+// Empty when `record` is a valid record of `format`, else the reason (one line). vocabSize
+// bounds pre-tokenized ids (pass 0 to skip that check).
+std::string validateRecord(const nlohmann::json& record, DataFormat format, int64_t vocabSize);
+
+// Unpadded token ids and aligned labels of one record.
+struct Example {
+    std::vector<int32_t> ids;
+    std::vector<int32_t> labels;
+};
+
+class SampleBuilder {
+public:
+    // tokenizer may be null for pre-tokenized data only. chatTemplate: a name, or empty to
+    // detect from the tokenizer when the first chat record is built.
+    SampleBuilder(
+        const tokenizer::Tokenizer* tokenizer, bool trainOnPrompt, std::string chatTemplate = {});
+
+    // Resolves the chat template now (throws with the fix when unknown).
+    void requireChatTemplate();
+
+    // Builds a validated record. Text: BOS (as the tokenizer adds) + text + EOS, all labelled.
+    // Alpaca: the Alpaca prompt (masked unless trainOnPrompt) + output + EOS. Chat: the chat
+    // template; only assistant answers and their end-of-turn tokens are labelled unless
+    // trainOnPrompt. Tokenized: as given (labels default to input_ids).
+    Example build(const nlohmann::json& record, DataFormat format);
+
+private:
+    Example buildSegments(const std::vector<tokenizer::ChatSegment>& segments, bool addPrefix);
+
+    const tokenizer::Tokenizer* m_tokenizer;
+    bool m_trainOnPrompt;
+    std::string m_chatTemplateName;
+    std::optional<tokenizer::ChatTemplateKind> m_chatTemplate;
+};
+
+} // namespace shard::data

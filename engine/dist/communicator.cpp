@@ -1,0 +1,140 @@
+// Backend-independent parts of the Communicator: statistics, the traffic formulas, hybrid
+// groups, and the backend factory.
+#include "dist/communicator.h"
+
+#include <stdexcept>
+
+#include "dist/gloo_communicator.h"
+#include "dist/rank_env.h"
+#ifdef SHARD_HAVE_NCCL
+#include "dist/nccl_communicator.h"
+#endif
+
+namespace shard::dist {
+
+namespace {
+
+class DoneWork final : public Work {
+public:
+    void wait() override { }
+};
+
+} // namespace
+
+int binomialBroadcastSends(int rank, int root, int worldSize)
+{
+    // Gloo's broadcast is a binomial tree over virtual ranks v = rank - root (mod W): in round
+    // k every v < 2^k that already has the data sends it to v + 2^k (if that exists).
+    const int v = (rank - root + worldSize) % worldSize;
+    int sends = 0;
+    for (int step = 1; step < worldSize; step *= 2)
+        if (v < step && v + step < worldSize)
+            ++sends;
+    return sends;
+}
+
+const char* collectiveName(Collective kind)
+{
+    switch (kind) {
+    case Collective::AllGather:
+        return "all_gather";
+    case Collective::ReduceScatter:
+        return "reduce_scatter";
+    case Collective::AllReduce:
+        return "all_reduce";
+    case Collective::Broadcast:
+        return "broadcast";
+    case Collective::Barrier:
+        return "barrier";
+    }
+    return "unknown";
+}
+
+int64_t CommStats::totalBytes() const
+{
+    int64_t total = 0;
+    for (int64_t b : bytesSent)
+        total += b;
+    return total;
+}
+
+WorkPtr completedWork()
+{
+    static WorkPtr done = std::make_shared<DoneWork>();
+    return done;
+}
+
+void Communicator::count(Collective kind, int64_t bytes)
+{
+    m_stats.bytesSent[static_cast<size_t>(kind)] += bytes;
+    m_stats.calls[static_cast<size_t>(kind)] += 1;
+}
+
+int64_t trafficBytes(const std::string& backend, Collective kind, int64_t numel,
+    int64_t elementSize, int worldSize, int rank, int root)
+{
+    const int64_t w = worldSize;
+    if (w <= 1 || numel == 0)
+        return 0;
+    const int64_t bytes = numel * elementSize;
+    switch (kind) {
+    case Collective::AllGather:
+    case Collective::ReduceScatter:
+        return (w - 1) * (bytes / w);
+    case Collective::AllReduce: {
+        const int64_t slot = (numel + w - 1) / w;
+        return 2 * (w - 1) * slot * elementSize;
+    }
+    case Collective::Broadcast:
+        if (backend == "nccl")
+            return rank == (root + worldSize - 1) % worldSize ? 0 : bytes;
+        return binomialBroadcastSends(rank, root, worldSize) * bytes;
+    case Collective::Barrier:
+        return 0;
+    }
+    return 0;
+}
+
+HybridGroups makeHybridGroups(Communicator& world, int shardGroupSize)
+{
+    const int w = world.worldSize();
+    if (shardGroupSize < 1 || w % shardGroupSize != 0)
+        throw std::invalid_argument("hybrid: shard group size " + std::to_string(shardGroupSize)
+            + " does not divide the world size " + std::to_string(w)
+            + "; pick --shard-group from the divisors of the rank count");
+    HybridGroups groups;
+    const int g = shardGroupSize;
+    for (int first = 0; first < w; first += g) {
+        std::vector<int> ranks;
+        for (int r = first; r < first + g; ++r)
+            ranks.push_back(r);
+        if (auto c = world.newGroup(ranks))
+            groups.shard = c;
+    }
+    for (int i = 0; i < g; ++i) {
+        std::vector<int> ranks;
+        for (int r = i; r < w; r += g)
+            ranks.push_back(r);
+        if (auto c = world.newGroup(ranks))
+            groups.replicate = c;
+    }
+    return groups;
+}
+
+std::shared_ptr<Communicator> createCommunicator(const std::string& backend, const RankEnv& env)
+{
+    if (backend == "gloo")
+        return GlooCommunicator::create(env);
+    if (backend == "nccl") {
+#ifdef SHARD_HAVE_NCCL
+        return NcclCommunicator::create(env);
+#else
+        throw std::runtime_error("this shard-worker was built without NCCL (CUDA/NCCL not found "
+                                 "at configure time); use --backend gloo or rebuild with CUDA");
+#endif
+    }
+    throw std::runtime_error(
+        "unknown communication backend '" + backend + "' (supported: gloo, nccl)");
+}
+
+} // namespace shard::dist

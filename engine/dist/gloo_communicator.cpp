@@ -1,0 +1,329 @@
+// Gloo backend. Every collective checks its arguments first and says what is wrong; the
+// c10d::Work is wrapped so that wait() also runs the local part of composite operations.
+#include "dist/gloo_communicator.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <stdexcept>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "dist/rank_env.h"
+#include "dist/store.h"
+
+namespace shard::dist {
+
+namespace {
+
+using c10d::ProcessGroupGloo;
+
+std::chrono::milliseconds toMs(double seconds)
+{
+    return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+}
+
+// Gloo in 1.13 has no bf16: such tensors travel as bytes (only where no arithmetic happens).
+bool glooLacksType(at::ScalarType t)
+{
+    return t == at::kBFloat16;
+}
+
+at::Tensor wire(const at::Tensor& t)
+{
+    at::Tensor v = t.variable_data().view({-1});
+    return glooLacksType(t.scalar_type()) ? v.view(at::kByte) : v;
+}
+
+void checkTensor(const at::Tensor& t, const char* op, const char* name)
+{
+    if (!t.defined())
+        throw std::invalid_argument(std::string(op) + ": " + name + " is undefined");
+    if (!t.device().is_cpu())
+        throw std::invalid_argument(std::string(op) + ": " + name + " is on " + t.device().str()
+            + "; the gloo backend takes CPU tensors");
+    if (!t.is_contiguous())
+        throw std::invalid_argument(
+            std::string(op) + ": " + name + " must be contiguous (call .contiguous())");
+}
+
+class GlooWork final : public Work {
+public:
+    GlooWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish)
+        : m_work(std::move(work))
+        , m_finish(std::move(finish))
+    {
+    }
+    void wait() override
+    {
+        if (m_done)
+            return;
+        m_work->wait();
+        if (m_finish)
+            m_finish();
+        m_done = true;
+        m_finish = nullptr;
+        m_work.reset();
+    }
+
+private:
+    c10::intrusive_ptr<c10d::Work> m_work;
+    std::function<void()> m_finish;
+    bool m_done = false;
+};
+
+// Runs `next` once `first` is done, then waits for it and runs `finish`.
+class ChainWork final : public Work {
+public:
+    ChainWork(WorkPtr first, std::function<WorkPtr()> next, std::function<void()> finish)
+        : m_first(std::move(first))
+        , m_next(std::move(next))
+        , m_finish(std::move(finish))
+    {
+    }
+    void wait() override
+    {
+        if (m_done)
+            return;
+        m_first->wait();
+        WorkPtr second = m_next();
+        second->wait();
+        m_finish();
+        m_done = true;
+        m_next = nullptr;
+        m_finish = nullptr;
+    }
+
+private:
+    WorkPtr m_first;
+    std::function<WorkPtr()> m_next;
+    std::function<void()> m_finish;
+    bool m_done = false;
+};
+
+} // namespace
+
+struct GlooCommunicator::Shared {
+    c10::intrusive_ptr<c10d::Store> store;
+    std::shared_ptr<::gloo::transport::Device> device;
+    std::chrono::milliseconds timeout {};
+};
+
+GlooCommunicator::GlooCommunicator(int rank, int worldSize, std::shared_ptr<Shared> shared,
+    c10::intrusive_ptr<ProcessGroupGloo> group)
+    : Communicator(rank, worldSize)
+    , m_shared(std::move(shared))
+    , m_group(std::move(group))
+{
+}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+std::shared_ptr<GlooCommunicator> GlooCommunicator::create(const RankEnv& env)
+{
+    auto shared = std::make_shared<Shared>();
+    shared->timeout = toMs(env.collectiveTimeoutSec);
+    if (env.worldSize == 1)
+        return std::shared_ptr<GlooCommunicator>(new GlooCommunicator(0, 1, shared, {}));
+
+    shared->store = connectStore(env);
+
+    // Gloo's pairs bind to this address: loopback for local runs, else the named interface or
+    // this host's address.
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+        shared->device = ProcessGroupGloo::createDeviceForInterface(ifname);
+    else if (env.masterAddr == "127.0.0.1" || env.masterAddr == "localhost"
+        || env.masterAddr == "::1")
+        shared->device = ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+    else
+        shared->device = ProcessGroupGloo::createDefaultDevice();
+
+    auto options = ProcessGroupGloo::Options::create(shared->timeout);
+    options->devices.push_back(shared->device);
+    auto store = c10::make_intrusive<c10d::PrefixStore>("world/", shared->store);
+    c10::intrusive_ptr<ProcessGroupGloo> group;
+    try {
+        group = c10::make_intrusive<ProcessGroupGloo>(store, env.rank, env.worldSize, options);
+    } catch (const std::exception& e) {
+        std::string what = e.what();
+        throw std::runtime_error("rank " + std::to_string(env.rank)
+            + ": connecting the gloo process group failed: " + what.substr(0, what.find('\n')));
+    }
+    auto comm = std::shared_ptr<GlooCommunicator>(
+        new GlooCommunicator(env.rank, env.worldSize, shared, group));
+    comm->m_prefix = "world/";
+    return comm;
+}
+
+std::shared_ptr<Communicator> GlooCommunicator::newGroup(const std::vector<int>& ranks)
+{
+    const std::string prefix = m_prefix + "g" + std::to_string(m_groupCounter++) + "/";
+    if (ranks.empty())
+        throw std::invalid_argument("newGroup: empty rank list");
+    int myIndex = -1;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+        if (ranks[i] < 0 || ranks[i] >= worldSize() || (i > 0 && ranks[i] <= ranks[i - 1]))
+            throw std::invalid_argument("newGroup: ranks must be ascending, unique and in 0.."
+                + std::to_string(worldSize() - 1));
+        if (ranks[i] == rank())
+            myIndex = static_cast<int>(i);
+    }
+    if (myIndex < 0)
+        return nullptr;
+    const int size = static_cast<int>(ranks.size());
+    if (size == 1 || !m_group) {
+        auto comm = std::shared_ptr<GlooCommunicator>(new GlooCommunicator(0, 1, m_shared, {}));
+        comm->m_prefix = prefix;
+        return comm;
+    }
+    auto options = ProcessGroupGloo::Options::create(m_shared->timeout);
+    options->devices.push_back(m_shared->device);
+    auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, m_shared->store);
+    auto group = c10::make_intrusive<ProcessGroupGloo>(store, myIndex, size, options);
+    auto comm
+        = std::shared_ptr<GlooCommunicator>(new GlooCommunicator(myIndex, size, m_shared, group));
+    comm->m_prefix = prefix;
+    return comm;
+}
+
+WorkPtr GlooCommunicator::allGather(const at::Tensor& output, const at::Tensor& input)
+{
+    checkTensor(output, "allGather", "output");
+    checkTensor(input, "allGather", "input");
+    const int64_t w = worldSize();
+    if (output.scalar_type() != input.scalar_type())
+        throw std::invalid_argument("allGather: output is "
+            + std::string(c10::toString(output.scalar_type())) + " but input is "
+            + c10::toString(input.scalar_type()));
+    if (output.numel() != w * input.numel())
+        throw std::invalid_argument("allGather: output has " + std::to_string(output.numel())
+            + " elements, expected world size x input = " + std::to_string(w * input.numel()));
+    if (w == 1 || input.numel() == 0) {
+        if (output.data_ptr() != input.data_ptr())
+            output.variable_data().view({-1}).copy_(input.view({-1}));
+        return completedWork();
+    }
+    count(Collective::AllGather,
+        trafficBytes("gloo", Collective::AllGather, output.numel(), output.element_size(),
+            worldSize(), rank(), 0));
+    return issueAllGather(output, input);
+}
+
+WorkPtr GlooCommunicator::issueAllGather(const at::Tensor& output, const at::Tensor& input)
+{
+    const int64_t w = worldSize();
+    at::Tensor out = wire(output);
+    const int64_t slot = out.numel() / w;
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int64_t r = 0; r < w; ++r)
+        outputs[0].push_back(out.narrow(0, r * slot, slot));
+    std::vector<at::Tensor> inputs {wire(input)};
+    return std::make_shared<GlooWork>(m_group->allgather(outputs, inputs), nullptr);
+}
+
+WorkPtr GlooCommunicator::reduceScatter(const at::Tensor& output, const at::Tensor& input)
+{
+    checkTensor(output, "reduceScatter", "output");
+    checkTensor(input, "reduceScatter", "input");
+    const int64_t w = worldSize();
+    if (output.scalar_type() != input.scalar_type())
+        throw std::invalid_argument("reduceScatter: output and input dtypes differ");
+    if (input.numel() != w * output.numel())
+        throw std::invalid_argument("reduceScatter: input has " + std::to_string(input.numel())
+            + " elements, expected world size x output = " + std::to_string(w * output.numel()));
+    if (w == 1 || output.numel() == 0) {
+        if (output.data_ptr() != input.data_ptr())
+            output.variable_data().view({-1}).copy_(input.view({-1}));
+        return completedWork();
+    }
+    count(Collective::ReduceScatter,
+        trafficBytes("gloo", Collective::ReduceScatter, input.numel(), input.element_size(),
+            worldSize(), rank(), 0));
+    return issueReduceScatter(output, input);
+}
+
+WorkPtr GlooCommunicator::issueReduceScatter(const at::Tensor& output, const at::Tensor& input)
+{
+    const int64_t w = worldSize();
+    // All-to-all sends slot j of our input to rank j: rank r receives every rank's slot r, in
+    // rank order, and sums them locally. Traffic (W-1)/W of the input, like a ring.
+    const int64_t c = output.numel();
+    at::Tensor received = at::empty({w * c}, input.options());
+    at::Tensor sendBuf = wire(input);
+    at::Tensor recvBuf = wire(received);
+    std::vector<int64_t> splits; // empty: equal splits
+    auto work = m_group->alltoall_base(recvBuf, sendBuf, splits, splits);
+    at::Tensor out = output.variable_data().view({-1});
+    return std::make_shared<GlooWork>(work, [received, out, w, c]() mutable {
+        // Summed in rank order, so every rank's result is bit-identical to a 1-rank reference
+        // that adds the W slots in the same order.
+        at::Tensor slots = received.view({w, c});
+        at::Tensor acc = slots[0].clone();
+        for (int64_t r = 1; r < w; ++r)
+            acc.add_(slots[r]);
+        out.copy_(acc);
+    });
+}
+
+WorkPtr GlooCommunicator::allReduce(const at::Tensor& tensor)
+{
+    checkTensor(tensor, "allReduce", "tensor");
+    const int64_t w = worldSize();
+    if (w == 1 || tensor.numel() == 0)
+        return completedWork();
+    if (!glooLacksType(tensor.scalar_type())) {
+        std::vector<at::Tensor> tensors {tensor.variable_data().view({-1})};
+        c10d::AllreduceOptions opts;
+        opts.reduceOp = c10d::ReduceOp::SUM;
+        count(Collective::AllReduce,
+            trafficBytes("gloo", Collective::AllReduce, tensor.numel(), tensor.element_size(),
+                worldSize(), rank(), 0));
+        return std::make_shared<GlooWork>(m_group->allreduce(tensors, opts), nullptr);
+    }
+    // bf16: reduce-scatter (all-to-all + local sum) then all-gather of the slots, on a buffer
+    // padded to W equal slots: the same 2(W-1)/W traffic as a ring all-reduce, booked as one
+    // all-reduce.
+    const int64_t n = tensor.numel();
+    const int64_t c = (n + w - 1) / w;
+    at::Tensor padded = at::zeros({w * c}, tensor.options());
+    at::Tensor flat = tensor.variable_data().view({-1});
+    padded.narrow(0, 0, n).copy_(flat);
+    at::Tensor mine = padded.narrow(0, rank() * c, c);
+    count(Collective::AllReduce,
+        trafficBytes(
+            "gloo", Collective::AllReduce, n, tensor.element_size(), worldSize(), rank(), 0));
+    WorkPtr first = issueReduceScatter(mine, padded);
+    return std::make_shared<ChainWork>(
+        first, [this, padded, mine]() { return issueAllGather(padded, mine); },
+        [padded, flat, n]() mutable { flat.copy_(padded.narrow(0, 0, n)); });
+}
+
+WorkPtr GlooCommunicator::broadcast(const at::Tensor& tensor, int root)
+{
+    checkTensor(tensor, "broadcast", "tensor");
+    if (root < 0 || root >= worldSize())
+        throw std::invalid_argument("broadcast: root " + std::to_string(root) + " is outside 0.."
+            + std::to_string(worldSize() - 1));
+    if (worldSize() == 1 || tensor.numel() == 0)
+        return completedWork();
+    std::vector<at::Tensor> tensors {wire(tensor)};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    count(Collective::Broadcast,
+        trafficBytes("gloo", Collective::Broadcast, tensor.numel(), tensor.element_size(),
+            worldSize(), rank(), root));
+    return std::make_shared<GlooWork>(m_group->broadcast(tensors, opts), nullptr);
+}
+
+void GlooCommunicator::barrier()
+{
+    count(Collective::Barrier, 0);
+    if (worldSize() == 1)
+        return;
+    m_group->barrier()->wait();
+}
+
+} // namespace shard::dist

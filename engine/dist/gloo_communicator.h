@@ -1,0 +1,51 @@
+// Communicator on CPU over c10d::ProcessGroupGloo + c10d::TCPStore, with the workarounds for
+// LibTorch 1.13's Gloo (no flat all-gather, no reduce-scatter, no AVG, no bf16): list-form
+// all-gather into views of the flat output, reduce-scatter as all-to-all + local sum (same
+// traffic as a ring reduce-scatter), bf16 as bytes, results handed to Gloo through
+// variable_data() so autograd's version counters are not bumped from Gloo's threads.
+#pragma once
+
+#include <memory>
+
+#include <c10/util/intrusive_ptr.h>
+
+#include "dist/communicator.h"
+
+namespace c10d {
+class Store;
+class ProcessGroupGloo;
+} // namespace c10d
+
+namespace shard::dist {
+
+struct RankEnv;
+
+class GlooCommunicator final : public Communicator {
+public:
+    // Rendezvous through a TCPStore on env.masterAddr:env.masterPort (rank 0 serves it).
+    static std::shared_ptr<GlooCommunicator> create(const RankEnv& env);
+    ~GlooCommunicator() override;
+
+    std::string backend() const override { return "gloo"; }
+    WorkPtr allGather(const at::Tensor& output, const at::Tensor& input) override;
+    WorkPtr reduceScatter(const at::Tensor& output, const at::Tensor& input) override;
+    WorkPtr allReduce(const at::Tensor& tensor) override;
+    WorkPtr broadcast(const at::Tensor& tensor, int root) override;
+    void barrier() override;
+    std::shared_ptr<Communicator> newGroup(const std::vector<int>& ranks) override;
+
+private:
+    struct Shared;
+    // The collectives without counting (composite operations count once, as a whole).
+    WorkPtr issueAllGather(const at::Tensor& output, const at::Tensor& input);
+    WorkPtr issueReduceScatter(const at::Tensor& output, const at::Tensor& input);
+    GlooCommunicator(int rank, int worldSize, std::shared_ptr<Shared> shared,
+        c10::intrusive_ptr<c10d::ProcessGroupGloo> group);
+
+    std::shared_ptr<Shared> m_shared; // store, device, timeouts, group counter
+    c10::intrusive_ptr<c10d::ProcessGroupGloo> m_group;
+    int m_groupCounter = 0;
+    std::string m_prefix;
+};
+
+} // namespace shard::dist

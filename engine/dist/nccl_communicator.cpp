@@ -1,0 +1,276 @@
+// NCCL backend. Every NCCL and CUDA call goes through a check macro that names file and line.
+#include "dist/nccl_communicator.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#ifdef SHARD_TORCH_HAS_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "dist/rank_env.h"
+#include "dist/store.h"
+
+#define SHARD_CUDA_CHECK(call)                                                                     \
+    do {                                                                                           \
+        cudaError_t err_ = (call);                                                                 \
+        if (err_ != cudaSuccess)                                                                   \
+            throw std::runtime_error(std::string("CUDA error at " __FILE__ ":")                    \
+                + std::to_string(__LINE__) + " (" #call "): " + cudaGetErrorString(err_));         \
+    } while (0)
+
+#define SHARD_NCCL_CHECK(call)                                                                     \
+    do {                                                                                           \
+        ncclResult_t res_ = (call);                                                                \
+        if (res_ != ncclSuccess)                                                                   \
+            throw std::runtime_error(std::string("NCCL error at " __FILE__ ":")                    \
+                + std::to_string(__LINE__) + " (" #call "): " + ncclGetErrorString(res_));         \
+    } while (0)
+
+namespace shard::dist {
+
+struct NcclCommunicator::State {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+    int device = 0;
+    ~State()
+    {
+        if (comm)
+            ncclCommDestroy(comm);
+        if (stream)
+            cudaStreamDestroy(stream);
+    }
+};
+
+namespace {
+
+// The stream LibTorch computes on: the current stream of a CUDA LibTorch, else the legacy
+// default stream (LibTorch's default when nobody sets another).
+cudaStream_t computeStream()
+{
+#ifdef SHARD_TORCH_HAS_CUDA
+    return c10::cuda::getCurrentCUDAStream().stream();
+#else
+    return nullptr;
+#endif
+}
+
+ncclDataType_t ncclType(const at::Tensor& t, const char* op)
+{
+    switch (t.scalar_type()) {
+    case at::kFloat:
+        return ncclFloat32;
+    case at::kDouble:
+        return ncclFloat64;
+    case at::kHalf:
+        return ncclFloat16;
+    case at::kBFloat16:
+        return ncclBfloat16;
+    case at::kInt:
+        return ncclInt32;
+    case at::kLong:
+        return ncclInt64;
+    case at::kByte:
+        return ncclUint8;
+    default:
+        throw std::invalid_argument(std::string(op) + ": dtype " + c10::toString(t.scalar_type())
+            + " is not supported by the NCCL backend");
+    }
+}
+
+void checkTensor(const at::Tensor& t, const char* op, const char* name)
+{
+    if (!t.defined())
+        throw std::invalid_argument(std::string(op) + ": " + name + " is undefined");
+    if (!t.device().is_cuda())
+        throw std::invalid_argument(std::string(op) + ": " + name + " is on " + t.device().str()
+            + "; the nccl backend takes CUDA tensors");
+    if (!t.is_contiguous())
+        throw std::invalid_argument(
+            std::string(op) + ": " + name + " must be contiguous (call .contiguous())");
+}
+
+// Issued on the communication stream; wait() orders the compute stream after it.
+class NcclWork final : public Work {
+public:
+    NcclWork(cudaEvent_t done, std::shared_ptr<NcclCommunicator::State> state)
+        : m_done(done)
+        , m_state(std::move(state))
+    {
+    }
+    ~NcclWork() override { cudaEventDestroy(m_done); }
+    void wait() override { SHARD_CUDA_CHECK(cudaStreamWaitEvent(computeStream(), m_done, 0)); }
+
+private:
+    cudaEvent_t m_done;
+    std::shared_ptr<NcclCommunicator::State> m_state; // keeps the stream alive
+};
+
+template<typename Issue>
+WorkPtr launch(const std::shared_ptr<NcclCommunicator::State>& state, Issue issue)
+{
+    SHARD_CUDA_CHECK(cudaSetDevice(state->device));
+    cudaEvent_t ready = nullptr;
+    SHARD_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    SHARD_CUDA_CHECK(cudaEventRecord(ready, computeStream()));
+    SHARD_CUDA_CHECK(cudaStreamWaitEvent(state->stream, ready, 0));
+    cudaEventDestroy(ready);
+    issue(state->stream);
+    cudaEvent_t done = nullptr;
+    SHARD_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    SHARD_CUDA_CHECK(cudaEventRecord(done, state->stream));
+    return std::make_shared<NcclWork>(done, state);
+}
+
+} // namespace
+
+NcclCommunicator::NcclCommunicator(int rank, int worldSize, std::shared_ptr<State> state)
+    : Communicator(rank, worldSize)
+    , m_state(std::move(state))
+{
+}
+
+NcclCommunicator::~NcclCommunicator() = default;
+
+std::shared_ptr<NcclCommunicator> NcclCommunicator::create(const RankEnv& env)
+{
+    int devices = 0;
+    SHARD_CUDA_CHECK(cudaGetDeviceCount(&devices));
+    if (env.localRank >= devices)
+        throw std::runtime_error("nccl: LOCAL_RANK " + std::to_string(env.localRank)
+            + " has no GPU (this node has " + std::to_string(devices)
+            + "); use --nproc-per-node <= the GPU count");
+    auto state = std::make_shared<State>();
+    state->device = env.localRank;
+    SHARD_CUDA_CHECK(cudaSetDevice(state->device));
+    SHARD_CUDA_CHECK(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
+
+    ncclUniqueId id;
+    if (env.worldSize > 1) {
+        auto store = connectStore(env);
+        const std::string key = "nccl/unique_id";
+        if (env.rank == 0) {
+            SHARD_NCCL_CHECK(ncclGetUniqueId(&id));
+            std::vector<uint8_t> bytes(sizeof id);
+            std::memcpy(bytes.data(), &id, sizeof id);
+            store->set(key, bytes);
+        }
+        std::vector<uint8_t> bytes = store->get(key);
+        if (bytes.size() != sizeof id)
+            throw std::runtime_error("nccl: the unique id in the store has the wrong size");
+        std::memcpy(&id, bytes.data(), sizeof id);
+    } else {
+        SHARD_NCCL_CHECK(ncclGetUniqueId(&id));
+    }
+    SHARD_NCCL_CHECK(ncclCommInitRank(&state->comm, env.worldSize, id, env.rank));
+    return std::shared_ptr<NcclCommunicator>(new NcclCommunicator(env.rank, env.worldSize, state));
+}
+
+std::shared_ptr<Communicator> NcclCommunicator::newGroup(const std::vector<int>& ranks)
+{
+    int myIndex = -1;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+        if (ranks[i] < 0 || ranks[i] >= worldSize() || (i > 0 && ranks[i] <= ranks[i - 1]))
+            throw std::invalid_argument("newGroup: ranks must be ascending, unique and in 0.."
+                + std::to_string(worldSize() - 1));
+        if (ranks[i] == rank())
+            myIndex = static_cast<int>(i);
+    }
+    ncclComm_t sub = nullptr;
+    SHARD_NCCL_CHECK(ncclCommSplit(m_state->comm, myIndex < 0 ? NCCL_SPLIT_NOCOLOR : 0,
+        myIndex < 0 ? 0 : myIndex, &sub, nullptr));
+    if (myIndex < 0)
+        return nullptr;
+    auto state = std::make_shared<State>();
+    state->device = m_state->device;
+    state->comm = sub;
+    SHARD_CUDA_CHECK(cudaSetDevice(state->device));
+    SHARD_CUDA_CHECK(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
+    return std::shared_ptr<NcclCommunicator>(
+        new NcclCommunicator(myIndex, static_cast<int>(ranks.size()), state));
+}
+
+WorkPtr NcclCommunicator::allGather(const at::Tensor& output, const at::Tensor& input)
+{
+    checkTensor(output, "allGather", "output");
+    checkTensor(input, "allGather", "input");
+    if (output.scalar_type() != input.scalar_type()
+        || output.numel() != worldSize() * input.numel())
+        throw std::invalid_argument("allGather: output must have world size x input elements "
+                                    "of the input's dtype");
+    count(Collective::AllGather,
+        trafficBytes("nccl", Collective::AllGather, output.numel(), output.element_size(),
+            worldSize(), rank(), 0));
+    auto type = ncclType(input, "allGather");
+    return launch(m_state, [&](cudaStream_t s) {
+        SHARD_NCCL_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(),
+            static_cast<size_t>(input.numel()), type, m_state->comm, s));
+    });
+}
+
+WorkPtr NcclCommunicator::reduceScatter(const at::Tensor& output, const at::Tensor& input)
+{
+    checkTensor(output, "reduceScatter", "output");
+    checkTensor(input, "reduceScatter", "input");
+    if (output.scalar_type() != input.scalar_type()
+        || input.numel() != worldSize() * output.numel())
+        throw std::invalid_argument("reduceScatter: input must have world size x output "
+                                    "elements of the output's dtype");
+    count(Collective::ReduceScatter,
+        trafficBytes("nccl", Collective::ReduceScatter, input.numel(), input.element_size(),
+            worldSize(), rank(), 0));
+    auto type = ncclType(input, "reduceScatter");
+    return launch(m_state, [&](cudaStream_t s) {
+        SHARD_NCCL_CHECK(ncclReduceScatter(input.data_ptr(), output.data_ptr(),
+            static_cast<size_t>(output.numel()), type, ncclSum, m_state->comm, s));
+    });
+}
+
+WorkPtr NcclCommunicator::allReduce(const at::Tensor& tensor)
+{
+    checkTensor(tensor, "allReduce", "tensor");
+    count(Collective::AllReduce,
+        trafficBytes("nccl", Collective::AllReduce, tensor.numel(), tensor.element_size(),
+            worldSize(), rank(), 0));
+    auto type = ncclType(tensor, "allReduce");
+    return launch(m_state, [&](cudaStream_t s) {
+        SHARD_NCCL_CHECK(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(),
+            static_cast<size_t>(tensor.numel()), type, ncclSum, m_state->comm, s));
+    });
+}
+
+WorkPtr NcclCommunicator::broadcast(const at::Tensor& tensor, int root)
+{
+    checkTensor(tensor, "broadcast", "tensor");
+    if (root < 0 || root >= worldSize())
+        throw std::invalid_argument("broadcast: root " + std::to_string(root) + " is outside 0.."
+            + std::to_string(worldSize() - 1));
+    count(Collective::Broadcast,
+        trafficBytes("nccl", Collective::Broadcast, tensor.numel(), tensor.element_size(),
+            worldSize(), rank(), root));
+    auto type = ncclType(tensor, "broadcast");
+    return launch(m_state, [&](cudaStream_t s) {
+        SHARD_NCCL_CHECK(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(),
+            static_cast<size_t>(tensor.numel()), type, root, m_state->comm, s));
+    });
+}
+
+void NcclCommunicator::barrier()
+{
+    count(Collective::Barrier, 0);
+    SHARD_CUDA_CHECK(cudaSetDevice(m_state->device));
+    void* one = nullptr;
+    SHARD_CUDA_CHECK(cudaMalloc(&one, sizeof(float)));
+    SHARD_CUDA_CHECK(cudaMemsetAsync(one, 0, sizeof(float), m_state->stream));
+    SHARD_NCCL_CHECK(
+        ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, m_state->comm, m_state->stream));
+    SHARD_CUDA_CHECK(cudaStreamSynchronize(m_state->stream));
+    SHARD_CUDA_CHECK(cudaFree(one));
+}
+
+} // namespace shard::dist

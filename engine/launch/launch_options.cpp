@@ -1,0 +1,148 @@
+// Resolution and validation of the launcher's options (flags, Slurm environment, defaults).
+#include "launch/launch_options.h"
+
+#include <cstdlib>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace shard::launch {
+
+namespace {
+
+std::optional<std::string> lookup(const Environment& env, const std::string& name)
+{
+    auto it = env.find(name);
+    if (it == env.end() || it->second.empty())
+        return std::nullopt;
+    return it->second;
+}
+
+int parseInt(const std::string& value, const std::string& what)
+{
+    try {
+        size_t used = 0;
+        long v = std::stol(value, &used);
+        if (used != value.size())
+            throw std::invalid_argument(what);
+        return static_cast<int>(v);
+    } catch (const std::exception&) {
+        throw std::invalid_argument(what + ": '" + value + "' is not an integer");
+    }
+}
+
+} // namespace
+
+Environment currentEnvironment()
+{
+    Environment env;
+    for (char** e = environ; e && *e; ++e) {
+        std::string entry(*e);
+        auto eq = entry.find('=');
+        if (eq != std::string::npos)
+            env[entry.substr(0, eq)] = entry.substr(eq + 1);
+    }
+    return env;
+}
+
+std::string firstSlurmHost(const std::string& nodeList)
+{
+    // The first item at bracket depth 0.
+    int depth = 0;
+    size_t end = nodeList.size();
+    for (size_t i = 0; i < nodeList.size(); ++i) {
+        if (nodeList[i] == '[')
+            ++depth;
+        else if (nodeList[i] == ']')
+            --depth;
+        else if (nodeList[i] == ',' && depth == 0) {
+            end = i;
+            break;
+        }
+    }
+    std::string item = nodeList.substr(0, end);
+    auto open = item.find('[');
+    if (open == std::string::npos)
+        return item;
+    auto close = item.find(']', open);
+    if (close == std::string::npos)
+        throw std::invalid_argument("SLURM_JOB_NODELIST: unbalanced '[' in '" + nodeList + "'");
+    std::string range = item.substr(open + 1, close - open - 1);
+    std::string first = range.substr(0, range.find_first_of(",-"));
+    return item.substr(0, open) + first + item.substr(close + 1);
+}
+
+LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environment& env)
+{
+    LaunchOptions o;
+    const bool slurm = lookup(env, "SLURM_JOB_ID").has_value();
+
+    o.nprocPerNode = request.nprocPerNode.value_or(1);
+    if (request.nnodes)
+        o.nnodes = *request.nnodes;
+    else if (slurm && lookup(env, "SLURM_NNODES"))
+        o.nnodes = parseInt(*lookup(env, "SLURM_NNODES"), "SLURM_NNODES");
+    if (request.nodeRank)
+        o.nodeRank = *request.nodeRank;
+    else if (slurm && o.nnodes > 1 && lookup(env, "SLURM_NODEID"))
+        o.nodeRank = parseInt(*lookup(env, "SLURM_NODEID"), "SLURM_NODEID");
+    if (request.masterAddr)
+        o.masterAddr = *request.masterAddr;
+    else if (slurm && o.nnodes > 1 && lookup(env, "SLURM_JOB_NODELIST"))
+        o.masterAddr = firstSlurmHost(*lookup(env, "SLURM_JOB_NODELIST"));
+    if (request.masterPort)
+        o.masterPort = *request.masterPort;
+    else if (slurm && o.nnodes > 1)
+        o.masterPort = 20000 + parseInt(*lookup(env, "SLURM_JOB_ID"), "SLURM_JOB_ID") % 20000;
+
+    o.rdzvTimeoutSec = request.rdzvTimeoutSec;
+    o.gracePeriodSec = request.gracePeriodSec;
+    o.workerArgs = request.workerArgs;
+
+    if (request.runDir) {
+        o.runDir = *request.runDir;
+    } else {
+        for (size_t i = 0; i + 1 < o.workerArgs.size(); ++i)
+            if (o.workerArgs[i] == "--out")
+                o.runDir = o.workerArgs[i + 1];
+        for (const auto& a : o.workerArgs)
+            if (a.rfind("--out=", 0) == 0)
+                o.runDir = a.substr(6);
+    }
+
+    if (o.workerArgs.empty())
+        throw std::invalid_argument(
+            "launch: no worker command; add it after '--', e.g. 'launch --nproc-per-node 2 -- "
+            "train --model DIR ...'");
+    if (o.workerArgs.front() == "launch")
+        throw std::invalid_argument("launch: the worker command cannot be 'launch' again");
+    if (o.runDir.empty())
+        throw std::invalid_argument(
+            "launch: no run directory; pass --run-dir DIR or give the worker '--out DIR'");
+    if (o.nprocPerNode < 1 || o.nprocPerNode > 1024)
+        throw std::invalid_argument("launch: --nproc-per-node must be between 1 and 1024, got "
+            + std::to_string(o.nprocPerNode));
+    if (o.nnodes < 1)
+        throw std::invalid_argument(
+            "launch: --nnodes must be at least 1, got " + std::to_string(o.nnodes));
+    if (o.nodeRank < 0 || o.nodeRank >= o.nnodes)
+        throw std::invalid_argument("launch: --node-rank " + std::to_string(o.nodeRank)
+            + " is outside 0.." + std::to_string(o.nnodes - 1) + " (--nnodes "
+            + std::to_string(o.nnodes) + ")");
+    if (o.masterPort < 0 || o.masterPort > 65535)
+        throw std::invalid_argument(
+            "launch: --master-port must be 0..65535, got " + std::to_string(o.masterPort));
+    if (o.nnodes > 1 && o.masterPort == 0)
+        throw std::invalid_argument(
+            "launch: --master-port 0 (pick a free port) works on one node only; give every node "
+            "the same explicit --master-port");
+    if (o.masterAddr.empty())
+        throw std::invalid_argument("launch: --master-addr is empty");
+    if (!(o.rdzvTimeoutSec > 0))
+        throw std::invalid_argument("launch: --rdzv-timeout must be positive (seconds)");
+    if (!(o.gracePeriodSec >= 0))
+        throw std::invalid_argument("launch: --grace-period must be zero or positive (seconds)");
+    return o;
+}
+
+} // namespace shard::launch

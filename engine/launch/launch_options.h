@@ -1,0 +1,54 @@
+// What `shard-worker launch` needs to start the ranks of one node, resolved from flags and
+// (under Slurm) the environment.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shard::launch {
+
+// The flags as the user gave them; unset fields are filled from Slurm or defaults.
+struct LaunchRequest {
+    std::optional<int> nprocPerNode;
+    std::optional<int> nnodes;
+    std::optional<int> nodeRank;
+    std::optional<std::string> masterAddr;
+    std::optional<int> masterPort;
+    std::optional<std::string> runDir;
+    double rdzvTimeoutSec = 60.0;
+    double gracePeriodSec = 5.0;
+    std::vector<std::string> workerArgs;
+};
+
+struct LaunchOptions {
+    int nprocPerNode = 1;
+    int nnodes = 1;
+    int nodeRank = 0;
+    std::string masterAddr = "127.0.0.1";
+    int masterPort = 0; // 0: pick a free port (single node only)
+    std::string runDir;
+    double rdzvTimeoutSec = 60.0;
+    double gracePeriodSec = 5.0;
+    std::vector<std::string> workerArgs;
+
+    int worldSize() const { return nprocPerNode * nnodes; }
+    int globalRank(int localRank) const { return nodeRank * nprocPerNode + localRank; }
+};
+
+using Environment = std::map<std::string, std::string>;
+
+// The current process environment as a map.
+Environment currentEnvironment();
+
+// Flags win; under Slurm (SLURM_JOB_ID set) missing --nnodes/--node-rank/--master-addr/
+// --master-port come from SLURM_NNODES, SLURM_NODEID, the first host of SLURM_JOB_NODELIST and
+// a port derived from SLURM_JOB_ID. The run directory defaults to the worker's `--out DIR`.
+// Throws std::invalid_argument with a one-line message naming the bad value and the fix.
+LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environment& env);
+
+// First host name of a Slurm node list such as "gpu[003-005,7],login1" -> "gpu003".
+std::string firstSlurmHost(const std::string& nodeList);
+
+} // namespace shard::launch

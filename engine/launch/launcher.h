@@ -1,0 +1,32 @@
+// The per-node rank supervisor behind `shard-worker launch` (DESIGN.md §4 "Launching ranks").
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launch/launch_options.h"
+
+namespace shard::launch {
+
+// Written next to launcher.pid: one line "rank pid" per rank of this node. Every rank leads
+// its own process group (pgid == pid), so `kill -- -pid` reaches anything it started.
+std::string rankPidsFile(const std::string& runDir, int nodeRank);
+
+class Launcher {
+public:
+    explicit Launcher(LaunchOptions options);
+
+    // Spawns the ranks and supervises them until they all exit or one fails. Returns the exit
+    // status for the launcher: 0 when every rank exited 0; otherwise the failed rank's exit code,
+    // 128 + signal for a rank killed by a signal (or for a launcher stopped by a signal), or 1.
+    // Throws std::runtime_error for set-up errors (busy port, rendezvous timeout, run dir).
+    int run();
+
+private:
+    int supervise();
+
+    LaunchOptions m_options;
+};
+
+} // namespace shard::launch

@@ -1,0 +1,82 @@
+// Every coefficient of the memory / time predictor that a measurement may correct, in one place,
+// with defaults and JSON load/save: calibrating the planner is a data change, not a rewrite.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace shard::plan {
+
+struct Calibration {
+    // --- Activations saved for backward by one Llama block (engine mode), in elements of the
+    // compute dtype per token, as multiples of a model dimension. Derivation (eager autograd):
+    //   hidden: each RMSNorm keeps its input (twice: pow and mul save separate copies in eager
+    //           LibTorch), the normalized x̂ and its output (the q/k/v or gate/up matmul
+    //           input): 4 per norm, 2 norms per block (bench/plan/activation_probe.py).
+    //   q:      q after RoPE (attention input) and the attention output (o_proj input).
+    //   kv:     k after RoPE and v.
+    //   qGqa:   k and v expanded to all query heads (repeat_kv) when kv heads < heads.
+    //   qkNorm: Qwen3's per-head q/k RMSNorm inputs, per (q dim + kv dim).
+    //   intermediate: gate, silu(gate), up, silu(gate)*up (the down_proj input).
+    double actPerHidden = 8.0;
+    double actPerQ = 2.0;
+    double actPerKv = 2.0;
+    double actPerQGqa = 2.0;
+    double actPerQkNorm = 1.0;
+    double actPerIntermediate = 4.0;
+    // fp32 values per token per block: the two RMSNorms' 1/rms.
+    double actFp32PerToken = 2.0;
+    // Attention scores per (micro-batch x heads x seq x seq), bytes. CPU LibTorch runs eager
+    // attention (softmax output kept in fp32 and its compute-dtype copy); GPU runs a fused
+    // (flash) kernel that keeps only a per-row log-sum-exp.
+    double scoreBytesCpuFp32Compute = 4.0;
+    double scoreBytesCpu16Compute = 6.0;
+    double scoreBytesGpu = 0.0;
+    double lseFp32PerHeadTokenGpu = 1.0;
+    // Full activation checkpointing: elements per token x hidden kept per block (its input).
+    double ckptSavedPerHidden = 1.0;
+    // Activation gradients alive at once inside one block's backward, per token.
+    double bwdTransientPerHidden = 2.0;
+    double bwdTransientPerIntermediate = 2.0;
+    // Root (final norm + lm_head input), per token x hidden.
+    double rootActPerHidden = 3.0;
+    // Logits per token x vocab: fp32 copies (logits for the loss, their gradient) and, when the
+    // compute dtype is not fp32, the compute-dtype logits before the upcast.
+    double logitsFp32Copies = 2.0;
+    double logitsComputeCopies = 1.0;
+
+    // --- Parameters and communication (engine mode).
+    // ZeRO-3 gathered units in flight besides the root (current + prefetched block).
+    double gatheredUnitsInFlight = 2.0;
+    // Reduce-scatter receive buffer as a fraction of the flat input: Gloo (CPU) emulates it with
+    // alltoall (a full-size receive buffer); NCCL (GPU) receives 1/W.
+    double reduceScatterRecvCpu = 1.0;
+    bool reduceScatterRecvGpuIsShard = true;
+
+    // --- Fixed overhead per device: CUDA context, NCCL/cuBLAS workspaces (GPU) or the
+    // allocator's slack (CPU), plus fragmentation as a fraction of everything else.
+    double gpuOverheadBytes = 1.5 * 1024 * 1024 * 1024;
+    double gpuFragmentation = 0.05;
+    double cpuOverheadBytes = 64.0 * 1024 * 1024;
+    double cpuFragmentation = 0.0;
+
+    // --- Roofline: achieved fraction of peak FLOP/s and of link bandwidth (1 = pure roofline).
+    double computeEfficiency = 1.0;
+    double commEfficiency = 1.0;
+
+    // --- ZeRO-paper mode: optimizer bytes per parameter (K = 12 for mixed-precision Adam).
+    double zeroPaperK = 12.0;
+
+    // Keys are the field names in snake_case ("act_per_hidden"). Unknown keys, non-numbers and
+    // negative values throw std::runtime_error naming the key.
+    static Calibration fromJson(const nlohmann::json& j);
+    nlohmann::json toJson() const;
+    // Reads a JSON file; the error names the file and the key.
+    static Calibration load(const std::string& path);
+    // Every key and its current value, in declaration order.
+    std::vector<std::pair<std::string, double>> entries() const;
+};
+
+} // namespace shard::plan

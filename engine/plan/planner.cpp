@@ -1,0 +1,877 @@
+// The memory / FLOP / communication predictor (see planner.h for the model of the engine).
+#include "plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace shard::plan {
+
+namespace {
+
+template<typename E> struct NameTable {
+    std::vector<std::pair<E, const char*>> rows;
+    const char* what;
+
+    std::string name(E e) const
+    {
+        for (const auto& [v, n] : rows)
+            if (v == e)
+                return n;
+        return "?";
+    }
+    E parse(const std::string& s) const
+    {
+        for (const auto& [v, n] : rows)
+            if (s == n)
+                return v;
+        std::string list;
+        for (const auto& [v, n] : rows)
+            list += (list.empty() ? "" : ", ") + std::string(n);
+        throw std::runtime_error(
+            "unknown " + std::string(what) + " '" + s + "' (use one of: " + list + ")");
+    }
+};
+
+const NameTable<Strategy> kStrategies {
+    {{Strategy::Ddp, "ddp"}, {Strategy::Zero1, "zero1"}, {Strategy::Zero2, "zero2"},
+        {Strategy::Zero3, "zero3"}, {Strategy::Hybrid, "hybrid"}},
+    "strategy"};
+const NameTable<Precision> kPrecisions {
+    {{Precision::Fp32, "fp32"}, {Precision::Bf16Mixed, "bf16-mixed"}, {Precision::Bf16, "bf16"},
+        {Precision::Fp16Mixed, "fp16-mixed"}},
+    "precision"};
+const NameTable<Checkpointing> kCheckpointing {
+    {{Checkpointing::None, "none"}, {Checkpointing::Full, "full"}}, "checkpointing"};
+const NameTable<Offload> kOffload {{{Offload::None, "none"}, {Offload::Optimizer, "optimizer"},
+                                       {Offload::ParamsAndOptimizer, "params+optimizer"}},
+    "offload"};
+const NameTable<AccountingMode> kModes {
+    {{AccountingMode::Engine, "engine"}, {AccountingMode::ZeroPaper, "zero-paper"}}, "mode"};
+
+// Shapes reduced to what padding needs: rows (dim 0), elements per row, owning unit.
+struct Shape {
+    int64_t rows;
+    int64_t perRow;
+    int64_t layer;  // -1 = root unit
+    bool embedding; // model.embed_tokens.weight
+};
+
+struct ModelShapes {
+    std::vector<Shape> shapes;
+    int64_t params = 0;
+    int64_t activeParams = 0;
+    bool tied = false;
+};
+
+ModelShapes modelShapes(const ModelSpec& spec)
+{
+    ModelShapes m;
+    m.tied = spec.tieWordEmbeddings;
+    for (const auto& p : parameterTable(spec)) {
+        int64_t rows = p.shape.empty() ? 1 : p.shape[0];
+        int64_t n = p.numel();
+        m.shapes.push_back(
+            {rows, rows ? n / rows : 0, p.layer, p.name == "model.embed_tokens.weight"});
+        m.params += n;
+    }
+    m.activeParams = activeParameterCount(spec);
+    return m;
+}
+
+// Padded parameter counts when every parameter is split on dim 0 over `s` ranks, each chunk
+// padded to ceil(rows / s) rows (DESIGN.md §4).
+struct UnitSizes {
+    double total = 0;    // all parameters, padded
+    double root = 0;     // embeddings + final norm + lm_head
+    double maxBlock = 0; // the largest transformer block
+    // Root parameters whose gradients exist during the blocks' backward: lm_head and the final
+    // norm (untied), or the shared embedding (tied); the untied embedding's comes last.
+    double head = 0;
+};
+
+UnitSizes unitSizes(const ModelShapes& m, int64_t s)
+{
+    UnitSizes u;
+    std::map<int64_t, double> blocks;
+    for (const Shape& sh : m.shapes) {
+        int64_t rowsPadded = (sh.rows + s - 1) / s * s;
+        double n = static_cast<double>(rowsPadded) * static_cast<double>(sh.perRow);
+        u.total += n;
+        if (sh.layer < 0) {
+            u.root += n;
+            if (m.tied || !sh.embedding)
+                u.head += n;
+        } else
+            blocks[sh.layer] += n;
+    }
+    for (const auto& [l, n] : blocks)
+        u.maxBlock = std::max(u.maxBlock, n);
+    return u;
+}
+
+double ringFraction(int64_t n)
+{
+    return n > 1 ? static_cast<double>(n - 1) / static_cast<double>(n) : 0.0;
+}
+
+int64_t shardDegreeOf(const PlanInput& in)
+{
+    switch (in.strategy) {
+    case Strategy::Ddp:
+        return 1;
+    case Strategy::Hybrid:
+        return in.shardGroup;
+    default:
+        return in.worldSize();
+    }
+}
+
+int64_t toBytes(double v)
+{
+    return static_cast<int64_t>(std::llround(std::max(0.0, v)));
+}
+
+std::string divisorsOf(int64_t n)
+{
+    std::string out;
+    int shown = 0;
+    for (int64_t d = 1; d <= n && shown < 8; ++d)
+        if (n % d == 0) {
+            out += (out.empty() ? "" : ", ") + std::to_string(d);
+            ++shown;
+        }
+    return out;
+}
+
+struct Dims {
+    double q, kv, inter;
+};
+
+Dims layerDims(const ModelSpec& s, int64_t layer)
+{
+    if (s.moe) {
+        const MoeSpec& m = *s.moe;
+        double qk = static_cast<double>(s.numHeads * (m.qkNopeHeadDim + m.qkRopeHeadDim));
+        double v = static_cast<double>(s.numHeads * m.vHeadDim);
+        double inter = layer < m.firstDenseLayers
+            ? static_cast<double>(s.intermediateSize)
+            : static_cast<double>((m.expertsPerToken + m.sharedExperts) * m.moeIntermediateSize);
+        return {qk, (qk + v) / 2.0, inter};
+    }
+    return {static_cast<double>(s.qDim()), static_cast<double>(s.kvDim()),
+        static_cast<double>(s.intermediateSize)};
+}
+
+struct ActivationBytes {
+    double activations = 0;
+    double logits = 0;
+};
+
+ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
+{
+    const ModelSpec& s = in.model;
+    const Calibration& k = in.calibration;
+    const double c = dtypeBytes(in.precision).compute;
+    const double b = static_cast<double>(microBatch), seq = static_cast<double>(in.seqLen);
+    const double T = b * seq, h = static_cast<double>(s.hiddenSize);
+    const double heads = static_cast<double>(s.numHeads);
+    const bool gpu = in.device.kind == DeviceKind::Gpu;
+    const bool gqa = s.numKvHeads < s.numHeads && !s.moe;
+
+    double scoreBytes
+        = gpu ? k.scoreBytesGpu : (c == 4 ? k.scoreBytesCpuFp32Compute : k.scoreBytesCpu16Compute);
+    double scores = b * heads * seq * seq * scoreBytes;
+    if (gpu)
+        scores += 4.0 * k.lseFp32PerHeadTokenGpu * b * heads * seq;
+
+    double sumBlocks = 0, maxBlock = 0, maxInter = 0;
+    for (int64_t l = 0; l < s.numLayers; ++l) {
+        Dims d = layerDims(s, l);
+        double elems = k.actPerHidden * h + k.actPerQ * d.q + k.actPerKv * d.kv
+            + (gqa ? k.actPerQGqa * d.q : 0.0) + (s.qkNorm ? k.actPerQkNorm * (d.q + d.kv) : 0.0)
+            + k.actPerIntermediate * d.inter;
+        double block = T * (c * elems + 4.0 * k.actFp32PerToken) + scores;
+        sumBlocks += block;
+        maxBlock = std::max(maxBlock, block);
+        maxInter = std::max(maxInter, d.inter);
+    }
+    const double transient
+        = T * c * (k.bwdTransientPerHidden * h + k.bwdTransientPerIntermediate * maxInter);
+    const double root = T * c * k.rootActPerHidden * h;
+    ActivationBytes a;
+    if (in.checkpointing == Checkpointing::Full)
+        a.activations = static_cast<double>(s.numLayers) * T * c * k.ckptSavedPerHidden * h
+            + maxBlock + root + transient;
+    else
+        a.activations = sumBlocks + root + transient;
+    const double V = static_cast<double>(s.vocabSize);
+    a.logits = T * V * (4.0 * k.logitsFp32Copies + (c != 4 ? c * k.logitsComputeCopies : 0.0));
+    return a;
+}
+
+// Korthikanti et al. 2022 (16-bit, no tensor/sequence parallelism): s*b*h*(34 + 5*a*s/h) per
+// layer, 2*s*b*h per layer under full recomputation; cross-entropy keeps 4*s*b*V fp32 logits.
+ActivationBytes paperActivations(const PlanInput& in, int64_t microBatch)
+{
+    const ModelSpec& s = in.model;
+    const double b = static_cast<double>(microBatch), seq = static_cast<double>(in.seqLen);
+    const double h = static_cast<double>(s.hiddenSize), a = static_cast<double>(s.numHeads);
+    const double L = static_cast<double>(s.numLayers);
+    ActivationBytes r;
+    if (in.checkpointing == Checkpointing::Full)
+        r.activations = L * 2.0 * seq * b * h;
+    else
+        r.activations = L * seq * b * h * (34.0 + 5.0 * a * seq / h);
+    r.logits = 4.0 * seq * b * static_cast<double>(s.vocabSize);
+    return r;
+}
+
+struct Internal {
+    MemoryBreakdown mem;    // at the start of backward (with activations and logits)
+    MemoryBreakdown endMem; // at the end of backward (engine mode)
+    bool hasEnd = false;
+    double host = 0;
+    double gatherBytes = 0;
+    double reduceBytes = 0;
+};
+
+// Engine accounting at two moments of a step and the larger is the peak:
+//   backward start: every block's activations and the logits are alive, the head's gradients
+//     exist, one block's gradients are being reduced;
+//   backward end:   activations are gone, the root's gradients are reduced (large for big
+//     vocabularies).
+Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64_t S)
+{
+    const DtypeBytes d = dtypeBytes(in.precision);
+    const Calibration& k = in.calibration;
+    const double c = d.compute, mb = d.master, gb = d.grad, ob = d.optimizer, r = d.reduce;
+    const UnitSizes u = unitSizes(shapes, S);
+    const double P = static_cast<double>(shapes.params);
+    const double Pp = u.total, Pr = u.root, Pb = u.maxBlock, Ph = u.head;
+    const double shard = Pp / static_cast<double>(S);
+    const bool gpu = in.device.kind == DeviceKind::Gpu;
+    const double recvFrac = gpu
+        ? (k.reduceScatterRecvGpuIsShard ? 1.0 / static_cast<double>(S) : 1.0)
+        : k.reduceScatterRecvCpu;
+    const bool accumulate = in.gradAccum > 1;
+    const int64_t W = in.worldSize();
+    const double K = static_cast<double>(in.gradAccum);
+
+    Internal o;
+    // Persistent (both moments) and per-moment transient terms.
+    double sharded = 0, shardGrad = 0, opt = 0, fullGrads = 0;
+    double gatheredA = 0, gatheredB = 0, gradsA = 0, gradsB = 0, commA = 0, commB = 0;
+    switch (in.strategy) {
+    case Strategy::Ddp:
+        sharded = mb * P;
+        gatheredA = gatheredB = (c != mb || in.offload != Offload::None) ? c * P : 0.0;
+        shardGrad = gb * P;
+        gradsA = c != gb ? c * Pb : 0.0;
+        gradsB = c != gb ? c * Pr : 0.0;
+        opt = ob * P;
+        commA = r * Pb;
+        commB = r * Pr;
+        o.reduceBytes = 2.0 * ringFraction(W) * r * P;
+        break;
+    case Strategy::Zero1:
+        sharded = mb * shard;
+        gatheredA = gatheredB = c * Pp;
+        shardGrad = gb * shard;
+        fullGrads = r * Pp;
+        gradsA = c != r ? c * Pb : 0.0;
+        gradsB = c != r ? c * Pr : 0.0;
+        opt = ob * shard;
+        commA = r * Pb * recvFrac;
+        commB = r * Pr * recvFrac;
+        o.reduceBytes = ringFraction(W) * r * Pp;
+        o.gatherBytes = ringFraction(W) * c * Pp;
+        break;
+    case Strategy::Zero2:
+    case Strategy::Zero3:
+    case Strategy::Hybrid: {
+        const bool zero2 = in.strategy == Strategy::Zero2;
+        sharded = mb * shard;
+        gatheredA = zero2 ? c * Pp : std::min(c * Pp, c * (Pr + k.gatheredUnitsInFlight * Pb));
+        gatheredB = c * Pr;
+        shardGrad = gb * shard;
+        fullGrads = accumulate ? r * Pp : 0.0; // no-sync micro-steps keep unsharded grads
+        gradsA = c * (Ph + Pb);
+        gradsB = c * Pr;
+        opt = ob * shard;
+        commA = r * Pb * (1.0 + recvFrac);
+        commB = r * Pr * (1.0 + recvFrac);
+        o.reduceBytes = ringFraction(S) * r * Pp;
+        const double gatheredPerMicroStep = zero2 ? Pp : 2.0 * (Pp - Pr) + Pr;
+        o.gatherBytes = K * ringFraction(S) * c * gatheredPerMicroStep;
+        if (in.strategy == Strategy::Hybrid)
+            o.reduceBytes += 2.0 * ringFraction(W / S) * r * shard;
+        break;
+    }
+    }
+
+    // Offload (GPU): master shard, its gradient and AdamW state live in host memory; the device
+    // keeps a compute-dtype shard to gather from (or nothing with params+optimizer).
+    if (in.offload != Offload::None) {
+        const bool sharding = in.strategy != Strategy::Ddp && in.strategy != Strategy::Zero1;
+        o.host = (mb + gb + ob) * shard;
+        opt = 0;
+        shardGrad = 0;
+        if (in.offload == Offload::Optimizer) {
+            sharded = sharding ? c * shard : 0.0;
+        } else {
+            sharded = 0;
+            if (sharding)
+                o.host += c * shard;
+        }
+    }
+    auto fill = [&](MemoryBreakdown& m, double gathered, double grads, double comm) {
+        m.shardedParams = toBytes(sharded);
+        m.gatheredParams = toBytes(gathered);
+        m.grads = toBytes(shardGrad + fullGrads + grads);
+        m.optimizer = toBytes(opt);
+        m.commBuffers = toBytes(comm);
+    };
+    fill(o.mem, gatheredA, gradsA, commA);
+    fill(o.endMem, gatheredB, gradsB, commB);
+    o.hasEnd = true;
+    return o;
+}
+
+Internal paperModelStates(const PlanInput& in, const ModelShapes& shapes, int64_t S)
+{
+    const double psi = static_cast<double>(shapes.params);
+    const int64_t W = in.worldSize();
+    const double K = static_cast<double>(in.gradAccum);
+    Internal o;
+    o.mem = zeroPaperModelStates(
+        in.strategy, psi, in.strategy == Strategy::Ddp ? W : S, in.calibration.zeroPaperK);
+    if (in.offload != Offload::None) {
+        o.host += static_cast<double>(o.mem.optimizer);
+        o.mem.optimizer = 0;
+        if (in.offload == Offload::ParamsAndOptimizer) {
+            o.host += static_cast<double>(o.mem.shardedParams);
+            o.mem.shardedParams = 0;
+        }
+    }
+    // The paper's volumes in 16-bit elements: all-reduce 2psi; ZeRO-3 gathers twice per pass.
+    switch (in.strategy) {
+    case Strategy::Ddp:
+    case Strategy::Zero1:
+    case Strategy::Zero2:
+        o.reduceBytes = 2.0 * psi * 2.0;
+        break;
+    case Strategy::Zero3:
+        o.reduceBytes = psi * 2.0;
+        o.gatherBytes = 2.0 * K * psi * 2.0;
+        break;
+    case Strategy::Hybrid:
+        o.reduceBytes = psi * 2.0 + 2.0 * psi / static_cast<double>(S) * 2.0;
+        o.gatherBytes = 2.0 * K * psi * 2.0;
+        break;
+    }
+    return o;
+}
+
+PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
+{
+    validate(in);
+    PlanResult res;
+    res.input = in;
+    res.params = shapes.params;
+    res.activeParams = shapes.activeParams;
+    res.worldSize = in.worldSize();
+    res.shardDegree = shardDegreeOf(in);
+    res.replicas = res.worldSize / res.shardDegree;
+    const bool paper = in.mode == AccountingMode::ZeroPaper;
+    const bool gpu = in.device.kind == DeviceKind::Gpu;
+
+    Internal st = paper ? paperModelStates(in, shapes, res.shardDegree)
+                        : engineModelStates(in, shapes, res.shardDegree);
+    ActivationBytes act
+        = paper ? paperActivations(in, in.microBatch) : engineActivations(in, in.microBatch);
+    const Calibration& k = in.calibration;
+    const double fixed = in.device.overheadBytes >= 0
+        ? static_cast<double>(in.device.overheadBytes)
+        : (gpu ? k.gpuOverheadBytes : k.cpuOverheadBytes);
+    const double frag = gpu ? k.gpuFragmentation : k.cpuFragmentation;
+    auto withOverhead = [&](MemoryBreakdown m) {
+        m.overhead = 0;
+        m.overhead = toBytes(fixed + frag * static_cast<double>(m.total()));
+        return m;
+    };
+    MemoryBreakdown start = st.mem;
+    start.activations = toBytes(act.activations);
+    start.logits = toBytes(act.logits);
+    res.perDevice = withOverhead(start);
+    res.peakPhase = "backward start";
+    if (st.hasEnd) {
+        MemoryBreakdown end = withOverhead(st.endMem);
+        if (end.total() > res.perDevice.total()) {
+            res.perDevice = end;
+            res.peakPhase = "backward end";
+        }
+    }
+    const MemoryBreakdown& m = res.perDevice;
+    res.hostBytesPerDevice = toBytes(st.host);
+
+    res.capacityBytes = gpu ? in.device.memoryBytes : in.device.memoryBytes / in.gpusPerNode;
+    res.headroomBytes = res.capacityBytes - m.total();
+    res.fits = res.headroomBytes >= 0;
+    if (in.device.hostMemoryBytes > 0
+        && res.hostBytesPerDevice * in.gpusPerNode > in.device.hostMemoryBytes) {
+        res.fits = false;
+        res.notes.push_back("offloaded state (" + formatGiB(res.hostBytesPerDevice * in.gpusPerNode)
+            + " per node) exceeds the host memory (" + formatGiB(in.device.hostMemoryBytes) + ")");
+    }
+
+    // FLOPs: torchtitan's 6P + 12*L*heads*head_dim*s per token (model FLOPs, no recompute).
+    const ModelSpec& s = in.model;
+    const double attn = 12.0 * static_cast<double>(s.numLayers)
+        * static_cast<double>(s.numHeads * s.headDim) * static_cast<double>(in.seqLen);
+    res.flopsPerToken = 6.0 * static_cast<double>(shapes.activeParams) + attn;
+    const int64_t tokensPerDevice = in.microBatch * in.seqLen * in.gradAccum;
+    res.tokensPerStep = tokensPerDevice * res.worldSize;
+    res.flopsPerStep = res.flopsPerToken * static_cast<double>(res.tokensPerStep);
+    double hwPerToken = res.flopsPerToken;
+    if (in.checkpointing == Checkpointing::Full)
+        hwPerToken += (2.0 * static_cast<double>(shapes.activeParams) + attn / 3.0);
+    res.deviceFlopsPerStep = hwPerToken * static_cast<double>(tokensPerDevice);
+
+    res.gatherBytesPerDevicePerStep = toBytes(st.gatherBytes);
+    res.reduceBytesPerDevicePerStep = toBytes(st.reduceBytes);
+    res.bytesSentPerDevicePerStep
+        = res.gatherBytesPerDevicePerStep + res.reduceBytesPerDevicePerStep;
+
+    // Roofline.
+    const double peak
+        = in.precision == Precision::Fp32 ? in.device.peakFlops32 : in.device.peakFlops16;
+    res.computeSeconds = res.deviceFlopsPerStep / (peak * k.computeEfficiency);
+    auto bw = [&](int64_t groupSize) {
+        return (groupSize <= in.gpusPerNode ? in.device.intraNodeBytesPerSec
+                                            : in.device.interNodeBytesPerSec)
+            * k.commEfficiency;
+    };
+    if (res.worldSize > 1) {
+        if (in.strategy == Strategy::Hybrid) {
+            double shardTraffic = static_cast<double>(res.gatherBytesPerDevicePerStep)
+                + ringFraction(res.shardDegree) * dtypeBytes(in.precision).reduce
+                    * unitSizes(shapes, res.shardDegree).total;
+            double replicaTraffic
+                = std::max(0.0, static_cast<double>(res.bytesSentPerDevicePerStep) - shardTraffic);
+            res.commSeconds
+                = shardTraffic / bw(res.shardDegree) + replicaTraffic / bw(res.worldSize);
+        } else {
+            res.commSeconds
+                = static_cast<double>(res.bytesSentPerDevicePerStep) / bw(res.worldSize);
+        }
+    }
+    res.stepSeconds = std::max(res.computeSeconds, res.commSeconds);
+    res.tokensPerSecond
+        = res.stepSeconds > 0 ? static_cast<double>(res.tokensPerStep) / res.stepSeconds : 0.0;
+
+    // Notes a reader needs.
+    if (res.worldSize == 1 && in.strategy != Strategy::Ddp)
+        res.notes.push_back("sharding gains nothing on 1 GPU: each shard is the whole model");
+    if (in.strategy == Strategy::Hybrid && in.shardGroup == res.worldSize && res.worldSize > 1)
+        res.notes.push_back("hybrid with one group of all " + std::to_string(res.worldSize)
+            + " GPUs shards like zero3");
+    if (in.strategy == Strategy::Hybrid && in.shardGroup == 1 && res.worldSize > 1)
+        res.notes.push_back("hybrid with groups of 1 replicates like ddp");
+    if (s.isMoe())
+        res.notes.push_back(s.name
+            + " is a mixture-of-experts model: planning only (the engine "
+              "trains dense models; sharding without expert parallelism gathers every "
+              "expert of a block)");
+    if (!paper && in.gradAccum > 1
+        && (in.strategy == Strategy::Zero2 || in.strategy == Strategy::Zero3
+            || in.strategy == Strategy::Hybrid))
+        res.notes.push_back("gradient accumulation keeps unsharded gradients between "
+                            "micro-steps (reduce once per step)");
+    if (paper)
+        res.notes.push_back("ZeRO-paper accounting: 16-bit parameters and gradients, K="
+            + std::to_string(static_cast<int>(k.zeroPaperK))
+            + " optimizer bytes per parameter, Korthikanti activations");
+    if (s.slidingWindow > 0 && in.seqLen > s.slidingWindow)
+        res.notes.push_back("sequence longer than the sliding window ("
+            + std::to_string(s.slidingWindow) + "): planned as full attention");
+    return res;
+}
+
+} // namespace
+
+std::string toString(Strategy s)
+{
+    return kStrategies.name(s);
+}
+std::string toString(Precision p)
+{
+    return kPrecisions.name(p);
+}
+std::string toString(Checkpointing c)
+{
+    return kCheckpointing.name(c);
+}
+std::string toString(Offload o)
+{
+    return kOffload.name(o);
+}
+std::string toString(AccountingMode m)
+{
+    return kModes.name(m);
+}
+std::string toString(DeviceKind k)
+{
+    return k == DeviceKind::Gpu ? "gpu" : "cpu";
+}
+Strategy parseStrategy(const std::string& s)
+{
+    return kStrategies.parse(s);
+}
+Precision parsePrecision(const std::string& s)
+{
+    return kPrecisions.parse(s);
+}
+Checkpointing parseCheckpointing(const std::string& s)
+{
+    return kCheckpointing.parse(s);
+}
+Offload parseOffload(const std::string& s)
+{
+    return kOffload.parse(s);
+}
+AccountingMode parseAccountingMode(const std::string& s)
+{
+    return kModes.parse(s);
+}
+
+const std::vector<Strategy>& allStrategies()
+{
+    static const std::vector<Strategy> all
+        = {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3, Strategy::Hybrid};
+    return all;
+}
+
+DtypeBytes dtypeBytes(Precision p)
+{
+    switch (p) {
+    case Precision::Fp32:
+        return {4, 4, 4, 8, 4};
+    case Precision::Bf16:
+        return {2, 2, 2, 4, 2};
+    case Precision::Bf16Mixed:
+    case Precision::Fp16Mixed:
+        break;
+    }
+    return {2, 4, 4, 8, 4};
+}
+
+DeviceSpec DeviceSpec::gpu(double gib)
+{
+    DeviceSpec d;
+    d.kind = DeviceKind::Gpu;
+    d.memoryBytes = static_cast<int64_t>(std::llround(gib * 1024.0 * 1024.0 * 1024.0));
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "gpu-%ggib", gib);
+    d.name = buf;
+    return d;
+}
+
+DeviceSpec DeviceSpec::cpu(int64_t memoryBytes)
+{
+    DeviceSpec d;
+    d.kind = DeviceKind::Cpu;
+    d.name = "cpu";
+    d.memoryBytes = memoryBytes;
+    d.peakFlops16 = 100e9;           // bf16 on CPU is no faster than fp32 here
+    d.peakFlops32 = 100e9;           // ~OpenBLAS sgemm on two cores (DESIGN.md §6)
+    d.intraNodeBytesPerSec = 5e9;    // loopback TCP (Gloo)
+    d.interNodeBytesPerSec = 1.25e9; // 10 GbE
+    return d;
+}
+
+int64_t MemoryBreakdown::total() const
+{
+    return shardedParams + gatheredParams + grads + optimizer + activations + logits + commBuffers
+        + overhead;
+}
+
+std::vector<std::pair<std::string, int64_t>> MemoryBreakdown::components() const
+{
+    return {{"sharded_params", shardedParams}, {"gathered_params", gatheredParams},
+        {"grads", grads}, {"optimizer", optimizer}, {"activations", activations},
+        {"logits", logits}, {"comm_buffers", commBuffers}, {"overhead", overhead}};
+}
+
+void validate(const PlanInput& in)
+{
+    auto positive = [](int64_t v, const char* what) {
+        if (v <= 0)
+            throw std::runtime_error(
+                std::string(what) + " must be a positive integer (got " + std::to_string(v) + ")");
+    };
+    const ModelSpec& s = in.model;
+    if (s.numLayers <= 0 || s.hiddenSize <= 0 || s.vocabSize <= 0 || s.numHeads <= 0
+        || s.numKvHeads <= 0 || s.headDim <= 0 || s.intermediateSize <= 0)
+        throw std::runtime_error("model '" + s.name
+            + "' has zero or negative sizes; check its "
+              "config.json");
+    positive(in.microBatch, "micro-batch");
+    positive(in.seqLen, "sequence length");
+    positive(in.gradAccum, "gradient accumulation");
+    positive(in.gpusPerNode, "GPUs per node");
+    positive(in.nodes, "node count");
+    if (s.maxPositionEmbeddings > 0 && in.seqLen > s.maxPositionEmbeddings)
+        throw std::runtime_error("sequence length " + std::to_string(in.seqLen) + " is longer than "
+            + s.name + "'s maximum of " + std::to_string(s.maxPositionEmbeddings)
+            + " positions (max_position_embeddings); use " + std::to_string(s.maxPositionEmbeddings)
+            + " or less");
+    const int64_t W = in.worldSize();
+    if (in.strategy == Strategy::Hybrid) {
+        if (in.shardGroup <= 0)
+            throw std::runtime_error("hybrid needs a shard group size (--shard-group G), a "
+                                     "divisor of the "
+                + std::to_string(W) + " GPUs (" + divisorsOf(W) + ")");
+        if (W % in.shardGroup != 0)
+            throw std::runtime_error("hybrid shard group " + std::to_string(in.shardGroup)
+                + " does not divide the " + std::to_string(W) + " GPUs; use a divisor of "
+                + std::to_string(W) + " (" + divisorsOf(W) + ")");
+    }
+    if (in.device.memoryBytes <= 0)
+        throw std::runtime_error("device memory must be positive (got "
+            + std::to_string(in.device.memoryBytes) + " bytes)");
+    if (in.device.peakFlops16 <= 0 || in.device.peakFlops32 <= 0
+        || in.device.intraNodeBytesPerSec <= 0 || in.device.interNodeBytesPerSec <= 0)
+        throw std::runtime_error("device peak FLOP/s and link bandwidths must be positive");
+    if (in.device.kind == DeviceKind::Cpu && in.offload != Offload::None)
+        throw std::runtime_error("offload '" + toString(in.offload)
+            + "' means nothing on a CPU device (all state already lives in "
+              "host memory); use offload none");
+}
+
+PlanResult plan(const PlanInput& in)
+{
+    validate(in);
+    return planWith(in, modelShapes(in.model));
+}
+
+std::vector<PlanResult> planAllStrategies(const PlanInput& in)
+{
+    validate(in);
+    const ModelShapes shapes = modelShapes(in.model);
+    std::vector<PlanResult> out;
+    const int64_t W = in.worldSize();
+    for (Strategy s : allStrategies()) {
+        PlanInput x = in;
+        x.strategy = s;
+        if (s == Strategy::Hybrid) {
+            int64_t g = in.shardGroup;
+            if (in.strategy != Strategy::Hybrid || g <= 0)
+                g = (in.gpusPerNode < W && W % in.gpusPerNode == 0) ? in.gpusPerNode : 0;
+            if (g <= 0 || W % g != 0)
+                continue;
+            x.shardGroup = g;
+        }
+        out.push_back(planWith(x, shapes));
+    }
+    return out;
+}
+
+int64_t largestMicroBatch(const PlanInput& in, int64_t limit)
+{
+    validate(in);
+    const ModelShapes shapes = modelShapes(in.model);
+    auto fits = [&](int64_t b) {
+        PlanInput x = in;
+        x.microBatch = b;
+        return planWith(x, shapes).fits;
+    };
+    if (limit < 1 || !fits(1))
+        return 0;
+    int64_t lo = 1, hi = 2; // lo fits; find hi that does not
+    while (hi <= limit && fits(hi)) {
+        lo = hi;
+        hi *= 2;
+    }
+    hi = std::min(hi, limit + 1);
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
+}
+
+int64_t fewestGpus(const PlanInput& in, int64_t limitGpus)
+{
+    validate(in);
+    const ModelShapes shapes = modelShapes(in.model);
+    auto fitsAt = [&](int64_t gpus) {
+        PlanInput x = in;
+        if (gpus <= in.gpusPerNode) {
+            x.gpusPerNode = gpus;
+            x.nodes = 1;
+        } else {
+            x.nodes = gpus / in.gpusPerNode;
+        }
+        x.device.hostMemoryBytes = in.device.hostMemoryBytes; // per node, unchanged
+        return planWith(x, shapes).fits;
+    };
+    if (in.strategy == Strategy::Hybrid) {
+        // Memory depends on the group only; more replicas change nothing.
+        const int64_t g = in.shardGroup;
+        if (g > limitGpus)
+            return 0;
+        if (g <= in.gpusPerNode || g % in.gpusPerNode == 0) {
+            PlanInput x = in;
+            if (g <= in.gpusPerNode) {
+                x.gpusPerNode = g;
+                x.nodes = 1;
+            } else {
+                x.nodes = g / in.gpusPerNode;
+            }
+            return planWith(x, shapes).fits ? g : 0;
+        }
+        return 0;
+    }
+    for (int64_t g = 1; g <= std::min(in.gpusPerNode, limitGpus); ++g)
+        if (fitsAt(g))
+            return g;
+    if (in.strategy == Strategy::Ddp)
+        return 0; // replication: more GPUs never lower the memory per GPU
+    // Whole nodes: memory per GPU falls with the node count (up to padding), so search it.
+    const int64_t maxNodes = limitGpus / in.gpusPerNode;
+    if (maxNodes < 2)
+        return 0;
+    int64_t lo = 1, hi = 2; // lo does not fit
+    while (hi <= maxNodes && !fitsAt(hi * in.gpusPerNode)) {
+        lo = hi;
+        hi *= 2;
+    }
+    if (hi > maxNodes) {
+        if (!fitsAt(maxNodes * in.gpusPerNode))
+            return 0;
+        hi = maxNodes;
+    }
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        (fitsAt(mid * in.gpusPerNode) ? hi : lo) = mid;
+    }
+    return hi * in.gpusPerNode;
+}
+
+MemoryBreakdown zeroPaperModelStates(Strategy s, double psi, int64_t n, double k)
+{
+    const double N = static_cast<double>(std::max<int64_t>(1, n));
+    double params = 0, grads = 0, opt = 0;
+    switch (s) {
+    case Strategy::Ddp:
+        params = 2 * psi;
+        grads = 2 * psi;
+        opt = k * psi;
+        break;
+    case Strategy::Zero1:
+        params = 2 * psi;
+        grads = 2 * psi;
+        opt = k * psi / N;
+        break;
+    case Strategy::Zero2:
+        params = 2 * psi;
+        grads = 2 * psi / N;
+        opt = k * psi / N;
+        break;
+    case Strategy::Zero3:
+    case Strategy::Hybrid:
+        params = 2 * psi / N;
+        grads = 2 * psi / N;
+        opt = k * psi / N;
+        break;
+    }
+    MemoryBreakdown m;
+    m.shardedParams = toBytes(params);
+    m.grads = toBytes(grads);
+    m.optimizer = toBytes(opt);
+    return m;
+}
+
+nlohmann::json toJson(const MemoryBreakdown& m)
+{
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [k, v] : m.components())
+        j[k] = v;
+    j["total"] = m.total();
+    return j;
+}
+
+nlohmann::json toJson(const PlanResult& r)
+{
+    const PlanInput& in = r.input;
+    nlohmann::json j;
+    j["model"] = in.model.name;
+    j["params"] = r.params;
+    j["active_params"] = r.activeParams;
+    j["mode"] = toString(in.mode);
+    j["strategy"] = toString(in.strategy);
+    if (in.strategy == Strategy::Hybrid)
+        j["shard_group"] = in.shardGroup;
+    j["precision"] = toString(in.precision);
+    j["checkpointing"] = toString(in.checkpointing);
+    j["offload"] = toString(in.offload);
+    j["micro_batch"] = in.microBatch;
+    j["seq_len"] = in.seqLen;
+    j["grad_accum"] = in.gradAccum;
+    j["gpus"] = r.worldSize;
+    j["nodes"] = in.nodes;
+    j["gpus_per_node"] = in.gpusPerNode;
+    j["device"] = {{"kind", toString(in.device.kind)}, {"name", in.device.name},
+        {"memory_bytes", in.device.memoryBytes}};
+    j["shard_degree"] = r.shardDegree;
+    j["replicas"] = r.replicas;
+    j["per_device"] = toJson(r.perDevice);
+    j["peak_phase"] = r.peakPhase;
+    j["host_per_device"] = r.hostBytesPerDevice;
+    j["capacity"] = r.capacityBytes;
+    j["headroom"] = r.headroomBytes;
+    j["fits"] = r.fits;
+    j["flops_per_token"] = r.flopsPerToken;
+    j["flops_per_step"] = r.flopsPerStep;
+    j["device_flops_per_step"] = r.deviceFlopsPerStep;
+    j["tokens_per_step"] = r.tokensPerStep;
+    j["bytes_sent_per_device_per_step"] = r.bytesSentPerDevicePerStep;
+    j["gather_bytes_per_device_per_step"] = r.gatherBytesPerDevicePerStep;
+    j["reduce_bytes_per_device_per_step"] = r.reduceBytesPerDevicePerStep;
+    j["step_time"] = {{"compute_s", r.computeSeconds}, {"comm_s", r.commSeconds},
+        {"step_s", r.stepSeconds}, {"tokens_per_s", r.tokensPerSecond}};
+    j["notes"] = r.notes;
+    return j;
+}
+
+std::string formatGiB(int64_t bytes)
+{
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+    return buf;
+}
+
+std::string formatBytes(int64_t bytes)
+{
+    const double b = static_cast<double>(bytes);
+    const double a = std::fabs(b);
+    char buf[48];
+    if (a >= 1024.0 * 1024 * 1024 * 1024)
+        std::snprintf(buf, sizeof buf, "%.2f TiB", b / (1024.0 * 1024 * 1024 * 1024));
+    else if (a >= 1024.0 * 1024 * 1024)
+        std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+    else if (a >= 1024.0 * 1024)
+        std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
+    else if (a >= 1024.0)
+        std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
+    else
+        std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+    return buf;
+}
+
+} // namespace shard::plan

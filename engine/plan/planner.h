@@ -1,0 +1,174 @@
+// The memory / FLOP / communication predictor behind `shard plan` and the studio's Plan page:
+// bytes per device by component for each sharding strategy, the fit verdict, and derived
+// answers (largest micro-batch, fewest GPUs, FLOPs, bytes sent, roofline step time).
+//
+// Engine mode (default) describes what Shard Studio's engine allocates (DESIGN.md §4); ZeRO-paper
+// mode reproduces Rajbhandari et al. 2020's model-state accounting with Korthikanti et al.
+// 2022's activations. Every coefficient a measurement may change lives in Calibration.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "plan/calibration.h"
+#include "plan/model_spec.h"
+
+namespace shard::plan {
+
+enum class Strategy { Ddp, Zero1, Zero2, Zero3, Hybrid };
+// fp32: everything fp32. bf16-mixed / fp16-mixed: 16-bit compute, fp32 master weights, fp32
+// gradients and reduce, fp32 AdamW state. bf16: pure bf16 (weights, gradients, reduce and
+// AdamW state all bf16).
+enum class Precision { Fp32, Bf16Mixed, Bf16, Fp16Mixed };
+enum class Checkpointing { None, Full };
+enum class Offload { None, Optimizer, ParamsAndOptimizer };
+enum class AccountingMode { Engine, ZeroPaper };
+enum class DeviceKind { Gpu, Cpu };
+
+// Names as the CLI and JSON spell them: "ddp", "zero1", "zero2", "zero3", "hybrid"; "fp32",
+// "bf16-mixed", "bf16", "fp16-mixed"; "none", "full"; "none", "optimizer", "params+optimizer";
+// "engine", "zero-paper"; "gpu", "cpu". The parse functions throw std::runtime_error listing
+// the accepted names.
+std::string toString(Strategy s);
+std::string toString(Precision p);
+std::string toString(Checkpointing c);
+std::string toString(Offload o);
+std::string toString(AccountingMode m);
+std::string toString(DeviceKind k);
+Strategy parseStrategy(const std::string& s);
+Precision parsePrecision(const std::string& s);
+Checkpointing parseCheckpointing(const std::string& s);
+Offload parseOffload(const std::string& s);
+AccountingMode parseAccountingMode(const std::string& s);
+const std::vector<Strategy>& allStrategies(); // ddp, zero1, zero2, zero3, hybrid
+
+// Bytes per element of each kind of state for a precision.
+struct DtypeBytes {
+    int compute = 4;   // gathered parameters, activations
+    int master = 4;    // sharded (master) parameters
+    int grad = 4;      // sharded gradient
+    int optimizer = 8; // AdamW m + v
+    int reduce = 4;    // gradient reduce-scatter / all-reduce
+};
+DtypeBytes dtypeBytes(Precision p);
+
+struct DeviceSpec {
+    DeviceKind kind = DeviceKind::Gpu;
+    std::string name = "gpu-80gib";
+    // GPU: memory of one GPU. CPU: memory of one node, shared by its ranks (gpusPerNode).
+    int64_t memoryBytes = 80LL << 30;
+    // Fixed per-device overhead; negative = Calibration's default for the kind.
+    int64_t overheadBytes = -1;
+    // Host memory per node for offloaded state; 0 = unknown (not checked).
+    int64_t hostMemoryBytes = 0;
+    double peakFlops16 = 989e12;         // dense bf16/fp16 FLOP/s (H100 SXM)
+    double peakFlops32 = 67e12;          // dense fp32 FLOP/s
+    double intraNodeBytesPerSec = 450e9; // per device, per direction (NVLink 4)
+    double interNodeBytesPerSec = 50e9;  // per device (400 Gb/s InfiniBand)
+
+    // A GPU with `gib` GiB; other fields as above.
+    static DeviceSpec gpu(double gib);
+    // The CPU of a node with `memoryBytes` of RAM (ranks share it), modest FLOP/s and loopback.
+    static DeviceSpec cpu(int64_t memoryBytes);
+};
+
+struct PlanInput {
+    ModelSpec model;
+    Strategy strategy = Strategy::Zero3;
+    int64_t shardGroup = 0; // hybrid only: ranks that shard one replica (must divide the GPUs)
+    Precision precision = Precision::Bf16Mixed;
+    Checkpointing checkpointing = Checkpointing::None;
+    Offload offload = Offload::None;
+    int64_t microBatch = 1; // sequences per rank per micro-step
+    int64_t seqLen = 2048;
+    int64_t gradAccum = 1; // micro-steps per optimizer step
+    int64_t gpusPerNode = 8;
+    int64_t nodes = 1;
+    DeviceSpec device;
+    AccountingMode mode = AccountingMode::Engine;
+    Calibration calibration;
+
+    int64_t worldSize() const { return gpusPerNode * nodes; }
+};
+
+// Bytes on one device by component.
+struct MemoryBreakdown {
+    int64_t shardedParams = 0;  // this rank's persistent parameter shard (master weights)
+    int64_t gatheredParams = 0; // unsharded compute-dtype parameters alive at the peak
+    int64_t grads = 0;          // sharded gradient + unsharded gradients alive at the peak
+    int64_t optimizer = 0;      // AdamW m and v
+    int64_t activations = 0;    // saved for backward (+ one block's transients)
+    int64_t logits = 0;         // logits and their gradient
+    int64_t commBuffers = 0;    // flat reduce / receive buffers
+    int64_t overhead = 0;       // fixed overhead + fragmentation
+
+    int64_t modelStates() const { return shardedParams + gatheredParams + grads + optimizer; }
+    int64_t total() const;
+    // (key, bytes) in display order; keys as in JSON: "sharded_params", "gathered_params",
+    // "grads", "optimizer", "activations", "logits", "comm_buffers", "overhead".
+    std::vector<std::pair<std::string, int64_t>> components() const;
+};
+
+struct PlanResult {
+    PlanInput input;
+    int64_t params = 0;       // exact parameter count
+    int64_t activeParams = 0; // per token (MoE); = params when dense
+    int64_t worldSize = 0;
+    int64_t shardDegree = 1; // ranks one copy of the state is split over (ddp 1, hybrid G, else W)
+    int64_t replicas = 1;    // worldSize / shardDegree
+
+    // At the peak of a step. Engine mode compares two moments: "backward start" (activations,
+    // logits, head gradients, one block's reduce) and "backward end" (the root's gradients and
+    // reduce buffers, activations freed) and reports the larger.
+    MemoryBreakdown perDevice;
+    std::string peakPhase;
+    int64_t hostBytesPerDevice = 0; // offloaded state in host memory, per rank
+    int64_t capacityBytes = 0;      // what one device (rank) may use
+    int64_t headroomBytes = 0;      // capacity - total (negative when it does not fit)
+    bool fits = false;              // device memory and, when known, host memory
+
+    double flopsPerToken = 0;      // model FLOPs: 6 * activeParams + 12 * L * heads * headDim * s
+    double flopsPerStep = 0;       // all devices: flopsPerToken * tokensPerStep
+    double deviceFlopsPerStep = 0; // one device incl. recomputation under checkpointing
+    int64_t tokensPerStep = 0;     // global: microBatch * seqLen * gradAccum * worldSize
+    int64_t bytesSentPerDevicePerStep = 0;
+    int64_t gatherBytesPerDevicePerStep = 0; // parameter all-gathers (compute dtype)
+    int64_t reduceBytesPerDevicePerStep = 0; // gradient reduce-scatter / all-reduce
+
+    // Roofline: compute at peak FLOP/s, communication at link bandwidth.
+    double computeSeconds = 0;
+    double commSeconds = 0;
+    double stepSeconds = 0; // max(compute, comm): communication fully overlapped
+    double tokensPerSecond = 0;
+
+    std::vector<std::string> notes; // e.g. "sharding gains nothing on 1 GPU"
+};
+
+// Throws std::runtime_error with a message that names the bad value and the fix.
+void validate(const PlanInput& in);
+PlanResult plan(const PlanInput& in);
+// The input under every strategy (ddp, zero1, zero2, zero3, and hybrid when a group applies:
+// the input's shard group, else gpusPerNode when it splits the GPUs into several nodes).
+std::vector<PlanResult> planAllStrategies(const PlanInput& in);
+// Largest micro-batch <= limit that fits, 0 when even 1 does not.
+int64_t largestMicroBatch(const PlanInput& in, int64_t limit = 65536);
+// Fewest GPUs (1..gpusPerNode, then whole nodes; hybrid: multiples of the group) that fit,
+// 0 when none up to `limitGpus`.
+int64_t fewestGpus(const PlanInput& in, int64_t limitGpus = 65536);
+
+// The ZeRO paper's model states per device for psi parameters over n ranks with K optimizer
+// bytes per parameter: DDP (2+2+K)psi, ZeRO-1 4psi + K psi/n, ZeRO-2 2psi + (2+K)psi/n,
+// ZeRO-3 (2+2+K)psi/n (hybrid = ZeRO-3 over its group). Fills shardedParams, grads, optimizer.
+MemoryBreakdown zeroPaperModelStates(Strategy s, double psi, int64_t n, double k = 12.0);
+
+nlohmann::json toJson(const MemoryBreakdown& m); // components + "total"
+nlohmann::json toJson(const PlanResult& r);
+
+// "12.35 GiB"-style formatting with two decimals (binary units).
+std::string formatGiB(int64_t bytes);
+std::string formatBytes(int64_t bytes);
+
+} // namespace shard::plan

@@ -1,0 +1,245 @@
+// BPE merges with a priority queue over adjacent pairs (lowest rank first, then leftmost), the
+// order Hugging Face tokenizers and transformers.js use.
+#include "tokenizer/bpe_model.h"
+
+#include <cstdio>
+#include <queue>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/unicode_text.h"
+
+namespace shard::tokenizer {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what)
+{
+    throw std::runtime_error("tokenizer.json: " + what);
+}
+
+} // namespace
+
+BpeModel BpeModel::fromJson(const nlohmann::json& model)
+{
+    if (!model.is_object())
+        fail("\"model\" is missing or not an object");
+    const std::string type = model.value("type", std::string("BPE"));
+    if (type != "BPE")
+        fail("unsupported model type '" + type + "' (supported: BPE)");
+    if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0.0)
+        fail("BPE dropout is not supported (set \"dropout\": null)");
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+        if (model.contains(key) && model[key].is_string() && !model[key].get<std::string>().empty())
+            fail(std::string("BPE \"") + key + "\" is not supported");
+    }
+    BpeModel m;
+    const auto& vocab = model.value("vocab", nlohmann::json());
+    if (!vocab.is_object() || vocab.empty())
+        fail("model \"vocab\" is missing or empty");
+    int32_t maxId = -1;
+    m.m_vocab.reserve(vocab.size() * 2);
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+        if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0)
+            fail("vocab entry '" + it.key() + "' has no valid id");
+        const auto id = static_cast<int32_t>(it.value().get<int64_t>());
+        m.m_vocab.emplace(it.key(), id);
+        maxId = std::max(maxId, id);
+    }
+    m.m_idToToken.assign(static_cast<size_t>(maxId) + 1, std::string());
+    for (const auto& [tok, id] : m.m_vocab)
+        m.m_idToToken[id] = tok;
+
+    const auto& merges = model.value("merges", nlohmann::json::array());
+    if (!merges.is_array())
+        fail("model \"merges\" is not an array");
+    m.m_merges.reserve(merges.size() * 2);
+    int32_t rank = 0;
+    for (const auto& entry : merges) {
+        std::string a, b;
+        if (entry.is_string()) {
+            const auto& s = entry.get_ref<const std::string&>();
+            const size_t space = s.find(' ', 1);
+            if (space == std::string::npos)
+                fail("merge '" + s + "' is not two tokens separated by a space");
+            a = s.substr(0, space);
+            b = s.substr(space + 1);
+        } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string()
+            && entry[1].is_string()) {
+            a = entry[0].get<std::string>();
+            b = entry[1].get<std::string>();
+        } else {
+            fail("merge #" + std::to_string(rank) + " is neither \"a b\" nor [\"a\", \"b\"]");
+        }
+        const int32_t ia = m.tokenToId(a), ib = m.tokenToId(b), io = m.tokenToId(a + b);
+        if (ia < 0 || ib < 0 || io < 0)
+            fail("merge '" + a + " " + b + "' uses a token missing from the vocabulary");
+        m.m_merges.emplace(pairKey(ia, ib), Merge {rank, io});
+        ++rank;
+    }
+
+    m.m_byteFallback = model.value("byte_fallback", false);
+    m.m_fuseUnk = model.value("fuse_unk", false);
+    m.m_ignoreMerges = model.value("ignore_merges", false);
+    if (model.contains("unk_token") && model["unk_token"].is_string()) {
+        m.m_unkId = m.tokenToId(model["unk_token"].get<std::string>());
+        if (m.m_unkId < 0)
+            fail("unk_token '" + model["unk_token"].get<std::string>()
+                + "' is not in the vocabulary");
+    }
+    m.m_hasByteAlphabet = true;
+    for (int b = 0; b < 256; ++b) {
+        m.m_byteIds[b] = m.tokenToId(byteToUtf8()[b]);
+        if (m.m_byteIds[b] < 0)
+            m.m_hasByteAlphabet = false;
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        m.m_byteFallbackIds[b] = m.tokenToId(name);
+    }
+    return m;
+}
+
+int32_t BpeModel::tokenToId(const std::string& token) const
+{
+    const auto it = m_vocab.find(token);
+    return it == m_vocab.end() ? -1 : it->second;
+}
+
+const std::string& BpeModel::idToToken(int32_t id) const
+{
+    static const std::string empty;
+    return id >= 0 && id < static_cast<int32_t>(m_idToToken.size()) ? m_idToToken[id] : empty;
+}
+
+void BpeModel::appendUnknown(std::string_view ch, std::vector<int32_t>& ids) const
+{
+    if (m_byteFallback) {
+        bool all = true;
+        for (unsigned char c : ch)
+            all = all && m_byteFallbackIds[c] >= 0;
+        if (all) {
+            for (unsigned char c : ch)
+                ids.push_back(m_byteFallbackIds[c]);
+            return;
+        }
+    }
+    if (m_unkId < 0)
+        throw std::runtime_error("tokenizer: character '" + std::string(ch)
+            + "' is not in the vocabulary and the model has no unk_token or byte fallback");
+    if (m_fuseUnk && !ids.empty() && ids.back() == m_unkId)
+        return;
+    ids.push_back(m_unkId);
+}
+
+void BpeModel::encodeWord(std::string_view word, std::vector<int32_t>& out) const
+{
+    if (word.empty())
+        return;
+    if (m_ignoreMerges) {
+        const int32_t whole = tokenToId(std::string(word));
+        if (whole >= 0) {
+            out.push_back(whole);
+            return;
+        }
+    }
+    std::vector<int32_t> ids;
+    ids.reserve(word.size());
+    std::string ch;
+    for (size_t pos = 0; pos < word.size();) {
+        const size_t start = pos;
+        pos += std::min<size_t>(
+            utf8SequenceLength(static_cast<unsigned char>(word[pos])), word.size() - pos);
+        ch.assign(word.substr(start, pos - start));
+        const int32_t id = tokenToId(ch);
+        if (id >= 0)
+            ids.push_back(id);
+        else
+            appendUnknown(ch, ids);
+    }
+    mergeSymbols(ids);
+    out.insert(out.end(), ids.begin(), ids.end());
+}
+
+void BpeModel::encodeBytes(std::string_view bytes, std::vector<int32_t>& out) const
+{
+    if (bytes.empty())
+        return;
+    if (m_ignoreMerges) {
+        std::string spelled;
+        for (unsigned char c : bytes)
+            spelled += byteToUtf8()[c];
+        const int32_t whole = tokenToId(spelled);
+        if (whole >= 0) {
+            out.push_back(whole);
+            return;
+        }
+    }
+    std::vector<int32_t> ids;
+    ids.reserve(bytes.size());
+    for (unsigned char c : bytes) {
+        if (m_byteIds[c] < 0)
+            appendUnknown(byteToUtf8()[c], ids);
+        else
+            ids.push_back(m_byteIds[c]);
+    }
+    mergeSymbols(ids);
+    out.insert(out.end(), ids.begin(), ids.end());
+}
+
+void BpeModel::mergeSymbols(std::vector<int32_t>& ids) const
+{
+    const int n = static_cast<int>(ids.size());
+    if (n < 2 || m_merges.empty())
+        return;
+    struct Candidate {
+        int32_t rank;
+        int32_t pos;
+        int32_t newId;
+        bool operator>(const Candidate& o) const
+        {
+            return rank != o.rank ? rank > o.rank : pos > o.pos;
+        }
+    };
+    std::vector<int32_t> prev(n), next(n);
+    std::vector<char> alive(n, 1);
+    for (int i = 0; i < n; ++i) {
+        prev[i] = i - 1;
+        next[i] = i + 1 < n ? i + 1 : -1;
+    }
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+    auto consider = [&](int32_t left) {
+        const int32_t right = next[left];
+        if (right < 0)
+            return;
+        const auto it = m_merges.find(pairKey(ids[left], ids[right]));
+        if (it != m_merges.end())
+            queue.push({it->second.rank, left, it->second.newId});
+    };
+    for (int i = 0; i + 1 < n; ++i)
+        consider(i);
+    while (!queue.empty()) {
+        const Candidate top = queue.top();
+        queue.pop();
+        if (!alive[top.pos] || next[top.pos] < 0)
+            continue;
+        const int32_t right = next[top.pos];
+        const auto it = m_merges.find(pairKey(ids[top.pos], ids[right]));
+        if (it == m_merges.end() || it->second.newId != top.newId)
+            continue; // stale: one side was merged since this candidate was queued
+        ids[top.pos] = top.newId;
+        alive[right] = 0;
+        next[top.pos] = next[right];
+        if (next[right] >= 0)
+            prev[next[right]] = top.pos;
+        if (prev[top.pos] >= 0)
+            consider(prev[top.pos]);
+        consider(top.pos);
+    }
+    int w = 0;
+    for (int i = 0; i >= 0 && i < n; i = next[i])
+        ids[w++] = ids[i];
+    ids.resize(w);
+}
+
+} // namespace shard::tokenizer

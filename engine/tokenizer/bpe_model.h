@@ -1,0 +1,59 @@
+// The BPE model of a Hugging Face tokenizer.json: vocabulary, ranked merges, byte fallback and
+// unknown-token handling. Merging uses a linked list of symbols and a priority queue of
+// candidate pairs, so a pre-token of n symbols costs O(n log n), never O(n^2).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace shard::tokenizer {
+
+class BpeModel {
+public:
+    // Parses tokenizer.json's "model" object; throws with a message naming what is wrong.
+    static BpeModel fromJson(const nlohmann::json& model);
+
+    // Encodes one pre-token spelled in the model's own alphabet (e.g. "▁Hello").
+    void encodeWord(std::string_view word, std::vector<int32_t>& out) const;
+    // Encodes one pre-token given as raw bytes of a byte-level model: each byte starts as the
+    // token of its GPT-2 alphabet character.
+    void encodeBytes(std::string_view bytes, std::vector<int32_t>& out) const;
+
+    int32_t tokenToId(const std::string& token) const; // -1 when absent
+    const std::string& idToToken(int32_t id) const;    // empty when absent
+    int32_t maxId() const { return static_cast<int32_t>(m_idToToken.size()) - 1; }
+    bool byteFallback() const { return m_byteFallback; }
+    // Whether every GPT-2 alphabet character is in the vocabulary (byte-level models).
+    bool hasByteAlphabet() const { return m_hasByteAlphabet; }
+
+private:
+    struct Merge {
+        int32_t rank;
+        int32_t newId;
+    };
+    static uint64_t pairKey(int32_t a, int32_t b)
+    {
+        return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+    }
+    void mergeSymbols(std::vector<int32_t>& ids) const;
+    void appendUnknown(std::string_view ch, std::vector<int32_t>& ids) const;
+
+    std::unordered_map<std::string, int32_t> m_vocab;
+    std::vector<std::string> m_idToToken;
+    std::unordered_map<uint64_t, Merge> m_merges;
+    std::array<int32_t, 256> m_byteIds {};         // byte-level alphabet -> id
+    std::array<int32_t, 256> m_byteFallbackIds {}; // <0xXX> -> id
+    int32_t m_unkId = -1;
+    bool m_fuseUnk = false;
+    bool m_byteFallback = false;
+    bool m_ignoreMerges = false;
+    bool m_hasByteAlphabet = false;
+};
+
+} // namespace shard::tokenizer

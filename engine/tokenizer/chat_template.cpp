@@ -1,0 +1,194 @@
+// Native renderings of the Llama 3, ChatML and Llama 2 chat templates, split into prompt and
+// answer segments for loss masking.
+#include "tokenizer/chat_template.h"
+
+#include <stdexcept>
+
+#include "tokenizer/tokenizer.h"
+
+namespace shard::tokenizer {
+
+namespace {
+
+std::string trim(const std::string& s)
+{
+    const char* ws = " \t\n\r\f\v";
+    const size_t b = s.find_first_not_of(ws);
+    if (b == std::string::npos)
+        return {};
+    const size_t e = s.find_last_not_of(ws);
+    return s.substr(b, e - b + 1);
+}
+
+void checkRoles(const std::vector<ChatMessage>& messages)
+{
+    if (messages.empty())
+        throw std::runtime_error("chat: \"messages\" is empty");
+    for (const auto& m : messages)
+        if (m.role != "system" && m.role != "user" && m.role != "assistant")
+            throw std::runtime_error(
+                "chat: unknown role '" + m.role + "' (expected system, user or assistant)");
+}
+
+std::vector<ChatSegment> renderLlama3(
+    const std::vector<ChatMessage>& messages, const Tokenizer& tok, bool genPrompt)
+{
+    std::vector<ChatSegment> out;
+    std::string prompt = tok.bosToken().empty() ? "<|begin_of_text|>" : tok.bosToken();
+    for (const auto& m : messages) {
+        prompt += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
+        if (m.role == "assistant") {
+            out.push_back({prompt, false});
+            prompt.clear();
+            out.push_back({trim(m.content) + "<|eot_id|>", true});
+        } else {
+            prompt += trim(m.content) + "<|eot_id|>";
+        }
+    }
+    if (genPrompt)
+        prompt += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    if (!prompt.empty())
+        out.push_back({prompt, false});
+    return out;
+}
+
+std::vector<ChatSegment> renderChatML(
+    const std::vector<ChatMessage>& messages, const Tokenizer& tok, bool genPrompt)
+{
+    const std::string& tmpl = tok.chatTemplate();
+    const bool thinking = tmpl.find("<think>") != std::string::npos;
+    const std::string kQwenDefaultSystem
+        = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+    std::vector<ChatSegment> out;
+    std::string prompt;
+    if (messages.front().role != "system" && tmpl.find(kQwenDefaultSystem) != std::string::npos)
+        prompt += "<|im_start|>system\n" + kQwenDefaultSystem + "<|im_end|>\n";
+    size_t lastUser = 0;
+    for (size_t i = 0; i < messages.size(); ++i)
+        if (messages[i].role == "user")
+            lastUser = i;
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const auto& m = messages[i];
+        prompt += "<|im_start|>" + m.role + "\n";
+        if (m.role == "assistant") {
+            // Qwen 3 writes an empty think block into the final answer after the last query.
+            if (thinking && i > lastUser && i + 1 == messages.size())
+                prompt += "<think>\n\n</think>\n\n";
+            out.push_back({prompt, false});
+            prompt.clear();
+            out.push_back({m.content + "<|im_end|>", true});
+            prompt += "\n";
+        } else {
+            prompt += m.content + "<|im_end|>\n";
+        }
+    }
+    if (genPrompt)
+        prompt += "<|im_start|>assistant\n";
+    if (!prompt.empty())
+        out.push_back({prompt, false});
+    return out;
+}
+
+std::vector<ChatSegment> renderLlama2(
+    const std::vector<ChatMessage>& messages, const Tokenizer& tok, bool genPrompt)
+{
+    const std::string bos = tok.bosToken().empty() ? "<s>" : tok.bosToken();
+    const std::string eos = tok.eosToken().empty() ? "</s>" : tok.eosToken();
+    std::vector<ChatSegment> out;
+    std::string system;
+    size_t first = 0;
+    if (messages.front().role == "system") {
+        system = "<<SYS>>\n" + trim(messages.front().content) + "\n<</SYS>>\n\n";
+        first = 1;
+    }
+    std::string prompt;
+    bool sawUser = false;
+    for (size_t i = first; i < messages.size(); ++i) {
+        const auto& m = messages[i];
+        if (m.role == "system")
+            throw std::runtime_error("chat: llama2 template allows a system message only first");
+        if (m.role == "user") {
+            prompt += bos + "[INST] " + (sawUser ? "" : system) + trim(m.content) + " [/INST]";
+            sawUser = true;
+        } else {
+            out.push_back({prompt, false});
+            prompt.clear();
+            out.push_back({" " + trim(m.content) + " " + eos, true});
+        }
+    }
+    (void)genPrompt; // the prompt already ends with [/INST]
+    if (!prompt.empty())
+        out.push_back({prompt, false});
+    return out;
+}
+
+} // namespace
+
+ChatTemplateKind parseChatTemplateName(std::string_view name)
+{
+    if (name == "llama3")
+        return ChatTemplateKind::Llama3;
+    if (name == "chatml" || name == "qwen")
+        return ChatTemplateKind::ChatML;
+    if (name == "llama2")
+        return ChatTemplateKind::Llama2;
+    throw std::runtime_error(
+        "unknown chat template '" + std::string(name) + "' (use llama3, chatml or llama2)");
+}
+
+std::string chatTemplateName(ChatTemplateKind kind)
+{
+    switch (kind) {
+    case ChatTemplateKind::Llama3:
+        return "llama3";
+    case ChatTemplateKind::ChatML:
+        return "chatml";
+    case ChatTemplateKind::Llama2:
+        return "llama2";
+    }
+    return "?";
+}
+
+ChatTemplateKind detectChatTemplate(const Tokenizer& tok, std::string_view override)
+{
+    if (!override.empty())
+        return parseChatTemplateName(override);
+    const std::string& t = tok.chatTemplate();
+    if (!t.empty()) {
+        if (t.find("<|start_header_id|>") != std::string::npos)
+            return ChatTemplateKind::Llama3;
+        if (t.find("<|im_start|>") != std::string::npos)
+            return ChatTemplateKind::ChatML;
+        if (t.find("[INST]") != std::string::npos && t.find("<<SYS>>") != std::string::npos)
+            return ChatTemplateKind::Llama2;
+        throw std::runtime_error(
+            "tokenizer_config.json: chat_template is not one of the known templates (Llama 3, "
+            "ChatML, Llama 2); pass --chat-template llama3|chatml|llama2 to choose one");
+    }
+    if (tok.tokenToId("<|start_header_id|>") >= 0 && tok.tokenToId("<|eot_id|>") >= 0)
+        return ChatTemplateKind::Llama3;
+    if (tok.tokenToId("<|im_start|>") >= 0 && tok.tokenToId("<|im_end|>") >= 0)
+        return ChatTemplateKind::ChatML;
+    if (tok.tokenizerClass() == "LlamaTokenizer" || tok.tokenizerClass() == "LlamaTokenizerFast")
+        return ChatTemplateKind::Llama2;
+    throw std::runtime_error(
+        "tokenizer has no chat_template and its model type is not recognised; pass "
+        "--chat-template llama3|chatml|llama2 to choose one");
+}
+
+std::vector<ChatSegment> renderChat(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
+    const Tokenizer& tokenizer, bool addGenerationPrompt)
+{
+    checkRoles(messages);
+    switch (kind) {
+    case ChatTemplateKind::Llama3:
+        return renderLlama3(messages, tokenizer, addGenerationPrompt);
+    case ChatTemplateKind::ChatML:
+        return renderChatML(messages, tokenizer, addGenerationPrompt);
+    case ChatTemplateKind::Llama2:
+        return renderLlama2(messages, tokenizer, addGenerationPrompt);
+    }
+    return {};
+}
+
+} // namespace shard::tokenizer

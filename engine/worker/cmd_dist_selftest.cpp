@@ -1,0 +1,354 @@
+// `shard-worker dist-selftest` (hidden): a rank program for the multirank tests. Checks every
+// collective of the Communicator against values computed here by hand, the byte counters
+// against the formulas and against the kernel's TCP counters, and offers a `loop` mode that
+// keeps ranks busy in collectives until they are killed (launcher fault tests).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "dist/communicator.h"
+#include "dist/rank_env.h"
+#include "dist/socket_traffic.h"
+
+namespace shard::worker {
+namespace {
+
+using dist::Collective;
+using dist::Communicator;
+
+int g_failures = 0;
+
+void check(bool ok, const std::string& what)
+{
+    if (!ok) {
+        ++g_failures;
+        std::fprintf(stderr, "FAIL: %s\n", what.c_str());
+    }
+}
+
+// Small integers, exact in every dtype tested (bf16 holds integers up to 256 exactly).
+double valueOf(int rank, int64_t i, int salt)
+{
+    return static_cast<double>(((rank * 131 + i * 7 + salt * 13) % 31) - 15);
+}
+
+at::Tensor filled(int64_t n, at::ScalarType type, const std::function<double(int64_t)>& f)
+{
+    at::Tensor t = at::empty({n}, at::kDouble);
+    double* p = t.data_ptr<double>();
+    for (int64_t i = 0; i < n; ++i)
+        p[i] = f(i);
+    return t.to(type);
+}
+
+std::string name(at::ScalarType t)
+{
+    return c10::toString(t);
+}
+
+// Bytes each rank sends, written out here independently of dist::trafficBytes.
+int64_t expectedBytes(Collective kind, int64_t numel, int64_t elem, int w, int rank, int root)
+{
+    if (w == 1)
+        return 0;
+    switch (kind) {
+    case Collective::AllGather:     // ring: W-1 slots of numel/W
+    case Collective::ReduceScatter: // all-to-all: W-1 slots of numel/W
+        return (numel / w) * elem * (w - 1);
+    case Collective::AllReduce:
+        return 2 * (w - 1) * ((numel + w - 1) / w) * elem;
+    case Collective::Broadcast: {
+        // Binomial tree (measured: at 4 ranks the root sends 2 copies, its first child 1):
+        // follow the tree from the root and count the copies `rank` sends.
+        std::vector<int> sends(static_cast<size_t>(w), 0);
+        std::vector<bool> has(static_cast<size_t>(w), false);
+        has[static_cast<size_t>(root)] = true;
+        for (int step = 1; step < w; step *= 2)
+            for (int v = step - 1; v >= 0; --v) {
+                const int from = (root + v) % w;
+                const int to = (root + v + step) % w;
+                if (v + step < w && has[static_cast<size_t>(from)]) {
+                    ++sends[static_cast<size_t>(from)];
+                    has[static_cast<size_t>(to)] = true;
+                }
+            }
+        return sends[static_cast<size_t>(rank)] * numel * elem;
+    }
+    default:
+        return 0;
+    }
+}
+
+void testCollectives(Communicator& comm, nlohmann::json& report)
+{
+    const int w = comm.worldSize();
+    const int me = comm.rank();
+    const std::vector<at::ScalarType> types
+        = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kLong};
+    const std::vector<int64_t> slots = {1, 3, 7, 1000, 4099};
+    int salt = 0;
+    for (auto type : types) {
+        for (int64_t c : slots) {
+            ++salt;
+            const std::string tag = name(type) + " C=" + std::to_string(c);
+            // all-gather: own slot of the output as input (FSDP's in-place use).
+            at::Tensor out = at::zeros({w * c}, type);
+            out.narrow(0, me * c, c).copy_(filled(c, type, [&](int64_t i) {
+                return valueOf(me, i, salt);
+            }));
+            auto before = comm.stats();
+            comm.allGather(out, out.narrow(0, me * c, c))->wait();
+            at::Tensor want = at::empty({w * c}, type);
+            for (int r = 0; r < w; ++r)
+                want.narrow(0, r * c, c).copy_(filled(c, type, [&](int64_t i) {
+                    return valueOf(r, i, salt);
+                }));
+            check(at::equal(out, want), "allGather " + tag);
+            check(comm.stats().bytes(Collective::AllGather) - before.bytes(Collective::AllGather)
+                    == expectedBytes(Collective::AllGather, w * c, out.element_size(), w, me, 0),
+                "allGather bytes " + tag);
+
+            // reduce-scatter: input W*C, output C = slot `me` of the sum.
+            at::Tensor in
+                = filled(w * c, type, [&](int64_t i) { return valueOf(me, i, salt + 1); });
+            at::Tensor rs = at::empty({c}, type);
+            before = comm.stats();
+            comm.reduceScatter(rs, in)->wait();
+            at::Tensor rsWant = filled(c, type, [&](int64_t i) {
+                double s = 0;
+                for (int r = 0; r < w; ++r)
+                    s += valueOf(r, me * c + i, salt + 1);
+                return s;
+            });
+            check(at::equal(rs, rsWant), "reduceScatter " + tag);
+            check(comm.stats().bytes(Collective::ReduceScatter)
+                        - before.bytes(Collective::ReduceScatter)
+                    == expectedBytes(Collective::ReduceScatter, w * c, in.element_size(), w, me, 0),
+                "reduceScatter bytes " + tag);
+
+            // all-reduce of an odd length (not a multiple of W).
+            const int64_t n = c * w + 1;
+            at::Tensor ar = filled(n, type, [&](int64_t i) { return valueOf(me, i, salt + 2); });
+            before = comm.stats();
+            comm.allReduce(ar)->wait();
+            at::Tensor arWant = filled(n, type, [&](int64_t i) {
+                double s = 0;
+                for (int r = 0; r < w; ++r)
+                    s += valueOf(r, i, salt + 2);
+                return s;
+            });
+            check(at::equal(ar, arWant), "allReduce " + tag);
+            check(comm.stats().bytes(Collective::AllReduce) - before.bytes(Collective::AllReduce)
+                    == expectedBytes(Collective::AllReduce, n, ar.element_size(), w, me, 0),
+                "allReduce bytes " + tag);
+
+            // broadcast from the last rank.
+            const int root = w - 1;
+            at::Tensor bc = filled(n, type, [&](int64_t i) { return valueOf(me, i, salt + 3); });
+            before = comm.stats();
+            comm.broadcast(bc, root)->wait();
+            check(at::equal(
+                      bc, filled(n, type, [&](int64_t i) { return valueOf(root, i, salt + 3); })),
+                "broadcast " + tag);
+            check(comm.stats().bytes(Collective::Broadcast) - before.bytes(Collective::Broadcast)
+                    == expectedBytes(Collective::Broadcast, n, bc.element_size(), w, me, root),
+                "broadcast bytes " + tag);
+        }
+    }
+    report["dtypes"] = types.size();
+    report["slot_sizes"] = slots;
+}
+
+// FSDP's use: a parameter of d0 rows split on dim 0 into W chunks of ceil(d0/W) rows, padded at
+// the tail; the gathered buffer's first d0 rows are the full parameter.
+void testPaddedShards(Communicator& comm)
+{
+    const int w = comm.worldSize();
+    const int me = comm.rank();
+    for (int64_t d0 : {1, 5, 7, 13}) {
+        const int64_t cols = 3;
+        at::Tensor full = at::arange(d0 * cols, at::kFloat).view({d0, cols});
+        const int64_t rows = (d0 + w - 1) / w;
+        at::Tensor gathered = at::full({w * rows, cols}, -1.0, at::kFloat);
+        at::Tensor shard = at::zeros({rows, cols}, at::kFloat);
+        const int64_t start = std::min<int64_t>(me * rows, d0);
+        const int64_t have = std::min<int64_t>(rows, d0 - start);
+        if (have > 0)
+            shard.narrow(0, 0, have).copy_(full.narrow(0, start, have));
+        comm.allGather(gathered, shard)->wait();
+        check(at::equal(gathered.narrow(0, 0, d0), full),
+            "padded all-gather d0=" + std::to_string(d0));
+        check(gathered.narrow(0, d0, w * rows - d0).abs().sum().item<float>() == 0.0f,
+            "padding stays zero d0=" + std::to_string(d0));
+    }
+}
+
+// Prefetch pattern: two gathers in flight, waited in order, plus out-of-order completion.
+void testAsync(Communicator& comm)
+{
+    const int w = comm.worldSize();
+    const int me = comm.rank();
+    std::vector<at::Tensor> outs;
+    std::vector<dist::WorkPtr> works;
+    for (int k = 0; k < 4; ++k) {
+        at::Tensor out = at::zeros({w * 257}, at::kFloat);
+        out.narrow(0, me * 257, 257).fill_(static_cast<float>(me * 10 + k));
+        works.push_back(comm.allGather(out, out.narrow(0, me * 257, 257)));
+        outs.push_back(out);
+        if (works.size() >= 2)
+            works[works.size() - 2]->wait(); // at most two in flight
+    }
+    works.back()->wait();
+    works.back()->wait(); // waiting twice is harmless
+    for (int k = 0; k < 4; ++k)
+        for (int r = 0; r < w; ++r)
+            check(outs[static_cast<size_t>(k)][r * 257].item<float>()
+                    == static_cast<float>(r * 10 + k),
+                "async all-gather " + std::to_string(k));
+}
+
+void testGroups(Communicator& comm, nlohmann::json& report)
+{
+    const int w = comm.worldSize();
+    if (w < 4 || w % 2 != 0)
+        return;
+    auto groups = dist::makeHybridGroups(comm, 2);
+    check(groups.shard && groups.shard->worldSize() == 2, "shard group of 2");
+    check(groups.replicate && groups.replicate->worldSize() == w / 2, "replicate group");
+    if (!groups.shard || !groups.replicate)
+        return;
+    const int me = comm.rank();
+    at::Tensor t = at::full({5}, static_cast<double>(me + 1), at::kDouble);
+    groups.shard->allReduce(t)->wait();
+    const int first = (me / 2) * 2;
+    check(t[0].item<double>() == (first + 1) + (first + 2), "shard group all-reduce");
+    at::Tensor u = at::full({5}, static_cast<double>(me + 1), at::kDouble);
+    groups.replicate->allReduce(u)->wait();
+    double want = 0;
+    for (int r = me % 2; r < w; r += 2)
+        want += r + 1;
+    check(u[0].item<double>() == want, "replicate group all-reduce");
+    check(groups.shard->rank() == me % 2, "rank within the shard group");
+    report["hybrid_groups"] = true;
+}
+
+// Bytes measured by the kernel against the counter, for one large collective of each kind.
+void testWireTraffic(Communicator& comm, nlohmann::json& report)
+{
+    const int w = comm.worldSize();
+    const int me = comm.rank();
+    const int64_t n = int64_t(3) << 19; // 6 MiB of fp32, a multiple of 2, 3 and 4 ranks
+    struct Case {
+        const char* name;
+        Collective kind;
+        std::function<void()> run;
+    };
+    at::Tensor buf = at::ones({n}, at::kFloat);
+    at::Tensor small = at::ones({n / w}, at::kFloat);
+    at::Tensor bbuf = at::ones({n}, at::kBFloat16);
+    std::vector<Case> cases = {
+        {"all_gather", Collective::AllGather, [&] { comm.allGather(buf, small)->wait(); }},
+        {"reduce_scatter", Collective::ReduceScatter,
+            [&] { comm.reduceScatter(small, buf)->wait(); }},
+        {"all_reduce", Collective::AllReduce, [&] { comm.allReduce(buf)->wait(); }},
+        {"all_reduce_bf16", Collective::AllReduce, [&] { comm.allReduce(bbuf)->wait(); }},
+        {"broadcast", Collective::Broadcast, [&] { comm.broadcast(buf, 0)->wait(); }},
+        {"broadcast_root1", Collective::Broadcast, [&] { comm.broadcast(buf, 1)->wait(); }},
+    };
+    // A barrier's own traffic, to subtract.
+    comm.barrier();
+    int64_t t0 = dist::tcpBytesSent();
+    comm.barrier();
+    const int64_t barrierBytes = dist::tcpBytesSent() - t0;
+    nlohmann::json rows = nlohmann::json::array();
+    for (auto& c : cases) {
+        comm.barrier();
+        auto before = comm.stats();
+        int64_t start = dist::tcpBytesSent();
+        c.run();
+        comm.barrier();
+        int64_t measured = dist::tcpBytesSent() - start - barrierBytes;
+        int64_t counted = comm.stats().bytes(c.kind) - before.bytes(c.kind);
+        // Gloo adds a small header per message: allow 2% plus 16 KiB.
+        double diff = std::abs(static_cast<double>(measured - counted));
+        const bool ok = diff <= 0.02 * static_cast<double>(counted) + 16384.0;
+        check(ok,
+            std::string("wire bytes ") + c.name + ": counted " + std::to_string(counted)
+                + ", kernel measured " + std::to_string(measured));
+        rows.push_back(
+            {{"collective", c.name}, {"rank", me}, {"counted", counted}, {"measured", measured}});
+    }
+    report["wire"] = rows;
+}
+
+void loopForever(Communicator& comm)
+{
+    at::Tensor t = at::ones({4096}, at::kFloat);
+    std::printf("{\"type\":\"selftest\",\"state\":\"looping\",\"rank\":%d}\n", comm.rank());
+    std::fflush(stdout);
+    while (true) {
+        comm.allReduce(t)->wait();
+        t.fill_(1.0f);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+}
+
+CommandRegistration registration([](CLI::App& app) {
+    auto* cmd = app.add_subcommand(
+        "dist-selftest", "(tests) check the collectives across the ranks started by 'launch'");
+    cmd->group(""); // hidden
+    auto mode = std::make_shared<std::string>("collectives");
+    auto backend = std::make_shared<std::string>("gloo");
+    cmd->add_option("--mode", *mode, "collectives | wire | loop | exit")
+        ->check(CLI::IsMember({"collectives", "wire", "loop", "exit"}));
+    cmd->add_option("--backend", *backend, "gloo | nccl");
+    auto exitRank = std::make_shared<int>(-1);
+    auto exitCodeValue = std::make_shared<int>(3);
+    cmd->add_option("--exit-rank", *exitRank, "mode exit: this rank exits with --exit-code");
+    cmd->add_option("--exit-code", *exitCodeValue, "mode exit: the code");
+    cmd->callback([=] {
+        auto env = dist::RankEnv::fromEnvironment();
+        if (*mode == "exit" && env.rank == *exitRank) {
+            std::fprintf(stderr, "rank %d exits with %d as asked\n", env.rank, *exitCodeValue);
+            exitCode() = *exitCodeValue;
+            return;
+        }
+        auto comm = dist::createCommunicator(*backend, env);
+        nlohmann::json report = {{"type", "selftest"}, {"mode", *mode},
+            {"world_size", comm->worldSize()}, {"rank", comm->rank()}};
+        if (*mode == "loop" || *mode == "exit")
+            loopForever(*comm);
+        if (*mode == "collectives") {
+            testCollectives(*comm, report);
+            testPaddedShards(*comm);
+            testAsync(*comm);
+            testGroups(*comm, report);
+        } else if (*mode == "wire") {
+            testWireTraffic(*comm, report);
+        }
+        comm->barrier();
+        report["failures"] = g_failures;
+        std::printf("%s\n", report.dump().c_str());
+        std::fflush(stdout);
+        std::fprintf(stderr, "%s\n", report.dump().c_str());
+        exitCode() = g_failures == 0 ? 0 : 1;
+    });
+});
+
+} // namespace
+} // namespace shard::worker

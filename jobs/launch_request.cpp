@@ -1,0 +1,73 @@
+// Worker command lines and run-spec touch-ups shared by all launchers.
+#include "jobs/launch_request.h"
+
+#include <QRandomGenerator>
+#include <nlohmann/json.hpp>
+
+namespace shard::jobs {
+
+QStringList workerLaunchArgs(const LaunchRequest& request, const QString& runDir,
+    const QString& nodeRunDir, int nnodes, int nodeRank, const QString& masterAddr, int masterPort)
+{
+    QStringList args {QStringLiteral("launch"), QStringLiteral("--nproc-per-node"),
+        QString::number(std::max(1, request.procsPerNode))};
+    if (nnodes > 1) {
+        args << QStringLiteral("--nnodes") << QString::number(nnodes)
+             << QStringLiteral("--node-rank") << QString::number(nodeRank)
+             << QStringLiteral("--master-addr") << masterAddr;
+    }
+    if (masterPort > 0)
+        args << QStringLiteral("--master-port") << QString::number(masterPort);
+    args << QStringLiteral("--run-dir") << nodeRunDir << QStringLiteral("--")
+         << QStringLiteral("train");
+    if (!request.specJson.isEmpty()) {
+        args << QStringLiteral("--config") << runDir + QStringLiteral("/launch-spec.json");
+    } else {
+        args << request.trainArgs;
+        if (!request.trainArgs.contains(QStringLiteral("--out")))
+            args << QStringLiteral("--out") << runDir;
+    }
+    return args;
+}
+
+QByteArray specWithOut(const QByteArray& specJson, const QString& runDir)
+{
+    auto j = nlohmann::json::parse(
+        specJson.constData(), specJson.constData() + specJson.size(), nullptr, false);
+    if (!j.is_object())
+        return specJson;
+    j["out"] = runDir.toStdString();
+    return QByteArray::fromStdString(j.dump(2)) + '\n';
+}
+
+int specProcsPerNode(const QByteArray& specJson, int fallback)
+{
+    auto j = nlohmann::json::parse(
+        specJson.constData(), specJson.constData() + specJson.size(), nullptr, false);
+    if (j.is_object())
+        if (auto it = j.find("procs_per_node"); it != j.end() && it->is_number_integer())
+            return std::max(1, it->get<int>());
+    return fallback;
+}
+
+QString safeDirName(const QString& name)
+{
+    QString out;
+    for (QChar c : name) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+            || c == '.' || c == '_' || c == '-';
+        out += ok ? c : QChar('_');
+    }
+    while (out.startsWith('.'))
+        out.remove(0, 1);
+    if (out.isEmpty())
+        out = QStringLiteral("run");
+    return out.left(60);
+}
+
+int pickMasterPort()
+{
+    return 20000 + static_cast<int>(QRandomGenerator::global()->bounded(20000));
+}
+
+} // namespace shard::jobs

@@ -1,0 +1,43 @@
+// LocalLauncher: starts `shard-worker launch ...` on this machine, detached in its own session
+// so the run outlives the CLI and the studio; records pid (+ start time) and run directory;
+// re-attaches after a restart; stops with TERM, then KILL after a grace period.
+#pragma once
+
+#include <QVector>
+
+#include "jobs/launch_request.h"
+#include "jobs/run_store.h"
+
+namespace shard::jobs {
+
+class LocalLauncher {
+public:
+    explicit LocalLauncher(RunStore& store)
+        : m_store(store)
+    {
+    }
+
+    // $SHARD_WORKER, next to this executable (install or build tree), then PATH; or "" .
+    static QString findWorker(const QString& requested = QStringLiteral("shard-worker"));
+    // $SHARD_RUNS_DIR or <AppDataLocation>/runs.
+    static QString defaultRunsRoot();
+
+    // Creates the run record, prepares the run directory and starts the launcher.
+    Result<qint64> start(const LaunchRequest& request);
+
+    // After a restart: local runs still marked queued/running whose launcher is alive are
+    // returned (watch them again); the others are settled (interrupted, or failed/finished by
+    // their events).
+    static Result<QVector<qint64>> reconcile(RunStore& store);
+
+    // TERM to the launcher (it stops its ranks), KILL to its session after graceMs.
+    Status stop(qint64 runId, int graceMs = 10000);
+
+    // Pid and start time recorded for a local run (0 when none).
+    static qint64 startTimeOf(const RunRecord& run);
+
+private:
+    RunStore& m_store;
+};
+
+} // namespace shard::jobs

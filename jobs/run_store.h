@@ -1,0 +1,172 @@
+// RunStore: the SQLite record of every run (spec, status, where it runs, summary), its metric
+// points, per-rank memory points, events and ingestion offsets. Versioned migrations, WAL, every
+// statement parameterised. One RunStore is one connection: use it from one thread (open another
+// store on the same file for another thread; WAL lets readers and one writer work together).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <QByteArray>
+#include <QDateTime>
+#include <QString>
+#include <QStringList>
+#include <QVector>
+
+#include "jobs/result.h"
+#include "protocol/records.h"
+
+namespace shard::jobs {
+
+enum class RunStatus { Queued, Running, Finished, Failed, Interrupted, Stopped };
+
+QString toString(RunStatus status); // "queued", "running", ...
+std::optional<RunStatus> runStatusFromString(const QString& text);
+bool isTerminal(RunStatus status); // finished, failed, interrupted, stopped
+
+// One row of the runs table. Timestamps are invalid QDateTime when not set.
+struct RunRecord {
+    qint64 id = 0;
+    QString name;
+    QByteArray specJson; // the resolved run spec (run.json); empty in listings unless asked
+    RunStatus status = RunStatus::Queued;
+    QString target;        // "local", "ssh", "slurm"
+    QString host;          // "" for local; SSH hosts joined by ','; Slurm: the --via host or ""
+    QString runDir;        // on `host` (node 0's host for SSH)
+    qint64 pid = 0;        // local launcher pid (node 0's remote pid for SSH)
+    QString jobId;         // Slurm job id
+    QByteArray launchInfo; // JSON, launcher-specific (per-host pids, ssh options, sbatch path)
+    QString message;       // finish reason or last error
+    QDateTime createdAt, startedAt, endedAt;
+
+    // From the spec, for listing without parsing JSON.
+    QString model, strategy;
+    int worldSize = 0;
+    qint64 totalSteps = 0;
+
+    // Summary, kept up to date by ingestion.
+    qint64 lastStep = 0;
+    qint64 tokens = 0;
+    std::optional<double> finalLoss; // loss at the highest step
+    std::optional<double> bestLoss;
+    double meanTokensPerSec = 0.0;
+    QVector<qint64> peakMemoryPerRank; // bytes, index = rank
+
+    qint64 peakMemoryBytes() const; // max over ranks, 0 if none
+    qint64 durationMs() const;      // started..ended (or now while running), 0 if not started
+};
+
+struct NewRun {
+    QString name;
+    QByteArray specJson = "{}";
+    QString target = "local";
+    QString host;
+    QString runDir;
+    RunStatus status = RunStatus::Queued;
+};
+
+struct RunQuery {
+    QString text;                    // substring of name, model, strategy, host or run dir
+    std::optional<RunStatus> status; // only this status
+    int limit = -1;                  // -1: all
+    bool includeSpec = false;        // fill RunRecord::specJson
+};
+
+// Columns as vectors, ready for QCustomPlot::addData(keys, values, true). Sorted by step.
+struct MetricSeries {
+    QVector<double> step, tokens, wallTime, loss, lr, gradNorm, tokensPerSec, stepTime;
+    QVector<double> commBytes;
+    QVector<double> evalStep, evalLoss; // only the points that carry an eval loss
+    int size() const { return step.size(); }
+};
+
+struct MemorySeries {
+    int rank = 0;
+    QVector<double> step;
+    QVector<double> shardedParams, gatheredParams, grads, optimizer, activations, other;
+    QVector<double> current, peak;
+};
+
+struct EventRow {
+    qint64 id = 0;
+    qint64 offset = 0; // byte offset of the line in events.jsonl (or -1 if made by a launcher)
+    QString kind;
+    qint64 step = -1;
+    double wallTime = 0.0;
+    QString message;
+    QByteArray dataJson;
+};
+
+// A config value that differs between compared runs; values[i] belongs to the i-th run id
+// ("" where the run's spec lacks the key). Keys are dotted paths into run.json.
+struct ConfigDiff {
+    QString key;
+    QStringList values;
+};
+
+enum class OpenMode { ReadWrite, ReadOnly };
+
+class RunStore {
+public:
+    static constexpr int kSchemaVersion = 2;
+
+    // $SHARD_STORE if set, else <AppDataLocation>/runs.sqlite.
+    static QString defaultPath();
+
+    // Opens (creating and migrating when ReadWrite) the store at `path`. Errors are one line:
+    // locked by another process, corrupt, read-only disk, written by a newer version.
+    static Result<RunStore> open(
+        const QString& path, OpenMode mode = OpenMode::ReadWrite, int busyTimeoutMs = 5000);
+    // For the studio: read-write if possible, else read-only when the file is readable (locked
+    // writer, read-only disk); `warning` then says why it is read-only.
+    static Result<RunStore> openBestEffort(const QString& path, QString* warning);
+
+    RunStore(RunStore&&) noexcept;
+    RunStore& operator=(RunStore&&) noexcept;
+    ~RunStore();
+
+    QString path() const;
+    bool isReadOnly() const;
+    int schemaVersion() const; // of the open file
+
+    // Runs.
+    Result<qint64> createRun(const NewRun& run);
+    Result<RunRecord> run(qint64 id) const;
+    // `idOrName`: a numeric id, or a name (the newest run with that name).
+    Result<RunRecord> findRun(const QString& idOrName) const;
+    Result<QVector<RunRecord>> listRuns(const RunQuery& query = {}) const;
+    Status deleteRun(qint64 id);
+    // Sets started_at when entering Running (once), ended_at when entering a terminal status.
+    Status setStatus(qint64 id, RunStatus status, const QString& message = {});
+    Status setProcess(qint64 id, qint64 pid, const QByteArray& launchInfo);
+    Status setJobId(qint64 id, const QString& jobId);
+    Status setRunDir(qint64 id, const QString& runDir);
+    Status setSpec(qint64 id, const QByteArray& specJson);
+
+    // Points.
+    Result<MetricSeries> metricSeries(qint64 runId, qint64 afterStep = -1) const;
+    Result<QVector<MemorySeries>> memorySeries(qint64 runId, qint64 afterStep = -1) const;
+    Result<QVector<EventRow>> events(qint64 runId, qint64 afterId = 0) const;
+    Result<qint64> metricCount(qint64 runId) const;
+    Result<QVector<ConfigDiff>> compareConfigs(const QVector<qint64>& runIds) const;
+
+    // Ingestion (used by Ingestor): offsets of "metrics" / "events", and atomic appends that
+    // store the points and the new offset in one transaction (so a crash never double-counts).
+    Result<qint64> ingestOffset(qint64 runId, const QString& file) const;
+    Status appendMetrics(
+        qint64 runId, const std::vector<protocol::MetricRecord>& records, qint64 newOffset);
+    Status appendEvents(qint64 runId,
+        const std::vector<std::pair<qint64, protocol::EventRecord>>& eventsAtOffsets,
+        qint64 newOffset);
+    // Events made by a launcher (not read from events.jsonl), e.g. "interrupted".
+    Status addEvent(qint64 runId, const protocol::EventRecord& event);
+
+private:
+    struct Impl;
+    explicit RunStore(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> d;
+};
+
+} // namespace shard::jobs
