@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plan/planner.h"
 #include "process_runner.h"
 
 using namespace shard::testing;
@@ -256,6 +257,27 @@ int main()
                 "%s rank %d model-state bytes %.0f = %.4f of 1 rank\n", name, r, got, got / base);
             SHARD_EXPECT(std::abs(got / base - 1.0 / n) < 1e-9, "model states scale as 1/N");
         }
+
+    // The planner's persistent model states (fp32 master shard + AdamW m, v) for the same runs.
+    for (auto [name, n] :
+        {std::pair<const char*, int> {"zero3-1", 1}, {"zero3-2", 2}, {"zero3-4", 4}}) {
+        shard::plan::PlanInput in;
+        in.model = shard::plan::loadHfConfig(g_dir + "/model");
+        in.strategy = shard::plan::Strategy::Zero3;
+        in.precision = shard::plan::Precision::Fp32;
+        in.gpusPerNode = n;
+        in.microBatch = 4 / n;
+        in.seqLen = 32;
+        in.device = shard::plan::DeviceSpec::cpu(24LL << 30);
+        const auto plan = shard::plan::plan(in);
+        const double predicted
+            = static_cast<double>(plan.perDevice.shardedParams + plan.perDevice.optimizer);
+        const double got = static_cast<double>(modelStateBytes(runs[name], 0));
+        std::printf("%s model states: measured %.0f, planner %.0f (ratio %.4f)\n", name, got,
+            predicted, got / predicted);
+        SHARD_EXPECT(std::abs(got / predicted - 1.0) <= 0.05,
+            std::string(name) + ": model states within 5% of the planner");
+    }
 
     if (g_failures == 0)
         std::printf("tst_fsdp_equivalence: all passed\n");
