@@ -1,8 +1,8 @@
-// Each allocation carries a small context holding the wrapped allocator's DataPtr and its size,
-// so the deleter can uncount it and free through the original deleter.
+// Counting wrapper around the default CPU allocator (sizes kept in a header before each block).
 #include "counting_allocator.h"
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 
 #include <c10/core/Allocator.h>
@@ -17,16 +17,21 @@ std::atomic<int64_t> g_peak {0};
 std::atomic<int64_t> g_allocations {0};
 std::atomic<bool> g_installed {false};
 
-struct Allocation {
-    c10::DataPtr inner;
-    int64_t bytes;
-};
+// Every block is allocated from the wrapped allocator with a 64-byte header in front that
+// holds its size, so the data pointer is also the deleter's context: raw_allocate() (used inside
+// ATen, e.g. by matmul workspaces) requires that.
+constexpr size_t kHeader = 64;
+c10::DeleterFnPtr g_innerRawDelete = nullptr;
 
-void countedDelete(void* ctx)
+void countedDelete(void* data)
 {
-    auto* a = static_cast<Allocation*>(ctx);
-    g_current.fetch_sub(a->bytes, std::memory_order_relaxed);
-    delete a; // frees through the wrapped allocator's deleter
+    if (!data)
+        return;
+    auto* base = static_cast<uint8_t*>(data) - kHeader;
+    int64_t bytes = 0;
+    std::memcpy(&bytes, base, sizeof bytes);
+    g_current.fetch_sub(bytes, std::memory_order_relaxed);
+    g_innerRawDelete(base);
 }
 
 class Counting final : public c10::Allocator {
@@ -38,19 +43,19 @@ public:
 
     c10::DataPtr allocate(size_t n) const override
     {
-        c10::DataPtr inner = m_inner->allocate(n);
-        void* data = inner.get();
-        const auto device = inner.device();
-        auto* a = new Allocation {std::move(inner), static_cast<int64_t>(n)};
-        const int64_t now = g_current.fetch_add(a->bytes, std::memory_order_relaxed) + a->bytes;
+        auto* base = static_cast<uint8_t*>(m_inner->raw_allocate(n + kHeader));
+        const int64_t bytes = static_cast<int64_t>(n);
+        std::memcpy(base, &bytes, sizeof bytes);
+        const int64_t now = g_current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
         int64_t peak = g_peak.load(std::memory_order_relaxed);
         while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
         }
         g_allocations.fetch_add(1, std::memory_order_relaxed);
-        return {data, a, &countedDelete, device};
+        void* data = base + kHeader;
+        return {data, data, &countedDelete, c10::Device(c10::DeviceType::CPU)};
     }
 
-    c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+    c10::DeleterFnPtr raw_deleter() const override { return &countedDelete; }
 
 private:
     c10::Allocator* m_inner;
@@ -63,7 +68,11 @@ CountingAllocator& CountingAllocator::install()
     static CountingAllocator handle;
     static std::once_flag once;
     std::call_once(once, [] {
-        static Counting counting(c10::GetCPUAllocator());
+        c10::Allocator* inner = c10::GetCPUAllocator();
+        g_innerRawDelete = inner->raw_deleter();
+        if (!g_innerRawDelete)
+            return; // an allocator without raw allocation cannot be wrapped; counts stay zero
+        static Counting counting(inner);
         // Priority above the default registration so later registrations cannot replace it.
         c10::SetCPUAllocator(&counting, /*priority=*/100);
         g_installed = true;

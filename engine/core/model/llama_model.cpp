@@ -12,6 +12,13 @@ namespace shard::engine {
 
 namespace {
 
+// fp32 for 16-bit inputs (as Hugging Face computes norms, softmax and loss), else unchanged
+// (fp64 in the gradient checks).
+at::ScalarType atLeastFloat(at::ScalarType t)
+{
+    return at::promoteTypes(t, at::kFloat);
+}
+
 bool endsWith(const std::string& s, const std::string& suffix)
 {
     return s.size() >= suffix.size()
@@ -217,7 +224,7 @@ RopeTables LlamaModel::rope(int64_t seqLen, at::ScalarType dtype) const
 
 at::Tensor LlamaModel::rmsNorm(const at::Tensor& x, const at::Tensor& weight) const
 {
-    at::Tensor h = x.to(at::kFloat);
+    at::Tensor h = x.to(atLeastFloat(x.scalar_type()));
     at::Tensor var = h.pow(2).mean(-1, /*keepdim=*/true);
     h = h * at::rsqrt(var + m_spec.rmsNormEps);
     return weight * h.to(x.scalar_type());
@@ -273,7 +280,8 @@ at::Tensor LlamaModel::attention(
     if (m_spec.slidingWindow > 0 && m_spec.slidingWindow < s)
         hidden = hidden.logical_or((i - j) >= m_spec.slidingWindow);
     scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
-    at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+    at::Tensor probs
+        = at::softmax(scores, -1, atLeastFloat(scores.scalar_type())).to(q.scalar_type());
     at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({b, s, H * D});
     return linear(out, w, L.o, L.oBias);
 }
@@ -305,7 +313,8 @@ at::Tensor LlamaModel::head(const std::vector<at::Tensor>& root, const at::Tenso
 LossSum nextTokenLossSum(const at::Tensor& logits, const at::Tensor& labels)
 {
     const int64_t s = logits.size(1), V = logits.size(2);
-    at::Tensor l = logits.narrow(1, 0, s - 1).to(at::kFloat).reshape({-1, V});
+    at::Tensor l
+        = logits.narrow(1, 0, s - 1).to(atLeastFloat(logits.scalar_type())).reshape({-1, V});
     at::Tensor t = labels.narrow(1, 1, s - 1).reshape({-1}).to(at::kLong);
     LossSum out;
     out.sum = at::cross_entropy_loss(l, t, {}, at::Reduction::Sum, -100);
