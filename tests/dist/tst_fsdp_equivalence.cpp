@@ -258,6 +258,38 @@ int main()
             SHARD_EXPECT(std::abs(got / base - 1.0 / n) < 1e-9, "model states scale as 1/N");
         }
 
+    // Mixed precision: bf16 compute, fp32 reduce and masters, with checkpointing, against the
+    // 1-rank bf16-mixed run of the same split (bf16 rounding of the weights: loose tolerance).
+    {
+        Run ref = train("bf16-single-ga2", 1,
+            {"--micro-batch", "2", "--grad-accum", "2", "--precision", "bf16-mixed"});
+        Run z3 = train("bf16-zero3-2", 2,
+            {"--micro-batch", "2", "--strategy", "zero3", "--precision", "bf16-mixed",
+                "--checkpointing", "full"});
+        Diff d = compare(ref, z3);
+        report("zero3 bf16-mixed+ckpt vs 1 rank", d);
+        SHARD_EXPECT(d.loss <= 5e-3, "bf16-mixed zero3 tracks the 1-rank bf16-mixed run");
+        bool finite = !z3.losses.empty();
+        for (double l : z3.losses)
+            finite = finite && std::isfinite(l);
+        SHARD_EXPECT(finite, "bf16-mixed zero3 losses are finite");
+    }
+    // Offloading means nothing on CPU ranks: one clear error.
+    {
+        std::ofstream(g_dir + "/offload.json") << "{\"offload\": \"optimizer\"}";
+        auto p = spawnProcess({workerPath(), "launch", "--nproc-per-node", "2", "--", "train",
+            "--config", g_dir + "/offload.json", "--model", g_dir + "/model", "--data",
+            g_dir + "/data.jsonl", "--steps", "1", "--seq-len", "32", "--lr", "1e-3",
+            "--micro-batch", "1", "--strategy", "zero3", "--nproc-per-node", "2", "--out",
+            g_dir + "/offload"});
+        SHARD_EXPECT(p.wait(120) && p.exitCode() != 0, "offload on CPU must fail");
+        const std::string log = readFile(g_dir + "/offload/logs/rank-0.log")
+            + readFile(g_dir + "/offload/logs/rank-1.log") + p.err;
+        SHARD_EXPECT(log.find("offload") != std::string::npos
+                && log.find("--offload none") != std::string::npos,
+            "offload error names the fix: " + log.substr(0, 2000));
+    }
+
     // The planner's persistent model states (fp32 master shard + AdamW m, v) for the same runs.
     for (auto [name, n] :
         {std::pair<const char*, int> {"zero3-1", 1}, {"zero3-2", 2}, {"zero3-4", 4}}) {
