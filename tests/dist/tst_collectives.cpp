@@ -135,7 +135,9 @@ int main()
                 && q.err.find("unknown communication backend 'mpi'") != std::string::npos,
             "unknown backend: " + q.err);
     }
-    if (g_failures == 0)
+    if (g_failures == 0) {
         std::printf("tst_collectives: all passed\n");
+        removeTempDirs();
+    }
     return g_failures == 0 ? 0 : 1;
 }

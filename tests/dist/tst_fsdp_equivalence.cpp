@@ -9,6 +9,7 @@
 //  - bytes sent per step per rank are within 2% of the theory for each strategy;
 //  - model-state bytes per rank of zero3 scale as 1/N (1, 2, 4 ranks).
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -311,7 +312,9 @@ int main()
             std::string(name) + ": model states within 5% of the planner");
     }
 
-    if (g_failures == 0)
+    if (g_failures == 0) {
         std::printf("tst_fsdp_equivalence: all passed\n");
+        removeTempDirs(); // kept for inspection when something failed
+    }
     return g_failures == 0 ? 0 : 1;
 }
