@@ -129,7 +129,9 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
         = req.specJson.isEmpty() ? QByteArray() : specWithOut(req.specJson, absDir);
     for (int i = 0; i < hosts.size(); ++i) {
         const SshHost& host = hosts[i];
-        const QString nodeDir = i == 0 ? absDir : absDir + QStringLiteral("/nodes/node-%1").arg(i);
+        // One run directory for every node: the launcher names its per-node files (pid, log)
+        // by node rank, and node 0's records are the run's.
+        const QString nodeDir = absDir;
         const QStringList args = workerLaunchArgs(
             req, absDir, nodeDir, static_cast<int>(hosts.size()), i, masterAddr, port);
         QString env;

@@ -102,7 +102,7 @@ private Q_SLOTS:
         QCOMPARE(toString(done->status), QString("finished"));
         QCOMPARE(done->peakMemoryPerRank.size(), 4); // 2 nodes x 2 ranks
         // Node 1 was told where the rendezvous is.
-        const QByteArray node1 = SshdFixture::read(run->runDir + "/nodes/node-1/args-node-1.txt");
+        const QByteArray node1 = SshdFixture::read(run->runDir + "/args-node-1.txt");
         QVERIFY2(node1.contains("--node-rank\n1\n--master-addr\n127.0.0.1\n"), node1.constData());
         QVERIFY(node1.contains("--nnodes\n2\n"));
     }
