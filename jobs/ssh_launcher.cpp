@@ -213,6 +213,25 @@ Status SshLauncher::stop(qint64 runId, int graceMs)
     return {};
 }
 
+Result<QString> SshLauncher::checkHost(const SshHost& host, const QString& workerProgram)
+{
+    auto r = m_ssh.run(host,
+        QStringLiteral("w=%1; command -v \"$w\" >/dev/null 2>&1 || exit 127; \"$w\" --version")
+            .arg(Q::shellQuote(workerProgram)),
+        {}, 30000);
+    if (!r)
+        return fail(r.error());
+    if (r->exitCode == 127)
+        return fail(QStringLiteral("shard-worker is not installed on %1 ('%2' is not on the PATH "
+                                   "of a non-interactive shell there)")
+                        .arg(host.toString(), workerProgram));
+    if (r->exitCode != 0)
+        return fail(QStringLiteral("%1 --version failed on %2: %3")
+                        .arg(workerProgram, host.toString(),
+                            QString::fromLocal8Bit(r->err).trimmed().section('\n', -1)));
+    return QString::fromUtf8(r->out).trimmed().section('\n', 0, 0);
+}
+
 Result<qint64> SshLauncher::attach(const SshHost& host, const QString& runDir)
 {
     auto r = m_ssh.run(host,
