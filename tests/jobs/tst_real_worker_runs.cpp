@@ -12,7 +12,9 @@
 #include "jobs/local_process.h"
 #include "jobs/local_run_watcher.h"
 #include "jobs/remote_run_watcher.h"
+#include "jobs/slurm_launcher.h"
 #include "jobs/ssh_launcher.h"
+#include "slurm_fixture.h"
 #include "sshd_fixture.h"
 
 using namespace shard::jobs;
@@ -141,6 +143,32 @@ private Q_SLOTS:
         QVERIFY(run);
         QCOMPARE(*store->metricCount(run->id), qint64(12));
         QCOMPARE(run->worldSize, 2);
+    }
+
+    void slurmOneNodeTwoRanks()
+    {
+        SlurmFixture slurm;
+        QString why;
+        if (!slurm.start(&why))
+            QFAIL(qPrintable(why));
+        auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
+        SlurmLauncher launcher(*store);
+        LaunchRequest req;
+        req.name = "slurm-real";
+        req.specJson = spec(m_model, m_data, 8, 1, 2);
+        req.runDir = m_dir.filePath("slurm-run");
+        req.workerProgram = kWorker;
+        auto id = launcher.submit(req, {});
+        QVERIFY2(id, qPrintable(id.error()));
+        SlurmRunWatcher watcher(*store, *id);
+        QSignalSpy finished(&watcher, &RunWatcher::finished);
+        watcher.start(500);
+        QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 240000);
+        auto run = store->run(*id);
+        QVERIFY2(run->status == RunStatus::Finished,
+            qPrintable(toString(run->status) + ": " + run->message));
+        QCOMPARE(*store->metricCount(*id), qint64(8));
+        QCOMPARE(run->peakMemoryPerRank.size(), 2);
     }
 
     void sshTwoNodes()
