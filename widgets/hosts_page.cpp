@@ -139,7 +139,7 @@ HostsPage::HostsPage(QWidget* parent)
 
 QString HostsPage::messageText() const
 {
-    return m_message->isVisible() ? m_message->text() : QString();
+    return m_message->text();
 }
 
 void HostsPage::setHosts(const QList<HostEntry>& hosts)

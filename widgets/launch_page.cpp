@@ -480,7 +480,7 @@ void LaunchPage::loadSettings()
 
 QString LaunchPage::messageText() const
 {
-    return m_message->isVisible() ? m_message->text() : QString();
+    return m_message->text();
 }
 
 void LaunchPage::setModelFolder(const QString& folder)

@@ -169,7 +169,7 @@ QString MonitorPage::runDirectory() const
 
 QString MonitorPage::messageText() const
 {
-    return m_message->isVisible() ? m_message->text() : "";
+    return m_message->text();
 }
 
 void MonitorPage::browse()

@@ -264,7 +264,7 @@ QString PlanPage::verdictText() const
 
 QString PlanPage::messageText() const
 {
-    return m_message->isVisible() ? m_message->text() : QString();
+    return m_message->text();
 }
 
 void PlanPage::setModel(const QString& presetOrFolder)

@@ -149,7 +149,7 @@ int RunsPage::visibleRowCount() const
 
 QString RunsPage::messageText() const
 {
-    return m_message->isVisible() ? m_message->text() : QString();
+    return m_message->text();
 }
 
 } // namespace shard::widgets
