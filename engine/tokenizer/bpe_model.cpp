@@ -35,7 +35,10 @@ BpeModel BpeModel::fromJson(const nlohmann::json& model)
             fail(std::string("BPE \"") + key + "\" is not supported");
     }
     BpeModel m;
-    const auto& vocab = model.value("vocab", nlohmann::json());
+    static const nlohmann::json kNull;
+    static const nlohmann::json kEmpty = nlohmann::json::array();
+    // By reference: value() would copy the (large) vocabulary and merge list.
+    const auto& vocab = model.contains("vocab") ? model["vocab"] : kNull;
     if (!vocab.is_object() || vocab.empty())
         fail("model \"vocab\" is missing or empty");
     int32_t maxId = -1;
@@ -51,10 +54,10 @@ BpeModel BpeModel::fromJson(const nlohmann::json& model)
     for (const auto& [tok, id] : m.m_vocab)
         m.m_idToToken[id] = tok;
 
-    const auto& merges = model.value("merges", nlohmann::json::array());
+    const auto& merges = model.contains("merges") ? model["merges"] : kEmpty;
     if (!merges.is_array())
         fail("model \"merges\" is not an array");
-    m.m_merges.reserve(merges.size() * 2);
+    m.m_merges.reserve(merges.size());
     int32_t rank = 0;
     for (const auto& entry : merges) {
         std::string a, b;
@@ -75,7 +78,7 @@ BpeModel BpeModel::fromJson(const nlohmann::json& model)
         const int32_t ia = m.tokenToId(a), ib = m.tokenToId(b), io = m.tokenToId(a + b);
         if (ia < 0 || ib < 0 || io < 0)
             fail("merge '" + a + " " + b + "' uses a token missing from the vocabulary");
-        m.m_merges.emplace(pairKey(ia, ib), Merge {rank, io});
+        m.m_merges.insert(pairKey(ia, ib), Merge {rank, io});
         ++rank;
     }
 
@@ -87,6 +90,17 @@ BpeModel BpeModel::fromJson(const nlohmann::json& model)
         if (m.m_unkId < 0)
             fail("unk_token '" + model["unk_token"].get<std::string>()
                 + "' is not in the vocabulary");
+    }
+    m.m_bmpIds.assign(0x10000, -1);
+    for (const auto& [tok, id] : m.m_vocab) {
+        size_t pos = 0;
+        const char32_t cp = decodeUtf8(tok, pos);
+        if (pos != tok.size())
+            continue;
+        if (cp < 0x10000)
+            m.m_bmpIds[cp] = id;
+        else
+            m.m_astralIds[cp] = id;
     }
     m.m_hasByteAlphabet = true;
     for (int b = 0; b < 256; ++b) {
@@ -187,6 +201,55 @@ void BpeModel::encodeBytes(std::string_view bytes, std::vector<int32_t>& out) co
     out.insert(out.end(), ids.begin(), ids.end());
 }
 
+void BpeModel::MergeTable::reserve(size_t n)
+{
+    size_t cap = 16;
+    int bits = 4;
+    while (cap < 2 * n + 1) {
+        cap <<= 1;
+        ++bits;
+    }
+    m_keys.assign(cap, kEmpty);
+    m_values.assign(cap, Merge {0, 0});
+    m_mask = cap - 1;
+    m_shift = 64 - bits;
+    m_size = 0;
+}
+
+void BpeModel::MergeTable::insert(uint64_t key, Merge value)
+{
+    if (m_keys.empty() || 2 * (m_size + 1) > m_keys.size()) {
+        std::vector<uint64_t> keys;
+        std::vector<Merge> values;
+        keys.swap(m_keys);
+        values.swap(m_values);
+        reserve(std::max<size_t>(m_size + 1, keys.size()));
+        for (size_t i = 0; i < keys.size(); ++i)
+            if (keys[i] != kEmpty)
+                insert(keys[i], values[i]);
+    }
+    for (size_t i = slot(key);; i = (i + 1) & m_mask) {
+        if (m_keys[i] == key) {
+            m_values[i] = value;
+            return;
+        }
+        if (m_keys[i] == kEmpty) {
+            m_keys[i] = key;
+            m_values[i] = value;
+            ++m_size;
+            return;
+        }
+    }
+}
+
+int32_t BpeModel::charId(char32_t cp) const
+{
+    if (cp < 0x10000)
+        return m_bmpIds[cp];
+    const auto it = m_astralIds.find(cp);
+    return it == m_astralIds.end() ? -1 : it->second;
+}
+
 void BpeModel::mergeSymbols(std::vector<int32_t>& ids) const
 {
     const int n = static_cast<int>(ids.size());
@@ -212,9 +275,8 @@ void BpeModel::mergeSymbols(std::vector<int32_t>& ids) const
         const int32_t right = next[left];
         if (right < 0)
             return;
-        const auto it = m_merges.find(pairKey(ids[left], ids[right]));
-        if (it != m_merges.end())
-            queue.push({it->second.rank, left, it->second.newId});
+        if (const Merge* m = m_merges.find(pairKey(ids[left], ids[right])))
+            queue.push({m->rank, left, m->newId});
     };
     for (int i = 0; i + 1 < n; ++i)
         consider(i);
@@ -224,8 +286,8 @@ void BpeModel::mergeSymbols(std::vector<int32_t>& ids) const
         if (!alive[top.pos] || next[top.pos] < 0)
             continue;
         const int32_t right = next[top.pos];
-        const auto it = m_merges.find(pairKey(ids[top.pos], ids[right]));
-        if (it == m_merges.end() || it->second.newId != top.newId)
+        const Merge* m = m_merges.find(pairKey(ids[top.pos], ids[right]));
+        if (!m || m->newId != top.newId)
             continue; // stale: one side was merged since this candidate was queued
         ids[top.pos] = top.newId;
         alive[right] = 0;

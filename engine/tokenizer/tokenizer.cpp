@@ -200,13 +200,21 @@ Tokenizer Tokenizer::fromJson(const nlohmann::json& tj, const nlohmann::json& cf
         throw std::runtime_error("tokenizer.json: top level is not a JSON object");
     const nlohmann::json cfg = cfgIn.is_object() ? cfgIn : nlohmann::json::object();
     auto impl = std::make_shared<Impl>();
-    impl->model = BpeModel::fromJson(tj.value("model", nlohmann::json()));
-    impl->normalizer = Normalizer::fromJson(tj.value("normalizer", nlohmann::json()));
-    impl->preTokenizer = PreTokenizer::fromJson(tj.value("pre_tokenizer", nlohmann::json()));
-    impl->decoder = Decoder::fromJson(tj.value("decoder", nlohmann::json()));
+    static const nlohmann::json kNull;
+    // By reference: value() would copy the (large) model object.
+    auto field = [&tj](const char* key) -> const nlohmann::json& {
+        return tj.contains(key) ? tj[key] : kNull;
+    };
+    impl->model = BpeModel::fromJson(field("model"));
+    impl->normalizer = Normalizer::fromJson(field("normalizer"));
+    impl->preTokenizer = PreTokenizer::fromJson(field("pre_tokenizer"));
+    impl->decoder = Decoder::fromJson(field("decoder"));
 
     int64_t maxId = impl->model.maxId();
-    for (const auto& a : tj.value("added_tokens", nlohmann::json::array())) {
+    const auto& addedTokens = field("added_tokens");
+    if (!addedTokens.is_null() && !addedTokens.is_array())
+        throw std::runtime_error("tokenizer.json: \"added_tokens\" is not an array");
+    for (const auto& a : addedTokens.is_array() ? addedTokens : nlohmann::json::array()) {
         AddedToken t;
         if (!a.contains("content") || !a["content"].is_string() || !a.contains("id")
             || !a["id"].is_number_integer())
@@ -226,8 +234,8 @@ Tokenizer Tokenizer::fromJson(const nlohmann::json& tj, const nlohmann::json& cf
     }
     impl->vocabSize = maxId + 1;
     const Impl& ref = *impl;
-    impl->post = postTemplateFromJson(tj.value("post_processor", nlohmann::json()),
-        [&ref](const std::string& name) { return ref.lookup(name); });
+    impl->post = postTemplateFromJson(
+        field("post_processor"), [&ref](const std::string& name) { return ref.lookup(name); });
 
     impl->bosToken = tokenString(cfg, "bos_token");
     impl->eosToken = tokenString(cfg, "eos_token");
@@ -246,6 +254,19 @@ Tokenizer Tokenizer::fromJson(const nlohmann::json& tj, const nlohmann::json& cf
     impl->padId = resolve(impl->padToken, "pad_token");
     impl->addBos = cfg.value("add_bos_token", false) && impl->bosId >= 0;
     impl->addEos = cfg.value("add_eos_token", false) && impl->eosId >= 0;
+    // transformers' Llama tokenizers rebuild the post-processor from add_bos_token /
+    // add_eos_token, so for them the config overrides tokenizer.json's template.
+    const std::string cls = cfg.value("tokenizer_class", std::string());
+    const bool llamaClass = cls == "LlamaTokenizer" || cls == "LlamaTokenizerFast"
+        || cls == "CodeLlamaTokenizer" || cls == "CodeLlamaTokenizerFast";
+    if (llamaClass && (cfg.contains("add_bos_token") || cfg.contains("add_eos_token"))) {
+        impl->post = PostTemplate {};
+        impl->post.present = true;
+        if (cfg.value("add_bos_token", true) && impl->bosId >= 0)
+            impl->post.prefix.push_back(impl->bosId);
+        if (cfg.value("add_eos_token", false) && impl->eosId >= 0)
+            impl->post.suffix.push_back(impl->eosId);
+    }
     if (cfg.contains("chat_template") && cfg["chat_template"].is_string())
         impl->chatTemplate = cfg["chat_template"].get<std::string>();
     impl->tokenizerClass = cfg.value("tokenizer_class", std::string());

@@ -13,6 +13,7 @@
 
 namespace shard::tokenizer {
 
+// Cheap to copy (shared immutable state); encode/decode are safe to call from several threads.
 class Tokenizer {
 public:
     // Loads <dir>/tokenizer.json and, when present, <dir>/tokenizer_config.json. Throws
@@ -45,6 +46,7 @@ public:
     const std::string& tokenizerClass() const;
 
 private:
+    Tokenizer() = default; // only the factories make one: a Tokenizer is never empty
     struct Impl;
     std::shared_ptr<const Impl> m_impl;
 };

@@ -1,0 +1,61 @@
+// Where a rank's piece of each parameter lies (DESIGN.md §4): every parameter is split on dim 0
+// into `count` chunks of ceil(d0 / count) rows; chunk i covers rows [i*c, min((i+1)*c, d0)) and is
+// padded at its tail to c rows. A full copy (DDP, single process) is the one chunk of count 1.
+// Pure index math, no Torch, so resharding between any two layouts can be tested on its own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shard::ckpt {
+
+// Rows [begin, end) of the global tensor, held in a buffer of `padded` rows (the tail
+// padded - (end - begin) rows are zero).
+struct RowRange {
+    int64_t begin = 0;
+    int64_t end = 0;
+    int64_t padded = 0;
+    int64_t rows() const { return end - begin; }
+    int64_t padding() const { return padded - rows(); }
+    bool operator==(const RowRange& o) const
+    {
+        return begin == o.begin && end == o.end && padded == o.padded;
+    }
+};
+
+// How one rank holds state under a strategy: chunk `index` of `count` (count 1 = full copy), and
+// which replica of that chunk it is (replica 0 of every chunk writes it to a checkpoint).
+struct ShardPlacement {
+    int index = 0;
+    int count = 1;
+    int replica = 0;
+    int replicas = 1;
+};
+
+// The strategies a checkpoint knows: single, ddp, zero1, zero2, zero3, hybrid.
+bool isKnownStrategy(const std::string& strategy);
+
+// The placement of `rank` of `worldSize` under `strategy` (hybrid: shard groups of `shardGroup`
+// consecutive ranks, replicated across groups). Throws naming the bad argument.
+ShardPlacement placementFor(
+    const std::string& strategy, int rank, int worldSize, int shardGroup = 0);
+
+// Chunk `index` of `count` of a tensor with `dim0` rows.
+RowRange chunkRows(int64_t dim0, int index, int count);
+
+// One piece of a read plan: rows [srcRow, srcRow + rows) of a stored chunk (relative to the
+// chunk's first row) go to rows [dstRow, dstRow + rows) of the output buffer.
+struct RowCopy {
+    size_t chunk = 0; // index into the `stored` list given to planRowCopies
+    int64_t srcRow = 0;
+    int64_t dstRow = 0;
+    int64_t rows = 0;
+};
+
+// How to fill `want` (rows of the global tensor, relative output row 0 = want.begin) from
+// `stored` chunks (which may overlap, e.g. replicas; each row is taken once, from the first chunk
+// that holds it). Throws when a wanted row is in no stored chunk.
+std::vector<RowCopy> planRowCopies(const std::vector<RowRange>& stored, const RowRange& want);
+
+} // namespace shard::ckpt

@@ -1,0 +1,108 @@
+// Counting wrapper around the default CPU allocator (sizes kept in a header before each block).
+#include "counting_allocator.h"
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+
+namespace shard::engine {
+
+namespace {
+
+std::atomic<int64_t> g_current {0};
+std::atomic<int64_t> g_peak {0};
+std::atomic<int64_t> g_allocations {0};
+std::atomic<bool> g_installed {false};
+
+// Every block is allocated from the wrapped allocator with a 64-byte header in front that
+// holds its size, so the data pointer is also the deleter's context: raw_allocate() (used inside
+// ATen, e.g. by matmul workspaces) requires that.
+constexpr size_t kHeader = 64;
+c10::DeleterFnPtr g_innerRawDelete = nullptr;
+
+void countedDelete(void* data)
+{
+    if (!data)
+        return;
+    auto* base = static_cast<uint8_t*>(data) - kHeader;
+    int64_t bytes = 0;
+    std::memcpy(&bytes, base, sizeof bytes);
+    g_current.fetch_sub(bytes, std::memory_order_relaxed);
+    g_innerRawDelete(base);
+}
+
+class Counting final : public c10::Allocator {
+public:
+    explicit Counting(c10::Allocator* inner)
+        : m_inner(inner)
+    {
+    }
+
+    c10::DataPtr allocate(size_t n) const override
+    {
+        auto* base = static_cast<uint8_t*>(m_inner->raw_allocate(n + kHeader));
+        const int64_t bytes = static_cast<int64_t>(n);
+        std::memcpy(base, &bytes, sizeof bytes);
+        const int64_t now = g_current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+        int64_t peak = g_peak.load(std::memory_order_relaxed);
+        while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+        }
+        g_allocations.fetch_add(1, std::memory_order_relaxed);
+        void* data = base + kHeader;
+        return {data, data, &countedDelete, c10::Device(c10::DeviceType::CPU)};
+    }
+
+    c10::DeleterFnPtr raw_deleter() const override { return &countedDelete; }
+
+private:
+    c10::Allocator* m_inner;
+};
+
+} // namespace
+
+CountingAllocator& CountingAllocator::install()
+{
+    static CountingAllocator handle;
+    static std::once_flag once;
+    std::call_once(once, [] {
+        c10::Allocator* inner = c10::GetCPUAllocator();
+        g_innerRawDelete = inner->raw_deleter();
+        if (!g_innerRawDelete)
+            return; // an allocator without raw allocation cannot be wrapped; counts stay zero
+        static Counting counting(inner);
+        // Priority above the default registration so later registrations cannot replace it.
+        c10::SetCPUAllocator(&counting, /*priority=*/100);
+        g_installed = true;
+    });
+    return handle;
+}
+
+bool CountingAllocator::installed()
+{
+    return g_installed;
+}
+
+int64_t CountingAllocator::currentBytes() const
+{
+    return g_current.load();
+}
+
+int64_t CountingAllocator::peakBytes() const
+{
+    return g_peak.load();
+}
+
+void CountingAllocator::resetPeak()
+{
+    g_peak.store(g_current.load());
+}
+
+int64_t CountingAllocator::allocations() const
+{
+    return g_allocations.load();
+}
+
+} // namespace shard::engine

@@ -1,0 +1,330 @@
+// Llama-family forward in ATen ops, following Hugging Face's modeling_llama / modeling_qwen2
+// numerics (RMSNorm in fp32, softmax in fp32, rotate-half RoPE).
+#include "llama_model.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+namespace shard::engine {
+
+namespace {
+
+// fp32 for 16-bit inputs (as Hugging Face computes norms, softmax and loss), else unchanged
+// (fp64 in the gradient checks).
+at::ScalarType atLeastFloat(at::ScalarType t)
+{
+    return at::promoteTypes(t, at::kFloat);
+}
+
+bool endsWith(const std::string& s, const std::string& suffix)
+{
+    return s.size() >= suffix.size()
+        && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+uint64_t mixSeed(uint64_t seed, uint64_t index)
+{
+    // splitmix64 of the pair: independent streams per parameter.
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + index + 0x632BE59BD9B4E019ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+} // namespace
+
+LlamaModel::LlamaModel(plan::ModelSpec spec)
+    : m_spec(std::move(spec))
+{
+    const auto& s = m_spec;
+    const std::string who = "model '" + s.name + "'";
+    if (s.isMoe())
+        throw std::runtime_error(who + ": mixture-of-experts models (" + s.modelType
+            + ") can be planned but not trained by this engine");
+    if (s.hiddenSize <= 0 || s.numLayers <= 0 || s.numHeads <= 0 || s.numKvHeads <= 0
+        || s.vocabSize <= 0 || s.intermediateSize <= 0 || s.headDim <= 0)
+        throw std::runtime_error(who + ": sizes must be positive");
+    if (s.numHeads % s.numKvHeads != 0)
+        throw std::runtime_error(who + ": num_attention_heads (" + std::to_string(s.numHeads)
+            + ") must be a multiple of num_key_value_heads (" + std::to_string(s.numKvHeads) + ")");
+    if (s.headDim % 2 != 0)
+        throw std::runtime_error(who + ": head_dim must be even for rotary embeddings");
+    const auto& rs = s.ropeScaling.type;
+    if (!rs.empty() && rs != "llama3" && rs != "linear" && rs != "default")
+        throw std::runtime_error(who + ": rope_scaling type '" + rs
+            + "' is not supported for training (supported: llama3, linear, none)");
+
+    m_units.resize(1 + s.numLayers);
+    for (int u = 0; u < numUnits(); ++u)
+        m_units[u].index = u;
+    int index = 0;
+    for (auto& info : plan::parameterTable(s)) {
+        const int u = info.layer < 0 ? 0 : static_cast<int>(info.layer) + 1;
+        Param p;
+        p.info = std::move(info);
+        p.index = index++;
+        m_byName[p.info.name] = {u, static_cast<int>(m_units[u].params.size())};
+        m_units[u].params.push_back(std::move(p));
+    }
+    // Roles by name suffix, from block 0 (all blocks are laid out alike).
+    const auto& b0 = m_units.at(1).params;
+    for (int i = 0; i < static_cast<int>(b0.size()); ++i) {
+        const std::string& n = b0[i].info.name;
+        struct {
+            const char* suffix;
+            int* slot;
+        } roles[] = {{".input_layernorm.weight", &m_block.inputNorm},
+            {".q_proj.weight", &m_block.q}, {".k_proj.weight", &m_block.k},
+            {".v_proj.weight", &m_block.v}, {".o_proj.weight", &m_block.o},
+            {".q_proj.bias", &m_block.qBias}, {".k_proj.bias", &m_block.kBias},
+            {".v_proj.bias", &m_block.vBias}, {".o_proj.bias", &m_block.oBias},
+            {".q_norm.weight", &m_block.qNorm}, {".k_norm.weight", &m_block.kNorm},
+            {".post_attention_layernorm.weight", &m_block.postNorm},
+            {".gate_proj.weight", &m_block.gate}, {".up_proj.weight", &m_block.up},
+            {".down_proj.weight", &m_block.down}};
+        bool known = false;
+        for (auto& r : roles)
+            if (endsWith(n, r.suffix)) {
+                *r.slot = i;
+                known = true;
+            }
+        if (!known)
+            throw std::runtime_error(who + ": unexpected parameter '" + n + "'");
+    }
+    const auto& root = m_units[0].params;
+    for (int i = 0; i < static_cast<int>(root.size()); ++i) {
+        const std::string& n = root[i].info.name;
+        if (n == "model.embed_tokens.weight")
+            m_root.embed = i;
+        else if (n == "model.norm.weight")
+            m_root.norm = i;
+        else if (n == "lm_head.weight")
+            m_root.lmHead = i;
+    }
+    if (m_root.embed < 0 || m_root.norm < 0 || (m_root.lmHead < 0 && !s.tieWordEmbeddings))
+        throw std::runtime_error(who + ": parameter table lacks the embeddings, norm or head");
+}
+
+Param& LlamaModel::param(const std::string& name)
+{
+    auto it = m_byName.find(name);
+    if (it == m_byName.end())
+        throw std::runtime_error("model '" + m_spec.name + "' has no parameter '" + name + "'");
+    return m_units[it->second.first].params[it->second.second];
+}
+
+std::vector<Param*> LlamaModel::params()
+{
+    std::vector<Param*> out(m_byName.size());
+    for (auto& u : m_units)
+        for (auto& p : u.params)
+            out[p.index] = &p;
+    return out;
+}
+
+int64_t LlamaModel::numParams() const
+{
+    int64_t n = 0;
+    for (const auto& u : m_units)
+        for (const auto& p : u.params)
+            n += p.info.numel();
+    return n;
+}
+
+void LlamaModel::materialize(at::ScalarType dtype)
+{
+    for (auto& u : m_units)
+        for (auto& p : u.params)
+            p.value = at::empty(p.info.shape, at::TensorOptions().dtype(dtype));
+}
+
+at::Tensor LlamaModel::initialValue(const Param& p, uint64_t seed)
+{
+    at::Tensor t = at::empty(p.info.shape, at::kFloat);
+    const std::string& n = p.info.name;
+    if (endsWith(n, "norm.weight")) {
+        t.fill_(1.0);
+    } else if (endsWith(n, ".bias")) {
+        t.zero_();
+    } else {
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(mixSeed(seed, p.index));
+        t.normal_(0.0, 0.02, gen);
+    }
+    return t;
+}
+
+void LlamaModel::initRandom(uint64_t seed)
+{
+    at::NoGradGuard noGrad;
+    for (auto& u : m_units)
+        for (auto& p : u.params) {
+            if (!p.value.defined())
+                throw std::runtime_error("initRandom: parameter '" + p.info.name
+                    + "' has no storage; call materialize() first");
+            p.value.copy_(initialValue(p, seed));
+        }
+}
+
+void LlamaModel::load(const SafetensorsReader& weights)
+{
+    at::NoGradGuard noGrad;
+    for (auto* p : params()) {
+        if (!p->value.defined())
+            throw std::runtime_error("load: parameter '" + p->info.name + "' has no storage");
+        if (!weights.contains(p->info.name))
+            throw std::runtime_error(weights.files().front() + ": missing tensor '" + p->info.name
+                + "' required by the model's config.json");
+        weights.readInto(p->info.name, p->value);
+    }
+}
+
+NamedTensors LlamaModel::stateDict() const
+{
+    NamedTensors out(m_byName.size());
+    for (const auto& u : m_units)
+        for (const auto& p : u.params)
+            out[p.index] = {p.info.name, p.value};
+    return out;
+}
+
+at::Tensor LlamaModel::inverseFrequencies() const
+{
+    const int64_t dim = m_spec.headDim;
+    at::Tensor exponent
+        = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+    at::Tensor inv = 1.0 / at::pow(m_spec.ropeTheta, exponent);
+    const auto& rs = m_spec.ropeScaling;
+    if (rs.type == "linear") {
+        inv = inv / rs.factor;
+    } else if (rs.type == "llama3") {
+        const double oldLen = static_cast<double>(rs.originalMaxPositionEmbeddings);
+        const double lowWavelen = oldLen / rs.lowFreqFactor;
+        const double highWavelen = oldLen / rs.highFreqFactor;
+        at::Tensor wavelen = 2.0 * M_PI / inv;
+        at::Tensor scaled = at::where(wavelen > lowWavelen, inv / rs.factor, inv);
+        at::Tensor smooth
+            = (oldLen / wavelen - rs.lowFreqFactor) / (rs.highFreqFactor - rs.lowFreqFactor);
+        at::Tensor smoothed = (1 - smooth) * scaled / rs.factor + smooth * scaled;
+        at::Tensor medium = (wavelen >= highWavelen).logical_and(wavelen <= lowWavelen);
+        inv = at::where(medium, smoothed, scaled);
+    }
+    return inv;
+}
+
+RopeTables LlamaModel::rope(int64_t seqLen, at::ScalarType dtype) const
+{
+    at::Tensor pos = at::arange(seqLen, at::kLong).to(at::kFloat);
+    at::Tensor freqs = at::outer(pos, inverseFrequencies());
+    at::Tensor emb = at::cat({freqs, freqs}, -1);
+    return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+at::Tensor LlamaModel::rmsNorm(const at::Tensor& x, const at::Tensor& weight) const
+{
+    at::Tensor h = x.to(atLeastFloat(x.scalar_type()));
+    at::Tensor var = h.pow(2).mean(-1, /*keepdim=*/true);
+    h = h * at::rsqrt(var + m_spec.rmsNormEps);
+    return weight * h.to(x.scalar_type());
+}
+
+namespace {
+
+at::Tensor rotateHalf(const at::Tensor& x)
+{
+    const int64_t half = x.size(-1) / 2;
+    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+at::Tensor linear(const at::Tensor& x, const std::vector<at::Tensor>& w, int weight, int bias)
+{
+    return bias >= 0 ? at::linear(x, w[weight], w[bias]) : at::linear(x, w[weight]);
+}
+
+} // namespace
+
+at::Tensor LlamaModel::attention(
+    const std::vector<at::Tensor>& w, const at::Tensor& x, const RopeTables& rope) const
+{
+    const auto& L = m_block;
+    const int64_t b = x.size(0), s = x.size(1);
+    const int64_t H = m_spec.numHeads, KV = m_spec.numKvHeads, D = m_spec.headDim;
+    at::Tensor q = linear(x, w, L.q, L.qBias).view({b, s, H, D});
+    at::Tensor k = linear(x, w, L.k, L.kBias).view({b, s, KV, D});
+    at::Tensor v = linear(x, w, L.v, L.vBias).view({b, s, KV, D});
+    if (L.qNorm >= 0) {
+        q = rmsNorm(q, w[L.qNorm]);
+        k = rmsNorm(k, w[L.kNorm]);
+    }
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
+    v = v.transpose(1, 2);
+    const at::Tensor cos = rope.cos.narrow(0, 0, s);
+    const at::Tensor sin = rope.sin.narrow(0, 0, s);
+    q = q * cos + rotateHalf(q) * sin;
+    k = k * cos + rotateHalf(k) * sin;
+    if (KV != H) {
+        const int64_t rep = H / KV;
+        k = k.unsqueeze(2).expand({b, KV, rep, s, D}).reshape({b, H, s, D});
+        v = v.unsqueeze(2).expand({b, KV, rep, s, D}).reshape({b, H, s, D});
+    }
+    at::Tensor scores
+        = at::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(D)));
+    // Causal mask (and Mistral's sliding window): key j is visible from query i when
+    // 0 <= i - j < window.
+    at::Tensor i = at::arange(s, at::kLong).unsqueeze(1);
+    at::Tensor j = at::arange(s, at::kLong).unsqueeze(0);
+    at::Tensor hidden = j > i;
+    if (m_spec.slidingWindow > 0 && m_spec.slidingWindow < s)
+        hidden = hidden.logical_or((i - j) >= m_spec.slidingWindow);
+    scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
+    at::Tensor probs
+        = at::softmax(scores, -1, atLeastFloat(scores.scalar_type())).to(q.scalar_type());
+    at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({b, s, H * D});
+    return linear(out, w, L.o, L.oBias);
+}
+
+at::Tensor LlamaModel::mlp(const std::vector<at::Tensor>& w, const at::Tensor& x) const
+{
+    const auto& L = m_block;
+    return at::linear(at::silu(at::linear(x, w[L.gate])) * at::linear(x, w[L.up]), w[L.down]);
+}
+
+at::Tensor LlamaModel::block(
+    const std::vector<at::Tensor>& w, const at::Tensor& x, const RopeTables& rope) const
+{
+    at::Tensor h = x + attention(w, rmsNorm(x, w[m_block.inputNorm]), rope);
+    return h + mlp(w, rmsNorm(h, w[m_block.postNorm]));
+}
+
+at::Tensor LlamaModel::embed(const std::vector<at::Tensor>& root, const at::Tensor& ids) const
+{
+    return at::embedding(root[m_root.embed], ids);
+}
+
+at::Tensor LlamaModel::head(const std::vector<at::Tensor>& root, const at::Tensor& x) const
+{
+    at::Tensor h = rmsNorm(x, root[m_root.norm]);
+    return at::linear(h, root[m_root.lmHead >= 0 ? m_root.lmHead : m_root.embed]);
+}
+
+LossSum nextTokenLossSum(const at::Tensor& logits, const at::Tensor& labels)
+{
+    const int64_t s = logits.size(1), V = logits.size(2);
+    at::Tensor l
+        = logits.narrow(1, 0, s - 1).to(atLeastFloat(logits.scalar_type())).reshape({-1, V});
+    at::Tensor t = labels.narrow(1, 1, s - 1).reshape({-1}).to(at::kLong);
+    LossSum out;
+    out.sum = at::cross_entropy_loss(l, t, {}, at::Reduction::Sum, -100);
+    out.tokens = t.ne(-100).sum().item<int64_t>();
+    return out;
+}
+
+int64_t countLossTokens(const at::Tensor& labels)
+{
+    return labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum().item<int64_t>();
+}
+
+} // namespace shard::engine

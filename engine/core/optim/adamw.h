@@ -1,0 +1,48 @@
+// AdamW with decoupled weight decay (Loshchilov & Hutter), elementwise on whatever fp32 tensors
+// it is given (whole parameters or a rank's shards), numerically as torch.optim.AdamW.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "core/train/strategy.h"
+
+namespace shard::engine {
+
+struct AdamWConfig {
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1e-8;
+    double weightDecay = 0.0; // applied only to targets with decay = true
+};
+
+class AdamW {
+public:
+    explicit AdamW(AdamWConfig config)
+        : m_config(config)
+    {
+    }
+    // One update of every target with a gradient; state (m, v) is created on first use and
+    // keyed by target name. `gradScale` multiplies the gradient first (clipping).
+    void step(const std::vector<OptimTarget>& targets, double lr, double gradScale = 1.0);
+    int64_t stepCount() const { return m_step; }
+    int64_t stateBytes() const;
+
+    struct State {
+        at::Tensor m;
+        at::Tensor v;
+    };
+    std::map<std::string, State>& state() { return m_state; }
+    void setStepCount(int64_t step) { m_step = step; }
+
+private:
+    AdamWConfig m_config;
+    int64_t m_step = 0;
+    std::map<std::string, State> m_state;
+};
+
+} // namespace shard::engine

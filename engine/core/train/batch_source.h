@@ -1,0 +1,31 @@
+// What the training loop needs from the data: global batches of rows already padded or packed
+// to the sequence length, held-out rows for evaluation, and a resumable position.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace shard::engine {
+
+// labels[t] is the target at position t as in Hugging Face (the loss shifts: logits at t predict
+// labels[t + 1]); -100 masks a position. Both vectors are seqLen long.
+struct TrainRow {
+    std::vector<int32_t> inputIds;
+    std::vector<int32_t> labels;
+};
+
+class BatchSource {
+public:
+    virtual ~BatchSource() = default;
+    // The next `rows` rows of the global order (every rank sees the same global batch).
+    virtual std::vector<TrainRow> nextGlobalBatch(int64_t rows) = 0;
+    // Held-out rows (empty when there is no evaluation split).
+    virtual std::vector<TrainRow> evalRows() = 0;
+    virtual nlohmann::json position() const = 0; // {"epoch":..,"index":..}
+    virtual int64_t trainRecords() const = 0;
+};
+
+} // namespace shard::engine

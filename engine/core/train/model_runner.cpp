@@ -1,0 +1,194 @@
+// Custom autograd functions for unit hooks and activation checkpointing (DESIGN.md §4,
+// "Measured on Debian's LibTorch 1.13": nested torch::autograd::grad in backward works).
+#include "model_runner.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace shard::engine {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct BlockCall : torch::CustomClassHolder {
+    const LlamaModel* model = nullptr;
+    const RopeTables* rope = nullptr;
+    at::ScalarType dtype = at::kFloat;
+
+    at::Tensor run(const at::Tensor& x, const std::vector<at::Tensor>& weights) const
+    {
+        std::vector<at::Tensor> w;
+        w.reserve(weights.size());
+        for (const auto& t : weights)
+            w.push_back(t.scalar_type() == dtype ? t : t.to(dtype));
+        return model->block(w, x, *rope);
+    }
+};
+
+struct HookCall : torch::CustomClassHolder {
+    Strategy* strategy = nullptr;
+    int unit = 0;
+};
+
+// Saves only the block input (and references to the weights, which the strategy keeps or
+// refills); recomputes the block with grad enabled in backward.
+struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
+    static at::Tensor forward(AutogradContext* ctx, at::Tensor x, at::TensorList weights,
+        c10::intrusive_ptr<BlockCall> call)
+    {
+        variable_list saved {x};
+        for (const auto& w : weights)
+            saved.push_back(w);
+        ctx->save_for_backward(saved);
+        ctx->saved_data["call"] = c10::IValue::make_capsule(call);
+        at::NoGradGuard noGrad;
+        return call->run(x, weights.vec());
+    }
+
+    static variable_list backward(AutogradContext* ctx, variable_list gradOutputs)
+    {
+        auto saved = ctx->get_saved_variables();
+        auto call
+            = c10::static_intrusive_pointer_cast<BlockCall>(ctx->saved_data["call"].toCapsule());
+        std::vector<at::Tensor> inputs;
+        inputs.reserve(saved.size());
+        for (const auto& t : saved)
+            inputs.push_back(t.detach().requires_grad_(t.requires_grad()));
+        at::Tensor y;
+        {
+            at::AutoGradMode enable(true);
+            y = call->run(inputs[0], std::vector<at::Tensor>(inputs.begin() + 1, inputs.end()));
+        }
+        variable_list wrt;
+        std::vector<int> slot;
+        for (size_t i = 0; i < inputs.size(); ++i)
+            if (inputs[i].requires_grad()) {
+                wrt.push_back(inputs[i]);
+                slot.push_back(static_cast<int>(i));
+            }
+        variable_list out(inputs.size() + 1); // + the non-tensor `call` argument
+        if (wrt.empty())
+            return out;
+        auto grads = torch::autograd::grad({y}, wrt, {gradOutputs[0]}, /*retain_graph=*/false,
+            /*create_graph=*/false, /*allow_unused=*/true);
+        for (size_t i = 0; i < slot.size(); ++i)
+            out[slot[i]] = grads[i];
+        return out;
+    }
+};
+
+// Identity whose backward announces that the unit's backward is about to run.
+struct PreBackwardMarker : torch::autograd::Function<PreBackwardMarker> {
+    static at::Tensor forward(AutogradContext* ctx, at::Tensor x, c10::intrusive_ptr<HookCall> call)
+    {
+        ctx->saved_data["call"] = c10::IValue::make_capsule(call);
+        return x.view_as(x);
+    }
+    static variable_list backward(AutogradContext* ctx, variable_list g)
+    {
+        auto call
+            = c10::static_intrusive_pointer_cast<HookCall>(ctx->saved_data["call"].toCapsule());
+        call->strategy->preBackward(call->unit);
+        return {g[0], at::Tensor()};
+    }
+};
+
+// Identity on the block input whose backward runs once the block's backward is done.
+struct PostBackwardMarker : torch::autograd::Function<PostBackwardMarker> {
+    static at::Tensor forward(
+        AutogradContext* ctx, at::Tensor x, at::Tensor dummy, c10::intrusive_ptr<HookCall> call)
+    {
+        ctx->saved_data["call"] = c10::IValue::make_capsule(call);
+        (void)dummy;
+        return x.view_as(x);
+    }
+    static variable_list backward(AutogradContext* ctx, variable_list g)
+    {
+        auto call
+            = c10::static_intrusive_pointer_cast<HookCall>(ctx->saved_data["call"].toCapsule());
+        call->strategy->postBackward(call->unit);
+        return {g[0], at::Tensor(), at::Tensor()};
+    }
+};
+
+c10::intrusive_ptr<HookCall> hookCall(Strategy& s, int unit)
+{
+    auto c = c10::make_intrusive<HookCall>();
+    c->strategy = &s;
+    c->unit = unit;
+    return c;
+}
+
+std::vector<at::Tensor> cast(std::vector<at::Tensor> w, at::ScalarType dtype)
+{
+    for (auto& t : w)
+        if (t.scalar_type() != dtype)
+            t = t.to(dtype);
+    return w;
+}
+
+} // namespace
+
+ModelRunner::ModelRunner(LlamaModel& model, Strategy& strategy, ForwardConfig config)
+    : m_model(model)
+    , m_strategy(strategy)
+    , m_config(config)
+{
+    m_dummy = at::zeros({}, at::kFloat).requires_grad_(true);
+}
+
+const RopeTables& ModelRunner::ropeFor(int64_t seqLen)
+{
+    if (seqLen > m_ropeLen || !m_rope.cos.defined()) {
+        m_rope = m_model.rope(seqLen, m_config.computeDtype);
+        m_ropeLen = seqLen;
+    }
+    return m_rope;
+}
+
+at::Tensor ModelRunner::logits(const at::Tensor& ids)
+{
+    const bool hooks = m_strategy.wantsUnitHooks();
+    const bool grad = at::GradMode::is_enabled();
+    const RopeTables& rope = ropeFor(ids.size(1));
+    if (hooks)
+        m_strategy.preForward(0);
+    std::vector<at::Tensor> root = cast(m_strategy.unitWeights(0), m_config.computeDtype);
+    at::Tensor x = m_model.embed(root, ids);
+    for (int u = 1; u < m_model.numUnits(); ++u) {
+        if (hooks && grad)
+            x = PostBackwardMarker::apply(x, m_dummy, hookCall(m_strategy, u));
+        if (hooks)
+            m_strategy.preForward(u);
+        std::vector<at::Tensor> w = m_strategy.unitWeights(u);
+        if (m_config.checkpointing && grad) {
+            auto call = c10::make_intrusive<BlockCall>();
+            call->model = &m_model;
+            call->rope = &m_rope;
+            call->dtype = m_config.computeDtype;
+            x = CheckpointedBlock::apply(x, at::TensorList(w), call);
+        } else {
+            x = m_model.block(cast(std::move(w), m_config.computeDtype), x, rope);
+        }
+        if (hooks)
+            m_strategy.postForward(u);
+        if (hooks && grad)
+            x = PreBackwardMarker::apply(x, hookCall(m_strategy, u));
+    }
+    at::Tensor out = m_model.head(root, x);
+    if (hooks)
+        m_strategy.postForward(0);
+    if (hooks && grad)
+        out = PreBackwardMarker::apply(out, hookCall(m_strategy, 0));
+    return out;
+}
+
+LossSum ModelRunner::lossSum(const at::Tensor& ids, const at::Tensor& labels)
+{
+    return nextTokenLossSum(logits(ids), labels);
+}
+
+} // namespace shard::engine

@@ -1,0 +1,137 @@
+// Single-process placement and the strategy registry.
+#include "single_strategy.h"
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+
+namespace shard::engine {
+
+namespace {
+
+std::map<std::string, StrategyFactory>& registry()
+{
+    static std::map<std::string, StrategyFactory> r;
+    return r;
+}
+
+std::mutex& registryMutex()
+{
+    static std::mutex m;
+    return m;
+}
+
+int64_t bytesOf(const at::Tensor& t)
+{
+    return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+
+} // namespace
+
+double Strategy::globalGradSquaredNorm(const std::vector<OptimTarget>& targets)
+{
+    double local = 0.0;
+    for (const auto& t : targets)
+        if (t.grad.defined())
+            local += t.grad.to(at::kDouble).pow(2).sum().item<double>();
+    return allReduceSum(local);
+}
+
+void registerStrategy(const std::string& name, StrategyFactory factory)
+{
+    std::lock_guard<std::mutex> lock(registryMutex());
+    registry()[name] = std::move(factory);
+}
+
+std::vector<std::string> registeredStrategies()
+{
+    std::lock_guard<std::mutex> lock(registryMutex());
+    std::vector<std::string> names {"single"};
+    for (const auto& [name, f] : registry())
+        if (name != "single")
+            names.push_back(name);
+    return names;
+}
+
+std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, int worldSize)
+{
+    {
+        std::lock_guard<std::mutex> lock(registryMutex());
+        auto it = registry().find(options.name);
+        if (it != registry().end())
+            return it->second(options);
+    }
+    static const char* kDataParallel[] = {"ddp", "zero1", "zero2", "zero3", "hybrid"};
+    bool known = options.name == "single";
+    for (const char* n : kDataParallel)
+        known = known || options.name == n;
+    if (known && worldSize == 1)
+        return std::make_unique<SingleStrategy>(options);
+    std::string names;
+    for (const auto& n : registeredStrategies())
+        names += (names.empty() ? "" : ", ") + n;
+    if (known)
+        throw std::runtime_error("strategy '" + options.name + "' with " + std::to_string(worldSize)
+            + " ranks needs the sharded engine (shard_fsdp), which "
+              "this build lacks; available: "
+            + names);
+    throw std::runtime_error("unknown strategy '" + options.name + "' (available: " + names
+        + "; at 1 rank also ddp, zero1, zero2, zero3, hybrid)");
+}
+
+void SingleStrategy::setup(LlamaModel& model, const ParamSource& source)
+{
+    m_model = &model;
+    at::NoGradGuard noGrad;
+    for (Param* p : model.params()) {
+        p->value = at::empty(p->info.shape, at::kFloat);
+        p->value.copy_(source(*p));
+        p->value.requires_grad_(true);
+    }
+}
+
+std::vector<at::Tensor> SingleStrategy::unitWeights(int unit)
+{
+    std::vector<at::Tensor> out;
+    for (const auto& p : m_model->unit(unit).params)
+        out.push_back(p.value);
+    return out;
+}
+
+std::vector<OptimTarget> SingleStrategy::optimizerTargets()
+{
+    std::vector<OptimTarget> out;
+    for (Param* p : m_model->params())
+        out.push_back({p->info.name, p->value, p->value.grad(), !p->info.isNormOrBias});
+    return out;
+}
+
+void SingleStrategy::zeroGrad()
+{
+    for (Param* p : m_model->params())
+        p->value.mutable_grad() = at::Tensor();
+}
+
+MemoryBreakdown SingleStrategy::memory() const
+{
+    MemoryBreakdown m;
+    if (!m_model)
+        return m;
+    for (Param* p : const_cast<LlamaModel*>(m_model)->params()) {
+        m.shardedParams += bytesOf(p->value);
+        if (p->value.defined())
+            m.grads += bytesOf(p->value.grad());
+    }
+    return m;
+}
+
+void SingleStrategy::exportParams(
+    LlamaModel& model, const std::function<void(const std::string&, const at::Tensor&)>& sink)
+{
+    for (Param* p : model.params())
+        sink(p->info.name, p->value.detach());
+}
+
+} // namespace shard::engine

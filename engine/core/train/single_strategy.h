@@ -1,0 +1,29 @@
+// The single-process strategy: every parameter is a whole fp32 leaf tensor; gradients
+// accumulate in place across micro-steps; nothing is communicated.
+#pragma once
+
+#include "core/train/strategy.h"
+
+namespace shard::engine {
+
+class SingleStrategy : public Strategy {
+public:
+    explicit SingleStrategy(StrategyOptions options)
+        : m_options(std::move(options))
+    {
+    }
+    std::string name() const override { return "single"; }
+    void setup(LlamaModel& model, const ParamSource& source) override;
+    std::vector<at::Tensor> unitWeights(int unit) override;
+    std::vector<OptimTarget> optimizerTargets() override;
+    void zeroGrad() override;
+    MemoryBreakdown memory() const override;
+    void exportParams(LlamaModel& model,
+        const std::function<void(const std::string&, const at::Tensor&)>& sink) override;
+
+private:
+    StrategyOptions m_options;
+    LlamaModel* m_model = nullptr;
+};
+
+} // namespace shard::engine

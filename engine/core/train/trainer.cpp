@@ -1,0 +1,443 @@
+// The training loop (one process per rank; rank 0 writes the records).
+#include "trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "core/memory/counting_allocator.h"
+#include "core/model/hf_folder.h"
+#include "core/optim/adamw.h"
+#include "core/optim/lr_schedule.h"
+#include "core/train/model_runner.h"
+#include "core/train/tokenized_jsonl_source.h"
+#include "protocol/records.h"
+#include "protocol/run_dir.h"
+
+namespace shard::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int envInt(const char* name, int fallback)
+{
+    const char* v = std::getenv(name);
+    if (!v || !*v)
+        return fallback;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 0)
+        throw std::runtime_error(std::string("environment variable ") + name + "='" + v
+            + "' is not a non-negative integer");
+    return static_cast<int>(n);
+}
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b)
+{
+    return std::chrono::duration<double>(b - a).count();
+}
+
+at::Tensor rowsTensor(const std::vector<TrainRow>& rows, int64_t begin, int64_t end, bool labels)
+{
+    const int64_t n = end - begin;
+    const int64_t L = static_cast<int64_t>(rows.at(0).inputIds.size());
+    at::Tensor t = at::empty({n, L}, at::kLong);
+    int64_t* p = t.data_ptr<int64_t>();
+    for (int64_t r = 0; r < n; ++r) {
+        const auto& v = labels ? rows[begin + r].labels : rows[begin + r].inputIds;
+        for (int64_t i = 0; i < L; ++i)
+            p[r * L + i] = v[i];
+    }
+    return t;
+}
+
+int64_t countTokens(const std::vector<TrainRow>& rows)
+{
+    int64_t n = 0;
+    for (const auto& r : rows)
+        for (size_t i = 1; i < r.labels.size(); ++i)
+            n += r.labels[i] != -100;
+    return n;
+}
+
+} // namespace
+
+at::ScalarType computeDtypeFor(const std::string& precision)
+{
+    if (precision == "fp32")
+        return at::kFloat;
+    if (precision == "bf16-mixed")
+        return at::kBFloat16;
+    if (precision == "bf16" || precision == "fp16-mixed")
+        throw std::runtime_error("precision '" + precision
+            + "' is not supported by the engine yet; use fp32 or bf16-mixed");
+    throw std::runtime_error("unknown precision '" + precision + "' (use fp32 or bf16-mixed)");
+}
+
+int configureThreads(int requested)
+{
+    int n = requested;
+    if (n <= 0) {
+        const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        const int local = std::max(1, envInt("LOCAL_WORLD_SIZE", 1));
+        n = std::max(1, cores / local);
+    }
+    at::set_num_threads(n);
+    return n;
+}
+
+// Record files of rank 0, flushed per record.
+struct Trainer::Io {
+    std::FILE* metrics = nullptr;
+    std::FILE* events = nullptr;
+    bool toStdout = false;
+    Clock::time_point start = Clock::now();
+    std::shared_ptr<spdlog::logger> log;
+
+    ~Io()
+    {
+        if (metrics)
+            std::fclose(metrics);
+        if (events)
+            std::fclose(events);
+    }
+    void write(std::FILE* f, const nlohmann::json& j)
+    {
+        const std::string line = protocol::encodeLine(j) + "\n";
+        if (f) {
+            std::fwrite(line.data(), 1, line.size(), f);
+            std::fflush(f);
+        }
+        if (toStdout) {
+            std::fwrite(line.data(), 1, line.size(), stdout);
+            std::fflush(stdout);
+        }
+    }
+    void event(const std::string& kind, int64_t step, const std::string& message,
+        nlohmann::json data = nlohmann::json::object())
+    {
+        protocol::EventRecord e;
+        e.kind = kind;
+        e.step = step;
+        e.message = message;
+        e.data = std::move(data);
+        e.wallTimeSec = seconds(start, Clock::now());
+        write(events, protocol::toJson(e));
+    }
+};
+
+Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
+    : m_spec(std::move(spec))
+    , m_options(options)
+{
+    CountingAllocator::install();
+    protocol::validate(m_spec);
+    m_rank = envInt("RANK", 0);
+    m_worldSize = std::max(1, envInt("WORLD_SIZE", 1));
+    m_computeDtype = computeDtypeFor(m_spec.precision);
+    if (m_spec.data.size() != 1)
+        throw std::runtime_error("give exactly one data file (--data FILE.jsonl); "
+            + std::to_string(m_spec.data.size()) + " given");
+    if (m_options.writeRunDir && m_spec.outDir.empty())
+        throw std::runtime_error("no run directory given (--out RUNDIR)");
+
+    // The model folder: config.json, weights, shapes.
+    HfModelFolder folder = openHfModelFolder(m_spec.model);
+    m_modelDir = folder.dir;
+    m_weights = std::move(folder.weights);
+    const plan::ModelSpec& ms = folder.spec;
+    if (ms.maxPositionEmbeddings > 0 && m_spec.seqLen > ms.maxPositionEmbeddings)
+        throw std::runtime_error("sequence length " + std::to_string(m_spec.seqLen)
+            + " exceeds the model's max_position_embeddings ("
+            + std::to_string(ms.maxPositionEmbeddings) + "); use --seq-len "
+            + std::to_string(ms.maxPositionEmbeddings) + " or less");
+    m_model = std::make_unique<LlamaModel>(ms);
+
+    LrSchedule probe;
+    probe.kind = m_spec.schedule;
+    probe.baseLr = m_spec.lr;
+    probe.warmupSteps = m_spec.warmup;
+    probe.minLrRatio = m_spec.minLrRatio;
+    validate(probe);
+    if (m_spec.weightDecay < 0)
+        throw std::runtime_error("weight decay must be >= 0");
+
+    // The data (validated line by line).
+    TokenizedJsonlConfig dc;
+    dc.path = m_spec.data.front();
+    dc.evalPath = m_spec.evalData;
+    dc.evalFraction = m_spec.evalFraction;
+    dc.seqLen = m_spec.seqLen;
+    dc.vocabSize = ms.vocabSize;
+    dc.padId = ms.eosTokenId >= 0 && ms.eosTokenId < ms.vocabSize
+        ? static_cast<int32_t>(ms.eosTokenId)
+        : 0;
+    dc.seed = m_spec.seed;
+    dc.shuffle = m_spec.shuffle;
+    if (m_spec.packing)
+        throw std::runtime_error("packing needs the dataset library (shard_data), which this build "
+                                 "lacks; run without --packing");
+    m_data = std::make_unique<TokenizedJsonlSource>(dc);
+    if (m_spec.evalEvery > 0 && m_data->evalRows().empty())
+        throw std::runtime_error("--eval-every needs held-out data (--eval-data FILE or "
+                                 "--eval-fraction F)");
+
+    m_steps = m_spec.steps;
+    if (m_steps <= 0) {
+        const int64_t perStep = m_spec.microBatch * m_spec.gradAccum * m_worldSize;
+        m_steps = std::max<int64_t>(
+            1, (m_spec.epochs * m_data->trainRecords() + perStep - 1) / perStep);
+    }
+
+    StrategyOptions so;
+    so.name = m_spec.strategy;
+    so.shardGroup = m_spec.shardGroup;
+    so.computeDtype = m_computeDtype;
+    so.checkpointing = m_spec.checkpointing == "full";
+    so.spec = m_spec;
+    m_strategy = makeStrategy(so, m_worldSize);
+}
+
+Trainer::~Trainer() = default;
+
+TrainResult Trainer::run()
+{
+    Io io;
+    const bool leader = m_strategy->rank() == 0;
+    const protocol::RunDir dir(m_spec.outDir);
+
+    // Logging: stderr plus <run>/logs/rank-<r>.log.
+    std::vector<spdlog::sink_ptr> sinks {std::make_shared<spdlog::sinks::stderr_color_sink_mt>()};
+    if (m_options.writeRunDir) {
+        std::error_code ec;
+        fs::create_directories(dir.logsDir(), ec);
+        if (ec)
+            throw std::runtime_error(
+                "cannot create run directory '" + dir.root() + "': " + ec.message());
+        if (leader && fs::exists(dir.metricsFile()) && fs::file_size(dir.metricsFile()) > 0)
+            throw std::runtime_error("run directory '" + dir.root()
+                + "' already holds a run (metrics.jsonl is not empty); choose a new --out");
+        sinks.push_back(
+            std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir.rankLog(m_strategy->rank())));
+    }
+    io.log = std::make_shared<spdlog::logger>("engine.train", sinks.begin(), sinks.end());
+    io.log->set_level(spdlog::level::info);
+    io.log->flush_on(spdlog::level::info);
+    if (m_options.writeRunDir && leader) {
+        if (!fs::exists(dir.specFile())) {
+            std::ofstream out(dir.specFile());
+            out << protocol::toJson(m_spec).dump(2) << "\n";
+        }
+        io.metrics = std::fopen(dir.metricsFile().c_str(), "a");
+        io.events = std::fopen(dir.eventsFile().c_str(), "a");
+        if (!io.metrics || !io.events)
+            throw std::runtime_error("cannot write records in '" + dir.root() + "'");
+    }
+    io.toStdout = leader && m_options.recordsToStdout;
+
+    const int threads = configureThreads(m_spec.threads);
+    at::manual_seed(m_spec.seed);
+    auto& alloc = CountingAllocator::install();
+
+    try {
+        // Placement: the strategy pulls each parameter's full value once, in order.
+        const SafetensorsReader& weights = *m_weights;
+        m_strategy->setup(*m_model, [&](const Param& p) {
+            at::Tensor t = weights.tensor(p.info.name);
+            return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+        });
+        m_weights.reset(); // unmap
+        const auto& ms = m_model->spec();
+        io.log->info("model {} ({} parameters, {} layers), strategy {} rank {}/{}, {} threads, "
+                     "precision {}, checkpointing {}",
+            ms.name, m_model->numParams(), ms.numLayers, m_strategy->name(), m_strategy->rank(),
+            m_strategy->worldSize(), threads, m_spec.precision, m_spec.checkpointing);
+        io.event("start", 0, "training started",
+            {{"params", m_model->numParams()}, {"strategy", m_strategy->name()},
+                {"world_size", m_strategy->worldSize()}, {"threads", threads}, {"steps", m_steps}});
+
+        ModelRunner runner(
+            *m_model, *m_strategy, ForwardConfig {m_computeDtype, m_spec.checkpointing == "full"});
+        AdamW adamw(AdamWConfig {m_spec.beta1, m_spec.beta2, m_spec.eps, m_spec.weightDecay});
+        LrSchedule schedule;
+        schedule.kind = m_spec.schedule;
+        schedule.baseLr = m_spec.lr;
+        schedule.warmupSteps = m_spec.warmup;
+        schedule.totalSteps = m_steps;
+        schedule.minLrRatio = m_spec.minLrRatio;
+
+        auto evaluate = [&]() {
+            at::NoGradGuard noGrad;
+            const auto rows = m_data->evalRows();
+            double sum = 0.0, tokens = 0.0;
+            const int64_t chunk = m_spec.microBatch * m_strategy->worldSize();
+            for (int64_t b = 0; b < static_cast<int64_t>(rows.size()); b += chunk) {
+                const int64_t e = std::min<int64_t>(rows.size(), b + chunk);
+                std::vector<TrainRow> batch(rows.begin() + b, rows.begin() + e);
+                auto [lo, hi] = m_strategy->rowRange(e - b);
+                if (hi > lo) {
+                    LossSum ls = runner.lossSum(
+                        rowsTensor(batch, lo, hi, false), rowsTensor(batch, lo, hi, true));
+                    sum += ls.sum.item<double>();
+                }
+                tokens += static_cast<double>(countTokens(batch));
+            }
+            sum = m_strategy->allReduceSum(sum);
+            return tokens > 0 ? sum / tokens : 0.0;
+        };
+
+        TrainResult result;
+        const int K = static_cast<int>(m_spec.gradAccum);
+        const int64_t globalRows = m_spec.microBatch * m_strategy->worldSize();
+        int64_t tokensSeen = 0;
+        double timedSec = 0.0;
+        int64_t timedTokens = 0;
+        alloc.resetPeak();
+        int64_t runPeak = alloc.peakBytes();
+        for (int64_t step = 0; step < m_steps; ++step) {
+            const auto t0 = Clock::now();
+            std::vector<std::vector<TrainRow>> micro;
+            int64_t stepTokens = 0;
+            for (int k = 0; k < K; ++k) {
+                micro.push_back(m_data->nextGlobalBatch(globalRows));
+                stepTokens += countTokens(micro.back());
+            }
+            const double norm = static_cast<double>(std::max<int64_t>(1, stepTokens));
+            double lossSum = 0.0;
+            int64_t activationBytes = 0;
+            for (int k = 0; k < K; ++k) {
+                m_strategy->beginMicroStep(k, K);
+                auto [lo, hi] = m_strategy->rowRange(globalRows);
+                if (hi > lo) {
+                    const at::Tensor ids = rowsTensor(micro[k], lo, hi, false);
+                    const at::Tensor labels = rowsTensor(micro[k], lo, hi, true);
+                    const int64_t before = alloc.currentBytes();
+                    LossSum ls = runner.lossSum(ids, labels);
+                    activationBytes = std::max(activationBytes, alloc.currentBytes() - before);
+                    at::Tensor loss = ls.sum / norm;
+                    loss.backward();
+                    lossSum += ls.sum.item<double>();
+                }
+                if (m_strategy->wantsUnitHooks())
+                    m_strategy->postBackward(0);
+                m_strategy->endMicroStep(k, K);
+            }
+            const double loss = m_strategy->allReduceSum(lossSum) / norm;
+            if (!std::isfinite(loss))
+                throw std::runtime_error("loss is " + std::to_string(loss) + " at step "
+                    + std::to_string(step + 1) + "; lower the learning rate or check the data");
+
+            auto targets = m_strategy->optimizerTargets();
+            const double gradNorm = std::sqrt(m_strategy->globalGradSquaredNorm(targets));
+            double scale = 1.0;
+            if (m_spec.clip > 0 && gradNorm > m_spec.clip)
+                scale = m_spec.clip / (gradNorm + 1e-6);
+            const double lr = schedule.at(step);
+            adamw.step(targets, lr, scale);
+            targets.clear();
+            m_strategy->afterOptimizerStep();
+            m_strategy->zeroGrad();
+            const auto t1 = Clock::now();
+            const double stepSec = seconds(t0, t1);
+            const int64_t stepAllTokens = globalRows * K * m_spec.seqLen;
+            tokensSeen += stepAllTokens;
+            if (step > 0 || m_steps == 1) {
+                timedSec += stepSec;
+                timedTokens += stepAllTokens;
+            }
+            result.losses.push_back(loss);
+            result.gradNorms.push_back(gradNorm);
+
+            protocol::MetricRecord rec;
+            rec.step = step + 1;
+            rec.tokens = tokensSeen;
+            rec.loss = loss;
+            rec.lr = lr;
+            rec.gradNorm = gradNorm;
+            rec.stepTimeSec = stepSec;
+            rec.tokensPerSec = stepSec > 0 ? stepAllTokens / stepSec : 0.0;
+            rec.wallTimeSec = seconds(io.start, t1);
+            rec.commBytes = m_strategy->takeCommBytes();
+            const bool last = step + 1 == m_steps;
+            if (m_spec.evalEvery > 0 && ((step + 1) % m_spec.evalEvery == 0 || last)) {
+                const double ev = evaluate();
+                rec.evalLoss = ev;
+                result.evalLosses.push_back({step + 1, ev});
+                io.log->info("step {} eval loss {:.6f}", step + 1, ev);
+            }
+            runPeak = std::max(runPeak, alloc.peakBytes());
+            if ((step + 1) % m_spec.logEvery == 0 || last) {
+                m_strategy->barrier();
+                MemoryBreakdown mb = m_strategy->memory();
+                protocol::RankMemory mine;
+                mine.rank = m_strategy->rank();
+                mine.shardedParamBytes = mb.shardedParams;
+                mine.gatheredParamBytes = mb.gatheredParams;
+                mine.gradBytes = mb.grads;
+                mine.optimizerBytes = adamw.stateBytes() + mb.optimizer;
+                mine.activationBytes = activationBytes + mb.activations;
+                mine.currentBytes = alloc.currentBytes();
+                mine.peakBytes = alloc.peakBytes();
+                mine.otherBytes = std::max<int64_t>(0,
+                    mine.currentBytes - mine.shardedParamBytes - mine.gatheredParamBytes
+                        - mine.gradBytes - mine.optimizerBytes);
+                rec.memory = m_strategy->gatherMemory(mine);
+                alloc.resetPeak();
+                if (leader)
+                    io.write(io.metrics, protocol::toJson(rec));
+                io.log->info("step {}/{} loss {:.6f} lr {:.3g} grad_norm {:.4f} {:.0f} tok/s "
+                             "mem {:.1f} MiB peak {:.1f} MiB",
+                    step + 1, m_steps, loss, lr, gradNorm, rec.tokensPerSec,
+                    mine.currentBytes / 1048576.0, mine.peakBytes / 1048576.0);
+            }
+        }
+        result.meanStepSec = m_steps > 1 ? timedSec / std::max<int64_t>(1, m_steps - 1) : timedSec;
+        result.tokensPerSec = timedSec > 0 ? timedTokens / timedSec : 0.0;
+        result.peakBytes = runPeak;
+
+        if (m_options.writeRunDir && m_options.saveModel) {
+            NamedTensors tensors;
+            m_strategy->exportParams(*m_model, [&](const std::string& name, const at::Tensor& t) {
+                tensors.push_back({name, t.detach().to(at::kFloat).contiguous().clone()});
+            });
+            if (leader) {
+                plan::ModelSpec out = m_model->spec();
+                out.torchDtype = "float32";
+                const std::string tmp = dir.modelOutDir() + ".tmp";
+                fs::remove_all(tmp);
+                writeHfConfigAndTokenizer(tmp, out, m_modelDir);
+                writeSafetensorsFolder(tmp, tensors);
+                fs::remove_all(dir.modelOutDir());
+                fs::rename(tmp, dir.modelOutDir());
+                result.modelDir = dir.modelOutDir();
+                io.log->info("model written to {}", result.modelDir);
+            }
+        }
+        io.event("finish", m_steps, "training finished",
+            {{"reason", "completed"},
+                {"final_loss", result.losses.empty() ? 0.0 : result.losses.back()},
+                {"tokens_per_sec", result.tokensPerSec}, {"peak_bytes", result.peakBytes}});
+        return result;
+    } catch (const std::exception& e) {
+        io.log->error("{}", e.what());
+        io.event("error", -1, e.what());
+        io.event("finish", -1, "training failed", {{"reason", "error"}});
+        throw;
+    }
+}
+
+} // namespace shard::engine

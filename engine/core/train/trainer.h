@@ -1,0 +1,68 @@
+// The fine-tuning loop of one rank: model from a Hugging Face folder, data, a strategy, AdamW,
+// the schedule, clipping, accumulation, evaluation, records (DESIGN.md §3) and the final HF
+// folder. Everything a user can get wrong is checked in the constructor, before the run
+// directory is touched.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model/llama_model.h"
+#include "core/train/batch_source.h"
+#include "core/train/strategy.h"
+#include "protocol/run_spec.h"
+
+namespace shard::engine {
+
+struct TrainerOptions {
+    bool recordsToStdout = true; // metric/event records also on stdout (for a launcher)
+    bool saveModel = true;       // write <run>/model at the end
+    bool writeRunDir = true;     // false: no files at all (benchmarks, tests)
+};
+
+struct TrainResult {
+    std::vector<double> losses;                         // per step, before that step's update
+    std::vector<double> gradNorms;                      // per step, before clipping
+    std::vector<std::pair<int64_t, double>> evalLosses; // (step, loss)
+    double tokensPerSec = 0.0;                          // mean over the steps after the first
+    double meanStepSec = 0.0;
+    int64_t peakBytes = 0; // counting allocator, whole run
+    std::string modelDir;  // where the HF folder was written ("" if not)
+};
+
+// Parses precision names: fp32 -> kFloat, bf16-mixed -> kBFloat16 (fp32 masters). Throws for
+// the others with the reason.
+at::ScalarType computeDtypeFor(const std::string& precision);
+
+class Trainer {
+public:
+    explicit Trainer(protocol::RunSpec spec, TrainerOptions options = {});
+    ~Trainer();
+    TrainResult run();
+
+    LlamaModel& model() { return *m_model; }
+    Strategy& strategy() { return *m_strategy; }
+    int64_t totalSteps() const { return m_steps; }
+
+private:
+    struct Io;
+    protocol::RunSpec m_spec;
+    TrainerOptions m_options;
+    std::string m_modelDir;
+    std::unique_ptr<LlamaModel> m_model;
+    std::unique_ptr<Strategy> m_strategy;
+    std::unique_ptr<BatchSource> m_data;
+    std::unique_ptr<SafetensorsReader> m_weights;
+    at::ScalarType m_computeDtype = at::kFloat;
+    int64_t m_steps = 0;
+    int m_rank = 0;
+    int m_worldSize = 1;
+};
+
+// Intra-op threads for a rank: `requested` if > 0, else hardware cores / ranks on this node
+// (LOCAL_WORLD_SIZE), at least 1. Sets them and returns the count.
+int configureThreads(int requested);
+
+} // namespace shard::engine

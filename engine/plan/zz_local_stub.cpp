@@ -1,0 +1,1 @@
+// local configure stub (not committed)

@@ -1,0 +1,80 @@
+// `shard-worker init-model --preset NAME --out DIR [--seed K]`: a Hugging Face folder with seeded
+// random weights (config.json, model.safetensors, a demo tokenizer) for the tiny presets and demos.
+#include <filesystem>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+#include "command.h"
+#include "core/model/hf_folder.h"
+#include "core/model/llama_model.h"
+#include "core/safetensors/safetensors_file.h"
+#include "plan/model_spec.h"
+#ifdef SHARD_TOKENIZER_AVAILABLE
+#include "tokenizer/demo_tokenizer.h"
+#endif
+
+namespace shard::worker {
+
+namespace {
+
+struct InitModelArgs {
+    std::string preset;
+    std::string out;
+    uint64_t seed = 0;
+    std::string dtype = "f32";
+};
+
+void initModel(const InitModelArgs& a)
+{
+    namespace fs = std::filesystem;
+    auto spec = plan::findPreset(a.preset);
+    if (!spec) {
+        std::string close;
+        for (const auto& n : plan::closePresetNames(a.preset))
+            close += (close.empty() ? "" : ", ") + n;
+        throw std::runtime_error("unknown preset '" + a.preset + "'"
+            + (close.empty() ? std::string() : " (did you mean: " + close + "?)"));
+    }
+    if (a.dtype != "f32" && a.dtype != "bf16")
+        throw std::runtime_error("--dtype must be f32 or bf16");
+    if (fs::exists(fs::path(a.out) / "config.json")
+        || fs::exists(fs::path(a.out) / "model.safetensors"))
+        throw std::runtime_error(
+            "'" + a.out + "' already holds a model; choose another --out or remove it first");
+    spec->name = fs::path(a.out).filename().string();
+    spec->torchDtype = a.dtype == "f32" ? "float32" : "bfloat16";
+    engine::LlamaModel model(*spec);
+    engine::NamedTensors tensors;
+    for (engine::Param* p : model.params()) {
+        at::Tensor t = engine::LlamaModel::initialValue(*p, a.seed);
+        tensors.push_back({p->info.name, a.dtype == "f32" ? t : t.to(at::kBFloat16)});
+    }
+    fs::create_directories(a.out);
+    engine::writeHfConfigAndTokenizer(a.out, *spec, {});
+    engine::writeSafetensorsFolder(a.out, tensors);
+#ifdef SHARD_TOKENIZER_AVAILABLE
+    tokenizer::writeDemoTokenizer(a.out, static_cast<int>(spec->vocabSize));
+#else
+    spdlog::warn("this build has no tokenizer library; {} has no tokenizer files", a.out);
+#endif
+    spdlog::info(
+        "wrote {} ({} parameters, seed {}) to {}", a.preset, model.numParams(), a.seed, a.out);
+}
+
+const CommandRegistration kRegistration([](CLI::App& app) {
+    auto args = std::make_shared<InitModelArgs>();
+    auto* cmd = app.add_subcommand(
+        "init-model", "Write a Hugging Face model folder with seeded random weights from a preset");
+    cmd->add_option("--preset", args->preset, "Model preset (tiny-1m, tiny-15m, tiny-100m, ...)")
+        ->required();
+    cmd->add_option("--out", args->out, "Output folder")->required();
+    cmd->add_option("--seed", args->seed, "Random seed of the weights");
+    cmd->add_option("--dtype", args->dtype, "Stored dtype: f32 (default) or bf16");
+    cmd->callback([args] { initModel(*args); });
+});
+
+} // namespace
+
+} // namespace shard::worker

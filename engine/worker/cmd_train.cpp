@@ -1,0 +1,115 @@
+// `shard-worker train ...`: one rank of a fine-tuning run (flags, or a JSON run spec with
+// --config; flags given explicitly override the spec's values).
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "core/train/trainer.h"
+#include "protocol/run_spec.h"
+#ifdef SHARD_HAVE_FSDP
+#include "fsdp/register_strategies.h"
+#endif
+
+namespace shard::worker {
+
+namespace {
+
+struct TrainArgs {
+    std::string config;
+    protocol::RunSpec flags;
+    std::string data;
+    bool noShuffle = false;
+    std::vector<std::pair<CLI::Option*, std::function<void(protocol::RunSpec&)>>> overrides;
+};
+
+void train(TrainArgs& a)
+{
+    protocol::RunSpec spec;
+    if (!a.config.empty()) {
+        std::ifstream in(a.config);
+        if (!in)
+            throw std::runtime_error(a.config + ": cannot open the run spec");
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(in);
+        } catch (const std::exception& e) {
+            throw std::runtime_error(a.config + ": not valid JSON (" + e.what() + ")");
+        }
+        try {
+            spec = protocol::runSpecFromJson(j);
+        } catch (const std::exception& e) {
+            throw std::runtime_error(a.config + ": " + e.what());
+        }
+    }
+    for (auto& [opt, apply] : a.overrides)
+        if (opt->count() > 0)
+            apply(spec);
+#ifdef SHARD_HAVE_FSDP
+    fsdp::registerStrategies();
+#endif
+    engine::Trainer trainer(spec);
+    trainer.run();
+}
+
+template<typename T>
+void bindOption(CLI::App* cmd, TrainArgs& a, const std::string& name, T protocol::RunSpec::*field,
+    const std::string& help)
+{
+    auto* opt = cmd->add_option(name, a.flags.*field, help);
+    a.overrides.push_back({opt, [&a, field](protocol::RunSpec& s) { s.*field = a.flags.*field; }});
+}
+
+const CommandRegistration kRegistration([](CLI::App& app) {
+    auto args = std::make_shared<TrainArgs>();
+    TrainArgs& a = *args;
+    auto* cmd = app.add_subcommand("train", "Fine-tune a model (one rank of a run)");
+    cmd->add_option("--config", a.config, "JSON run spec (run.json); flags override its values");
+    bindOption(cmd, a, "--model", &protocol::RunSpec::model, "Hugging Face model folder");
+    auto* data = cmd->add_option("--data", a.data, "Training data (JSONL)");
+    a.overrides.push_back({data, [&a](protocol::RunSpec& s) { s.data = {a.data}; }});
+    bindOption(cmd, a, "--out", &protocol::RunSpec::outDir, "Run directory");
+    bindOption(cmd, a, "--steps", &protocol::RunSpec::steps, "Optimizer steps");
+    bindOption(
+        cmd, a, "--epochs", &protocol::RunSpec::epochs, "Epochs (when --steps is not given)");
+    bindOption(
+        cmd, a, "--micro-batch", &protocol::RunSpec::microBatch, "Rows per rank per micro-step");
+    bindOption(cmd, a, "--seq-len", &protocol::RunSpec::seqLen, "Sequence length");
+    bindOption(cmd, a, "--lr", &protocol::RunSpec::lr, "Peak learning rate");
+    bindOption(cmd, a, "--seed", &protocol::RunSpec::seed, "Seed (data order, init)");
+    auto* noShuffle = cmd->add_flag("--no-shuffle", a.noShuffle, "Keep the file order");
+    a.overrides.push_back({noShuffle, [](protocol::RunSpec& s) { s.shuffle = false; }});
+    bindOption(cmd, a, "--precision", &protocol::RunSpec::precision, "fp32 or bf16-mixed");
+    bindOption(cmd, a, "--checkpointing", &protocol::RunSpec::checkpointing,
+        "Activation checkpointing: none or full");
+    bindOption(
+        cmd, a, "--grad-accum", &protocol::RunSpec::gradAccum, "Gradient accumulation steps");
+    bindOption(cmd, a, "--warmup", &protocol::RunSpec::warmup, "Warmup steps");
+    bindOption(cmd, a, "--schedule", &protocol::RunSpec::schedule, "constant, linear or cosine");
+    bindOption(cmd, a, "--min-lr-ratio", &protocol::RunSpec::minLrRatio, "Floor of the decay");
+    bindOption(cmd, a, "--clip", &protocol::RunSpec::clip, "Global gradient-norm clip (0 = off)");
+    bindOption(cmd, a, "--weight-decay", &protocol::RunSpec::weightDecay, "AdamW weight decay");
+    bindOption(cmd, a, "--beta1", &protocol::RunSpec::beta1, "AdamW beta1");
+    bindOption(cmd, a, "--beta2", &protocol::RunSpec::beta2, "AdamW beta2");
+    bindOption(cmd, a, "--eval-data", &protocol::RunSpec::evalData, "Held-out data (JSONL)");
+    bindOption(cmd, a, "--eval-fraction", &protocol::RunSpec::evalFraction,
+        "Hold out this fraction of --data");
+    bindOption(cmd, a, "--eval-every", &protocol::RunSpec::evalEvery, "Evaluate every N steps");
+    bindOption(cmd, a, "--log-every", &protocol::RunSpec::logEvery, "Metric record every N steps");
+    bindOption(
+        cmd, a, "--strategy", &protocol::RunSpec::strategy, "ddp, zero1, zero2, zero3, hybrid");
+    bindOption(cmd, a, "--shard-group", &protocol::RunSpec::shardGroup, "Hybrid shard-group size");
+    bindOption(cmd, a, "--threads", &protocol::RunSpec::threads, "Intra-op threads (0 = auto)");
+    bindOption(cmd, a, "--name", &protocol::RunSpec::name, "Run name");
+    bindOption(cmd, a, "--nodes", &protocol::RunSpec::nodes, "Nodes in the run");
+    bindOption(cmd, a, "--nproc-per-node", &protocol::RunSpec::procsPerNode, "Ranks per node");
+    cmd->callback([args] { train(*args); });
+});
+
+} // namespace
+
+} // namespace shard::worker

@@ -1,0 +1,207 @@
+// Helpers shared by the checkpoint tests: checks that count failures, temporary directories, and
+// a thread-backed all-ranks agreement so that several "ranks" of one save run in one process.
+#pragma once
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "ckpt/checkpoint_writer.h"
+
+namespace ckpt_test {
+
+inline int& failures()
+{
+    static int n = 0;
+    return n;
+}
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);          \
+            ++ckpt_test::failures();                                                               \
+        }                                                                                          \
+    } while (0)
+
+// Expects `fn` to throw with a message containing every one of `parts`.
+#define CHECK_THROWS_WITH(fn, ...)                                                                 \
+    do {                                                                                           \
+        std::string msg_;                                                                          \
+        try {                                                                                      \
+            fn();                                                                                  \
+        } catch (const std::exception& e_) {                                                       \
+            msg_ = e_.what();                                                                      \
+        }                                                                                          \
+        if (msg_.empty()) {                                                                        \
+            std::fprintf(stderr, "%s:%d: expected an exception\n", __FILE__, __LINE__);            \
+            ++ckpt_test::failures();                                                               \
+        }                                                                                          \
+        for (const std::string part_ : {__VA_ARGS__})                                              \
+            if (!msg_.empty() && msg_.find(part_) == std::string::npos) {                          \
+                std::fprintf(stderr, "%s:%d: message '%s' lacks '%s'\n", __FILE__, __LINE__,       \
+                    msg_.c_str(), part_.c_str());                                                  \
+                ++ckpt_test::failures();                                                           \
+            }                                                                                      \
+    } while (0)
+
+inline bool bitEqual(const at::Tensor& a, const at::Tensor& b)
+{
+    return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type()
+        && std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0;
+}
+
+struct TempDir {
+    std::string path;
+    TempDir()
+    {
+        char tmpl[] = "/tmp/tst_ckpt_XXXXXX";
+        path = mkdtemp(tmpl);
+    }
+    ~TempDir()
+    {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+};
+
+// Collective AND across `n` threads (a reusable barrier).
+class Agreement {
+public:
+    explicit Agreement(int n)
+        : m_n(n)
+    {
+    }
+    bool agree(bool ok)
+    {
+        std::unique_lock<std::mutex> lock(m_mutex);
+        const int gen = m_generation;
+        m_allOk = m_allOk && ok;
+        if (++m_arrived == m_n) {
+            m_result = m_allOk;
+            m_arrived = 0;
+            m_allOk = true;
+            ++m_generation;
+            m_cv.notify_all();
+        } else {
+            m_cv.wait(lock, [&] { return m_generation != gen; });
+        }
+        return m_result;
+    }
+
+private:
+    int m_n;
+    int m_arrived = 0;
+    int m_generation = 0;
+    bool m_allOk = true;
+    bool m_result = true;
+    std::mutex m_mutex;
+    std::condition_variable m_cv;
+};
+
+// A synthetic model: global parameter, m and v per tensor, deterministic per (seed, name).
+struct Synthetic {
+    std::vector<shard::ckpt::TensorSpec> specs;
+    std::vector<at::Tensor> param, m, v;
+};
+
+inline Synthetic makeSynthetic(
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes, int seed)
+{
+    Synthetic s;
+    int i = 0;
+    for (const auto& [name, shape] : shapes) {
+        s.specs.push_back({name, shape, shape.size() > 1});
+        at::Generator gen = at::detail::createCPUGenerator(1000 * seed + i++);
+        s.param.push_back(at::randn(shape, gen, at::kFloat));
+        s.m.push_back(at::randn(shape, gen, at::kFloat) * 0.1);
+        s.v.push_back(at::rand(shape, gen, at::kFloat) * 0.01);
+    }
+    return s;
+}
+
+// The buffer a rank holds under a placement: its rows of `global`, zero-padded.
+inline at::Tensor localBuffer(const at::Tensor& global, const shard::ckpt::ShardPlacement& p)
+{
+    const auto rows = shard::ckpt::rowsOf(global.size(0), p);
+    auto shape = global.sizes().vec();
+    shape[0] = rows.padded;
+    at::Tensor out = at::zeros(shape, at::kFloat);
+    if (rows.rows() > 0)
+        out.narrow(0, 0, rows.rows()).copy_(global.narrow(0, rows.begin, rows.rows()));
+    return out;
+}
+
+inline std::vector<shard::ckpt::LocalTensor> localTensors(
+    const Synthetic& s, const shard::ckpt::ShardPlacement& p)
+{
+    std::vector<shard::ckpt::LocalTensor> out;
+    for (size_t i = 0; i < s.specs.size(); ++i)
+        out.push_back({s.specs[i].name, s.specs[i].shape, s.specs[i].decay,
+            localBuffer(s.param[i], p), localBuffer(s.m[i], p), localBuffer(s.v[i], p)});
+    return out;
+}
+
+inline nlohmann::json tinyModelConfig(int layers = 2)
+{
+    return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", 64},
+        {"hidden_size", 16}, {"intermediate_size", 32}, {"num_hidden_layers", layers},
+        {"num_attention_heads", 2}, {"num_key_value_heads", 2}, {"max_position_embeddings", 64},
+        {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0}, {"tie_word_embeddings", false}};
+}
+
+// Saves `s` as `strategy` at `world` ranks (one thread per rank). Returns rank 0's result or
+// throws rank 0's error.
+inline shard::ckpt::SaveResult saveSynthetic(const Synthetic& s, const std::string& ckptDir,
+    int64_t step, const std::string& strategy, int world, int group = 0,
+    const std::string& runId = "run-a", nlohmann::json modelConfig = tinyModelConfig(),
+    int keep = 0)
+{
+    Agreement agreement(world);
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(world);
+    shard::ckpt::SaveResult result;
+    for (int r = 0; r < world; ++r) {
+        threads.emplace_back([&, r] {
+            shard::ckpt::SaveRequest req;
+            req.checkpointsDir = ckptDir;
+            req.step = step;
+            req.runId = runId;
+            req.strategy = strategy;
+            req.rank = r;
+            req.worldSize = world;
+            req.shardGroup = group;
+            req.modelConfig = modelConfig;
+            req.data = {{"files", {"train.jsonl"}}, {"seq_len", 16}};
+            req.trainState = {{"step", step}, {"data_position", {{"epoch", 0}, {"index", 4}}}};
+            req.rankState = {{"rank", r}};
+            req.rng = at::full({8}, r, at::kByte);
+            req.keep = keep;
+            req.agree = [&](bool ok) { return agreement.agree(ok); };
+            const auto p = shard::ckpt::placementFor(strategy, r, world, group);
+            try {
+                auto res = shard::ckpt::saveCheckpoint(req, localTensors(s, p));
+                if (r == 0)
+                    result = res;
+            } catch (const std::exception& e) {
+                errors[r] = e.what();
+            }
+        });
+    }
+    for (auto& t : threads)
+        t.join();
+    if (!errors[0].empty())
+        throw std::runtime_error(errors[0]);
+    return result;
+}
+
+} // namespace ckpt_test
