@@ -121,6 +121,22 @@ void TokenizedJsonlSource::newEpoch()
     m_index = 0;
 }
 
+void TokenizedJsonlSource::setPosition(const nlohmann::json& position)
+{
+    int64_t epoch = -1, index = -1;
+    if (position.is_object() && position.contains("epoch") && position.contains("index")
+        && position["epoch"].is_number_integer() && position["index"].is_number_integer()) {
+        epoch = position["epoch"].get<int64_t>();
+        index = position["index"].get<int64_t>();
+    }
+    if (epoch < 0 || index < 0 || index > static_cast<int64_t>(m_train.size()))
+        throw std::runtime_error("data position " + position.dump() + " is not valid for "
+            + m_config.path + " (" + std::to_string(m_train.size()) + " records)");
+    m_epoch = epoch;
+    newEpoch(); // the order of epoch `epoch` (seeded by it)
+    m_index = index;
+}
+
 std::vector<TrainRow> TokenizedJsonlSource::nextGlobalBatch(int64_t rows)
 {
     std::vector<TrainRow> out;

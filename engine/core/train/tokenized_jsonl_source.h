@@ -27,6 +27,7 @@ public:
     std::vector<TrainRow> nextGlobalBatch(int64_t rows) override;
     std::vector<TrainRow> evalRows() override { return m_eval; }
     nlohmann::json position() const override { return {{"epoch", m_epoch}, {"index", m_index}}; }
+    void setPosition(const nlohmann::json& position) override;
     int64_t trainRecords() const override { return static_cast<int64_t>(m_train.size()); }
 
 private:
