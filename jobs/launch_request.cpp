@@ -40,6 +40,28 @@ QByteArray specWithOut(const QByteArray& specJson, const QString& runDir)
     return QByteArray::fromStdString(j.dump(2)) + '\n';
 }
 
+QByteArray specForTrainArgs(const QStringList& trainArgs)
+{
+    nlohmann::json j = nlohmann::json::object();
+    std::vector<std::string> args;
+    for (const QString& a : trainArgs)
+        args.push_back(a.toStdString());
+    j["args"] = args;
+    for (int i = 0; i + 1 < trainArgs.size(); ++i) {
+        const QString& flag = trainArgs[i];
+        const QString& value = trainArgs[i + 1];
+        bool isNumber = false;
+        const qint64 n = value.toLongLong(&isNumber);
+        if (flag == QLatin1String("--steps") && isNumber)
+            j["steps"] = n;
+        else if (flag == QLatin1String("--strategy"))
+            j["strategy"] = value.toStdString();
+        else if (flag == QLatin1String("--model"))
+            j["model"] = value.toStdString();
+    }
+    return QByteArray::fromStdString(j.dump());
+}
+
 int specProcsPerNode(const QByteArray& specJson, int fallback)
 {
     auto j = nlohmann::json::parse(

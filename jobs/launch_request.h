@@ -29,6 +29,10 @@ QStringList workerLaunchArgs(const LaunchRequest& request, const QString& runDir
 // The spec with "out" set to the run directory (so the engine writes where we read).
 QByteArray specWithOut(const QByteArray& specJson, const QString& runDir);
 
+// What the store records for a run started from train flags: {"args": [...]} plus the keys it
+// can read from them (steps, strategy, model), until the engine's run.json replaces it.
+QByteArray specForTrainArgs(const QStringList& trainArgs);
+
 // procs_per_node from the spec, or `fallback`.
 int specProcsPerNode(const QByteArray& specJson, int fallback);
 

@@ -90,15 +90,7 @@ Result<qint64> LocalLauncher::start(const LaunchRequest& request)
 
     NewRun nr;
     nr.name = name;
-    nr.specJson = req.specJson.isEmpty() ? QByteArray::fromStdString(nlohmann::json {
-                      {"args",
-                          [&] {
-                              std::vector<std::string> v;
-                              for (const auto& a : req.trainArgs)
-                                  v.push_back(a.toStdString());
-                              return v;
-                          }()}}.dump())
-                                         : req.specJson;
+    nr.specJson = req.specJson.isEmpty() ? specForTrainArgs(req.trainArgs) : req.specJson;
     nr.target = QStringLiteral("local");
     nr.runDir = runDir;
     auto id = m_store.createRun(nr);

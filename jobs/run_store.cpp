@@ -599,6 +599,20 @@ Result<QVector<RunRecord>> RunStore::listRuns(const RunQuery& query) const
     return out;
 }
 
+Result<qint64> RunStore::findRunByDir(const QString& host, const QString& runDir) const
+{
+    auto st = d->prep("SELECT id FROM runs WHERE host = ?1 AND run_dir = ?2 ORDER BY id DESC "
+                      "LIMIT 1");
+    if (!st.valid())
+        return fail(d->describe(QStringLiteral("looking up run directory %1").arg(runDir)));
+    st.bind(1, host).bind(2, runDir);
+    if (st.step())
+        return static_cast<qint64>(st.int64(0));
+    if (st.lastCode() != SQLITE_DONE)
+        return fail(d->describe(QStringLiteral("looking up run directory %1").arg(runDir)));
+    return qint64(0);
+}
+
 Status RunStore::deleteRun(qint64 id)
 {
     return d->simpleUpdate("DELETE FROM runs WHERE id = ?1", id,

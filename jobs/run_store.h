@@ -137,6 +137,8 @@ public:
     // `idOrName`: a numeric id, or a name (the newest run with that name).
     Result<RunRecord> findRun(const QString& idOrName) const;
     Result<QVector<RunRecord>> listRuns(const RunQuery& query = {}) const;
+    // The newest run recorded at this host ("" = local) and run directory; 0 when none.
+    Result<qint64> findRunByDir(const QString& host, const QString& runDir) const;
     Status deleteRun(qint64 id);
     // Sets started_at when entering Running (once), ended_at when entering a terminal status.
     Status setStatus(qint64 id, RunStatus status, const QString& message = {});

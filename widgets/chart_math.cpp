@@ -47,6 +47,10 @@ DecimatedSeries decimateMinMax(const QVector<double>& keys, const QVector<double
     if (first > 0)
         push(first - 1);
     const double scale = buckets / (xMax - xMin);
+    qsizetype firstValid = first;
+    while (firstValid < last && !std::isfinite(values[firstValid]))
+        ++firstValid;
+    qsizetype previous = -1;
     qsizetype i = first;
     while (i < last) {
         const auto bucket = std::min<qsizetype>(buckets - 1, qsizetype((keys[i] - xMin) * scale));
@@ -67,13 +71,15 @@ DecimatedSeries decimateMinMax(const QVector<double>& keys, const QVector<double
         }
         if (firstIdx < 0)
             continue;
-        qsizetype picks[4]
-            = {firstIdx, std::min(minIdx, maxIdx), std::max(minIdx, maxIdx), lastIdx};
-        qsizetype previous = -1;
+        // Min and max in key order; the first and last points of the range are kept as well so
+        // the line starts and ends where the data does.
+        qsizetype picks[4] = {firstIdx == firstValid ? firstIdx : -1, std::min(minIdx, maxIdx),
+            std::max(minIdx, maxIdx), i >= last ? lastIdx : -1};
         for (qsizetype p : picks) {
-            if (p != previous)
+            if (p >= 0 && p != previous)
                 push(p);
-            previous = p;
+            if (p >= 0)
+                previous = p;
         }
     }
     if (last < n)

@@ -49,6 +49,9 @@ LivePlot::LivePlot(const QString& title, QWidget* parent)
 {
     m_plot = new QCustomPlot(this);
     m_plot->setNoAntialiasingOnDrag(true);
+    // Long noisy polylines stroked as one path are the raster engine's slow case (seconds for
+    // 20 curves); segments and cosmetic pens keep a replot within a frame.
+    m_plot->setPlottingHints(QCP::phCacheLabels);
     m_plot->setNotAntialiasedElements(QCP::aeAll);
     m_plot->setAntialiasedElements(QCP::aePlottables);
     m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
@@ -266,8 +269,12 @@ void LivePlot::applySeriesStyle(Series& s)
     const bool smoothing = m_smoothing > 0.0;
     QColor faint = s.color;
     faint.setAlpha(70);
-    s.rawGraph->setPen(QPen(smoothing ? faint : s.color, 1.5));
-    s.smoothGraph->setPen(QPen(s.color, 2.0));
+    QPen rawPen(smoothing ? faint : s.color, 0); // width 0: cosmetic, the fast path
+    QPen smoothPen(s.color, 0);
+    rawPen.setCosmetic(true);
+    smoothPen.setCosmetic(true);
+    s.rawGraph->setPen(rawPen);
+    s.smoothGraph->setPen(smoothPen);
     s.rawGraph->setVisible(s.visible);
     s.smoothGraph->setVisible(s.visible && smoothing);
     // One legend entry per series: the line the eye follows.

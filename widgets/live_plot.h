@@ -33,7 +33,7 @@ public:
 
     static constexpr int kCoalesceMs = 40;
     // Above this many points per pixel column a series is drawn decimated.
-    static constexpr int kDecimateAbovePointsPerPixel = 4;
+    static constexpr int kDecimateAbovePointsPerPixel = 3;
 
     int addSeries(const QString& name, const QColor& color,
         qsizetype capacity = SeriesBuffer::kDefaultCapacity);

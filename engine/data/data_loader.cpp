@@ -200,6 +200,25 @@ struct DataLoader::Impl {
     }
 };
 
+nlohmann::json positionToJson(const Position& position)
+{
+    return {{"epoch", position.epoch}, {"index", position.index}};
+}
+
+Position positionFromJson(const nlohmann::json& json)
+{
+    Position p;
+    for (const char* key : {"epoch", "index"}) {
+        if (!json.is_object() || !json.contains(key) || !json[key].is_number_integer()
+            || json[key].get<int64_t>() < 0)
+            throw std::runtime_error(std::string("data position: \"") + key
+                + "\" is missing or not a non-negative integer");
+    }
+    p.epoch = json["epoch"].get<int64_t>();
+    p.index = json["index"].get<int64_t>();
+    return p;
+}
+
 DataLoader::DataLoader(DataConfig config, std::shared_ptr<const tokenizer::Tokenizer> tokenizer)
     : m_impl(std::make_unique<Impl>())
 {
@@ -258,6 +277,8 @@ DataLoader::DataLoader(DataConfig config, std::shared_ptr<const tokenizer::Token
 }
 
 DataLoader::~DataLoader() = default;
+DataLoader::DataLoader(DataLoader&&) noexcept = default;
+DataLoader& DataLoader::operator=(DataLoader&&) noexcept = default;
 
 std::vector<Sample> DataLoader::nextGlobalBatch(int64_t rows)
 {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "data/sample.h"
 #include "data/sample_builder.h"
 
@@ -40,6 +42,11 @@ struct Position {
     bool operator==(const Position& o) const { return epoch == o.epoch && index == o.index; }
 };
 
+// {"epoch": e, "index": i} for checkpoints and metric records; the reader throws naming the
+// field that is missing or negative.
+nlohmann::json positionToJson(const Position& position);
+Position positionFromJson(const nlohmann::json& json);
+
 class DataLoader {
 public:
     // Indexes and validates every file (one streaming pass each). Throws "file:line: reason"
@@ -49,6 +56,8 @@ public:
     ~DataLoader();
     DataLoader(const DataLoader&) = delete;
     DataLoader& operator=(const DataLoader&) = delete;
+    DataLoader(DataLoader&&) noexcept;
+    DataLoader& operator=(DataLoader&&) noexcept;
 
     // The next `rows` rows of the global order, each exactly seqLen long.
     std::vector<Sample> nextGlobalBatch(int64_t rows);

@@ -1,6 +1,8 @@
 // Demo task generation and scoring.
 #include "data/demo_task.h"
 
+#include "data/sample.h"
+
 #include <cctype>
 #include <fstream>
 #include <stdexcept>
@@ -102,6 +104,18 @@ void writeDemoData(
         out << demoRecord(ex, format).dump() << '\n';
     if (!out)
         throw std::runtime_error(path + ": write failed");
+}
+
+std::vector<int32_t> demoPromptIds(const tokenizer::Tokenizer& tokenizer,
+    const DemoExample& example, DataFormat format, const std::string& chatTemplate)
+{
+    SampleBuilder builder(&tokenizer, false, chatTemplate);
+    Example ex = builder.build(demoRecord(example, format), format);
+    size_t k = 0;
+    while (k < ex.labels.size() && ex.labels[k] == kIgnoreLabel)
+        ++k;
+    ex.ids.resize(k);
+    return ex.ids;
 }
 
 bool scoreDemoAnswer(DemoTask task, const std::string& expected, const std::string& output)

@@ -11,6 +11,10 @@
 
 #include "data/sample_builder.h"
 
+namespace shard::tokenizer {
+class Tokenizer;
+}
+
 namespace shard::data {
 
 enum class DemoTask { Arithmetic, Copy };
@@ -34,6 +38,12 @@ nlohmann::json demoRecord(const DemoExample& example, DataFormat format);
 // Writes `count` records to `path` (one JSON object per line).
 void writeDemoData(
     const std::string& path, DemoTask task, int64_t count, uint64_t seed, DataFormat format);
+
+// The token ids to prompt a model with to answer `example`, exactly as training showed it: the
+// record's tokens before its first answer token (for chat, up to and including the assistant
+// header). chatTemplate as in DataConfig (empty: from the tokenizer).
+std::vector<int32_t> demoPromptIds(const tokenizer::Tokenizer& tokenizer,
+    const DemoExample& example, DataFormat format, const std::string& chatTemplate = {});
 
 // Whether a model's output answers correctly: arithmetic compares the first integer in the
 // output with the expected one; copy compares the output with the expected text, ignoring

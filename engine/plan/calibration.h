@@ -12,14 +12,15 @@ namespace shard::plan {
 struct Calibration {
     // --- Activations saved for backward by one Llama block (engine mode), in elements of the
     // compute dtype per token, as multiples of a model dimension. Derivation (eager autograd):
-    //   hidden: each RMSNorm keeps its input, the normalized x̂ and its output (the q/k/v or
-    //           gate/up matmul input): 3 per norm, 2 norms per block.
+    //   hidden: each RMSNorm keeps its input (twice: pow and mul save separate copies in eager
+    //           LibTorch), the normalized x̂ and its output (the q/k/v or gate/up matmul
+    //           input): 4 per norm, 2 norms per block (bench/plan/activation_probe.py).
     //   q:      q after RoPE (attention input) and the attention output (o_proj input).
     //   kv:     k after RoPE and v.
     //   qGqa:   k and v expanded to all query heads (repeat_kv) when kv heads < heads.
     //   qkNorm: Qwen3's per-head q/k RMSNorm inputs, per (q dim + kv dim).
     //   intermediate: gate, silu(gate), up, silu(gate)*up (the down_proj input).
-    double actPerHidden = 6.0;
+    double actPerHidden = 8.0;
     double actPerQ = 2.0;
     double actPerKv = 2.0;
     double actPerQGqa = 2.0;

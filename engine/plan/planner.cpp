@@ -57,22 +57,26 @@ const NameTable<AccountingMode> kModes {
 struct Shape {
     int64_t rows;
     int64_t perRow;
-    int64_t layer; // -1 = root unit
+    int64_t layer;  // -1 = root unit
+    bool embedding; // model.embed_tokens.weight
 };
 
 struct ModelShapes {
     std::vector<Shape> shapes;
     int64_t params = 0;
     int64_t activeParams = 0;
+    bool tied = false;
 };
 
 ModelShapes modelShapes(const ModelSpec& spec)
 {
     ModelShapes m;
+    m.tied = spec.tieWordEmbeddings;
     for (const auto& p : parameterTable(spec)) {
         int64_t rows = p.shape.empty() ? 1 : p.shape[0];
         int64_t n = p.numel();
-        m.shapes.push_back({rows, rows ? n / rows : 0, p.layer});
+        m.shapes.push_back(
+            {rows, rows ? n / rows : 0, p.layer, p.name == "model.embed_tokens.weight"});
         m.params += n;
     }
     m.activeParams = activeParameterCount(spec);
@@ -85,6 +89,9 @@ struct UnitSizes {
     double total = 0;    // all parameters, padded
     double root = 0;     // embeddings + final norm + lm_head
     double maxBlock = 0; // the largest transformer block
+    // Root parameters whose gradients exist during the blocks' backward: lm_head and the final
+    // norm (untied), or the shared embedding (tied); the untied embedding's comes last.
+    double head = 0;
 };
 
 UnitSizes unitSizes(const ModelShapes& m, int64_t s)
@@ -95,9 +102,11 @@ UnitSizes unitSizes(const ModelShapes& m, int64_t s)
         int64_t rowsPadded = (sh.rows + s - 1) / s * s;
         double n = static_cast<double>(rowsPadded) * static_cast<double>(sh.perRow);
         u.total += n;
-        if (sh.layer < 0)
+        if (sh.layer < 0) {
             u.root += n;
-        else
+            if (m.tied || !sh.embedding)
+                u.head += n;
+        } else
             blocks[sh.layer] += n;
     }
     for (const auto& [l, n] : blocks)
@@ -223,12 +232,19 @@ ActivationBytes paperActivations(const PlanInput& in, int64_t microBatch)
 }
 
 struct Internal {
-    MemoryBreakdown mem;
+    MemoryBreakdown mem;    // at the start of backward (with activations and logits)
+    MemoryBreakdown endMem; // at the end of backward (engine mode)
+    bool hasEnd = false;
     double host = 0;
     double gatherBytes = 0;
     double reduceBytes = 0;
 };
 
+// Engine accounting at two moments of a step and the larger is the peak:
+//   backward start: every block's activations and the logits are alive, the head's gradients
+//     exist, one block's gradients are being reduced;
+//   backward end:   activations are gone, the root's gradients are reduced (large for big
+//     vocabularies).
 Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64_t S)
 {
     const DtypeBytes d = dtypeBytes(in.precision);
@@ -236,9 +252,8 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     const double c = d.compute, mb = d.master, gb = d.grad, ob = d.optimizer, r = d.reduce;
     const UnitSizes u = unitSizes(shapes, S);
     const double P = static_cast<double>(shapes.params);
-    const double Pp = u.total, Pr = u.root, Pb = u.maxBlock;
+    const double Pp = u.total, Pr = u.root, Pb = u.maxBlock, Ph = u.head;
     const double shard = Pp / static_cast<double>(S);
-    const double maxUnit = std::max(Pb, Pr);
     const bool gpu = in.device.kind == DeviceKind::Gpu;
     const double recvFrac = gpu
         ? (k.reduceScatterRecvGpuIsShard ? 1.0 / static_cast<double>(S) : 1.0)
@@ -248,24 +263,31 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     const double K = static_cast<double>(in.gradAccum);
 
     Internal o;
-    double sharded = 0, gathered = 0, grads = 0, shardGrad = 0, opt = 0, comm = 0;
+    // Persistent (both moments) and per-moment transient terms.
+    double sharded = 0, shardGrad = 0, opt = 0, fullGrads = 0;
+    double gatheredA = 0, gatheredB = 0, gradsA = 0, gradsB = 0, commA = 0, commB = 0;
     switch (in.strategy) {
     case Strategy::Ddp:
         sharded = mb * P;
-        gathered = (c != mb || in.offload != Offload::None) ? c * P : 0.0;
+        gatheredA = gatheredB = (c != mb || in.offload != Offload::None) ? c * P : 0.0;
         shardGrad = gb * P;
-        grads = (c != gb ? c * Pb : 0.0);
+        gradsA = c != gb ? c * Pb : 0.0;
+        gradsB = c != gb ? c * Pr : 0.0;
         opt = ob * P;
-        comm = r * maxUnit;
+        commA = r * Pb;
+        commB = r * Pr;
         o.reduceBytes = 2.0 * ringFraction(W) * r * P;
         break;
     case Strategy::Zero1:
         sharded = mb * shard;
-        gathered = c * Pp;
+        gatheredA = gatheredB = c * Pp;
         shardGrad = gb * shard;
-        grads = r * Pp + (c != r ? c * Pb : 0.0);
+        fullGrads = r * Pp;
+        gradsA = c != r ? c * Pb : 0.0;
+        gradsB = c != r ? c * Pr : 0.0;
         opt = ob * shard;
-        comm = r * maxUnit * recvFrac;
+        commA = r * Pb * recvFrac;
+        commB = r * Pr * recvFrac;
         o.reduceBytes = ringFraction(W) * r * Pp;
         o.gatherBytes = ringFraction(W) * c * Pp;
         break;
@@ -274,11 +296,15 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     case Strategy::Hybrid: {
         const bool zero2 = in.strategy == Strategy::Zero2;
         sharded = mb * shard;
-        gathered = zero2 ? c * Pp : std::min(c * Pp, c * (Pr + k.gatheredUnitsInFlight * Pb));
+        gatheredA = zero2 ? c * Pp : std::min(c * Pp, c * (Pr + k.gatheredUnitsInFlight * Pb));
+        gatheredB = c * Pr;
         shardGrad = gb * shard;
-        grads = c * (Pr + Pb) + (accumulate ? r * Pp : 0.0);
+        fullGrads = accumulate ? r * Pp : 0.0; // no-sync micro-steps keep unsharded grads
+        gradsA = c * (Ph + Pb);
+        gradsB = c * Pr;
         opt = ob * shard;
-        comm = r * maxUnit * (1.0 + recvFrac);
+        commA = r * Pb * (1.0 + recvFrac);
+        commB = r * Pr * (1.0 + recvFrac);
         o.reduceBytes = ringFraction(S) * r * Pp;
         const double gatheredPerMicroStep = zero2 ? Pp : 2.0 * (Pp - Pr) + Pr;
         o.gatherBytes = K * ringFraction(S) * c * gatheredPerMicroStep;
@@ -303,11 +329,16 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
                 o.host += c * shard;
         }
     }
-    o.mem.shardedParams = toBytes(sharded);
-    o.mem.gatheredParams = toBytes(gathered);
-    o.mem.grads = toBytes(shardGrad + grads);
-    o.mem.optimizer = toBytes(opt);
-    o.mem.commBuffers = toBytes(comm);
+    auto fill = [&](MemoryBreakdown& m, double gathered, double grads, double comm) {
+        m.shardedParams = toBytes(sharded);
+        m.gatheredParams = toBytes(gathered);
+        m.grads = toBytes(shardGrad + fullGrads + grads);
+        m.optimizer = toBytes(opt);
+        m.commBuffers = toBytes(comm);
+    };
+    fill(o.mem, gatheredA, gradsA, commA);
+    fill(o.endMem, gatheredB, gradsB, commB);
+    o.hasEnd = true;
     return o;
 }
 
@@ -363,16 +394,29 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
                         : engineModelStates(in, shapes, res.shardDegree);
     ActivationBytes act
         = paper ? paperActivations(in, in.microBatch) : engineActivations(in, in.microBatch);
-    MemoryBreakdown& m = res.perDevice;
-    m = st.mem;
-    m.activations = toBytes(act.activations);
-    m.logits = toBytes(act.logits);
     const Calibration& k = in.calibration;
-    double fixed = in.device.overheadBytes >= 0 ? static_cast<double>(in.device.overheadBytes)
-                                                : (gpu ? k.gpuOverheadBytes : k.cpuOverheadBytes);
-    double frag = gpu ? k.gpuFragmentation : k.cpuFragmentation;
-    m.overhead = 0;
-    m.overhead = toBytes(fixed + frag * static_cast<double>(m.total()));
+    const double fixed = in.device.overheadBytes >= 0
+        ? static_cast<double>(in.device.overheadBytes)
+        : (gpu ? k.gpuOverheadBytes : k.cpuOverheadBytes);
+    const double frag = gpu ? k.gpuFragmentation : k.cpuFragmentation;
+    auto withOverhead = [&](MemoryBreakdown m) {
+        m.overhead = 0;
+        m.overhead = toBytes(fixed + frag * static_cast<double>(m.total()));
+        return m;
+    };
+    MemoryBreakdown start = st.mem;
+    start.activations = toBytes(act.activations);
+    start.logits = toBytes(act.logits);
+    res.perDevice = withOverhead(start);
+    res.peakPhase = "backward start";
+    if (st.hasEnd) {
+        MemoryBreakdown end = withOverhead(st.endMem);
+        if (end.total() > res.perDevice.total()) {
+            res.perDevice = end;
+            res.peakPhase = "backward end";
+        }
+    }
+    const MemoryBreakdown& m = res.perDevice;
     res.hostBytesPerDevice = toBytes(st.host);
 
     res.capacityBytes = gpu ? in.device.memoryBytes : in.device.memoryBytes / in.gpusPerNode;
@@ -441,7 +485,8 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     if (s.isMoe())
         res.notes.push_back(s.name
             + " is a mixture-of-experts model: planning only (the engine "
-              "trains dense models)");
+              "trains dense models; sharding without expert parallelism gathers every "
+              "expert of a block)");
     if (!paper && in.gradAccum > 1
         && (in.strategy == Strategy::Zero2 || in.strategy == Strategy::Zero3
             || in.strategy == Strategy::Hybrid))
@@ -786,6 +831,7 @@ nlohmann::json toJson(const PlanResult& r)
     j["shard_degree"] = r.shardDegree;
     j["replicas"] = r.replicas;
     j["per_device"] = toJson(r.perDevice);
+    j["peak_phase"] = r.peakPhase;
     j["host_per_device"] = r.hostBytesPerDevice;
     j["capacity"] = r.capacityBytes;
     j["headroom"] = r.headroomBytes;

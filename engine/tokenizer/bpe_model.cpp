@@ -2,8 +2,9 @@
 // order Hugging Face tokenizers and transformers.js use.
 #include "tokenizer/bpe_model.h"
 
+#include <algorithm>
 #include <cstdio>
-#include <queue>
+#include <functional>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -35,7 +36,10 @@ BpeModel BpeModel::fromJson(const nlohmann::json& model)
             fail(std::string("BPE \"") + key + "\" is not supported");
     }
     BpeModel m;
-    const auto& vocab = model.value("vocab", nlohmann::json());
+    static const nlohmann::json kNull;
+    static const nlohmann::json kEmpty = nlohmann::json::array();
+    // By reference: value() would copy the (large) vocabulary and merge list.
+    const auto& vocab = model.contains("vocab") ? model["vocab"] : kNull;
     if (!vocab.is_object() || vocab.empty())
         fail("model \"vocab\" is missing or empty");
     int32_t maxId = -1;
@@ -51,10 +55,10 @@ BpeModel BpeModel::fromJson(const nlohmann::json& model)
     for (const auto& [tok, id] : m.m_vocab)
         m.m_idToToken[id] = tok;
 
-    const auto& merges = model.value("merges", nlohmann::json::array());
+    const auto& merges = model.contains("merges") ? model["merges"] : kEmpty;
     if (!merges.is_array())
         fail("model \"merges\" is not an array");
-    m.m_merges.reserve(merges.size() * 2);
+    m.m_merges.reserve(merges.size());
     int32_t rank = 0;
     for (const auto& entry : merges) {
         std::string a, b;
@@ -75,7 +79,7 @@ BpeModel BpeModel::fromJson(const nlohmann::json& model)
         const int32_t ia = m.tokenToId(a), ib = m.tokenToId(b), io = m.tokenToId(a + b);
         if (ia < 0 || ib < 0 || io < 0)
             fail("merge '" + a + " " + b + "' uses a token missing from the vocabulary");
-        m.m_merges.emplace(pairKey(ia, ib), Merge {rank, io});
+        m.m_merges.insert(pairKey(ia, ib), Merge {rank, io});
         ++rank;
     }
 
@@ -87,6 +91,17 @@ BpeModel BpeModel::fromJson(const nlohmann::json& model)
         if (m.m_unkId < 0)
             fail("unk_token '" + model["unk_token"].get<std::string>()
                 + "' is not in the vocabulary");
+    }
+    m.m_bmpIds.assign(0x10000, -1);
+    for (const auto& [tok, id] : m.m_vocab) {
+        size_t pos = 0;
+        const char32_t cp = decodeUtf8(tok, pos);
+        if (pos != tok.size())
+            continue;
+        if (cp < 0x10000)
+            m.m_bmpIds[cp] = id;
+        else
+            m.m_astralIds[cp] = id;
     }
     m.m_hasByteAlphabet = true;
     for (int b = 0; b < 256; ++b) {
@@ -187,6 +202,55 @@ void BpeModel::encodeBytes(std::string_view bytes, std::vector<int32_t>& out) co
     out.insert(out.end(), ids.begin(), ids.end());
 }
 
+void BpeModel::MergeTable::reserve(size_t n)
+{
+    size_t cap = 16;
+    int bits = 4;
+    while (cap < 2 * n + 1) {
+        cap <<= 1;
+        ++bits;
+    }
+    m_keys.assign(cap, kEmpty);
+    m_values.assign(cap, Merge {0, 0});
+    m_mask = cap - 1;
+    m_shift = 64 - bits;
+    m_size = 0;
+}
+
+void BpeModel::MergeTable::insert(uint64_t key, Merge value)
+{
+    if (m_keys.empty() || 2 * (m_size + 1) > m_keys.size()) {
+        std::vector<uint64_t> keys;
+        std::vector<Merge> values;
+        keys.swap(m_keys);
+        values.swap(m_values);
+        reserve(std::max<size_t>(m_size + 1, keys.size()));
+        for (size_t i = 0; i < keys.size(); ++i)
+            if (keys[i] != kEmpty)
+                insert(keys[i], values[i]);
+    }
+    for (size_t i = slot(key);; i = (i + 1) & m_mask) {
+        if (m_keys[i] == key) {
+            m_values[i] = value;
+            return;
+        }
+        if (m_keys[i] == kEmpty) {
+            m_keys[i] = key;
+            m_values[i] = value;
+            ++m_size;
+            return;
+        }
+    }
+}
+
+int32_t BpeModel::charId(char32_t cp) const
+{
+    if (cp < 0x10000)
+        return m_bmpIds[cp];
+    const auto it = m_astralIds.find(cp);
+    return it == m_astralIds.end() ? -1 : it->second;
+}
+
 void BpeModel::mergeSymbols(std::vector<int32_t>& ids) const
 {
     const int n = static_cast<int>(ids.size());
@@ -195,40 +259,52 @@ void BpeModel::mergeSymbols(std::vector<int32_t>& ids) const
     struct Candidate {
         int32_t rank;
         int32_t pos;
+        int32_t left; // ids of the pair when queued: a pop whose ids changed is stale
+        int32_t right;
         int32_t newId;
         bool operator>(const Candidate& o) const
         {
             return rank != o.rank ? rank > o.rank : pos > o.pos;
         }
     };
-    std::vector<int32_t> prev(n), next(n);
-    std::vector<char> alive(n, 1);
+    // Scratch reused across calls (per thread): no allocation per pre-token.
+    struct Scratch {
+        std::vector<int32_t> prev, next;
+        std::vector<Candidate> heap;
+    };
+    thread_local Scratch scratch;
+    auto& prev = scratch.prev;
+    auto& next = scratch.next;
+    auto& heap = scratch.heap;
+    prev.resize(n);
+    next.resize(n);
+    heap.clear();
     for (int i = 0; i < n; ++i) {
         prev[i] = i - 1;
         next[i] = i + 1 < n ? i + 1 : -1;
     }
-    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+    const std::greater<> later;
     auto consider = [&](int32_t left) {
         const int32_t right = next[left];
         if (right < 0)
             return;
-        const auto it = m_merges.find(pairKey(ids[left], ids[right]));
-        if (it != m_merges.end())
-            queue.push({it->second.rank, left, it->second.newId});
+        if (const Merge* m = m_merges.find(pairKey(ids[left], ids[right]))) {
+            heap.push_back({m->rank, left, ids[left], ids[right], m->newId});
+            std::push_heap(heap.begin(), heap.end(), later);
+        }
     };
     for (int i = 0; i + 1 < n; ++i)
         consider(i);
-    while (!queue.empty()) {
-        const Candidate top = queue.top();
-        queue.pop();
-        if (!alive[top.pos] || next[top.pos] < 0)
-            continue;
+    while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end(), later);
+        const Candidate top = heap.back();
+        heap.pop_back();
         const int32_t right = next[top.pos];
-        const auto it = m_merges.find(pairKey(ids[top.pos], ids[right]));
-        if (it == m_merges.end() || it->second.newId != top.newId)
-            continue; // stale: one side was merged since this candidate was queued
+        // Merged-away symbols have prev == -2; changed ids mean a neighbour merged meanwhile.
+        if (prev[top.pos] == -2 || right < 0 || ids[top.pos] != top.left || ids[right] != top.right)
+            continue;
         ids[top.pos] = top.newId;
-        alive[right] = 0;
+        prev[right] = -2;
         next[top.pos] = next[right];
         if (next[right] >= 0)
             prev[next[right]] = top.pos;

@@ -41,14 +41,48 @@ private:
     {
         return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
     }
+    // Open-addressing hash of (left id, right id) -> merge; lookups dominate BPE time.
+    class MergeTable {
+    public:
+        void insert(uint64_t key, Merge value); // a repeated pair keeps the later merge
+        const Merge* find(uint64_t key) const
+        {
+            if (m_keys.empty())
+                return nullptr;
+            for (size_t i = slot(key);; i = (i + 1) & m_mask) {
+                if (m_keys[i] == key)
+                    return &m_values[i];
+                if (m_keys[i] == kEmpty)
+                    return nullptr;
+            }
+        }
+        void reserve(size_t n);
+        bool empty() const { return m_size == 0; }
+
+    private:
+        static constexpr uint64_t kEmpty = ~0ull;
+        size_t slot(uint64_t key) const
+        {
+            return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> m_shift);
+        }
+        std::vector<uint64_t> m_keys;
+        std::vector<Merge> m_values;
+        size_t m_mask = 0;
+        int m_shift = 64;
+        size_t m_size = 0;
+    };
+
     void mergeSymbols(std::vector<int32_t>& ids) const;
+    int32_t charId(char32_t cp) const;
     void appendUnknown(std::string_view ch, std::vector<int32_t>& ids) const;
 
     std::unordered_map<std::string, int32_t> m_vocab;
     std::vector<std::string> m_idToToken;
-    std::unordered_map<uint64_t, Merge> m_merges;
-    std::array<int32_t, 256> m_byteIds {};         // byte-level alphabet -> id
-    std::array<int32_t, 256> m_byteFallbackIds {}; // <0xXX> -> id
+    MergeTable m_merges;
+    std::vector<int32_t> m_bmpIds;                     // single-code-point tokens, U+0000..FFFF
+    std::unordered_map<char32_t, int32_t> m_astralIds; // and above
+    std::array<int32_t, 256> m_byteIds {};             // byte-level alphabet -> id
+    std::array<int32_t, 256> m_byteFallbackIds {};     // <0xXX> -> id
     int32_t m_unkId = -1;
     bool m_fuseUnk = false;
     bool m_byteFallback = false;

@@ -111,6 +111,7 @@ struct Tokenizer::Impl {
     int64_t vocabSize = 0;
     std::string chatTemplate;
     std::string tokenizerClass;
+    std::string modelType;
 
     mutable std::mutex cacheMutex;
     mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
@@ -187,26 +188,49 @@ Tokenizer Tokenizer::fromFolder(const std::string& dir)
     };
     const nlohmann::json tj = readJson(dir + "/tokenizer.json", true);
     const nlohmann::json cfg = readJson(dir + "/tokenizer_config.json", false);
+    // The model type only helps to pick a chat template; config.json itself is the model
+    // loader's to validate, so a missing or unreadable one just leaves the type unknown.
+    std::string modelType;
+    std::ifstream modelConfig(dir + "/config.json", std::ios::binary);
+    if (modelConfig) {
+        const auto j = nlohmann::json::parse(modelConfig, nullptr, false);
+        if (j.is_object() && j.contains("model_type") && j["model_type"].is_string())
+            modelType = j["model_type"].get<std::string>();
+    }
     try {
-        return fromJson(tj, cfg);
+        return build(tj, cfg, modelType);
     } catch (const std::exception& e) {
         throw std::runtime_error(dir + "/" + e.what());
     }
 }
 
-Tokenizer Tokenizer::fromJson(const nlohmann::json& tj, const nlohmann::json& cfgIn)
+Tokenizer Tokenizer::fromJson(const nlohmann::json& tj, const nlohmann::json& cfg)
+{
+    return build(tj, cfg, {});
+}
+
+Tokenizer Tokenizer::build(
+    const nlohmann::json& tj, const nlohmann::json& cfgIn, const std::string& modelType)
 {
     if (!tj.is_object())
         throw std::runtime_error("tokenizer.json: top level is not a JSON object");
     const nlohmann::json cfg = cfgIn.is_object() ? cfgIn : nlohmann::json::object();
     auto impl = std::make_shared<Impl>();
-    impl->model = BpeModel::fromJson(tj.value("model", nlohmann::json()));
-    impl->normalizer = Normalizer::fromJson(tj.value("normalizer", nlohmann::json()));
-    impl->preTokenizer = PreTokenizer::fromJson(tj.value("pre_tokenizer", nlohmann::json()));
-    impl->decoder = Decoder::fromJson(tj.value("decoder", nlohmann::json()));
+    static const nlohmann::json kNull;
+    // By reference: value() would copy the (large) model object.
+    auto field = [&tj](const char* key) -> const nlohmann::json& {
+        return tj.contains(key) ? tj[key] : kNull;
+    };
+    impl->model = BpeModel::fromJson(field("model"));
+    impl->normalizer = Normalizer::fromJson(field("normalizer"));
+    impl->preTokenizer = PreTokenizer::fromJson(field("pre_tokenizer"));
+    impl->decoder = Decoder::fromJson(field("decoder"));
 
     int64_t maxId = impl->model.maxId();
-    for (const auto& a : tj.value("added_tokens", nlohmann::json::array())) {
+    const auto& addedTokens = field("added_tokens");
+    if (!addedTokens.is_null() && !addedTokens.is_array())
+        throw std::runtime_error("tokenizer.json: \"added_tokens\" is not an array");
+    for (const auto& a : addedTokens.is_array() ? addedTokens : nlohmann::json::array()) {
         AddedToken t;
         if (!a.contains("content") || !a["content"].is_string() || !a.contains("id")
             || !a["id"].is_number_integer())
@@ -226,8 +250,8 @@ Tokenizer Tokenizer::fromJson(const nlohmann::json& tj, const nlohmann::json& cf
     }
     impl->vocabSize = maxId + 1;
     const Impl& ref = *impl;
-    impl->post = postTemplateFromJson(tj.value("post_processor", nlohmann::json()),
-        [&ref](const std::string& name) { return ref.lookup(name); });
+    impl->post = postTemplateFromJson(
+        field("post_processor"), [&ref](const std::string& name) { return ref.lookup(name); });
 
     impl->bosToken = tokenString(cfg, "bos_token");
     impl->eosToken = tokenString(cfg, "eos_token");
@@ -246,9 +270,30 @@ Tokenizer Tokenizer::fromJson(const nlohmann::json& tj, const nlohmann::json& cf
     impl->padId = resolve(impl->padToken, "pad_token");
     impl->addBos = cfg.value("add_bos_token", false) && impl->bosId >= 0;
     impl->addEos = cfg.value("add_eos_token", false) && impl->eosId >= 0;
-    if (cfg.contains("chat_template") && cfg["chat_template"].is_string())
+    // transformers' Llama tokenizers rebuild the post-processor from add_bos_token /
+    // add_eos_token, so for them the config overrides tokenizer.json's template.
+    const std::string cls = cfg.value("tokenizer_class", std::string());
+    const bool llamaClass = cls == "LlamaTokenizer" || cls == "LlamaTokenizerFast"
+        || cls == "CodeLlamaTokenizer" || cls == "CodeLlamaTokenizerFast";
+    if (llamaClass && (cfg.contains("add_bos_token") || cfg.contains("add_eos_token"))) {
+        impl->post = PostTemplate {};
+        impl->post.present = true;
+        if (cfg.value("add_bos_token", true) && impl->bosId >= 0)
+            impl->post.prefix.push_back(impl->bosId);
+        if (cfg.value("add_eos_token", false) && impl->eosId >= 0)
+            impl->post.suffix.push_back(impl->eosId);
+    }
+    if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) {
         impl->chatTemplate = cfg["chat_template"].get<std::string>();
+    } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {
+        // Several named templates: [{"name": "default", "template": "..."}, ...].
+        for (const auto& t : cfg["chat_template"])
+            if (t.is_object() && t.value("name", std::string()) == "default"
+                && t.contains("template") && t["template"].is_string())
+                impl->chatTemplate = t["template"].get<std::string>();
+    }
     impl->tokenizerClass = cfg.value("tokenizer_class", std::string());
+    impl->modelType = modelType;
     Tokenizer t;
     t.m_impl = std::move(impl);
     return t;
@@ -379,6 +424,11 @@ const std::string& Tokenizer::chatTemplate() const
 const std::string& Tokenizer::tokenizerClass() const
 {
     return m_impl->tokenizerClass;
+}
+
+const std::string& Tokenizer::modelType() const
+{
+    return m_impl->modelType;
 }
 
 } // namespace shard::tokenizer

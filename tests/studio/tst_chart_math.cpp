@@ -72,7 +72,7 @@ private Q_SLOTS:
         values[7] = -20.0;
         const int buckets = 800;
         const auto d = decimateMinMax(keys, values, 0, n - 1, buckets);
-        QVERIFY(d.keys.size() <= 4 * buckets + 2);
+        QVERIFY(d.keys.size() <= 2 * buckets + 4);
         QVERIFY(d.keys.size() >= buckets);
         QVERIFY(std::is_sorted(d.keys.begin(), d.keys.end()));
         QCOMPARE(*std::max_element(d.values.begin(), d.values.end()), 50.0);

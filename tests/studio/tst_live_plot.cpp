@@ -80,7 +80,7 @@ private Q_SLOTS:
         plot.flushNow();
         const int width = plot.customPlot()->axisRect()->width();
         QVERIFY(width > 100);
-        QVERIFY2(plot.drawnPointCount(s) <= 4 * width + 2,
+        QVERIFY2(plot.drawnPointCount(s) <= 2 * width + 4,
             qPrintable(QString("%1 points for %2 px").arg(plot.drawnPointCount(s)).arg(width)));
         // The spike is still drawn and the y range covers it.
         QVERIFY(plot.customPlot()->yAxis->range().upper >= 9.0);

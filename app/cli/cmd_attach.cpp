@@ -1,0 +1,96 @@
+// `shard attach HOST:RUNDIR | RUN`: (re-)attach to a run: a remote run directory started
+// anywhere (recorded in the store on first attach), or a run already in the store. Ingests what
+// was missed (from the stored offsets, so nothing twice) and follows it.
+#include <cstdio>
+
+#include "command.h"
+#include "run_follow.h"
+
+namespace shard::cli {
+namespace {
+
+struct AttachOptions {
+    std::string store;
+    std::string target;
+    std::string sshConfig;
+    bool noFollow = false;
+};
+
+// [user@]host[:port]:RUNDIR; the port is digits followed by ':'.
+bool splitRemote(const QString& target, QString* host, QString* dir)
+{
+    const int colon = target.indexOf(':');
+    if (colon <= 0)
+        return false;
+    QString rest = target.mid(colon + 1);
+    *host = target.left(colon);
+    const int second = rest.indexOf(':');
+    if (second > 0) {
+        bool isPort = false;
+        rest.left(second).toInt(&isPort);
+        if (isPort) {
+            *host += ':' + rest.left(second);
+            rest = rest.mid(second + 1);
+        }
+    }
+    *dir = rest;
+    return !dir->isEmpty();
+}
+
+int attachCommand(const AttachOptions& o)
+{
+    if (!o.sshConfig.empty())
+        qputenv("SHARD_SSH_CONFIG", QByteArray::fromStdString(o.sshConfig));
+    jobs::RunStore store = openStore(o.store);
+    const QString target = QString::fromStdString(o.target);
+    qint64 id = 0;
+    QString host;
+    QString dir;
+    if (splitRemote(target, &host, &dir)) {
+        auto h = jobs::SshHost::parse(host);
+        if (!h)
+            throw std::runtime_error(h.error().toStdString());
+        auto attached = jobs::SshLauncher(store).attach(*h, dir);
+        if (!attached)
+            throw std::runtime_error(attached.error().toStdString());
+        id = *attached;
+    } else {
+        const jobs::RunRecord run = findRun(store, o.target);
+        id = run.id;
+        if (run.target == QLatin1String("local")) {
+            // After a restart: settle runs whose launcher vanished, keep the live ones.
+            auto alive = jobs::LocalLauncher::reconcile(store);
+            if (!alive)
+                throw std::runtime_error(alive.error().toStdString());
+            jobs::Ingestor ingestor(store);
+            if (auto s = ingestor.ingestRunDir(id, run.runDir); !s)
+                throw std::runtime_error(s.error().toStdString());
+        }
+    }
+    auto run = store.run(id);
+    std::printf("attached to run %lld '%s' (%s): %lld points so far\n", static_cast<long long>(id),
+        qPrintable(run->name), qPrintable(jobs::toString(run->status)),
+        static_cast<long long>(store.metricCount(id).valueOr(0)));
+    if (o.noFollow || jobs::isTerminal(run->status)) {
+        printSummary(*store.run(id));
+        return exitCodeFor(store.run(id)->status);
+    }
+    const jobs::RunRecord final = followRun(store, id);
+    if (jobs::isTerminal(final.status))
+        printSummary(final);
+    return exitCodeFor(final.status);
+}
+
+const CommandRegistration kRegistration([](CLI::App& app) {
+    auto o = std::make_shared<AttachOptions>();
+    auto* cmd = app.add_subcommand("attach", "attach to a run: HOST:RUNDIR (remote) or a run id");
+    cmd->add_option("target", o->target, "[user@]host[:port]:RUNDIR, or a run id or name")
+        ->required();
+    cmd->add_option("--store", o->store, "run store");
+    cmd->add_option("--ssh-config", o->sshConfig, "ssh config file (-F)");
+    cmd->add_flag("--no-follow", o->noFollow, "ingest what is there and return");
+    cmd->callback([o] { exitCode() = attachCommand(*o); });
+});
+
+} // namespace
+} // namespace shard::cli

@@ -1,0 +1,350 @@
+// `shard plan`: memory per device by component for every strategy side by side, the fit verdict
+// and the derived answers (largest micro-batch, fewest GPUs, FLOPs, traffic, step time).
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "plan/planner.h"
+
+namespace shard::cli {
+namespace {
+
+using namespace shard::plan;
+
+struct PlanOptions {
+    std::string model;
+    std::string gpus = "1";
+    std::string nodes = "1";
+    std::string strategy = "zero3";
+    std::string shardGroup;
+    std::string precision = "bf16-mixed";
+    std::string checkpointing = "none";
+    std::string offload = "none";
+    std::string microBatch = "1";
+    std::string seqLen;
+    std::string gradAccum = "1";
+    std::string gpuMemory = "80";
+    std::string overhead;
+    std::string mode = "engine";
+    std::string calibration;
+    bool json = false;
+    bool showCalibration = false;
+};
+
+int64_t parseCount(const std::string& flag, const std::string& text)
+{
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno == ERANGE)
+        throw std::runtime_error(flag + ": '" + text + "' is not an integer");
+    if (v <= 0)
+        throw std::runtime_error(flag + " must be a positive integer (got " + text + ")");
+    return v;
+}
+
+double parseGiB(const std::string& flag, const std::string& text, bool allowZero)
+{
+    errno = 0;
+    char* end = nullptr;
+    double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+        throw std::runtime_error(flag + ": '" + text + "' is not a number of GiB");
+    if (v < 0 || (!allowZero && v == 0))
+        throw std::runtime_error(flag + " must be a positive number of GiB (got " + text + ")");
+    return v;
+}
+
+int64_t physicalMemoryBytes()
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? static_cast<int64_t>(pages) * size : (8LL << 30);
+}
+
+PlanInput buildInput(const PlanOptions& o)
+{
+    PlanInput in;
+    in.model = resolveModel(o.model);
+    in.strategy = parseStrategy(o.strategy);
+    in.precision = parsePrecision(o.precision);
+    in.checkpointing = parseCheckpointing(o.checkpointing);
+    in.offload = parseOffload(o.offload);
+    in.mode = parseAccountingMode(o.mode);
+    in.gpusPerNode = parseCount("--gpus", o.gpus);
+    in.nodes = parseCount("--nodes", o.nodes);
+    in.microBatch = parseCount("--micro-batch", o.microBatch);
+    in.gradAccum = parseCount("--grad-accum", o.gradAccum);
+    in.seqLen = o.seqLen.empty() ? std::min<int64_t>(2048, in.model.maxPositionEmbeddings)
+                                 : parseCount("--seq-len", o.seqLen);
+    if (!o.shardGroup.empty()) {
+        if (in.strategy != Strategy::Hybrid)
+            throw std::runtime_error("--shard-group applies only to --strategy hybrid");
+        in.shardGroup = parseCount("--shard-group", o.shardGroup);
+    }
+    if (o.gpuMemory == "cpu" || o.gpuMemory == "CPU")
+        in.device = DeviceSpec::cpu(physicalMemoryBytes());
+    else
+        in.device = DeviceSpec::gpu(parseGiB("--gpu-memory", o.gpuMemory, false));
+    if (!o.overhead.empty())
+        in.device.overheadBytes = static_cast<int64_t>(
+            std::llround(parseGiB("--overhead", o.overhead, true) * 1024.0 * 1024 * 1024));
+    if (!o.calibration.empty())
+        in.calibration = Calibration::load(o.calibration);
+    validate(in);
+    return in;
+}
+
+std::string gib(int64_t bytes)
+{
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+    return buf;
+}
+
+std::string si(double v, const char* unit)
+{
+    const char* prefixes[] = {"", "K", "M", "G", "T", "P", "E", "Z"};
+    int i = 0;
+    while (std::fabs(v) >= 1000.0 && i < 7) {
+        v /= 1000.0;
+        ++i;
+    }
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.3g%s%s%s", v, *unit ? " " : "", prefixes[i], unit);
+    return buf;
+}
+
+std::string seconds(double s)
+{
+    char buf[32];
+    if (s >= 1.0)
+        std::snprintf(buf, sizeof buf, "%.2f s", s);
+    else if (s >= 0.1)
+        std::snprintf(buf, sizeof buf, "%.0f ms", s * 1e3);
+    else
+        std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
+    return buf;
+}
+
+std::string withCommas(int64_t v)
+{
+    std::string s = std::to_string(v);
+    for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3)
+        s.insert(static_cast<size_t>(i), ",");
+    return s;
+}
+
+std::string columnName(const PlanResult& r)
+{
+    std::string n = toString(r.input.strategy);
+    if (r.input.strategy == Strategy::Hybrid)
+        n += "/" + std::to_string(r.input.shardGroup);
+    return n;
+}
+
+void printHuman(const PlanInput& in, const std::vector<PlanResult>& all, const PlanResult& chosen,
+    int64_t largestBatch, int64_t fewest)
+{
+    const bool cpu = in.device.kind == DeviceKind::Cpu;
+    const char* unit = cpu ? "rank" : "GPU";
+    const int64_t W = in.worldSize();
+    const ModelSpec& m = in.model;
+    std::printf("Model   %s (%s, %s = %s parameters)\n", m.name.c_str(), m.modelType.c_str(),
+        formatParamCount(chosen.params).c_str(), withCommas(chosen.params).c_str());
+    std::string where = std::to_string(W) + (cpu ? " CPU rank" : " GPU") + (W == 1 ? "" : "s");
+    if (in.nodes > 1)
+        where
+            += " (" + std::to_string(in.nodes) + " nodes x " + std::to_string(in.gpusPerNode) + ")";
+    where += cpu ? ", " + gib(in.device.memoryBytes) + " GiB RAM per node"
+                 : " x " + gib(in.device.memoryBytes) + " GiB";
+    std::printf("Setup   %s, %s, checkpointing %s, offload %s\n", where.c_str(),
+        toString(in.precision).c_str(), toString(in.checkpointing).c_str(),
+        toString(in.offload).c_str());
+    std::printf("Batch   micro-batch %lld x %lld tokens, grad-accum %lld; %s accounting\n\n",
+        static_cast<long long>(in.microBatch), static_cast<long long>(in.seqLen),
+        static_cast<long long>(in.gradAccum), toString(in.mode).c_str());
+
+    const int labelWidth = 24, colWidth = 12;
+    std::string header = std::string("Memory per ") + unit + " (GiB)";
+    std::printf("%-*s", labelWidth, header.c_str());
+    for (const auto& r : all) {
+        std::string name = columnName(r);
+        if (r.input.strategy == chosen.input.strategy)
+            name = "[" + name + "]";
+        std::printf("%*s", colWidth, name.c_str());
+    }
+    std::printf("\n");
+    const std::vector<std::pair<std::string, std::string>> labels = {
+        {"sharded_params", "params (own shard)"}, {"gathered_params", "params (gathered)"},
+        {"grads", "gradients"}, {"optimizer", "optimizer (AdamW)"}, {"activations", "activations"},
+        {"logits", "logits + grad"}, {"comm_buffers", "comm buffers"}, {"overhead", "overhead"}};
+    for (const auto& [key, label] : labels) {
+        std::printf("  %-*s", labelWidth - 2, label.c_str());
+        for (const auto& r : all)
+            for (const auto& [k, v] : r.perDevice.components())
+                if (k == key)
+                    std::printf("%*s", colWidth, gib(v).c_str());
+        std::printf("\n");
+    }
+    std::printf("  %s\n", std::string(labelWidth - 2 + colWidth * all.size(), '-').c_str());
+    std::printf("  %-*s", labelWidth - 2, "total");
+    for (const auto& r : all)
+        std::printf("%*s", colWidth, gib(r.perDevice.total()).c_str());
+    std::printf("\n");
+    char capText[32];
+    std::snprintf(capText, sizeof capText, "%.4g",
+        static_cast<double>(chosen.capacityBytes) / (1024.0 * 1024 * 1024));
+    std::string fitsLabel = std::string("fits in ") + capText + " GiB?";
+    std::printf("  %-*s", labelWidth - 2, fitsLabel.c_str());
+    for (const auto& r : all)
+        std::printf("%*s", colWidth, r.fits ? "yes" : "NO");
+    std::printf("\n");
+    if (in.offload != Offload::None) {
+        std::printf("  %-*s", labelWidth - 2, "host RAM (offloaded)");
+        for (const auto& r : all)
+            std::printf("%*s", colWidth, gib(r.hostBytesPerDevice).c_str());
+        std::printf("\n");
+    }
+    std::printf("  %-*s", labelWidth - 2, "sent per step (GiB)");
+    for (const auto& r : all)
+        std::printf("%*s", colWidth, gib(r.bytesSentPerDevicePerStep).c_str());
+    std::printf("\n  [%s] = chosen strategy; all columns share the other settings\n\n",
+        columnName(chosen).c_str());
+
+    const int64_t total = chosen.perDevice.total();
+    const int pct = static_cast<int>(std::lround(
+        100.0 * static_cast<double>(total) / static_cast<double>(chosen.capacityBytes)));
+    if (chosen.fits)
+        std::printf("Verdict: %s FITS - %s of %s GiB per %s used (%d%%), %s GiB headroom\n",
+            columnName(chosen).c_str(), gib(total).c_str(), gib(chosen.capacityBytes).c_str(), unit,
+            pct, gib(chosen.headroomBytes).c_str());
+    else
+        std::printf("Verdict: %s DOES NOT FIT - needs %s of %s GiB per %s (%s GiB short)\n",
+            columnName(chosen).c_str(), gib(total).c_str(), gib(chosen.capacityBytes).c_str(), unit,
+            gib(-chosen.headroomBytes).c_str());
+    auto row = [](const std::string& label, const std::string& value) {
+        std::printf("  %-32s%s\n", label.c_str(), value.c_str());
+    };
+    row("largest micro-batch that fits",
+        largestBatch > 0 ? std::to_string(largestBatch) : "none (not even 1)");
+    std::string fewestText = fewest > 0 ? std::to_string(fewest) : std::string("none");
+    if (fewest == 0 && in.strategy == Strategy::Ddp)
+        fewestText += " (ddp replicates the model: more GPUs do not help)";
+    row(std::string("fewest ") + unit + "s that fit", fewestText);
+    row("FLOPs per token", si(chosen.flopsPerToken, "FLOP") + " (6P + 12*L*h*s)");
+    row("FLOPs per step",
+        si(chosen.flopsPerStep, "FLOP") + " (" + withCommas(chosen.tokensPerStep) + " tokens)");
+    const DtypeBytes d = dtypeBytes(in.precision);
+    const std::string computeName = in.precision == Precision::Fp32
+        ? "fp32"
+        : (in.precision == Precision::Fp16Mixed ? "fp16" : "bf16");
+    const std::string reduceName = d.reduce == 4 ? "fp32" : "bf16";
+    row(std::string("sent per ") + unit + " per step",
+        gib(chosen.bytesSentPerDevicePerStep) + " GiB: gathers "
+            + gib(chosen.gatherBytesPerDevicePerStep) + " (" + computeName + ") + reduces "
+            + gib(chosen.reduceBytesPerDevicePerStep) + " (" + reduceName + ")");
+    const double peak
+        = in.precision == Precision::Fp32 ? in.device.peakFlops32 : in.device.peakFlops16;
+    row("roofline step time",
+        seconds(chosen.stepSeconds) + ": compute " + seconds(chosen.computeSeconds) + " at "
+            + si(peak, "FLOP/s") + ", comm " + seconds(chosen.commSeconds) + " (overlapped)");
+    row("roofline throughput", si(chosen.tokensPerSecond, "") + " tokens/s");
+    if (!chosen.peakPhase.empty() && in.mode == AccountingMode::Engine)
+        row("memory peak at", chosen.peakPhase);
+    for (const auto& n : chosen.notes)
+        std::printf("Note: %s\n", n.c_str());
+}
+
+void runPlan(const PlanOptions& o)
+{
+    if (o.showCalibration) {
+        Calibration c = o.calibration.empty() ? Calibration {} : Calibration::load(o.calibration);
+        std::printf("%s\n", c.toJson().dump(2).c_str());
+        return;
+    }
+    if (o.model.empty())
+        throw std::runtime_error("--model is required: a preset (see `shard models`) or a "
+                                 "Hugging Face folder with config.json");
+    const PlanInput in = buildInput(o);
+    const std::vector<PlanResult> all = planAllStrategies(in);
+    const PlanResult* chosen = nullptr;
+    for (const auto& r : all)
+        if (r.input.strategy == in.strategy)
+            chosen = &r;
+    if (!chosen)
+        throw std::runtime_error("internal error: the chosen strategy was not planned");
+    const int64_t largestBatch = largestMicroBatch(in);
+    const int64_t fewest = fewestGpus(in);
+    if (o.json) {
+        nlohmann::json j = toJson(*chosen);
+        nlohmann::json strategies = nlohmann::json::object();
+        for (const auto& r : all) {
+            nlohmann::json s;
+            s["per_device"] = toJson(r.perDevice);
+            s["fits"] = r.fits;
+            s["headroom"] = r.headroomBytes;
+            s["host_per_device"] = r.hostBytesPerDevice;
+            s["shard_degree"] = r.shardDegree;
+            s["bytes_sent_per_device_per_step"] = r.bytesSentPerDevicePerStep;
+            s["step_s"] = r.stepSeconds;
+            if (r.input.strategy == Strategy::Hybrid)
+                s["shard_group"] = r.input.shardGroup;
+            s["notes"] = r.notes;
+            strategies[toString(r.input.strategy)] = s;
+        }
+        j["strategies"] = strategies;
+        j["largest_micro_batch"] = largestBatch;
+        j["fewest_gpus"] = fewest;
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    printHuman(in, all, *chosen, largestBatch, fewest);
+}
+
+const CommandRegistration kPlan([](CLI::App& app) {
+    auto o = std::make_shared<PlanOptions>();
+    auto* sub = app.add_subcommand(
+        "plan", "Predict memory per device, FLOPs and traffic for a model and a sharding setup");
+    sub->add_option("--model", o->model, "Preset name (see `shard models`) or HF folder")
+        ->type_name("NAME|DIR");
+    sub->add_option("--gpus", o->gpus, "GPUs (ranks) per node (default 1)")->type_name("N");
+    sub->add_option("--nodes", o->nodes, "Nodes (default 1); total GPUs = gpus x nodes")
+        ->type_name("M");
+    sub->add_option("--strategy", o->strategy, "ddp, zero1, zero2, zero3 (default), hybrid")
+        ->type_name("S");
+    sub->add_option("--shard-group", o->shardGroup, "hybrid: ranks per shard group")
+        ->type_name("G");
+    sub->add_option("--precision", o->precision, "fp32, bf16-mixed (default), bf16, fp16-mixed")
+        ->type_name("P");
+    sub->add_option("--checkpointing", o->checkpointing, "none (default), full")->type_name("C");
+    sub->add_option("--offload", o->offload, "none (default), optimizer, params+optimizer")
+        ->type_name("O");
+    sub->add_option("--micro-batch", o->microBatch, "Sequences per rank per micro-step")
+        ->type_name("B");
+    sub->add_option("--seq-len", o->seqLen, "Tokens per sequence (default min(2048, max))")
+        ->type_name("L");
+    sub->add_option("--grad-accum", o->gradAccum, "Micro-steps per optimizer step")->type_name("K");
+    sub->add_option("--gpu-memory", o->gpuMemory, "GiB per GPU (default 80), or `cpu`")
+        ->type_name("GiB|cpu");
+    sub->add_option("--overhead", o->overhead, "Fixed overhead per device in GiB")
+        ->type_name("GiB");
+    sub->add_option("--mode", o->mode, "engine (default) or zero-paper accounting")
+        ->type_name("MODE");
+    sub->add_option("--calibration", o->calibration, "JSON file of planner coefficients")
+        ->type_name("FILE");
+    sub->add_flag("--show-calibration", o->showCalibration, "Print the coefficients and exit");
+    sub->add_flag("--json", o->json, "One JSON object instead of the table");
+    sub->callback([o] { runPlan(*o); });
+});
+
+} // namespace
+} // namespace shard::cli

@@ -1,0 +1,173 @@
+// `shard run`: start a run locally, over SSH on one or more hosts, or through Slurm; record it
+// in the run store and follow it with a progress bar (or --detach).
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "command.h"
+#include "protocol/run_spec.h"
+#include "run_follow.h"
+
+namespace shard::cli {
+namespace {
+
+struct RunOptions {
+    std::string store;
+    std::string name;
+    std::string runDir;
+    std::string worker = "shard-worker";
+    std::string sshConfig;
+    std::vector<std::string> hosts;
+    std::vector<std::string> env;
+    int nproc = 0;
+    int masterPort = 0;
+    bool detach = false;
+    bool slurm = false;
+    std::string via;
+    int nodes = 1;
+    int gpusPerNode = 0;
+    int cpusPerTask = 0;
+    std::string time, partition, account;
+    std::vector<std::string> args;
+};
+
+QByteArray readSpec(const std::string& path, std::string* name, int* procs)
+{
+    std::ifstream in(path);
+    if (!in)
+        throw std::runtime_error("cannot read run spec " + path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+    if (j.is_discarded())
+        throw std::runtime_error("run spec " + path + ": not valid JSON");
+    try {
+        protocol::RunSpec spec = protocol::runSpecFromJson(j);
+        protocol::validate(spec);
+        if (name->empty())
+            *name = spec.name;
+        *procs = spec.procsPerNode;
+        return QByteArray::fromStdString(protocol::toJson(spec).dump(2));
+    } catch (const std::exception& e) {
+        throw std::runtime_error(path + ": " + e.what());
+    }
+}
+
+int runCommand(const RunOptions& o)
+{
+    if (!o.sshConfig.empty())
+        qputenv("SHARD_SSH_CONFIG", QByteArray::fromStdString(o.sshConfig));
+    jobs::LaunchRequest req;
+    std::string name = o.name;
+    int specProcs = 0;
+    const bool specFile = o.args.size() == 1 && o.args[0].size() > 5
+        && o.args[0].compare(o.args[0].size() - 5, 5, ".json") == 0;
+    if (o.args.empty())
+        throw std::runtime_error("give a run spec (run.json) or the worker's train flags after "
+                                 "`--` (see `shard run --help`)");
+    if (specFile) {
+        req.specJson = readSpec(o.args[0], &name, &specProcs);
+    } else {
+        for (const auto& a : o.args)
+            req.trainArgs << QString::fromStdString(a);
+    }
+    req.name = QString::fromStdString(name.empty() ? "run" : name);
+    req.runDir = QString::fromStdString(o.runDir);
+    req.procsPerNode = o.nproc > 0 ? o.nproc : (specProcs > 0 ? specProcs : 1);
+    if (o.nproc > 0 && !req.specJson.isEmpty()) {
+        auto j = nlohmann::json::parse(req.specJson.toStdString());
+        j["procs_per_node"] = o.nproc;
+        req.specJson = QByteArray::fromStdString(j.dump(2));
+    }
+    req.masterPort = o.masterPort;
+    for (const auto& e : o.env)
+        req.env << QString::fromStdString(e);
+    req.workerProgram = QString::fromStdString(o.worker);
+
+    jobs::RunStore store = openStore(o.store);
+    jobs::Result<qint64> id = jobs::fail(QString());
+    if (o.slurm) {
+        if (!o.hosts.empty())
+            throw std::runtime_error("--host and --slurm do not mix; use --slurm --via HOST to "
+                                     "submit through a login node");
+        jobs::SlurmOptions so;
+        so.nodes = o.nodes;
+        so.gpusPerNode = o.gpusPerNode;
+        so.cpusPerTask = o.cpusPerTask;
+        so.time = QString::fromStdString(o.time);
+        so.partition = QString::fromStdString(o.partition);
+        so.account = QString::fromStdString(o.account);
+        so.via = QString::fromStdString(o.via);
+        if (const char* conf = std::getenv("SLURM_CONF"); conf && !so.via.isEmpty())
+            so.clientEnv << QStringLiteral("SLURM_CONF=%1").arg(conf);
+        if (so.via.isEmpty() && req.workerProgram == QLatin1String("shard-worker")) {
+            const QString local = jobs::LocalLauncher::findWorker();
+            if (!local.isEmpty())
+                req.workerProgram = local;
+        }
+        id = jobs::SlurmLauncher(store).submit(req, so);
+    } else if (!o.hosts.empty()) {
+        QList<jobs::SshHost> hosts;
+        for (const auto& h : o.hosts) {
+            auto parsed = jobs::SshHost::parse(QString::fromStdString(h));
+            if (!parsed)
+                throw std::runtime_error(parsed.error().toStdString());
+            hosts << *parsed;
+        }
+        id = jobs::SshLauncher(store).start(hosts, req);
+    } else {
+        id = jobs::LocalLauncher(store).start(req);
+    }
+    if (!id)
+        throw std::runtime_error(id.error().toStdString());
+    auto run = store.run(*id);
+    std::printf("run %lld '%s' started (%s%s%s): %s\n", static_cast<long long>(*id),
+        qPrintable(run->name), qPrintable(run->target), run->host.isEmpty() ? "" : " on ",
+        qPrintable(run->host), qPrintable(run->runDir));
+    if (!run->jobId.isEmpty())
+        std::printf("Slurm job %s\n", qPrintable(run->jobId));
+    if (o.detach) {
+        std::printf("detached: `shard attach %lld` to follow, `shard stop %lld` to stop\n",
+            static_cast<long long>(*id), static_cast<long long>(*id));
+        return 0;
+    }
+    std::printf("(Ctrl-C detaches; the run goes on)\n");
+    const jobs::RunRecord final = followRun(store, *id);
+    if (jobs::isTerminal(final.status))
+        printSummary(final);
+    return exitCodeFor(final.status);
+}
+
+const CommandRegistration kRegistration([](CLI::App& app) {
+    auto o = std::make_shared<RunOptions>();
+    auto* cmd = app.add_subcommand("run",
+        "start a run (locally, over SSH, or through Slurm) and "
+        "follow it: shard run [options] RUN.json | shard run "
+        "[options] -- <shard-worker train flags>");
+    cmd->add_option("--store", o->store, "run store (default $SHARD_STORE or the app data folder)");
+    cmd->add_option("--name", o->name, "run name");
+    cmd->add_option("--run-dir", o->runDir, "run directory (on the target)");
+    cmd->add_option("--nproc", o->nproc, "ranks per node (default: the spec's procs_per_node)");
+    cmd->add_option("--worker", o->worker, "shard-worker program (path or name on PATH)");
+    cmd->add_option("--host", o->hosts, "SSH host [user@]host[:port]; repeat for more nodes")
+        ->allow_extra_args(false);
+    cmd->add_option("--ssh-config", o->sshConfig, "ssh config file (-F) instead of ~/.ssh/config");
+    cmd->add_option("--master-port", o->masterPort, "rendezvous port (default: a free one)");
+    cmd->add_option("--env", o->env, "KEY=VALUE for the launcher's environment (repeatable)")
+        ->allow_extra_args(false);
+    cmd->add_flag("--detach", o->detach, "return at once; the run goes on");
+    cmd->add_flag("--slurm", o->slurm, "submit through Slurm (sbatch)");
+    cmd->add_option("--via", o->via, "Slurm: submit on this login node over SSH");
+    cmd->add_option("--nodes", o->nodes, "Slurm: nodes")->check(CLI::PositiveNumber);
+    cmd->add_option("--gpus-per-node", o->gpusPerNode, "Slurm: GPUs per node");
+    cmd->add_option("--cpus-per-task", o->cpusPerTask, "Slurm: CPUs per node launcher");
+    cmd->add_option("--time", o->time, "Slurm: time limit (e.g. 02:00:00)");
+    cmd->add_option("--partition", o->partition, "Slurm: partition");
+    cmd->add_option("--account", o->account, "Slurm: account");
+    // `run.json`, or the worker's train flags after `--` (kept verbatim and in order).
+    cmd->add_option("args", o->args, "RUN.json, or -- <shard-worker train flags>");
+    cmd->callback([o] { exitCode() = runCommand(*o); });
+});
+
+} // namespace
+} // namespace shard::cli

@@ -1,0 +1,506 @@
+// The sharded engine: placement, unshard/reshard around the unit hooks, gradient reduction, and
+// the bookkeeping (memory by category, bytes sent). See sharded_strategy.h for the layout.
+#include "fsdp/sharded_strategy.h"
+
+#include <cstdlib>
+#include <set>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <ATen/native/Resize.h>
+#include <spdlog/spdlog.h>
+
+#include "dist/rank_env.h"
+
+namespace shard::fsdp {
+
+struct ShardedStrategy::ParamSlot {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> chunkShape; // shape with dim 0 = chunkRows
+    int64_t d0 = 0;
+    int64_t rowNumel = 1;
+    int64_t chunkRows = 0;
+    int64_t shardNumel = 0;     // chunkRows * rowNumel
+    int64_t offset = 0;         // in the unit's shard buffers
+    int64_t gatheredOffset = 0; // in the unit's gathered buffer (Ws * shardNumel each)
+    bool decay = true;
+};
+
+struct ShardedStrategy::UnitState {
+    std::vector<ParamSlot> params;
+    int64_t shardNumel = 0;
+    int64_t gatheredNumel = 0;
+    at::Tensor master;    // fp32 [shardNumel], padding zero
+    at::Tensor shardGrad; // fp32 [shardNumel] or undefined
+    at::Tensor gathered;  // compute dtype [gatheredNumel]; its storage is freed when resharded
+    bool aliased = false; // gathered is master (one shard rank, fp32 compute)
+    bool valid = false;   // gathered holds the current parameters
+    std::vector<at::Tensor> leaves; // unsharded parameters: views of gathered, requires grad
+    std::vector<dist::WorkPtr> gatherWork;
+    std::vector<dist::WorkPtr> reduceWork;
+    at::Tensor reduceIn;  // reduce dtype, Ws * shard per parameter
+    at::Tensor reduceOut; // reduce dtype [shardNumel]
+};
+
+namespace {
+
+int64_t bytesOf(const at::Tensor& t)
+{
+    return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+
+int64_t storageBytes(const at::Tensor& t)
+{
+    return t.defined() ? static_cast<int64_t>(t.storage().nbytes()) : 0;
+}
+
+void resizeStorage(const at::Tensor& t, int64_t bytes)
+{
+    // Views keep pointing at the same StorageImpl, so refilled storage is seen by every leaf
+    // (DESIGN.md §4: free after forward, refill before backward).
+    at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), static_cast<size_t>(bytes));
+}
+
+} // namespace
+
+ShardedStrategy::ShardedStrategy(engine::StrategyOptions options)
+    : m_options(std::move(options))
+{
+    const std::string& n = m_options.name;
+    if (n != "ddp" && n != "zero1" && n != "zero2" && n != "zero3" && n != "hybrid")
+        throw std::runtime_error(
+            "unknown strategy '" + n + "' (available: ddp, zero1, zero2, zero3, hybrid)");
+    m_paramsSharded = n == "zero3" || n == "hybrid";
+    m_reshardAfterForward = m_paramsSharded;
+    m_reduceAtEnd = n == "zero1";
+
+    const dist::RankEnv env = dist::RankEnv::fromEnvironment();
+    const char* backendEnv = std::getenv("SHARD_DIST_BACKEND");
+    const std::string backend = backendEnv && *backendEnv ? backendEnv : "gloo";
+    m_world = dist::createCommunicator(backend, env);
+    if (n == "ddp") {
+        m_shard = dist::createCommunicator(backend, dist::RankEnv {}); // this rank alone
+        m_replicate = m_world->worldSize() > 1 ? m_world : nullptr;
+    } else if (n == "hybrid") {
+        const int g = m_options.shardGroup;
+        if (g < 1)
+            throw std::runtime_error("hybrid needs --shard-group G (ranks per shard group)");
+        auto groups = dist::makeHybridGroups(*m_world, g);
+        m_shard = groups.shard;
+        m_replicate = groups.replicate->worldSize() > 1 ? groups.replicate : nullptr;
+    } else {
+        m_shard = m_world;
+    }
+}
+
+ShardedStrategy::~ShardedStrategy() = default;
+
+int ShardedStrategy::rank() const
+{
+    return m_world->rank();
+}
+
+int ShardedStrategy::worldSize() const
+{
+    return m_world->worldSize();
+}
+
+int ShardedStrategy::shardGroupSize() const
+{
+    return m_shard->worldSize();
+}
+
+std::pair<int64_t, int64_t> ShardedStrategy::rowRange(int64_t rows) const
+{
+    const int64_t w = worldSize(), r = rank();
+    return {r * rows / w, (r + 1) * rows / w};
+}
+
+void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource& source)
+{
+    const int64_t ws = m_shard->worldSize();
+    const int64_t me = m_shard->rank();
+    const at::ScalarType compute = m_options.computeDtype;
+    m_units.clear();
+    m_units.resize(static_cast<size_t>(model.numUnits()));
+    std::map<std::string, std::pair<int, int>> where;
+    for (int u = 0; u < model.numUnits(); ++u) {
+        UnitState& s = m_units[static_cast<size_t>(u)];
+        const auto& params = model.unit(u).params;
+        for (size_t i = 0; i < params.size(); ++i) {
+            const auto& info = params[i].info;
+            ParamSlot p;
+            p.name = info.name;
+            p.shape = info.shape;
+            p.d0 = info.shape.empty() ? 1 : info.shape[0];
+            for (size_t d = 1; d < info.shape.size(); ++d)
+                p.rowNumel *= info.shape[d];
+            p.chunkRows = (p.d0 + ws - 1) / ws;
+            p.shardNumel = p.chunkRows * p.rowNumel;
+            p.chunkShape = info.shape.empty() ? std::vector<int64_t> {1} : info.shape;
+            p.chunkShape[0] = p.chunkRows;
+            p.offset = s.shardNumel;
+            p.gatheredOffset = s.gatheredNumel;
+            p.decay = !info.isNormOrBias;
+            s.shardNumel += p.shardNumel;
+            s.gatheredNumel += ws * p.shardNumel;
+            s.params.push_back(p);
+            where[p.name] = {u, static_cast<int>(i)};
+        }
+        s.master = at::zeros({s.shardNumel}, at::kFloat);
+        s.aliased = ws == 1 && compute == at::kFloat;
+        s.gathered = s.aliased ? s.master : at::zeros({s.gatheredNumel}, compute);
+        for (const auto& p : s.params) {
+            at::Tensor leaf = s.gathered.narrow(0, p.gatheredOffset, p.d0 * p.rowNumel)
+                                  .view(p.shape)
+                                  .variable_data();
+            leaf.requires_grad_(true);
+            s.leaves.push_back(leaf);
+        }
+    }
+
+    // Rank 0 reads one full tensor at a time and broadcasts it; every rank keeps its rows.
+    at::NoGradGuard noGrad;
+    for (engine::Param* param : model.params()) {
+        auto [u, i] = where.at(param->info.name);
+        UnitState& s = m_units[static_cast<size_t>(u)];
+        const ParamSlot& p = s.params[static_cast<size_t>(i)];
+        at::Tensor full;
+        if (m_world->rank() == 0) {
+            full = source(*param).to(at::kFloat).contiguous();
+            if (full.sizes().vec() != p.shape && !(p.shape.empty() && full.numel() == 1))
+                throw std::runtime_error("parameter " + p.name + " has the wrong shape");
+            full = full.clone(); // never write into a memory-mapped source
+        } else {
+            full = at::empty(p.shape, at::kFloat);
+        }
+        m_world->broadcast(full, 0)->wait();
+        const int64_t begin = std::min(me * p.chunkRows, p.d0);
+        const int64_t rows = std::min(p.chunkRows, p.d0 - begin);
+        if (rows > 0)
+            s.master.narrow(0, p.offset, rows * p.rowNumel)
+                .copy_(full.reshape({-1}).narrow(0, begin * p.rowNumel, rows * p.rowNumel));
+    }
+    for (int u = 0; u < static_cast<int>(m_units.size()); ++u) {
+        if (m_paramsSharded)
+            releaseGathered(u);
+        else
+            issueGather(u);
+    }
+    for (int u = 0; u < static_cast<int>(m_units.size()); ++u)
+        if (!m_paramsSharded)
+            waitGather(u);
+    m_commReported = totalCommBytes(); // loading traffic is not a training step's
+}
+
+void ShardedStrategy::issueGather(int unit)
+{
+    UnitState& s = m_units.at(static_cast<size_t>(unit));
+    if (s.valid || !s.gatherWork.empty())
+        return;
+    if (s.aliased) {
+        s.valid = true;
+        return;
+    }
+    if (storageBytes(s.gathered) == 0)
+        resizeStorage(s.gathered, bytesOf(s.gathered));
+    const int64_t ws = m_shard->worldSize();
+    const int64_t me = m_shard->rank();
+    at::NoGradGuard noGrad;
+    at::Tensor flat = s.gathered.variable_data();
+    for (const auto& p : s.params) {
+        at::Tensor out = flat.narrow(0, p.gatheredOffset, ws * p.shardNumel);
+        at::Tensor mine = out.narrow(0, me * p.shardNumel, p.shardNumel);
+        mine.copy_(s.master.narrow(0, p.offset, p.shardNumel));
+        s.gatherWork.push_back(m_shard->allGather(out, mine));
+    }
+}
+
+void ShardedStrategy::waitGather(int unit)
+{
+    UnitState& s = m_units.at(static_cast<size_t>(unit));
+    for (auto& w : s.gatherWork)
+        w->wait();
+    if (!s.gatherWork.empty() || s.aliased)
+        s.valid = true;
+    s.gatherWork.clear();
+}
+
+void ShardedStrategy::ensureGathered(int unit)
+{
+    issueGather(unit);
+    waitGather(unit);
+}
+
+void ShardedStrategy::releaseGathered(int unit)
+{
+    UnitState& s = m_units.at(static_cast<size_t>(unit));
+    waitGather(unit);
+    if (s.aliased)
+        return;
+    s.valid = false;
+    resizeStorage(s.gathered, 0);
+}
+
+std::vector<at::Tensor> ShardedStrategy::unitWeights(int unit)
+{
+    ensureGathered(unit);
+    return m_units.at(static_cast<size_t>(unit)).leaves;
+}
+
+void ShardedStrategy::preForward(int unit)
+{
+    // Prefetch: the next unit's gather is issued before this one is waited on (two in flight).
+    issueGather(unit);
+    if (m_paramsSharded && unit + 1 < static_cast<int>(m_units.size()))
+        issueGather(unit + 1);
+    waitGather(unit);
+}
+
+void ShardedStrategy::postForward(int unit)
+{
+    if (m_reshardAfterForward && unit != 0)
+        releaseGathered(unit); // the root stays gathered until after the optimizer step
+}
+
+void ShardedStrategy::preBackward(int unit)
+{
+    if (!m_paramsSharded)
+        return;
+    const int last = static_cast<int>(m_units.size()) - 1;
+    if (unit == 0) {
+        if (last >= 1)
+            issueGather(last); // the first block to run backward
+        return;
+    }
+    issueGather(unit);
+    if (unit - 1 >= 1)
+        issueGather(unit - 1);
+    waitGather(unit);
+}
+
+void ShardedStrategy::postBackward(int unit)
+{
+    const bool sync = m_micro == m_numMicro - 1;
+    if (unit != 0) {
+        if (m_reshardAfterForward)
+            releaseGathered(unit);
+        if (sync && !m_reduceAtEnd)
+            reduceUnit(unit);
+        return;
+    }
+    // Unit 0 comes last, after backward() returned.
+    if (!sync)
+        return; // no-sync micro-step: the unsharded gradients keep accumulating
+    if (m_reduceAtEnd)
+        for (int u = static_cast<int>(m_units.size()) - 1; u >= 1; --u)
+            reduceUnit(u);
+    reduceUnit(0);
+    finishReduces();
+}
+
+void ShardedStrategy::beginMicroStep(int micro, int numMicro)
+{
+    m_micro = micro;
+    m_numMicro = std::max(1, numMicro);
+}
+
+void ShardedStrategy::reduceUnit(int unit)
+{
+    UnitState& s = m_units.at(static_cast<size_t>(unit));
+    const int64_t ws = m_shard->worldSize();
+    const at::ScalarType reduce = m_options.reduceDtype;
+    at::NoGradGuard noGrad;
+    s.reduceIn = at::zeros({s.gatheredNumel}, reduce);
+    s.reduceOut = at::empty({s.shardNumel}, reduce);
+    for (size_t i = 0; i < s.params.size(); ++i) {
+        const ParamSlot& p = s.params[i];
+        at::Tensor& leaf = s.leaves[i];
+        at::Tensor in = s.reduceIn.narrow(0, p.gatheredOffset, ws * p.shardNumel);
+        if (leaf.grad().defined())
+            in.narrow(0, 0, p.d0 * p.rowNumel).copy_(leaf.grad().reshape({-1}));
+        leaf.mutable_grad() = at::Tensor(); // the unsharded gradient is freed
+        s.reduceWork.push_back(
+            m_shard->reduceScatter(s.reduceOut.narrow(0, p.offset, p.shardNumel), in));
+    }
+    m_pendingReduce.push_back(unit);
+}
+
+void ShardedStrategy::finishReduces()
+{
+    at::NoGradGuard noGrad;
+    for (int unit : m_pendingReduce) {
+        UnitState& s = m_units.at(static_cast<size_t>(unit));
+        for (auto& w : s.reduceWork)
+            w->wait();
+        s.reduceWork.clear();
+        s.reduceIn = at::Tensor();
+        if (m_replicate)
+            m_replicate->allReduce(s.reduceOut)->wait();
+        if (!s.shardGrad.defined())
+            s.shardGrad = at::zeros({s.shardNumel}, at::kFloat);
+        s.shardGrad.add_(s.reduceOut.to(at::kFloat));
+        s.reduceOut = at::Tensor();
+    }
+    m_pendingReduce.clear();
+}
+
+std::vector<engine::OptimTarget> ShardedStrategy::optimizerTargets()
+{
+    std::vector<engine::OptimTarget> out;
+    for (auto& s : m_units)
+        for (const auto& p : s.params) {
+            engine::OptimTarget t;
+            t.name = p.name;
+            t.master = s.master.narrow(0, p.offset, p.shardNumel).view(p.chunkShape);
+            if (s.shardGrad.defined())
+                t.grad = s.shardGrad.narrow(0, p.offset, p.shardNumel).view(p.chunkShape);
+            t.decay = p.decay;
+            out.push_back(std::move(t));
+        }
+    return out;
+}
+
+double ShardedStrategy::globalGradSquaredNorm(const std::vector<engine::OptimTarget>& targets)
+{
+    // Each element lives on exactly one rank of the shard group (padding holds zero); replicas
+    // hold the same shards, so the sum runs over the shard group only.
+    double local = 0.0;
+    for (const auto& t : targets)
+        if (t.grad.defined())
+            local += t.grad.to(at::kDouble).pow(2).sum().item<double>();
+    at::Tensor v = at::full({1}, local, at::kDouble);
+    m_shard->allReduce(v)->wait();
+    return v.item<double>();
+}
+
+double ShardedStrategy::allReduceSum(double local)
+{
+    at::Tensor v = at::full({1}, local, at::kDouble);
+    m_world->allReduce(v)->wait();
+    return v.item<double>();
+}
+
+void ShardedStrategy::afterOptimizerStep()
+{
+    for (int u = 0; u < static_cast<int>(m_units.size()); ++u) {
+        if (m_paramsSharded)
+            releaseGathered(u); // gathered next time it is used, from the updated masters
+        else {
+            m_units[static_cast<size_t>(u)].valid = m_units[static_cast<size_t>(u)].aliased;
+            issueGather(u); // ZeRO-1/2, DDP: all-gather the updated shards now
+        }
+    }
+    for (int u = 0; u < static_cast<int>(m_units.size()); ++u)
+        waitGather(u);
+}
+
+void ShardedStrategy::zeroGrad()
+{
+    for (auto& s : m_units) {
+        s.shardGrad = at::Tensor();
+        for (auto& leaf : s.leaves)
+            leaf.mutable_grad() = at::Tensor();
+    }
+}
+
+engine::MemoryBreakdown ShardedStrategy::memory() const
+{
+    engine::MemoryBreakdown m;
+    for (const auto& s : m_units) {
+        m.shardedParams += bytesOf(s.master);
+        if (!s.aliased)
+            m.gatheredParams += storageBytes(s.gathered);
+        m.grads += bytesOf(s.shardGrad);
+        for (const auto& leaf : s.leaves)
+            m.grads += bytesOf(leaf.grad());
+        m.other += bytesOf(s.reduceIn) + bytesOf(s.reduceOut);
+    }
+    return m;
+}
+
+int64_t ShardedStrategy::totalCommBytes() const
+{
+    return commStats().totalBytes();
+}
+
+dist::CommStats ShardedStrategy::commStats() const
+{
+    dist::CommStats total;
+    std::set<const dist::Communicator*> seen;
+    for (const auto* c : {m_world.get(), m_shard.get(), m_replicate.get()}) {
+        if (!c || !seen.insert(c).second)
+            continue;
+        for (int k = 0; k < dist::kCollectiveCount; ++k) {
+            total.bytesSent[static_cast<size_t>(k)] += c->stats().bytesSent[static_cast<size_t>(k)];
+            total.calls[static_cast<size_t>(k)] += c->stats().calls[static_cast<size_t>(k)];
+        }
+    }
+    return total;
+}
+
+int64_t ShardedStrategy::takeCommBytes()
+{
+    const int64_t now = totalCommBytes();
+    const int64_t delta = now - m_commReported;
+    m_commReported = now;
+    return delta;
+}
+
+std::vector<protocol::RankMemory> ShardedStrategy::gatherMemory(const protocol::RankMemory& mine)
+{
+    const int w = worldSize();
+    if (w == 1)
+        return {mine};
+    at::Tensor row
+        = at::tensor(std::vector<int64_t> {mine.rank, mine.shardedParamBytes,
+                         mine.gatheredParamBytes, mine.gradBytes, mine.optimizerBytes,
+                         mine.activationBytes, mine.otherBytes, mine.currentBytes, mine.peakBytes},
+            at::kLong);
+    at::Tensor all = at::empty({w * 9}, at::kLong);
+    m_world->allGather(all, row)->wait();
+    if (rank() != 0)
+        return {mine};
+    std::vector<protocol::RankMemory> out;
+    auto a = all.accessor<int64_t, 1>();
+    for (int r = 0; r < w; ++r) {
+        protocol::RankMemory m;
+        m.rank = static_cast<int>(a[r * 9 + 0]);
+        m.shardedParamBytes = a[r * 9 + 1];
+        m.gatheredParamBytes = a[r * 9 + 2];
+        m.gradBytes = a[r * 9 + 3];
+        m.optimizerBytes = a[r * 9 + 4];
+        m.activationBytes = a[r * 9 + 5];
+        m.otherBytes = a[r * 9 + 6];
+        m.currentBytes = a[r * 9 + 7];
+        m.peakBytes = a[r * 9 + 8];
+        out.push_back(m);
+    }
+    return out;
+}
+
+void ShardedStrategy::barrier()
+{
+    m_world->barrier();
+}
+
+void ShardedStrategy::exportParams(engine::LlamaModel& model,
+    const std::function<void(const std::string&, const at::Tensor&)>& sink)
+{
+    const int64_t ws = m_shard->worldSize();
+    at::NoGradGuard noGrad;
+    for (engine::Param* param : model.params()) {
+        for (auto& s : m_units)
+            for (const auto& p : s.params) {
+                if (p.name != param->info.name)
+                    continue;
+                at::Tensor full = at::empty({ws * p.shardNumel}, at::kFloat);
+                m_shard->allGather(full, s.master.narrow(0, p.offset, p.shardNumel))->wait();
+                if (rank() == 0)
+                    sink(p.name, full.narrow(0, 0, p.d0 * p.rowNumel).view(p.shape));
+            }
+    }
+}
+
+} // namespace shard::fsdp

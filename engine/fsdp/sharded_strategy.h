@@ -1,0 +1,84 @@
+// DDP, ZeRO-1/2/3 and hybrid sharding with FSDP2 semantics (DESIGN.md §4), as one strategy with
+// a per-name plan. Every parameter is split on dim 0 into chunks of ceil(d0/Ws) rows over the
+// shard group (Ws ranks; 1 for DDP), padded at the tail; a unit (root or block) keeps its fp32
+// master shards and shard gradients in flat buffers and gathers its parameters in the compute
+// dtype into one flat buffer, of which each unsharded parameter is a plain view. Gradients are
+// reduce-scattered in the reduce dtype over the shard group (summed: the loop's loss is already
+// divided by the global token count), then all-reduced over the replicate group (DDP, hybrid).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/train/strategy.h"
+#include "dist/communicator.h"
+
+namespace shard::fsdp {
+
+class ShardedStrategy : public engine::Strategy {
+public:
+    // Connects to the other ranks (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; backend gloo, or
+    // SHARD_DIST_BACKEND=nccl). Throws for an unknown strategy or a shard group that does not
+    // divide the world.
+    explicit ShardedStrategy(engine::StrategyOptions options);
+    ~ShardedStrategy() override;
+
+    std::string name() const override { return m_options.name; }
+    int rank() const override;
+    int worldSize() const override;
+    std::pair<int64_t, int64_t> rowRange(int64_t rows) const override;
+
+    void setup(engine::LlamaModel& model, const engine::ParamSource& source) override;
+    std::vector<at::Tensor> unitWeights(int unit) override;
+    bool wantsUnitHooks() const override { return true; }
+    void preForward(int unit) override;
+    void postForward(int unit) override;
+    void preBackward(int unit) override;
+    void postBackward(int unit) override;
+    void beginMicroStep(int micro, int numMicro) override;
+
+    std::vector<engine::OptimTarget> optimizerTargets() override;
+    double globalGradSquaredNorm(const std::vector<engine::OptimTarget>& targets) override;
+    double allReduceSum(double local) override;
+    void afterOptimizerStep() override;
+    void zeroGrad() override;
+
+    engine::MemoryBreakdown memory() const override;
+    int64_t takeCommBytes() override;
+    std::vector<protocol::RankMemory> gatherMemory(const protocol::RankMemory& mine) override;
+    void barrier() override;
+    void exportParams(engine::LlamaModel& model,
+        const std::function<void(const std::string&, const at::Tensor&)>& sink) override;
+
+    // For tests: bytes sent per collective kind over all of this rank's communicators.
+    dist::CommStats commStats() const;
+    int shardGroupSize() const;
+
+private:
+    struct ParamSlot;
+    struct UnitState;
+
+    void issueGather(int unit);
+    void waitGather(int unit);
+    void ensureGathered(int unit);
+    void releaseGathered(int unit);
+    void reduceUnit(int unit);
+    void finishReduces();
+    int64_t totalCommBytes() const;
+
+    engine::StrategyOptions m_options;
+    bool m_reshardAfterForward = false; // zero3, hybrid: blocks drop their gathered params
+    bool m_paramsSharded = false;       // zero3, hybrid: nothing gathered between steps
+    bool m_reduceAtEnd = false;         // zero1: all gradients reduced after backward
+    std::shared_ptr<dist::Communicator> m_world;
+    std::shared_ptr<dist::Communicator> m_shard;
+    std::shared_ptr<dist::Communicator> m_replicate; // null when there is one replica
+    std::vector<UnitState> m_units;
+    std::vector<int> m_pendingReduce;
+    int m_micro = 0;
+    int m_numMicro = 1;
+    int64_t m_commReported = 0;
+};
+
+} // namespace shard::fsdp

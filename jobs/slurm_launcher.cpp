@@ -1,0 +1,426 @@
+// Slurm submission and tracking (see slurm_launcher.h).
+#include "jobs/slurm_launcher.h"
+
+#include <QDateTime>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QThread>
+#include <QTimer>
+#include <nlohmann/json.hpp>
+
+#include "jobs/ingestor.h"
+#include "jobs/local_launcher.h"
+#include "jobs/local_run_watcher.h"
+#include "jobs/remote_run_watcher.h"
+
+namespace shard::jobs {
+
+namespace {
+
+using Q = SshClient;
+
+const char* const kNodeRank = "@SHARD_NODE_RANK@";
+
+bool sbatchValue(const QString& v)
+{
+    return QRegularExpression(QStringLiteral("^[A-Za-z0-9:_.,+=-]+$")).match(v).hasMatch();
+}
+
+QString clientEnvPrefix(const SlurmOptions& o)
+{
+    QString s;
+    for (const QString& kv : o.clientEnv)
+        if (kv.indexOf('=') > 0)
+            s += QStringLiteral("export %1; ").arg(Q::shellQuote(kv));
+    return s;
+}
+
+} // namespace
+
+bool SlurmJobState::ended() const
+{
+    return !state.isEmpty() && state != QLatin1String("PENDING")
+        && state != QLatin1String("RUNNING") && state != QLatin1String("CONFIGURING")
+        && state != QLatin1String("COMPLETING") && state != QLatin1String("SUSPENDED")
+        && state != QLatin1String("REQUEUED") && state != QLatin1String("RESIZING");
+}
+
+RunStatus SlurmJobState::runStatus() const
+{
+    if (state.isEmpty() || state == QLatin1String("PENDING") || state == QLatin1String("REQUEUED"))
+        return RunStatus::Queued;
+    if (!ended())
+        return RunStatus::Running;
+    if (state == QLatin1String("COMPLETED"))
+        return RunStatus::Finished;
+    if (state.startsWith(QLatin1String("CANCELLED")))
+        return RunStatus::Stopped;
+    return RunStatus::Failed; // FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE
+}
+
+Result<QString> SlurmLauncher::sbatchScript(
+    const LaunchRequest& request, const SlurmOptions& o, const QString& runDir)
+{
+    if (o.nodes < 1)
+        return fail(QStringLiteral("Slurm: --nodes must be at least 1"));
+    for (const auto& [name, value] : {std::pair {"time", o.time},
+             std::pair {"partition", o.partition}, std::pair {"account", o.account}})
+        if (!value.isEmpty() && !sbatchValue(value))
+            return fail(QStringLiteral("Slurm: %1 '%2' has characters sbatch does not accept")
+                            .arg(name, value));
+    QString jobName = safeDirName(request.name.isEmpty() ? QStringLiteral("shard") : request.name);
+    QStringList lines {QStringLiteral("#!/bin/bash"),
+        QStringLiteral("# Written by Shard Studio for the run directory %1").arg(runDir),
+        QStringLiteral("#SBATCH --job-name=%1").arg(jobName),
+        QStringLiteral("#SBATCH --nodes=%1").arg(o.nodes),
+        QStringLiteral("#SBATCH --ntasks-per-node=1")};
+    if (o.gpusPerNode > 0)
+        lines << QStringLiteral("#SBATCH --gpus-per-node=%1").arg(o.gpusPerNode);
+    if (o.cpusPerTask > 0)
+        lines << QStringLiteral("#SBATCH --cpus-per-task=%1").arg(o.cpusPerTask);
+    if (!o.time.isEmpty())
+        lines << QStringLiteral("#SBATCH --time=%1").arg(o.time);
+    if (!o.partition.isEmpty())
+        lines << QStringLiteral("#SBATCH --partition=%1").arg(o.partition);
+    if (!o.account.isEmpty())
+        lines << QStringLiteral("#SBATCH --account=%1").arg(o.account);
+    lines << QStringLiteral("set -eu");
+    for (const QString& kv : o.env + request.env) {
+        const int eq = kv.indexOf('=');
+        if (eq <= 0
+            || !QRegularExpression(QStringLiteral("^[A-Za-z_][A-Za-z0-9_]*$"))
+                    .match(kv.left(eq))
+                    .hasMatch())
+            return fail(QStringLiteral("environment entry '%1' is not KEY=VALUE").arg(kv));
+        lines << QStringLiteral("export %1=%2").arg(kv.left(eq), Q::shellQuote(kv.mid(eq + 1)));
+    }
+    const int port = request.masterPort > 0 ? request.masterPort : pickMasterPort();
+    if (o.nodes > 1) {
+        lines << QStringLiteral("MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | "
+                                "head -n 1)");
+        const QString nodeDir = runDir + QStringLiteral("/nodes/node-") + kNodeRank;
+        QStringList args = workerLaunchArgs(
+            request, runDir, nodeDir, o.nodes, 0, QStringLiteral("@SHARD_MASTER_ADDR@"), port);
+        args[args.indexOf(QStringLiteral("--node-rank")) + 1] = kNodeRank;
+        lines << QStringLiteral("export MASTER_ADDR");
+        lines << QStringLiteral("# One launcher per node; its node rank is SLURM_NODEID.");
+        lines << QStringLiteral(
+            "srun --kill-on-bad-exit=1 bash -c 'a=(); for x in \"$@\"; do "
+            "x=${x//%1/$SLURM_NODEID}; x=${x//@SHARD_MASTER_ADDR@/$MASTER_ADDR}; "
+            "a+=(\"$x\"); done; exec \"${a[@]}\"' shard-node %2 %3")
+                     .arg(kNodeRank, Q::shellQuote(request.workerProgram), Q::shellJoin(args));
+    } else {
+        lines << QStringLiteral("srun --kill-on-bad-exit=1 %1 %2")
+                     .arg(Q::shellQuote(request.workerProgram),
+                         Q::shellJoin(
+                             workerLaunchArgs(request, runDir, runDir, 1, 0, QString(), 0)));
+    }
+    return lines.join('\n') + '\n';
+}
+
+Result<SshResult> SlurmLauncher::shell(
+    const SlurmOptions& o, const QString& script, const QByteArray& stdinData) const
+{
+    const QString full = clientEnvPrefix(o) + script;
+    if (!o.via.isEmpty()) {
+        auto host = SshHost::parse(o.via);
+        if (!host)
+            return fail(host.error());
+        return m_ssh.run(*host, full, stdinData);
+    }
+    QProcess p;
+    p.start(QStringLiteral("/bin/sh"), {QStringLiteral("-c"), full});
+    if (!p.waitForStarted(5000))
+        return fail(QStringLiteral("cannot run /bin/sh: %1").arg(p.errorString()));
+    p.write(stdinData);
+    p.closeWriteChannel();
+    if (!p.waitForFinished(60000)) {
+        p.kill();
+        p.waitForFinished(2000);
+        return fail(QStringLiteral("Slurm command did not answer within 60 s: %1").arg(script));
+    }
+    SshResult r;
+    r.exitCode = p.exitCode();
+    r.out = p.readAllStandardOutput();
+    r.err = p.readAllStandardError();
+    return r;
+}
+
+SlurmOptions SlurmLauncher::optionsOf(const RunRecord& run)
+{
+    SlurmOptions o;
+    auto j = nlohmann::json::parse(run.launchInfo.constData(),
+        run.launchInfo.constData() + run.launchInfo.size(), nullptr, false);
+    if (!j.is_object())
+        return o;
+    o.via = QString::fromStdString(j.value("via", ""));
+    for (const auto& kv : j.value("client_env", nlohmann::json::array()))
+        if (kv.is_string())
+            o.clientEnv << QString::fromStdString(kv.get<std::string>());
+    return o;
+}
+
+Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOptions& o)
+{
+    const QString where = o.via.isEmpty() ? QStringLiteral("this machine") : o.via;
+    auto check = shell(o,
+        QStringLiteral("command -v sbatch >/dev/null 2>&1 || exit 127; sinfo -h "
+                       "-o %P >/dev/null"));
+    if (!check)
+        return fail(check.error());
+    if (check->exitCode == 127)
+        return fail(QStringLiteral("Slurm is not available on %1 (sbatch not found); install the "
+                                   "Slurm client there or submit --via a login node")
+                        .arg(where));
+    if (check->exitCode != 0)
+        return fail(
+            QStringLiteral("Slurm is not available on %1: %2")
+                .arg(where, QString::fromLocal8Bit(check->err).trimmed().section('\n', -1)));
+
+    const QString name = request.name.isEmpty() ? QStringLiteral("run") : request.name;
+    QString runDir = request.runDir;
+    if (runDir.isEmpty())
+        runDir = (o.via.isEmpty() ? LocalLauncher::defaultRunsRoot() : QStringLiteral("shard-runs"))
+            + '/' + safeDirName(name) + '-'
+            + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
+    auto prep = shell(o,
+        QStringLiteral("d=%1; if [ -e \"$d/metrics.jsonl\" ]; then echo EXISTS; "
+                       "exit 0; fi; mkdir -p -- \"$d/logs\" && cd -- \"$d\" && "
+                       "echo \"DIR=$(pwd)\"")
+            .arg(Q::shellQuote(runDir)));
+    if (!prep)
+        return fail(prep.error());
+    if (prep->out.contains("EXISTS"))
+        return fail(QStringLiteral("%1 already holds a run; pick another --run-dir").arg(runDir));
+    QString absDir;
+    for (const QByteArray& line : prep->out.split('\n'))
+        if (line.startsWith("DIR="))
+            absDir = QString::fromUtf8(line.mid(4));
+    if (absDir.isEmpty())
+        return fail(QStringLiteral("cannot create the run directory %1 on %2: %3")
+                        .arg(runDir, where, QString::fromLocal8Bit(prep->err).trimmed()));
+
+    LaunchRequest req = request;
+    if (!req.specJson.isEmpty())
+        req.procsPerNode = specProcsPerNode(req.specJson, req.procsPerNode);
+    auto script = sbatchScript(req, o, absDir);
+    if (!script)
+        return fail(script.error());
+    const QByteArray spec
+        = req.specJson.isEmpty() ? QByteArray() : specWithOut(req.specJson, absDir);
+    const QString scriptPath = absDir + QStringLiteral("/job.sbatch");
+    auto written
+        = shell(o, QStringLiteral("cat > %1").arg(Q::shellQuote(scriptPath)), script->toUtf8());
+    if (!written || written->exitCode != 0)
+        return fail(QStringLiteral("cannot write %1 on %2").arg(scriptPath, where));
+    if (!spec.isEmpty()) {
+        auto s = shell(
+            o, QStringLiteral("cat > %1").arg(Q::shellQuote(absDir + "/launch-spec.json")), spec);
+        if (!s || s->exitCode != 0)
+            return fail(
+                QStringLiteral("cannot write the run spec into %1 on %2").arg(absDir, where));
+    }
+
+    NewRun nr;
+    nr.name = name;
+    nr.specJson = req.specJson.isEmpty() ? specForTrainArgs(req.trainArgs) : req.specJson;
+    nr.target = QStringLiteral("slurm");
+    nr.host = o.via;
+    nr.runDir = absDir;
+    auto id = m_store.createRun(nr);
+    if (!id)
+        return id;
+    auto sub = shell(o,
+        QStringLiteral("sbatch --parsable --chdir=%1 --output=%2 %3")
+            .arg(Q::shellQuote(absDir),
+                Q::shellQuote(absDir + QStringLiteral("/logs/slurm-%j.out")),
+                Q::shellQuote(scriptPath)));
+    if (!sub) {
+        (void)m_store.setStatus(*id, RunStatus::Failed, sub.error());
+        return fail(sub.error());
+    }
+    const QString jobId = QString::fromUtf8(sub->out).trimmed().section(';', 0, 0);
+    if (sub->exitCode != 0 || jobId.isEmpty() || !jobId.front().isDigit()) {
+        QString why = QString::fromLocal8Bit(sub->err).trimmed();
+        why = why.section('\n', -1).remove(QStringLiteral("sbatch: error: "));
+        const QString msg = QStringLiteral("job rejected by Slurm on %1: %2").arg(where, why);
+        (void)m_store.setStatus(*id, RunStatus::Failed, msg);
+        return fail(msg);
+    }
+    nlohmann::json clientEnv = nlohmann::json::array();
+    for (const QString& kv : o.clientEnv)
+        clientEnv.push_back(kv.toStdString());
+    const nlohmann::json info = {{"via", o.via.toStdString()}, {"client_env", clientEnv},
+        {"script", scriptPath.toStdString()}, {"nodes", o.nodes}};
+    if (auto s = m_store.setJobId(*id, jobId); !s)
+        return fail(s.error());
+    if (auto s = m_store.setProcess(*id, 0, QByteArray::fromStdString(info.dump())); !s)
+        return fail(s.error());
+    return id;
+}
+
+Result<SlurmJobState> SlurmLauncher::jobState(const QString& jobId, const SlurmOptions& o) const
+{
+    const QString id = Q::shellQuote(jobId);
+    // squeue knows live jobs; scontrol remembers ended ones for MinJobAge; sacct needs a
+    // database, which small clusters may not run.
+    auto r = shell(o,
+        QStringLiteral("s=$(squeue -h -j %1 -o %T 2>/dev/null | head -n 1); "
+                       "[ -n \"$s\" ] || s=$(scontrol show job %1 2>/dev/null | "
+                       "sed -n 's/.*JobState=\\([A-Z_]*\\).*/\\1/p' | head -n 1); "
+                       "[ -n \"$s\" ] || s=$(sacct -n -X -P -j %1 -o State "
+                       "2>/dev/null | head -n 1); echo \"STATE=$s\"")
+            .arg(id));
+    if (!r)
+        return fail(r.error());
+    SlurmJobState st;
+    for (const QByteArray& line : r->out.split('\n'))
+        if (line.startsWith("STATE="))
+            st.state = QString::fromUtf8(line.mid(6)).trimmed().section(' ', 0, 0);
+    return st;
+}
+
+Result<RunStatus> SlurmLauncher::poll(qint64 runId)
+{
+    auto run = m_store.run(runId);
+    if (!run)
+        return fail(run.error());
+    if (isTerminal(run->status))
+        return run->status;
+    const SlurmOptions o = optionsOf(*run);
+    auto st = jobState(run->jobId, o);
+    if (!st)
+        return fail(st.error());
+    if (!st->ended()) {
+        const RunStatus now = st->state.isEmpty() ? run->status : st->runStatus();
+        if (now != run->status)
+            if (auto s = m_store.setStatus(runId, now); !s)
+                return fail(s.error());
+        return now;
+    }
+    // Ended: read everything it wrote; its own finish event wins over Slurm's summary.
+    if (o.via.isEmpty()) {
+        if (auto s = Ingestor(m_store).ingestRunDir(runId, run->runDir); !s)
+            return fail(s.error());
+    } else {
+        auto host = SshHost::parse(o.via);
+        if (host)
+            if (auto s = RemoteRunWatcher::catchUp(m_store, runId, m_ssh, *host, run->runDir); !s)
+                return fail(s.error());
+    }
+    auto after = m_store.run(runId);
+    if (after && isTerminal(after->status))
+        return after->status;
+    const RunStatus status
+        = st->runStatus() == RunStatus::Finished ? RunStatus::Interrupted : st->runStatus();
+    const QString msg = QStringLiteral("Slurm job %1 ended %2").arg(run->jobId, st->state);
+    if (auto s = m_store.setStatus(runId, status, msg); !s)
+        return fail(s.error());
+    return status;
+}
+
+Status SlurmLauncher::cancel(qint64 runId)
+{
+    auto run = m_store.run(runId);
+    if (!run)
+        return fail(run.error());
+    if (run->target != QLatin1String("slurm") || run->jobId.isEmpty())
+        return fail(QStringLiteral("run %1 is not a Slurm job").arg(runId));
+    const SlurmOptions o = optionsOf(*run);
+    auto r = shell(o, QStringLiteral("scancel %1").arg(Q::shellQuote(run->jobId)));
+    if (!r)
+        return fail(r.error());
+    if (r->exitCode != 0)
+        return fail(QStringLiteral("scancel %1 failed: %2")
+                        .arg(run->jobId, QString::fromLocal8Bit(r->err).trimmed()));
+    for (int i = 0; i < 100; ++i) {
+        auto st = jobState(run->jobId, o);
+        if (st && (st->ended() || st->state.isEmpty()))
+            break;
+        QThread::msleep(100);
+    }
+    auto status = poll(runId);
+    if (!status)
+        return fail(status.error());
+    if (!isTerminal(*status))
+        return m_store.setStatus(runId, RunStatus::Stopped, QStringLiteral("cancelled"));
+    return {};
+}
+
+SlurmRunWatcher::SlurmRunWatcher(
+    RunStore& store, qint64 runId, SshOptions sshOptions, QObject* parent)
+    : RunWatcher(parent)
+    , m_store(store)
+    , m_runId(runId)
+    , m_sshOptions(std::move(sshOptions))
+{
+}
+
+SlurmRunWatcher::~SlurmRunWatcher()
+{
+    stop();
+}
+
+void SlurmRunWatcher::start(int pollMs)
+{
+    auto run = m_store.run(m_runId);
+    if (!run) {
+        Q_EMIT errorOccurred(m_runId, run.error());
+        return;
+    }
+    const SlurmOptions o = SlurmLauncher::optionsOf(*run);
+    if (o.via.isEmpty()) {
+        auto* w = new LocalRunWatcher(m_store, m_runId, run->runDir, this);
+        w->start(qMax(100, pollMs / 4));
+        m_inner = w;
+    } else if (auto host = SshHost::parse(o.via)) {
+        auto* w = new RemoteRunWatcher(m_store, m_runId, *host, run->runDir, m_sshOptions, this);
+        w->start();
+        m_inner = w;
+    }
+    if (m_inner) {
+        connect(m_inner, &RunWatcher::pointsAdded, this, &RunWatcher::pointsAdded);
+        connect(m_inner, &RunWatcher::eventsAdded, this, &RunWatcher::eventsAdded);
+        connect(m_inner, &RunWatcher::errorOccurred, this, &RunWatcher::errorOccurred);
+        connect(m_inner, &RunWatcher::statusChanged, this, &RunWatcher::statusChanged);
+    }
+    m_timer = new QTimer(this);
+    connect(m_timer, &QTimer::timeout, this, [this] { pollJob(); });
+    m_timer->start(pollMs);
+    pollJob();
+}
+
+void SlurmRunWatcher::stop()
+{
+    if (m_timer)
+        m_timer->stop();
+    if (auto* l = qobject_cast<LocalRunWatcher*>(m_inner))
+        l->stop();
+    if (auto* r = qobject_cast<RemoteRunWatcher*>(m_inner))
+        r->stop();
+}
+
+void SlurmRunWatcher::pollJob()
+{
+    if (m_done)
+        return;
+    SlurmLauncher launcher(m_store, SshClient(m_sshOptions));
+    auto before = m_store.run(m_runId);
+    auto status = launcher.poll(m_runId);
+    if (!status) {
+        Q_EMIT errorOccurred(m_runId, status.error());
+        return;
+    }
+    if (before && before->status != *status) {
+        auto run = m_store.run(m_runId);
+        Q_EMIT statusChanged(m_runId, *status, run ? run->message : QString());
+    }
+    if (isTerminal(*status)) {
+        m_done = true;
+        stop();
+        Q_EMIT pointsAdded(m_runId, before ? before->lastStep : 0);
+        Q_EMIT finished(m_runId, *status);
+    }
+}
+
+} // namespace shard::jobs

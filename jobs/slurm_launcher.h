@@ -1,0 +1,91 @@
+// SlurmLauncher: writes an sbatch script (nodes, one launcher task per node, GPUs, time,
+// partition, account, environment, the `srun shard-worker launch` line) into the run directory,
+// submits it with sbatch on this machine or on a login node over SSH, tracks it with
+// squeue / scontrol / sacct, cancels with scancel. The run directory is ingested like any other.
+#pragma once
+
+#include <optional>
+
+#include "jobs/launch_request.h"
+#include "jobs/run_store.h"
+#include "jobs/run_watcher.h"
+#include "jobs/ssh_client.h"
+
+class QTimer;
+
+namespace shard::jobs {
+
+struct SlurmOptions {
+    int nodes = 1;
+    int gpusPerNode = 0;
+    int cpusPerTask = 0;
+    QString time; // e.g. 02:00:00
+    QString partition;
+    QString account;
+    QStringList env;       // KEY=VALUE exported in the job
+    QStringList clientEnv; // KEY=VALUE for the sbatch/squeue/scancel commands (e.g. SLURM_CONF)
+    QString via;           // [user@]host[:port] of a login node; empty: this machine
+};
+
+// A job's state as Slurm names it (PENDING, RUNNING, COMPLETED, CANCELLED, FAILED, TIMEOUT, ...).
+struct SlurmJobState {
+    QString state; // "" when Slurm no longer knows the job
+    bool ended() const;
+    RunStatus runStatus() const;
+};
+
+class SlurmLauncher {
+public:
+    SlurmLauncher(RunStore& store, SshClient ssh = SshClient())
+        : m_store(store)
+        , m_ssh(std::move(ssh))
+    {
+    }
+
+    // The batch script for a run directory (also shown by the studio's preview).
+    static Result<QString> sbatchScript(
+        const LaunchRequest& request, const SlurmOptions& options, const QString& runDir);
+
+    // Writes <run>/job.sbatch and submits it; the run is `queued` with its job id.
+    Result<qint64> submit(const LaunchRequest& request, const SlurmOptions& options);
+
+    Result<SlurmJobState> jobState(const QString& jobId, const SlurmOptions& options) const;
+    // Updates the run's status from Slurm (queued -> running; ended jobs settle from their
+    // events, else from Slurm's final state). Returns the run's status.
+    Result<RunStatus> poll(qint64 runId);
+    Status cancel(qint64 runId);
+
+    // The submission options recorded with a run (via host, client env).
+    static SlurmOptions optionsOf(const RunRecord& run);
+
+private:
+    Result<SshResult> shell(
+        const SlurmOptions& options, const QString& script, const QByteArray& stdinData = {}) const;
+
+    RunStore& m_store;
+    SshClient m_ssh;
+};
+
+// Follows a Slurm run: ingests its run directory (locally, or over SSH on the via host) and
+// polls the job's state; finished() when the job has ended and everything is ingested.
+class SlurmRunWatcher : public RunWatcher {
+    Q_OBJECT
+public:
+    SlurmRunWatcher(RunStore& store, qint64 runId,
+        SshOptions sshOptions = SshOptions::fromEnvironment(), QObject* parent = nullptr);
+    ~SlurmRunWatcher() override;
+    qint64 runId() const override { return m_runId; }
+    void start(int pollMs = 2000);
+    void stop();
+
+private:
+    void pollJob();
+    RunStore& m_store;
+    qint64 m_runId;
+    SshOptions m_sshOptions;
+    RunWatcher* m_inner = nullptr;
+    QTimer* m_timer = nullptr;
+    bool m_done = false;
+};
+
+} // namespace shard::jobs

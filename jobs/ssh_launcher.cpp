@@ -1,0 +1,259 @@
+// Multi-node launch over OpenSSH (see ssh_launcher.h). Every value placed in a remote command
+// line goes through SshClient::shellQuote.
+#include "jobs/ssh_launcher.h"
+
+#include <QDateTime>
+#include <nlohmann/json.hpp>
+
+#include "jobs/ingestor.h"
+#include "jobs/remote_run_watcher.h"
+
+namespace shard::jobs {
+
+namespace {
+
+using Q = SshClient;
+
+QString lineValue(const QByteArray& out, const char* key)
+{
+    for (const QByteArray& line : out.split('\n'))
+        if (line.startsWith(key))
+            return QString::fromUtf8(line.mid(static_cast<int>(qstrlen(key)))).trimmed();
+    return {};
+}
+
+// Stops one node: TERM, wait up to graceMs while it is still the process started for this run
+// directory, then KILL its process group.
+QString stopScript(qint64 pid, const QString& nodeRunDir, int graceMs)
+{
+    return QStringLiteral(
+        "p=%1; d=%2; "
+        "alive() { kill -0 \"$p\" 2>/dev/null && tr '\\000' '\\n' < /proc/$p/cmdline 2>/dev/null "
+        "| grep -qxF -- \"$d\"; }; "
+        "alive || exit 0; kill -TERM \"$p\"; i=0; "
+        "while [ $i -lt %3 ]; do alive || exit 0; sleep 0.1; i=$((i+1)); done; "
+        "kill -KILL -- \"-$p\" 2>/dev/null; kill -KILL \"$p\" 2>/dev/null; exit 0")
+        .arg(pid)
+        .arg(Q::shellQuote(nodeRunDir))
+        .arg(std::max(1, graceMs / 100));
+}
+
+} // namespace
+
+QList<RemoteNode> SshLauncher::nodesOf(const RunRecord& run)
+{
+    QList<RemoteNode> nodes;
+    auto j = nlohmann::json::parse(run.launchInfo.constData(),
+        run.launchInfo.constData() + run.launchInfo.size(), nullptr, false);
+    if (!j.is_object() || !j.contains("nodes") || !j["nodes"].is_array())
+        return nodes;
+    for (const auto& n : j["nodes"]) {
+        auto host = SshHost::parse(QString::fromStdString(n.value("host", "")));
+        if (!host)
+            continue;
+        RemoteNode node;
+        node.host = *host;
+        node.pid = n.value("pid", qint64(0));
+        node.runDir = QString::fromStdString(n.value("run_dir", ""));
+        nodes.push_back(node);
+    }
+    return nodes;
+}
+
+Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchRequest& request)
+{
+    if (hosts.isEmpty())
+        return fail(QStringLiteral("no SSH host given (--host [user@]host[:port])"));
+    const QString name = request.name.isEmpty() ? QStringLiteral("run") : request.name;
+    QString runDir = request.runDir;
+    if (runDir.startsWith(QLatin1String("~/")))
+        runDir = runDir.mid(2); // the remote shell starts in the home folder
+    if (runDir.isEmpty())
+        runDir = QStringLiteral("shard-runs/") + safeDirName(name) + '-'
+            + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
+    LaunchRequest req = request;
+    if (!req.specJson.isEmpty())
+        req.procsPerNode = specProcsPerNode(req.specJson, req.procsPerNode);
+
+    // Node 0: make the directory, refuse one that holds a run, learn its absolute path.
+    const SshHost& first = hosts.front();
+    auto prep = m_ssh.run(first,
+        QStringLiteral("d=%1; if [ -e \"$d/metrics.jsonl\" ] || [ -e \"$d/events.jsonl\" ]; then "
+                       "echo EXISTS; exit 0; fi; mkdir -p -- \"$d/logs\" && cd -- \"$d\" && "
+                       "echo \"DIR=$(pwd)\"")
+            .arg(Q::shellQuote(runDir)));
+    if (!prep)
+        return fail(prep.error());
+    if (prep->out.contains("EXISTS"))
+        return fail(QStringLiteral("%1:%2 already holds a run; pick another --run-dir (or "
+                                   "`shard attach` to watch it)")
+                        .arg(first.toString(), runDir));
+    const QString absDir = lineValue(prep->out, "DIR=");
+    if (prep->exitCode != 0 || absDir.isEmpty())
+        return fail(
+            QStringLiteral("cannot create the run directory %1 on %2: %3")
+                .arg(runDir, first.toString(), QString::fromLocal8Bit(prep->err).trimmed()));
+
+    QString masterAddr = req.masterAddr;
+    if (masterAddr.isEmpty() && hosts.size() > 1) {
+        auto resolved = m_ssh.resolveHostName(first);
+        if (!resolved)
+            return fail(resolved.error());
+        masterAddr = *resolved;
+    }
+    const int port
+        = req.masterPort > 0 ? req.masterPort : (hosts.size() > 1 ? pickMasterPort() : 0);
+
+    QStringList hostNames;
+    for (const auto& h : hosts)
+        hostNames << h.toString();
+    NewRun nr;
+    nr.name = name;
+    nr.specJson = req.specJson.isEmpty() ? specForTrainArgs(req.trainArgs) : req.specJson;
+    nr.target = QStringLiteral("ssh");
+    nr.host = hostNames.join(',');
+    nr.runDir = absDir;
+    auto id = m_store.createRun(nr);
+    if (!id)
+        return id;
+
+    nlohmann::json nodes = nlohmann::json::array();
+    QList<RemoteNode> started;
+    auto abort = [&](const QString& why) -> Result<qint64> {
+        for (const RemoteNode& n : started)
+            (void)m_ssh.run(n.host, stopScript(n.pid, n.runDir, 2000));
+        (void)m_store.setStatus(*id, RunStatus::Failed, why);
+        return fail(why);
+    };
+    const QByteArray spec
+        = req.specJson.isEmpty() ? QByteArray() : specWithOut(req.specJson, absDir);
+    for (int i = 0; i < hosts.size(); ++i) {
+        const SshHost& host = hosts[i];
+        const QString nodeDir = i == 0 ? absDir : absDir + QStringLiteral("/nodes/node-%1").arg(i);
+        const QStringList args = workerLaunchArgs(
+            req, absDir, nodeDir, static_cast<int>(hosts.size()), i, masterAddr, port);
+        QString env;
+        for (const QString& kv : req.env)
+            if (kv.indexOf('=') > 0)
+                env += QStringLiteral("export %1; ").arg(Q::shellQuote(kv));
+        const QString script
+            = QStringLiteral(
+                "w=%1; command -v \"$w\" >/dev/null 2>&1 || { echo \"shard-worker not found: $w\" "
+                ">&2; exit 127; }; mkdir -p -- %2/logs %3/logs || exit 1; cd -- %2 || exit 1; %4"
+                "%5 setsid \"$w\" %6 > %7 2>&1 < /dev/null & echo \"PID=$!\"")
+                  .arg(Q::shellQuote(req.workerProgram), Q::shellQuote(absDir),
+                      Q::shellQuote(nodeDir),
+                      spec.isEmpty() ? QString()
+                                     : QStringLiteral("cat > launch-spec.json || exit 1; "),
+                      env, Q::shellJoin(args),
+                      Q::shellQuote(nodeDir + QStringLiteral("/logs/launcher-node-%1.out").arg(i)));
+        auto r = m_ssh.run(host, script, spec);
+        if (!r)
+            return abort(r.error());
+        if (r->exitCode == 127)
+            return abort(QStringLiteral("shard-worker is not installed on %1 ('%2' is not on the "
+                                        "PATH of a non-interactive shell there); install it or "
+                                        "pass --worker /path/to/shard-worker")
+                             .arg(host.toString(), req.workerProgram));
+        const qint64 pid = lineValue(r->out, "PID=").toLongLong();
+        if (r->exitCode != 0 || pid <= 0)
+            return abort(QStringLiteral("starting the launcher on %1 failed (exit %2): %3")
+                             .arg(host.toString())
+                             .arg(r->exitCode)
+                             .arg(QString::fromLocal8Bit(r->err).trimmed()));
+        started.push_back({host, pid, nodeDir});
+        nodes.push_back({{"host", host.toString().toStdString()}, {"pid", pid},
+            {"run_dir", nodeDir.toStdString()}});
+    }
+    const nlohmann::json info
+        = {{"nodes", nodes}, {"master_addr", masterAddr.toStdString()}, {"master_port", port}};
+    if (auto s
+        = m_store.setProcess(*id, started.front().pid, QByteArray::fromStdString(info.dump()));
+        !s)
+        return fail(s.error());
+    if (auto s = m_store.setStatus(*id, RunStatus::Running); !s)
+        return fail(s.error());
+    return id;
+}
+
+Status SshLauncher::stop(qint64 runId, int graceMs)
+{
+    auto run = m_store.run(runId);
+    if (!run)
+        return fail(run.error());
+    if (run->target != QLatin1String("ssh"))
+        return fail(
+            QStringLiteral("run %1 is not an SSH run (target %2)").arg(runId).arg(run->target));
+    const QList<RemoteNode> nodes = nodesOf(*run);
+    if (nodes.isEmpty())
+        return fail(QStringLiteral("run %1 has no recorded remote launcher (attached run?); stop "
+                                   "it where it was started")
+                        .arg(runId));
+    QString errors;
+    for (const RemoteNode& n : nodes) {
+        auto r = m_ssh.run(n.host, stopScript(n.pid, n.runDir, graceMs), {}, graceMs + 30000);
+        if (!r)
+            errors += (errors.isEmpty() ? "" : "; ") + r.error();
+    }
+    auto caught = RemoteRunWatcher::catchUp(m_store, runId, m_ssh, nodes.front().host, run->runDir);
+    if (!caught)
+        errors += (errors.isEmpty() ? "" : "; ") + caught.error();
+    if (!errors.isEmpty())
+        return fail(errors);
+    auto after = m_store.run(runId);
+    if (after && !isTerminal(after->status)) {
+        protocol::EventRecord e;
+        e.kind = "stopped";
+        e.message = "stopped on request";
+        (void)m_store.addEvent(runId, e);
+        return m_store.setStatus(runId, RunStatus::Stopped, QStringLiteral("stopped on request"));
+    }
+    return {};
+}
+
+Result<qint64> SshLauncher::attach(const SshHost& host, const QString& runDir)
+{
+    auto r = m_ssh.run(host,
+        QStringLiteral("d=%1; cd -- \"$d\" 2>/dev/null || { echo NODIR; exit 0; }; echo "
+                       "\"DIR=$(pwd)\"; echo \"PID=$(cat launcher.pid 2>/dev/null)\"; echo SPEC; "
+                       "cat run.json 2>/dev/null || cat launch-spec.json 2>/dev/null")
+            .arg(Q::shellQuote(runDir.startsWith(QLatin1String("~/")) ? runDir.mid(2) : runDir)));
+    if (!r)
+        return fail(r.error());
+    if (r->out.startsWith("NODIR"))
+        return fail(QStringLiteral("%1 has no run directory %2").arg(host.toString(), runDir));
+    const QString absDir = lineValue(r->out, "DIR=");
+    const qint64 pid = lineValue(r->out, "PID=").toLongLong();
+    const int specAt = r->out.indexOf("SPEC\n");
+    const QByteArray spec = specAt >= 0 ? r->out.mid(specAt + 5).trimmed() : QByteArray();
+
+    auto existing = m_store.findRunByDir(host.toString(), absDir);
+    if (!existing)
+        return fail(existing.error());
+    qint64 id = *existing;
+    if (id == 0) {
+        NewRun nr;
+        nr.name = absDir.section('/', -1);
+        nr.specJson = spec.startsWith('{') ? spec : QByteArray("{}");
+        nr.target = QStringLiteral("ssh");
+        nr.host = host.toString();
+        nr.runDir = absDir;
+        nr.status = RunStatus::Running;
+        auto created = m_store.createRun(nr);
+        if (!created)
+            return created;
+        id = *created;
+        if (pid > 0) {
+            const nlohmann::json info = {{"nodes",
+                nlohmann::json::array({{{"host", host.toString().toStdString()}, {"pid", pid},
+                    {"run_dir", absDir.toStdString()}}})}};
+            (void)m_store.setProcess(id, pid, QByteArray::fromStdString(info.dump()));
+        }
+    }
+    auto caught = RemoteRunWatcher::catchUp(m_store, id, m_ssh, host, absDir);
+    if (!caught)
+        return fail(caught.error());
+    return id;
+}
+
+} // namespace shard::jobs

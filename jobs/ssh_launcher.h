@@ -1,0 +1,49 @@
+// SshLauncher: starts one `shard-worker launch` per host over OpenSSH (rendezvous on the first
+// host), detached on the remote side so it survives the connection; the remote run directory is
+// the source of truth. Also remote stop and attach to a run started elsewhere.
+#pragma once
+
+#include <QList>
+
+#include "jobs/launch_request.h"
+#include "jobs/run_store.h"
+#include "jobs/ssh_client.h"
+
+namespace shard::jobs {
+
+struct RemoteNode {
+    SshHost host;
+    qint64 pid = 0;
+    QString runDir; // the node launcher's --run-dir (node 0: the run directory)
+};
+
+class SshLauncher {
+public:
+    SshLauncher(RunStore& store, SshClient ssh = SshClient())
+        : m_store(store)
+        , m_ssh(std::move(ssh))
+    {
+    }
+
+    // Run directory on the hosts: request.runDir (absolute, or relative to the remote home),
+    // default shard-runs/<name>-<time>. Returns the run id; the run is `running`.
+    Result<qint64> start(const QList<SshHost>& hosts, const LaunchRequest& request);
+
+    // TERM to every node launcher, KILL to its session after graceMs; then reads the rest.
+    Status stop(qint64 runId, int graceMs = 10000);
+
+    // Records (or finds) a run whose directory lives on `host`, reading its run.json and
+    // launcher.pid, and ingests what is there. Returns the run id.
+    Result<qint64> attach(const SshHost& host, const QString& runDir);
+
+    // The nodes recorded for an SSH run.
+    static QList<RemoteNode> nodesOf(const RunRecord& run);
+
+    const SshClient& ssh() const { return m_ssh; }
+
+private:
+    RunStore& m_store;
+    SshClient m_ssh;
+};
+
+} // namespace shard::jobs

@@ -1,0 +1,127 @@
+// Resolution of the launcher's options: flags, Slurm's environment, and every bad input.
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "launch/launch_options.h"
+
+using namespace shard::launch;
+
+namespace {
+
+int failures = 0;
+
+void expect(bool ok, const std::string& what)
+{
+    if (!ok) {
+        ++failures;
+        std::fprintf(stderr, "FAIL: %s\n", what.c_str());
+    }
+}
+
+void expectThrows(const LaunchRequest& r, const Environment& env, const std::string& needle)
+{
+    try {
+        resolveLaunchOptions(r, env);
+        expect(false, "expected an error containing '" + needle + "'");
+    } catch (const std::invalid_argument& e) {
+        expect(std::string(e.what()).find(needle) != std::string::npos,
+            "error '" + std::string(e.what()) + "' should contain '" + needle + "'");
+    }
+}
+
+LaunchRequest basic()
+{
+    LaunchRequest r;
+    r.nprocPerNode = 2;
+    r.workerArgs = {"train", "--out", "/tmp/run1"};
+    return r;
+}
+
+} // namespace
+
+int main()
+{
+    // Defaults: one node on loopback, free port, run dir from the worker's --out.
+    {
+        auto o = resolveLaunchOptions(basic(), {});
+        expect(o.nnodes == 1 && o.nodeRank == 0 && o.nprocPerNode == 2, "single-node defaults");
+        expect(o.masterAddr == "127.0.0.1" && o.masterPort == 0, "loopback, free port");
+        expect(o.runDir == "/tmp/run1", "run dir from --out");
+        expect(o.worldSize() == 2 && o.globalRank(1) == 1, "world size and ranks");
+    }
+    {
+        auto r = basic();
+        r.workerArgs = {"train", "--out=/tmp/run2"};
+        expect(resolveLaunchOptions(r, {}).runDir == "/tmp/run2", "run dir from --out=");
+        r.runDir = "/tmp/explicit";
+        expect(resolveLaunchOptions(r, {}).runDir == "/tmp/explicit", "--run-dir wins");
+    }
+    // Multi-node global ranks.
+    {
+        auto r = basic();
+        r.nnodes = 3;
+        r.nodeRank = 2;
+        r.masterPort = 29500;
+        r.masterAddr = "10.0.0.1";
+        auto o = resolveLaunchOptions(r, {});
+        expect(o.worldSize() == 6 && o.globalRank(0) == 4 && o.globalRank(1) == 5,
+            "node 2 of 3 owns ranks 4 and 5");
+    }
+    // Slurm: one launcher per node.
+    {
+        Environment env = {{"SLURM_JOB_ID", "123456"}, {"SLURM_NNODES", "4"}, {"SLURM_NODEID", "3"},
+            {"SLURM_JOB_NODELIST", "gpu[007-010],login1"}};
+        auto o = resolveLaunchOptions(basic(), env);
+        expect(o.nnodes == 4 && o.nodeRank == 3, "nodes and node rank from Slurm");
+        expect(o.masterAddr == "gpu007", "master is the first node, got " + o.masterAddr);
+        expect(o.masterPort == 20000 + 123456 % 20000, "port derived from the job id");
+        auto r = basic();
+        r.masterPort = 31000;
+        r.nodeRank = 1;
+        auto o2 = resolveLaunchOptions(r, env);
+        expect(o2.masterPort == 31000 && o2.nodeRank == 1, "flags win over Slurm");
+        Environment single = {{"SLURM_JOB_ID", "9"}, {"SLURM_NNODES", "1"}};
+        expect(resolveLaunchOptions(basic(), single).masterPort == 0,
+            "one Slurm node keeps the free-port default");
+    }
+    expect(firstSlurmHost("node1") == "node1", "plain host");
+    expect(firstSlurmHost("a,b") == "a", "list");
+    expect(firstSlurmHost("pre[001-004]-ib") == "pre001-ib", "range with suffix");
+    expect(firstSlurmHost("x[5,7-9],y[1-2]") == "x5", "bracket list");
+
+    // Bad input: one clear message each.
+    {
+        auto r = basic();
+        r.workerArgs.clear();
+        expectThrows(r, {}, "no worker command");
+        r = basic();
+        r.workerArgs = {"train"};
+        expectThrows(r, {}, "no run directory");
+        r = basic();
+        r.nprocPerNode = 0;
+        expectThrows(r, {}, "--nproc-per-node");
+        r = basic();
+        r.nnodes = 2;
+        r.nodeRank = 2;
+        r.masterPort = 29500;
+        expectThrows(r, {}, "--node-rank 2 is outside 0..1");
+        r = basic();
+        r.nnodes = 2;
+        expectThrows(r, {}, "works on one node only");
+        r = basic();
+        r.masterPort = 70000;
+        expectThrows(r, {}, "--master-port must be 0..65535");
+        r = basic();
+        r.rdzvTimeoutSec = 0;
+        expectThrows(r, {}, "--rdzv-timeout");
+        r = basic();
+        r.workerArgs = {"launch", "--out", "x"};
+        expectThrows(r, {}, "cannot be 'launch'");
+        Environment badSlurm = {{"SLURM_JOB_ID", "1"}, {"SLURM_NNODES", "two"}};
+        expectThrows(basic(), badSlurm, "SLURM_NNODES");
+    }
+    if (failures == 0)
+        std::printf("tst_launch_options: all passed\n");
+    return failures == 0 ? 0 : 1;
+}

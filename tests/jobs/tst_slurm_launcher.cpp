@@ -1,0 +1,184 @@
+// SlurmLauncher against a real one-node Slurm (slurmctld + slurmd started here): the sbatch
+// script, submit / watch / ingest, cancel, a rejected job, Slurm not available, and submission
+// through an SSH login node.
+#include <QRegularExpression>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include "jobs/slurm_launcher.h"
+#include "slurm_fixture.h"
+#include "sshd_fixture.h"
+
+using namespace shard::jobs;
+
+namespace {
+
+const QString kFakeWorker = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/fake-shard-worker.sh");
+
+LaunchRequest request(const QString& runDir, int steps, double stepSec)
+{
+    LaunchRequest r;
+    r.name = "slurm-test";
+    r.runDir = runDir;
+    r.workerProgram = kFakeWorker;
+    r.trainArgs = {"--model", "m", "--steps", QString::number(steps)};
+    r.env = {QString("FAKE_STEP_SEC=%1").arg(stepSec)};
+    return r;
+}
+
+} // namespace
+
+class TestSlurmLauncher : public QObject {
+    Q_OBJECT
+
+    SlurmFixture* m_slurm = nullptr;
+    QTemporaryDir m_work;
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        m_slurm = new SlurmFixture;
+        QString why;
+        if (!m_slurm->start(&why))
+            QFAIL(qPrintable(why));
+    }
+
+    void cleanupTestCase() { delete m_slurm; }
+
+    void script()
+    {
+        LaunchRequest req = request("/scratch/run 1", 5, 0.1);
+        req.procsPerNode = 4;
+        SlurmOptions o;
+        o.nodes = 2;
+        o.gpusPerNode = 4;
+        o.time = "01:30:00";
+        o.partition = "gpu";
+        o.account = "proj-7";
+        o.env = {"HF_HOME=/data/hf cache", "NOTE=x'; touch /tmp/pwned; '"};
+        auto s = SlurmLauncher::sbatchScript(req, o, "/scratch/run 1");
+        QVERIFY2(s, qPrintable(s.error()));
+        for (const char* line :
+            {"#SBATCH --nodes=2\n", "#SBATCH --ntasks-per-node=1\n", "#SBATCH --gpus-per-node=4\n",
+                "#SBATCH --time=01:30:00\n", "#SBATCH --partition=gpu\n",
+                "#SBATCH --account=proj-7\n", "export HF_HOME='/data/hf cache'\n",
+                "export NOTE='x'\\''; touch /tmp/pwned; '\\'''\n"})
+            QVERIFY2(s->contains(line), line);
+        QVERIFY(s->contains("srun --kill-on-bad-exit=1 bash -c"));
+        QVERIFY(s->contains("--nproc-per-node 4 --nnodes 2 --node-rank @SHARD_NODE_RANK@"));
+        QVERIFY(s->contains("--out '/scratch/run 1'"));
+        o.time = "1 day";
+        auto bad = SlurmLauncher::sbatchScript(req, o, "/r");
+        QVERIFY(!bad);
+        QVERIFY(bad.error().contains("time '1 day'"));
+    }
+
+    void submitWatchIngest()
+    {
+        auto store = RunStore::open(m_work.filePath("runs.sqlite"));
+        SlurmLauncher launcher(*store);
+        auto id = launcher.submit(request(m_work.filePath("job1"), 10, 0.05), {});
+        QVERIFY2(id, qPrintable(id.error()));
+        auto run = store->run(*id);
+        QCOMPARE(run->target, QString("slurm"));
+        QVERIFY(!run->jobId.isEmpty());
+        QVERIFY(QFile::exists(run->runDir + "/job.sbatch"));
+        SlurmRunWatcher watcher(*store, *id);
+        QSignalSpy finished(&watcher, &RunWatcher::finished);
+        QSignalSpy status(&watcher, &RunWatcher::statusChanged);
+        watcher.start(300);
+        QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 30000);
+        run = store->run(*id);
+        QCOMPARE(toString(run->status), QString("finished"));
+        QCOMPARE(*store->metricCount(*id), qint64(10));
+        QVERIFY(!status.isEmpty());
+        auto st = launcher.jobState(run->jobId, {});
+        QVERIFY(st);
+        QCOMPARE(st->state, QString("COMPLETED"));
+    }
+
+    void cancel()
+    {
+        auto store = RunStore::open(m_work.filePath("runs.sqlite"));
+        SlurmLauncher launcher(*store);
+        auto id = launcher.submit(request(m_work.filePath("job2"), 100000, 0.05), {});
+        QVERIFY2(id, qPrintable(id.error()));
+        const QString runDir = store->run(*id)->runDir;
+        QTRY_VERIFY_WITH_TIMEOUT(QFile(runDir + "/metrics.jsonl").size() > 0, 20000);
+        QCOMPARE(toString(*launcher.poll(*id)), QString("running"));
+        QVERIFY(launcher.cancel(*id));
+        auto run = store->run(*id);
+        QVERIFY2(run->status == RunStatus::Stopped, qPrintable(toString(run->status)));
+        QVERIFY(*store->metricCount(*id) >= 1);
+        QVERIFY(launcher.jobState(run->jobId, {})->ended());
+    }
+
+    void rejected()
+    {
+        auto store = RunStore::open(m_work.filePath("runs.sqlite"));
+        SlurmLauncher launcher(*store);
+        SlurmOptions o;
+        o.partition = "nope";
+        auto id = launcher.submit(request(m_work.filePath("job3"), 1, 0.01), o);
+        QVERIFY(!id);
+        QVERIFY2(id.error().contains("job rejected by Slurm") && id.error().contains("partition"),
+            qPrintable(id.error()));
+    }
+
+    void notAvailable()
+    {
+        auto store = RunStore::open(m_work.filePath("runs.sqlite"));
+        SlurmLauncher launcher(*store);
+        SlurmOptions noSbatch;
+        noSbatch.clientEnv = {"PATH=/nonexistent"};
+        auto a = launcher.submit(request(m_work.filePath("job4"), 1, 0.01), noSbatch);
+        QVERIFY(!a);
+        QVERIFY2(a.error().contains("Slurm is not available on this machine (sbatch not found)"),
+            qPrintable(a.error()));
+        // A controller that does not answer.
+        QFile conf(m_slurm->confPath());
+        conf.open(QIODevice::ReadOnly);
+        QString text = QString::fromUtf8(conf.readAll());
+        text.replace(QRegularExpression("SlurmctldPort=\\d+"),
+            QString("SlurmctldPort=%1").arg(SlurmFixture::freePort()));
+        const QString down = m_work.filePath("down.conf");
+        SshdFixture::write(down, text.toUtf8());
+        SlurmOptions noController;
+        noController.clientEnv = {"SLURM_CONF=" + down};
+        auto b = launcher.submit(request(m_work.filePath("job5"), 1, 0.01), noController);
+        QVERIFY(!b);
+        QVERIFY2(
+            b.error().startsWith("Slurm is not available on this machine:"), qPrintable(b.error()));
+    }
+
+    void submitViaSsh()
+    {
+        SshdFixture sshd;
+        QString why;
+        if (!sshd.start(1, &why))
+            QFAIL(qPrintable(why));
+        SshOptions opts;
+        opts.configFile = sshd.configFile();
+        opts.controlDir = m_work.filePath("cm");
+        auto store = RunStore::open(m_work.filePath("runs.sqlite"));
+        SlurmLauncher launcher(*store, SshClient(opts));
+        SlurmOptions o;
+        o.via = "node0";
+        o.clientEnv = {"SLURM_CONF=" + m_slurm->confPath()};
+        auto id = launcher.submit(request(m_work.filePath("job6"), 6, 0.05), o);
+        QVERIFY2(id, qPrintable(id.error()));
+        QCOMPARE(store->run(*id)->host, QString("node0"));
+        SlurmRunWatcher watcher(*store, *id, opts);
+        QSignalSpy finished(&watcher, &RunWatcher::finished);
+        watcher.start(300);
+        QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 30000);
+        QCOMPARE(toString(store->run(*id)->status), QString("finished"));
+        QCOMPARE(*store->metricCount(*id), qint64(6));
+        watcher.stop();
+        SshClient(opts).closeMaster(*SshHost::parse("node0"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestSlurmLauncher)
+#include "tst_slurm_launcher.moc"

@@ -1,0 +1,251 @@
+// SshLauncher + RemoteRunWatcher against real sshd servers on 127.0.0.1: a 2-node run that
+// streams, survives dropped SSH connections with every point stored exactly once, stops on
+// request; a hostile run directory name arrives literally; each user-facing error message.
+#include <csignal>
+
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include "jobs/local_process.h"
+#include "jobs/remote_run_watcher.h"
+#include "jobs/ssh_launcher.h"
+#include "sshd_fixture.h"
+
+using namespace shard::jobs;
+
+namespace {
+
+const QString kFakeWorker = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/fake-shard-worker.sh");
+
+SshHost host(const char* name)
+{
+    return *SshHost::parse(name);
+}
+
+int countLines(const QString& path)
+{
+    return SshdFixture::read(path).count('\n');
+}
+
+} // namespace
+
+class TestSshLauncher : public QObject {
+    Q_OBJECT
+
+    SshdFixture* m_sshd = nullptr;
+    QTemporaryDir m_work;
+    SshOptions m_options;
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        m_sshd = new SshdFixture;
+        QString why;
+        if (!m_sshd->start(2, &why))
+            QFAIL(qPrintable(why));
+        m_options.configFile = m_sshd->configFile();
+        m_options.controlDir = m_work.filePath("cm");
+        m_options.connectTimeoutSec = 5;
+    }
+
+    void cleanupTestCase()
+    {
+        SshClient ssh(m_options);
+        ssh.closeMaster(host("node0"));
+        ssh.closeMaster(host("node1"));
+        delete m_sshd;
+    }
+
+    void twoNodesStreamAndSurviveDrops()
+    {
+        auto store = RunStore::open(m_work.filePath("runs.sqlite"));
+        QVERIFY(store);
+        SshLauncher launcher(*store, SshClient(m_options));
+        LaunchRequest req;
+        req.name = "two-nodes";
+        req.workerProgram = kFakeWorker;
+        req.procsPerNode = 2;
+        req.runDir = m_work.filePath("remote/two-nodes");
+        req.trainArgs = {"--model", "m", "--data", "d.jsonl", "--steps", "60"};
+        req.env = {"FAKE_STEP_SEC=0.05"};
+        auto id = launcher.start({host("node0"), host("node1")}, req);
+        QVERIFY2(id, qPrintable(id.error()));
+        auto run = store->run(*id);
+        QCOMPARE(run->target, QString("ssh"));
+        QCOMPARE(run->host, QString("node0,node1"));
+        QCOMPARE(SshLauncher::nodesOf(*run).size(), 2);
+
+        RemoteRunWatcher watcher(*store, *id, host("node0"), run->runDir, m_options);
+        watcher.setProcess(run->pid);
+        QSignalSpy points(&watcher, &RunWatcher::pointsAdded);
+        QSignalSpy finished(&watcher, &RunWatcher::finished);
+        QSignalSpy errors(&watcher, &RunWatcher::errorOccurred);
+        watcher.start();
+        QTRY_VERIFY_WITH_TIMEOUT(points.size() >= 1, 10000);
+        // Drop every SSH connection twice while the run goes on.
+        for (int drop = 0; drop < 2; ++drop) {
+            const qint64 before = *store->metricCount(*id);
+            QVERIFY(m_sshd->dropConnections(0) > 0);
+            QTRY_VERIFY_WITH_TIMEOUT(*store->metricCount(*id) > before + 3, 15000);
+        }
+        QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 30000);
+        QVERIFY(watcher.reconnects() >= 2);
+        QVERIFY(errors.size() >= 1);
+        QVERIFY(errors.at(0).at(1).toString().contains("reconnecting"));
+        // Exactly the points the remote file holds, each once.
+        QCOMPARE(*store->metricCount(*id), qint64(60));
+        QCOMPARE(countLines(run->runDir + "/metrics.jsonl"), 60);
+        QCOMPARE(*store->ingestOffset(*id, "metrics"),
+            qint64(SshdFixture::read(run->runDir + "/metrics.jsonl").size()));
+        auto done = store->run(*id);
+        QCOMPARE(toString(done->status), QString("finished"));
+        QCOMPARE(done->peakMemoryPerRank.size(), 4); // 2 nodes x 2 ranks
+        // Node 1 was told where the rendezvous is.
+        const QByteArray node1 = SshdFixture::read(run->runDir + "/nodes/node-1/args-node-1.txt");
+        QVERIFY2(node1.contains("--node-rank\n1\n--master-addr\n127.0.0.1\n"), node1.constData());
+        QVERIFY(node1.contains("--nnodes\n2\n"));
+    }
+
+    void stopOnRequest()
+    {
+        auto store = RunStore::open(m_work.filePath("runs.sqlite"));
+        SshLauncher launcher(*store, SshClient(m_options));
+        LaunchRequest req;
+        req.name = "to-stop";
+        req.workerProgram = kFakeWorker;
+        req.runDir = m_work.filePath("remote/to-stop");
+        req.trainArgs = {"--steps", "100000"};
+        req.env = {"FAKE_STEP_SEC=0.05"};
+        auto id = launcher.start({host("node0"), host("node1")}, req);
+        QVERIFY2(id, qPrintable(id.error()));
+        const auto nodes = SshLauncher::nodesOf(*store->run(*id));
+        QTRY_VERIFY_WITH_TIMEOUT(countLines(req.runDir + "/metrics.jsonl") >= 3, 10000);
+        QVERIFY(launcher.stop(*id, 3000));
+        auto run = store->run(*id);
+        QCOMPARE(toString(run->status), QString("stopped"));
+        QVERIFY(*store->metricCount(*id) >= 3);
+        QCOMPARE(*store->metricCount(*id), qint64(countLines(req.runDir + "/metrics.jsonl")));
+        for (const auto& n : nodes) // same machine here: the remote pids are visible
+            QVERIFY(!LocalProcess::isAlive(n.pid, 0));
+    }
+
+    void hostileNameArrivesLiterally()
+    {
+        auto store = RunStore::open(m_work.filePath("runs.sqlite"));
+        SshLauncher launcher(*store, SshClient(m_options));
+        const QString pwned = m_work.filePath("pwned");
+        const QString hostile = QString("x'; touch %1; '").arg(pwned);
+        LaunchRequest req;
+        req.name = hostile;
+        req.workerProgram = kFakeWorker;
+        req.runDir = m_work.filePath("remote/") + hostile;
+        req.trainArgs = {"--steps", "3", "--data", "$(touch " + pwned + ")", "--note", hostile};
+        req.env = {"FAKE_STEP_SEC=0.01", "SHARD_NOTE=" + hostile};
+        req.specJson.clear();
+        auto id = launcher.start({host("node0")}, req);
+        QVERIFY2(id, qPrintable(id.error()));
+        auto run = store->run(*id);
+        QCOMPARE(run->runDir, req.runDir);
+        QCOMPARE(run->name, hostile);
+        QTRY_VERIFY_WITH_TIMEOUT(
+            SshdFixture::read(req.runDir + "/events.jsonl").contains("finish"), 10000);
+        QVERIFY(!QFile::exists(pwned));
+        const QByteArray args = SshdFixture::read(req.runDir + "/args-node-0.txt");
+        QVERIFY(args.contains(("--run-dir\n" + req.runDir + "\n").toUtf8()));
+        QVERIFY(args.contains(("--note\n" + hostile + "\n").toUtf8()));
+        QVERIFY(args.contains(("$(touch " + pwned + ")\n").toUtf8()));
+        auto caught = RemoteRunWatcher::catchUp(
+            *store, *id, SshClient(m_options), host("node0"), run->runDir);
+        QVERIFY2(caught, qPrintable(caught.error()));
+        QCOMPARE(*store->metricCount(*id), qint64(3));
+        QVERIFY(!QFile::exists(pwned));
+        // Attaching by that directory finds the same run.
+        auto attached = launcher.attach(host("node0"), req.runDir);
+        QVERIFY2(attached, qPrintable(attached.error()));
+        QCOMPARE(*attached, *id);
+    }
+
+    void attachToRunStartedElsewhere()
+    {
+        QTemporaryDir otherStudio;
+        auto first = RunStore::open(otherStudio.filePath("a.sqlite"));
+        SshLauncher a(*first, SshClient(m_options));
+        LaunchRequest req;
+        req.workerProgram = kFakeWorker;
+        req.runDir = m_work.filePath("remote/elsewhere");
+        req.trainArgs = {"--steps", "5"};
+        req.env = {"FAKE_STEP_SEC=0.01"};
+        QVERIFY(a.start({host("node0")}, req));
+        QTRY_VERIFY_WITH_TIMEOUT(
+            SshdFixture::read(req.runDir + "/events.jsonl").contains("finish"), 10000);
+        auto second = RunStore::open(m_work.filePath("attach.sqlite"));
+        SshLauncher b(*second, SshClient(m_options));
+        auto id = b.attach(host("node0"), req.runDir);
+        QVERIFY2(id, qPrintable(id.error()));
+        QCOMPARE(*second->metricCount(*id), qint64(5));
+        QCOMPARE(toString(second->run(*id)->status), QString("finished"));
+        QVERIFY(second->run(*id)->pid > 0);
+        auto again = b.attach(host("node0"), req.runDir); // nothing twice
+        QCOMPARE(*again, *id);
+        QCOMPARE(*second->metricCount(*id), qint64(5));
+        auto missing = b.attach(host("node0"), m_work.filePath("remote/none"));
+        QVERIFY(!missing);
+        QVERIFY(missing.error().contains("has no run directory"));
+    }
+
+    void errors_data()
+    {
+        QTest::addColumn<QString>("hostName");
+        QTest::addColumn<QString>("worker");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("unreachable") << "down" << kFakeWorker << "host unreachable";
+        QTest::newRow("auth refused") << "noauth" << kFakeWorker << "authentication refused";
+        QTest::newRow("changed host key")
+            << "badkey" << kFakeWorker << "host key verification failed";
+        QTest::newRow("worker missing") << "node0"
+                                        << "/opt/none/shard-worker"
+                                        << "shard-worker is not installed on node0";
+    }
+
+    void errors()
+    {
+        QFETCH(QString, hostName);
+        QFETCH(QString, worker);
+        QFETCH(QString, expected);
+        QTemporaryDir dir;
+        SshOptions opts = m_options;
+        opts.controlDir = dir.filePath("cm"); // no shared master: each case connects afresh
+        auto store = RunStore::open(dir.filePath("runs.sqlite"));
+        SshLauncher launcher(*store, SshClient(opts));
+        LaunchRequest req;
+        req.workerProgram = worker;
+        req.runDir = dir.filePath("r");
+        req.trainArgs = {"--steps", "1"};
+        auto id = launcher.start({*SshHost::parse(hostName)}, req);
+        SshClient(opts).closeMaster(*SshHost::parse(hostName));
+        QVERIFY(!id);
+        QVERIFY2(id.error().contains(expected), qPrintable(id.error()));
+        QVERIFY2(!id.error().contains('\n'), "one line");
+    }
+
+    void hostParsing()
+    {
+        auto h = SshHost::parse("alice@gpu-1.example.org:2222");
+        QVERIFY(h);
+        QCOMPARE(h->user, QString("alice"));
+        QCOMPARE(h->host, QString("gpu-1.example.org"));
+        QCOMPARE(h->port, 2222);
+        QCOMPARE(h->toString(), QString("alice@gpu-1.example.org:2222"));
+        QVERIFY(!SshHost::parse("-oProxyCommand=evil"));
+        QVERIFY(!SshHost::parse("a;b"));
+        QVERIFY(!SshHost::parse("host:99999"));
+        QCOMPARE(SshClient::shellQuote("x'; touch /tmp/pwned; '"),
+            QString("'x'\\''; touch /tmp/pwned; '\\'''"));
+        QCOMPARE(SshClient::shellQuote("plain/path-1.json"), QString("plain/path-1.json"));
+        QCOMPARE(SshClient::shellQuote(""), QString("''"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestSshLauncher)
+#include "tst_ssh_launcher.moc"

@@ -1,0 +1,573 @@
+// The planner against hand computations written out here from the model's shapes (not from the
+// planner's own output): every memory component, traffic, FLOPs, the ZeRO-paper example,
+// derived answers and each bad input.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "check.h"
+#include "plan/planner.h"
+
+using namespace shard::plan;
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+ModelSpec preset(const std::string& name)
+{
+    auto p = findPreset(name);
+    if (!p) {
+        std::fprintf(stderr, "missing preset %s\n", name.c_str());
+        std::exit(1);
+    }
+    return *p;
+}
+
+// Default calibration overhead: fixed + fraction of everything else.
+int64_t gpuOverhead(int64_t rest)
+{
+    return static_cast<int64_t>(std::llround(1.5 * kGiB + 0.05 * static_cast<double>(rest)));
+}
+
+// Llama-2-7B, zero3 on 8 GPUs (80 GiB), bf16-mixed, full checkpointing, micro-batch 2 x 4096.
+void testLlama7bZero3()
+{
+    PlanInput in;
+    in.model = preset("llama-2-7b");
+    in.strategy = Strategy::Zero3;
+    in.gpusPerNode = 8;
+    in.precision = Precision::Bf16Mixed;
+    in.checkpointing = Checkpointing::Full;
+    in.microBatch = 2;
+    in.seqLen = 4096;
+    PlanResult r = plan(in);
+
+    // Shapes: V=32000, h=4096, I=11008, L=32, MHA. Every dim 0 divides by 8: no padding.
+    const int64_t P = 6738415616;
+    const int64_t root = 32000LL * 4096 * 2 + 4096;                          // embed, lm_head, norm
+    const int64_t block = 4LL * 4096 * 4096 + 3LL * 4096 * 11008 + 2 * 4096; // 202,383,360
+    CHECK_EQ(root + 32 * block, P);
+    CHECK_EQ(r.params, P);
+    CHECK_EQ(r.shardDegree, int64_t(8));
+
+    const MemoryBreakdown& m = r.perDevice;
+    CHECK_EQ(m.shardedParams, 4 * P / 8); // fp32 shard
+    CHECK_EQ(m.optimizer, 8 * P / 8);     // AdamW m, v fp32
+    // Peak at the start of backward: bf16 root + two blocks in flight; the fp32 shard grad, the
+    // bf16 grads of lm_head + final norm and of one block; that block's fp32 flat reduce buffer
+    // and its 1/8 receive buffer (NCCL reduce-scatter).
+    const int64_t head = 32000LL * 4096 + 4096;
+    CHECK_EQ(r.peakPhase, std::string("backward start"));
+    CHECK_EQ(m.gatheredParams, 2 * (root + 2 * block));
+    CHECK_EQ(m.grads, 4 * P / 8 + 2 * (head + block));
+    CHECK_EQ(m.commBuffers, int64_t(4 * block * (1 + 1.0 / 8)));
+
+    // Activations (bf16, T = 2*4096 tokens), full checkpointing: the input of each of 32 blocks,
+    // one block recomputed (each RMSNorm keeps x, x^2's input, x_hat, out: 8h for two; q, attn out
+    // = 2h; k, v = 2h; 4 x intermediate; 2 fp32 rstd per token; flash attention log-sum-exp per
+    // head and token), the root (3h) and the backward transients (2h + 2I).
+    const int64_t T = 2 * 4096;
+    const int64_t ckptInputs = 32LL * T * 2 * 4096;
+    const int64_t oneBlock
+        = T * (2 * (8 * 4096 + 2 * 4096 + 2 * 4096 + 4 * 11008) + 4 * 2) + 4LL * 2 * 32 * 4096;
+    const int64_t rootAct = T * 2 * 3 * 4096;
+    const int64_t transient = T * 2 * (2 * 4096 + 2 * 11008);
+    CHECK_EQ(m.activations, ckptInputs + oneBlock + rootAct + transient);
+    // Logits: fp32 logits + fp32 grad + the bf16 logits before upcast.
+    CHECK_EQ(m.logits, T * 32000 * (4 + 4 + 2));
+    const int64_t rest = m.shardedParams + m.optimizer + m.gatheredParams + m.grads + m.commBuffers
+        + m.activations + m.logits;
+    CHECK_EQ(m.overhead, gpuOverhead(rest));
+    CHECK_EQ(m.total(), rest + m.overhead);
+    CHECK(r.fits);
+    CHECK_EQ(r.capacityBytes, int64_t(80) << 30);
+    CHECK_EQ(r.headroomBytes, (int64_t(80) << 30) - m.total());
+
+    // FLOPs: 6P + 12*L*h*s per token; recompute adds one forward (2P + 4*L*h*s) on the device.
+    const double attn = 12.0 * 32 * 4096 * 4096;
+    CHECK_NEAR(r.flopsPerToken, 6.0 * 6738415616.0 + attn, 1e-12);
+    CHECK_NEAR(r.flopsPerToken, 46872944640.0, 1e-12);
+    CHECK_EQ(r.tokensPerStep, int64_t(2 * 4096 * 8));
+    CHECK_NEAR(r.flopsPerStep, r.flopsPerToken * 65536.0, 1e-12);
+    CHECK_NEAR(r.deviceFlopsPerStep, (8.0 * 6738415616.0 + attn * 4 / 3) * 8192.0, 1e-12);
+
+    // Traffic: reduce-scatter of fp32 grads once, all-gather of bf16 params in forward and
+    // backward for blocks, once for the root; each rank sends 7/8 of each buffer.
+    CHECK_EQ(r.reduceBytesPerDevicePerStep, int64_t(std::llround(7.0 / 8 * 4 * P)));
+    CHECK_EQ(r.gatherBytesPerDevicePerStep,
+        int64_t(std::llround(7.0 / 8 * 2 * (2 * (P - root) + root))));
+    // ~3P in mixed dtypes: (2 + 4 + ... ) just under 3 x P x (avg 3 bytes).
+    CHECK_NEAR(static_cast<double>(r.bytesSentPerDevicePerStep),
+        7.0 / 8 * (4.0 * P + 2.0 * (2 * (P - root) + root)), 1e-9);
+    // Roofline: compute at 989 TFLOP/s, traffic at 450 GB/s (one node).
+    CHECK_NEAR(r.computeSeconds, r.deviceFlopsPerStep / 989e12, 1e-12);
+    CHECK_NEAR(r.commSeconds, static_cast<double>(r.bytesSentPerDevicePerStep) / 450e9, 1e-12);
+    CHECK_NEAR(r.stepSeconds, std::max(r.computeSeconds, r.commSeconds), 1e-12);
+    CHECK(r.notes.empty());
+
+    // The same without checkpointing: all 32 blocks' activations.
+    in.checkpointing = Checkpointing::None;
+    PlanResult n = plan(in);
+    CHECK_EQ(n.perDevice.activations, 32 * oneBlock + rootAct + transient);
+    CHECK_NEAR(n.deviceFlopsPerStep, n.flopsPerToken * 8192.0, 1e-12);
+}
+
+// tiny-15m on CPU over 3 ranks in fp32: dim-0 padding, Gloo receive buffers, eager attention.
+void testTinyCpuPadding()
+{
+    PlanInput in;
+    in.model = preset("tiny-15m");
+    in.strategy = Strategy::Zero3;
+    in.gpusPerNode = 3;
+    in.precision = Precision::Fp32;
+    in.microBatch = 4;
+    in.seqLen = 256;
+    in.device = DeviceSpec::cpu(int64_t(24) << 30);
+    PlanResult r = plan(in);
+
+    // Padded to ceil(rows/3)*3: embed/lm_head 4096 -> 4098 rows, k/v 128 -> 129,
+    // gate/up 1024 -> 1026; rows of 384 divide by 3.
+    const int64_t block = 2 * 384 * 384 + 2 * 129 * 384 + 2 * 1026 * 384 + 384 * 1024 + 2 * 384;
+    CHECK_EQ(block, int64_t(1575936));
+    const int64_t root = 2 * 4098 * 384 + 384;
+    const int64_t Pp = 8 * block + root;
+    CHECK_EQ(Pp, int64_t(15755136));
+    CHECK_EQ(r.params, int64_t(15735168));
+    const MemoryBreakdown& m = r.perDevice;
+    CHECK_EQ(m.shardedParams, 4 * Pp / 3);
+    CHECK_EQ(m.optimizer, 8 * Pp / 3);
+    const int64_t head = 4098 * 384 + 384; // lm_head (padded) + final norm
+    CHECK_EQ(m.gatheredParams, 4 * (root + 2 * block));
+    CHECK_EQ(m.grads, 4 * Pp / 3 + 4 * (head + block));
+    CHECK_EQ(m.commBuffers, 4 * block * 2); // alltoall: full-size send and receive buffers
+
+    // Eager attention on CPU in fp32 keeps the softmax output: 4 bytes per b*heads*s*s.
+    // GQA (2 kv heads for 6 heads) materializes k and v for all heads: + 2 q-dims.
+    const int64_t T = 4 * 256;
+    const int64_t perToken = 8 * 384 + 2 * 384 + 2 * 128 + 2 * 384 + 4 * 1024;
+    CHECK_EQ(perToken, int64_t(8960));
+    const int64_t oneBlock = T * (4 * perToken + 4 * 2) + 4LL * 6 * 256 * 256 * 4;
+    const int64_t acts = 8 * oneBlock + T * 4 * 3 * 384 + T * 4 * (2 * 384 + 2 * 1024);
+    CHECK_EQ(m.activations, acts);
+    CHECK_EQ(m.logits, T * 4096 * 8); // fp32 logits + grad, no separate compute copy
+    CHECK_EQ(m.overhead, int64_t(64) << 20);
+    CHECK_EQ(r.capacityBytes, (int64_t(24) << 30) / 3); // the node's RAM shared by 3 ranks
+    CHECK(r.fits);
+
+    CHECK_EQ(r.reduceBytesPerDevicePerStep, int64_t(std::llround(2.0 / 3 * 4 * Pp)));
+    CHECK_EQ(r.gatherBytesPerDevicePerStep,
+        int64_t(std::llround(2.0 / 3 * 4 * (2 * (Pp - root) + root))));
+    CHECK_NEAR(r.computeSeconds, r.deviceFlopsPerStep / 100e9, 1e-12);
+
+    // Gradient accumulation keeps unsharded fp32 grads (FSDP2 no-sync) and gathers per
+    // micro-step.
+    in.gradAccum = 4;
+    PlanResult a = plan(in);
+    CHECK_EQ(a.perDevice.grads, 4 * Pp / 3 + 4 * (head + block) + 4 * Pp);
+    CHECK_EQ(a.gatherBytesPerDevicePerStep,
+        int64_t(std::llround(4 * 2.0 / 3 * 4 * (2 * (Pp - root) + root))));
+    CHECK_EQ(a.reduceBytesPerDevicePerStep, r.reduceBytesPerDevicePerStep);
+    CHECK_EQ(a.tokensPerStep, int64_t(4 * 256 * 4 * 3));
+    CHECK(!a.notes.empty());
+}
+
+// Qwen2.5-7B: ddp on 1 GPU in fp32, and zero1 / zero2 on 4 GPUs in bf16-mixed.
+void testQwenDdpZero12()
+{
+    PlanInput in;
+    in.model = preset("qwen2.5-7b");
+    in.strategy = Strategy::Ddp;
+    in.gpusPerNode = 1;
+    in.precision = Precision::Fp32;
+    in.microBatch = 1;
+    in.seqLen = 1024;
+    in.device = DeviceSpec::gpu(141);
+    PlanResult r = plan(in);
+    const int64_t P = 7615616512;
+    const int64_t root = 2LL * 152064 * 3584 + 3584;
+    const int64_t block = (3584LL * 3584 + 3584) + 2 * (512LL * 3584 + 512) + 3584LL * 3584
+        + 3LL * 3584 * 18944 + 2 * 3584;
+    CHECK_EQ(root + 28 * block, P);
+    const MemoryBreakdown& m = r.perDevice;
+    CHECK_EQ(m.shardedParams, 4 * P);
+    CHECK_EQ(m.gatheredParams, int64_t(0)); // fp32 compute uses the fp32 weights directly
+    CHECK_EQ(m.grads, 4 * P);
+    CHECK_EQ(m.optimizer, 8 * P);
+    CHECK_EQ(m.commBuffers, 4 * block);                // one block's flat all-reduce buffer
+    CHECK_EQ(r.bytesSentPerDevicePerStep, int64_t(0)); // one GPU sends nothing
+    CHECK_EQ(r.commSeconds, 0.0);
+    CHECK_EQ(r.capacityBytes, int64_t(141) << 30);
+    CHECK_EQ(r.fits, r.perDevice.total() <= (int64_t(141) << 30));
+    CHECK(r.notes.empty());
+
+    // GQA: 28 heads, 4 kv heads of 128. fp32, flash on GPU: no s^2 term.
+    const int64_t T = 1024;
+    const int64_t perToken = 8 * 3584 + 2 * 3584 + 2 * 512 + 2 * 3584 + 4 * 18944;
+    const int64_t oneBlock = T * (4 * perToken + 8) + 4LL * 1 * 28 * 1024;
+    CHECK_EQ(m.activations, 28 * oneBlock + T * 4 * 3 * 3584 + T * 4 * (2 * 3584 + 2 * 18944));
+    CHECK_EQ(m.logits, T * 152064 * 8);
+
+    // zero1 and zero2 over 4 GPUs, bf16-mixed. Padding: 152064, 3584, 512, 18944 all divide by 4.
+    in.gpusPerNode = 4;
+    in.precision = Precision::Bf16Mixed;
+    in.strategy = Strategy::Zero1;
+    PlanResult z1 = plan(in);
+    CHECK_EQ(z1.perDevice.shardedParams, 4 * P / 4);
+    CHECK_EQ(z1.perDevice.gatheredParams, 2 * P);                // full bf16 params kept
+    CHECK_EQ(z1.perDevice.grads, 4 * P / 4 + 4 * P + 2 * block); // shard + full fp32 + bf16 block
+    CHECK_EQ(z1.perDevice.optimizer, 8 * P / 4);
+    CHECK_EQ(z1.perDevice.commBuffers, 4 * block / 4);
+    CHECK_EQ(z1.reduceBytesPerDevicePerStep, int64_t(std::llround(3.0 / 4 * 4 * P)));
+    CHECK_EQ(z1.gatherBytesPerDevicePerStep, int64_t(std::llround(3.0 / 4 * 2 * P)));
+
+    in.strategy = Strategy::Zero2;
+    PlanResult z2 = plan(in);
+    CHECK_EQ(z2.perDevice.shardedParams, 4 * P / 4);
+    CHECK_EQ(z2.perDevice.gatheredParams, 2 * P); // all blocks stay gathered until backward
+    const int64_t head = 152064LL * 3584 + 3584;
+    CHECK_EQ(z2.perDevice.grads, 4 * P / 4 + 2 * (head + block));
+    CHECK_EQ(z2.perDevice.optimizer, 8 * P / 4);
+    CHECK_EQ(z2.perDevice.commBuffers, int64_t(4 * block * (1 + 1.0 / 4)));
+    // ~2P: reduce-scatter fp32 + one all-gather bf16 per micro-step.
+    CHECK_EQ(z2.bytesSentPerDevicePerStep,
+        int64_t(std::llround(3.0 / 4 * 4 * P)) + int64_t(std::llround(3.0 / 4 * 2 * P)));
+
+    // ddp bf16-mixed over 4: full fp32 state, a bf16 copy of the weights, all-reduce 2P fp32.
+    in.strategy = Strategy::Ddp;
+    PlanResult d = plan(in);
+    CHECK_EQ(d.perDevice.shardedParams + d.perDevice.optimizer, 12 * P);
+    CHECK_EQ(d.perDevice.gatheredParams, 2 * P);
+    CHECK_EQ(d.perDevice.grads, 4 * P + 2 * block);
+    CHECK_EQ(d.bytesSentPerDevicePerStep, int64_t(std::llround(2 * 3.0 / 4 * 4 * P)));
+}
+
+// Llama-3-8B, hybrid over 2 nodes x 8 (groups of 8), optimizer offload to host.
+void testHybridOffload()
+{
+    PlanInput in;
+    in.model = preset("llama-3-8b");
+    in.strategy = Strategy::Hybrid;
+    in.shardGroup = 8;
+    in.gpusPerNode = 8;
+    in.nodes = 2;
+    in.precision = Precision::Bf16Mixed;
+    in.offload = Offload::Optimizer;
+    in.microBatch = 1;
+    in.seqLen = 8192;
+    PlanResult r = plan(in);
+    const int64_t P = 8030261248;
+    const int64_t root = 2LL * 128256 * 4096 + 4096;
+    const int64_t block = 2LL * 4096 * 4096 + 2LL * 1024 * 4096 + 3LL * 4096 * 14336 + 2 * 4096;
+    CHECK_EQ(root + 32 * block, P);
+    CHECK_EQ(r.shardDegree, int64_t(8));
+    CHECK_EQ(r.replicas, int64_t(2));
+    const MemoryBreakdown& m = r.perDevice;
+    CHECK_EQ(m.shardedParams, 2 * P / 8); // a bf16 shard to gather from; fp32 master on host
+    CHECK_EQ(m.optimizer, int64_t(0));
+    const int64_t head = 128256LL * 4096 + 4096;
+    CHECK_EQ(m.grads, 2 * (head + block)); // the fp32 shard grad lives on host
+    CHECK_EQ(m.gatheredParams, 2 * (root + 2 * block));
+    CHECK_EQ(r.hostBytesPerDevice, (4 + 4 + 8) * P / 8);
+    // Shard traffic within the group (7/8) + all-reduce of the fp32 grad shard across the 2
+    // replicas (2 x 1/2 x shard).
+    CHECK_EQ(r.reduceBytesPerDevicePerStep,
+        int64_t(std::llround(7.0 / 8 * 4 * P + 2 * 0.5 * 4 * P / 8.0)));
+    CHECK_EQ(r.gatherBytesPerDevicePerStep,
+        int64_t(std::llround(7.0 / 8 * 2 * (2 * (P - root) + root))));
+    // Group traffic on NVLink, replica traffic on InfiniBand.
+    double groupTraffic
+        = static_cast<double>(r.gatherBytesPerDevicePerStep) + 7.0 / 8 * 4 * static_cast<double>(P);
+    double replicaTraffic = 2 * 0.5 * 4 * static_cast<double>(P) / 8.0;
+    CHECK_NEAR(r.commSeconds, groupTraffic / 450e9 + replicaTraffic / 50e9, 1e-6);
+
+    // params+optimizer: nothing persistent on the device, the bf16 shard joins the host.
+    in.offload = Offload::ParamsAndOptimizer;
+    PlanResult p = plan(in);
+    CHECK_EQ(p.perDevice.shardedParams, int64_t(0));
+    CHECK_EQ(p.hostBytesPerDevice, (4 + 4 + 8 + 2) * P / 8);
+    // A host too small for 8 ranks' offloaded state does not fit.
+    in.device.hostMemoryBytes = 100LL << 30;
+    PlanResult small = plan(in);
+    CHECK(!small.fits);
+}
+
+void testPureBf16AndFp16()
+{
+    PlanInput in;
+    in.model = preset("llama-2-7b");
+    in.gpusPerNode = 8;
+    in.seqLen = 512;
+    in.precision = Precision::Bf16;
+    PlanResult r = plan(in);
+    const int64_t P = 6738415616;
+    CHECK_EQ(r.perDevice.shardedParams, 2 * P / 8);
+    CHECK_EQ(r.perDevice.optimizer, 4 * P / 8);
+    CHECK_EQ(r.reduceBytesPerDevicePerStep, int64_t(std::llround(7.0 / 8 * 2 * P)));
+    in.precision = Precision::Fp16Mixed;
+    PlanResult f = plan(in);
+    in.precision = Precision::Bf16Mixed;
+    PlanResult b = plan(in);
+    CHECK_EQ(f.perDevice.total(), b.perDevice.total());
+    in.precision = Precision::Fp32;
+    PlanResult f32 = plan(in);
+    CHECK_NEAR(f32.computeSeconds, f32.deviceFlopsPerStep / 67e12, 1e-12);
+}
+
+// ZeRO paper (Rajbhandari et al. 2020), Figure 1: psi = 7.5B, N = 64, K = 12.
+void testZeroPaper()
+{
+    const double psi = 7.5e9;
+    auto gb = [](const MemoryBreakdown& m) { return static_cast<double>(m.modelStates()) / 1e9; };
+    CHECK_NEAR(gb(zeroPaperModelStates(Strategy::Ddp, psi, 64)), 120.0, 1e-12);
+    CHECK_NEAR(gb(zeroPaperModelStates(Strategy::Zero1, psi, 64)), 31.40625, 1e-12);
+    CHECK_NEAR(gb(zeroPaperModelStates(Strategy::Zero2, psi, 64)), 16.640625, 1e-12);
+    CHECK_NEAR(gb(zeroPaperModelStates(Strategy::Zero3, psi, 64)), 1.875, 1e-12);
+    // As the paper prints them, to one decimal.
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f/%.1f/%.1f/%.1f",
+        gb(zeroPaperModelStates(Strategy::Ddp, psi, 64)),
+        gb(zeroPaperModelStates(Strategy::Zero1, psi, 64)),
+        gb(zeroPaperModelStates(Strategy::Zero2, psi, 64)),
+        gb(zeroPaperModelStates(Strategy::Zero3, psi, 64)));
+    CHECK_EQ(std::string(buf), std::string("120.0/31.4/16.6/1.9"));
+
+    // plan() in zero-paper mode: Llama-2-7B over 64 GPUs (8 nodes x 8).
+    PlanInput in;
+    in.model = preset("llama-2-7b");
+    in.mode = AccountingMode::ZeroPaper;
+    in.gpusPerNode = 8;
+    in.nodes = 8;
+    in.microBatch = 1;
+    in.seqLen = 4096;
+    in.device.overheadBytes = 0;
+    const double P = 6738415616.0;
+    const double expect[] = {16 * P, 4 * P + 12 * P / 64, 2 * P + 14 * P / 64, 16 * P / 64};
+    const Strategy order[] = {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3};
+    for (int i = 0; i < 4; ++i) {
+        in.strategy = order[i];
+        PlanResult r = plan(in);
+        CHECK_NEAR(static_cast<double>(r.perDevice.modelStates()), expect[i], 1e-9);
+        // Korthikanti: s*b*h*(34 + 5*a*s/h) per layer; 4*s*b*V fp32 logits.
+        CHECK_NEAR(static_cast<double>(r.perDevice.activations),
+            32.0 * 4096 * 1 * 4096 * (34.0 + 5.0 * 32 * 4096 / 4096), 1e-12);
+        CHECK_EQ(r.perDevice.logits, int64_t(4) * 4096 * 32000);
+        CHECK_EQ(r.perDevice.commBuffers, int64_t(0));
+    }
+    in.strategy = Strategy::Zero3;
+    in.checkpointing = Checkpointing::Full;
+    PlanResult ck = plan(in);
+    CHECK_EQ(ck.perDevice.activations, int64_t(32) * 2 * 4096 * 4096);
+    // Communication: 3 psi 16-bit elements for ZeRO-3, 2 psi for DDP.
+    CHECK_NEAR(static_cast<double>(ck.bytesSentPerDevicePerStep), 3 * P * 2, 1e-12);
+    in.strategy = Strategy::Ddp;
+    CHECK_NEAR(static_cast<double>(plan(in).bytesSentPerDevicePerStep), 2 * P * 2, 1e-12);
+}
+
+void testDerivedAnswers()
+{
+    PlanInput in;
+    in.model = preset("llama-2-7b");
+    in.strategy = Strategy::Zero3;
+    in.gpusPerNode = 8;
+    in.checkpointing = Checkpointing::Full;
+    in.seqLen = 4096;
+    // Everything but activations and logits is independent of the micro-batch, and those two
+    // scale linearly with it; overhead = 1.5 GiB + 5%. Solve total(b) <= 80 GiB by hand.
+    in.microBatch = 1;
+    PlanResult one = plan(in);
+    const MemoryBreakdown& m = one.perDevice;
+    const double fixed = static_cast<double>(
+        m.shardedParams + m.gatheredParams + m.grads + m.optimizer + m.commBuffers);
+    const double perB = static_cast<double>(m.activations + m.logits);
+    const double cap = 80.0 * kGiB;
+    const int64_t expectB
+        = static_cast<int64_t>(std::floor((cap - 1.5 * kGiB - 1.05 * fixed) / (1.05 * perB)));
+    int64_t b = largestMicroBatch(in);
+    CHECK_EQ(b, expectB);
+    CHECK(b > 1);
+    in.microBatch = b;
+    CHECK(plan(in).fits);
+    in.microBatch = b + 1;
+    CHECK(!plan(in).fits);
+    CHECK_EQ(largestMicroBatch(in, 4), int64_t(4)); // capped by the limit
+
+    // Fewest GPUs: zero3 state is 16P/N + fixed terms; by hand with the micro-batch of 2.
+    in.microBatch = 2;
+    int64_t g = fewestGpus(in);
+    CHECK(g >= 1 && g <= 8);
+    PlanInput at = in;
+    at.gpusPerNode = g;
+    CHECK(plan(at).fits);
+    if (g > 1) {
+        at.gpusPerNode = g - 1;
+        CHECK(!plan(at).fits);
+    }
+    // 16P alone = 100 GiB > 80: one GPU cannot hold it.
+    CHECK(g >= 2);
+
+    // DDP of a 7B model never fits 80 GiB: fewest GPUs 0, largest micro-batch 0.
+    in.strategy = Strategy::Ddp;
+    CHECK_EQ(fewestGpus(in), int64_t(0));
+    CHECK_EQ(largestMicroBatch(in), int64_t(0));
+
+    // Llama-3.1-405B zero3 in bf16-mixed with full checkpointing needs many nodes: 16 bytes x
+    // 405.85B = 6.5 TB of state, so more than 6.5e12 / 80 GiB = 76 GPUs, i.e. >= 10 nodes.
+    PlanInput big;
+    big.model = preset("llama-3.1-405b");
+    big.strategy = Strategy::Zero3;
+    big.gpusPerNode = 8;
+    big.checkpointing = Checkpointing::Full;
+    big.seqLen = 4096;
+    int64_t bg = fewestGpus(big);
+    CHECK(bg % 8 == 0 && bg >= 80);
+    PlanInput atBig = big;
+    atBig.nodes = bg / 8;
+    CHECK(plan(atBig).fits);
+    atBig.nodes = bg / 8 - 1;
+    CHECK(!plan(atBig).fits);
+
+    // Hybrid: memory depends on the group; the answer is the group size when it fits.
+    PlanInput hy = in;
+    hy.strategy = Strategy::Hybrid;
+    hy.shardGroup = 4;
+    CHECK_EQ(fewestGpus(hy), int64_t(4));
+
+    // All strategies side by side: 4 columns on one node, hybrid added across nodes.
+    auto cols = planAllStrategies(in);
+    CHECK_EQ(cols.size(), size_t(4));
+    in.nodes = 2;
+    cols = planAllStrategies(in);
+    CHECK_EQ(cols.size(), size_t(5));
+    CHECK(cols.back().input.strategy == Strategy::Hybrid);
+    CHECK_EQ(cols.back().input.shardGroup, int64_t(8));
+    // ZeRO stages order their memory: ddp > zero1 > zero2 > zero3.
+    CHECK(cols[0].perDevice.total() > cols[1].perDevice.total());
+    CHECK(cols[1].perDevice.total() > cols[2].perDevice.total());
+    CHECK(cols[2].perDevice.total() > cols[3].perDevice.total());
+}
+
+void testNotesAndErrors()
+{
+    PlanInput in;
+    in.model = preset("tiny-1m");
+    in.seqLen = 256;
+    in.gpusPerNode = 1;
+    in.strategy = Strategy::Zero3;
+    PlanResult one = plan(in); // allowed
+    CHECK(!one.notes.empty()
+        && one.notes[0].find("sharding gains nothing on 1 GPU") != std::string::npos);
+
+    auto bad = [&](auto mutate, const char* needle) {
+        PlanInput x = in;
+        mutate(x);
+        CHECK_THROWS_WITH(plan(x), needle);
+    };
+    bad([](PlanInput& x) { x.microBatch = 0; }, "micro-batch must be a positive integer (got 0)");
+    bad([](PlanInput& x) { x.microBatch = -2; }, "micro-batch must be a positive integer");
+    bad([](PlanInput& x) { x.seqLen = 0; }, "sequence length must be a positive");
+    bad([](PlanInput& x) { x.gradAccum = -1; }, "gradient accumulation must be a positive");
+    bad([](PlanInput& x) { x.gpusPerNode = 0; }, "GPUs per node must be a positive");
+    bad([](PlanInput& x) { x.nodes = 0; }, "node count must be a positive");
+    bad([](PlanInput& x) { x.seqLen = 4096; }, "longer than tiny-1m's maximum of 1024");
+    bad([](PlanInput& x) { x.device.memoryBytes = 0; }, "device memory must be positive");
+    bad(
+        [](PlanInput& x) {
+            x.gpusPerNode = 8;
+            x.strategy = Strategy::Hybrid;
+            x.shardGroup = 3;
+        },
+        "hybrid shard group 3 does not divide the 8 GPUs; use a divisor of 8 (1, 2, 4, 8)");
+    bad(
+        [](PlanInput& x) {
+            x.gpusPerNode = 8;
+            x.strategy = Strategy::Hybrid;
+        },
+        "hybrid needs a shard group size");
+    bad(
+        [](PlanInput& x) {
+            x.device = DeviceSpec::cpu(8LL << 30);
+            x.offload = Offload::Optimizer;
+        },
+        "means nothing on a CPU device");
+    bad([](PlanInput& x) { x.model.numLayers = 0; }, "zero or negative sizes");
+
+    CHECK_THROWS_WITH(parseStrategy("zero4"), "unknown strategy 'zero4' (use one of: ddp");
+    CHECK_THROWS_WITH(parsePrecision("bf32"), "unknown precision 'bf32'");
+    CHECK_THROWS_WITH(parseOffload("params"), "params+optimizer");
+    CHECK_THROWS_WITH(parseCheckpointing("some"), "none, full");
+    CHECK_THROWS_WITH(parseAccountingMode("paper"), "zero-paper");
+    CHECK(parseStrategy("hybrid") == Strategy::Hybrid);
+    for (Strategy s : allStrategies())
+        CHECK(parseStrategy(toString(s)) == s);
+
+    // MoE: planned, with a note.
+    PlanInput ds;
+    ds.model = preset("deepseek-v3");
+    ds.gpusPerNode = 8;
+    ds.nodes = 32;
+    ds.seqLen = 4096;
+    PlanResult dr = plan(ds);
+    CHECK(dr.activeParams < dr.params);
+    CHECK_NEAR(dr.flopsPerToken,
+        6.0 * static_cast<double>(dr.activeParams) + 12.0 * 61 * 128 * 192 * 4096, 1e-12);
+    bool moeNote = false;
+    for (auto& n : dr.notes)
+        moeNote = moeNote || n.find("planning only") != std::string::npos;
+    CHECK(moeNote);
+}
+
+void testCalibrationAndJson()
+{
+    Calibration c;
+    nlohmann::json j = c.toJson();
+    CHECK_EQ(j["act_per_hidden"].get<double>(), 8.0);
+    CHECK_EQ(j["zero_paper_k"].get<double>(), 12.0);
+    j["gpu_overhead_bytes"] = 0;
+    j["gpu_fragmentation"] = 0;
+    j["logits_compute_copies"] = 0;
+    Calibration d = Calibration::fromJson(j);
+    CHECK_EQ(d.gpuOverheadBytes, 0.0);
+    CHECK_THROWS_WITH(Calibration::fromJson({{"act_per_hiden", 1}}), "unknown key 'act_per_hiden'");
+    CHECK_THROWS_WITH(Calibration::fromJson({{"act_per_hidden", "x"}}), "'act_per_hidden' must be");
+    CHECK_THROWS_WITH(Calibration::fromJson({{"act_per_hidden", -1}}), "non-negative");
+    CHECK_THROWS_WITH(Calibration::load("/nonexistent/cal.json"), "cannot be read");
+
+    // A calibration change is a data change: the same plan with the new coefficients.
+    PlanInput in;
+    in.model = preset("llama-2-7b");
+    in.gpusPerNode = 8;
+    in.seqLen = 1024;
+    in.calibration = d;
+    PlanResult r = plan(in);
+    CHECK_EQ(r.perDevice.overhead, int64_t(0));
+    CHECK_EQ(r.perDevice.logits, int64_t(1024) * 32000 * 8);
+
+    nlohmann::json out = toJson(r);
+    CHECK_EQ(out["params"].get<int64_t>(), int64_t(6738415616));
+    CHECK(out["params"].is_number_integer());
+    int64_t sum = 0;
+    for (auto& [k, v] : out["per_device"].items())
+        if (k != "total")
+            sum += v.get<int64_t>();
+    CHECK_EQ(sum, out["per_device"]["total"].get<int64_t>());
+    CHECK_EQ(out["per_device"].size(), size_t(9));
+    CHECK(out["fits"].is_boolean());
+    CHECK_EQ(formatGiB(int64_t(3) << 29), std::string("1.50 GiB"));
+}
+
+} // namespace
+
+int main()
+{
+    testLlama7bZero3();
+    testTinyCpuPadding();
+    testQwenDdpZero12();
+    testHybridOffload();
+    testPureBf16AndFp16();
+    testZeroPaper();
+    testDerivedAnswers();
+    testNotesAndErrors();
+    testCalibrationAndJson();
+    return shard::plan::test::finish("tst_planner");
+}

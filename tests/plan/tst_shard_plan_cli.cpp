@@ -1,0 +1,254 @@
+// The real `shard` binary: `shard plan` and `shard models` output, JSON fields, and one clear
+// stderr line with a non-zero exit for each bad input.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "check.h"
+#include "plan/model_spec.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Result {
+    int code = -1;
+    std::string out;
+    std::string err;
+};
+
+fs::path tempDir()
+{
+    static fs::path dir = [] {
+        fs::path d = fs::temp_directory_path() / ("shard_tst_cli_" + std::to_string(::getpid()));
+        fs::create_directories(d);
+        return d;
+    }();
+    return dir;
+}
+
+std::string slurp(const fs::path& p)
+{
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+Result shard(const std::string& args)
+{
+    const fs::path out = tempDir() / "out.txt", err = tempDir() / "err.txt";
+    std::string cmd = std::string("'") + SHARD_BINARY_DIR + "/app/shard' " + args + " >'"
+        + out.string() + "' 2>'" + err.string() + "'";
+    int status = std::system(cmd.c_str());
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+}
+
+size_t lineCount(const std::string& s)
+{
+    size_t n = 0;
+    for (char c : s)
+        n += c == '\n';
+    return n + (!s.empty() && s.back() != '\n');
+}
+
+// A failing invocation: non-zero exit, exactly one line on stderr that contains `needle`.
+void expectError(const std::string& args, const std::string& needle)
+{
+    Result r = shard(args);
+    if (r.code == 0 || lineCount(r.err) != 1 || r.err.find(needle) == std::string::npos)
+        shard::plan::test::fail(__FILE__, __LINE__,
+            "shard " + args + " -> exit " + std::to_string(r.code) + ", stderr: " + r.err
+                + " (wanted one line containing '" + needle + "')");
+}
+
+void testHumanTable()
+{
+    Result r = shard("plan --model llama-2-7b --gpus 8 --strategy zero3 --precision bf16-mixed "
+                     "--checkpointing full --micro-batch 2 --seq-len 4096");
+    CHECK_EQ(r.code, 0);
+    CHECK(r.err.empty());
+    for (const char* s : {"llama-2-7b", "6,738,415,616", "ddp", "zero1", "zero2", "[zero3]",
+             "params (own shard)", "params (gathered)", "gradients", "optimizer (AdamW)",
+             "activations", "logits + grad", "comm buffers", "overhead", "total",
+             "Verdict: zero3 FITS", "largest micro-batch that fits", "fewest GPUs that fit",
+             "FLOPs per token", "sent per GPU per step", "roofline step time"})
+        if (r.out.find(s) == std::string::npos)
+            shard::plan::test::fail(__FILE__, __LINE__, std::string("table lacks '") + s + "'");
+    // GiB with two decimals: the zero3 sharded fp32 params = 4 x 6,738,415,616 / 8 bytes.
+    char shard3[32];
+    std::snprintf(shard3, sizeof shard3, "%.2f", 4.0 * 6738415616.0 / 8 / (1 << 30));
+    CHECK(r.out.find(shard3) != std::string::npos);
+    // Every line fits 100 columns.
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);)
+        CHECK(line.size() <= 100);
+}
+
+void testJson()
+{
+    Result r = shard("plan --model llama-2-7b --gpus 8 --strategy zero3 --checkpointing full "
+                     "--micro-batch 2 --seq-len 4096 --json");
+    CHECK_EQ(r.code, 0);
+    json j = json::parse(r.out, nullptr, false);
+    CHECK(!j.is_discarded());
+    if (j.is_discarded())
+        return;
+    CHECK(j["params"].is_number_integer());
+    CHECK_EQ(j["params"].get<int64_t>(), int64_t(6738415616));
+    CHECK(j["fits"].is_boolean() && j["fits"].get<bool>());
+    int64_t sum = 0;
+    for (auto& [k, v] : j["per_device"].items())
+        if (k != "total")
+            sum += v.get<int64_t>();
+    CHECK_EQ(sum, j["per_device"]["total"].get<int64_t>());
+    CHECK_EQ(j["per_device"]["sharded_params"].get<int64_t>(), int64_t(4) * 6738415616 / 8);
+    for (const char* s : {"ddp", "zero1", "zero2", "zero3"})
+        CHECK(j["strategies"].contains(s) && j["strategies"][s].contains("per_device")
+            && j["strategies"][s]["per_device"].contains("total"));
+    CHECK_EQ(j["strategies"]["zero3"]["per_device"], j["per_device"]);
+    CHECK(!j["strategies"]["ddp"]["fits"].get<bool>());
+    CHECK(j["largest_micro_batch"].get<int64_t>() > 2);
+    CHECK_EQ(j["fewest_gpus"].get<int64_t>(), int64_t(2));
+    CHECK_EQ(j["flops_per_token"].get<double>(), 6.0 * 6738415616 + 12.0 * 32 * 4096 * 4096);
+
+    // CPU device and the ZeRO-paper mode.
+    Result c = shard("plan --model tiny-15m --gpus 2 --gpu-memory cpu --precision fp32 "
+                     "--seq-len 256 --micro-batch 4 --json");
+    CHECK_EQ(c.code, 0);
+    json cj = json::parse(c.out, nullptr, false);
+    CHECK(!cj.is_discarded() && cj["device"]["kind"] == "cpu");
+    Result p = shard("plan --model llama-2-7b --gpus 8 --nodes 8 --mode zero-paper --json");
+    CHECK_EQ(p.code, 0);
+    json pj = json::parse(p.out, nullptr, false);
+    CHECK(!pj.is_discarded() && pj["mode"] == "zero-paper" && pj["gpus"] == 64);
+    Result h = shard("plan --model llama-3-8b --gpus 8 --nodes 2 --strategy hybrid --shard-group 8 "
+                     "--offload optimizer");
+    CHECK_EQ(h.code, 0);
+    CHECK(h.out.find("[hybrid/8]") != std::string::npos);
+    CHECK(h.out.find("host RAM (offloaded)") != std::string::npos);
+}
+
+void testCalibration()
+{
+    Result show = shard("plan --show-calibration");
+    CHECK_EQ(show.code, 0);
+    json cal = json::parse(show.out, nullptr, false);
+    CHECK(!cal.is_discarded() && cal.contains("act_per_hidden") && cal.contains("zero_paper_k"));
+    // A calibration file changes the prediction without a rebuild.
+    fs::path file = tempDir() / "cal.json";
+    std::ofstream(file) << R"({"gpu_overhead_bytes": 0, "gpu_fragmentation": 0})";
+    Result r = shard("plan --model llama-2-7b --gpus 8 --seq-len 1024 --json --calibration '"
+        + file.string() + "'");
+    CHECK_EQ(r.code, 0);
+    json j = json::parse(r.out, nullptr, false);
+    CHECK(!j.is_discarded() && j["per_device"]["overhead"] == 0);
+    std::ofstream(file) << R"({"gpu_overhead": 1})";
+    expectError("plan --model llama-2-7b --calibration '" + file.string() + "'",
+        "cal.json: calibration: unknown key 'gpu_overhead'");
+}
+
+void testHfFolder()
+{
+    // A Hugging Face folder written from a preset plans like the preset.
+    fs::path dir = tempDir() / "Qwen2.5-7B";
+    fs::create_directories(dir);
+    std::ofstream(dir / "config.json")
+        << shard::plan::toHfConfig(*shard::plan::findPreset("qwen2.5-7b")).dump(2);
+    Result r = shard("plan --model '" + dir.string() + "' --gpus 4 --seq-len 2048 --json");
+    CHECK_EQ(r.code, 0);
+    json j = json::parse(r.out, nullptr, false);
+    CHECK(!j.is_discarded() && j["params"] == 7615616512LL && j["model"] == "Qwen2.5-7B");
+}
+
+void testModels()
+{
+    Result r = shard("models");
+    CHECK_EQ(r.code, 0);
+    CHECK(r.out.find("6,738,415,616") != std::string::npos);
+    CHECK(r.out.find("tiny-1m") != std::string::npos);
+    Result j = shard("models --json");
+    CHECK_EQ(j.code, 0);
+    json a = json::parse(j.out, nullptr, false);
+    CHECK(a.is_array());
+    bool found = false;
+    for (auto& m : a)
+        if (m["name"] == "qwen2.5-7b") {
+            found = true;
+            CHECK_EQ(m["params"].get<int64_t>(), int64_t(7615616512));
+            CHECK_EQ(m["config"]["model_type"], "qwen2");
+        }
+    CHECK(found);
+}
+
+void testErrors()
+{
+    expectError("plan --model llama2-7b --gpus 8", "did you mean llama-2-7b");
+    expectError("plan --gpus 8", "--model is required");
+    // Malformed and incomplete config.json: the message names the file / field.
+    fs::path bad = tempDir() / "bad-model";
+    fs::create_directories(bad);
+    std::ofstream(bad / "config.json") << "{\"model_type\": \"llama\",";
+    expectError("plan --model '" + bad.string() + "'", "config.json: not valid JSON");
+    std::ofstream(bad / "config.json")
+        << R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
+               "num_hidden_layers": 32, "num_attention_heads": 32})";
+    expectError("plan --model '" + bad.string() + "'", "'intermediate_size' is missing");
+    std::ofstream(bad / "config.json")
+        << R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": "big",
+               "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32})";
+    expectError("plan --model '" + bad.string() + "'", "'hidden_size' must be an integer");
+    fs::path empty = tempDir() / "no-config";
+    fs::create_directories(empty);
+    expectError("plan --model '" + empty.string() + "'", "no such file");
+
+    expectError("plan --model llama-2-7b --gpus 8 --strategy hybrid --shard-group 3",
+        "hybrid shard group 3 does not divide the 8 GPUs");
+    expectError("plan --model llama-2-7b --gpus 8 --strategy zero3 --shard-group 2",
+        "--shard-group applies only to --strategy hybrid");
+    expectError("plan --model llama-2-7b --gpus 0", "--gpus must be a positive integer (got 0)");
+    expectError("plan --model llama-2-7b --micro-batch -1", "--micro-batch must be a positive");
+    expectError("plan --model llama-2-7b --seq-len abc", "--seq-len: 'abc' is not an integer");
+    expectError("plan --model llama-2-7b --gpu-memory -24", "--gpu-memory must be a positive");
+    expectError(
+        "plan --model llama-2-7b --seq-len 8192", "longer than llama-2-7b's maximum of 4096");
+    expectError("plan --model llama-2-7b --strategy zero4", "unknown strategy 'zero4'");
+    expectError("plan --model llama-2-7b --precision int8", "unknown precision 'int8'");
+    expectError("plan --model tiny-1m --seq-len 128 --gpu-memory cpu --offload optimizer",
+        "means nothing on a CPU device");
+
+    // zero3 on one GPU is allowed, with a note.
+    Result one = shard("plan --model tiny-1m --gpus 1 --strategy zero3 --seq-len 128");
+    CHECK_EQ(one.code, 0);
+    CHECK(one.out.find("sharding gains nothing on 1 GPU") != std::string::npos);
+}
+
+} // namespace
+
+int main()
+{
+    if (!fs::exists(fs::path(SHARD_BINARY_DIR) / "app" / "shard")) {
+        std::fprintf(stderr, "shard binary not built at %s/app/shard\n", SHARD_BINARY_DIR);
+        return 1;
+    }
+    testHumanTable();
+    testJson();
+    testModels();
+    testHfFolder();
+    testCalibration();
+    testErrors();
+    fs::remove_all(tempDir());
+    return shard::plan::test::finish("tst_shard_plan_cli");
+}
