@@ -40,9 +40,16 @@ run() { # name ranks strategy
             --nproc-per-node "$ranks" --out "$out/$name" >/dev/null 2>"$out/$name.err"
     fi
 }
-run ddp-1 1 ddp
+# Throughput: ddp at 1 rank, ddp and zero3 at 2 ranks, interleaved over two rounds (the machine
+# is shared; the summary takes the median over both rounds). Then the other strategies once.
+for round in a b; do
+    run "ddp-1.$round" 1 ddp
+    run "ddp-2.$round" 2 ddp
+    run "zero3-2.$round" 2 zero3
+done
+for name in ddp-1 ddp-2 zero3-2; do mv "$out/$name.a" "$out/$name"; done
 run zero3-1 1 zero3
-for s in ddp zero1 zero2 zero3; do run "$s-2" 2 "$s"; done
+for s in zero1 zero2; do run "$s-2" 2 "$s"; done
 
 "$predict" "$out/model" 1 $global $seq fp32 none > "$out/plan-1.jsonl"
 "$predict" "$out/model" 2 $(( global / 2 )) $seq fp32 none > "$out/plan-2.jsonl"

@@ -1,9 +1,10 @@
 // The sharded engine against single-process runs, with real ranks on Gloo (tiny-1m, fp32,
-// 10 steps, AdamW, clipping, weight decay):
+// 10 steps, AdamW lr 1e-3, clipping, weight decay):
 //  - ddp / zero1 / zero2 / zero3 (+ activation checkpointing) at 2 ranks and zero3 at 4 ranks
 //    are bit-identical to a 1-rank run that splits each global batch the same way (gradient
 //    accumulation over the ranks' rows): the reductions sum in the same order;
-//  - the same runs match the 1-rank full-batch run within 1e-5 relative in loss;
+//  - the same runs match the 1-rank full-batch run within 1e-5 relative in loss and 1e-4
+//    (L2 relative) in the final weights;
 //  - hybrid (4 ranks, shard groups of 2) and zero3 with gradient accumulation match the 1-rank
 //    gradient-accumulation run within 1e-5 (loss) and 1e-4 (weights, L2 relative);
 //  - bytes sent per step per rank are within 2% of the theory for each strategy;
@@ -77,7 +78,7 @@ Run train(const std::string& tag, int ranks, const std::vector<std::string>& ext
 {
     const std::string out = g_dir + "/" + tag;
     std::vector<std::string> args = {"train", "--model", g_dir + "/model", "--data",
-        g_dir + "/data.jsonl", "--steps", "10", "--seq-len", "32", "--lr", "1e-2", "--seed", "3",
+        g_dir + "/data.jsonl", "--steps", "10", "--seq-len", "32", "--lr", "1e-3", "--seed", "3",
         "--clip", "1.0", "--weight-decay", "0.1", "--threads", "1", "--out", out};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<std::string> argv = {workerPath()};
@@ -204,13 +205,17 @@ int main()
             std::string(name) + " is bit-identical to the same-split 1-rank run");
         Diff d = compare(full, runs[name]);
         report(std::string(name) + " vs 1 rank full batch", d);
-        SHARD_EXPECT(d.loss <= 1e-5, std::string(name) + ": loss within 1e-5 of the 1-rank run");
+        SHARD_EXPECT(d.loss <= 1e-5 && d.weightL2 <= 1e-4,
+            std::string(name)
+                + ": loss within 1e-5 and weights within 1e-4 (L2) of the 1-rank run");
     }
     {
         Diff exact = compare(split4, runs["zero3-4"]);
         report("zero3-4 vs 1 rank split", exact);
         SHARD_EXPECT(exact.loss == 0 && exact.weightMax == 0, "zero3-4 bit-identical");
-        report("zero3-4 vs 1 rank full batch", compare(full, runs["zero3-4"]));
+        Diff d4 = compare(full, runs["zero3-4"]);
+        report("zero3-4 vs 1 rank full batch", d4);
+        SHARD_EXPECT(d4.loss <= 1e-5 && d4.weightL2 <= 1e-4, "zero3-4 matches the 1-rank run");
         for (const char* name : {"hybrid-4", "zero3-ga2-2"}) {
             Diff d = compare(split4, runs[name]);
             report(std::string(name) + " vs 1 rank grad-accum 4", d);
