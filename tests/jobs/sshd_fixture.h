@@ -4,6 +4,8 @@
 #pragma once
 
 #include <csignal>
+#include <pwd.h>
+#include <unistd.h>
 
 #include <QDir>
 #include <QFile>
@@ -106,12 +108,13 @@ public:
                        "Host noauth\n  HostName 127.0.0.1\n  Port %1\n  IdentityFile "
                        "%2/other_key\n"
                        "Host down\n  HostName 127.0.0.1\n  Port %3\n  IdentityFile %2/user_key\n"
-                       "Host *\n  User root\n  IdentitiesOnly yes\n  UserKnownHostsFile "
+                       "Host *\n  User %4\n  IdentitiesOnly yes\n  UserKnownHostsFile "
                        "%2/known_hosts\n  GlobalKnownHostsFile /dev/null\n"
                        "  StrictHostKeyChecking yes\n  LogLevel ERROR\n")
                    .arg(m_servers[0].port)
                    .arg(d)
-                   .arg(freePort());
+                   .arg(freePort())
+                   .arg(QString::fromLocal8Bit(::getpwuid(::getuid())->pw_name));
         write(configFile(), client.toUtf8());
         // Wait until every server accepts connections.
         for (const Server& s : m_servers) {
