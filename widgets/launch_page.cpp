@@ -260,7 +260,10 @@ QString LaunchPage::runDirectory() const
 
 Result<protocol::RunSpec> LaunchPage::spec() const
 {
-    protocol::RunSpec s;
+    // Settings the form does not show (eval split, clipping, betas...) come from the preset or
+    // run it was filled from.
+    protocol::RunSpec s = m_base;
+    s.data.clear();
     s.name = m_name->text().trimmed().toStdString();
     if (s.name.empty())
         return Result<protocol::RunSpec>::failure(tr("Give the run a name."));
@@ -367,6 +370,7 @@ void LaunchPage::start()
 
 void LaunchPage::toFields(const protocol::RunSpec& s)
 {
+    m_base = s;
     m_name->setText(QString::fromStdString(s.name));
     m_model->setText(QString::fromStdString(s.model));
     QStringList data;

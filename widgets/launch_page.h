@@ -67,6 +67,7 @@ private:
     QString runDirectory() const;
 
     StoreService* m_store = nullptr;
+    protocol::RunSpec m_base; // what the fields do not show, from the last preset or run loaded
     int m_masterPort = 0;
     QString m_workerProgram = QStringLiteral("shard-worker");
     QTimer* m_debounce = nullptr;

@@ -130,7 +130,12 @@ void MemoryBarChart::resizeEvent(QResizeEvent* event)
 void MemoryBarChart::restyle()
 {
     Theme::stylePlot(m_plot);
-    m_title->setTextColor(palette().color(QPalette::WindowText));
+    // The theme's palette, not the widget's: it propagates to widgets only later.
+    const QColor fg = Theme::palette(Theme::current()).color(QPalette::WindowText);
+    m_title->setTextColor(fg);
+    if (m_prediction)
+        m_prediction->setScatterStyle(
+            QCPScatterStyle(QCPScatterStyle::ssCrossSquare, QPen(fg, 2), QBrush(Qt::NoBrush), 11));
     m_plot->xAxis->grid()->setVisible(false);
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
@@ -169,7 +174,7 @@ void MemoryBarChart::rebuild()
     if (anyPrediction && !m_prediction) {
         m_prediction = new QCPGraph(m_plot->xAxis, m_plot->yAxis);
         m_prediction->setLineStyle(QCPGraph::lsNone);
-        const QColor fg = palette().color(QPalette::WindowText);
+        const QColor fg = Theme::palette(Theme::current()).color(QPalette::WindowText);
         m_prediction->setScatterStyle(
             QCPScatterStyle(QCPScatterStyle::ssCrossSquare, QPen(fg, 2), QBrush(Qt::NoBrush), 11));
     }
