@@ -110,8 +110,16 @@ public:
     void preForward(int u) override { log.push_back("F+" + std::to_string(u)); }
     void postForward(int u) override { log.push_back("F-" + std::to_string(u)); }
     void preBackward(int u) override { log.push_back("B+" + std::to_string(u)); }
-    void postBackward(int u) override { log.push_back("B-" + std::to_string(u)); }
+    void postBackward(int u) override
+    {
+        log.push_back("B-" + std::to_string(u));
+        // The post-backward point must see the unit's parameter gradients complete.
+        for (const auto& p : model->unit(u).params)
+            if (!p.value.grad().defined())
+                log.push_back("missing grad " + p.info.name);
+    }
     std::vector<std::string> log;
+    LlamaModel* model = nullptr;
 };
 
 } // namespace
@@ -190,6 +198,8 @@ int main()
                 : std::make_unique<SingleStrategy>(so);
             LlamaModel m(model.spec());
             strat->setup(m, [&](const Param& p) { return model.param(p.info.name).value; });
+            if (recording)
+                static_cast<RecordingStrategy*>(strat.get())->model = &m;
             for (Param* p : m.params())
                 p->value = p->value.to(at::kDouble).detach().requires_grad_(true);
             ModelRunner runner(m, *strat, ForwardConfig {at::kDouble, checkpointing});

@@ -13,6 +13,7 @@
 #include "core/train/trainer.h"
 #include "engine_test_util.h"
 #include "protocol/records.h"
+#include "tokenizer/demo_tokenizer.h"
 
 using namespace shard;
 using namespace shard::engine;
@@ -34,7 +35,7 @@ std::string makeModel(const std::string& name)
     const std::string dir = g_dir + "/" + name;
     writeHfConfigAndTokenizer(dir, spec, {});
     writeSafetensorsFolder(dir, tensors);
-    std::ofstream(dir + "/tokenizer.json") << "{\"model\":{\"type\":\"BPE\"}}";
+    tokenizer::writeDemoTokenizer(dir, static_cast<int>(spec.vocabSize));
     return dir;
 }
 
@@ -240,11 +241,10 @@ int main()
         expectBad(baseSpec(model, g_dir + "/absent.jsonl", out), {"absent.jsonl", "cannot open"},
             __LINE__);
         std::ofstream(g_dir + "/empty.jsonl").close();
-        expectBad(
-            baseSpec(model, g_dir + "/empty.jsonl", out), {"empty.jsonl", "no samples"}, __LINE__);
+        expectBad(baseSpec(model, g_dir + "/empty.jsonl", out),
+            {"empty.jsonl", "no usable records"}, __LINE__);
         std::ofstream(g_dir + "/badline.jsonl") << "{\"input_ids\":[1,2]}\n\n{\"input_ids\":[1,\n";
-        expectBad(
-            baseSpec(model, g_dir + "/badline.jsonl", out), {"badline.jsonl:3", "JSON"}, __LINE__);
+        expectBad(baseSpec(model, g_dir + "/badline.jsonl", out), {"badline.jsonl:3"}, __LINE__);
         std::ofstream(g_dir + "/badid.jsonl") << "{\"input_ids\":[1,2,9999]}\n";
         expectBad(baseSpec(model, g_dir + "/badid.jsonl", out),
             {"badid.jsonl:1", "9999", "vocabulary"}, __LINE__);

@@ -34,8 +34,11 @@ double Strategy::globalGradSquaredNorm(const std::vector<OptimTarget>& targets)
 {
     double local = 0.0;
     for (const auto& t : targets)
-        if (t.grad.defined())
-            local += t.grad.to(at::kDouble).pow(2).sum().item<double>();
+        if (t.grad.defined()) {
+            // at::norm reduces in fp32 with cascade summation, without a squared copy.
+            const double n = t.grad.norm().item<double>();
+            local += n * n;
+        }
     return allReduceSum(local);
 }
 

@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <time.h>
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -20,8 +22,8 @@
 #include "core/model/hf_folder.h"
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
+#include "core/train/data_loader_source.h"
 #include "core/train/model_runner.h"
-#include "core/train/tokenized_jsonl_source.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
 
@@ -45,6 +47,13 @@ int envInt(const char* name, int fallback)
 }
 
 using Clock = std::chrono::steady_clock;
+
+double cpuSeconds()
+{
+    timespec ts {};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 double seconds(Clock::time_point a, Clock::time_point b)
 {
@@ -176,22 +185,8 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
     if (m_spec.weightDecay < 0)
         throw std::runtime_error("weight decay must be >= 0");
 
-    // The data (validated line by line).
-    TokenizedJsonlConfig dc;
-    dc.path = m_spec.data.front();
-    dc.evalPath = m_spec.evalData;
-    dc.evalFraction = m_spec.evalFraction;
-    dc.seqLen = m_spec.seqLen;
-    dc.vocabSize = ms.vocabSize;
-    dc.padId = ms.eosTokenId >= 0 && ms.eosTokenId < ms.vocabSize
-        ? static_cast<int32_t>(ms.eosTokenId)
-        : 0;
-    dc.seed = m_spec.seed;
-    dc.shuffle = m_spec.shuffle;
-    if (m_spec.packing)
-        throw std::runtime_error("packing needs the dataset library (shard_data), which this build "
-                                 "lacks; run without --packing");
-    m_data = std::make_unique<TokenizedJsonlSource>(dc);
+    // The data (validated line by line by shard_data).
+    m_data = std::make_unique<DataLoaderSource>(m_spec, m_modelDir, ms.vocabSize);
     if (m_spec.evalEvery > 0 && m_data->evalRows().empty())
         throw std::runtime_error("--eval-every needs held-out data (--eval-data FILE or "
                                  "--eval-fraction F)");
@@ -305,11 +300,13 @@ TrainResult Trainer::run()
         const int64_t globalRows = m_spec.microBatch * m_strategy->worldSize();
         int64_t tokensSeen = 0;
         double timedSec = 0.0;
+        double timedCpuSec = 0.0;
         int64_t timedTokens = 0;
         alloc.resetPeak();
         int64_t runPeak = alloc.peakBytes();
         for (int64_t step = 0; step < m_steps; ++step) {
             const auto t0 = Clock::now();
+            const double cpu0 = cpuSeconds();
             std::vector<std::vector<TrainRow>> micro;
             int64_t stepTokens = 0;
             for (int k = 0; k < K; ++k) {
@@ -357,6 +354,7 @@ TrainResult Trainer::run()
             tokensSeen += stepAllTokens;
             if (step > 0 || m_steps == 1) {
                 timedSec += stepSec;
+                timedCpuSec += cpuSeconds() - cpu0;
                 timedTokens += stepAllTokens;
             }
             result.losses.push_back(loss);
@@ -407,6 +405,7 @@ TrainResult Trainer::run()
         }
         result.meanStepSec = m_steps > 1 ? timedSec / std::max<int64_t>(1, m_steps - 1) : timedSec;
         result.tokensPerSec = timedSec > 0 ? timedTokens / timedSec : 0.0;
+        result.cpuTokensPerSec = timedCpuSec > 0 ? timedTokens / timedCpuSec : 0.0;
         result.peakBytes = runPeak;
 
         if (m_options.writeRunDir && m_options.saveModel) {

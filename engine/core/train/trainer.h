@@ -28,8 +28,9 @@ struct TrainResult {
     std::vector<std::pair<int64_t, double>> evalLosses; // (step, loss)
     double tokensPerSec = 0.0;                          // mean over the steps after the first
     double meanStepSec = 0.0;
-    int64_t peakBytes = 0; // counting allocator, whole run
-    std::string modelDir;  // where the HF folder was written ("" if not)
+    double cpuTokensPerSec = 0.0; // the same per second of process CPU time (robust to load)
+    int64_t peakBytes = 0;        // counting allocator, whole run
+    std::string modelDir;         // where the HF folder was written ("" if not)
 };
 
 // Parses precision names: fp32 -> kFloat, bf16-mixed -> kBFloat16 (fp32 masters). Throws for
