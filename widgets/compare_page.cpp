@@ -54,7 +54,6 @@ ComparePage::ComparePage(QWidget* parent)
     m_loss->setYAxisLabel(tr("loss"));
     m_loss->setLegendVisible(true);
     m_memoryPlot = new LivePlot(tr("Peak memory per rank"), this);
-    m_memoryPlot->setYAxisLabel(tr("GiB"));
     m_diff = new QTableWidget(this);
     m_diff->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_diff->setAlternatingRowColors(true);
@@ -268,6 +267,14 @@ void ComparePage::rebuildPlots()
     m_memoryPlot->removeAllSeries();
     m_loss->setXAxisKind(m_xAxis);
     m_memoryPlot->setXAxisKind(m_xAxis);
+    double maxPeak = 0.0;
+    for (const RunSeries& run : m_runs)
+        for (double b : run.peakBytes)
+            maxPeak = std::max(maxPeak, b);
+    // MiB for tiny models, GiB for real ones.
+    const bool mib = maxPeak < 1024.0 * 1024.0 * 1024.0;
+    const double unit = mib ? 1024.0 * 1024.0 : 1024.0 * 1024.0 * 1024.0;
+    m_memoryPlot->setYAxisLabel(mib ? tr("MiB") : tr("GiB"));
     for (size_t i = 0; i < m_runs.size(); ++i) {
         const RunSeries& run = m_runs[i];
         const QColor color = Theme::seriesColor(int(i));
@@ -277,7 +284,7 @@ void ComparePage::rebuildPlots()
         m_loss->setSeriesVisible(l, m_checked[i]);
         QVector<double> gib(run.peakBytes.size());
         for (qsizetype k = 0; k < gib.size(); ++k)
-            gib[k] = run.peakBytes[k] / (1024.0 * 1024.0 * 1024.0);
+            gib[k] = run.peakBytes[k] / unit;
         const int m = m_memoryPlot->addSeries(run.name, color);
         m_memoryPlot->setPoints(m, x, gib);
         m_memoryPlot->setSeriesVisible(m, m_checked[i]);

@@ -387,6 +387,7 @@ void HostsPage::loadSettings()
     }
     s.endArray();
     setHosts(hosts);
+    Q_EMIT hostsChanged();
 }
 
 } // namespace shard::widgets

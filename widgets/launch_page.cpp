@@ -18,6 +18,7 @@
 #include <QVBoxLayout>
 
 #include "jobs/local_launcher.h"
+#include "jobs/slurm_launcher.h"
 #include "widgets/message_bar.h"
 #include "widgets/store_service.h"
 
@@ -95,7 +96,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_checkpointing = combo(this, {"none", "full"}, "checkpointing");
     m_target = new QComboBox(this);
     m_target->setObjectName("target");
-    m_target->addItem(tr("This machine"), "local");
+    m_target->addItem(tr("This machine"), -1);
     m_presets = new QComboBox(this);
     m_presets->setEditable(true);
     m_presets->setObjectName("presets");
@@ -224,6 +225,7 @@ void LaunchPage::setStore(StoreService* store)
 {
     m_store = store;
     connect(store, &StoreService::launched, this, [this](qint64 id, const QString& dir) {
+        m_starting = false;
         m_start->setEnabled(true);
         m_message->showMessage(tr("Run %1 started in %2").arg(id).arg(dir), MessageBar::Kind::Info);
         m_masterPort = jobs::pickMasterPort(); // the next run gets its own port
@@ -231,11 +233,48 @@ void LaunchPage::setStore(StoreService* store)
         Q_EMIT launched(id, dir);
     });
     connect(store, &StoreService::errorOccurred, this, [this](const QString& message) {
-        if (!m_start->isEnabled()) {
+        if (m_starting) {
+            m_starting = false;
             m_start->setEnabled(true);
             m_message->showMessage(message);
         }
     });
+}
+
+void LaunchPage::setHosts(const QList<HostEntry>& hosts)
+{
+    const QString current = m_target->currentText();
+    m_hosts = hosts;
+    QSignalBlocker block(m_target);
+    m_target->clear();
+    m_target->addItem(tr("This machine"), -1);
+    for (int i = 0; i < hosts.size(); ++i)
+        m_target->addItem(hosts[i].kind == "slurm" ? tr("Slurm: %1").arg(hosts[i].name)
+                                                   : tr("SSH: %1").arg(hosts[i].name),
+            i);
+    const int again = m_target->findText(current);
+    m_target->setCurrentIndex(again >= 0 ? again : 0);
+    updatePreview();
+}
+
+void LaunchPage::setTarget(int index)
+{
+    m_target->setCurrentIndex(index);
+}
+
+LaunchTarget LaunchPage::target() const
+{
+    LaunchTarget t;
+    const int host = m_target->currentData().toInt();
+    if (host < 0 || host >= m_hosts.size())
+        return t;
+    const HostEntry& h = m_hosts[host];
+    t.kind = h.kind == "slurm" ? "slurm" : "ssh";
+    if (!h.address.isEmpty())
+        t.sshHost = (h.user.isEmpty() ? QString() : h.user + "@") + h.address
+            + (h.port != 22 ? QString(":%1").arg(h.port) : QString());
+    t.partition = h.partition;
+    return t;
 }
 
 void LaunchPage::applyPlan(const plan::PlanInput& in, const QString& modelSource)
@@ -260,7 +299,10 @@ QString LaunchPage::runDirectory() const
 
 Result<protocol::RunSpec> LaunchPage::spec() const
 {
-    protocol::RunSpec s;
+    // Settings the form does not show (eval split, clipping, betas...) come from the preset or
+    // run it was filled from.
+    protocol::RunSpec s = m_base;
+    s.data.clear();
     s.name = m_name->text().trimmed().toStdString();
     if (s.name.empty())
         return Result<protocol::RunSpec>::failure(tr("Give the run a name."));
@@ -333,19 +375,44 @@ void LaunchPage::updatePreview()
         return;
     }
     const jobs::LaunchRequest& req = r.value();
-    QString worker = jobs::LocalLauncher::findWorker(req.workerProgram);
-    if (worker.isEmpty())
-        worker = req.workerProgram;
-    QStringList cmd = {worker};
-    cmd << jobs::workerLaunchArgs(req, req.runDir, req.runDir, 1, 0, {}, req.masterPort);
-    QStringList quoted;
-    for (const QString& a : cmd)
-        quoted << shellQuote(a);
+    const LaunchTarget t = target();
     const QByteArray specJson = jobs::specWithOut(req.specJson, req.runDir);
-    m_preview->setPlainText(tr("# Runs on this machine, detached (it outlives the studio):\n")
-        + quoted.join(' ') + "\n\n# " + req.runDir + "/launch-spec.json\n"
-        + QString::fromUtf8(specJson));
-    m_start->setEnabled(m_store != nullptr);
+    QString text;
+    if (t.kind == "slurm") {
+        jobs::SlurmOptions options;
+        options.via = t.sshHost;
+        options.partition = t.partition;
+        auto script = jobs::SlurmLauncher::sbatchScript(req, options, req.runDir);
+        if (!script) {
+            m_preview->setPlainText(tr("# Not ready: %1").arg(script.error()));
+            m_start->setEnabled(false);
+            Q_EMIT previewChanged();
+            return;
+        }
+        text = tr("# Submitted with sbatch %1as %2/job.sbatch:\n")
+                   .arg(t.sshHost.isEmpty() ? QString() : tr("on %1 ").arg(t.sshHost), req.runDir)
+            + script.value();
+    } else {
+        QString worker = req.workerProgram;
+        if (t.kind == "local") {
+            const QString found = jobs::LocalLauncher::findWorker(req.workerProgram);
+            if (!found.isEmpty())
+                worker = found;
+        }
+        QStringList cmd = {worker};
+        cmd << jobs::workerLaunchArgs(req, req.runDir, req.runDir, 1, 0, {}, req.masterPort);
+        QStringList quoted;
+        for (const QString& a : cmd)
+            quoted << shellQuote(a);
+        text = (t.kind == "ssh"
+                       ? tr("# Runs on %1 over SSH, detached (it outlives the connection):\n")
+                             .arg(t.sshHost)
+                       : tr("# Runs on this machine, detached (it outlives the studio):\n"))
+            + quoted.join(' ');
+    }
+    m_preview->setPlainText(
+        text + "\n\n# " + req.runDir + "/launch-spec.json\n" + QString::fromUtf8(specJson));
+    m_start->setEnabled(m_store != nullptr && !m_starting);
     Q_EMIT previewChanged();
 }
 
@@ -360,13 +427,15 @@ void LaunchPage::start()
         m_message->showMessage(tr("The run store is not open; runs cannot be started."));
         return;
     }
+    m_starting = true;
     m_start->setEnabled(false);
     m_message->showMessage(tr("Starting %1…").arg(r.value().name), MessageBar::Kind::Info);
-    m_store->launchLocal(r.value());
+    m_store->launch(r.value(), target());
 }
 
 void LaunchPage::toFields(const protocol::RunSpec& s)
 {
+    m_base = s;
     m_name->setText(QString::fromStdString(s.name));
     m_model->setText(QString::fromStdString(s.model));
     QStringList data;

@@ -9,7 +9,9 @@
 #include "jobs/launch_request.h"
 #include "plan/planner.h"
 #include "protocol/run_spec.h"
+#include "widgets/hosts_page.h"
 #include "widgets/result.h"
+#include "widgets/store_service.h"
 
 class QComboBox;
 class QDoubleSpinBox;
@@ -30,6 +32,10 @@ public:
     explicit LaunchPage(QWidget* parent = nullptr);
 
     void setStore(StoreService* store);
+    // Targets offered besides this machine: the Hosts page's SSH hosts and Slurm clusters.
+    void setHosts(const QList<HostEntry>& hosts);
+    void setTarget(int index);
+    LaunchTarget target() const;
     // Takes strategy, precision, checkpointing, offload and batch shape from the Plan page.
     void applyPlan(const plan::PlanInput& input, const QString& modelSource);
 
@@ -67,8 +73,11 @@ private:
     QString runDirectory() const;
 
     StoreService* m_store = nullptr;
+    protocol::RunSpec m_base; // what the fields do not show, from the last preset or run loaded
     int m_masterPort = 0;
     QString m_workerProgram = QStringLiteral("shard-worker");
+    QList<HostEntry> m_hosts;
+    bool m_starting = false; // a start request is on its way to the store thread
     QTimer* m_debounce = nullptr;
 
     QLineEdit* m_name = nullptr;

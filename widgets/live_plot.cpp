@@ -260,7 +260,8 @@ void LivePlot::resetView()
 void LivePlot::restyle()
 {
     Theme::stylePlot(m_plot);
-    m_title->setTextColor(palette().color(QPalette::WindowText));
+    // The theme's palette, not the widget's: it propagates to widgets only later.
+    m_title->setTextColor(Theme::palette(Theme::current()).color(QPalette::WindowText));
     markAllDirty(false);
 }
 

@@ -143,6 +143,8 @@ void MainWindow::wirePages()
 {
     m_runs->setStore(m_store);
     m_launch->setStore(m_store);
+    connect(
+        m_hosts, &HostsPage::hostsChanged, this, [this] { m_launch->setHosts(m_hosts->hosts()); });
     m_monitor->setPredictor(&predictedBytesPerRank);
     m_monitor->setStopper([this](const QString& dir) -> QString {
         const auto it = m_runIdByDir.find(QDir(dir).absolutePath());
@@ -154,12 +156,22 @@ void MainWindow::wirePages()
     });
     connect(m_store, &StoreService::runsListed, this, [this](const QVector<jobs::RunRecord>& r) {
         for (const auto& run : r)
-            if (!run.runDir.isEmpty() && run.target == "local")
+            if (!run.runDir.isEmpty())
                 m_runIdByDir.insert(QDir(run.runDir).absolutePath(), run.id);
     });
     connect(m_store, &StoreService::launched, this, [this](qint64 id, const QString& dir) {
         m_runIdByDir.insert(QDir(dir).absolutePath(), id);
-        monitorRun(dir);
+        if (QDir(dir).exists()) {
+            monitorRun(dir);
+        } else {
+            // A remote run: its points reach the store through the watcher; follow it on Runs.
+            statusBar()->showMessage(
+                tr("Run %1 started remotely in %2; it is recorded on the Runs page.")
+                    .arg(id)
+                    .arg(dir),
+                15000);
+            showPage(Page::Runs);
+        }
     });
     connect(m_store, &StoreService::errorOccurred, this,
         [this](const QString& message) { statusBar()->showMessage(message, 15000); });
@@ -261,6 +273,7 @@ void MainWindow::restoreSettings()
     m_plan->loadSettings();
     m_launch->loadSettings();
     m_hosts->loadSettings();
+    m_launch->setHosts(m_hosts->hosts());
     if (auto page = pageFromName(s.value("window/page", "plan").toString()))
         showPage(*page);
 }

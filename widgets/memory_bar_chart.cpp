@@ -12,7 +12,8 @@ namespace shard::widgets {
 
 namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-}
+constexpr double kMiB = 1024.0 * 1024.0;
+} // namespace
 
 MemoryBarChart::MemoryBarChart(const QString& title, QWidget* parent)
     : QWidget(parent)
@@ -34,7 +35,7 @@ MemoryBarChart::MemoryBarChart(const QString& title, QWidget* parent)
     m_plot->legend->setMargins(QMargins(4, 2, 4, 2));
     m_plot->plotLayout()->setRowStretchFactor(2, 0.001);
     m_plot->plotLayout()->setRowSpacing(2);
-    m_plot->yAxis->setLabel(tr("GiB per device"));
+    m_axisLabel = tr("%1 per device");
     m_plot->yAxis->setNumberFormat("gb");
     m_plot->xAxis->setTickLength(0, 0);
     m_plot->xAxis->setSubTicks(false);
@@ -108,16 +109,48 @@ void MemoryBarChart::setTitle(const QString& title)
     m_title->setText(title);
 }
 
+void MemoryBarChart::setAxisLabel(const QString& label)
+{
+    m_axisLabel = label;
+    rebuild();
+}
+
+void MemoryBarChart::resizeEvent(QResizeEvent* event)
+{
+    QWidget::resizeEvent(event);
+    // As many legend columns as fit, so no entry is clipped in a narrow column.
+    const int columns = std::clamp(width() / 140, 1, 4);
+    if (m_plot->legend->wrap() != columns) {
+        m_plot->legend->setWrap(columns);
+        m_plot->legend->setFillOrder(QCPLegend::foColumnsFirst, true); // re-flow the entries
+        m_plot->replot(QCustomPlot::rpQueuedReplot);
+    }
+}
+
 void MemoryBarChart::restyle()
 {
     Theme::stylePlot(m_plot);
-    m_title->setTextColor(palette().color(QPalette::WindowText));
+    // The theme's palette, not the widget's: it propagates to widgets only later.
+    const QColor fg = Theme::palette(Theme::current()).color(QPalette::WindowText);
+    m_title->setTextColor(fg);
+    if (m_prediction)
+        m_prediction->setScatterStyle(
+            QCPScatterStyle(QCPScatterStyle::ssCrossSquare, QPen(fg, 2), QBrush(Qt::NoBrush), 11));
     m_plot->xAxis->grid()->setVisible(false);
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
 void MemoryBarChart::rebuild()
 {
+    // GiB for real models, MiB for the tiny ones (a 20 MiB bar should not read 0.02).
+    double maxBytes = m_capacity.value_or(0.0);
+    for (const MemoryBar& bar : m_bars) {
+        maxBytes = std::max(maxBytes, std::accumulate(bar.bytes.begin(), bar.bytes.end(), 0.0));
+        maxBytes = std::max(maxBytes, bar.predictedBytes.value_or(0.0));
+    }
+    const bool mib = maxBytes < kGiB;
+    const double unit = mib ? kMiB : kGiB;
+    m_plot->yAxis->setLabel(mib ? m_axisLabel.arg("MiB") : m_axisLabel.arg("GiB"));
     QVector<double> ticks;
     QVector<QString> labels;
     double top = 0.0;
@@ -126,22 +159,22 @@ void MemoryBarChart::rebuild()
         ticks.append(b + 1);
         labels.append(m_bars[size_t(b)].label);
         const auto& bytes = m_bars[size_t(b)].bytes;
-        top = std::max(top, std::accumulate(bytes.begin(), bytes.end(), 0.0) / kGiB);
+        top = std::max(top, std::accumulate(bytes.begin(), bytes.end(), 0.0) / unit);
         if (m_bars[size_t(b)].predictedBytes) {
             anyPrediction = true;
-            top = std::max(top, *m_bars[size_t(b)].predictedBytes / kGiB);
+            top = std::max(top, *m_bars[size_t(b)].predictedBytes / unit);
         }
     }
     for (int c = 0; c < int(m_stack.size()); ++c) {
         QVector<double> values;
         for (const MemoryBar& bar : m_bars)
-            values.append(size_t(c) < bar.bytes.size() ? bar.bytes[size_t(c)] / kGiB : 0.0);
+            values.append(size_t(c) < bar.bytes.size() ? bar.bytes[size_t(c)] / unit : 0.0);
         m_stack[size_t(c)]->setData(ticks, values, true);
     }
     if (anyPrediction && !m_prediction) {
         m_prediction = new QCPGraph(m_plot->xAxis, m_plot->yAxis);
         m_prediction->setLineStyle(QCPGraph::lsNone);
-        const QColor fg = palette().color(QPalette::WindowText);
+        const QColor fg = Theme::palette(Theme::current()).color(QPalette::WindowText);
         m_prediction->setScatterStyle(
             QCPScatterStyle(QCPScatterStyle::ssCrossSquare, QPen(fg, 2), QBrush(Qt::NoBrush), 11));
     }
@@ -151,7 +184,7 @@ void MemoryBarChart::rebuild()
         for (int b = 0; b < int(m_bars.size()); ++b) {
             if (m_bars[size_t(b)].predictedBytes) {
                 px.append(b + 1);
-                py.append(*m_bars[size_t(b)].predictedBytes / kGiB);
+                py.append(*m_bars[size_t(b)].predictedBytes / unit);
             }
         }
         m_prediction->setData(px, py, true);
@@ -171,14 +204,14 @@ void MemoryBarChart::rebuild()
     m_plot->xAxis->setRange(0.4, double(m_bars.size()) + 0.6);
 
     if (m_capacity && *m_capacity > 0) {
-        const double cap = *m_capacity / kGiB;
+        const double cap = *m_capacity / unit;
         top = std::max(top, cap);
         m_capacityLine->point1->setCoords(0, cap);
         m_capacityLine->point2->setCoords(1, cap);
         m_capacityText->position->setTypeY(QCPItemPosition::ptPlotCoords);
         m_capacityText->position->setCoords(0.99, cap);
         m_capacityText->setText(m_capacityLabel.isEmpty()
-                ? tr("capacity %1 GiB").arg(cap, 0, 'f', 1)
+                ? tr("capacity %1 %2").arg(cap, 0, 'f', 1).arg(mib ? "MiB" : "GiB")
                 : m_capacityLabel);
         m_capacityLine->setVisible(true);
         m_capacityText->setVisible(true);

@@ -36,6 +36,8 @@ public:
     void setCapacity(std::optional<double> bytes, const QString& label = {});
     void setPredictionLabel(const QString& label);
     void setTitle(const QString& title);
+    // "%1 per rank": %1 becomes GiB or MiB, whichever suits the values.
+    void setAxisLabel(const QString& label);
 
     const std::vector<MemoryBar>& bars() const { return m_bars; }
     QStringList categories() const { return m_categories; }
@@ -44,6 +46,9 @@ public:
     // Draws now instead of at the next event-loop turn (screenshots, tests).
     void flushNow();
     void restyle();
+
+protected:
+    void resizeEvent(QResizeEvent* event) override;
 
 private:
     void rebuild();
@@ -59,6 +64,7 @@ private:
     std::optional<double> m_capacity;
     QString m_capacityLabel;
     QString m_predictionLabel;
+    QString m_axisLabel;
 };
 
 } // namespace shard::widgets

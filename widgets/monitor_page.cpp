@@ -88,16 +88,20 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_loss->addSeries(tr("eval loss"), Theme::seriesColor(3));
     m_loss->setSmoothing(0.6);
     m_loss->setYAxisLabel(tr("loss"));
+    m_loss->setLegendVisible(true);
     m_lr = new LivePlot(tr("Learning rate"), this);
     m_lr->addSeries(tr("lr"), Theme::seriesColor(2));
     m_gradNorm = new LivePlot(tr("Gradient norm"), this);
     m_gradNorm->addSeries(tr("grad norm"), Theme::seriesColor(4));
+    m_gradNorm->setSmoothing(0.6);
     m_throughput = new LivePlot(tr("Throughput"), this);
     m_throughput->addSeries(tr("tokens/s"), Theme::seriesColor(1));
     m_throughput->setYAxisLabel(tr("tokens/s"));
+    m_throughput->setSmoothing(0.6);
     m_memory = new MemoryBarChart(tr("Memory per rank"), this);
     m_memory->setCategories(memoryCategoryNames());
     m_memory->setPredictionLabel(tr("planner prediction"));
+    m_memory->setAxisLabel(tr("%1 per rank"));
 
     m_log = new QPlainTextEdit(this);
     m_log->setReadOnly(true);
@@ -156,8 +160,11 @@ MonitorPage::MonitorPage(QWidget* parent)
     connect(m_path, &QLineEdit::returnPressed, this,
         [this] { openRunDirectory(m_path->text().trimmed()); });
     connect(m_stop, &QPushButton::clicked, this, &MonitorPage::stopRun);
-    connect(m_smoothing, &QSlider::valueChanged, this,
-        [this](int v) { m_loss->setSmoothing(v / 100.0); });
+    connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
+        // Like TensorBoard, smoothing applies to every noisy scalar; the schedule is exact.
+        for (LivePlot* p : {m_loss, m_gradNorm, m_throughput})
+            p->setSmoothing(v / 100.0);
+    });
     connect(&m_follower, &RunDirFollower::updated, this, &MonitorPage::onUpdate);
     connect(&m_follower, &RunDirFollower::failed, this, &MonitorPage::onFailed);
 }

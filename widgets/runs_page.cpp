@@ -9,6 +9,7 @@
 #include <QPushButton>
 #include <QSortFilterProxyModel>
 #include <QTableView>
+#include <QTimer>
 #include <QVBoxLayout>
 
 #include "widgets/message_bar.h"
@@ -110,6 +111,15 @@ void RunsPage::setStore(StoreService* store)
     connect(store, &StoreService::openFailed, this,
         [this](const QString& message) { m_message->showMessage(message); });
     connect(store, &StoreService::runImported, this, &RunsPage::refresh);
+    // Live runs change their summary as they train: refresh at most every two seconds.
+    auto* coalesce = new QTimer(this);
+    coalesce->setSingleShot(true);
+    coalesce->setInterval(2000);
+    connect(coalesce, &QTimer::timeout, this, &RunsPage::refresh);
+    connect(store, &StoreService::runChanged, coalesce, [coalesce] {
+        if (!coalesce->isActive())
+            coalesce->start();
+    });
     connect(store, &StoreService::launched, this, &RunsPage::refresh);
 }
 

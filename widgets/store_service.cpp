@@ -9,6 +9,9 @@
 #include "jobs/ingestor.h"
 #include "jobs/local_launcher.h"
 #include "jobs/local_run_watcher.h"
+#include "jobs/slurm_launcher.h"
+#include "jobs/ssh_launcher.h"
+#include "jobs/watch_run.h"
 
 namespace shard::widgets {
 
@@ -143,12 +146,29 @@ public:
         Q_EMIT runImported(id.value());
     }
 
-    void launchLocal(const jobs::LaunchRequest& request)
+    void launch(const jobs::LaunchRequest& request, const LaunchTarget& target)
     {
         if (!writable())
             return;
-        jobs::LocalLauncher launcher(*m_store);
-        auto id = launcher.start(request);
+        jobs::Result<qint64> id = jobs::fail(tr("unknown launch target '%1'").arg(target.kind));
+        if (target.kind == "local") {
+            jobs::LocalLauncher launcher(*m_store);
+            id = launcher.start(request);
+        } else if (target.kind == "ssh") {
+            auto host = jobs::SshHost::parse(target.sshHost);
+            if (!host) {
+                Q_EMIT errorOccurred(tr("Host '%1': %2").arg(target.sshHost, host.error()));
+                return;
+            }
+            jobs::SshLauncher launcher(*m_store);
+            id = launcher.start({host.value()}, request);
+        } else if (target.kind == "slurm") {
+            jobs::SlurmOptions options;
+            options.via = target.sshHost;
+            options.partition = target.partition;
+            jobs::SlurmLauncher launcher(*m_store);
+            id = launcher.submit(request, options);
+        }
         if (!id) {
             Q_EMIT errorOccurred(tr("Could not start the run: %1").arg(id.error()));
             return;
@@ -166,8 +186,18 @@ public:
     {
         if (!writable())
             return;
-        jobs::LocalLauncher launcher(*m_store);
-        auto status = launcher.stop(runId);
+        auto run = m_store->run(runId);
+        if (!run) {
+            Q_EMIT errorOccurred(run.error());
+            return;
+        }
+        jobs::Status status;
+        if (run->target == "ssh")
+            status = jobs::SshLauncher(*m_store).stop(runId);
+        else if (run->target == "slurm")
+            status = jobs::SlurmLauncher(*m_store).cancel(runId);
+        else
+            status = jobs::LocalLauncher(*m_store).stop(runId);
         if (!status) {
             Q_EMIT errorOccurred(tr("Could not stop run %1: %2").arg(runId).arg(status.error()));
             return;
@@ -208,10 +238,16 @@ private:
     void watch(qint64 runId)
     {
         auto run = m_store->run(runId);
-        if (!run || run->target != "local")
+        if (!run)
             return;
-        auto* w = new jobs::LocalRunWatcher(*m_store, runId, run->runDir, this);
-        w->setProcess(run->pid, jobs::LocalLauncher::startTimeOf(run.value()));
+        // Local, SSH or Slurm: the jobs library picks the watcher for the target.
+        auto watcher
+            = jobs::watchRun(*m_store, run.value(), jobs::SshOptions::fromEnvironment(), this);
+        if (!watcher) {
+            Q_EMIT errorOccurred(tr("Cannot follow run %1: %2").arg(runId).arg(watcher.error()));
+            return;
+        }
+        jobs::RunWatcher* w = watcher.value().release();
         connect(
             w, &jobs::RunWatcher::pointsAdded, this, [this](qint64 id) { Q_EMIT runChanged(id); });
         connect(w, &jobs::RunWatcher::statusChanged, this,
@@ -222,7 +258,6 @@ private:
             Q_EMIT runChanged(id);
             w->deleteLater();
         });
-        w->start();
     }
 
     std::unique_ptr<jobs::RunStore> m_store;
@@ -274,9 +309,10 @@ void StoreService::importRunDirectory(const QString& directory)
         m_worker, [w = m_worker, directory] { w->importRunDirectory(directory); });
 }
 
-void StoreService::launchLocal(const jobs::LaunchRequest& request)
+void StoreService::launch(const jobs::LaunchRequest& request, const LaunchTarget& target)
 {
-    QMetaObject::invokeMethod(m_worker, [w = m_worker, request] { w->launchLocal(request); });
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker, request, target] { w->launch(request, target); });
 }
 
 void StoreService::stopRun(qint64 runId)

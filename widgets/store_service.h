@@ -19,6 +19,14 @@ namespace shard::widgets {
 
 class StoreWorker;
 
+// Where a run starts: this machine, one SSH host, or a Slurm cluster (submitted here or on a
+// login node over SSH).
+struct LaunchTarget {
+    QString kind = QStringLiteral("local"); // local, ssh, slurm
+    QString sshHost;                        // [user@]host[:port] (ssh; slurm: the login node)
+    QString partition;                      // slurm
+};
+
 class StoreService : public QObject {
     Q_OBJECT
 public:
@@ -33,8 +41,9 @@ public:
     void loadSeries(const QVector<qint64>& runIds, quint64 ticket);
     // Creates a run record for a run folder made elsewhere (CLI, another studio) and ingests it.
     void importRunDirectory(const QString& directory);
-    // Starts a local run (`shard-worker launch` detached) and watches it into the store.
-    void launchLocal(const jobs::LaunchRequest& request);
+    // Starts a run (`shard-worker launch` detached, over SSH, or as a Slurm job) and watches it
+    // into the store.
+    void launch(const jobs::LaunchRequest& request, const LaunchTarget& target = {});
     void stopRun(qint64 runId);
 
 Q_SIGNALS:

@@ -9,6 +9,7 @@
 #include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
+#include <QTcpServer>
 #include <QTemporaryDir>
 
 #include "widgets/launch_page.h"
@@ -115,6 +116,38 @@ private Q_SLOTS:
         QTRY_COMPARE_WITH_TIMEOUT(errors.count(), 1, 10000);
         QTRY_VERIFY(page.messageText().contains("not found"));
         QVERIFY2(page.messageText().contains("SHARD_WORKER"), qPrintable(page.messageText()));
+    }
+
+    void remoteTargetsPreviewAndRefusal()
+    {
+        QTcpServer probe; // a loopback port nobody listens on
+        QVERIFY(probe.listen(QHostAddress::LocalHost));
+        const int port = probe.serverPort();
+        probe.close();
+        LaunchPage page;
+        page.show();
+        page.setModelFolder("/models/tiny");
+        page.setDataFiles({"/data/train.jsonl"});
+        page.setRunsRoot("/scratch/runs");
+        page.setHosts({{"closed", "ssh", "127.0.0.1", port, "nobody", {}},
+            {"cluster", "slurm", "", 22, {}, "debug"}});
+        page.setTarget(2);
+        QTRY_VERIFY(page.commandPreview().contains("#SBATCH"));
+        QVERIFY2(page.commandPreview().contains("srun"), qPrintable(page.commandPreview()));
+        QVERIFY(page.commandPreview().contains("debug"));
+        QCOMPARE(page.target().kind, QString("slurm"));
+        page.setTarget(1);
+        QTRY_VERIFY(page.commandPreview().contains("over SSH"));
+        QCOMPARE(page.target().sshHost, QString("nobody@127.0.0.1:%1").arg(port));
+        if (QStandardPaths::findExecutable("ssh").isEmpty())
+            QSKIP("the OpenSSH client is not installed");
+        StoreService store(m_tmp.filePath("remote-store.sqlite"));
+        page.setStore(&store);
+        QSignalSpy errors(&store, &StoreService::errorOccurred);
+        page.start();
+        QTRY_VERIFY_WITH_TIMEOUT(errors.count() >= 1, 30000);
+        QTRY_VERIFY(!page.messageText().isEmpty());
+        QVERIFY2(page.messageText().contains("127.0.0.1"), qPrintable(page.messageText()));
     }
 
 private:
