@@ -147,6 +147,7 @@ def main():
         c1 = time.process_time()
         loss.backward()
         c2 = time.process_time()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # as the engine (clip 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if step > 0:

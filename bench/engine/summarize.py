@@ -24,7 +24,7 @@ L = ["## Engine core: training throughput vs eager PyTorch (CPU)", "",
      "process CPU time measure the work each implementation does and give the fair ratio."
      % (load, os.cpu_count()), "",
      "| preset | params | batch x seq | engine tok/s wall | eager tok/s wall | engine tok/CPU-s "
-     "| eager tok/CPU-s | **engine / eager (CPU)** | engine FLOP/CPU-s | 2048² matmul FLOP/s "
+     "| eager tok/CPU-s | **engine / eager (CPU)** | engine FLOP/s | 2048² matmul FLOP/s "
      "| engine / matmul |",
      "|---|---|---|---|---|---|---|---|---|---|---|"]
 presets = list(dict.fromkeys(r["preset"] for r in rows))
@@ -35,14 +35,23 @@ for preset in presets:
         continue
     et, pt = med(r["tokens_per_sec"] for r in e), med(r["tokens_per_sec"] for r in p)
     ec, pc = med(r["cpu_tokens_per_sec"] for r in e), med(r["cpu_tokens_per_sec"] for r in p)
-    ef = ec * e[0]["flops_per_token"]
-    mf = max(r["matmul_flops"] for r in e)
+    # Like for like: per CPU-second when the run recorded the matmul's CPU time, else both
+    # per wall-clock second of the same process.
+    if all("matmul_cpu_flops" in r for r in e):
+        ef = ec * e[0]["flops_per_token"]
+        mf = med(r["matmul_cpu_flops"] for r in e)
+        basis = "per CPU-second"
+    else:
+        ef = et * e[0]["flops_per_token"]
+        mf = med(r["matmul_flops"] for r in e)
+        basis = "per wall-clock second"
     L.append("| %s | %.1fM | %d x %d | %.0f | %.0f | %.0f | %.0f | **%.2f** | %.1f G | %.1f G "
              "| %.0f%% |" % (preset, e[0]["params"] / 1e6, e[0]["batch"], e[0]["seq"], et, pt, ec,
                              pc, ec / pc, ef / 1e9, mf / 1e9, 100 * ef / mf))
-L += ["", "FLOPs per token: 6·P + 12·L·h·s (torchtitan's MFU formula). The matmul figure is the "
-      "best round of a 2048×2048 fp32 `at::mm` with the same thread count, i.e. this machine's "
-      "practical peak.", "", "### Where the time goes (CPU seconds per step, median)", "",
+L += ["", "FLOPs per token: 6·P + 12·L·h·s (torchtitan's MFU formula). The matmul figure is a "
+      "2048×2048 fp32 `at::mm` with the same thread count, measured in the same process right "
+      "after training (median of the rounds, %s like the engine figure next to it): this "
+      "machine's practical peak." % basis, "", "### Where the time goes (CPU seconds per step, median)", "",
       "| preset | impl | forward | backward | optimizer |", "|---|---|---|---|---|"]
 for preset in presets:
     for impl in ("engine", "eager"):
