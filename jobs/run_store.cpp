@@ -431,6 +431,10 @@ Result<RunStore> RunStore::open(const QString& path, OpenMode mode, int busyTime
                                    "writable location")
                         .arg(path));
 
+    // Series reads scan many pages: a larger cache and memory-mapped reads keep them fast.
+    impl->db.exec("PRAGMA cache_size = -65536");
+    impl->db.exec("PRAGMA mmap_size = 268435456");
+
     // Reading the schema version touches the header: a non-database file fails here.
     auto st = impl->db.prepare("PRAGMA user_version");
     if (impl->readOnly && (!st.valid() || !st.step()) && impl->db.lastCode() == SQLITE_CANTOPEN) {
@@ -681,6 +685,11 @@ Result<MetricSeries> RunStore::metricSeries(qint64 runId, qint64 afterStep) cons
         return fail(d->describe(QStringLiteral("reading the metrics of run %1").arg(runId)));
     st.bind(1, runId).bind(2, afterStep);
     MetricSeries s;
+    if (auto n = metricCount(runId); n && *n > 0) {
+        for (QVector<double>* v : {&s.step, &s.tokens, &s.wallTime, &s.loss, &s.lr, &s.gradNorm,
+                 &s.tokensPerSec, &s.stepTime, &s.commBytes})
+            v->reserve(*n);
+    }
     while (st.step()) {
         const double step = static_cast<double>(st.int64(0));
         s.step.push_back(step);

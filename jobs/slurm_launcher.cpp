@@ -98,9 +98,8 @@ Result<QString> SlurmLauncher::sbatchScript(
     if (o.nodes > 1) {
         lines << QStringLiteral("MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | "
                                 "head -n 1)");
-        const QString nodeDir = runDir + QStringLiteral("/nodes/node-") + kNodeRank;
         QStringList args = workerLaunchArgs(
-            request, runDir, nodeDir, o.nodes, 0, QStringLiteral("@SHARD_MASTER_ADDR@"), port);
+            request, runDir, runDir, o.nodes, 0, QStringLiteral("@SHARD_MASTER_ADDR@"), port);
         args[args.indexOf(QStringLiteral("--node-rank")) + 1] = kNodeRank;
         lines << QStringLiteral("export MASTER_ADDR");
         lines << QStringLiteral("# One launcher per node; its node rank is SLURM_NODEID.");

@@ -129,7 +129,9 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
         = req.specJson.isEmpty() ? QByteArray() : specWithOut(req.specJson, absDir);
     for (int i = 0; i < hosts.size(); ++i) {
         const SshHost& host = hosts[i];
-        const QString nodeDir = i == 0 ? absDir : absDir + QStringLiteral("/nodes/node-%1").arg(i);
+        // One run directory for every node: the launcher names its per-node files (pid, log)
+        // by node rank, and node 0's records are the run's.
+        const QString nodeDir = absDir;
         const QStringList args = workerLaunchArgs(
             req, absDir, nodeDir, static_cast<int>(hosts.size()), i, masterAddr, port);
         QString env;
@@ -209,6 +211,25 @@ Status SshLauncher::stop(qint64 runId, int graceMs)
         return m_store.setStatus(runId, RunStatus::Stopped, QStringLiteral("stopped on request"));
     }
     return {};
+}
+
+Result<QString> SshLauncher::checkHost(const SshHost& host, const QString& workerProgram)
+{
+    auto r = m_ssh.run(host,
+        QStringLiteral("w=%1; command -v \"$w\" >/dev/null 2>&1 || exit 127; \"$w\" --version")
+            .arg(Q::shellQuote(workerProgram)),
+        {}, 30000);
+    if (!r)
+        return fail(r.error());
+    if (r->exitCode == 127)
+        return fail(QStringLiteral("shard-worker is not installed on %1 ('%2' is not on the PATH "
+                                   "of a non-interactive shell there)")
+                        .arg(host.toString(), workerProgram));
+    if (r->exitCode != 0)
+        return fail(QStringLiteral("%1 --version failed on %2: %3")
+                        .arg(workerProgram, host.toString(),
+                            QString::fromLocal8Bit(r->err).trimmed().section('\n', -1)));
+    return QString::fromUtf8(r->out).trimmed().section('\n', 0, 0);
 }
 
 Result<qint64> SshLauncher::attach(const SshHost& host, const QString& runDir)

@@ -36,6 +36,11 @@ public:
     // launcher.pid, and ingests what is there. Returns the run id.
     Result<qint64> attach(const SshHost& host, const QString& runDir);
 
+    // For a Hosts page's "test connection": connects (BatchMode) and runs `<worker> --version`.
+    // Returns the version line, or the one-line reason (unreachable, auth refused, host key,
+    // shard-worker not installed). Blocking: call it off the UI thread.
+    Result<QString> checkHost(const SshHost& host, const QString& workerProgram = "shard-worker");
+
     // The nodes recorded for an SSH run.
     static QList<RemoteNode> nodesOf(const RunRecord& run);
 

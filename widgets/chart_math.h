@@ -28,8 +28,9 @@ struct DecimatedSeries {
 
 // Reduces sorted (keys, values) to the min and max of each of `buckets` equal slices of
 // [xMin, xMax] (in key order), plus the first and last point of the range, so a line drawn from
-// the result covers the same pixel columns, with the same extremes, as one drawn from all points. The nearest point outside each end is kept so the line
-// reaches the plot's edges. Non-finite values are dropped.
+// the result covers the same pixel columns, with the same extremes, as one drawn from all points.
+// The nearest point outside each end is kept so the line reaches the plot's edges. Non-finite
+// values are dropped.
 DecimatedSeries decimateMinMax(const QVector<double>& keys, const QVector<double>& values,
     double xMin, double xMax, int buckets);
 

@@ -171,7 +171,7 @@ ComparePage::ComparePage(QWidget* parent)
 
 QString ComparePage::messageText() const
 {
-    return m_message->isVisible() ? m_message->text() : QString();
+    return m_message->text();
 }
 
 void ComparePage::browse()

@@ -82,11 +82,16 @@ HostsPage::HostsPage(QWidget* parent)
         this);
     help->setWordWrap(true);
 
+    auto* formBox = new QWidget(this);
+    auto* formColumn = new QVBoxLayout(formBox);
+    formColumn->setContentsMargins(0, 0, 0, 0);
+    formColumn->addLayout(form);
+    formColumn->addLayout(buttons);
+    formBox->setMaximumWidth(720);
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(m_table, 1);
     layout->addWidget(m_message);
-    layout->addLayout(form);
-    layout->addLayout(buttons);
+    layout->addWidget(formBox);
     layout->addWidget(help);
 
     setTabOrder(m_table, m_name);
@@ -134,7 +139,7 @@ HostsPage::HostsPage(QWidget* parent)
 
 QString HostsPage::messageText() const
 {
-    return m_message->isVisible() ? m_message->text() : QString();
+    return m_message->text();
 }
 
 void HostsPage::setHosts(const QList<HostEntry>& hosts)

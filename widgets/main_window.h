@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include <QHash>
 #include <QMainWindow>
 
 #include "widgets/theme.h"
@@ -20,6 +21,7 @@ class LaunchPage;
 class MonitorPage;
 class PlanPage;
 class RunsPage;
+class StoreService;
 
 enum class Page { Plan, Launch, Monitor, Runs, Compare, Hosts };
 constexpr int kPageCount = 6;
@@ -30,7 +32,8 @@ std::optional<Page> pageFromName(const QString& name);
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
-    explicit MainWindow(QWidget* parent = nullptr);
+    // `storePath` empty: RunStore::defaultPath() ($SHARD_STORE or the app data folder).
+    explicit MainWindow(const QString& storePath = {}, QWidget* parent = nullptr);
     ~MainWindow() override;
 
     void showPage(Page page);
@@ -44,6 +47,11 @@ public:
     RunsPage* runsPage() const { return m_runs; }
     ComparePage* comparePage() const { return m_compare; }
     HostsPage* hostsPage() const { return m_hosts; }
+    StoreService* store() const { return m_store; }
+    // Opens a run in the Monitor: a run folder, or a run id of the store.
+    void monitorRun(const QString& folderOrId);
+    // Adds runs to Compare: run folders or run ids of the store.
+    void compareRuns(const QStringList& foldersOrIds);
 
     void restoreSettings();
     void saveSettings() const;
@@ -65,6 +73,10 @@ private:
     RunsPage* m_runs = nullptr;
     ComparePage* m_compare = nullptr;
     HostsPage* m_hosts = nullptr;
+    StoreService* m_store = nullptr;
+    QHash<QString, qint64> m_runIdByDir;
+    quint64 m_ticket = 0;
+    quint64 m_monitorTicket = 0;
     ThemeKind m_theme = ThemeKind::Light;
 };
 

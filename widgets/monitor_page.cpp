@@ -16,6 +16,7 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
+#include "widgets/background.h"
 #include "widgets/live_plot.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/message_bar.h"
@@ -168,7 +169,7 @@ QString MonitorPage::runDirectory() const
 
 QString MonitorPage::messageText() const
 {
-    return m_message->isVisible() ? m_message->text() : "";
+    return m_message->text();
 }
 
 void MonitorPage::browse()
@@ -183,6 +184,7 @@ void MonitorPage::reset()
 {
     m_run = RunSeries {};
     m_predictedBytes.reset();
+    ++m_predictionGeneration;
     m_totalSteps = 0;
     m_finished = false;
     for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput})
@@ -225,8 +227,18 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
         m_run.config = u.spec;
         m_run.name = QString::fromStdString(u.spec.value("name", std::string()));
         m_totalSteps = u.spec.value("steps", int64_t(0));
-        if (m_predictor)
-            m_predictedBytes = m_predictor(u.spec);
+        if (m_predictor) {
+            // The predictor may read a model folder: off the UI thread.
+            const quint64 generation = ++m_predictionGeneration;
+            runInBackground(
+                this, [p = m_predictor, spec = u.spec] { return p(spec); },
+                [this, generation](std::optional<double> bytes) {
+                    if (generation != m_predictionGeneration)
+                        return;
+                    m_predictedBytes = bytes;
+                    updateMemory();
+                });
+        }
         m_status->setText(m_run.name.isEmpty() ? tr("Running") : m_run.name);
     }
     if (!u.metrics.empty()) {

@@ -71,6 +71,7 @@ private:
     Predictor m_predictor;
     Stopper m_stopper;
     std::optional<double> m_predictedBytes;
+    quint64 m_predictionGeneration = 0;
     int64_t m_totalSteps = 0;
     bool m_finished = false;
 

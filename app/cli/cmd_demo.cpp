@@ -5,6 +5,7 @@
 
 #include <QDateTime>
 #include <QDir>
+#include <QFile>
 #include <QProcess>
 
 #include "command.h"
@@ -37,6 +38,57 @@ void runWorker(const QString& worker, const QStringList& args, const char* what)
     }
 }
 
+// The trainer reads pre-tokenized samples: the demo turns the generated Q/A pairs into one
+// text, tokenizes it with the model's own tokenizer (`shard-worker tokenize`) and cuts it into
+// windows of seqLen tokens, so the model learns the task's format and its answers.
+QString tokenizeDemoData(const QString& worker, const QString& assets, int seqLen)
+{
+    QFile chat(assets + "/data.jsonl");
+    if (!chat.open(QIODevice::ReadOnly))
+        throw std::runtime_error("cannot read " + chat.fileName().toStdString());
+    QByteArray text;
+    while (!chat.atEnd()) {
+        const QByteArray line = chat.readLine().trimmed();
+        auto j = nlohmann::json::parse(
+            line.constData(), line.constData() + line.size(), nullptr, false);
+        if (!j.is_object() || !j.contains("messages"))
+            continue;
+        for (const auto& m : j["messages"])
+            text += QByteArray::fromStdString(
+                (m.value("role", "") == "user" ? "Q: " : "A: ") + m.value("content", "") + "\n");
+    }
+    QFile textFile(assets + "/data.txt");
+    if (!textFile.open(QIODevice::WriteOnly) || textFile.write(text) != text.size())
+        throw std::runtime_error("cannot write " + textFile.fileName().toStdString());
+    textFile.close();
+    QProcess p;
+    p.start(worker,
+        {"tokenize", "--tokenizer", assets + "/model", "--text-file", textFile.fileName(), "--json",
+            "--no-special"});
+    if (!p.waitForFinished(120000) || p.exitCode() != 0)
+        throw std::runtime_error("shard-worker tokenize failed: "
+            + QString::fromLocal8Bit(p.readAllStandardError()).trimmed().toStdString());
+    const QByteArray out = p.readAllStandardOutput();
+    auto j = nlohmann::json::parse(out.constData(), out.constData() + out.size(), nullptr, false);
+    if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array())
+        throw std::runtime_error("shard-worker tokenize gave no ids");
+    const auto& ids = j["ids"];
+    QFile tokenized(assets + "/data.tokenized.jsonl");
+    if (!tokenized.open(QIODevice::WriteOnly))
+        throw std::runtime_error("cannot write " + tokenized.fileName().toStdString());
+    int windows = 0;
+    for (size_t start = 0; start + size_t(seqLen) <= ids.size(); start += size_t(seqLen)) {
+        nlohmann::json w = nlohmann::json::array();
+        for (size_t i = start; i < start + size_t(seqLen); ++i)
+            w.push_back(ids[i]);
+        tokenized.write(QByteArray::fromStdString(nlohmann::json {{"input_ids", w}}.dump()) + '\n');
+        ++windows;
+    }
+    if (windows == 0)
+        throw std::runtime_error("the demo data is shorter than one sequence");
+    return tokenized.fileName();
+}
+
 int demoCommand(const DemoOptions& o)
 {
     const QString worker = jobs::LocalLauncher::findWorker(QString::fromStdString(o.worker));
@@ -64,11 +116,14 @@ int demoCommand(const DemoOptions& o)
             "--seed", "0"},
         "shard-worker make-data");
 
+    const QString data = tokenizeDemoData(worker, assets, 64);
+
     nlohmann::json spec = {{"name", "demo"}, {"model", (assets + "/model").toStdString()},
-        {"data", {(assets + "/data.jsonl").toStdString()}}, {"strategy", "zero3"}, {"nodes", 1},
-        {"procs_per_node", o.ranks}, {"device", "cpu"}, {"precision", "fp32"}, {"steps", o.steps},
-        {"micro_batch", 8}, {"seq_len", 64}, {"lr", 3e-3}, {"warmup", 10}, {"schedule", "cosine"},
-        {"seed", 0}, {"log_every", 1}, {"eval_fraction", 0.05}, {"eval_every", 50}, {"v", 1}};
+        {"data", {data.toStdString()}}, {"data_format", "tokenized"}, {"strategy", "zero3"},
+        {"nodes", 1}, {"procs_per_node", o.ranks}, {"device", "cpu"}, {"precision", "fp32"},
+        {"steps", o.steps}, {"micro_batch", 8}, {"seq_len", 64}, {"lr", 3e-3}, {"warmup", 10},
+        {"schedule", "cosine"}, {"seed", 0}, {"log_every", 1}, {"eval_fraction", 0.05},
+        {"eval_every", 50}, {"v", 1}};
     jobs::LaunchRequest req;
     req.name = QStringLiteral("demo");
     req.specJson = QByteArray::fromStdString(spec.dump(2));

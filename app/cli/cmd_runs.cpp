@@ -42,6 +42,19 @@ QString tickLabel(double v)
     return QString::number(v, 'g', 4);
 }
 
+// About five round tick values (1, 2 or 5 x 10^k apart) inside [lo, hi].
+QVector<double> niceTicks(double lo, double hi)
+{
+    const double raw = (hi - lo) / 5;
+    const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+    const double step = raw / mag >= 5 ? 5 * mag : raw / mag >= 2 ? 2 * mag : mag;
+    QVector<double> ticks;
+    for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9 && ticks.size() < 20;
+         v += step)
+        ticks << (std::fabs(v) < step * 1e-9 ? 0.0 : v);
+    return ticks;
+}
+
 void drawPanel(QPainter& p, const QRect& area, const QString& title, const QString& xLabel,
     const QJsonArray& runs, const char* xKey, const char* yKey)
 {
@@ -87,14 +100,16 @@ void drawPanel(QPainter& p, const QRect& area, const QString& title, const QStri
     y1 += pad;
     auto px = [&](double x) { return plot.left() + (x - x0) / (x1 - x0) * plot.width(); };
     auto py = [&](double y) { return plot.bottom() - (y - y0) / (y1 - y0) * plot.height(); };
-    for (int i = 0; i <= 5; ++i) {
-        const double xv = x0 + (x1 - x0) * i / 5;
-        const double yv = y0 + (y1 - y0) * i / 5;
+    for (double xv : niceTicks(x0, x1)) {
         p.setPen(QColor(225, 225, 225));
         p.drawLine(QPointF(px(xv), plot.top()), QPointF(px(xv), plot.bottom()));
-        p.drawLine(QPointF(plot.left(), py(yv)), QPointF(plot.right(), py(yv)));
         p.setPen(Qt::black);
         p.drawText(QRectF(px(xv) - 40, plot.bottom() + 4, 80, 18), Qt::AlignHCenter, tickLabel(xv));
+    }
+    for (double yv : niceTicks(y0, y1)) {
+        p.setPen(QColor(225, 225, 225));
+        p.drawLine(QPointF(plot.left(), py(yv)), QPointF(plot.right(), py(yv)));
+        p.setPen(Qt::black);
         p.drawText(QRectF(plot.left() - 78, py(yv) - 9, 72, 18), Qt::AlignRight, tickLabel(yv));
     }
     p.drawText(QRect(plot.left(), plot.bottom() + 24, plot.width(), 20), Qt::AlignHCenter, xLabel);

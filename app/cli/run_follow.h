@@ -21,6 +21,7 @@
 #include "jobs/run_store.h"
 #include "jobs/slurm_launcher.h"
 #include "jobs/ssh_launcher.h"
+#include "jobs/watch_run.h"
 
 namespace shard::cli {
 
@@ -81,35 +82,6 @@ inline QString lossText(const std::optional<double>& v)
     return v ? QString::number(*v, 'f', 4) : QStringLiteral("-");
 }
 
-// A watcher for any kind of run (local, SSH, Slurm); null when nothing can be watched.
-inline std::unique_ptr<jobs::RunWatcher> makeWatcher(
-    jobs::RunStore& store, const jobs::RunRecord& run)
-{
-    if (run.target == QLatin1String("local")) {
-        auto w = std::make_unique<jobs::LocalRunWatcher>(store, run.id, run.runDir);
-        w->setProcess(run.pid, jobs::LocalLauncher::startTimeOf(run));
-        w->start(250);
-        return w;
-    }
-    if (run.target == QLatin1String("ssh")) {
-        const auto nodes = jobs::SshLauncher::nodesOf(run);
-        auto host = nodes.isEmpty() ? jobs::SshHost::parse(run.host.section(',', 0, 0))
-                                    : jobs::Result<jobs::SshHost>(nodes.front().host);
-        if (!host)
-            throw std::runtime_error(host.error().toStdString());
-        auto w = std::make_unique<jobs::RemoteRunWatcher>(store, run.id, *host, run.runDir);
-        w->setProcess(run.pid);
-        w->start();
-        return w;
-    }
-    if (run.target == QLatin1String("slurm")) {
-        auto w = std::make_unique<jobs::SlurmRunWatcher>(store, run.id);
-        w->start(2000);
-        return w;
-    }
-    return nullptr;
-}
-
 inline std::atomic<bool>& interrupted()
 {
     static std::atomic<bool> flag {false};
@@ -125,9 +97,10 @@ inline jobs::RunRecord followRun(jobs::RunStore& store, qint64 runId)
         throw std::runtime_error(run.error().toStdString());
     if (jobs::isTerminal(run->status))
         return *run;
-    auto watcher = makeWatcher(store, *run);
-    if (!watcher)
-        throw std::runtime_error("cannot follow a run with target " + run->target.toStdString());
+    auto made = jobs::watchRun(store, *run);
+    if (!made)
+        throw std::runtime_error(made.error().toStdString());
+    std::unique_ptr<jobs::RunWatcher> watcher = std::move(made).value();
     const bool tty = ::isatty(STDOUT_FILENO);
     QEventLoop loop;
     QElapsedTimer clock;

@@ -75,12 +75,19 @@ ShardedStrategy::ShardedStrategy(engine::StrategyOptions options)
     m_reshardAfterForward = m_paramsSharded;
     m_reduceAtEnd = n == "zero1";
 
+    if (m_options.spec.offload != "none")
+        throw std::runtime_error("--offload " + m_options.spec.offload
+            + " moves state from GPU memory to host memory; these ranks compute on the CPU, "
+              "where it means nothing: use --offload none");
     const dist::RankEnv env = dist::RankEnv::fromEnvironment();
     const char* backendEnv = std::getenv("SHARD_DIST_BACKEND");
     const std::string backend = backendEnv && *backendEnv ? backendEnv : "gloo";
     m_world = dist::createCommunicator(backend, env);
     if (n == "ddp") {
-        m_shard = dist::createCommunicator(backend, dist::RankEnv {}); // this rank alone
+        dist::RankEnv solo = env; // this rank alone, on its own device
+        solo.rank = 0;
+        solo.worldSize = 1;
+        m_shard = dist::createCommunicator(backend, solo);
         m_replicate = m_world->worldSize() > 1 ? m_world : nullptr;
     } else if (n == "hybrid") {
         const int g = m_options.shardGroup;

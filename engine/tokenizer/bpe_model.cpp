@@ -2,8 +2,9 @@
 // order Hugging Face tokenizers and transformers.js use.
 #include "tokenizer/bpe_model.h"
 
+#include <algorithm>
 #include <cstdio>
-#include <queue>
+#include <functional>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -258,39 +259,52 @@ void BpeModel::mergeSymbols(std::vector<int32_t>& ids) const
     struct Candidate {
         int32_t rank;
         int32_t pos;
+        int32_t left; // ids of the pair when queued: a pop whose ids changed is stale
+        int32_t right;
         int32_t newId;
         bool operator>(const Candidate& o) const
         {
             return rank != o.rank ? rank > o.rank : pos > o.pos;
         }
     };
-    std::vector<int32_t> prev(n), next(n);
-    std::vector<char> alive(n, 1);
+    // Scratch reused across calls (per thread): no allocation per pre-token.
+    struct Scratch {
+        std::vector<int32_t> prev, next;
+        std::vector<Candidate> heap;
+    };
+    thread_local Scratch scratch;
+    auto& prev = scratch.prev;
+    auto& next = scratch.next;
+    auto& heap = scratch.heap;
+    prev.resize(n);
+    next.resize(n);
+    heap.clear();
     for (int i = 0; i < n; ++i) {
         prev[i] = i - 1;
         next[i] = i + 1 < n ? i + 1 : -1;
     }
-    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+    const std::greater<> later;
     auto consider = [&](int32_t left) {
         const int32_t right = next[left];
         if (right < 0)
             return;
-        if (const Merge* m = m_merges.find(pairKey(ids[left], ids[right])))
-            queue.push({m->rank, left, m->newId});
+        if (const Merge* m = m_merges.find(pairKey(ids[left], ids[right]))) {
+            heap.push_back({m->rank, left, ids[left], ids[right], m->newId});
+            std::push_heap(heap.begin(), heap.end(), later);
+        }
     };
     for (int i = 0; i + 1 < n; ++i)
         consider(i);
-    while (!queue.empty()) {
-        const Candidate top = queue.top();
-        queue.pop();
-        if (!alive[top.pos] || next[top.pos] < 0)
-            continue;
+    while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end(), later);
+        const Candidate top = heap.back();
+        heap.pop_back();
         const int32_t right = next[top.pos];
-        const Merge* m = m_merges.find(pairKey(ids[top.pos], ids[right]));
-        if (!m || m->newId != top.newId)
-            continue; // stale: one side was merged since this candidate was queued
+        // Merged-away symbols have prev == -2; changed ids mean a neighbour merged meanwhile.
+        if (prev[top.pos] == -2 || right < 0 || ids[top.pos] != top.left || ids[right] != top.right)
+            continue;
         ids[top.pos] = top.newId;
-        alive[right] = 0;
+        prev[right] = -2;
         next[top.pos] = next[right];
         if (next[right] >= 0)
             prev[next[right]] = top.pos;

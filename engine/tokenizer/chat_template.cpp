@@ -171,9 +171,17 @@ ChatTemplateKind detectChatTemplate(const Tokenizer& tok, std::string_view overr
         return ChatTemplateKind::ChatML;
     if (tok.tokenizerClass() == "LlamaTokenizer" || tok.tokenizerClass() == "LlamaTokenizerFast")
         return ChatTemplateKind::Llama2;
-    throw std::runtime_error(
-        "tokenizer has no chat_template and its model type is not recognised; pass "
-        "--chat-template llama3|chatml|llama2 to choose one");
+    // Last, the model type from config.json: Qwen models speak ChatML; Llama models with a
+    // SentencePiece vocabulary (BOS "<s>") are Llama 2.
+    const std::string& type = tok.modelType();
+    if (type.rfind("qwen", 0) == 0)
+        return ChatTemplateKind::ChatML;
+    if (type == "llama" && tok.bosToken() == "<s>")
+        return ChatTemplateKind::Llama2;
+    throw std::runtime_error("tokenizer has no chat_template and its model type ('"
+        + (tok.modelType().empty() ? std::string("unknown") : tok.modelType())
+        + "') is not recognised; pass "
+          "--chat-template llama3|chatml|llama2 to choose one");
 }
 
 std::vector<ChatSegment> renderChat(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,

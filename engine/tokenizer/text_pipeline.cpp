@@ -60,16 +60,13 @@ public:
         }
         pcre2_jit_compile(m_code, PCRE2_JIT_COMPLETE); // falls back to the interpreter if not
         m_context = pcre2_match_context_create(nullptr);
-        m_jitStack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
-        if (m_jitStack)
-            pcre2_jit_stack_assign(m_context, nullptr, m_jitStack);
+        // A JIT stack per thread (a stack must not be shared by concurrent matches).
+        pcre2_jit_stack_assign(m_context, &threadJitStack, nullptr);
     }
     Regex(const Regex&) = delete;
     Regex& operator=(const Regex&) = delete;
     ~Regex()
     {
-        if (m_jitStack)
-            pcre2_jit_stack_free(m_jitStack);
         pcre2_match_context_free(m_context);
         pcre2_code_free(m_code);
     }
@@ -108,7 +105,16 @@ public:
 private:
     pcre2_code* m_code = nullptr;
     pcre2_match_context* m_context = nullptr;
-    pcre2_jit_stack* m_jitStack = nullptr;
+
+    static pcre2_jit_stack* threadJitStack(void*)
+    {
+        struct Holder {
+            pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
+            ~Holder() { pcre2_jit_stack_free(stack); }
+        };
+        thread_local Holder holder;
+        return holder.stack;
+    }
 };
 
 std::string escapeRegex(const std::string& literal)

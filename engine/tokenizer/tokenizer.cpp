@@ -111,6 +111,7 @@ struct Tokenizer::Impl {
     int64_t vocabSize = 0;
     std::string chatTemplate;
     std::string tokenizerClass;
+    std::string modelType;
 
     mutable std::mutex cacheMutex;
     mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
@@ -187,14 +188,29 @@ Tokenizer Tokenizer::fromFolder(const std::string& dir)
     };
     const nlohmann::json tj = readJson(dir + "/tokenizer.json", true);
     const nlohmann::json cfg = readJson(dir + "/tokenizer_config.json", false);
+    // The model type only helps to pick a chat template; config.json itself is the model
+    // loader's to validate, so a missing or unreadable one just leaves the type unknown.
+    std::string modelType;
+    std::ifstream modelConfig(dir + "/config.json", std::ios::binary);
+    if (modelConfig) {
+        const auto j = nlohmann::json::parse(modelConfig, nullptr, false);
+        if (j.is_object() && j.contains("model_type") && j["model_type"].is_string())
+            modelType = j["model_type"].get<std::string>();
+    }
     try {
-        return fromJson(tj, cfg);
+        return build(tj, cfg, modelType);
     } catch (const std::exception& e) {
         throw std::runtime_error(dir + "/" + e.what());
     }
 }
 
-Tokenizer Tokenizer::fromJson(const nlohmann::json& tj, const nlohmann::json& cfgIn)
+Tokenizer Tokenizer::fromJson(const nlohmann::json& tj, const nlohmann::json& cfg)
+{
+    return build(tj, cfg, {});
+}
+
+Tokenizer Tokenizer::build(
+    const nlohmann::json& tj, const nlohmann::json& cfgIn, const std::string& modelType)
 {
     if (!tj.is_object())
         throw std::runtime_error("tokenizer.json: top level is not a JSON object");
@@ -267,9 +283,17 @@ Tokenizer Tokenizer::fromJson(const nlohmann::json& tj, const nlohmann::json& cf
         if (cfg.value("add_eos_token", false) && impl->eosId >= 0)
             impl->post.suffix.push_back(impl->eosId);
     }
-    if (cfg.contains("chat_template") && cfg["chat_template"].is_string())
+    if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) {
         impl->chatTemplate = cfg["chat_template"].get<std::string>();
+    } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {
+        // Several named templates: [{"name": "default", "template": "..."}, ...].
+        for (const auto& t : cfg["chat_template"])
+            if (t.is_object() && t.value("name", std::string()) == "default"
+                && t.contains("template") && t["template"].is_string())
+                impl->chatTemplate = t["template"].get<std::string>();
+    }
     impl->tokenizerClass = cfg.value("tokenizer_class", std::string());
+    impl->modelType = modelType;
     Tokenizer t;
     t.m_impl = std::move(impl);
     return t;
@@ -400,6 +424,11 @@ const std::string& Tokenizer::chatTemplate() const
 const std::string& Tokenizer::tokenizerClass() const
 {
     return m_impl->tokenizerClass;
+}
+
+const std::string& Tokenizer::modelType() const
+{
+    return m_impl->modelType;
 }
 
 } // namespace shard::tokenizer

@@ -41,12 +41,16 @@ public:
     std::string idToToken(int32_t id) const;         // empty when absent
     bool isSpecial(int32_t id) const;
 
-    // tokenizer_config.json's "chat_template" (empty when none) and "tokenizer_class".
+    // tokenizer_config.json's "chat_template" (empty when none) and "tokenizer_class"; the
+    // folder's config.json "model_type" when fromFolder found one (empty otherwise).
     const std::string& chatTemplate() const;
     const std::string& tokenizerClass() const;
+    const std::string& modelType() const;
 
 private:
     Tokenizer() = default; // only the factories make one: a Tokenizer is never empty
+    static Tokenizer build(const nlohmann::json& tokenizerJson, const nlohmann::json& config,
+        const std::string& modelType);
     struct Impl;
     std::shared_ptr<const Impl> m_impl;
 };

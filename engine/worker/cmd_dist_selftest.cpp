@@ -12,11 +12,14 @@
 #include <thread>
 #include <vector>
 
+#include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/relu.h>
 #include <ATen/ops/zeros.h>
 #include <nlohmann/json.hpp>
 
@@ -32,6 +35,17 @@ using dist::Collective;
 using dist::Communicator;
 
 int g_failures = 0;
+c10::Device g_device = c10::Device(c10::kCPU); // --device: cuda for the NCCL backend
+
+at::Tensor dev(const at::Tensor& t)
+{
+    return t.to(g_device);
+}
+
+at::Tensor host(const at::Tensor& t)
+{
+    return t.to(c10::Device(c10::kCPU));
+}
 
 void check(bool ok, const std::string& what)
 {
@@ -62,6 +76,8 @@ std::string name(at::ScalarType t)
 }
 
 // Bytes each rank sends, written out here independently of dist::trafficBytes.
+std::string g_backend = "gloo";
+
 int64_t expectedBytes(Collective kind, int64_t numel, int64_t elem, int w, int rank, int root)
 {
     if (w == 1)
@@ -73,6 +89,8 @@ int64_t expectedBytes(Collective kind, int64_t numel, int64_t elem, int w, int r
     case Collective::AllReduce:
         return 2 * (w - 1) * ((numel + w - 1) / w) * elem;
     case Collective::Broadcast: {
+        if (g_backend == "nccl") // ring: everyone but the root's predecessor forwards it
+            return rank == (root + w - 1) % w ? 0 : numel * elem;
         // Binomial tree (measured: at 4 ranks the root sends 2 copies, its first child 1):
         // follow the tree from the root and count the copies `rank` sends.
         std::vector<int> sends(static_cast<size_t>(w), 0);
@@ -112,7 +130,9 @@ void testCollectives(Communicator& comm, nlohmann::json& report)
                 return valueOf(me, i, salt);
             }));
             auto before = comm.stats();
+            out = dev(out);
             comm.allGather(out, out.narrow(0, me * c, c))->wait();
+            out = host(out);
             at::Tensor want = at::empty({w * c}, type);
             for (int r = 0; r < w; ++r)
                 want.narrow(0, r * c, c).copy_(filled(c, type, [&](int64_t i) {
@@ -126,9 +146,10 @@ void testCollectives(Communicator& comm, nlohmann::json& report)
             // reduce-scatter: input W*C, output C = slot `me` of the sum.
             at::Tensor in
                 = filled(w * c, type, [&](int64_t i) { return valueOf(me, i, salt + 1); });
-            at::Tensor rs = at::empty({c}, type);
+            at::Tensor rs = dev(at::empty({c}, type));
             before = comm.stats();
-            comm.reduceScatter(rs, in)->wait();
+            comm.reduceScatter(rs, dev(in))->wait();
+            rs = host(rs);
             at::Tensor rsWant = filled(c, type, [&](int64_t i) {
                 double s = 0;
                 for (int r = 0; r < w; ++r)
@@ -145,7 +166,9 @@ void testCollectives(Communicator& comm, nlohmann::json& report)
             const int64_t n = c * w + 1;
             at::Tensor ar = filled(n, type, [&](int64_t i) { return valueOf(me, i, salt + 2); });
             before = comm.stats();
+            ar = dev(ar);
             comm.allReduce(ar)->wait();
+            ar = host(ar);
             at::Tensor arWant = filled(n, type, [&](int64_t i) {
                 double s = 0;
                 for (int r = 0; r < w; ++r)
@@ -161,7 +184,9 @@ void testCollectives(Communicator& comm, nlohmann::json& report)
             const int root = w - 1;
             at::Tensor bc = filled(n, type, [&](int64_t i) { return valueOf(me, i, salt + 3); });
             before = comm.stats();
+            bc = dev(bc);
             comm.broadcast(bc, root)->wait();
+            bc = host(bc);
             check(at::equal(
                       bc, filled(n, type, [&](int64_t i) { return valueOf(root, i, salt + 3); })),
                 "broadcast " + tag);
@@ -190,7 +215,9 @@ void testPaddedShards(Communicator& comm)
         const int64_t have = std::min<int64_t>(rows, d0 - start);
         if (have > 0)
             shard.narrow(0, 0, have).copy_(full.narrow(0, start, have));
-        comm.allGather(gathered, shard)->wait();
+        gathered = dev(gathered);
+        comm.allGather(gathered, dev(shard))->wait();
+        gathered = host(gathered);
         check(at::equal(gathered.narrow(0, 0, d0), full),
             "padded all-gather d0=" + std::to_string(d0));
         check(gathered.narrow(0, d0, w * rows - d0).abs().sum().item<float>() == 0.0f,
@@ -208,6 +235,7 @@ void testAsync(Communicator& comm)
     for (int k = 0; k < 4; ++k) {
         at::Tensor out = at::zeros({w * 257}, at::kFloat);
         out.narrow(0, me * 257, 257).fill_(static_cast<float>(me * 10 + k));
+        out = dev(out);
         works.push_back(comm.allGather(out, out.narrow(0, me * 257, 257)));
         outs.push_back(out);
         if (works.size() >= 2)
@@ -233,12 +261,14 @@ void testGroups(Communicator& comm, nlohmann::json& report)
     if (!groups.shard || !groups.replicate)
         return;
     const int me = comm.rank();
-    at::Tensor t = at::full({5}, static_cast<double>(me + 1), at::kDouble);
+    at::Tensor t = dev(at::full({5}, static_cast<double>(me + 1), at::kDouble));
     groups.shard->allReduce(t)->wait();
+    t = host(t);
     const int first = (me / 2) * 2;
     check(t[0].item<double>() == (first + 1) + (first + 2), "shard group all-reduce");
-    at::Tensor u = at::full({5}, static_cast<double>(me + 1), at::kDouble);
+    at::Tensor u = dev(at::full({5}, static_cast<double>(me + 1), at::kDouble));
     groups.replicate->allReduce(u)->wait();
+    u = host(u);
     double want = 0;
     for (int r = me % 2; r < w; r += 2)
         want += r + 1;
@@ -296,6 +326,90 @@ void testWireTraffic(Communicator& comm, nlohmann::json& report)
     report["wire"] = rows;
 }
 
+// One ZeRO-3 step of a two-layer MLP in bf16 with fp32 master shards (the GPU script's check):
+// gather bf16 shards, forward/backward with autograd, reduce-scatter fp32 gradients, SGD on the
+// shard; the result is compared with a full-batch fp32 step computed from the same bf16 weights.
+void testZero3Step(Communicator& comm, nlohmann::json& report)
+{
+    const int64_t w = comm.worldSize();
+    const int me = comm.rank();
+    const std::vector<std::vector<int64_t>> shapes = {{67, 48}, {16, 67}}; // 67 rows: padding
+    const int64_t rowsPerRank = 8;
+    const double lr = 0.5;
+    auto fullMaster = [&](size_t k) {
+        const auto& sh = shapes[k];
+        return filled(sh[0] * sh[1], at::kFloat, [&](int64_t i) {
+            return valueOf(0, i, 40 + static_cast<int>(k)) * 0.01;
+        }).view(sh);
+    };
+    auto input = [&](int rank) {
+        return filled(rowsPerRank * 48, at::kFloat, [&](int64_t i) {
+            return valueOf(rank, i, 50) * 0.1;
+        }).view({rowsPerRank, 48});
+    };
+    std::vector<at::Tensor> shards, leaves, gatheredBufs;
+    std::vector<int64_t> chunkRows;
+    for (size_t k = 0; k < shapes.size(); ++k) {
+        const int64_t d0 = shapes[k][0], cols = shapes[k][1];
+        const int64_t rows = (d0 + w - 1) / w;
+        chunkRows.push_back(rows);
+        at::Tensor shard = at::zeros({rows, cols}, at::kFloat);
+        const int64_t begin = std::min<int64_t>(me * rows, d0);
+        const int64_t have = std::min<int64_t>(rows, d0 - begin);
+        if (have > 0)
+            shard.narrow(0, 0, have).copy_(fullMaster(k).narrow(0, begin, have));
+        shards.push_back(dev(shard));
+        at::Tensor flat = dev(at::zeros({w * rows * cols}, at::kBFloat16));
+        comm.allGather(flat, shards.back().to(at::kBFloat16).reshape({-1}))->wait();
+        gatheredBufs.push_back(flat);
+        leaves.push_back(
+            flat.narrow(0, 0, d0 * cols).view({d0, cols}).variable_data().requires_grad_(true));
+    }
+    const double count = static_cast<double>(w * rowsPerRank * 16);
+    at::Tensor x = dev(input(me)).to(at::kBFloat16);
+    at::Tensor y = at::relu(at::matmul(x, leaves[0].t()));
+    at::Tensor out = at::matmul(y, leaves[1].t());
+    at::Tensor loss = out.to(at::kFloat).pow(2).sum() / count;
+    loss.backward();
+    for (size_t k = 0; k < shapes.size(); ++k) {
+        const int64_t d0 = shapes[k][0], cols = shapes[k][1];
+        at::Tensor in = dev(at::zeros({w * chunkRows[k] * cols}, at::kFloat));
+        in.narrow(0, 0, d0 * cols).copy_(leaves[k].grad().to(at::kFloat).reshape({-1}));
+        at::Tensor g = dev(at::empty({chunkRows[k] * cols}, at::kFloat));
+        comm.reduceScatter(g, in)->wait();
+        shards[k].sub_(g.view({chunkRows[k], cols}), lr);
+    }
+    // Reference: every rank's rows on this rank, fp32 math on the bf16-rounded weights.
+    double worst = 0.0;
+    {
+        std::vector<at::Tensor> ref;
+        for (size_t k = 0; k < shapes.size(); ++k)
+            ref.push_back(fullMaster(k).to(at::kBFloat16).to(at::kFloat).requires_grad_(true));
+        at::Tensor total = at::zeros({}, at::kFloat);
+        for (int r = 0; r < w; ++r) {
+            at::Tensor xr = input(r).to(at::kBFloat16).to(at::kFloat);
+            at::Tensor o = at::matmul(at::relu(at::matmul(xr, ref[0].t())), ref[1].t());
+            total = total + o.pow(2).sum() / count;
+        }
+        total.backward();
+        for (size_t k = 0; k < shapes.size(); ++k) {
+            const int64_t d0 = shapes[k][0], cols = shapes[k][1];
+            at::Tensor gathered = dev(at::zeros({w * chunkRows[k] * cols}, at::kFloat));
+            comm.allGather(gathered, shards[k].reshape({-1}))->wait();
+            at::Tensor got = host(gathered).narrow(0, 0, d0 * cols).view({d0, cols});
+            at::Tensor want = fullMaster(k) - lr * ref[k].grad();
+            at::Tensor step = (want - fullMaster(k)).abs().max();
+            worst = std::max(
+                worst, ((got - want).abs().max() / step.clamp_min(1e-12)).item<double>());
+        }
+    }
+    // bf16 compute against an fp32 reference: the update must agree to a few bf16 ulps.
+    check(worst < 0.05,
+        "zero3 bf16 step: update differs from the reference by " + std::to_string(worst)
+            + " of its size");
+    report["zero3_step_rel_error"] = worst;
+}
+
 void loopForever(Communicator& comm)
 {
     at::Tensor t = at::ones({4096}, at::kFloat);
@@ -314,14 +428,18 @@ CommandRegistration registration([](CLI::App& app) {
     cmd->group(""); // hidden
     auto mode = std::make_shared<std::string>("collectives");
     auto backend = std::make_shared<std::string>("gloo");
-    cmd->add_option("--mode", *mode, "collectives | wire | loop | exit")
-        ->check(CLI::IsMember({"collectives", "wire", "loop", "exit"}));
+    cmd->add_option("--mode", *mode, "collectives | wire | zero3-step | loop | exit")
+        ->check(CLI::IsMember({"collectives", "wire", "zero3-step", "loop", "exit"}));
     cmd->add_option("--backend", *backend, "gloo | nccl");
+    auto device = std::make_shared<std::string>("cpu");
+    cmd->add_option("--device", *device, "cpu | cuda (tensors for the collectives)");
     auto exitRank = std::make_shared<int>(-1);
     auto exitCodeValue = std::make_shared<int>(3);
     cmd->add_option("--exit-rank", *exitRank, "mode exit: this rank exits with --exit-code");
     cmd->add_option("--exit-code", *exitCodeValue, "mode exit: the code");
     cmd->callback([=] {
+        g_device = c10::Device(*device);
+        g_backend = *backend;
         auto env = dist::RankEnv::fromEnvironment();
         if (*mode == "exit" && env.rank == *exitRank) {
             std::fprintf(stderr, "rank %d exits with %d as asked\n", env.rank, *exitCodeValue);
@@ -338,6 +456,8 @@ CommandRegistration registration([](CLI::App& app) {
             testPaddedShards(*comm);
             testAsync(*comm);
             testGroups(*comm, report);
+        } else if (*mode == "zero3-step") {
+            testZero3Step(*comm, report);
         } else if (*mode == "wire") {
             testWireTraffic(*comm, report);
         }

@@ -14,6 +14,9 @@
 #ifdef SHARD_HAVE_FSDP
 #include "fsdp/register_strategies.h"
 #endif
+#if __has_include("ckpt/train_checkpointer.h")
+#include "ckpt/train_checkpointer.h"
+#endif
 
 namespace shard::worker {
 
@@ -55,7 +58,16 @@ void train(TrainArgs& a)
 #ifdef SHARD_HAVE_FSDP
     fsdp::registerStrategies();
 #endif
-    engine::Trainer trainer(spec);
+    engine::TrainerOptions options;
+#if __has_include("ckpt/train_checkpointer.h")
+    options.checkpoints = ckpt::makeTrainCheckpointer(spec, spec.model);
+#else
+    if (spec.checkpointEvery > 0 || !spec.resume.empty())
+        throw std::runtime_error(
+            "this build lacks checkpoints (shard_ckpt); drop --checkpoint-every "
+            "and --resume");
+#endif
+    engine::Trainer trainer(spec, options);
     trainer.run();
 }
 
@@ -121,6 +133,17 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     bindOption(cmd, a, "--name", &protocol::RunSpec::name, "Run name");
     bindOption(cmd, a, "--nodes", &protocol::RunSpec::nodes, "Nodes in the run");
     bindOption(cmd, a, "--nproc-per-node", &protocol::RunSpec::procsPerNode, "Ranks per node");
+    bindOption(cmd, a, "--checkpoint-every", &protocol::RunSpec::checkpointEvery,
+        "Save a sharded checkpoint every N steps and at the end (0 = none)");
+    bindOption(cmd, a, "--keep-checkpoints", &protocol::RunSpec::keepCheckpoints,
+        "Complete checkpoints kept (0 = all)");
+    auto* resume = cmd->add_option("--resume", a.flags.resume,
+        "Continue from a checkpoint: auto (the run's newest complete one; the default when no "
+        "value is given), a checkpoint folder or a run folder");
+    resume->expected(0, 1);
+    a.overrides.push_back({resume, [&a](protocol::RunSpec& s) {
+                               s.resume = a.flags.resume.empty() ? "auto" : a.flags.resume;
+                           }});
     cmd->callback([args] { train(*args); });
 });
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
 #include <poll.h>
 #include <string>
 #include <sys/wait.h>
@@ -126,6 +127,20 @@ inline std::string workerPath()
     return w ? w : SHARD_BINARY_DIR "/engine/worker/shard-worker";
 }
 
+inline std::vector<std::string>& tempDirs()
+{
+    static std::vector<std::string> dirs;
+    return dirs;
+}
+
+// Removes the directories made by makeTempDir (call on success; failures keep them to inspect).
+inline void removeTempDirs()
+{
+    for (const auto& d : tempDirs())
+        std::filesystem::remove_all(d);
+    tempDirs().clear();
+}
+
 inline std::string makeTempDir(const std::string& tag)
 {
     std::string tmpl = "/tmp/shard-" + tag + "-XXXXXX";
@@ -135,6 +150,7 @@ inline std::string makeTempDir(const std::string& tag)
         std::perror("mkdtemp");
         std::exit(2);
     }
+    tempDirs().push_back(buf.data());
     return buf.data();
 }
 

@@ -336,7 +336,9 @@ int main()
     testBusyPort();
     testNodeNeverJoins();
     testTwoNodes();
-    if (g_failures == 0)
+    if (g_failures == 0) {
         std::printf("tst_launcher: all passed\n");
+        removeTempDirs();
+    }
     return g_failures == 0 ? 0 : 1;
 }

@@ -26,7 +26,11 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$run_dir" ] || run_dir=$out
 mkdir -p "$run_dir/logs"
-echo $$ > "$run_dir/launcher.pid"
+if [ "$node_rank" = 0 ]; then
+    echo $$ > "$run_dir/launcher.pid"
+else
+    echo $$ > "$run_dir/launcher-node$node_rank.pid"
+fi
 printf '%s' "$args_file_lines" > "$run_dir/args-node-$node_rank.txt"
 if [ -z "$steps" ] && [ -n "$config" ]; then
     steps=$(sed -n 's/.*"steps"[^0-9]*\([0-9][0-9]*\).*/\1/p' "$config" | head -n1)

@@ -1,7 +1,9 @@
 // Tokenizer unit tests without external files: the demo tokenizer (exact vocabulary sizes,
 // load back, round trip, special tokens), unsupported types and bad files, invalid UTF-8,
 // and linear cost on long inputs.
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -111,6 +113,11 @@ void testBadFiles()
     const Tokenizer tok = Tokenizer::fromJson(tj, cfg);
     CHECK_THROWS(tok.encode(std::string("ok \xC3\x28 bad")), "not valid UTF-8 (byte offset 3)");
     CHECK_THROWS(tok.encode(std::string("\xED\xA0\x80")), "not valid UTF-8");
+    const nlohmann::json named
+        = nlohmann::json::array({{{"name", "tool_use"}, {"template", "{{ '<|im_start|>' }}"}},
+            {{"name", "default"}, {"template", "[INST] <<SYS>> {{ x }}"}}});
+    CHECK(detectChatTemplate(Tokenizer::fromJson(tj, withField(cfg, "chat_template", named)))
+        == ChatTemplateKind::Llama2);
     CHECK_THROWS(detectChatTemplate(Tokenizer::fromJson(
                      tj, withField(cfg, "chat_template", "{{ messages | custom }}"))),
         "--chat-template");
@@ -126,17 +133,18 @@ double secondsToEncode(const Tokenizer& tok, const std::string& text)
 
 void testLinearCost()
 {
-    // One huge pre-token (a letter run) and one huge whitespace run: 10x the input must cost
-    // about 10x the time (a quadratic merge loop would cost 100x).
+    // One huge pre-token (a letter run) and one huge whitespace run (which merges): 8x the
+    // input must cost well under 64x the time (quadratic). Both sizes exceed the CPU caches;
+    // the best of two runs damps the noise of a shared machine.
     const auto files = makeDemoTokenizer(4096);
     const Tokenizer tok = Tokenizer::fromJson(files.tokenizerJson, files.tokenizerConfig);
     for (const char fill : {'e', ' '}) {
-        const double small = secondsToEncode(tok, std::string(100000, fill));
-        const double large = secondsToEncode(tok, std::string(1000000, fill));
-        std::cout << "encode run of '" << fill << "': 100 kB " << small * 1e3 << " ms, 1 MB "
-                  << large * 1e3 << " ms\n";
-        CHECK(large < 40 * small + 0.05);
-        CHECK(large < 5.0);
+        const std::string small(125000, fill), large(1000000, fill);
+        const double tSmall = std::min(secondsToEncode(tok, small), secondsToEncode(tok, small));
+        const double tLarge = std::min(secondsToEncode(tok, large), secondsToEncode(tok, large));
+        std::cout << "encode run of '" << fill << "': 125 kB " << tSmall * 1e3 << " ms, 1 MB "
+                  << tLarge * 1e3 << " ms\n";
+        CHECK(tLarge < 24 * tSmall + 0.05);
     }
 }
 
@@ -194,6 +202,29 @@ void testPreTokenizers()
     CHECK_EQ(m.encode("Hi \u00e9\u00e9"), (std::vector<int32_t> {3, 4, 5, 3, 0}));
 }
 
+void testModelTypeDetection()
+{
+    // No chat_template and no chat marker tokens: the folder's config.json model_type decides.
+    nlohmann::json tj = {{"model", byteLevelModel({})},
+        {"added_tokens",
+            {{{"id", 300}, {"content", "<s>"}, {"special", true}},
+                {{"id", 301}, {"content", "</s>"}, {"special", true}}}},
+        {"pre_tokenizer", {{"type", "ByteLevel"}}}, {"decoder", {{"type", "ByteLevel"}}}};
+    const auto dir = tempDir("tst_tokenizer_model_type");
+    writeFile(dir / "tokenizer.json", tj.dump());
+    writeFile(dir / "tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>"})");
+    auto detect = [&](const std::string& configJson) {
+        writeFile(dir / "config.json", configJson);
+        return detectChatTemplate(Tokenizer::fromFolder(dir.string()));
+    };
+    CHECK(detect(R"({"model_type": "llama"})") == ChatTemplateKind::Llama2);
+    CHECK(detect(R"({"model_type": "qwen2"})") == ChatTemplateKind::ChatML);
+    CHECK_THROWS(detect(R"({"model_type": "gpt2"})"), "model type ('gpt2') is not recognised");
+    CHECK_THROWS(detect("{ broken"), "model type ('unknown')");
+    CHECK_EQ(Tokenizer::fromFolder(dir.string()).modelType(), std::string());
+    std::filesystem::remove_all(dir);
+}
+
 void testSpecialTokenConfig()
 {
     // Llama tokenizers take BOS/EOS from tokenizer_config.json (as transformers does).
@@ -218,6 +249,35 @@ void testSpecialTokenConfig()
     CHECK(ids3.front() != bare.bosId() && ids3.back() == bare.eosId());
 }
 
+void testThreads()
+{
+    // One Tokenizer shared by threads (the cache and regex stacks are per tokenizer / thread).
+    const auto files = makeDemoTokenizer(4096);
+    const Tokenizer tok = Tokenizer::fromJson(files.tokenizerJson, files.tokenizerConfig);
+    std::vector<std::string> texts;
+    for (int i = 0; i < 200; ++i)
+        texts.push_back("sample " + std::to_string(i * 7919) + ": the answer is "
+            + std::to_string(i) + std::string(i % 7, ' ') + "日本語 😀\n");
+    std::vector<std::vector<int32_t>> expected;
+    for (const auto& t : texts)
+        expected.push_back(
+            Tokenizer::fromJson(files.tokenizerJson, files.tokenizerConfig).encode(t));
+    std::atomic<int> mismatches {0};
+    std::vector<std::thread> threads;
+    for (int k = 0; k < 4; ++k)
+        threads.emplace_back([&, k] {
+            for (int rep = 0; rep < 20; ++rep)
+                for (size_t i = 0; i < texts.size(); ++i) {
+                    const size_t j = (i * (k + 1) + rep) % texts.size();
+                    if (tok.encode(texts[j]) != expected[j])
+                        ++mismatches;
+                }
+        });
+    for (auto& t : threads)
+        t.join();
+    CHECK_EQ(mismatches.load(), 0);
+}
+
 } // namespace
 
 int main()
@@ -227,6 +287,8 @@ int main()
     testBadFiles();
     testPreTokenizers();
     testSpecialTokenConfig();
+    testModelTypeDetection();
+    testThreads();
     testLinearCost();
     return finish("tst_tokenizer");
 }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <stdexcept>
+
 #include <nlohmann/json.hpp>
 
 namespace shard::engine {
@@ -25,7 +27,15 @@ public:
     // Held-out rows (empty when there is no evaluation split).
     virtual std::vector<TrainRow> evalRows() = 0;
     virtual nlohmann::json position() const = 0; // {"epoch":..,"index":..}
+    // Continues exactly from a position() (resume). Throws for a position this source cannot
+    // reach.
+    virtual void setPosition(const nlohmann::json& position);
     virtual int64_t trainRecords() const = 0;
 };
+
+inline void BatchSource::setPosition(const nlohmann::json&)
+{
+    throw std::runtime_error("this data source cannot resume from a checkpoint position");
+}
 
 } // namespace shard::engine

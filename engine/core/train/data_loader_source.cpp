@@ -73,4 +73,9 @@ nlohmann::json DataLoaderSource::position() const
     return data::positionToJson(m_loader->position());
 }
 
+void DataLoaderSource::setPosition(const nlohmann::json& position)
+{
+    m_loader->setPosition(data::positionFromJson(position));
+}
+
 } // namespace shard::engine

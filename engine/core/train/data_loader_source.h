@@ -19,6 +19,7 @@ public:
     std::vector<TrainRow> nextGlobalBatch(int64_t rows) override;
     std::vector<TrainRow> evalRows() override { return m_eval; }
     nlohmann::json position() const override;
+    void setPosition(const nlohmann::json& position) override;
     int64_t trainRecords() const override { return m_loader->trainRecords(); }
 
 private:

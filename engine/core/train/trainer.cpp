@@ -214,6 +214,8 @@ TrainResult Trainer::run()
     Io io;
     const bool leader = m_strategy->rank() == 0;
     const protocol::RunDir dir(m_spec.outDir);
+    CheckpointHooks* checkpoints = m_options.checkpoints.get();
+    const bool resuming = checkpoints && checkpoints->resuming();
 
     // Logging: stderr plus <run>/logs/rank-<r>.log.
     std::vector<spdlog::sink_ptr> sinks {std::make_shared<spdlog::sinks::stderr_color_sink_mt>()};
@@ -223,7 +225,8 @@ TrainResult Trainer::run()
         if (ec)
             throw std::runtime_error(
                 "cannot create run directory '" + dir.root() + "': " + ec.message());
-        if (leader && fs::exists(dir.metricsFile()) && fs::file_size(dir.metricsFile()) > 0)
+        if (leader && !resuming && fs::exists(dir.metricsFile())
+            && fs::file_size(dir.metricsFile()) > 0)
             throw std::runtime_error("run directory '" + dir.root()
                 + "' already holds a run (metrics.jsonl is not empty); choose a new --out");
         sinks.push_back(
@@ -250,8 +253,11 @@ TrainResult Trainer::run()
 
     try {
         // Placement: the strategy pulls each parameter's full value once, in order.
+        // (When resuming, the checkpoint fills the parameters: the weights are not read.)
         const SafetensorsReader& weights = *m_weights;
         m_strategy->setup(*m_model, [&](const Param& p) {
+            if (resuming)
+                return at::zeros(p.info.shape, at::kFloat);
             at::Tensor t = weights.tensor(p.info.name);
             return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
         });
@@ -299,12 +305,29 @@ TrainResult Trainer::run()
         const int K = static_cast<int>(m_spec.gradAccum);
         const int64_t globalRows = m_spec.microBatch * m_strategy->worldSize();
         int64_t tokensSeen = 0;
+        int64_t firstStep = 0;
+        double wallOffsetSec = 0.0; // wall time of the run before this process (resume)
+        if (resuming) {
+            const LoopState state = checkpoints->restore(*m_model, *m_strategy, adamw);
+            m_data->setPosition(state.dataPosition);
+            firstStep = state.step;
+            tokensSeen = state.tokensSeen;
+            wallOffsetSec = state.wallTimeSec;
+            io.start -= std::chrono::duration_cast<Clock::duration>(
+                std::chrono::duration<double>(wallOffsetSec));
+            io.log->info("resumed from {} at step {}", state.checkpointDir, firstStep);
+            io.event("checkpoint", firstStep, "resumed from " + state.checkpointDir,
+                {{"action", "resume"}, {"dir", state.checkpointDir}});
+            if (firstStep >= m_steps)
+                io.log->warn("the checkpoint is at step {} of {}: nothing left to train", firstStep,
+                    m_steps);
+        }
         double timedSec = 0.0;
         double timedCpuSec = 0.0;
         int64_t timedTokens = 0;
         alloc.resetPeak();
         int64_t runPeak = alloc.peakBytes();
-        for (int64_t step = 0; step < m_steps; ++step) {
+        for (int64_t step = firstStep; step < m_steps; ++step) {
             const auto t0 = Clock::now();
             const double cpu0 = cpuSeconds();
             std::vector<std::vector<TrainRow>> micro;
@@ -352,7 +375,7 @@ TrainResult Trainer::run()
             const double stepSec = seconds(t0, t1);
             const int64_t stepAllTokens = globalRows * K * m_spec.seqLen;
             tokensSeen += stepAllTokens;
-            if (step > 0 || m_steps == 1) {
+            if (step > firstStep || m_steps == firstStep + 1) {
                 timedSec += stepSec;
                 timedCpuSec += cpuSeconds() - cpu0;
                 timedTokens += stepAllTokens;
@@ -402,8 +425,25 @@ TrainResult Trainer::run()
                     step + 1, m_steps, loss, lr, gradNorm, rec.tokensPerSec,
                     mine.currentBytes / 1048576.0, mine.peakBytes / 1048576.0);
             }
+            if (checkpoints) {
+                LoopState state;
+                state.step = step + 1;
+                state.tokensSeen = tokensSeen;
+                state.wallTimeSec = seconds(io.start, Clock::now());
+                state.dataPosition = m_data->position();
+                const CheckpointSaved saved
+                    = checkpoints->afterStep(*m_model, *m_strategy, adamw, state, last);
+                if (saved.saved) {
+                    io.log->info("checkpoint {} written in {:.2f} s", saved.dir, saved.seconds);
+                    io.event("checkpoint", step + 1, "checkpoint written",
+                        {{"action", "save"}, {"dir", saved.dir}, {"seconds", saved.seconds},
+                            {"bytes", saved.bytes}});
+                }
+            }
         }
-        result.meanStepSec = m_steps > 1 ? timedSec / std::max<int64_t>(1, m_steps - 1) : timedSec;
+        const int64_t ranSteps = m_steps - firstStep;
+        result.meanStepSec
+            = ranSteps > 1 ? timedSec / std::max<int64_t>(1, ranSteps - 1) : timedSec;
         result.tokensPerSec = timedSec > 0 ? timedTokens / timedSec : 0.0;
         result.cpuTokensPerSec = timedCpuSec > 0 ? timedTokens / timedCpuSec : 0.0;
         result.peakBytes = runPeak;

@@ -11,6 +11,7 @@
 
 #include "core/model/llama_model.h"
 #include "core/train/batch_source.h"
+#include "core/train/checkpoint_hooks.h"
 #include "core/train/strategy.h"
 #include "protocol/run_spec.h"
 
@@ -20,6 +21,9 @@ struct TrainerOptions {
     bool recordsToStdout = true; // metric/event records also on stdout (for a launcher)
     bool saveModel = true;       // write <run>/model at the end
     bool writeRunDir = true;     // false: no files at all (benchmarks, tests)
+    // Checkpoint save / resume (shard_ckpt's implementation, installed by the worker); null =
+    // no checkpoints.
+    std::shared_ptr<CheckpointHooks> checkpoints;
 };
 
 struct TrainResult {

@@ -1,0 +1,212 @@
+// Checkpoint hooks of the training loop: the strategy's optimizer targets are this rank's fp32
+// shards (a dim-0 chunk per shard_layout.h, or the whole tensor), so saving and restoring them
+// with AdamW's state keyed by the same names is all a strategy has to expose.
+#include "train_checkpointer.h"
+
+#include <filesystem>
+#include <mutex>
+#include <stdexcept>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+#include <ATen/ops/zeros.h>
+
+#include "ckpt/checkpoint_reader.h"
+#include "ckpt/checkpoint_store.h"
+#include "ckpt/checkpoint_writer.h"
+#include "core/model/llama_model.h"
+#include "core/optim/adamw.h"
+#include "core/train/strategy.h"
+#include "plan/model_spec.h"
+#include "protocol/run_dir.h"
+
+namespace shard::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string shapeText(at::IntArrayRef s)
+{
+    std::string out = "[";
+    for (size_t i = 0; i < s.size(); ++i)
+        out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + "]";
+}
+
+ShardPlacement placementOf(const engine::Strategy& strategy, const protocol::RunSpec& spec)
+{
+    return placementFor(strategy.name(), strategy.rank(), strategy.worldSize(), spec.shardGroup);
+}
+
+bool agreeAll(engine::Strategy& strategy, bool ok)
+{
+    if (strategy.worldSize() == 1)
+        return ok;
+    return strategy.allReduceSum(ok ? 0.0 : 1.0) == 0.0;
+}
+
+} // namespace
+
+TrainCheckpointer::TrainCheckpointer(protocol::RunSpec spec, std::string modelDir)
+    : m_spec(std::move(spec))
+    , m_modelDir(std::move(modelDir))
+{
+    if (m_spec.checkpointEvery < 0)
+        throw std::runtime_error("--checkpoint-every must be >= 0 (0 = no checkpoints)");
+    if (m_spec.keepCheckpoints < 0)
+        throw std::runtime_error("--keep-checkpoints must be >= 0 (0 = keep all)");
+    nlohmann::json j = protocol::toJson(m_spec);
+    // What a resume may change: length, placement (world size, strategy: resharding), the split of
+    // the global batch into micro-batches, precision and memory settings, cadence, paths.
+    for (const char* k : {"resume", "steps", "epochs", "nodes", "procs_per_node", "strategy",
+             "shard_group", "micro_batch", "grad_accum", "device", "precision", "checkpointing",
+             "offload", "checkpoint_every", "keep_checkpoints", "threads", "log_every",
+             "eval_every", "name", "out", "model", "tokenizer"})
+        j.erase(k);
+    const std::string base = fs::path(m_spec.outDir).lexically_normal().filename().string();
+    m_runId = (base.empty() ? std::string("run") : base) + "-" + configHash(j).substr(8, 8);
+}
+
+nlohmann::json TrainCheckpointer::dataSpec() const
+{
+    return {{"files", m_spec.data}, {"format", m_spec.dataFormat}, {"seq_len", m_spec.seqLen},
+        {"seed", m_spec.seed}, {"shuffle", m_spec.shuffle}, {"packing", m_spec.packing},
+        {"eval_data", m_spec.evalData}, {"eval_fraction", m_spec.evalFraction}};
+}
+
+const std::string& TrainCheckpointer::resumeDir()
+{
+    if (!m_resolved) {
+        m_resumeDir = resolveResume(m_spec.resume, m_spec.outDir);
+        m_resolved = true;
+    }
+    return m_resumeDir;
+}
+
+bool TrainCheckpointer::resuming()
+{
+    return !resumeDir().empty();
+}
+
+engine::LoopState TrainCheckpointer::restore(
+    engine::LlamaModel& model, engine::Strategy& strategy, engine::AdamW& adamw)
+{
+    const CheckpointReader reader(resumeDir());
+    const Manifest& m = reader.manifest();
+    ResumeExpectation expect;
+    expect.modelConfig = plan::toHfConfig(model.spec());
+    expect.data = dataSpec();
+    expect.runId = m_runId;
+    for (engine::Param* p : model.params())
+        expect.tensors.push_back({p->info.name, p->info.shape, !p->info.isNormOrBias});
+    reader.checkCompatible(expect);
+
+    const ShardPlacement placement = placementOf(strategy, m_spec);
+    at::NoGradGuard noGrad;
+    for (const auto& t : strategy.optimizerTargets()) {
+        const auto& shape = model.param(t.name).info.shape;
+        const RowRange rows = rowsOf(shape[0], placement);
+        std::vector<int64_t> want = shape;
+        want[0] = rows.padded;
+        if (t.master.sizes().vec() != want)
+            throw std::runtime_error("strategy " + strategy.name() + " holds '" + t.name + "' as "
+                + shapeText(t.master.sizes()) + " on rank " + std::to_string(strategy.rank())
+                + ", not the dim-0 chunk " + shapeText(want) + " checkpoints expect");
+        at::Tensor master = t.master;
+        reader.readRowsInto(kParam, t.name, rows, master);
+        engine::AdamW::State st;
+        st.m = reader.readRows(kExpAvg, t.name, rows).view(t.master.sizes());
+        st.v = reader.readRows(kExpAvgSq, t.name, rows).view(t.master.sizes());
+        adamw.state()[t.name] = st;
+    }
+    const nlohmann::json& ts = m.trainState;
+    adamw.setStepCount(ts.value("optimizer_step", static_cast<int64_t>(0)));
+    // Compute copies (ZeRO-1/2, DDP gathered parameters) from the restored masters.
+    strategy.afterOptimizerStep();
+    const int rank = strategy.rank();
+    if (rank < m.worldSize) {
+        const at::Tensor rng = reader.rngState(rank);
+        if (rng.defined()) {
+            at::Generator gen = at::detail::getDefaultCPUGenerator();
+            std::lock_guard<std::mutex> lock(gen.mutex());
+            gen.set_state(rng);
+        }
+    }
+    engine::LoopState state;
+    state.step = ts.value("step", static_cast<int64_t>(0));
+    state.tokensSeen = ts.value("tokens_seen", static_cast<int64_t>(0));
+    state.wallTimeSec = ts.value("wall_time_sec", 0.0);
+    state.dataPosition = ts.value("data_position", nlohmann::json::object());
+    state.checkpointDir = reader.dir();
+    // Every rank has its state before any of them goes on.
+    if (!agreeAll(strategy, true))
+        throw std::runtime_error("another rank failed to restore the checkpoint");
+    return state;
+}
+
+engine::CheckpointSaved TrainCheckpointer::afterStep(engine::LlamaModel& model,
+    engine::Strategy& strategy, engine::AdamW& adamw, const engine::LoopState& state, bool last)
+{
+    engine::CheckpointSaved out;
+    const int64_t every = m_spec.checkpointEvery;
+    if (every <= 0 || (state.step % every != 0 && !last))
+        return out;
+    SaveRequest req;
+    req.checkpointsDir = protocol::RunDir(m_spec.outDir).checkpointsDir();
+    req.step = state.step;
+    req.runId = m_runId;
+    req.strategy = strategy.name();
+    req.rank = strategy.rank();
+    req.worldSize = strategy.worldSize();
+    req.shardGroup = m_spec.shardGroup;
+    req.modelConfig = plan::toHfConfig(model.spec());
+    req.modelSource = fs::absolute(m_modelDir).lexically_normal().string();
+    req.tokenizerSource = m_spec.tokenizer.empty()
+        ? req.modelSource
+        : fs::absolute(m_spec.tokenizer).lexically_normal().string();
+    req.data = dataSpec();
+    req.trainState = {{"step", state.step}, {"tokens_seen", state.tokensSeen},
+        {"wall_time_sec", state.wallTimeSec}, {"data_position", state.dataPosition},
+        {"optimizer_step", adamw.stepCount()}, {"lr_schedule", m_spec.schedule},
+        {"total_steps", m_spec.steps}};
+    req.rankState = {{"rank", strategy.rank()}};
+    {
+        at::Generator gen = at::detail::getDefaultCPUGenerator();
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        req.rng = gen.get_state();
+    }
+    req.keep = static_cast<int>(m_spec.keepCheckpoints);
+    req.agree = [&strategy](bool ok) { return agreeAll(strategy, ok); };
+
+    std::vector<LocalTensor> tensors;
+    for (const auto& t : strategy.optimizerTargets()) {
+        LocalTensor lt;
+        lt.name = t.name;
+        lt.shape = model.param(t.name).info.shape;
+        lt.decay = t.decay;
+        lt.param = t.master.detach();
+        auto it = adamw.state().find(t.name);
+        if (it != adamw.state().end() && it->second.m.defined()) {
+            lt.expAvg = it->second.m.view(t.master.sizes());
+            lt.expAvgSq = it->second.v.view(t.master.sizes());
+        }
+        tensors.push_back(std::move(lt));
+    }
+    const SaveResult r = saveCheckpoint(req, tensors);
+    out.saved = true;
+    out.dir = r.dir;
+    out.seconds = r.seconds;
+    out.bytes = r.bytesWritten;
+    return out;
+}
+
+std::shared_ptr<engine::CheckpointHooks> makeTrainCheckpointer(
+    const protocol::RunSpec& spec, const std::string& modelDir)
+{
+    if (spec.checkpointEvery <= 0 && spec.resume.empty())
+        return nullptr;
+    return std::make_shared<TrainCheckpointer>(spec, modelDir);
+}
+
+} // namespace shard::ckpt

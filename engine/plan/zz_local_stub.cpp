@@ -1,1 +1,0 @@
-// local configure stub (not committed)

@@ -1,0 +1,199 @@
+// Plan page: every field changes the plan the planner computes, the chart shows one stacked bar
+// per strategy with the chosen one marked and the device capacity, and bad models or impossible
+// settings show a message.
+#include <QtTest>
+
+#include <QComboBox>
+#include <QDir>
+#include <QFile>
+#include <QSpinBox>
+#include <QTemporaryDir>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/model_spec.h"
+#include "widgets/memory_bar_chart.h"
+#include "widgets/plan_page.h"
+
+using namespace shard::widgets;
+namespace plan = shard::plan;
+
+namespace {
+
+template<class T> T* field(PlanPage& page, const char* name)
+{
+    auto* w = page.findChild<T*>(name);
+    if (!w)
+        qFatal("no field %s", name);
+    return w;
+}
+
+void selectData(QComboBox* box, const QString& data)
+{
+    const int i = box->findData(data);
+    QVERIFY2(i >= 0, qPrintable(data));
+    box->setCurrentIndex(i);
+}
+
+double total(const plan::PlanResult* r)
+{
+    return double(r->perDevice.total());
+}
+
+} // namespace
+
+class TstPlanPage : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void fieldsChangeThePlan()
+    {
+        PlanPage page;
+        page.show();
+        page.setModel("llama-2-7b");
+        page.recompute();
+        QVERIFY(page.chosen());
+        QCOMPARE(page.chosen()->params, int64_t(6738415616));
+        QVERIFY(page.chosen()->input.strategy == plan::Strategy::Zero3);
+        // One bar per strategy, the chosen one marked.
+        const auto& bars = page.chart()->bars();
+        QCOMPARE(bars.size(), page.results().size());
+        QVERIFY(bars.size() >= 4);
+        int marked = 0;
+        for (const auto& b : bars)
+            marked += b.highlighted ? 1 : 0;
+        QCOMPARE(marked, 1);
+        QCOMPARE(bars[3].label, QString("zero3"));
+        QVERIFY(bars[3].highlighted);
+        QCOMPARE(*page.chart()->capacity(), 80.0 * (1 << 30));
+
+        // Micro-batch up: more activations, bigger total.
+        const double activations1 = double(page.chosen()->perDevice.activations);
+        const double total1 = total(page.chosen());
+        field<QSpinBox>(page, "microBatch")->setValue(4);
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.microBatch == 4);
+        QVERIFY(page.chosen()->perDevice.activations > activations1);
+        QVERIFY(total(page.chosen()) > total1);
+
+        // Fewer GPUs: each holds a bigger shard (zero3 shards over all ranks).
+        const double shard8 = double(page.chosen()->perDevice.shardedParams);
+        field<QSpinBox>(page, "gpus")->setValue(2);
+        QTRY_VERIFY(page.chosen() && page.chosen()->worldSize == 2);
+        QVERIFY(double(page.chosen()->perDevice.shardedParams) > 3.5 * shard8);
+
+        // Strategy: the marked bar follows.
+        selectData(field<QComboBox>(page, "strategy"), "ddp");
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.strategy == plan::Strategy::Ddp);
+        QVERIFY(page.chart()->bars()[0].highlighted);
+        QVERIFY(!page.chart()->bars()[3].highlighted);
+
+        // A 24 GiB device cannot hold DDP of a 7B model.
+        selectData(field<QComboBox>(page, "device"), "24");
+        QTRY_VERIFY(page.chosen() && page.chosen()->capacityBytes < int64_t(25) << 30);
+        QVERIFY(!page.chosen()->fits);
+        QVERIFY2(page.verdictText().contains("Does not fit"), qPrintable(page.verdictText()));
+        QCOMPARE(*page.chart()->capacity(), 24.0 * (1 << 30));
+
+        // Back to zero3 on 8 x 80 GiB with checkpointing: fits, and checkpointing shrinks
+        // activations.
+        selectData(field<QComboBox>(page, "device"), "80");
+        selectData(field<QComboBox>(page, "strategy"), "zero3");
+        field<QSpinBox>(page, "gpus")->setValue(8);
+        field<QSpinBox>(page, "microBatch")->setValue(1);
+        QTRY_VERIFY(
+            page.chosen() && page.chosen()->worldSize == 8 && page.chosen()->input.microBatch == 1);
+        QVERIFY(page.chosen()->fits);
+        QVERIFY(page.verdictText().contains("Fits"));
+        const double actNone = double(page.chosen()->perDevice.activations);
+        selectData(field<QComboBox>(page, "checkpointing"), "full");
+        QTRY_VERIFY(
+            page.chosen() && page.chosen()->input.checkpointing == plan::Checkpointing::Full);
+        QVERIFY(double(page.chosen()->perDevice.activations) < actNone / 4);
+
+        // Longer sequences lower the largest micro-batch that fits.
+        field<QSpinBox>(page, "seqLen")->setValue(1024);
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.seqLen == 1024);
+        const int64_t lmb = page.largestMicroBatch();
+        QVERIFY(lmb > 0);
+        field<QSpinBox>(page, "seqLen")->setValue(4096);
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.seqLen == 4096);
+        QVERIFY(page.largestMicroBatch() < lmb);
+        QVERIFY(page.fewestGpus() >= 1);
+
+        // Precision fp32 doubles the gathered parameter bytes of bf16.
+        const double gathered16 = double(page.chosen()->perDevice.gatheredParams);
+        selectData(field<QComboBox>(page, "precision"), "fp32");
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.precision == plan::Precision::Fp32);
+        QVERIFY(double(page.chosen()->perDevice.gatheredParams) > 1.9 * gathered16);
+    }
+
+    void huggingFaceFolderIsPlanned()
+    {
+        QTemporaryDir tmp;
+        const auto spec = *plan::findPreset("tiny-15m");
+        QFile f(tmp.filePath("config.json"));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray::fromStdString(plan::toHfConfig(spec).dump()));
+        f.close();
+        PlanPage page;
+        QSignalSpy loaded(&page, &PlanPage::modelLoaded);
+        page.setModel(tmp.path());
+        QTRY_COMPARE_WITH_TIMEOUT(loaded.count(), 1, 5000);
+        field<QSpinBox>(page, "seqLen")->setValue(1024); // within tiny-15m's 2048 positions
+        page.recompute();
+        QVERIFY2(page.chosen(), qPrintable(page.messageText()));
+        QCOMPARE(page.chosen()->params, plan::parameterCount(spec));
+        QCOMPARE(page.modelName(), QDir(tmp.path()).dirName());
+    }
+
+    void folderWithoutConfigShowsMessage()
+    {
+        QTemporaryDir tmp;
+        PlanPage page;
+        page.show();
+        QSignalSpy failed(&page, &PlanPage::modelFailed);
+        page.setModel(tmp.path());
+        QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 5000);
+        QVERIFY2(page.messageText().contains("config.json"), qPrintable(page.messageText()));
+        // The previous model stays planned.
+        QCOMPARE(page.modelName(), QString("llama-2-7b"));
+    }
+
+    void impossibleSettingsShowMessage()
+    {
+        PlanPage page;
+        page.show();
+        selectData(field<QComboBox>(page, "strategy"), "hybrid");
+        field<QSpinBox>(page, "gpus")->setValue(8);
+        field<QSpinBox>(page, "shardGroup")->setValue(3);
+        page.recompute();
+        QVERIFY2(!page.messageText().isEmpty(), "hybrid group 3 over 8 GPUs must be refused");
+        QVERIFY(page.messageText().contains("3"));
+        QVERIFY(page.results().empty());
+        field<QSpinBox>(page, "shardGroup")->setValue(4);
+        page.recompute();
+        QVERIFY(page.messageText().isEmpty());
+        QVERIFY(page.chosen());
+        QCOMPARE(page.chosen()->shardDegree, int64_t(4));
+    }
+
+    void predictionForARunSpec()
+    {
+        const nlohmann::json spec = {{"model", "tiny-1m"}, {"strategy", "zero3"},
+            {"procs_per_node", 2}, {"steps", 10}, {"micro_batch", 4}, {"seq_len", 64}};
+        const auto bytes = predictedBytesPerRank(spec);
+        QVERIFY(bytes && *bytes > 0);
+        auto in = plan::PlanInput {};
+        in.model = *plan::findPreset("tiny-1m");
+        in.strategy = plan::Strategy::Zero3;
+        in.precision = plan::Precision::Fp32;
+        in.microBatch = 4;
+        in.seqLen = 64;
+        in.gpusPerNode = 2;
+        in.device = plan::DeviceSpec::cpu(1LL << 40);
+        QCOMPARE(*bytes, double(plan::plan(in).perDevice.total()));
+        QVERIFY(!predictedBytesPerRank({{"model", "no-such-model"}, {"steps", 1}}));
+    }
+};
+
+QTEST_MAIN(TstPlanPage)
+#include "tst_plan_page.moc"

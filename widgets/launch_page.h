@@ -1,0 +1,102 @@
+// Launch page: data files and format, model, output, learning rate and schedule, steps or
+// epochs, checkpoint interval, seed, batch shape and sharding; the exact command and run.json
+// that will start; launch presets saved and loaded by name; start (local target) through the
+// jobs library's launcher on the store thread.
+#pragma once
+
+#include <QWidget>
+
+#include "jobs/launch_request.h"
+#include "plan/planner.h"
+#include "protocol/run_spec.h"
+#include "widgets/result.h"
+
+class QComboBox;
+class QDoubleSpinBox;
+class QLineEdit;
+class QPlainTextEdit;
+class QPushButton;
+class QSpinBox;
+class QTimer;
+
+namespace shard::widgets {
+
+class MessageBar;
+class StoreService;
+
+class LaunchPage : public QWidget {
+    Q_OBJECT
+public:
+    explicit LaunchPage(QWidget* parent = nullptr);
+
+    void setStore(StoreService* store);
+    // Takes strategy, precision, checkpointing, offload and batch shape from the Plan page.
+    void applyPlan(const plan::PlanInput& input, const QString& modelSource);
+
+    // The run spec the fields describe, validated; or what is wrong.
+    Result<protocol::RunSpec> spec() const;
+    // What start() will hand the launcher (run directory and port fixed by the preview).
+    Result<jobs::LaunchRequest> request() const;
+    QString commandPreview() const;
+    void start();
+
+    // Fills the form from a run's run.json ("launch again like this run").
+    bool loadRunSpec(const nlohmann::json& runJson);
+    void savePreset(const QString& name);
+    bool loadPreset(const QString& name);
+    QStringList presetNames() const;
+    void saveSettings() const;
+    void loadSettings();
+    QString messageText() const;
+
+    // Field setters for callers and tests.
+    void setModelFolder(const QString& folder);
+    void setDataFiles(const QStringList& files);
+    void setRunsRoot(const QString& folder);
+    void setRunName(const QString& name);
+    void setSteps(int steps);
+    void setWorkerProgram(const QString& program) { m_workerProgram = program; }
+
+Q_SIGNALS:
+    void launched(qint64 runId, const QString& runDirectory);
+    void previewChanged();
+
+private:
+    void updatePreview();
+    void toFields(const protocol::RunSpec& s);
+    QString runDirectory() const;
+
+    StoreService* m_store = nullptr;
+    int m_masterPort = 0;
+    QString m_workerProgram = QStringLiteral("shard-worker");
+    QTimer* m_debounce = nullptr;
+
+    QLineEdit* m_name = nullptr;
+    QLineEdit* m_model = nullptr;
+    QLineEdit* m_data = nullptr;
+    QComboBox* m_format = nullptr;
+    QLineEdit* m_out = nullptr;
+    QLineEdit* m_lr = nullptr;
+    QComboBox* m_schedule = nullptr;
+    QSpinBox* m_warmup = nullptr;
+    QSpinBox* m_steps = nullptr;
+    QSpinBox* m_epochs = nullptr;
+    QSpinBox* m_ckptEvery = nullptr;
+    QSpinBox* m_seed = nullptr;
+    QSpinBox* m_microBatch = nullptr;
+    QSpinBox* m_seqLen = nullptr;
+    QSpinBox* m_gradAccum = nullptr;
+    QComboBox* m_strategy = nullptr;
+    QSpinBox* m_ranks = nullptr;
+    QComboBox* m_precision = nullptr;
+    QComboBox* m_checkpointing = nullptr;
+    QComboBox* m_target = nullptr;
+    QComboBox* m_presets = nullptr;
+    QPushButton* m_savePreset = nullptr;
+    QPushButton* m_loadPreset = nullptr;
+    QPushButton* m_start = nullptr;
+    QPlainTextEdit* m_preview = nullptr;
+    MessageBar* m_message = nullptr;
+};
+
+} // namespace shard::widgets

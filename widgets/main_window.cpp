@@ -1,0 +1,293 @@
+// MainWindow: navigation, menus, settings, and the wiring between pages and the store.
+#include "widgets/main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDir>
+#include <QFileDialog>
+#include <QHBoxLayout>
+#include <QListWidget>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QSettings>
+#include <QShortcut>
+#include <QStackedWidget>
+#include <QStatusBar>
+
+#include "jobs/run_store.h"
+#include "shard/version.h"
+#include "widgets/compare_page.h"
+#include "widgets/hosts_page.h"
+#include "widgets/launch_page.h"
+#include "widgets/memory_bar_chart.h"
+#include "widgets/monitor_page.h"
+#include "widgets/plan_page.h"
+#include "widgets/runs_page.h"
+#include "widgets/store_service.h"
+
+namespace shard::widgets {
+
+QString pageName(Page page)
+{
+    switch (page) {
+    case Page::Plan:
+        return "plan";
+    case Page::Launch:
+        return "launch";
+    case Page::Monitor:
+        return "monitor";
+    case Page::Runs:
+        return "runs";
+    case Page::Compare:
+        return "compare";
+    case Page::Hosts:
+        return "hosts";
+    }
+    return {};
+}
+
+std::optional<Page> pageFromName(const QString& name)
+{
+    for (int i = 0; i < kPageCount; ++i)
+        if (pageName(Page(i)) == name.toLower())
+            return Page(i);
+    return std::nullopt;
+}
+
+MainWindow::MainWindow(const QString& storePath, QWidget* parent)
+    : QMainWindow(parent)
+{
+    setWindowTitle(tr("Shard Studio"));
+    m_nav = new QListWidget(this);
+    m_nav->setObjectName("navigation");
+    m_nav->setAccessibleName(tr("Pages"));
+    m_nav->setFixedWidth(150);
+    m_nav->setSpacing(2);
+    m_stack = new QStackedWidget(this);
+
+    m_plan = new PlanPage(this);
+    m_launch = new LaunchPage(this);
+    m_monitor = new MonitorPage(this);
+    m_runs = new RunsPage(this);
+    m_compare = new ComparePage(this);
+    m_hosts = new HostsPage(this);
+    const QStringList titles
+        = {tr("Plan"), tr("Launch"), tr("Monitor"), tr("Runs"), tr("Compare"), tr("Hosts")};
+    const QList<QWidget*> pages = {m_plan, m_launch, m_monitor, m_runs, m_compare, m_hosts};
+    for (int i = 0; i < kPageCount; ++i) {
+        auto* item = new QListWidgetItem(QString("%1   Ctrl+%2").arg(titles[i]).arg(i + 1), m_nav);
+        item->setData(Qt::AccessibleTextRole, titles[i]);
+        item->setSizeHint(QSize(140, 34));
+        m_stack->addWidget(pages[i]);
+        pages[i]->setObjectName(pageName(Page(i)) + "Page");
+    }
+    auto* central = new QWidget(this);
+    auto* layout = new QHBoxLayout(central);
+    layout->setContentsMargins(6, 6, 6, 6);
+    layout->addWidget(m_nav);
+    layout->addWidget(m_stack, 1);
+    setCentralWidget(central);
+    connect(m_nav, &QListWidget::currentRowChanged, m_stack, &QStackedWidget::setCurrentIndex);
+    m_nav->setCurrentRow(0);
+
+    m_store
+        = new StoreService(storePath.isEmpty() ? jobs::RunStore::defaultPath() : storePath, this);
+    buildMenus();
+    wirePages();
+    statusBar()->showMessage(tr("Run store: %1").arg(m_store->path()));
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildMenus()
+{
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    QAction* open = file->addAction(tr("&Open run folder…"));
+    open->setShortcut(QKeySequence::Open);
+    connect(open, &QAction::triggered, this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a run folder"));
+        if (!dir.isEmpty())
+            monitorRun(dir);
+    });
+    file->addSeparator();
+    QAction* quit = file->addAction(tr("&Quit"));
+    quit->setShortcut(QKeySequence::Quit);
+    connect(quit, &QAction::triggered, this, &QWidget::close);
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    for (int i = 0; i < kPageCount; ++i) {
+        QAction* a = view->addAction(m_nav->item(i)->data(Qt::AccessibleTextRole).toString());
+        a->setShortcut(QKeySequence(Qt::CTRL | Qt::Key(Qt::Key_1 + i)));
+        connect(a, &QAction::triggered, this, [this, i] { showPage(Page(i)); });
+    }
+    view->addSeparator();
+    QAction* dark = view->addAction(tr("&Dark theme"));
+    dark->setCheckable(true);
+    dark->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_D));
+    connect(dark, &QAction::toggled, this,
+        [this](bool on) { setTheme(on ? ThemeKind::Dark : ThemeKind::Light); });
+    dark->setObjectName("darkThemeAction");
+
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    QAction* about = help->addAction(tr("&About Shard Studio"));
+    connect(about, &QAction::triggered, this, [this] {
+        QMessageBox::about(this, tr("About Shard Studio"),
+            tr("<b>Shard Studio %1</b><br>Plan, launch, monitor and compare sharded "
+               "fine-tuning runs.<br>Run store: %2")
+                .arg(SHARD_VERSION, m_store->path().toHtmlEscaped()));
+    });
+}
+
+void MainWindow::wirePages()
+{
+    m_runs->setStore(m_store);
+    m_launch->setStore(m_store);
+    m_monitor->setPredictor(&predictedBytesPerRank);
+    m_monitor->setStopper([this](const QString& dir) -> QString {
+        const auto it = m_runIdByDir.find(QDir(dir).absolutePath());
+        if (it == m_runIdByDir.end())
+            return tr("This run is not in the run store, so the studio did not start it and "
+                      "cannot stop it; stop it where it was started.");
+        m_store->stopRun(it.value());
+        return {};
+    });
+    connect(m_store, &StoreService::runsListed, this, [this](const QVector<jobs::RunRecord>& r) {
+        for (const auto& run : r)
+            if (!run.runDir.isEmpty() && run.target == "local")
+                m_runIdByDir.insert(QDir(run.runDir).absolutePath(), run.id);
+    });
+    connect(m_store, &StoreService::launched, this, [this](qint64 id, const QString& dir) {
+        m_runIdByDir.insert(QDir(dir).absolutePath(), id);
+        monitorRun(dir);
+    });
+    connect(m_store, &StoreService::errorOccurred, this,
+        [this](const QString& message) { statusBar()->showMessage(message, 15000); });
+    connect(m_store, &StoreService::openFailed, this,
+        [this](const QString& message) { statusBar()->showMessage(message); });
+    connect(m_store, &StoreService::opened, this,
+        [this](const QString& path, bool readOnly, const QString& warning) {
+            statusBar()->showMessage(readOnly
+                    ? tr("Run store %1 (read-only: %2)").arg(path, warning)
+                    : tr("Run store: %1").arg(path));
+        });
+    connect(m_store, &StoreService::seriesLoaded, this,
+        [this](quint64 ticket, const std::vector<RunSeries>& runs) {
+            if (ticket == m_monitorTicket) {
+                if (!runs.empty())
+                    m_monitor->openRunDirectory(runs.front().directory);
+                return;
+            }
+            if (ticket != m_ticket)
+                return;
+            for (const RunSeries& run : runs)
+                m_compare->addRun(run);
+        });
+    connect(
+        m_runs, &RunsPage::monitorRequested, this, [this](const QString& dir) { monitorRun(dir); });
+    connect(m_runs, &RunsPage::compareRequested, this, [this](const QVector<qint64>& ids) {
+        QStringList list;
+        for (qint64 id : ids)
+            list << QString::number(id);
+        compareRuns(list);
+    });
+    connect(m_plan, &PlanPage::launchRequested, this,
+        [this](const plan::PlanInput& in, const QString& source) {
+            m_launch->applyPlan(in, source);
+            showPage(Page::Launch);
+        });
+}
+
+void MainWindow::monitorRun(const QString& folderOrId)
+{
+    bool numeric = false;
+    const qint64 id = folderOrId.toLongLong(&numeric);
+    if (numeric && !QDir(folderOrId).exists()) {
+        m_monitorTicket = ++m_ticket;
+        m_store->loadSeries({id}, m_monitorTicket);
+    } else {
+        m_monitor->openRunDirectory(folderOrId);
+    }
+    showPage(Page::Monitor);
+}
+
+void MainWindow::compareRuns(const QStringList& foldersOrIds)
+{
+    QVector<qint64> ids;
+    for (const QString& s : foldersOrIds) {
+        bool numeric = false;
+        const qint64 id = s.toLongLong(&numeric);
+        if (numeric && !QDir(s).exists())
+            ids.append(id);
+        else
+            m_compare->addRunDirectory(s);
+    }
+    if (!ids.isEmpty())
+        m_store->loadSeries(ids, ++m_ticket);
+    showPage(Page::Compare);
+}
+
+void MainWindow::showPage(Page page)
+{
+    m_nav->setCurrentRow(int(page));
+    if (QWidget* w = m_stack->currentWidget())
+        w->setFocus(Qt::OtherFocusReason);
+}
+
+Page MainWindow::currentPage() const
+{
+    return Page(m_stack->currentIndex());
+}
+
+void MainWindow::setTheme(ThemeKind kind)
+{
+    m_theme = kind;
+    Theme::apply(kind);
+    m_plan->restyle();
+    m_monitor->restyle();
+    m_compare->restyle();
+    if (auto* a = findChild<QAction*>("darkThemeAction")) {
+        QSignalBlocker block(a);
+        a->setChecked(kind == ThemeKind::Dark);
+    }
+}
+
+void MainWindow::restoreSettings()
+{
+    QSettings s;
+    restoreGeometry(s.value("window/geometry").toByteArray());
+    restoreState(s.value("window/state").toByteArray());
+    setTheme(Theme::fromName(s.value("window/theme", "light").toString()));
+    m_plan->loadSettings();
+    m_launch->loadSettings();
+    m_hosts->loadSettings();
+    if (auto page = pageFromName(s.value("window/page", "plan").toString()))
+        showPage(*page);
+}
+
+void MainWindow::saveSettings() const
+{
+    QSettings s;
+    s.setValue("window/geometry", saveGeometry());
+    s.setValue("window/state", saveState());
+    s.setValue("window/theme", Theme::name(m_theme));
+    s.setValue("window/page", pageName(currentPage()));
+    m_plan->saveSettings();
+    m_launch->saveSettings();
+    m_hosts->saveSettings();
+}
+
+void MainWindow::closeEvent(QCloseEvent* event)
+{
+    saveSettings();
+    event->accept();
+}
+
+void MainWindow::flushCharts()
+{
+    m_monitor->flushCharts();
+    m_compare->flushCharts();
+    m_plan->chart()->flushNow();
+}
+
+} // namespace shard::widgets

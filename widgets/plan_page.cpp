@@ -1,0 +1,519 @@
+// PlanPage: form -> PlanInput -> planAllStrategies / largestMicroBatch / fewestGpus -> chart.
+#include "widgets/plan_page.h"
+
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPushButton>
+#include <QSettings>
+#include <QSpinBox>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include "protocol/run_spec.h"
+#include "widgets/background.h"
+#include "widgets/memory_bar_chart.h"
+#include "widgets/message_bar.h"
+#include "widgets/result.h"
+
+namespace shard::widgets {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+const char* const kCustomDevice = "custom";
+const char* const kCpuDevice = "cpu";
+
+QString gib(int64_t bytes)
+{
+    return QString::number(double(bytes) / kGiB, 'f', 2) + " GiB";
+}
+
+QString flops(double f)
+{
+    const char* units[] = {"", "K", "M", "G", "T", "P", "E"};
+    int u = 0;
+    while (f >= 1000.0 && u < 6) {
+        f /= 1000.0;
+        ++u;
+    }
+    return QString("%1 %2FLOP").arg(f, 0, 'f', f < 10 ? 2 : 1).arg(units[u]);
+}
+
+void addItems(QComboBox* box, const QStringList& values)
+{
+    for (const QString& v : values)
+        box->addItem(v, v);
+}
+
+} // namespace
+
+QStringList planCategoryNames()
+{
+    return {QObject::tr("sharded params"), QObject::tr("gathered params"), QObject::tr("grads"),
+        QObject::tr("optimizer"), QObject::tr("activations"), QObject::tr("logits"),
+        QObject::tr("comm buffers"), QObject::tr("overhead")};
+}
+
+std::optional<double> predictedBytesPerRank(const nlohmann::json& runSpec)
+{
+    try {
+        const protocol::RunSpec s = protocol::runSpecFromJson(runSpec);
+        plan::PlanInput in;
+        in.model = plan::resolveModel(s.model);
+        in.strategy = plan::parseStrategy(s.strategy);
+        in.shardGroup = s.shardGroup;
+        in.precision = plan::parsePrecision(s.precision);
+        in.checkpointing = plan::parseCheckpointing(s.checkpointing);
+        in.offload = plan::parseOffload(s.offload);
+        in.microBatch = s.microBatch;
+        in.seqLen = s.seqLen;
+        in.gradAccum = s.gradAccum;
+        in.gpusPerNode = s.procsPerNode;
+        in.nodes = s.nodes;
+        // Capacity does not change the prediction; only the kind of device does.
+        in.device
+            = s.device == "cuda" ? plan::DeviceSpec::gpu(80) : plan::DeviceSpec::cpu(1LL << 40);
+        return double(plan::plan(in).perDevice.total());
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+std::vector<double> planCategoryBytes(const plan::MemoryBreakdown& m)
+{
+    std::vector<double> out;
+    for (const auto& [key, bytes] : m.components())
+        out.push_back(double(bytes));
+    return out;
+}
+
+PlanPage::PlanPage(QWidget* parent)
+    : QWidget(parent)
+{
+    m_modelBox = new QComboBox(this);
+    m_modelBox->setObjectName("model");
+    for (const auto& p : plan::presets())
+        m_modelBox->addItem(QString::fromStdString(p.name), QString::fromStdString(p.name));
+    m_openFolder = new QPushButton(tr("Open a Hugging Face &folder…"), this);
+    m_modelInfo = new QLabel(this);
+    m_modelInfo->setWordWrap(true);
+    m_gpus = new QSpinBox(this);
+    m_gpus->setObjectName("gpus");
+    m_gpus->setRange(1, 1024);
+    m_gpus->setValue(8);
+    m_nodes = new QSpinBox(this);
+    m_nodes->setObjectName("nodes");
+    m_nodes->setRange(1, 4096);
+    m_device = new QComboBox(this);
+    m_device->setObjectName("device");
+    for (int g : {24, 40, 80, 96, 141})
+        m_device->addItem(tr("GPU, %1 GiB").arg(g), QString::number(g));
+    m_device->addItem(tr("GPU, custom size"), kCustomDevice);
+    m_device->addItem(tr("CPU (host memory)"), kCpuDevice);
+    m_device->setCurrentIndex(2);
+    m_customGiB = new QDoubleSpinBox(this);
+    m_customGiB->setObjectName("customGiB");
+    m_customGiB->setRange(1, 4096);
+    m_customGiB->setValue(48);
+    m_customGiB->setSuffix(" GiB");
+    m_customGiB->setEnabled(false);
+    m_strategy = new QComboBox(this);
+    m_strategy->setObjectName("strategy");
+    addItems(m_strategy, {"ddp", "zero1", "zero2", "zero3", "hybrid"});
+    m_strategy->setCurrentIndex(3);
+    m_shardGroup = new QSpinBox(this);
+    m_shardGroup->setObjectName("shardGroup");
+    m_shardGroup->setRange(1, 4096);
+    m_shardGroup->setValue(8);
+    m_shardGroup->setEnabled(false);
+    m_precision = new QComboBox(this);
+    m_precision->setObjectName("precision");
+    addItems(m_precision, {"fp32", "bf16-mixed", "bf16", "fp16-mixed"});
+    m_precision->setCurrentIndex(1);
+    m_checkpointing = new QComboBox(this);
+    m_checkpointing->setObjectName("checkpointing");
+    addItems(m_checkpointing, {"none", "full"});
+    m_offload = new QComboBox(this);
+    m_offload->setObjectName("offload");
+    addItems(m_offload, {"none", "optimizer", "params+optimizer"});
+    m_microBatch = new QSpinBox(this);
+    m_microBatch->setObjectName("microBatch");
+    m_microBatch->setRange(1, 65536);
+    m_microBatch->setValue(1);
+    m_seqLen = new QSpinBox(this);
+    m_seqLen->setObjectName("seqLen");
+    m_seqLen->setRange(1, 1 << 20);
+    m_seqLen->setValue(4096);
+    m_gradAccum = new QSpinBox(this);
+    m_gradAccum->setObjectName("gradAccum");
+    m_gradAccum->setRange(1, 65536);
+    m_toLaunch = new QPushButton(tr("Launch with these settings →"), this);
+    m_toLaunch->setObjectName("toLaunch");
+    m_message = new MessageBar(this);
+    m_chart = new MemoryBarChart(tr("Memory per device by strategy"), this);
+    m_chart->setCategories(planCategoryNames());
+    m_verdict = new QLabel(this);
+    m_verdict->setObjectName("verdict");
+    m_verdict->setWordWrap(true);
+    QFont big = m_verdict->font();
+    big.setPointSizeF(big.pointSizeF() * 1.25);
+    big.setBold(true);
+    m_verdict->setFont(big);
+    m_details = new QLabel(this);
+    m_details->setObjectName("details");
+    m_details->setWordWrap(true);
+    m_details->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_details->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+
+    auto* modelBox = new QGroupBox(tr("Model"), this);
+    auto* modelForm = new QFormLayout(modelBox);
+    modelForm->addRow(tr("&Preset"), m_modelBox);
+    modelForm->addRow(m_openFolder);
+    modelForm->addRow(m_modelInfo);
+    auto* clusterBox = new QGroupBox(tr("Hardware"), this);
+    auto* clusterForm = new QFormLayout(clusterBox);
+    clusterForm->addRow(tr("&GPUs per node"), m_gpus);
+    clusterForm->addRow(tr("&Nodes"), m_nodes);
+    clusterForm->addRow(tr("&Device"), m_device);
+    clusterForm->addRow(tr("Device &memory"), m_customGiB);
+    auto* trainBox = new QGroupBox(tr("Training"), this);
+    auto* trainForm = new QFormLayout(trainBox);
+    trainForm->addRow(tr("&Strategy"), m_strategy);
+    trainForm->addRow(tr("Shard &group"), m_shardGroup);
+    trainForm->addRow(tr("P&recision"), m_precision);
+    trainForm->addRow(tr("&Checkpointing"), m_checkpointing);
+    trainForm->addRow(tr("O&ffload"), m_offload);
+    trainForm->addRow(tr("M&icro-batch"), m_microBatch);
+    trainForm->addRow(tr("Se&quence length"), m_seqLen);
+    trainForm->addRow(tr("Gradient &accumulation"), m_gradAccum);
+
+    auto* left = new QVBoxLayout;
+    left->addWidget(modelBox);
+    left->addWidget(clusterBox);
+    left->addWidget(trainBox);
+    left->addStretch(1);
+    auto* leftWidget = new QWidget(this);
+    leftWidget->setLayout(left);
+    leftWidget->setMaximumWidth(400);
+
+    auto* right = new QVBoxLayout;
+    right->addWidget(m_message);
+    right->addWidget(m_verdict);
+    right->addWidget(m_chart, 1);
+    right->addWidget(m_details);
+    auto* actions = new QHBoxLayout;
+    actions->addStretch(1);
+    actions->addWidget(m_toLaunch);
+    right->addLayout(actions);
+
+    auto* layout = new QHBoxLayout(this);
+    layout->addWidget(leftWidget);
+    layout->addLayout(right, 1);
+
+    // Tab order follows the form top to bottom.
+    QWidget* order[] = {m_modelBox, m_openFolder, m_gpus, m_nodes, m_device, m_customGiB,
+        m_strategy, m_shardGroup, m_precision, m_checkpointing, m_offload, m_microBatch, m_seqLen,
+        m_gradAccum, m_toLaunch};
+    for (size_t i = 1; i < std::size(order); ++i)
+        setTabOrder(order[i - 1], order[i]);
+
+    m_debounce = new QTimer(this);
+    m_debounce->setSingleShot(true);
+    m_debounce->setInterval(30);
+    connect(m_debounce, &QTimer::timeout, this, &PlanPage::recompute);
+    connect(m_modelBox, qOverload<int>(&QComboBox::activated), this,
+        [this] { setModel(m_modelBox->currentData().toString()); });
+    connect(m_openFolder, &QPushButton::clicked, this, &PlanPage::browseFolder);
+    connect(m_toLaunch, &QPushButton::clicked, this, [this] {
+        if (m_input)
+            Q_EMIT launchRequested(*m_input, m_modelSource);
+    });
+    for (QSpinBox* s : {m_gpus, m_nodes, m_shardGroup, m_microBatch, m_seqLen, m_gradAccum})
+        connect(s, qOverload<int>(&QSpinBox::valueChanged), this, &PlanPage::scheduleRecompute);
+    connect(m_customGiB, qOverload<double>(&QDoubleSpinBox::valueChanged), this,
+        &PlanPage::scheduleRecompute);
+    for (QComboBox* c : {m_device, m_strategy, m_precision, m_checkpointing, m_offload})
+        connect(
+            c, qOverload<int>(&QComboBox::currentIndexChanged), this, &PlanPage::scheduleRecompute);
+    connect(m_device, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
+        const QString d = m_device->currentData().toString();
+        m_customGiB->setEnabled(d == kCustomDevice || d == kCpuDevice);
+        if (d == kCpuDevice && m_customGiB->value() == 48)
+            m_customGiB->setValue(24);
+    });
+    connect(m_strategy, qOverload<int>(&QComboBox::currentIndexChanged), this,
+        [this] { m_shardGroup->setEnabled(m_strategy->currentData().toString() == "hybrid"); });
+
+    setModel("llama-2-7b");
+}
+
+QString PlanPage::modelName() const
+{
+    return m_model ? QString::fromStdString(m_model->name) : QString();
+}
+
+QString PlanPage::verdictText() const
+{
+    return m_verdict->text();
+}
+
+QString PlanPage::messageText() const
+{
+    return m_message->text();
+}
+
+void PlanPage::setModel(const QString& presetOrFolder)
+{
+    const std::string source = presetOrFolder.toStdString();
+    if (auto preset = plan::findPreset(source)) {
+        m_model = *preset;
+        m_modelSource = presetOrFolder;
+        m_modelError.clear();
+        const int index = m_modelBox->findData(presetOrFolder);
+        if (index >= 0)
+            m_modelBox->setCurrentIndex(index);
+        m_message->clearMessage();
+        Q_EMIT modelLoaded(presetOrFolder);
+        scheduleRecompute();
+        return;
+    }
+    // A folder: read config.json off the UI thread.
+    m_message->showMessage(tr("Reading %1…").arg(presetOrFolder), MessageBar::Kind::Info);
+    runInBackground(
+        this,
+        [source]() -> Result<plan::ModelSpec> {
+            try {
+                return plan::resolveModel(source);
+            } catch (const std::exception& e) {
+                return Result<plan::ModelSpec>::failure(QString::fromUtf8(e.what()));
+            }
+        },
+        [this, presetOrFolder](Result<plan::ModelSpec> result) {
+            if (!result) {
+                m_modelError = tr("Cannot use this model: %1").arg(result.error());
+                m_message->showMessage(m_modelError);
+                Q_EMIT modelFailed(result.error());
+                return;
+            }
+            m_model = result.take();
+            m_modelSource = presetOrFolder;
+            m_modelError.clear();
+            m_message->clearMessage();
+            Q_EMIT modelLoaded(presetOrFolder);
+            scheduleRecompute();
+        });
+}
+
+void PlanPage::browseFolder()
+{
+    const QString dir = QFileDialog::getExistingDirectory(
+        this, tr("Open a Hugging Face model folder (with config.json)"));
+    if (!dir.isEmpty())
+        setModel(dir);
+}
+
+void PlanPage::scheduleRecompute()
+{
+    m_debounce->start();
+}
+
+std::optional<plan::PlanInput> PlanPage::readFields(QString* error) const
+{
+    if (!m_model) {
+        *error = tr("Choose a model first.");
+        return std::nullopt;
+    }
+    plan::PlanInput in;
+    in.model = *m_model;
+    try {
+        in.strategy = plan::parseStrategy(m_strategy->currentData().toString().toStdString());
+        in.precision = plan::parsePrecision(m_precision->currentData().toString().toStdString());
+        in.checkpointing
+            = plan::parseCheckpointing(m_checkpointing->currentData().toString().toStdString());
+        in.offload = plan::parseOffload(m_offload->currentData().toString().toStdString());
+    } catch (const std::exception& e) {
+        *error = QString::fromUtf8(e.what());
+        return std::nullopt;
+    }
+    in.shardGroup = in.strategy == plan::Strategy::Hybrid ? m_shardGroup->value() : 0;
+    in.microBatch = m_microBatch->value();
+    in.seqLen = m_seqLen->value();
+    in.gradAccum = m_gradAccum->value();
+    in.gpusPerNode = m_gpus->value();
+    in.nodes = m_nodes->value();
+    const QString device = m_device->currentData().toString();
+    if (device == kCpuDevice)
+        in.device = plan::DeviceSpec::cpu(int64_t(m_customGiB->value() * kGiB));
+    else if (device == kCustomDevice)
+        in.device = plan::DeviceSpec::gpu(m_customGiB->value());
+    else
+        in.device = plan::DeviceSpec::gpu(device.toDouble());
+    return in;
+}
+
+void PlanPage::recompute()
+{
+    m_debounce->stop();
+    QString error;
+    auto in = readFields(&error);
+    if (!in) {
+        m_message->showMessage(error);
+        return;
+    }
+    try {
+        plan::validate(*in);
+        m_results = plan::planAllStrategies(*in);
+        m_largestMicroBatch = plan::largestMicroBatch(*in);
+        m_fewestGpus = plan::fewestGpus(*in);
+    } catch (const std::exception& e) {
+        m_results.clear();
+        m_input.reset();
+        m_chart->setBars({});
+        m_verdict->setText(tr("No plan"));
+        m_details->clear();
+        m_message->showMessage(QString::fromUtf8(e.what()));
+        Q_EMIT planChanged();
+        return;
+    }
+    m_input = in;
+    // A model that failed to load stays reported; the plan shown is the previous model's.
+    if (m_modelError.isEmpty())
+        m_message->clearMessage();
+    else
+        m_message->showMessage(m_modelError);
+    showResults();
+    Q_EMIT planChanged();
+}
+
+const plan::PlanResult* PlanPage::chosen() const
+{
+    if (!m_input)
+        return nullptr;
+    for (const auto& r : m_results)
+        if (r.input.strategy == m_input->strategy)
+            return &r;
+    return nullptr;
+}
+
+void PlanPage::showResults()
+{
+    std::vector<MemoryBar> bars;
+    for (const auto& r : m_results) {
+        MemoryBar bar;
+        bar.label = QString::fromStdString(plan::toString(r.input.strategy));
+        if (r.input.strategy == plan::Strategy::Hybrid)
+            bar.label += QString(" (%1)").arg(r.shardDegree);
+        bar.bytes = planCategoryBytes(r.perDevice);
+        bar.highlighted = r.input.strategy == m_input->strategy;
+        bars.push_back(std::move(bar));
+    }
+    m_chart->setBars(bars);
+    const plan::PlanResult* c = chosen();
+    if (!c) {
+        m_verdict->setText(tr("No plan for this strategy"));
+        return;
+    }
+    m_chart->setCapacity(double(c->capacityBytes), tr("%1 per device").arg(gib(c->capacityBytes)));
+    const QString strategy = QString::fromStdString(plan::toString(c->input.strategy));
+    if (c->fits)
+        m_verdict->setText(tr("✔ Fits: %1 uses %2 of %3 per device (%4 free)")
+                               .arg(strategy, gib(c->perDevice.total()), gib(c->capacityBytes),
+                                   gib(c->headroomBytes)));
+    else
+        m_verdict->setText(tr("✘ Does not fit: %1 needs %2 per device, the device has %3")
+                               .arg(strategy, gib(c->perDevice.total()), gib(c->capacityBytes)));
+    m_verdict->setStyleSheet(c->fits ? "color: #1d7a2e;" : "color: #b3261e;");
+
+    QStringList lines;
+    lines << tr("<b>%1</b>: %2 parameters · %3 ranks (shard degree %4 × %5 replicas)")
+                 .arg(QString::fromStdString(m_model->name).toHtmlEscaped())
+                 .arg(QLocale().toString(qlonglong(c->params)))
+                 .arg(c->worldSize)
+                 .arg(c->shardDegree)
+                 .arg(c->replicas);
+    lines << tr("Largest micro-batch that fits: <b>%1</b> · fewest GPUs that fit: <b>%2</b>")
+                 .arg(m_largestMicroBatch > 0 ? QString::number(m_largestMicroBatch)
+                                              : tr("none (even 1 does not fit)"))
+                 .arg(m_fewestGpus > 0 ? QString::number(m_fewestGpus) : tr("none"));
+    lines << tr("FLOPs: %1 per token, %2 per step (%3 tokens) · communication: %4 sent per "
+                "device per step (gathers %5, reductions %6)")
+                 .arg(flops(c->flopsPerToken), flops(c->flopsPerStep))
+                 .arg(QLocale().toString(qlonglong(c->tokensPerStep)))
+                 .arg(gib(c->bytesSentPerDevicePerStep), gib(c->gatherBytesPerDevicePerStep),
+                     gib(c->reduceBytesPerDevicePerStep));
+    lines << tr("Roofline step time %1 s (compute %2 s, communication %3 s) · ~%4 tokens/s")
+                 .arg(c->stepSeconds, 0, 'f', 3)
+                 .arg(c->computeSeconds, 0, 'f', 3)
+                 .arg(c->commSeconds, 0, 'f', 3)
+                 .arg(QLocale().toString(qlonglong(c->tokensPerSecond)));
+    if (c->hostBytesPerDevice > 0)
+        lines << tr("Offloaded to host memory: %1 per rank").arg(gib(c->hostBytesPerDevice));
+    for (const auto& note : c->notes)
+        lines << tr("Note: %1").arg(QString::fromStdString(note).toHtmlEscaped());
+    m_details->setText(lines.join("<br>"));
+    m_modelInfo->setText(tr("%1 layers, hidden %2, %3 heads (%4 KV), vocabulary %5")
+                             .arg(m_model->numLayers)
+                             .arg(m_model->hiddenSize)
+                             .arg(m_model->numHeads)
+                             .arg(m_model->numKvHeads)
+                             .arg(m_model->vocabSize));
+}
+
+void PlanPage::saveSettings() const
+{
+    QSettings s;
+    s.beginGroup("plan");
+    s.setValue("model", m_modelSource);
+    s.setValue("gpus", m_gpus->value());
+    s.setValue("nodes", m_nodes->value());
+    s.setValue("device", m_device->currentData());
+    s.setValue("customGiB", m_customGiB->value());
+    s.setValue("strategy", m_strategy->currentData());
+    s.setValue("shardGroup", m_shardGroup->value());
+    s.setValue("precision", m_precision->currentData());
+    s.setValue("checkpointing", m_checkpointing->currentData());
+    s.setValue("offload", m_offload->currentData());
+    s.setValue("microBatch", m_microBatch->value());
+    s.setValue("seqLen", m_seqLen->value());
+    s.setValue("gradAccum", m_gradAccum->value());
+    s.endGroup();
+}
+
+void PlanPage::loadSettings()
+{
+    QSettings s;
+    s.beginGroup("plan");
+    auto setCombo = [&](QComboBox* box, const char* key) {
+        const int i = box->findData(s.value(key));
+        if (i >= 0)
+            box->setCurrentIndex(i);
+    };
+    m_gpus->setValue(s.value("gpus", m_gpus->value()).toInt());
+    m_nodes->setValue(s.value("nodes", m_nodes->value()).toInt());
+    setCombo(m_device, "device");
+    m_customGiB->setValue(s.value("customGiB", m_customGiB->value()).toDouble());
+    setCombo(m_strategy, "strategy");
+    m_shardGroup->setValue(s.value("shardGroup", m_shardGroup->value()).toInt());
+    setCombo(m_precision, "precision");
+    setCombo(m_checkpointing, "checkpointing");
+    setCombo(m_offload, "offload");
+    m_microBatch->setValue(s.value("microBatch", m_microBatch->value()).toInt());
+    m_seqLen->setValue(s.value("seqLen", m_seqLen->value()).toInt());
+    m_gradAccum->setValue(s.value("gradAccum", m_gradAccum->value()).toInt());
+    const QString model = s.value("model").toString();
+    s.endGroup();
+    if (!model.isEmpty())
+        setModel(model);
+}
+
+void PlanPage::restyle()
+{
+    m_chart->restyle();
+}
+
+} // namespace shard::widgets

@@ -1,0 +1,104 @@
+// Plan page: pick a model (preset or Hugging Face folder), GPUs and nodes, device memory,
+// strategy, precision, checkpointing, offload and batch shape; see the planner's memory per
+// device by component for every strategy side by side against the device's capacity, the fit
+// verdict, the largest micro-batch and fewest GPUs that fit, FLOPs and communication per step.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include <QWidget>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/planner.h"
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QPushButton;
+class QSpinBox;
+class QTimer;
+
+namespace shard::widgets {
+
+class MemoryBarChart;
+class MessageBar;
+
+class PlanPage : public QWidget {
+    Q_OBJECT
+public:
+    explicit PlanPage(QWidget* parent = nullptr);
+
+    // A preset name, or a folder holding config.json (loaded off the UI thread).
+    void setModel(const QString& presetOrFolder);
+    QString modelName() const;
+
+    // The plan for the current fields (computed after a short debounce; recompute() forces it).
+    void recompute();
+    const std::vector<plan::PlanResult>& results() const { return m_results; }
+    const plan::PlanResult* chosen() const;
+    std::optional<plan::PlanInput> input() const { return m_input; }
+    int64_t largestMicroBatch() const { return m_largestMicroBatch; }
+    int64_t fewestGpus() const { return m_fewestGpus; }
+    QString verdictText() const;
+    QString messageText() const;
+    MemoryBarChart* chart() const { return m_chart; }
+
+    void saveSettings() const;
+    void loadSettings();
+    void restyle();
+
+Q_SIGNALS:
+    void planChanged();
+    // "Launch with these settings": the input and the model source (preset or folder).
+    void launchRequested(const shard::plan::PlanInput& input, const QString& modelSource);
+    void modelLoaded(const QString& name);
+    void modelFailed(const QString& message);
+
+private:
+    void scheduleRecompute();
+    void browseFolder();
+    std::optional<plan::PlanInput> readFields(QString* error) const;
+    void showResults();
+
+    std::optional<plan::ModelSpec> m_model;
+    QString m_modelSource; // preset name or folder
+    QString m_modelError;  // why the last model the user picked could not be used
+    std::optional<plan::PlanInput> m_input;
+    std::vector<plan::PlanResult> m_results;
+    int64_t m_largestMicroBatch = 0;
+    int64_t m_fewestGpus = 0;
+    QTimer* m_debounce = nullptr;
+
+    QComboBox* m_modelBox = nullptr;
+    QPushButton* m_openFolder = nullptr;
+    QPushButton* m_toLaunch = nullptr;
+    QLabel* m_modelInfo = nullptr;
+    QSpinBox* m_gpus = nullptr;
+    QSpinBox* m_nodes = nullptr;
+    QComboBox* m_device = nullptr;
+    QDoubleSpinBox* m_customGiB = nullptr;
+    QComboBox* m_strategy = nullptr;
+    QSpinBox* m_shardGroup = nullptr;
+    QComboBox* m_precision = nullptr;
+    QComboBox* m_checkpointing = nullptr;
+    QComboBox* m_offload = nullptr;
+    QSpinBox* m_microBatch = nullptr;
+    QSpinBox* m_seqLen = nullptr;
+    QSpinBox* m_gradAccum = nullptr;
+    MessageBar* m_message = nullptr;
+    MemoryBarChart* m_chart = nullptr;
+    QLabel* m_verdict = nullptr;
+    QLabel* m_details = nullptr;
+};
+
+QStringList planCategoryNames();
+// The planner's total bytes per rank for a run.json (what the Monitor draws next to the measured
+// memory); empty when the spec or its model cannot be planned. Reads a model folder: call it off
+// the UI thread.
+std::optional<double> predictedBytesPerRank(const nlohmann::json& runSpec);
+std::vector<double> planCategoryBytes(const plan::MemoryBreakdown& m);
+
+} // namespace shard::widgets

@@ -1,0 +1,155 @@
+// RunsPage: RunTableModel behind a QSortFilterProxyModel, fed by StoreService.
+#include "widgets/runs_page.h"
+
+#include <QFileDialog>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSortFilterProxyModel>
+#include <QTableView>
+#include <QVBoxLayout>
+
+#include "widgets/message_bar.h"
+#include "widgets/run_table_model.h"
+#include "widgets/store_service.h"
+
+namespace shard::widgets {
+
+RunsPage::RunsPage(QWidget* parent)
+    : QWidget(parent)
+{
+    m_model = new RunTableModel(this);
+    m_proxy = new QSortFilterProxyModel(this);
+    m_proxy->setSourceModel(m_model);
+    m_proxy->setSortRole(RunTableModel::kSortRole);
+    m_proxy->setFilterCaseSensitivity(Qt::CaseInsensitive);
+    m_proxy->setFilterKeyColumn(-1);
+    m_view = new QTableView(this);
+    m_view->setModel(m_proxy);
+    m_view->setSortingEnabled(true);
+    m_view->sortByColumn(RunTableModel::Started, Qt::DescendingOrder);
+    m_view->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_view->setSelectionMode(QAbstractItemView::ExtendedSelection);
+    m_view->setAlternatingRowColors(true);
+    m_view->verticalHeader()->setVisible(false);
+    m_view->verticalHeader()->setDefaultSectionSize(m_view->fontMetrics().height() + 8);
+    m_view->horizontalHeader()->setStretchLastSection(true);
+    m_view->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
+    m_view->setAccessibleName(tr("Recorded runs"));
+    m_filter = new QLineEdit(this);
+    m_filter->setPlaceholderText(tr("Filter by name, model, strategy, status…"));
+    m_filter->setClearButtonEnabled(true);
+    m_refresh = new QPushButton(tr("&Refresh"), this);
+    m_monitor = new QPushButton(tr("&Monitor"), this);
+    m_compare = new QPushButton(tr("&Compare selected"), this);
+    m_import = new QPushButton(tr("&Import run folder…"), this);
+    m_message = new MessageBar(this);
+
+    auto* bar = new QHBoxLayout;
+    auto* filterLabel = new QLabel(tr("&Filter"), this);
+    filterLabel->setBuddy(m_filter);
+    bar->addWidget(filterLabel);
+    bar->addWidget(m_filter, 1);
+    bar->addWidget(m_refresh);
+    bar->addWidget(m_import);
+    bar->addWidget(m_monitor);
+    bar->addWidget(m_compare);
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(bar);
+    layout->addWidget(m_message);
+    layout->addWidget(m_view, 1);
+
+    setTabOrder(m_filter, m_refresh);
+    setTabOrder(m_refresh, m_import);
+    setTabOrder(m_import, m_monitor);
+    setTabOrder(m_monitor, m_compare);
+    setTabOrder(m_compare, m_view);
+
+    connect(m_filter, &QLineEdit::textChanged, this, &RunsPage::setFilterText);
+    connect(m_refresh, &QPushButton::clicked, this, &RunsPage::refresh);
+    connect(m_compare, &QPushButton::clicked, this, [this] {
+        const auto ids = selectedRunIds();
+        if (ids.size() < 1) {
+            m_message->showMessage(
+                tr("Select one or more runs to compare."), MessageBar::Kind::Info);
+            return;
+        }
+        Q_EMIT compareRequested(ids);
+    });
+    auto monitorCurrent = [this] {
+        const QModelIndex i = m_proxy->mapToSource(m_view->currentIndex());
+        if (const jobs::RunRecord* r = m_model->runAt(i.row()))
+            Q_EMIT monitorRequested(r->runDir);
+        else
+            m_message->showMessage(tr("Select a run to monitor."), MessageBar::Kind::Info);
+    };
+    connect(m_monitor, &QPushButton::clicked, this, monitorCurrent);
+    connect(m_view, &QTableView::activated, this, monitorCurrent);
+    connect(m_import, &QPushButton::clicked, this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Import a run folder"));
+        if (!dir.isEmpty() && m_store)
+            m_store->importRunDirectory(dir);
+    });
+}
+
+void RunsPage::setStore(StoreService* store)
+{
+    m_store = store;
+    connect(store, &StoreService::runsListed, this, [this](const QVector<jobs::RunRecord>& runs) {
+        m_model->setRuns(runs);
+        m_view->resizeColumnsToContents();
+        Q_EMIT refreshed(int(runs.size()));
+    });
+    connect(store, &StoreService::opened, this, [this](const QString&, bool, const QString& w) {
+        if (!w.isEmpty())
+            m_message->showMessage(w, MessageBar::Kind::Info);
+        refresh();
+    });
+    connect(store, &StoreService::openFailed, this,
+        [this](const QString& message) { m_message->showMessage(message); });
+    connect(store, &StoreService::runImported, this, &RunsPage::refresh);
+    connect(store, &StoreService::launched, this, &RunsPage::refresh);
+}
+
+void RunsPage::refresh()
+{
+    if (m_store)
+        m_store->listRuns();
+}
+
+void RunsPage::setFilterText(const QString& text)
+{
+    if (m_filter->text() != text)
+        m_filter->setText(text);
+    m_proxy->setFilterFixedString(text);
+}
+
+QVector<qint64> RunsPage::selectedRunIds() const
+{
+    QVector<qint64> ids;
+    for (const QModelIndex& i : m_view->selectionModel()->selectedRows())
+        ids.append(m_proxy->data(i, RunTableModel::kIdRole).toLongLong());
+    return ids;
+}
+
+void RunsPage::selectRows(const QList<int>& rows)
+{
+    m_view->clearSelection();
+    for (int r : rows)
+        m_view->selectionModel()->select(
+            m_proxy->index(r, 0), QItemSelectionModel::Select | QItemSelectionModel::Rows);
+}
+
+int RunsPage::visibleRowCount() const
+{
+    return m_proxy->rowCount();
+}
+
+QString RunsPage::messageText() const
+{
+    return m_message->text();
+}
+
+} // namespace shard::widgets
