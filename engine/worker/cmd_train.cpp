@@ -27,6 +27,9 @@ struct TrainArgs {
     protocol::RunSpec flags;
     std::string data;
     bool noShuffle = false;
+    bool packing = false;
+    bool skipBadLines = false;
+    bool trainOnPrompt = false;
     std::vector<std::pair<CLI::Option*, std::function<void(protocol::RunSpec&)>>> overrides;
 };
 
@@ -95,6 +98,17 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     bindOption(cmd, a, "--seed", &protocol::RunSpec::seed, "Seed (data order, init)");
     auto* noShuffle = cmd->add_flag("--no-shuffle", a.noShuffle, "Keep the file order");
     a.overrides.push_back({noShuffle, [](protocol::RunSpec& s) { s.shuffle = false; }});
+    auto* packing = cmd->add_flag("--packing", a.packing, "Pack several records per row");
+    a.overrides.push_back({packing, [](protocol::RunSpec& s) { s.packing = true; }});
+    auto* skip = cmd->add_flag("--skip-bad-lines", a.skipBadLines, "Skip (and count) bad lines");
+    a.overrides.push_back({skip, [](protocol::RunSpec& s) { s.skipBadLines = true; }});
+    auto* prompt = cmd->add_flag("--train-on-prompt", a.trainOnPrompt,
+        "Also train on prompt tokens of instruction and chat data");
+    a.overrides.push_back({prompt, [](protocol::RunSpec& s) { s.trainOnPrompt = true; }});
+    bindOption(cmd, a, "--data-format", &protocol::RunSpec::dataFormat,
+        "auto, text, alpaca, chat or tokenized");
+    bindOption(cmd, a, "--tokenizer", &protocol::RunSpec::tokenizer,
+        "Folder with tokenizer.json (default: the model folder)");
     bindOption(cmd, a, "--precision", &protocol::RunSpec::precision, "fp32 or bf16-mixed");
     bindOption(cmd, a, "--checkpointing", &protocol::RunSpec::checkpointing,
         "Activation checkpointing: none or full");

@@ -1,0 +1,157 @@
+// Training throughput of the engine on a preset (seeded random weights, random tokens), plus a
+// large fp32 matmul's FLOP/s with the same thread count. Prints one JSON object.
+// usage: bench_engine_train --preset tiny-15m --batch 4 --seq 256 --steps 6 --threads 2
+//        [--precision fp32|bf16-mixed] [--checkpointing none|full]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include <time.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+
+#include "core/model/hf_folder.h"
+#include "core/model/llama_model.h"
+#include "core/optim/adamw.h"
+#include "core/train/model_runner.h"
+#include "core/train/trainer.h"
+
+using namespace shard;
+using namespace shard::engine;
+
+int main(int argc, char** argv)
+{
+    std::string preset = "tiny-15m", precision = "fp32", checkpointing = "none";
+    int64_t batch = 4, seq = 256, steps = 6;
+    int threads = 2;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string k = argv[i], v = argv[i + 1];
+        if (k == "--preset")
+            preset = v;
+        else if (k == "--batch")
+            batch = std::stoll(v);
+        else if (k == "--seq")
+            seq = std::stoll(v);
+        else if (k == "--steps")
+            steps = std::stoll(v);
+        else if (k == "--threads")
+            threads = std::stoi(v);
+        else if (k == "--precision")
+            precision = v;
+        else if (k == "--checkpointing")
+            checkpointing = v;
+        else {
+            std::fprintf(stderr, "unknown option %s\n", k.c_str());
+            return 2;
+        }
+    }
+    try {
+        auto spec = plan::findPreset(preset);
+        if (!spec)
+            throw std::runtime_error("unknown preset " + preset);
+        const auto dir = std::filesystem::temp_directory_path()
+            / ("bench-engine-" + preset + "-" + std::to_string(::getpid()));
+        std::filesystem::create_directories(dir);
+        spec->torchDtype = "float32";
+        {
+            LlamaModel model(*spec);
+            NamedTensors tensors;
+            for (Param* p : model.params())
+                tensors.push_back({p->info.name, LlamaModel::initialValue(*p, 1)});
+            writeHfConfigAndTokenizer(dir.string(), *spec, {});
+            writeSafetensorsFolder(dir.string(), tensors);
+        }
+        {
+            std::ofstream data(dir / "data.jsonl");
+            std::mt19937 rng(3);
+            for (int64_t r = 0; r < batch * (steps + 1); ++r) {
+                std::vector<int> ids(seq);
+                for (auto& id : ids)
+                    id = static_cast<int>(rng() % spec->vocabSize);
+                data << nlohmann::json {{"input_ids", ids}}.dump() << "\n";
+            }
+        }
+        protocol::RunSpec rs;
+        rs.model = dir.string();
+        rs.data = {(dir / "data.jsonl").string()};
+        rs.steps = steps;
+        rs.microBatch = batch;
+        rs.seqLen = seq;
+        rs.lr = 1e-4;
+        rs.threads = threads;
+        rs.precision = precision;
+        rs.checkpointing = checkpointing;
+        rs.shuffle = false;
+        Trainer trainer(rs, TrainerOptions {false, false, false});
+        TrainResult result = trainer.run();
+        const int64_t params = trainer.model().numParams();
+
+        // Where the time of one step goes (process CPU time, the trained model, same shapes).
+        auto cpuNow = [] {
+            timespec ts {};
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+            return ts.tv_sec + 1e-9 * ts.tv_nsec;
+        };
+        ModelRunner runner(trainer.model(), trainer.strategy(),
+            ForwardConfig {computeDtypeFor(precision), checkpointing == "full"});
+        at::Tensor ids = at::randint(0, spec->vocabSize, {batch, seq}, at::kLong);
+        AdamW adamw(AdamWConfig {});
+        double fwd = 0, bwd = 0, opt = 0;
+        const int phaseReps = 2;
+        for (int r = 0; r <= phaseReps; ++r) { // round 0 warms up (AdamW state allocation)
+            const double c0 = cpuNow();
+            LossSum ls = runner.lossSum(ids, ids);
+            const double c1 = cpuNow();
+            (ls.sum / static_cast<double>(ls.tokens)).backward();
+            const double c2 = cpuNow();
+            auto targets = trainer.strategy().optimizerTargets();
+            const double norm = std::sqrt(trainer.strategy().globalGradSquaredNorm(targets));
+            adamw.step(targets, 1e-5, norm > 1.0 ? 1.0 / (norm + 1e-6) : 1.0);
+            trainer.strategy().zeroGrad();
+            const double c3 = cpuNow();
+            if (r == 0)
+                continue;
+            fwd += c1 - c0;
+            bwd += c2 - c1;
+            opt += c3 - c2;
+        }
+
+        // A large matmul with the same threads: the machine's practical fp32 peak.
+        at::set_num_threads(threads);
+        const int64_t n = 2048;
+        at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
+        at::mm(a, b);
+        const int reps = 5;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < reps; ++i)
+            at::mm(a, b);
+        const double sec
+            = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double matmulFlops = reps * 2.0 * n * n * n / sec;
+        const double flopsPerToken = 6.0 * params + 12.0 * spec->numLayers * spec->hiddenSize * seq;
+        nlohmann::json out = {{"impl", "engine"}, {"preset", preset}, {"params", params},
+            {"batch", batch}, {"seq", seq}, {"threads", at::get_num_threads()},
+            {"precision", precision}, {"steps", steps}, {"tokens_per_sec", result.tokensPerSec},
+            {"cpu_tokens_per_sec", result.cpuTokensPerSec}, {"step_sec", result.meanStepSec},
+            {"flops_per_token", flopsPerToken},
+            {"achieved_flops", result.tokensPerSec * flopsPerToken}, {"matmul_flops", matmulFlops},
+            {"matmul_cpu_flops", matmulCpuFlops},
+            {"phase_cpu_sec",
+                {{"forward", fwd / phaseReps}, {"backward", bwd / phaseReps},
+                    {"optimizer", opt / phaseReps}}},
+            {"peak_bytes", result.peakBytes}, {"losses", result.losses}};
+        std::printf("%s\n", out.dump().c_str());
+        std::filesystem::remove_all(dir);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_engine_train: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
