@@ -130,11 +130,15 @@ int main(int argc, char** argv)
         at::mm(a, b);
         const int reps = 5;
         const auto t0 = std::chrono::steady_clock::now();
+        const double cpu0 = cpuNow();
         for (int i = 0; i < reps; ++i)
             at::mm(a, b);
+        const double cpuSec = cpuNow() - cpu0;
         const double sec
             = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const double matmulFlops = reps * 2.0 * n * n * n / sec;
+        // Per CPU-second, comparable with cpu_tokens_per_sec on a loaded machine.
+        const double matmulCpuFlops = reps * 2.0 * n * n * n / cpuSec;
         const double flopsPerToken = 6.0 * params + 12.0 * spec->numLayers * spec->hiddenSize * seq;
         nlohmann::json out = {{"impl", "engine"}, {"preset", preset}, {"params", params},
             {"batch", batch}, {"seq", seq}, {"threads", at::get_num_threads()},
