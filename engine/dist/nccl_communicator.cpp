@@ -1,7 +1,11 @@
 // NCCL backend. Every NCCL and CUDA call goes through a check macro that names file and line.
+// libnccl is loaded at run time (dlopen), so shard-worker starts on machines without NCCL.
 #include "dist/nccl_communicator.h"
 
+#include <dlfcn.h>
+
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -29,10 +33,70 @@
         ncclResult_t res_ = (call);                                                                \
         if (res_ != ncclSuccess)                                                                   \
             throw std::runtime_error(std::string("NCCL error at " __FILE__ ":")                    \
-                + std::to_string(__LINE__) + " (" #call "): " + ncclGetErrorString(res_));         \
+                + std::to_string(__LINE__) + " (" #call "): " + nccl().getErrorString(res_));      \
     } while (0)
 
 namespace shard::dist {
+
+namespace {
+
+// Every NCCL entry point the backend uses, resolved from libnccl.so.2 on first use. The types
+// come from nccl.h, so a signature change there fails the build rather than the run.
+struct NcclApi {
+    decltype(&::ncclGetErrorString) getErrorString = nullptr;
+    decltype(&::ncclGetUniqueId) getUniqueId = nullptr;
+    decltype(&::ncclCommInitRank) commInitRank = nullptr;
+    decltype(&::ncclCommDestroy) commDestroy = nullptr;
+    decltype(&::ncclCommSplit) commSplit = nullptr; // NCCL >= 2.18; checked where used
+    decltype(&::ncclAllGather) allGather = nullptr;
+    decltype(&::ncclReduceScatter) reduceScatter = nullptr;
+    decltype(&::ncclAllReduce) allReduce = nullptr;
+    decltype(&::ncclBroadcast) broadcast = nullptr;
+};
+
+template<typename Fn> void resolve(void* lib, const char* name, Fn& fn, bool required)
+{
+    fn = reinterpret_cast<Fn>(::dlsym(lib, name));
+    if (!fn && required)
+        throw std::runtime_error(std::string("NCCL backend: the loaded libnccl lacks ") + name
+            + "; install NCCL >= 2.12 or use the gloo backend");
+}
+
+NcclApi loadNccl()
+{
+    void* lib = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const std::string first = ::dlerror();
+        lib = ::dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+        if (!lib)
+            throw std::runtime_error("NCCL backend: could not load libnccl.so.2 (" + first
+                + "); install NCCL or use the gloo backend");
+    }
+    NcclApi api;
+    resolve(lib, "ncclGetErrorString", api.getErrorString, true);
+    resolve(lib, "ncclGetUniqueId", api.getUniqueId, true);
+    resolve(lib, "ncclCommInitRank", api.commInitRank, true);
+    resolve(lib, "ncclCommDestroy", api.commDestroy, true);
+    resolve(lib, "ncclCommSplit", api.commSplit, false);
+    resolve(lib, "ncclAllGather", api.allGather, true);
+    resolve(lib, "ncclReduceScatter", api.reduceScatter, true);
+    resolve(lib, "ncclAllReduce", api.allReduce, true);
+    resolve(lib, "ncclBroadcast", api.broadcast, true);
+    return api; // the library stays loaded for the life of the process
+}
+
+// Loads once; a failed load is retried (and reported) on the next call.
+const NcclApi& nccl()
+{
+    static std::mutex mutex;
+    static std::unique_ptr<NcclApi> api;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!api)
+        api = std::make_unique<NcclApi>(loadNccl());
+    return *api;
+}
+
+} // namespace
 
 struct NcclCommunicator::State {
     ncclComm_t comm = nullptr;
@@ -41,7 +105,7 @@ struct NcclCommunicator::State {
     ~State()
     {
         if (comm)
-            ncclCommDestroy(comm);
+            nccl().commDestroy(comm);
         if (stream)
             cudaStreamDestroy(stream);
     }
@@ -139,6 +203,7 @@ NcclCommunicator::~NcclCommunicator() = default;
 
 std::shared_ptr<NcclCommunicator> NcclCommunicator::create(const RankEnv& env)
 {
+    nccl(); // a missing libnccl is reported before any CUDA error
     int devices = 0;
     SHARD_CUDA_CHECK(cudaGetDeviceCount(&devices));
     if (env.localRank >= devices)
@@ -155,7 +220,7 @@ std::shared_ptr<NcclCommunicator> NcclCommunicator::create(const RankEnv& env)
         auto store = connectStore(env);
         const std::string key = "nccl/unique_id";
         if (env.rank == 0) {
-            SHARD_NCCL_CHECK(ncclGetUniqueId(&id));
+            SHARD_NCCL_CHECK(nccl().getUniqueId(&id));
             std::vector<uint8_t> bytes(sizeof id);
             std::memcpy(bytes.data(), &id, sizeof id);
             store->set(key, bytes);
@@ -165,9 +230,9 @@ std::shared_ptr<NcclCommunicator> NcclCommunicator::create(const RankEnv& env)
             throw std::runtime_error("nccl: the unique id in the store has the wrong size");
         std::memcpy(&id, bytes.data(), sizeof id);
     } else {
-        SHARD_NCCL_CHECK(ncclGetUniqueId(&id));
+        SHARD_NCCL_CHECK(nccl().getUniqueId(&id));
     }
-    SHARD_NCCL_CHECK(ncclCommInitRank(&state->comm, env.worldSize, id, env.rank));
+    SHARD_NCCL_CHECK(nccl().commInitRank(&state->comm, env.worldSize, id, env.rank));
     return std::shared_ptr<NcclCommunicator>(new NcclCommunicator(env.rank, env.worldSize, state));
 }
 
@@ -181,8 +246,11 @@ std::shared_ptr<Communicator> NcclCommunicator::newGroup(const std::vector<int>&
         if (ranks[i] == rank())
             myIndex = static_cast<int>(i);
     }
+    if (!nccl().commSplit)
+        throw std::runtime_error("newGroup: the loaded libnccl lacks ncclCommSplit; install "
+                                 "NCCL >= 2.18 or use the gloo backend");
     ncclComm_t sub = nullptr;
-    SHARD_NCCL_CHECK(ncclCommSplit(m_state->comm, myIndex < 0 ? NCCL_SPLIT_NOCOLOR : 0,
+    SHARD_NCCL_CHECK(nccl().commSplit(m_state->comm, myIndex < 0 ? NCCL_SPLIT_NOCOLOR : 0,
         myIndex < 0 ? 0 : myIndex, &sub, nullptr));
     if (myIndex < 0)
         return nullptr;
@@ -208,7 +276,7 @@ WorkPtr NcclCommunicator::allGather(const at::Tensor& output, const at::Tensor& 
             worldSize(), rank(), 0));
     auto type = ncclType(input, "allGather");
     return launch(m_state, [&](cudaStream_t s) {
-        SHARD_NCCL_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(),
+        SHARD_NCCL_CHECK(nccl().allGather(input.data_ptr(), output.data_ptr(),
             static_cast<size_t>(input.numel()), type, m_state->comm, s));
     });
 }
@@ -226,7 +294,7 @@ WorkPtr NcclCommunicator::reduceScatter(const at::Tensor& output, const at::Tens
             worldSize(), rank(), 0));
     auto type = ncclType(input, "reduceScatter");
     return launch(m_state, [&](cudaStream_t s) {
-        SHARD_NCCL_CHECK(ncclReduceScatter(input.data_ptr(), output.data_ptr(),
+        SHARD_NCCL_CHECK(nccl().reduceScatter(input.data_ptr(), output.data_ptr(),
             static_cast<size_t>(output.numel()), type, ncclSum, m_state->comm, s));
     });
 }
@@ -239,7 +307,7 @@ WorkPtr NcclCommunicator::allReduce(const at::Tensor& tensor)
             worldSize(), rank(), 0));
     auto type = ncclType(tensor, "allReduce");
     return launch(m_state, [&](cudaStream_t s) {
-        SHARD_NCCL_CHECK(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(),
+        SHARD_NCCL_CHECK(nccl().allReduce(tensor.data_ptr(), tensor.data_ptr(),
             static_cast<size_t>(tensor.numel()), type, ncclSum, m_state->comm, s));
     });
 }
@@ -255,7 +323,7 @@ WorkPtr NcclCommunicator::broadcast(const at::Tensor& tensor, int root)
             worldSize(), rank(), root));
     auto type = ncclType(tensor, "broadcast");
     return launch(m_state, [&](cudaStream_t s) {
-        SHARD_NCCL_CHECK(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(),
+        SHARD_NCCL_CHECK(nccl().broadcast(tensor.data_ptr(), tensor.data_ptr(),
             static_cast<size_t>(tensor.numel()), type, root, m_state->comm, s));
     });
 }
@@ -268,7 +336,7 @@ void NcclCommunicator::barrier()
     SHARD_CUDA_CHECK(cudaMalloc(&one, sizeof(float)));
     SHARD_CUDA_CHECK(cudaMemsetAsync(one, 0, sizeof(float), m_state->stream));
     SHARD_NCCL_CHECK(
-        ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, m_state->comm, m_state->stream));
+        nccl().allReduce(one, one, 1, ncclFloat32, ncclSum, m_state->comm, m_state->stream));
     SHARD_CUDA_CHECK(cudaStreamSynchronize(m_state->stream));
     SHARD_CUDA_CHECK(cudaFree(one));
 }

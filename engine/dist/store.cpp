@@ -1,26 +1,25 @@
-// TCPStore construction with a readable error for the common failures (busy port, timeout).
+// The rendezvous store with a readable error for the common failures (busy port, timeout,
+// nobody serving).
 #include "dist/store.h"
 
 #include <chrono>
 #include <stdexcept>
 #include <string>
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include "dist/rank_env.h"
+#include "dist/tcp_store.h"
 
 namespace shard::dist {
 
 c10::intrusive_ptr<c10d::Store> connectStore(const RankEnv& env)
 {
-    c10d::TCPStoreOptions opts;
-    opts.port = static_cast<std::uint16_t>(env.masterPort);
-    opts.isServer = env.rank == 0;
-    opts.numWorkers = static_cast<size_t>(env.worldSize);
-    opts.waitWorkers = true;
-    opts.timeout = std::chrono::milliseconds(static_cast<long long>(env.rdzvTimeoutSec * 1000));
+    const auto timeout
+        = std::chrono::milliseconds(static_cast<long long>(env.rdzvTimeoutSec * 1000));
     try {
-        return c10::make_intrusive<c10d::TCPStore>(env.masterAddr, opts);
+        auto store
+            = c10::make_intrusive<TcpStore>(env.masterAddr, env.masterPort, env.rank == 0, timeout);
+        store->waitForWorkers(env.worldSize);
+        return store;
     } catch (const std::exception& e) {
         std::string what = e.what();
         what = what.substr(0, what.find('\n'));

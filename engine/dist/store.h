@@ -1,4 +1,5 @@
-// The rendezvous store both backends use: a c10d::TCPStore served by rank 0.
+// The rendezvous store both backends use: a TcpStore (tcp_store.h) served by rank 0 on exactly
+// MASTER_ADDR:MASTER_PORT.
 #pragma once
 
 #include <c10/util/intrusive_ptr.h>
