@@ -79,6 +79,9 @@ int runCommand(const RunOptions& o)
         j["procs_per_node"] = o.nproc;
         req.specJson = QByteArray::fromStdString(j.dump(2));
     }
+    // The worker's run.json (and its hybrid-group check) must know the rank count too.
+    if (o.nproc > 0 && !req.trainArgs.isEmpty() && !req.trainArgs.contains("--nproc-per-node"))
+        req.trainArgs << "--nproc-per-node" << QString::number(o.nproc);
     req.masterPort = o.masterPort;
     for (const auto& e : o.env)
         req.env << QString::fromStdString(e);

@@ -229,8 +229,11 @@ TrainResult Trainer::run()
             && fs::file_size(dir.metricsFile()) > 0)
             throw std::runtime_error("run directory '" + dir.root()
                 + "' already holds a run (metrics.jsonl is not empty); choose a new --out");
-        sinks.push_back(
-            std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir.rankLog(m_strategy->rank())));
+        // Under `shard-worker launch` this rank's stderr already goes to the same log file.
+        const char* launched = std::getenv("SHARD_LAUNCHED");
+        if (!launched || std::string(launched) != "1")
+            sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(
+                dir.rankLog(m_strategy->rank())));
     }
     io.log = std::make_shared<spdlog::logger>("engine.train", sinks.begin(), sinks.end());
     io.log->set_level(spdlog::level::info);
