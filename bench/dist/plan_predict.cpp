@@ -30,6 +30,7 @@ int main(int argc, char** argv)
             nlohmann::json j = shard::plan::toJson(r.perDevice);
             j["strategy"] = shard::plan::toString(r.input.strategy);
             j["ranks"] = r.worldSize;
+            j["peak_phase"] = r.peakPhase;
             j["model_states"] = r.perDevice.modelStates();
             j["bytes_sent_per_step"] = r.bytesSentPerDevicePerStep;
             std::printf("%s\n", j.dump().c_str());
