@@ -26,19 +26,22 @@ with open(f"{out}/data.jsonl", "w") as f:
 PY
 common=(--model "$out/model" --data "$out/data.jsonl" --steps "$steps" --seq-len $seq --lr 1e-3
         --seed 3 --no-shuffle --log-every 1 --threads 1)
-run() { # name ranks strategy precision checkpointing
-    local name=$1 ranks=$2 strategy=$3 prec=$4 ckpt=$5
-    local mb=$(( global / ranks ))
+run() { # name ranks strategy precision checkpointing [grad-accum [shard-group]]
+    local name=$1 ranks=$2 strategy=$3 prec=$4 ckpt=$5 ga=${6:-1} group=${7:-0}
+    local mb=$(( global / ranks / ga ))
+    local extra=(--grad-accum "$ga")
+    (( group > 0 )) && extra+=(--shard-group "$group")
     if (( ranks == 1 )); then
         "$worker" train "${common[@]}" --micro-batch $mb --strategy "$strategy" \
-            --precision "$prec" --checkpointing "$ckpt" --out "$out/$name" \
+            --precision "$prec" --checkpointing "$ckpt" "${extra[@]}" --out "$out/$name" \
             >/dev/null 2>"$out/$name.err"
     else
         "$worker" launch --nproc-per-node "$ranks" -- train "${common[@]}" --micro-batch $mb \
-            --strategy "$strategy" --precision "$prec" --checkpointing "$ckpt" \
+            --strategy "$strategy" --precision "$prec" --checkpointing "$ckpt" "${extra[@]}" \
             --nproc-per-node "$ranks" --out "$out/$name" >/dev/null 2>"$out/$name.err"
     fi
-    "$predict" "$out/model" "$ranks" $mb $seq "$prec" "$ckpt" > "$out/$name.plan.jsonl"
+    "$predict" "$out/model" "$ranks" $mb $seq "$prec" "$ckpt" "$ga" "$group" \
+        > "$out/$name.plan.jsonl"
 }
 runs=()
 for ranks in 1 2 4; do
@@ -48,4 +51,6 @@ for ranks in 1 2 4; do
 done
 run zero3-2-fp32-full 2 zero3 fp32 full; runs+=(zero3-2-fp32-full)
 run zero3-2-bf16-mixed-none 2 zero3 bf16-mixed none; runs+=(zero3-2-bf16-mixed-none)
+run zero3-2-fp32-none-ga2 2 zero3 fp32 none 2; runs+=(zero3-2-fp32-none-ga2)
+run hybrid-4-fp32-none-g2 4 hybrid fp32 none 1 2; runs+=(hybrid-4-fp32-none-g2)
 python3 "$here/summarize_memory.py" "$out" "$preset" "$steps" "${runs[@]}"

@@ -431,10 +431,8 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
         o.reduceBytes = ringFraction(S) * r * Pp;
         const double gatheredPerMicroStep = zero2 ? Pp : 2.0 * (Pp - Pr) + Pr;
         o.gatherBytes = K * ringFraction(S) * c * gatheredPerMicroStep;
-        if (in.strategy == Strategy::Hybrid) {
+        if (in.strategy == Strategy::Hybrid) // the replica all-reduce runs in place
             o.reduceBytes += 2.0 * ringFraction(W / S) * r * shard;
-            commB += r * shard; // replica all-reduce of one unit's shard (bounded above)
-        }
         break;
     }
     }
@@ -456,15 +454,17 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
                 o.host += c * shard;
         }
     }
+    // The accumulated unsharded gradients (grad-accum > 1) exist until their unit's reduce
+    // copies them into its reduce input, which gradsB counts.
     auto fill = [&](MemoryBreakdown& m, double gathered, double grads, double comm) {
         m.shardedParams = toBytes(sharded);
         m.gatheredParams = toBytes(gathered);
-        m.grads = toBytes(fullGrads + grads);
+        m.grads = toBytes(grads);
         m.optimizer = toBytes(opt);
         m.commBuffers = toBytes(comm);
     };
-    fill(o.mem, gatheredA, 0.0, 0.0);
-    fill(o.midMem, gatheredM, gradsM, commM);
+    fill(o.mem, gatheredA, fullGrads, 0.0);
+    fill(o.midMem, gatheredM, fullGrads + gradsM, commM);
     fill(o.endMem, gatheredB, gradsB, commB);
     o.hasEnd = true;
     return o;
