@@ -59,7 +59,9 @@ struct Calibration {
     // allocator's slack (CPU), plus fragmentation as a fraction of everything else.
     double gpuOverheadBytes = 1.5 * 1024 * 1024 * 1024;
     double gpuFragmentation = 0.05;
-    double cpuOverheadBytes = 64.0 * 1024 * 1024;
+    // CPU: 0, because the engine's reported peak is its counting allocator's (tensors only);
+    // the LibTorch runtime's own resident memory is not a per-step cost the planner models.
+    double cpuOverheadBytes = 0.0;
     double cpuFragmentation = 0.0;
 
     // --- Roofline: achieved fraction of peak FLOP/s and of link bandwidth (1 = pure roofline).

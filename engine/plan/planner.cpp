@@ -170,6 +170,7 @@ Dims layerDims(const ModelSpec& s, int64_t layer)
 struct ActivationBytes {
     double activations = 0;
     double logits = 0;
+    double largestBlock = 0; // freed first in backward (the last block's saved tensors)
 };
 
 ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
@@ -204,6 +205,7 @@ ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
         = T * c * (k.bwdTransientPerHidden * h + k.bwdTransientPerIntermediate * maxInter);
     const double root = T * c * k.rootActPerHidden * h;
     ActivationBytes a;
+    a.largestBlock = maxBlock;
     if (in.checkpointing == Checkpointing::Full)
         a.activations = static_cast<double>(s.numLayers) * T * c * k.ckptSavedPerHidden * h
             + maxBlock + root + transient;
@@ -232,20 +234,22 @@ ActivationBytes paperActivations(const PlanInput& in, int64_t microBatch)
 }
 
 struct Internal {
-    MemoryBreakdown mem;    // at the start of backward (with activations and logits)
-    MemoryBreakdown endMem; // at the end of backward (engine mode)
+    MemoryBreakdown mem;    // forward end / backward start (with activations and logits)
+    MemoryBreakdown midMem; // inside the blocks' backward (logits freed, a block's reduce)
+    MemoryBreakdown endMem; // backward end, every unit's reduce in flight (engine mode)
     bool hasEnd = false;
+    bool hasMid = true;
     double host = 0;
     double gatherBytes = 0;
     double reduceBytes = 0;
 };
 
-// Engine accounting at two moments of a step and the larger is the peak:
+// GPU (not measured yet; the CPU model below is): two moments, the larger is the peak:
 //   backward start: every block's activations and the logits are alive, the head's gradients
 //     exist, one block's gradients are being reduced;
 //   backward end:   activations are gone, the root's gradients are reduced (large for big
 //     vocabularies).
-Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64_t S)
+Internal engineModelStatesGpu(const PlanInput& in, const ModelShapes& shapes, int64_t S)
 {
     const DtypeBytes d = dtypeBytes(in.precision);
     const Calibration& k = in.calibration;
@@ -339,6 +343,130 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     fill(o.mem, gatheredA, gradsA, commA);
     fill(o.endMem, gatheredB, gradsB, commB);
     o.hasEnd = true;
+    o.hasMid = false;
+    return o;
+}
+
+// Engine accounting at three moments of a step; the largest is the peak (ACCOUNTING.md). The
+// engine frees every gradient after the optimizer step (set to none), so with one micro-step no
+// gradient exists before backward.
+//   start: forward done, the loss gradient computed: every block's activations and the logits
+//     are alive; ZeRO-3 has resharded the blocks and keeps only the root gathered.
+//   mid:   the last block's backward: the logits and that block's activations are gone, the
+//     head's unsharded gradient waits for the root's reduce, one block's gradient is in its
+//     reduce buffers, the prefetched blocks are gathered.
+//   end:   activations gone; each unit's reduce-scatter input (its unsharded gradient, r bytes),
+//     output (the reduced shard) and receive buffer stay alive until the step waits on all of
+//     them after backward (ShardedStrategy::finishReduces).
+Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64_t S)
+{
+    if (in.device.kind == DeviceKind::Gpu)
+        return engineModelStatesGpu(in, shapes, S);
+    const DtypeBytes d = dtypeBytes(in.precision);
+    const Calibration& k = in.calibration;
+    const double c = d.compute, mb = d.master, gb = d.grad, ob = d.optimizer, r = d.reduce;
+    const UnitSizes u = unitSizes(shapes, S);
+    const double P = static_cast<double>(shapes.params);
+    const double Pp = u.total, Pr = u.root, Pb = u.maxBlock, Ph = u.head;
+    const double shard = Pp / static_cast<double>(S);
+    const bool gpu = in.device.kind == DeviceKind::Gpu;
+    const double recvFrac = gpu
+        ? (k.reduceScatterRecvGpuIsShard ? 1.0 / static_cast<double>(S) : 1.0)
+        : k.reduceScatterRecvCpu;
+    const bool accumulate = in.gradAccum > 1;
+    const int64_t W = in.worldSize();
+    const double K = static_cast<double>(in.gradAccum);
+    // One shard rank with an fp32 compute dtype: the gathered parameters are the masters.
+    const bool aliased = S == 1 && c == mb && in.offload == Offload::None;
+
+    Internal o;
+    // Persistent terms (every moment) and per-moment terms.
+    double sharded = 0, opt = 0, fullGrads = 0;
+    double gatheredA = 0, gatheredM = 0, gatheredB = 0;
+    double gradsM = 0, commM = 0, gradsB = 0, commB = 0;
+    // ddp: the shard group has one rank; the reduced gradient is all-reduced over the replicas
+    // one unit at a time after backward (its transient: the largest unit).
+    const double n = in.strategy == Strategy::Ddp ? P : Pp;
+    const double outFrac = in.strategy == Strategy::Ddp ? 1.0 : 1.0 / static_cast<double>(S);
+    const double recv = in.strategy == Strategy::Ddp ? (W > 1 ? std::max(Pr, Pb) : 0.0)
+                                                     : (S > 1 ? recvFrac : 0.0) * Pp;
+    const double blockComm = r * Pb * (1.0 + outFrac + (S > 1 ? recvFrac : 0.0));
+    gradsB = r * n * (1.0 + outFrac);
+    commB = r * recv;
+    gradsM = c * Ph;
+    commM = blockComm;
+    switch (in.strategy) {
+    case Strategy::Ddp:
+        sharded = mb * P;
+        gatheredA = (c != mb || in.offload != Offload::None) ? c * P : 0.0;
+        opt = ob * P;
+        fullGrads = accumulate ? c * P : 0.0;
+        o.reduceBytes = 2.0 * ringFraction(W) * r * P;
+        break;
+    case Strategy::Zero1:
+        sharded = mb * shard;
+        gatheredA = aliased ? 0.0 : c * Pp;
+        opt = ob * shard;
+        fullGrads = accumulate ? c * Pp : 0.0;
+        gradsM = c * (Ph + Pb); // zero1 reduces after backward: no block reduce in flight
+        commM = 0;
+        o.reduceBytes = ringFraction(W) * r * Pp;
+        o.gatherBytes = ringFraction(W) * c * Pp;
+        break;
+    case Strategy::Zero2:
+    case Strategy::Zero3:
+    case Strategy::Hybrid: {
+        const bool zero2 = in.strategy == Strategy::Zero2;
+        sharded = mb * shard;
+        opt = ob * shard;
+        fullGrads = accumulate ? c * Pp : 0.0; // no-sync micro-steps keep unsharded grads
+        if (aliased)
+            gatheredA = 0;
+        else if (zero2)
+            gatheredA = c * Pp;
+        else
+            gatheredA = c * Pr; // blocks resharded after forward, the root stays
+        gatheredM = zero2 || aliased ? gatheredA
+                                     : std::min(c * Pp, c * (Pr + k.gatheredUnitsInFlight * Pb));
+        o.reduceBytes = ringFraction(S) * r * Pp;
+        const double gatheredPerMicroStep = zero2 ? Pp : 2.0 * (Pp - Pr) + Pr;
+        o.gatherBytes = K * ringFraction(S) * c * gatheredPerMicroStep;
+        if (in.strategy == Strategy::Hybrid) // the replica all-reduce runs in place
+            o.reduceBytes += 2.0 * ringFraction(W / S) * r * shard;
+        break;
+    }
+    }
+    if (in.strategy != Strategy::Zero3 && in.strategy != Strategy::Hybrid)
+        gatheredM = gatheredA;
+    gatheredB = gatheredA;
+
+    // Offload (GPU): master shard, its gradient and AdamW state live in host memory; the device
+    // keeps a compute-dtype shard to gather from (or nothing with params+optimizer).
+    if (in.offload != Offload::None) {
+        const bool sharding = in.strategy != Strategy::Ddp && in.strategy != Strategy::Zero1;
+        o.host = (mb + gb + ob) * shard;
+        opt = 0;
+        if (in.offload == Offload::Optimizer) {
+            sharded = sharding ? c * shard : 0.0;
+        } else {
+            sharded = 0;
+            if (sharding)
+                o.host += c * shard;
+        }
+    }
+    // The accumulated unsharded gradients (grad-accum > 1) exist until their unit's reduce
+    // copies them into its reduce input, which gradsB counts.
+    auto fill = [&](MemoryBreakdown& m, double gathered, double grads, double comm) {
+        m.shardedParams = toBytes(sharded);
+        m.gatheredParams = toBytes(gathered);
+        m.grads = toBytes(grads);
+        m.optimizer = toBytes(opt);
+        m.commBuffers = toBytes(comm);
+    };
+    fill(o.mem, gatheredA, fullGrads, 0.0);
+    fill(o.midMem, gatheredM, fullGrads + gradsM, commM);
+    fill(o.endMem, gatheredB, gradsB, commB);
+    o.hasEnd = true;
     return o;
 }
 
@@ -409,6 +537,15 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     start.logits = toBytes(act.logits);
     res.perDevice = withOverhead(start);
     res.peakPhase = "backward start";
+    if (st.hasMid) {
+        MemoryBreakdown mid = st.midMem;
+        mid.activations = toBytes(std::max(0.0, act.activations - act.largestBlock));
+        mid = withOverhead(mid);
+        if (mid.total() > res.perDevice.total()) {
+            res.perDevice = mid;
+            res.peakPhase = "mid backward";
+        }
+    }
     if (st.hasEnd) {
         MemoryBreakdown end = withOverhead(st.endMem);
         if (end.total() > res.perDevice.total()) {

@@ -120,9 +120,9 @@ struct PlanResult {
     int64_t shardDegree = 1; // ranks one copy of the state is split over (ddp 1, hybrid G, else W)
     int64_t replicas = 1;    // worldSize / shardDegree
 
-    // At the peak of a step. Engine mode compares two moments: "backward start" (activations,
-    // logits, head gradients, one block's reduce) and "backward end" (the root's gradients and
-    // reduce buffers, activations freed) and reports the larger.
+    // At the peak of a step. Engine mode compares moments of a step and reports the largest:
+    // on CPU "backward start", "mid backward" and "backward end"; on GPU "backward start" and
+    // "backward end" (engine/plan/ACCOUNTING.md).
     MemoryBreakdown perDevice;
     std::string peakPhase;
     int64_t hostBytesPerDevice = 0; // offloaded state in host memory, per rank
