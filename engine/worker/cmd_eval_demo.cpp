@@ -36,9 +36,21 @@ std::vector<at::Tensor> unitWeights(const shard::engine::Unit& unit)
     return w;
 }
 
-// Greedy continuation of `prompt` until EOS or `maxNew` tokens.
+// The tokens that end an answer: EOS and the chat templates' end-of-turn markers.
+std::vector<int32_t> stopIds(const shard::tokenizer::Tokenizer& tok)
+{
+    std::vector<int32_t> ids;
+    if (tok.eosId() >= 0)
+        ids.push_back(tok.eosId());
+    for (const char* t : {"<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end|>", "</s>"})
+        if (const int32_t id = tok.tokenToId(t); id >= 0)
+            ids.push_back(id);
+    return ids;
+}
+
+// Greedy continuation of `prompt` until a stop token or `maxNew` tokens.
 std::vector<int32_t> greedy(const shard::engine::LlamaModel& model,
-    const std::vector<int32_t>& prompt, int maxNew, int32_t eos)
+    const std::vector<int32_t>& prompt, int maxNew, const std::vector<int32_t>& stop)
 {
     std::vector<int64_t> ids(prompt.begin(), prompt.end());
     std::vector<int32_t> out;
@@ -51,7 +63,7 @@ std::vector<int32_t> greedy(const shard::engine::LlamaModel& model,
             x = model.block(unitWeights(model.unit(u)), x, rope);
         const at::Tensor logits = model.head(root, x);
         const auto next = static_cast<int32_t>(logits[0][-1].argmax().item<int64_t>());
-        if (next == eos)
+        if (std::find(stop.begin(), stop.end(), next) != stop.end())
             break;
         out.push_back(next);
         ids.push_back(next);
@@ -79,11 +91,12 @@ void runEvalDemo(const EvalDemoOptions& o)
 
     at::NoGradGuard noGrad;
     const auto examples = shard::data::generateDemoExamples(task, o.count, o.seed);
+    const std::vector<int32_t> stop = stopIds(tok);
     std::vector<std::string> expected, outputs;
     nlohmann::json samples = nlohmann::json::array();
     for (const auto& ex : examples) {
         const auto prompt = shard::data::demoPromptIds(tok, ex, shard::data::DataFormat::Chat);
-        const auto answer = tok.decode(greedy(model, prompt, o.maxNewTokens, tok.eosId()), true);
+        const auto answer = tok.decode(greedy(model, prompt, o.maxNewTokens, stop), true);
         expected.push_back(ex.answer);
         outputs.push_back(answer);
         if (samples.size() < 5)
