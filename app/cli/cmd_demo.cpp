@@ -132,7 +132,7 @@ int demoCommand(const DemoOptions& o)
         {"data", {data.toStdString()}}, {"data_format", "chat"}, {"packing", true},
         {"strategy", "zero3"}, {"nodes", 1}, {"procs_per_node", o.ranks}, {"device", "cpu"},
         {"precision", "fp32"}, {"steps", o.steps}, {"micro_batch", 8}, {"seq_len", 128},
-        {"lr", 1e-2}, {"warmup", 10}, {"schedule", "cosine"}, {"seed", 0}, {"log_every", 1},
+        {"lr", 3e-3}, {"warmup", 10}, {"schedule", "cosine"}, {"seed", 0}, {"log_every", 1},
         {"v", 1}};
     jobs::LaunchRequest req;
     req.name = QStringLiteral("demo");
