@@ -1,14 +1,18 @@
 // `shard demo`: the main job on an embedded default: a tiny model on the built-in demo data,
 // 2 ranks with zero3 on CPU, about a minute, with a progress bar; recorded in the run store;
-// ends by printing where the charts and the run are.
+// ends by printing the accuracy on held-out questions before and after training (greedy answers,
+// `shard-worker eval-demo`) and where the charts and the run are.
+#include <algorithm>
 #include <cstdio>
 
 #include <QDateTime>
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QProcess>
 
 #include "command.h"
+#include "protocol/records.h"
 #include "run_follow.h"
 
 namespace shard::cli {
@@ -21,6 +25,7 @@ struct DemoOptions {
     std::string worker = "shard-worker";
     int steps = 150;
     int ranks = 2;
+    int evalCount = 100;
     bool detach = false;
 };
 
@@ -38,55 +43,62 @@ void runWorker(const QString& worker, const QStringList& args, const char* what)
     }
 }
 
-// The trainer reads pre-tokenized samples: the demo turns the generated Q/A pairs into one
-// text, tokenizes it with the model's own tokenizer (`shard-worker tokenize`) and cuts it into
-// windows of seqLen tokens, so the model learns the task's format and its answers.
-QString tokenizeDemoData(const QString& worker, const QString& assets, int seqLen)
+// The demo's training data: the installed arithmetic set when the package provides it (next to
+// the worker: <prefix>/share/shard-studio/demo), else generated into the assets folder.
+QString demoData(const QString& worker, const QString& assets)
 {
-    QFile chat(assets + "/data.jsonl");
-    if (!chat.open(QIODevice::ReadOnly))
-        throw std::runtime_error("cannot read " + chat.fileName().toStdString());
-    QByteArray text;
-    while (!chat.atEnd()) {
-        const QByteArray line = chat.readLine().trimmed();
-        auto j = nlohmann::json::parse(
-            line.constData(), line.constData() + line.size(), nullptr, false);
-        if (!j.is_object() || !j.contains("messages"))
-            continue;
-        for (const auto& m : j["messages"])
-            text += QByteArray::fromStdString(
-                (m.value("role", "") == "user" ? "Q: " : "A: ") + m.value("content", "") + "\n");
-    }
-    QFile textFile(assets + "/data.txt");
-    if (!textFile.open(QIODevice::WriteOnly) || textFile.write(text) != text.size())
-        throw std::runtime_error("cannot write " + textFile.fileName().toStdString());
-    textFile.close();
+    const QString installed = QFileInfo(worker).absolutePath()
+        + QStringLiteral("/../share/shard-studio/demo/arithmetic.jsonl");
+    if (QFileInfo(installed).isFile())
+        return QFileInfo(installed).canonicalFilePath();
+    const QString out = assets + QStringLiteral("/arithmetic.jsonl");
+    runWorker(worker,
+        {"make-data", "--task", "arithmetic", "--out", out, "--count", "4000", "--seed", "1"},
+        "shard-worker make-data");
+    return out;
+}
+
+// `shard-worker eval-demo` on a model folder: the fraction of held-out questions (seed 1000,
+// the training data uses seed 1) the model answers right by greedy generation.
+double evalDemo(const QString& worker, const QString& model, int count)
+{
     QProcess p;
     p.start(worker,
-        {"tokenize", "--tokenizer", assets + "/model", "--text-file", textFile.fileName(), "--json",
-            "--no-special"});
-    if (!p.waitForFinished(120000) || p.exitCode() != 0)
-        throw std::runtime_error("shard-worker tokenize failed: "
+        {"eval-demo", "--model", model, "--task", "arithmetic", "--count", QString::number(count),
+            "--seed", "1000", "--json"});
+    if (!p.waitForFinished(300000) || p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0)
+        throw std::runtime_error("shard-worker eval-demo failed: "
             + QString::fromLocal8Bit(p.readAllStandardError()).trimmed().toStdString());
     const QByteArray out = p.readAllStandardOutput();
     auto j = nlohmann::json::parse(out.constData(), out.constData() + out.size(), nullptr, false);
-    if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array())
-        throw std::runtime_error("shard-worker tokenize gave no ids");
-    const auto& ids = j["ids"];
-    QFile tokenized(assets + "/data.tokenized.jsonl");
-    if (!tokenized.open(QIODevice::WriteOnly))
-        throw std::runtime_error("cannot write " + tokenized.fileName().toStdString());
-    int windows = 0;
-    for (size_t start = 0; start + size_t(seqLen) <= ids.size(); start += size_t(seqLen)) {
-        nlohmann::json w = nlohmann::json::array();
-        for (size_t i = start; i < start + size_t(seqLen); ++i)
-            w.push_back(ids[i]);
-        tokenized.write(QByteArray::fromStdString(nlohmann::json {{"input_ids", w}}.dump()) + '\n');
-        ++windows;
+    if (!j.is_object() || !j.contains("accuracy") || !j["accuracy"].is_number())
+        throw std::runtime_error("shard-worker eval-demo gave no accuracy");
+    return j["accuracy"].get<double>();
+}
+
+// Records the demo's accuracy in the run's events.jsonl (kind "eval", after the trainer's
+// own records, at its last step and wall time).
+void recordAccuracy(const QString& runDir, double before, double after, int count)
+{
+    QFile f(runDir + QStringLiteral("/events.jsonl"));
+    protocol::EventRecord e;
+    e.kind = "eval";
+    if (f.open(QIODevice::ReadOnly)) {
+        for (const QByteArray& raw : f.readAll().split('\n')) {
+            auto j = nlohmann::json::parse(
+                raw.constData(), raw.constData() + raw.size(), nullptr, false);
+            if (j.is_object()) {
+                e.step = std::max<int64_t>(e.step, j.value("step", int64_t(-1)));
+                e.wallTimeSec = std::max(e.wallTimeSec, j.value("wall_time", 0.0));
+            }
+        }
+        f.close();
     }
-    if (windows == 0)
-        throw std::runtime_error("the demo data is shorter than one sequence");
-    return tokenized.fileName();
+    e.message = "demo accuracy on held-out questions";
+    e.data = {{"accuracy", after}, {"accuracy_before", before}, {"questions", count}};
+    if (!f.open(QIODevice::Append))
+        throw std::runtime_error("cannot append to " + f.fileName().toStdString());
+    f.write(QByteArray::fromStdString(protocol::toJson(e).dump()) + '\n');
 }
 
 int demoCommand(const DemoOptions& o)
@@ -111,19 +123,17 @@ int demoCommand(const DemoOptions& o)
         {"init-model", "--preset", QString::fromStdString(o.preset), "--out", assets + "/model",
             "--seed", "0"},
         "shard-worker init-model");
-    runWorker(worker,
-        {"make-data", "--task", "arithmetic", "--out", assets + "/data.jsonl", "--count", "4000",
-            "--seed", "0"},
-        "shard-worker make-data");
+    const QString data = demoData(worker, assets);
+    const double before = evalDemo(worker, assets + QStringLiteral("/model"), o.evalCount);
 
-    const QString data = tokenizeDemoData(worker, assets, 64);
-
+    // No in-training eval loss: the held-out accuracy below measures the result, and the
+    // trainer's zero3 eval can stall when its last eval chunk has fewer rows than ranks.
     nlohmann::json spec = {{"name", "demo"}, {"model", (assets + "/model").toStdString()},
-        {"data", {data.toStdString()}}, {"data_format", "tokenized"}, {"strategy", "zero3"},
-        {"nodes", 1}, {"procs_per_node", o.ranks}, {"device", "cpu"}, {"precision", "fp32"},
-        {"steps", o.steps}, {"micro_batch", 8}, {"seq_len", 64}, {"lr", 3e-3}, {"warmup", 10},
-        {"schedule", "cosine"}, {"seed", 0}, {"log_every", 1}, {"eval_fraction", 0.05},
-        {"eval_every", 50}, {"v", 1}};
+        {"data", {data.toStdString()}}, {"data_format", "chat"}, {"packing", true},
+        {"strategy", "zero3"}, {"nodes", 1}, {"procs_per_node", o.ranks}, {"device", "cpu"},
+        {"precision", "fp32"}, {"steps", o.steps}, {"micro_batch", 8}, {"seq_len", 128},
+        {"lr", 3e-3}, {"warmup", 10}, {"schedule", "cosine"}, {"seed", 0}, {"log_every", 1},
+        {"v", 1}};
     jobs::LaunchRequest req;
     req.name = QStringLiteral("demo");
     req.specJson = QByteArray::fromStdString(spec.dump(2));
@@ -142,6 +152,14 @@ int demoCommand(const DemoOptions& o)
     if (!jobs::isTerminal(final.status))
         return 0; // detached with Ctrl-C
     printSummary(final);
+    if (final.status == jobs::RunStatus::Finished) {
+        std::printf("evaluating on %d held-out questions...\n", o.evalCount);
+        std::fflush(stdout);
+        const double after = evalDemo(worker, final.runDir + QStringLiteral("/model"), o.evalCount);
+        recordAccuracy(final.runDir, before, after, o.evalCount);
+        std::printf("accuracy: %.0f%% before training, %.0f%% after (%d held-out questions)\n",
+            100.0 * before, 100.0 * after, o.evalCount);
+    }
     const QString chart = root + QStringLiteral("/charts.png");
     writeComparePng(store, {final}, QStringLiteral("step"), chart);
     std::printf("charts: %s\nrun:    %s (store %s; `shard runs show %lld`)\n", qPrintable(chart),
@@ -160,6 +178,8 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--steps", o->steps, "optimizer steps (default 150)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--ranks", o->ranks, "ranks (default 2)")->check(CLI::PositiveNumber);
+    cmd->add_option("--eval-count", o->evalCount, "held-out questions to score (default 100)")
+        ->check(CLI::PositiveNumber);
     cmd->add_option("--worker", o->worker, "shard-worker program");
     cmd->add_flag("--detach", o->detach, "return once started");
     cmd->callback([o] { exitCode() = demoCommand(*o); });
