@@ -297,6 +297,12 @@ TrainResult Trainer::run()
                     LossSum ls = runner.lossSum(
                         rowsTensor(batch, lo, hi, false), rowsTensor(batch, lo, hi, true));
                     sum += ls.sum.item<double>();
+                } else {
+                    // The last chunk has fewer rows than ranks: this rank still runs the
+                    // forward (sharded strategies gather inside it, so every rank must take
+                    // part), on one row with every label masked, which adds nothing.
+                    at::Tensor ids = rowsTensor(batch, 0, 1, false);
+                    runner.lossSum(ids, at::full_like(ids, -100));
                 }
                 tokens += static_cast<double>(countTokens(batch));
             }
