@@ -290,6 +290,14 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
                 QString::fromStdString(e.kind), QString::fromStdString(e.message)});
         if (e.kind == "error" || e.kind == "warning")
             item->setForeground(2, QColor(200, 40, 40));
+        if (e.kind == "start" && m_finished) {
+            // The run was started again in its folder (resumed): it is live once more.
+            m_finished = false;
+            m_stop->setEnabled(bool(m_stopper));
+            ++m_resumeGeneration;
+            m_resume->setEnabled(false);
+            m_status->setText(m_run.name.isEmpty() ? tr("Running") : m_run.name);
+        }
         if (e.kind == "finish") {
             m_finished = true;
             m_stop->setEnabled(false);
