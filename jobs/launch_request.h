@@ -16,8 +16,9 @@ struct LaunchRequest {
     int procsPerNode = 1;  // ranks per node (from the spec's procs_per_node when it has one)
     QString workerProgram = QStringLiteral("shard-worker"); // path or name on PATH (per target)
     int masterPort = 0;                                     // rendezvous port; 0: pick one
-    QString masterAddr; // rendezvous address; empty: node 0's address
-    QStringList env;    // KEY=VALUE for the launcher's environment
+    QString masterAddr;  // rendezvous address; empty: node 0's address
+    QStringList env;     // KEY=VALUE for the launcher's environment
+    bool resume = false; // continue the run already in runDir (its spec says resume "auto")
 };
 
 // The `shard-worker launch ...` arguments for one node (without the program itself).

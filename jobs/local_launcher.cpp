@@ -70,8 +70,9 @@ Result<qint64> LocalLauncher::start(const LaunchRequest& request)
         runDir = defaultRunsRoot() + QLatin1Char('/') + safeDirName(name) + QLatin1Char('-')
             + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
     runDir = QDir(runDir).absolutePath();
-    if (QFileInfo::exists(runDir + QStringLiteral("/metrics.jsonl"))
-        || QFileInfo::exists(runDir + QStringLiteral("/events.jsonl")))
+    if (!request.resume
+        && (QFileInfo::exists(runDir + QStringLiteral("/metrics.jsonl"))
+            || QFileInfo::exists(runDir + QStringLiteral("/events.jsonl"))))
         return fail(QStringLiteral("run directory %1 already holds a run; pick another "
                                    "--run-dir (or `shard attach` to watch that run)")
                         .arg(runDir));

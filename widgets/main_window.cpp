@@ -5,6 +5,7 @@
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDir>
+#include <QFile>
 #include <QFileDialog>
 #include <QHBoxLayout>
 #include <QListWidget>
@@ -152,6 +153,27 @@ void MainWindow::wirePages()
             return tr("This run is not in the run store, so the studio did not start it and "
                       "cannot stop it; stop it where it was started.");
         m_store->stopRun(it.value());
+        return {};
+    });
+    // Called off the UI thread: reads run.json and queues the launch on the store's thread.
+    m_monitor->setResumer([store = m_store](const QString& dir) -> QString {
+        QFile file(QDir(dir).filePath(QStringLiteral("run.json")));
+        if (!file.open(QIODevice::ReadOnly))
+            return tr("cannot read %1: %2; only a run started from a run spec can be resumed "
+                      "here (use `shard run --resume auto` otherwise).")
+                .arg(file.fileName(), file.errorString());
+        nlohmann::json spec = nlohmann::json::parse(file.readAll().toStdString(), nullptr, false);
+        if (!spec.is_object())
+            return tr("%1 is not a JSON object; fix or restore it, then resume.")
+                .arg(file.fileName());
+        spec["resume"] = "auto";
+        jobs::LaunchRequest request;
+        request.name = QString::fromStdString(spec.value("name", std::string("resumed run")));
+        request.specJson = QByteArray::fromStdString(spec.dump(2));
+        request.runDir = QDir(dir).absolutePath();
+        request.procsPerNode = jobs::specProcsPerNode(request.specJson, 1);
+        request.resume = true;
+        store->launch(request);
         return {};
     });
     connect(m_store, &StoreService::runsListed, this, [this](const QVector<jobs::RunRecord>& r) {

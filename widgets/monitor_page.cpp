@@ -16,6 +16,7 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
+#include "ckpt/checkpoint_store.h"
 #include "widgets/background.h"
 #include "widgets/live_plot.h"
 #include "widgets/memory_bar_chart.h"
@@ -69,6 +70,10 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_open = new QPushButton(tr("&Open run folder…"), this);
     m_stop = new QPushButton(tr("S&top run"), this);
     m_stop->setEnabled(false);
+    m_resume = new QPushButton(tr("&Resume"), this);
+    m_resume->setObjectName("resumeButton");
+    m_resume->setToolTip(tr("Start this run again from its latest complete checkpoint"));
+    m_resume->setEnabled(false);
     m_status = new QLabel(tr("No run open"), this);
     m_progress = new QProgressBar(this);
     m_progress->setRange(0, 1);
@@ -117,6 +122,7 @@ MonitorPage::MonitorPage(QWidget* parent)
     top->addWidget(m_path, 1);
     top->addWidget(m_open);
     top->addWidget(m_stop);
+    top->addWidget(m_resume);
     auto* progressRow = new QHBoxLayout;
     progressRow->addWidget(m_status);
     progressRow->addWidget(m_progress, 1);
@@ -153,13 +159,15 @@ MonitorPage::MonitorPage(QWidget* parent)
 
     setTabOrder(m_path, m_open);
     setTabOrder(m_open, m_stop);
-    setTabOrder(m_stop, m_smoothing);
+    setTabOrder(m_stop, m_resume);
+    setTabOrder(m_resume, m_smoothing);
     setTabOrder(m_smoothing, tabs);
 
     connect(m_open, &QPushButton::clicked, this, &MonitorPage::browse);
     connect(m_path, &QLineEdit::returnPressed, this,
         [this] { openRunDirectory(m_path->text().trimmed()); });
     connect(m_stop, &QPushButton::clicked, this, &MonitorPage::stopRun);
+    connect(m_resume, &QPushButton::clicked, this, &MonitorPage::resumeRun);
     connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
         // Like TensorBoard, smoothing applies to every noisy scalar; the schedule is exact.
         for (LivePlot* p : {m_loss, m_gradNorm, m_throughput})
@@ -194,6 +202,8 @@ void MonitorPage::reset()
     ++m_predictionGeneration;
     m_totalSteps = 0;
     m_finished = false;
+    ++m_resumeGeneration;
+    m_resume->setEnabled(false);
     for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput})
         for (int i = 0; i < p->seriesCount(); ++i)
             p->setPoints(i, {}, {});
@@ -280,9 +290,18 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
                 QString::fromStdString(e.kind), QString::fromStdString(e.message)});
         if (e.kind == "error" || e.kind == "warning")
             item->setForeground(2, QColor(200, 40, 40));
+        if (e.kind == "start" && m_finished) {
+            // The run was started again in its folder (resumed): it is live once more.
+            m_finished = false;
+            m_stop->setEnabled(bool(m_stopper));
+            ++m_resumeGeneration;
+            m_resume->setEnabled(false);
+            m_status->setText(m_run.name.isEmpty() ? tr("Running") : m_run.name);
+        }
         if (e.kind == "finish") {
             m_finished = true;
             m_stop->setEnabled(false);
+            refreshResume();
             const QString reason = QString::fromStdString(e.data.value("reason", std::string()));
             m_status->setText(tr("Finished%1").arg(reason.isEmpty() ? "" : ": " + reason));
             Q_EMIT runFinished(reason);
@@ -347,6 +366,49 @@ void MonitorPage::stopRun()
     else
         m_message->showMessage(
             tr("Stop requested; the run records why it ended."), MessageBar::Kind::Info);
+}
+
+bool MonitorPage::canResume() const
+{
+    return m_resume->isEnabled();
+}
+
+void MonitorPage::refreshResume()
+{
+    const quint64 generation = ++m_resumeGeneration;
+    runInBackground(
+        this,
+        [dir = runDirectory().toStdString()] { return ckpt::latestComplete(dir).has_value(); },
+        [this, generation](bool available) {
+            if (generation != m_resumeGeneration)
+                return;
+            m_resume->setEnabled(available && m_finished && bool(m_resumer));
+            Q_EMIT resumeCheckDone(m_resume->isEnabled());
+        });
+}
+
+void MonitorPage::resumeRun()
+{
+    if (!m_resumer || !m_resume->isEnabled())
+        return;
+    const QString dir = runDirectory();
+    m_resume->setEnabled(false);
+    m_message->showMessage(tr("Resuming from the latest checkpoint…"), MessageBar::Kind::Info);
+    runInBackground(
+        this, [r = m_resumer, dir] { return r(dir); },
+        [this, dir](const QString& error) {
+            if (!error.isEmpty()) {
+                m_message->showMessage(tr("Cannot resume: %1").arg(error));
+                if (dir == runDirectory())
+                    refreshResume();
+            } else if (dir == runDirectory()) {
+                // The run appends to the same folder: follow it again from the start.
+                openRunDirectory(dir);
+                m_message->showMessage(
+                    tr("Resumed from the latest checkpoint."), MessageBar::Kind::Info);
+            }
+            Q_EMIT resumeDone(error);
+        });
 }
 
 void MonitorPage::flushCharts()

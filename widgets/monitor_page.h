@@ -1,6 +1,6 @@
 // Monitor page: a run followed live from its directory — loss (raw and smoothed), learning rate,
 // grad norm, tokens/s, memory per rank stacked by category next to the planner's prediction,
-// progress with ETA, the log tail and events, and stop.
+// progress with ETA, the log tail and events, stop, and resume from the latest checkpoint.
 #pragma once
 
 #include <functional>
@@ -36,6 +36,13 @@ public:
     // Stops the run in `directory`; returns an error message or empty on success.
     using Stopper = std::function<QString(const QString& directory)>;
     void setStopper(Stopper stopper) { m_stopper = std::move(stopper); }
+    // Starts the run in `directory` again from its latest complete checkpoint; returns an error
+    // message or empty on success. Called off the UI thread.
+    using Resumer = std::function<QString(const QString& directory)>;
+    void setResumer(Resumer resumer) { m_resumer = std::move(resumer); }
+    // Whether Resume is offered: the run has finished and its directory holds a complete
+    // checkpoint (checked off the UI thread; resumeCheckDone() follows each check).
+    bool canResume() const;
 
     void openRunDirectory(const QString& directory);
     QString runDirectory() const;
@@ -56,6 +63,8 @@ public:
 Q_SIGNALS:
     void pointsArrived(int total);
     void runFinished(const QString& reason);
+    void resumeCheckDone(bool available);
+    void resumeDone(const QString& error);
 
 private:
     void browse();
@@ -64,12 +73,16 @@ private:
     void updateProgress();
     void updateMemory();
     void stopRun();
+    void resumeRun();
+    void refreshResume();
     void reset();
 
     RunDirFollower m_follower;
     RunSeries m_run;
     Predictor m_predictor;
     Stopper m_stopper;
+    Resumer m_resumer;
+    quint64 m_resumeGeneration = 0;
     std::optional<double> m_predictedBytes;
     quint64 m_predictionGeneration = 0;
     int64_t m_totalSteps = 0;
@@ -78,6 +91,7 @@ private:
     QLineEdit* m_path = nullptr;
     QPushButton* m_open = nullptr;
     QPushButton* m_stop = nullptr;
+    QPushButton* m_resume = nullptr;
     QLabel* m_status = nullptr;
     QProgressBar* m_progress = nullptr;
     QLabel* m_eta = nullptr;

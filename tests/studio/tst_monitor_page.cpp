@@ -8,8 +8,11 @@
 #include <QPlainTextEdit>
 #include <QProcess>
 #include <QProgressBar>
+#include <QPushButton>
 #include <QTemporaryDir>
 
+#include "ckpt/checkpoint_store.h"
+#include "ckpt/manifest.h"
 #include "widgets/live_plot.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/monitor_page.h"
@@ -109,6 +112,93 @@ private Q_SLOTS:
         auto* log = page.findChild<QPlainTextEdit*>();
         QVERIFY(log->toPlainText().contains("[info] step 40"));
         QVERIFY(page.messageText().isEmpty());
+    }
+
+    void resumeFollowsCompleteCheckpointAndCallsResumer()
+    {
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString run = tmp.filePath("run-r");
+        QVERIFY(QDir().mkpath(run + "/logs"));
+        writeFile(run + "/run.json", R"({"name":"tiny","steps":4,"strategy":"zero3"})");
+        writeFile(run + "/events.jsonl",
+            R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
+            "\n");
+        // The real layout: <run>/checkpoints/step-<n>/ with its manifest, complete only with its
+        // DONE marker.
+        const QString step2 = QString::fromStdString(
+            shard::ckpt::finalDirFor((run + "/checkpoints").toStdString(), 2));
+        QVERIFY(QDir().mkpath(step2));
+        writeFile(step2 + "/" + shard::ckpt::kManifestFile, R"({"version":1})");
+        writeFile(step2 + "/" + shard::ckpt::kDoneFile, "");
+        QVERIFY(shard::ckpt::isCompleteCheckpoint(step2.toStdString()));
+
+        QStringList resumed;
+        QString resumeError;
+        MonitorPage page;
+        page.setResumer([&](const QString& dir) {
+            resumed << dir;
+            return resumeError;
+        });
+        page.show();
+        auto* button = page.findChild<QPushButton*>("resumeButton");
+        QVERIFY(button);
+        QSignalSpy checked(&page, &MonitorPage::resumeCheckDone);
+        QSignalSpy done(&page, &MonitorPage::resumeDone);
+
+        // Still running (no finish event): no resume, whatever the checkpoints.
+        page.openRunDirectory(run);
+        QTRY_COMPARE_WITH_TIMEOUT(page.run().name, QString("tiny"), 3000);
+        QTest::qWait(300);
+        QVERIFY(!button->isEnabled());
+        QVERIFY(!page.canResume());
+
+        // Finished with an incomplete checkpoint only: no resume.
+        QVERIFY(QFile::remove(step2 + "/DONE"));
+        QVERIFY(!shard::ckpt::isCompleteCheckpoint(step2.toStdString()));
+        QFile events(run + "/events.jsonl");
+        QVERIFY(events.open(QIODevice::Append));
+        events.write(R"({"v":1,"type":"event","kind":"finish","wall_time":9,"step":4,)"
+                     R"("message":"done","data":{"reason":"completed"}})"
+                     "\n");
+        events.close();
+        QTRY_COMPARE_WITH_TIMEOUT(checked.count(), 1, 5000);
+        QCOMPARE(checked.takeFirst().first().toBool(), false);
+        QVERIFY(!button->isEnabled());
+
+        // The same finished run with a complete checkpoint: Resume is offered.
+        writeFile(step2 + "/DONE", "");
+        page.openRunDirectory(run);
+        QTRY_COMPARE_WITH_TIMEOUT(checked.count(), 1, 5000);
+        QCOMPARE(checked.takeFirst().first().toBool(), true);
+        QVERIFY(button->isEnabled());
+
+        // A failing resumer: its message is shown and the button comes back.
+        resumeError = "cannot read run.json";
+        QTest::mouseClick(button, Qt::LeftButton);
+        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 5000);
+        QCOMPARE(resumed, QStringList {run});
+        QVERIFY2(
+            page.messageText().contains("cannot read run.json"), qPrintable(page.messageText()));
+        QTRY_VERIFY_WITH_TIMEOUT(button->isEnabled(), 5000);
+
+        // Success: the resumer gets the run directory and the page keeps watching it.
+        resumeError.clear();
+        QTest::mouseClick(button, Qt::LeftButton);
+        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 2, 5000);
+        QCOMPARE(done.last().first().toString(), QString());
+        QCOMPARE(resumed, (QStringList {run, run}));
+        QCOMPARE(page.runDirectory(), run);
+        QVERIFY(!button->isEnabled());
+        // The resumed run appends to the same files: the page sees it live again.
+        QVERIFY(events.open(QIODevice::Append));
+        events.write(R"({"v":1,"type":"event","kind":"start","wall_time":10,"step":2,)"
+                     R"("message":"resumed"})"
+                     "\n");
+        events.close();
+        QTRY_COMPARE_WITH_TIMEOUT(page.finished(), false, 5000);
+        QVERIFY(!button->isEnabled());
+        QVERIFY(!page.canResume());
     }
 
     void folderWithoutRunJsonShowsMessage()
