@@ -26,6 +26,7 @@ struct DemoOptions {
     int steps = 150;
     int ranks = 2;
     int evalCount = 100;
+    std::string task = "copy";
     bool detach = false;
 };
 
@@ -43,29 +44,29 @@ void runWorker(const QString& worker, const QStringList& args, const char* what)
     }
 }
 
-// The demo's training data: the installed arithmetic set when the package provides it (next to
-// the worker: <prefix>/share/shard-studio/demo), else generated into the assets folder.
-QString demoData(const QString& worker, const QString& assets)
+// The demo's training data: the installed set for the task when the package provides it (next
+// to the worker: <prefix>/share/shard-studio/demo/<task>.jsonl), else generated into the assets
+// folder.
+QString demoData(const QString& worker, const QString& assets, const QString& task)
 {
     const QString installed = QFileInfo(worker).absolutePath()
-        + QStringLiteral("/../share/shard-studio/demo/arithmetic.jsonl");
+        + QStringLiteral("/../share/shard-studio/demo/") + task + QStringLiteral(".jsonl");
     if (QFileInfo(installed).isFile())
         return QFileInfo(installed).canonicalFilePath();
-    const QString out = assets + QStringLiteral("/arithmetic.jsonl");
-    runWorker(worker,
-        {"make-data", "--task", "arithmetic", "--out", out, "--count", "4000", "--seed", "1"},
+    const QString out = assets + QStringLiteral("/") + task + QStringLiteral(".jsonl");
+    runWorker(worker, {"make-data", "--task", task, "--out", out, "--count", "4000", "--seed", "1"},
         "shard-worker make-data");
     return out;
 }
 
 // `shard-worker eval-demo` on a model folder: the fraction of held-out questions (seed 1000,
 // the training data uses seed 1) the model answers right by greedy generation.
-double evalDemo(const QString& worker, const QString& model, int count)
+double evalDemo(const QString& worker, const QString& model, const QString& task, int count)
 {
     QProcess p;
     p.start(worker,
-        {"eval-demo", "--model", model, "--task", "arithmetic", "--count", QString::number(count),
-            "--seed", "1000", "--json"});
+        {"eval-demo", "--model", model, "--task", task, "--count", QString::number(count), "--seed",
+            "1000", "--json"});
     if (!p.waitForFinished(300000) || p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0)
         throw std::runtime_error("shard-worker eval-demo failed: "
             + QString::fromLocal8Bit(p.readAllStandardError()).trimmed().toStdString());
@@ -116,15 +117,16 @@ int demoCommand(const DemoOptions& o)
     const QString assets = root + QStringLiteral("/assets");
     if (!QDir().mkpath(assets))
         throw std::runtime_error("cannot create " + assets.toStdString());
-    std::printf("demo: a %s model on the built-in arithmetic task, %d ranks zero3 on CPU\n",
-        o.preset.c_str(), o.ranks);
+    std::printf("demo: a %s model on the built-in %s task, %d ranks zero3 on CPU\n",
+        o.preset.c_str(), o.task.c_str(), o.ranks);
     std::fflush(stdout);
     runWorker(worker,
         {"init-model", "--preset", QString::fromStdString(o.preset), "--out", assets + "/model",
             "--seed", "0"},
         "shard-worker init-model");
-    const QString data = demoData(worker, assets);
-    const double before = evalDemo(worker, assets + QStringLiteral("/model"), o.evalCount);
+    const QString task = QString::fromStdString(o.task);
+    const QString data = demoData(worker, assets, task);
+    const double before = evalDemo(worker, assets + QStringLiteral("/model"), task, o.evalCount);
 
     // No in-training eval loss: the held-out accuracy below measures the result, and the
     // trainer's zero3 eval can stall when its last eval chunk has fewer rows than ranks.
@@ -155,7 +157,8 @@ int demoCommand(const DemoOptions& o)
     if (final.status == jobs::RunStatus::Finished) {
         std::printf("evaluating on %d held-out questions...\n", o.evalCount);
         std::fflush(stdout);
-        const double after = evalDemo(worker, final.runDir + QStringLiteral("/model"), o.evalCount);
+        const double after
+            = evalDemo(worker, final.runDir + QStringLiteral("/model"), task, o.evalCount);
         recordAccuracy(final.runDir, before, after, o.evalCount);
         std::printf("accuracy: %.0f%% before training, %.0f%% after (%d held-out questions)\n",
             100.0 * before, 100.0 * after, o.evalCount);
@@ -180,6 +183,8 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--ranks", o->ranks, "ranks (default 2)")->check(CLI::PositiveNumber);
     cmd->add_option("--eval-count", o->evalCount, "held-out questions to score (default 100)")
         ->check(CLI::PositiveNumber);
+    cmd->add_option("--task", o->task, "demo task: copy (default) or arithmetic")
+        ->check(CLI::IsMember({"copy", "arithmetic"}));
     cmd->add_option("--worker", o->worker, "shard-worker program");
     cmd->add_flag("--detach", o->detach, "return once started");
     cmd->callback([o] { exitCode() = demoCommand(*o); });

@@ -68,7 +68,7 @@ run shard plan --model llama-2-7b --gpus 8 --strategy zero3 --precision bf16-mix
     --checkpointing full --micro-batch 2 --seq-len 4096
 run test -f /usr/share/man/man1/shard.1.gz
 run test -f /usr/share/applications/shard-studio.desktop
-run test -f /usr/share/shard-studio/demo/arithmetic.jsonl
+run test -f /usr/share/shard-studio/demo/copy.jsonl
 run shard-studio --screenshot /tmp/plan.png --page plan
 run test -s /tmp/plan.png
 run shard demo
