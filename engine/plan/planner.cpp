@@ -369,10 +369,7 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     const double P = static_cast<double>(shapes.params);
     const double Pp = u.total, Pr = u.root, Pb = u.maxBlock, Ph = u.head;
     const double shard = Pp / static_cast<double>(S);
-    const bool gpu = in.device.kind == DeviceKind::Gpu;
-    const double recvFrac = gpu
-        ? (k.reduceScatterRecvGpuIsShard ? 1.0 / static_cast<double>(S) : 1.0)
-        : k.reduceScatterRecvCpu;
+    const double recvFrac = k.reduceScatterRecvCpu; // CPU only: GPUs returned above
     const bool accumulate = in.gradAccum > 1;
     const int64_t W = in.worldSize();
     const double K = static_cast<double>(in.gradAccum);
