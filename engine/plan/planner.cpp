@@ -244,6 +244,91 @@ struct Internal {
     double reduceBytes = 0;
 };
 
+// What both engine models (GPU and CPU) start from: bytes per element of each role, the
+// parameter counts under a shard degree S and the step's shape.
+struct StateSizes {
+    double c, mb, gb, ob, r; // bytes per element: compute, master, grad, optimizer, reduce
+    double P;                // parameters
+    double Pp, Pr, Pb, Ph;   // padded: all, root, the largest block, head (UnitSizes)
+    double shard;            // this rank's share of Pp
+    bool accumulate;         // grad-accum > 1
+    int64_t W;               // world size
+    double K;                // micro-steps per step
+};
+
+StateSizes stateSizes(const PlanInput& in, const ModelShapes& shapes, int64_t S)
+{
+    const DtypeBytes d = dtypeBytes(in.precision);
+    const UnitSizes u = unitSizes(shapes, S);
+    StateSizes z;
+    z.c = d.compute;
+    z.mb = d.master;
+    z.gb = d.grad;
+    z.ob = d.optimizer;
+    z.r = d.reduce;
+    z.P = static_cast<double>(shapes.params);
+    z.Pp = u.total;
+    z.Pr = u.root;
+    z.Pb = u.maxBlock;
+    z.Ph = u.head;
+    z.shard = u.total / static_cast<double>(S);
+    z.accumulate = in.gradAccum > 1;
+    z.W = in.worldSize();
+    z.K = static_cast<double>(in.gradAccum);
+    return z;
+}
+
+// Bytes one rank sends per step: the gradient reduction (ring all-reduce for ddp, reduce-scatter
+// over the shard group, plus the replica all-reduce of the shard for hybrid) and the parameter
+// all-gathers (ZeRO-3 gathers every block twice per micro-step, forward and backward).
+void commVolumes(const PlanInput& in, const StateSizes& z, int64_t S, Internal& o)
+{
+    switch (in.strategy) {
+    case Strategy::Ddp:
+        o.reduceBytes = 2.0 * ringFraction(z.W) * z.r * z.P;
+        break;
+    case Strategy::Zero1:
+        o.reduceBytes = ringFraction(z.W) * z.r * z.Pp;
+        o.gatherBytes = ringFraction(z.W) * z.c * z.Pp;
+        break;
+    case Strategy::Zero2:
+    case Strategy::Zero3:
+    case Strategy::Hybrid: {
+        o.reduceBytes = ringFraction(S) * z.r * z.Pp;
+        const double perMicroStep
+            = in.strategy == Strategy::Zero2 ? z.Pp : 2.0 * (z.Pp - z.Pr) + z.Pr;
+        o.gatherBytes = z.K * ringFraction(S) * z.c * perMicroStep;
+        if (in.strategy == Strategy::Hybrid) // the replica all-reduce runs in place
+            o.reduceBytes += 2.0 * ringFraction(z.W / S) * z.r * z.shard;
+        break;
+    }
+    }
+}
+
+// Offload: the master shard, its gradient and AdamW state live in host memory (added to o.host);
+// the device keeps a compute-dtype shard to gather from, or nothing with params+optimizer.
+// Returns the device's sharded parameter bytes.
+double offloadToHost(const PlanInput& in, const StateSizes& z, Internal& o)
+{
+    const bool sharding = in.strategy != Strategy::Ddp && in.strategy != Strategy::Zero1;
+    o.host = (z.mb + z.gb + z.ob) * z.shard;
+    if (in.offload == Offload::Optimizer)
+        return sharding ? z.c * z.shard : 0.0;
+    if (sharding)
+        o.host += z.c * z.shard;
+    return 0.0;
+}
+
+void fillModelStates(
+    MemoryBreakdown& m, double sharded, double gathered, double grads, double opt, double comm)
+{
+    m.shardedParams = toBytes(sharded);
+    m.gatheredParams = toBytes(gathered);
+    m.grads = toBytes(grads);
+    m.optimizer = toBytes(opt);
+    m.commBuffers = toBytes(comm);
+}
+
 // GPU (not measured yet; the CPU model below is): two moments, the larger is the peak:
 //   backward start: every block's activations and the logits are alive, the head's gradients
 //     exist, one block's gradients are being reduced;
@@ -251,22 +336,13 @@ struct Internal {
 //     vocabularies).
 Internal engineModelStatesGpu(const PlanInput& in, const ModelShapes& shapes, int64_t S)
 {
-    const DtypeBytes d = dtypeBytes(in.precision);
     const Calibration& k = in.calibration;
-    const double c = d.compute, mb = d.master, gb = d.grad, ob = d.optimizer, r = d.reduce;
-    const UnitSizes u = unitSizes(shapes, S);
-    const double P = static_cast<double>(shapes.params);
-    const double Pp = u.total, Pr = u.root, Pb = u.maxBlock, Ph = u.head;
-    const double shard = Pp / static_cast<double>(S);
-    const bool gpu = in.device.kind == DeviceKind::Gpu;
-    const double recvFrac = gpu
-        ? (k.reduceScatterRecvGpuIsShard ? 1.0 / static_cast<double>(S) : 1.0)
-        : k.reduceScatterRecvCpu;
-    const bool accumulate = in.gradAccum > 1;
-    const int64_t W = in.worldSize();
-    const double K = static_cast<double>(in.gradAccum);
+    const StateSizes z = stateSizes(in, shapes, S);
+    const auto [c, mb, gb, ob, r, P, Pp, Pr, Pb, Ph, shard, accumulate, W, K] = z;
+    const double recvFrac = k.reduceScatterRecvGpuIsShard ? 1.0 / static_cast<double>(S) : 1.0;
 
     Internal o;
+    commVolumes(in, z, S, o);
     // Persistent (both moments) and per-moment transient terms.
     double sharded = 0, shardGrad = 0, opt = 0, fullGrads = 0;
     double gatheredA = 0, gatheredB = 0, gradsA = 0, gradsB = 0, commA = 0, commB = 0;
@@ -280,7 +356,6 @@ Internal engineModelStatesGpu(const PlanInput& in, const ModelShapes& shapes, in
         opt = ob * P;
         commA = r * Pb;
         commB = r * Pr;
-        o.reduceBytes = 2.0 * ringFraction(W) * r * P;
         break;
     case Strategy::Zero1:
         sharded = mb * shard;
@@ -292,8 +367,6 @@ Internal engineModelStatesGpu(const PlanInput& in, const ModelShapes& shapes, in
         opt = ob * shard;
         commA = r * Pb * recvFrac;
         commB = r * Pr * recvFrac;
-        o.reduceBytes = ringFraction(W) * r * Pp;
-        o.gatherBytes = ringFraction(W) * c * Pp;
         break;
     case Strategy::Zero2:
     case Strategy::Zero3:
@@ -309,39 +382,16 @@ Internal engineModelStatesGpu(const PlanInput& in, const ModelShapes& shapes, in
         opt = ob * shard;
         commA = r * Pb * (1.0 + recvFrac);
         commB = r * Pr * (1.0 + recvFrac);
-        o.reduceBytes = ringFraction(S) * r * Pp;
-        const double gatheredPerMicroStep = zero2 ? Pp : 2.0 * (Pp - Pr) + Pr;
-        o.gatherBytes = K * ringFraction(S) * c * gatheredPerMicroStep;
-        if (in.strategy == Strategy::Hybrid)
-            o.reduceBytes += 2.0 * ringFraction(W / S) * r * shard;
         break;
     }
     }
-
-    // Offload (GPU): master shard, its gradient and AdamW state live in host memory; the device
-    // keeps a compute-dtype shard to gather from (or nothing with params+optimizer).
     if (in.offload != Offload::None) {
-        const bool sharding = in.strategy != Strategy::Ddp && in.strategy != Strategy::Zero1;
-        o.host = (mb + gb + ob) * shard;
+        sharded = offloadToHost(in, z, o);
         opt = 0;
         shardGrad = 0;
-        if (in.offload == Offload::Optimizer) {
-            sharded = sharding ? c * shard : 0.0;
-        } else {
-            sharded = 0;
-            if (sharding)
-                o.host += c * shard;
-        }
     }
-    auto fill = [&](MemoryBreakdown& m, double gathered, double grads, double comm) {
-        m.shardedParams = toBytes(sharded);
-        m.gatheredParams = toBytes(gathered);
-        m.grads = toBytes(shardGrad + fullGrads + grads);
-        m.optimizer = toBytes(opt);
-        m.commBuffers = toBytes(comm);
-    };
-    fill(o.mem, gatheredA, gradsA, commA);
-    fill(o.endMem, gatheredB, gradsB, commB);
+    fillModelStates(o.mem, sharded, gatheredA, shardGrad + fullGrads + gradsA, opt, commA);
+    fillModelStates(o.endMem, sharded, gatheredB, shardGrad + fullGrads + gradsB, opt, commB);
     o.hasEnd = true;
     o.hasMid = false;
     return o;
@@ -362,21 +412,15 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
 {
     if (in.device.kind == DeviceKind::Gpu)
         return engineModelStatesGpu(in, shapes, S);
-    const DtypeBytes d = dtypeBytes(in.precision);
     const Calibration& k = in.calibration;
-    const double c = d.compute, mb = d.master, gb = d.grad, ob = d.optimizer, r = d.reduce;
-    const UnitSizes u = unitSizes(shapes, S);
-    const double P = static_cast<double>(shapes.params);
-    const double Pp = u.total, Pr = u.root, Pb = u.maxBlock, Ph = u.head;
-    const double shard = Pp / static_cast<double>(S);
+    const StateSizes z = stateSizes(in, shapes, S);
+    const auto [c, mb, gb, ob, r, P, Pp, Pr, Pb, Ph, shard, accumulate, W, K] = z;
     const double recvFrac = k.reduceScatterRecvCpu; // CPU only: GPUs returned above
-    const bool accumulate = in.gradAccum > 1;
-    const int64_t W = in.worldSize();
-    const double K = static_cast<double>(in.gradAccum);
     // One shard rank with an fp32 compute dtype: the gathered parameters are the masters.
     const bool aliased = S == 1 && c == mb && in.offload == Offload::None;
 
     Internal o;
+    commVolumes(in, z, S, o);
     // Persistent terms (every moment) and per-moment terms.
     double sharded = 0, opt = 0, fullGrads = 0;
     double gatheredA = 0, gatheredM = 0, gatheredB = 0;
@@ -398,7 +442,6 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
         gatheredA = (c != mb || in.offload != Offload::None) ? c * P : 0.0;
         opt = ob * P;
         fullGrads = accumulate ? c * P : 0.0;
-        o.reduceBytes = 2.0 * ringFraction(W) * r * P;
         break;
     case Strategy::Zero1:
         sharded = mb * shard;
@@ -407,8 +450,6 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
         fullGrads = accumulate ? c * Pp : 0.0;
         gradsM = c * (Ph + Pb); // zero1 reduces after backward: no block reduce in flight
         commM = 0;
-        o.reduceBytes = ringFraction(W) * r * Pp;
-        o.gatherBytes = ringFraction(W) * c * Pp;
         break;
     case Strategy::Zero2:
     case Strategy::Zero3:
@@ -425,11 +466,6 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
             gatheredA = c * Pr; // blocks resharded after forward, the root stays
         gatheredM = zero2 || aliased ? gatheredA
                                      : std::min(c * Pp, c * (Pr + k.gatheredUnitsInFlight * Pb));
-        o.reduceBytes = ringFraction(S) * r * Pp;
-        const double gatheredPerMicroStep = zero2 ? Pp : 2.0 * (Pp - Pr) + Pr;
-        o.gatherBytes = K * ringFraction(S) * c * gatheredPerMicroStep;
-        if (in.strategy == Strategy::Hybrid) // the replica all-reduce runs in place
-            o.reduceBytes += 2.0 * ringFraction(W / S) * r * shard;
         break;
     }
     }
@@ -437,32 +473,15 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
         gatheredM = gatheredA;
     gatheredB = gatheredA;
 
-    // Offload (GPU): master shard, its gradient and AdamW state live in host memory; the device
-    // keeps a compute-dtype shard to gather from (or nothing with params+optimizer).
     if (in.offload != Offload::None) {
-        const bool sharding = in.strategy != Strategy::Ddp && in.strategy != Strategy::Zero1;
-        o.host = (mb + gb + ob) * shard;
+        sharded = offloadToHost(in, z, o);
         opt = 0;
-        if (in.offload == Offload::Optimizer) {
-            sharded = sharding ? c * shard : 0.0;
-        } else {
-            sharded = 0;
-            if (sharding)
-                o.host += c * shard;
-        }
     }
     // The accumulated unsharded gradients (grad-accum > 1) exist until their unit's reduce
     // copies them into its reduce input, which gradsB counts.
-    auto fill = [&](MemoryBreakdown& m, double gathered, double grads, double comm) {
-        m.shardedParams = toBytes(sharded);
-        m.gatheredParams = toBytes(gathered);
-        m.grads = toBytes(grads);
-        m.optimizer = toBytes(opt);
-        m.commBuffers = toBytes(comm);
-    };
-    fill(o.mem, gatheredA, fullGrads, 0.0);
-    fill(o.midMem, gatheredM, fullGrads + gradsM, commM);
-    fill(o.endMem, gatheredB, gradsB, commB);
+    fillModelStates(o.mem, sharded, gatheredA, fullGrads, opt, 0.0);
+    fillModelStates(o.midMem, sharded, gatheredM, fullGrads + gradsM, opt, commM);
+    fillModelStates(o.endMem, sharded, gatheredB, gradsB, opt, commB);
     o.hasEnd = true;
     return o;
 }
