@@ -15,22 +15,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/split_mix64.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode_text.h"
 
 namespace {
 
-struct Rng {
-    uint64_t s;
-    uint64_t next()
-    {
-        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    int below(int n) { return static_cast<int>(next() % static_cast<uint64_t>(n)); }
-};
+using Rng = shard::data::SplitMix64;
 
 std::string word(Rng& r)
 {

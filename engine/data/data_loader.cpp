@@ -11,23 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include "data/line_index.h"
+#include "data/split_mix64.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shard::data {
 
 namespace {
-
-// SplitMix64: a portable, well-mixed generator (std distributions differ across libraries).
-struct SplitMix64 {
-    uint64_t state;
-    uint64_t next()
-    {
-        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-};
 
 std::vector<int64_t> permutation(int64_t n, uint64_t seed)
 {

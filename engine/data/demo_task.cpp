@@ -2,6 +2,7 @@
 #include "data/demo_task.h"
 
 #include "data/sample.h"
+#include "data/split_mix64.h"
 
 #include <cctype>
 #include <fstream>
@@ -12,18 +13,6 @@
 namespace shard::data {
 
 namespace {
-
-struct Rng {
-    uint64_t state;
-    uint64_t next()
-    {
-        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
-};
 
 const char* const kWords[] = {"red", "green", "blue", "cat", "dog", "sun", "moon", "tree", "river",
     "stone", "bird", "fish", "one", "two", "three", "four"};
@@ -59,7 +48,7 @@ std::vector<DemoExample> generateDemoExamples(DemoTask task, int64_t count, uint
 {
     if (count <= 0)
         throw std::runtime_error("demo data: --count must be positive");
-    Rng rng {seed * 0xD1B54A32D192ED03ull + static_cast<uint64_t>(task) + 7};
+    SplitMix64 rng {seed * 0xD1B54A32D192ED03ull + static_cast<uint64_t>(task) + 7};
     std::vector<DemoExample> out;
     out.reserve(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) {
