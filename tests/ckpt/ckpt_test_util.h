@@ -1,19 +1,28 @@
-// Helpers shared by the checkpoint tests: checks that count failures, temporary directories, and
-// a thread-backed all-ranks agreement so that several "ranks" of one save run in one process.
+// Helpers shared by the checkpoint tests: checks that count failures, temporary directories, a
+// thread-backed all-ranks agreement so that several "ranks" of one save run in one process, and
+// for the tests that train through the real shard-worker: running it, token data, step losses.
 #pragma once
 
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_writer.h"
 
@@ -73,6 +82,75 @@ struct TempDir {
         std::filesystem::remove_all(path, ec);
     }
 };
+
+// The shard-worker binary named by $SHARD_WORKER (the test's CMake sets it), or "" after saying
+// on stderr what is missing.
+inline std::string workerFromEnv()
+{
+    const char* worker = std::getenv("SHARD_WORKER");
+    if (!worker || !std::filesystem::exists(worker)) {
+        std::fprintf(stderr, "SHARD_WORKER must name the shard-worker binary\n");
+        return {};
+    }
+    return worker;
+}
+
+// Starts `worker args...` with stdout and stderr written to `log`.
+inline pid_t spawnWorker(
+    const std::string& worker, std::vector<std::string> args, const std::string& log)
+{
+    const pid_t pid = fork();
+    if (pid == 0) {
+        const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        std::vector<char*> argv {const_cast<char*>(worker.c_str())};
+        for (auto& a : args)
+            argv.push_back(a.data());
+        argv.push_back(nullptr);
+        execv(worker.c_str(), argv.data());
+        _exit(127);
+    }
+    return pid;
+}
+
+// Runs `worker args...` to its end: its exit code, or 128 + the signal that ended it.
+inline int runWorker(
+    const std::string& worker, const std::vector<std::string>& args, const std::string& log)
+{
+    int status = 0;
+    waitpid(spawnWorker(worker, args, log), &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The loss of every step in `run`/metrics.jsonl (a resumed run logs some steps twice: the later
+// record counts).
+inline std::map<int64_t, double> stepLosses(const std::string& run)
+{
+    std::map<int64_t, double> out;
+    std::ifstream in(run + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+        const auto j = nlohmann::json::parse(line);
+        out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+    }
+    return out;
+}
+
+// 64 pre-tokenized JSONL records (seeded): runs of consecutive ids below 256, 10 to
+// 10 + spread - 1 tokens long.
+inline void writeTokenRows(const std::string& path, int spread)
+{
+    std::ofstream out(path);
+    std::mt19937 rng(0);
+    for (int i = 0; i < 64; ++i) {
+        const int n = 10 + static_cast<int>(rng() % static_cast<unsigned>(spread));
+        const int s = static_cast<int>(rng() % 200);
+        std::vector<int> ids;
+        for (int k = 0; k < n; ++k)
+            ids.push_back((s + k) % 256);
+        out << nlohmann::json {{"input_ids", ids}}.dump() << "\n";
+    }
+}
 
 // Collective AND across `n` threads (a reusable barrier).
 class Agreement {

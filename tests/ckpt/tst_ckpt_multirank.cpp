@@ -4,12 +4,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <random>
-
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -24,25 +18,6 @@ namespace fs = std::filesystem;
 static std::string g_worker;
 static std::string g_root;
 
-static int runWorker(std::vector<std::string> args, const std::string& log)
-{
-    const pid_t pid = fork();
-    if (pid == 0) {
-        const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        std::vector<char*> argv {const_cast<char*>(g_worker.c_str())};
-        for (auto& a : args)
-            argv.push_back(a.data());
-        argv.push_back(nullptr);
-        execv(g_worker.c_str(), argv.data());
-        _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 static int train(int ranks, const std::string& strategy, int microBatch, const std::string& out,
     bool resume, const std::string& log)
 {
@@ -54,24 +29,13 @@ static int train(int ranks, const std::string& strategy, int microBatch, const s
         std::to_string(ranks), "--out", out};
     if (resume)
         args.push_back("--resume");
-    const int rc = runWorker(args, log);
+    const int rc = runWorker(g_worker, args, log);
     if (rc != 0) {
         std::ifstream in(log);
         std::fprintf(stderr, "%s failed (%d):\n%s\n", out.c_str(), rc,
             std::string(std::istreambuf_iterator<char>(in), {}).c_str());
     }
     return rc;
-}
-
-static std::map<int64_t, double> losses(const std::string& run)
-{
-    std::map<int64_t, double> out;
-    std::ifstream in(run + "/metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-        const auto j = nlohmann::json::parse(line);
-        out[j["step"].get<int64_t>()] = j["loss"].get<double>();
-    }
-    return out;
 }
 
 // A copy of `run` that holds only its checkpoint of `step` (same directory name: same run id).
@@ -103,35 +67,21 @@ static double weightDiff(const std::string& a, const std::string& b)
 int main()
 {
     at::set_num_threads(1);
-    const char* worker = std::getenv("SHARD_WORKER");
-    if (!worker || !fs::exists(worker)) {
-        std::fprintf(stderr, "SHARD_WORKER must name the shard-worker binary\n");
+    g_worker = workerFromEnv();
+    if (g_worker.empty())
         return 1;
-    }
-    g_worker = worker;
     TempDir tmp;
     g_root = tmp.path;
-    CHECK(
-        runWorker({"init-model", "--preset", "tiny-1m", "--out", g_root + "/model", "--seed", "1"},
-            g_root + "/init.log")
+    CHECK(runWorker(g_worker,
+              {"init-model", "--preset", "tiny-1m", "--out", g_root + "/model", "--seed", "1"},
+              g_root + "/init.log")
         == 0);
-    {
-        std::ofstream out(g_root + "/data.jsonl");
-        std::mt19937 rng(0);
-        for (int i = 0; i < 64; ++i) {
-            const int n = 10 + static_cast<int>(rng() % 40);
-            const int s = static_cast<int>(rng() % 200);
-            std::vector<int> ids;
-            for (int k = 0; k < n; ++k)
-                ids.push_back((s + k) % 256);
-            out << nlohmann::json {{"input_ids", ids}}.dump() << "\n";
-        }
-    }
+    writeTokenRows(g_root + "/data.jsonl", 40);
     // Reference: 4 ranks, ZeRO-3, one row per rank.
     const std::string ref = g_root + "/run";
     if (train(4, "zero3", 1, ref, false, g_root + "/ref.log") != 0)
         return 1;
-    const auto reference = losses(ref);
+    const auto reference = stepLosses(ref);
     CHECK(reference.size() == 8);
     {
         shard::ckpt::CheckpointReader reader(ref + "/checkpoints/step-4");
@@ -141,13 +91,13 @@ int main()
     // (a) Same layout: bit-identical.
     const std::string same = copyUpTo(ref, g_root + "/same", 4);
     CHECK(train(4, "zero3", 1, same, true, g_root + "/same.log") == 0);
-    CHECK(losses(same) == reference);
+    CHECK(stepLosses(same) == reference);
     CHECK(weightDiff(ref + "/model", same + "/model") == 0.0);
 
     // (b) 4 ranks ZeRO-3 -> 2 ranks ZeRO-2, two rows per rank (the same global batch).
     const std::string resharded = copyUpTo(ref, g_root + "/resharded", 4);
     CHECK(train(2, "zero2", 2, resharded, true, g_root + "/resharded.log") == 0);
-    const auto got = losses(resharded);
+    const auto got = stepLosses(resharded);
     CHECK(got.size() == 8);
     double worst = 0;
     for (const auto& [step, loss] : reference) {

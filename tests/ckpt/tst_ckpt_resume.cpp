@@ -7,10 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <random>
 
-#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,46 +37,10 @@ static std::vector<std::string> trainArgs(const std::string& out, const std::str
         "1", "--checkpoint-every", "3", "--keep-checkpoints", "2", "--warmup", "2"};
 }
 
-static pid_t spawn(std::vector<std::string> args, const std::string& log)
-{
-    const pid_t pid = fork();
-    if (pid == 0) {
-        const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        std::vector<char*> argv {const_cast<char*>(g_worker.c_str())};
-        for (auto& a : args)
-            argv.push_back(a.data());
-        argv.push_back(nullptr);
-        execv(g_worker.c_str(), argv.data());
-        _exit(127);
-    }
-    return pid;
-}
-
-static int runToEnd(const std::vector<std::string>& args, const std::string& log)
-{
-    int status = 0;
-    waitpid(spawn(args, log), &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 static std::string slurp(const std::string& path)
 {
     std::ifstream in(path);
     return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// The loss of every step (a resumed run logs some steps twice: the later record counts).
-static std::map<int64_t, double> losses(const std::string& run)
-{
-    std::map<int64_t, double> out;
-    std::ifstream in(run + "/metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-        const auto j = nlohmann::json::parse(line);
-        out[j["step"].get<int64_t>()] = j["loss"].get<double>();
-    }
-    return out;
 }
 
 static bool sameWeights(const std::string& a, const std::string& b)
@@ -134,21 +95,21 @@ static void testResume()
 {
     const std::string model = g_root + "/model";
     const std::string a = g_root + "/A";
-    CHECK(runToEnd(trainArgs(a, model), g_root + "/A.log") == 0);
-    const auto reference = losses(a);
+    CHECK(runWorker(g_worker, trainArgs(a, model), g_root + "/A.log") == 0);
+    const auto reference = stepLosses(a);
     CHECK(reference.size() == 8);
     CHECK((shard::ckpt::listCheckpoints(a + "/checkpoints").size() == 2)); // keep 2: step-6, step-8
 
     // Killed after the step-3 checkpoint, then resumed.
     const std::string b = g_root + "/B";
-    const bool killed
-        = killWhen(spawn(trainArgs(b, model), g_root + "/B.log"), b + "/checkpoints/step-3/DONE");
+    const bool killed = killWhen(spawnWorker(g_worker, trainArgs(b, model), g_root + "/B.log"),
+        b + "/checkpoints/step-3/DONE");
     CHECK(killed);
-    std::printf("B killed after step %zu was logged\n", losses(b).size());
+    std::printf("B killed after step %zu was logged\n", stepLosses(b).size());
     auto args = trainArgs(b, model);
     args.push_back("--resume");
-    CHECK(runToEnd(args, g_root + "/B2.log") == 0);
-    const auto resumed = losses(b);
+    CHECK(runWorker(g_worker, args, g_root + "/B2.log") == 0);
+    const auto resumed = stepLosses(b);
     CHECK(resumed == reference);
     for (const auto& [step, loss] : reference)
         if (resumed.count(step) && resumed.at(step) != loss)
@@ -159,7 +120,7 @@ static void testResume()
 
     // Killed while writing the step-6 checkpoint (or just after: either way resume is exact).
     const std::string c = g_root + "/C";
-    const bool killed2 = killWhen(spawn(trainArgs(c, model), g_root + "/C.log"),
+    const bool killed2 = killWhen(spawnWorker(g_worker, trainArgs(c, model), g_root + "/C.log"),
         shard::ckpt::tempDirFor(c + "/checkpoints", 6));
     CHECK(killed2);
     const auto latest = shard::ckpt::latestComplete(c);
@@ -169,8 +130,8 @@ static void testResume()
     args = trainArgs(c, model);
     args.push_back("--resume");
     args.push_back("auto");
-    CHECK(runToEnd(args, g_root + "/C2.log") == 0);
-    CHECK(losses(c) == reference);
+    CHECK(runWorker(g_worker, args, g_root + "/C2.log") == 0);
+    CHECK(stepLosses(c) == reference);
     CHECK(sameWeights(a + "/model", c + "/model"));
     CHECK(!fs::exists(shard::ckpt::tempDirFor(c + "/checkpoints", 6)));
 
@@ -199,7 +160,7 @@ static void testMismatch()
     auto args = trainArgs(b, g_root + "/model15");
     args.push_back("--resume");
     args.push_back(b + "/checkpoints/step-8");
-    CHECK(runToEnd(args, g_root + "/mismatch.log") == 1);
+    CHECK(runWorker(g_worker, args, g_root + "/mismatch.log") == 1);
     const std::string log = slurp(g_root + "/mismatch.log");
     CHECK(log.find("different model") != std::string::npos);
     CHECK(log.find("hidden_size: 128 in the checkpoint, 256 in this run") != std::string::npos
@@ -212,7 +173,7 @@ static void testMismatch()
     args[std::find(args.begin(), args.end(), "--seed") - args.begin() + 1] = "4";
     args.push_back("--resume");
     args.push_back(b);
-    CHECK(runToEnd(args, g_root + "/other-run.log") == 1);
+    CHECK(runWorker(g_worker, args, g_root + "/other-run.log") == 1);
     CHECK(slurp(g_root + "/other-run.log").find("belongs to run") != std::string::npos);
 }
 
@@ -227,7 +188,7 @@ static void testFullDisk()
         return;
     }
     const std::string run = mnt + "/run";
-    const int rc = runToEnd(trainArgs(run, g_root + "/model"), g_root + "/full.log");
+    const int rc = runWorker(g_worker, trainArgs(run, g_root + "/model"), g_root + "/full.log");
     CHECK(rc == 1);
     const std::string events = slurp(run + "/events.jsonl");
     CHECK(events.find("\"kind\":\"error\"") != std::string::npos);
@@ -247,32 +208,19 @@ static void testFullDisk()
 int main()
 {
     at::set_num_threads(1);
-    const char* worker = std::getenv("SHARD_WORKER");
-    if (!worker || !fs::exists(worker)) {
-        std::fprintf(stderr, "SHARD_WORKER must name the shard-worker binary\n");
+    g_worker = workerFromEnv();
+    if (g_worker.empty())
         return 1;
-    }
-    g_worker = worker;
     TempDir tmp;
     g_root = tmp.path;
-    CHECK(runToEnd({"init-model", "--preset", "tiny-1m", "--out", g_root + "/model", "--seed", "1"},
+    CHECK(runWorker(g_worker,
+              {"init-model", "--preset", "tiny-1m", "--out", g_root + "/model", "--seed", "1"},
               g_root + "/init.log")
         == 0);
-    CHECK(runToEnd({"init-model", "--preset", "tiny-15m", "--out", g_root + "/model15"},
+    CHECK(runWorker(g_worker, {"init-model", "--preset", "tiny-15m", "--out", g_root + "/model15"},
               g_root + "/init15.log")
         == 0);
-    {
-        std::ofstream out(g_root + "/data.jsonl");
-        std::mt19937 rng(0);
-        for (int i = 0; i < 64; ++i) {
-            const int n = 10 + static_cast<int>(rng() % 50);
-            const int s = static_cast<int>(rng() % 200);
-            std::vector<int> ids;
-            for (int k = 0; k < n; ++k)
-                ids.push_back((s + k) % 256);
-            out << nlohmann::json {{"input_ids", ids}}.dump() << "\n";
-        }
-    }
+    writeTokenRows(g_root + "/data.jsonl", 50);
     testResume();
     testMismatch();
     testFullDisk();
