@@ -5,25 +5,12 @@
 # Usage: bench/plan/measure_memory.sh [BUILD_DIR] [PRESET] [STEPS]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-build=${1:-$here/../../build/release}
-preset=${2:-tiny-15m}
-steps=${3:-3}
-worker=$build/engine/worker/shard-worker
-predict=$build/bench/dist/plan_predict
-out=$(mktemp -d /tmp/shard-bench-planmem-XXXXXX)
+source "$here/../common.sh"
+bench_setup planmem 3 "$@"
 seq=128
 global=8
 
-"$worker" init-model --preset "$preset" --out "$out/model" --seed 1 >/dev/null 2>&1
-python3 - "$out" <<'PY'
-import json, random, sys
-out = sys.argv[1]
-vocab = json.load(open(f"{out}/model/config.json"))["vocab_size"]
-r = random.Random(0)
-with open(f"{out}/data.jsonl", "w") as f:
-    for _ in range(200):
-        f.write(json.dumps({"input_ids": [r.randrange(vocab) for _ in range(128)]}) + "\n")
-PY
+bench_model_and_data 200
 common=(--model "$out/model" --data "$out/data.jsonl" --steps "$steps" --seq-len $seq --lr 1e-3
         --seed 3 --no-shuffle --log-every 1 --threads 1)
 run() { # name ranks strategy precision checkpointing [grad-accum [shard-group]]
@@ -31,15 +18,8 @@ run() { # name ranks strategy precision checkpointing [grad-accum [shard-group]]
     local mb=$(( global / ranks / ga ))
     local extra=(--grad-accum "$ga")
     (( group > 0 )) && extra+=(--shard-group "$group")
-    if (( ranks == 1 )); then
-        "$worker" train "${common[@]}" --micro-batch $mb --strategy "$strategy" \
-            --precision "$prec" --checkpointing "$ckpt" "${extra[@]}" --out "$out/$name" \
-            >/dev/null 2>"$out/$name.err"
-    else
-        "$worker" launch --nproc-per-node "$ranks" -- train "${common[@]}" --micro-batch $mb \
-            --strategy "$strategy" --precision "$prec" --checkpointing "$ckpt" "${extra[@]}" \
-            --nproc-per-node "$ranks" --out "$out/$name" >/dev/null 2>"$out/$name.err"
-    fi
+    bench_train "$name" "$ranks" "${common[@]}" --micro-batch $mb --strategy "$strategy" \
+        --precision "$prec" --checkpointing "$ckpt" "${extra[@]}"
     "$predict" "$out/model" "$ranks" $mb $seq "$prec" "$ckpt" "$ga" "$group" \
         > "$out/$name.plan.jsonl"
 }
