@@ -251,6 +251,7 @@ struct StateSizes {
     double P;                // parameters
     double Pp, Pr, Pb, Ph;   // padded: all, root, the largest block, head (UnitSizes)
     double shard;            // this rank's share of Pp
+    double owned;            // parameters whose masters and AdamW state this rank keeps
     bool accumulate;         // grad-accum > 1
     int64_t W;               // world size
     double K;                // micro-steps per step
@@ -272,6 +273,7 @@ StateSizes stateSizes(const PlanInput& in, const ModelShapes& shapes, int64_t S)
     z.Pb = u.maxBlock;
     z.Ph = u.head;
     z.shard = u.total / static_cast<double>(S);
+    z.owned = in.strategy == Strategy::Ddp ? z.P : z.shard; // ddp replicates, the rest shard
     z.accumulate = in.gradAccum > 1;
     z.W = in.worldSize();
     z.K = static_cast<double>(in.gradAccum);
@@ -338,33 +340,29 @@ Internal engineModelStatesGpu(const PlanInput& in, const ModelShapes& shapes, in
 {
     const Calibration& k = in.calibration;
     const StateSizes z = stateSizes(in, shapes, S);
-    const auto [c, mb, gb, ob, r, P, Pp, Pr, Pb, Ph, shard, accumulate, W, K] = z;
+    const auto [c, mb, gb, ob, r, P, Pp, Pr, Pb, Ph, shard, owned, accumulate, W, K] = z;
     const double recvFrac = k.reduceScatterRecvGpuIsShard ? 1.0 / static_cast<double>(S) : 1.0;
 
     Internal o;
     commVolumes(in, z, S, o);
     // Persistent (both moments) and per-moment transient terms.
-    double sharded = 0, shardGrad = 0, opt = 0, fullGrads = 0;
+    double sharded = mb * owned, opt = ob * owned, shardGrad = 0, fullGrads = 0;
     double gatheredA = 0, gatheredB = 0, gradsA = 0, gradsB = 0, commA = 0, commB = 0;
     switch (in.strategy) {
     case Strategy::Ddp:
-        sharded = mb * P;
         gatheredA = gatheredB = (c != mb || in.offload != Offload::None) ? c * P : 0.0;
         shardGrad = gb * P;
         gradsA = c != gb ? c * Pb : 0.0;
         gradsB = c != gb ? c * Pr : 0.0;
-        opt = ob * P;
         commA = r * Pb;
         commB = r * Pr;
         break;
     case Strategy::Zero1:
-        sharded = mb * shard;
         gatheredA = gatheredB = c * Pp;
         shardGrad = gb * shard;
         fullGrads = r * Pp;
         gradsA = c != r ? c * Pb : 0.0;
         gradsB = c != r ? c * Pr : 0.0;
-        opt = ob * shard;
         commA = r * Pb * recvFrac;
         commB = r * Pr * recvFrac;
         break;
@@ -372,14 +370,12 @@ Internal engineModelStatesGpu(const PlanInput& in, const ModelShapes& shapes, in
     case Strategy::Zero3:
     case Strategy::Hybrid: {
         const bool zero2 = in.strategy == Strategy::Zero2;
-        sharded = mb * shard;
         gatheredA = zero2 ? c * Pp : std::min(c * Pp, c * (Pr + k.gatheredUnitsInFlight * Pb));
         gatheredB = c * Pr;
         shardGrad = gb * shard;
         fullGrads = accumulate ? r * Pp : 0.0; // no-sync micro-steps keep unsharded grads
         gradsA = c * (Ph + Pb);
         gradsB = c * Pr;
-        opt = ob * shard;
         commA = r * Pb * (1.0 + recvFrac);
         commB = r * Pr * (1.0 + recvFrac);
         break;
@@ -414,7 +410,7 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
         return engineModelStatesGpu(in, shapes, S);
     const Calibration& k = in.calibration;
     const StateSizes z = stateSizes(in, shapes, S);
-    const auto [c, mb, gb, ob, r, P, Pp, Pr, Pb, Ph, shard, accumulate, W, K] = z;
+    const auto [c, mb, gb, ob, r, P, Pp, Pr, Pb, Ph, shard, owned, accumulate, W, K] = z;
     const double recvFrac = k.reduceScatterRecvCpu; // CPU only: GPUs returned above
     // One shard rank with an fp32 compute dtype: the gathered parameters are the masters.
     const bool aliased = S == 1 && c == mb && in.offload == Offload::None;
@@ -422,7 +418,7 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     Internal o;
     commVolumes(in, z, S, o);
     // Persistent terms (every moment) and per-moment terms.
-    double sharded = 0, opt = 0, fullGrads = 0;
+    double sharded = mb * owned, opt = ob * owned, fullGrads = 0;
     double gatheredA = 0, gatheredM = 0, gatheredB = 0;
     double gradsM = 0, commM = 0, gradsB = 0, commB = 0;
     // ddp: the shard group has one rank; the reduced gradient is all-reduced over the replicas
@@ -438,15 +434,11 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     commM = blockComm;
     switch (in.strategy) {
     case Strategy::Ddp:
-        sharded = mb * P;
         gatheredA = (c != mb || in.offload != Offload::None) ? c * P : 0.0;
-        opt = ob * P;
         fullGrads = accumulate ? c * P : 0.0;
         break;
     case Strategy::Zero1:
-        sharded = mb * shard;
         gatheredA = aliased ? 0.0 : c * Pp;
-        opt = ob * shard;
         fullGrads = accumulate ? c * Pp : 0.0;
         gradsM = c * (Ph + Pb); // zero1 reduces after backward: no block reduce in flight
         commM = 0;
@@ -455,8 +447,6 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     case Strategy::Zero3:
     case Strategy::Hybrid: {
         const bool zero2 = in.strategy == Strategy::Zero2;
-        sharded = mb * shard;
-        opt = ob * shard;
         fullGrads = accumulate ? c * Pp : 0.0; // no-sync micro-steps keep unsharded grads
         if (aliased)
             gatheredA = 0;
@@ -834,6 +824,32 @@ std::vector<PlanResult> planAllStrategies(const PlanInput& in)
     return out;
 }
 
+namespace {
+
+// The smallest n in (lo, limit] with yes(n), or limit + 1 when there is none. yes(lo) is false
+// and yes is monotone over the range (false up to some n, true from there): doubling from lo,
+// then bisection.
+template<typename Pred> int64_t firstYes(int64_t lo, int64_t limit, Pred yes)
+{
+    int64_t hi = 2 * lo;
+    while (hi <= limit && !yes(hi)) {
+        lo = hi;
+        hi *= 2;
+    }
+    if (hi > limit) {
+        if (!yes(limit))
+            return limit + 1;
+        hi = limit;
+    }
+    while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        (yes(mid) ? hi : lo) = mid;
+    }
+    return hi;
+}
+
+} // namespace
+
 int64_t largestMicroBatch(const PlanInput& in, int64_t limit)
 {
     validate(in);
@@ -845,17 +861,9 @@ int64_t largestMicroBatch(const PlanInput& in, int64_t limit)
     };
     if (limit < 1 || !fits(1))
         return 0;
-    int64_t lo = 1, hi = 2; // lo fits; find hi that does not
-    while (hi <= limit && fits(hi)) {
-        lo = hi;
-        hi *= 2;
-    }
-    hi = std::min(hi, limit + 1);
-    while (hi - lo > 1) {
-        int64_t mid = lo + (hi - lo) / 2;
-        (fits(mid) ? lo : hi) = mid;
-    }
-    return lo;
+    // Memory grows with the micro-batch: the largest that fits is one below the first that
+    // does not.
+    return firstYes(1, limit, [&](int64_t b) { return !fits(b); }) - 1;
 }
 
 int64_t fewestGpus(const PlanInput& in, int64_t limitGpus)
@@ -870,7 +878,6 @@ int64_t fewestGpus(const PlanInput& in, int64_t limitGpus)
         } else {
             x.nodes = gpus / in.gpusPerNode;
         }
-        x.device.hostMemoryBytes = in.device.hostMemoryBytes; // per node, unchanged
         return planWith(x, shapes).fits;
     };
     if (in.strategy == Strategy::Hybrid) {
@@ -878,16 +885,8 @@ int64_t fewestGpus(const PlanInput& in, int64_t limitGpus)
         const int64_t g = in.shardGroup;
         if (g > limitGpus)
             return 0;
-        if (g <= in.gpusPerNode || g % in.gpusPerNode == 0) {
-            PlanInput x = in;
-            if (g <= in.gpusPerNode) {
-                x.gpusPerNode = g;
-                x.nodes = 1;
-            } else {
-                x.nodes = g / in.gpusPerNode;
-            }
-            return planWith(x, shapes).fits ? g : 0;
-        }
+        if (g <= in.gpusPerNode || g % in.gpusPerNode == 0)
+            return fitsAt(g) ? g : 0;
         return 0;
     }
     for (int64_t g = 1; g <= std::min(in.gpusPerNode, limitGpus); ++g)
@@ -899,21 +898,9 @@ int64_t fewestGpus(const PlanInput& in, int64_t limitGpus)
     const int64_t maxNodes = limitGpus / in.gpusPerNode;
     if (maxNodes < 2)
         return 0;
-    int64_t lo = 1, hi = 2; // lo does not fit
-    while (hi <= maxNodes && !fitsAt(hi * in.gpusPerNode)) {
-        lo = hi;
-        hi *= 2;
-    }
-    if (hi > maxNodes) {
-        if (!fitsAt(maxNodes * in.gpusPerNode))
-            return 0;
-        hi = maxNodes;
-    }
-    while (hi - lo > 1) {
-        int64_t mid = lo + (hi - lo) / 2;
-        (fitsAt(mid * in.gpusPerNode) ? hi : lo) = mid;
-    }
-    return hi * in.gpusPerNode;
+    const int64_t nodes
+        = firstYes(1, maxNodes, [&](int64_t n) { return fitsAt(n * in.gpusPerNode); });
+    return nodes > maxNodes ? 0 : nodes * in.gpusPerNode;
 }
 
 MemoryBreakdown zeroPaperModelStates(Strategy s, double psi, int64_t n, double k)
