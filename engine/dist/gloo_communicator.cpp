@@ -38,18 +38,6 @@ at::Tensor wire(const at::Tensor& t)
     return glooLacksType(t.scalar_type()) ? v.view(at::kByte) : v;
 }
 
-void checkTensor(const at::Tensor& t, const char* op, const char* name)
-{
-    if (!t.defined())
-        throw std::invalid_argument(std::string(op) + ": " + name + " is undefined");
-    if (!t.device().is_cpu())
-        throw std::invalid_argument(std::string(op) + ": " + name + " is on " + t.device().str()
-            + "; the gloo backend takes CPU tensors");
-    if (!t.is_contiguous())
-        throw std::invalid_argument(
-            std::string(op) + ": " + name + " must be contiguous (call .contiguous())");
-}
-
 class GlooWork final : public Work {
 public:
     GlooWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish)
@@ -114,7 +102,7 @@ struct GlooCommunicator::Shared {
 
 GlooCommunicator::GlooCommunicator(int rank, int worldSize, std::shared_ptr<Shared> shared,
     c10::intrusive_ptr<ProcessGroupGloo> group)
-    : Communicator(rank, worldSize)
+    : BackendCommunicator(rank, worldSize, "gloo", c10::DeviceType::CPU)
     , m_shared(std::move(shared))
     , m_group(std::move(group))
 {
@@ -158,19 +146,10 @@ std::shared_ptr<GlooCommunicator> GlooCommunicator::create(const RankEnv& env)
     return comm;
 }
 
-std::shared_ptr<Communicator> GlooCommunicator::newGroup(const std::vector<int>& ranks)
+std::shared_ptr<Communicator> GlooCommunicator::makeGroup(
+    const std::vector<int>& ranks, int myIndex)
 {
     const std::string prefix = m_prefix + "g" + std::to_string(m_groupCounter++) + "/";
-    if (ranks.empty())
-        throw std::invalid_argument("newGroup: empty rank list");
-    int myIndex = -1;
-    for (size_t i = 0; i < ranks.size(); ++i) {
-        if (ranks[i] < 0 || ranks[i] >= worldSize() || (i > 0 && ranks[i] <= ranks[i - 1]))
-            throw std::invalid_argument("newGroup: ranks must be ascending, unique and in 0.."
-                + std::to_string(worldSize() - 1));
-        if (ranks[i] == rank())
-            myIndex = static_cast<int>(i);
-    }
     if (myIndex < 0)
         return nullptr;
     const int size = static_cast<int>(ranks.size());
@@ -189,27 +168,33 @@ std::shared_ptr<Communicator> GlooCommunicator::newGroup(const std::vector<int>&
     return comm;
 }
 
-WorkPtr GlooCommunicator::allGather(const at::Tensor& output, const at::Tensor& input)
+WorkPtr GlooCommunicator::issue(
+    Collective kind, const at::Tensor& output, const at::Tensor& input, int root)
 {
-    checkTensor(output, "allGather", "output");
-    checkTensor(input, "allGather", "input");
-    const int64_t w = worldSize();
-    if (output.scalar_type() != input.scalar_type())
-        throw std::invalid_argument("allGather: output is "
-            + std::string(c10::toString(output.scalar_type())) + " but input is "
-            + c10::toString(input.scalar_type()));
-    if (output.numel() != w * input.numel())
-        throw std::invalid_argument("allGather: output has " + std::to_string(output.numel())
-            + " elements, expected world size x input = " + std::to_string(w * input.numel()));
-    if (w == 1 || input.numel() == 0) {
+    // One rank or nothing to send: the result is the input (in place for all-reduce/broadcast).
+    if (worldSize() == 1 || input.numel() == 0) {
         if (output.data_ptr() != input.data_ptr())
             output.variable_data().view({-1}).copy_(input.view({-1}));
         return completedWork();
     }
-    count(Collective::AllGather,
-        trafficBytes("gloo", Collective::AllGather, output.numel(), output.element_size(),
-            worldSize(), rank(), 0));
-    return issueAllGather(output, input);
+    countTraffic(kind, output, input, root);
+    switch (kind) {
+    case Collective::AllGather:
+        return issueAllGather(output, input);
+    case Collective::ReduceScatter:
+        return issueReduceScatter(output, input);
+    case Collective::AllReduce:
+        return issueAllReduce(output);
+    case Collective::Broadcast: {
+        std::vector<at::Tensor> tensors {wire(output)};
+        c10d::BroadcastOptions opts;
+        opts.rootRank = root;
+        return std::make_shared<GlooWork>(m_group->broadcast(tensors, opts), nullptr);
+    }
+    case Collective::Barrier:
+        break;
+    }
+    throw std::logic_error("gloo: issue() takes no barrier");
 }
 
 WorkPtr GlooCommunicator::issueAllGather(const at::Tensor& output, const at::Tensor& input)
@@ -222,27 +207,6 @@ WorkPtr GlooCommunicator::issueAllGather(const at::Tensor& output, const at::Ten
         outputs[0].push_back(out.narrow(0, r * slot, slot));
     std::vector<at::Tensor> inputs {wire(input)};
     return std::make_shared<GlooWork>(m_group->allgather(outputs, inputs), nullptr);
-}
-
-WorkPtr GlooCommunicator::reduceScatter(const at::Tensor& output, const at::Tensor& input)
-{
-    checkTensor(output, "reduceScatter", "output");
-    checkTensor(input, "reduceScatter", "input");
-    const int64_t w = worldSize();
-    if (output.scalar_type() != input.scalar_type())
-        throw std::invalid_argument("reduceScatter: output and input dtypes differ");
-    if (input.numel() != w * output.numel())
-        throw std::invalid_argument("reduceScatter: input has " + std::to_string(input.numel())
-            + " elements, expected world size x output = " + std::to_string(w * output.numel()));
-    if (w == 1 || output.numel() == 0) {
-        if (output.data_ptr() != input.data_ptr())
-            output.variable_data().view({-1}).copy_(input.view({-1}));
-        return completedWork();
-    }
-    count(Collective::ReduceScatter,
-        trafficBytes("gloo", Collective::ReduceScatter, input.numel(), input.element_size(),
-            worldSize(), rank(), 0));
-    return issueReduceScatter(output, input);
 }
 
 WorkPtr GlooCommunicator::issueReduceScatter(const at::Tensor& output, const at::Tensor& input)
@@ -268,54 +232,28 @@ WorkPtr GlooCommunicator::issueReduceScatter(const at::Tensor& output, const at:
     });
 }
 
-WorkPtr GlooCommunicator::allReduce(const at::Tensor& tensor)
+WorkPtr GlooCommunicator::issueAllReduce(const at::Tensor& tensor)
 {
-    checkTensor(tensor, "allReduce", "tensor");
-    const int64_t w = worldSize();
-    if (w == 1 || tensor.numel() == 0)
-        return completedWork();
     if (!glooLacksType(tensor.scalar_type())) {
         std::vector<at::Tensor> tensors {tensor.variable_data().view({-1})};
         c10d::AllreduceOptions opts;
         opts.reduceOp = c10d::ReduceOp::SUM;
-        count(Collective::AllReduce,
-            trafficBytes("gloo", Collective::AllReduce, tensor.numel(), tensor.element_size(),
-                worldSize(), rank(), 0));
         return std::make_shared<GlooWork>(m_group->allreduce(tensors, opts), nullptr);
     }
     // bf16: reduce-scatter (all-to-all + local sum) then all-gather of the slots, on a buffer
     // padded to W equal slots: the same 2(W-1)/W traffic as a ring all-reduce, booked as one
     // all-reduce.
+    const int64_t w = worldSize();
     const int64_t n = tensor.numel();
     const int64_t c = (n + w - 1) / w;
     at::Tensor padded = at::zeros({w * c}, tensor.options());
     at::Tensor flat = tensor.variable_data().view({-1});
     padded.narrow(0, 0, n).copy_(flat);
     at::Tensor mine = padded.narrow(0, rank() * c, c);
-    count(Collective::AllReduce,
-        trafficBytes(
-            "gloo", Collective::AllReduce, n, tensor.element_size(), worldSize(), rank(), 0));
     WorkPtr first = issueReduceScatter(mine, padded);
     return std::make_shared<ChainWork>(
         first, [this, padded, mine]() { return issueAllGather(padded, mine); },
         [padded, flat, n]() mutable { flat.copy_(padded.narrow(0, 0, n)); });
-}
-
-WorkPtr GlooCommunicator::broadcast(const at::Tensor& tensor, int root)
-{
-    checkTensor(tensor, "broadcast", "tensor");
-    if (root < 0 || root >= worldSize())
-        throw std::invalid_argument("broadcast: root " + std::to_string(root) + " is outside 0.."
-            + std::to_string(worldSize() - 1));
-    if (worldSize() == 1 || tensor.numel() == 0)
-        return completedWork();
-    std::vector<at::Tensor> tensors {wire(tensor)};
-    c10d::BroadcastOptions opts;
-    opts.rootRank = root;
-    count(Collective::Broadcast,
-        trafficBytes("gloo", Collective::Broadcast, tensor.numel(), tensor.element_size(),
-            worldSize(), rank(), root));
-    return std::make_shared<GlooWork>(m_group->broadcast(tensors, opts), nullptr);
 }
 
 void GlooCommunicator::barrier()

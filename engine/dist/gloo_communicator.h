@@ -9,7 +9,7 @@
 
 #include <c10/util/intrusive_ptr.h>
 
-#include "dist/communicator.h"
+#include "dist/backend_communicator.h"
 
 namespace c10d {
 class Store;
@@ -20,25 +20,22 @@ namespace shard::dist {
 
 struct RankEnv;
 
-class GlooCommunicator final : public Communicator {
+class GlooCommunicator final : public BackendCommunicator {
 public:
     // Rendezvous through a TCPStore on env.masterAddr:env.masterPort (rank 0 serves it).
     static std::shared_ptr<GlooCommunicator> create(const RankEnv& env);
     ~GlooCommunicator() override;
-
-    std::string backend() const override { return "gloo"; }
-    WorkPtr allGather(const at::Tensor& output, const at::Tensor& input) override;
-    WorkPtr reduceScatter(const at::Tensor& output, const at::Tensor& input) override;
-    WorkPtr allReduce(const at::Tensor& tensor) override;
-    WorkPtr broadcast(const at::Tensor& tensor, int root) override;
     void barrier() override;
-    std::shared_ptr<Communicator> newGroup(const std::vector<int>& ranks) override;
 
 private:
     struct Shared;
+    WorkPtr issue(
+        Collective kind, const at::Tensor& output, const at::Tensor& input, int root) override;
+    std::shared_ptr<Communicator> makeGroup(const std::vector<int>& ranks, int myIndex) override;
     // The collectives without counting (composite operations count once, as a whole).
     WorkPtr issueAllGather(const at::Tensor& output, const at::Tensor& input);
     WorkPtr issueReduceScatter(const at::Tensor& output, const at::Tensor& input);
+    WorkPtr issueAllReduce(const at::Tensor& tensor);
     GlooCommunicator(int rank, int worldSize, std::shared_ptr<Shared> shared,
         c10::intrusive_ptr<c10d::ProcessGroupGloo> group);
 

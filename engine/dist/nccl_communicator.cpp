@@ -147,17 +147,9 @@ ncclDataType_t ncclType(const at::Tensor& t, const char* op)
     }
 }
 
-void checkTensor(const at::Tensor& t, const char* op, const char* name)
-{
-    if (!t.defined())
-        throw std::invalid_argument(std::string(op) + ": " + name + " is undefined");
-    if (!t.device().is_cuda())
-        throw std::invalid_argument(std::string(op) + ": " + name + " is on " + t.device().str()
-            + "; the nccl backend takes CUDA tensors");
-    if (!t.is_contiguous())
-        throw std::invalid_argument(
-            std::string(op) + ": " + name + " must be contiguous (call .contiguous())");
-}
+// The Communicator method of each collective (indexed by Collective), for messages.
+const char* const kCallNames[kCollectiveCount]
+    = {"allGather", "reduceScatter", "allReduce", "broadcast", "barrier"};
 
 // Issued on the communication stream; wait() orders the compute stream after it.
 class NcclWork final : public Work {
@@ -194,7 +186,7 @@ WorkPtr launch(const std::shared_ptr<NcclCommunicator::State>& state, Issue issu
 } // namespace
 
 NcclCommunicator::NcclCommunicator(int rank, int worldSize, std::shared_ptr<State> state)
-    : Communicator(rank, worldSize)
+    : BackendCommunicator(rank, worldSize, "nccl", c10::DeviceType::CUDA)
     , m_state(std::move(state))
 {
 }
@@ -236,16 +228,9 @@ std::shared_ptr<NcclCommunicator> NcclCommunicator::create(const RankEnv& env)
     return std::shared_ptr<NcclCommunicator>(new NcclCommunicator(env.rank, env.worldSize, state));
 }
 
-std::shared_ptr<Communicator> NcclCommunicator::newGroup(const std::vector<int>& ranks)
+std::shared_ptr<Communicator> NcclCommunicator::makeGroup(
+    const std::vector<int>& ranks, int myIndex)
 {
-    int myIndex = -1;
-    for (size_t i = 0; i < ranks.size(); ++i) {
-        if (ranks[i] < 0 || ranks[i] >= worldSize() || (i > 0 && ranks[i] <= ranks[i - 1]))
-            throw std::invalid_argument("newGroup: ranks must be ascending, unique and in 0.."
-                + std::to_string(worldSize() - 1));
-        if (ranks[i] == rank())
-            myIndex = static_cast<int>(i);
-    }
     if (!nccl().commSplit)
         throw std::runtime_error("newGroup: the loaded libnccl lacks ncclCommSplit; install "
                                  "NCCL >= 2.18 or use the gloo backend");
@@ -263,68 +248,35 @@ std::shared_ptr<Communicator> NcclCommunicator::newGroup(const std::vector<int>&
         new NcclCommunicator(myIndex, static_cast<int>(ranks.size()), state));
 }
 
-WorkPtr NcclCommunicator::allGather(const at::Tensor& output, const at::Tensor& input)
+WorkPtr NcclCommunicator::issue(
+    Collective kind, const at::Tensor& output, const at::Tensor& input, int root)
 {
-    checkTensor(output, "allGather", "output");
-    checkTensor(input, "allGather", "input");
-    if (output.scalar_type() != input.scalar_type()
-        || output.numel() != worldSize() * input.numel())
-        throw std::invalid_argument("allGather: output must have world size x input elements "
-                                    "of the input's dtype");
-    count(Collective::AllGather,
-        trafficBytes("nccl", Collective::AllGather, output.numel(), output.element_size(),
-            worldSize(), rank(), 0));
-    auto type = ncclType(input, "allGather");
+    countTraffic(kind, output, input, root);
+    const auto type = ncclType(input, kCallNames[static_cast<int>(kind)]);
+    ncclComm_t comm = m_state->comm;
     return launch(m_state, [&](cudaStream_t s) {
-        SHARD_NCCL_CHECK(nccl().allGather(input.data_ptr(), output.data_ptr(),
-            static_cast<size_t>(input.numel()), type, m_state->comm, s));
-    });
-}
-
-WorkPtr NcclCommunicator::reduceScatter(const at::Tensor& output, const at::Tensor& input)
-{
-    checkTensor(output, "reduceScatter", "output");
-    checkTensor(input, "reduceScatter", "input");
-    if (output.scalar_type() != input.scalar_type()
-        || input.numel() != worldSize() * output.numel())
-        throw std::invalid_argument("reduceScatter: input must have world size x output "
-                                    "elements of the output's dtype");
-    count(Collective::ReduceScatter,
-        trafficBytes("nccl", Collective::ReduceScatter, input.numel(), input.element_size(),
-            worldSize(), rank(), 0));
-    auto type = ncclType(input, "reduceScatter");
-    return launch(m_state, [&](cudaStream_t s) {
-        SHARD_NCCL_CHECK(nccl().reduceScatter(input.data_ptr(), output.data_ptr(),
-            static_cast<size_t>(output.numel()), type, ncclSum, m_state->comm, s));
-    });
-}
-
-WorkPtr NcclCommunicator::allReduce(const at::Tensor& tensor)
-{
-    checkTensor(tensor, "allReduce", "tensor");
-    count(Collective::AllReduce,
-        trafficBytes("nccl", Collective::AllReduce, tensor.numel(), tensor.element_size(),
-            worldSize(), rank(), 0));
-    auto type = ncclType(tensor, "allReduce");
-    return launch(m_state, [&](cudaStream_t s) {
-        SHARD_NCCL_CHECK(nccl().allReduce(tensor.data_ptr(), tensor.data_ptr(),
-            static_cast<size_t>(tensor.numel()), type, ncclSum, m_state->comm, s));
-    });
-}
-
-WorkPtr NcclCommunicator::broadcast(const at::Tensor& tensor, int root)
-{
-    checkTensor(tensor, "broadcast", "tensor");
-    if (root < 0 || root >= worldSize())
-        throw std::invalid_argument("broadcast: root " + std::to_string(root) + " is outside 0.."
-            + std::to_string(worldSize() - 1));
-    count(Collective::Broadcast,
-        trafficBytes("nccl", Collective::Broadcast, tensor.numel(), tensor.element_size(),
-            worldSize(), rank(), root));
-    auto type = ncclType(tensor, "broadcast");
-    return launch(m_state, [&](cudaStream_t s) {
-        SHARD_NCCL_CHECK(nccl().broadcast(tensor.data_ptr(), tensor.data_ptr(),
-            static_cast<size_t>(tensor.numel()), type, root, m_state->comm, s));
+        void* in = input.data_ptr();
+        void* out = output.data_ptr();
+        switch (kind) {
+        case Collective::AllGather:
+            SHARD_NCCL_CHECK(
+                nccl().allGather(in, out, static_cast<size_t>(input.numel()), type, comm, s));
+            break;
+        case Collective::ReduceScatter:
+            SHARD_NCCL_CHECK(nccl().reduceScatter(
+                in, out, static_cast<size_t>(output.numel()), type, ncclSum, comm, s));
+            break;
+        case Collective::AllReduce:
+            SHARD_NCCL_CHECK(nccl().allReduce(
+                in, out, static_cast<size_t>(input.numel()), type, ncclSum, comm, s));
+            break;
+        case Collective::Broadcast:
+            SHARD_NCCL_CHECK(
+                nccl().broadcast(in, out, static_cast<size_t>(input.numel()), type, root, comm, s));
+            break;
+        case Collective::Barrier:
+            throw std::logic_error("nccl: issue() takes no barrier");
+        }
     });
 }
 

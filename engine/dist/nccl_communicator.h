@@ -6,29 +6,25 @@
 
 #include <memory>
 
-#include "dist/communicator.h"
+#include "dist/backend_communicator.h"
 
 namespace shard::dist {
 
 struct RankEnv;
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public BackendCommunicator {
 public:
     // Selects CUDA device env.localRank, exchanges the unique id and creates the communicator.
     static std::shared_ptr<NcclCommunicator> create(const RankEnv& env);
     ~NcclCommunicator() override;
-
-    std::string backend() const override { return "nccl"; }
-    WorkPtr allGather(const at::Tensor& output, const at::Tensor& input) override;
-    WorkPtr reduceScatter(const at::Tensor& output, const at::Tensor& input) override;
-    WorkPtr allReduce(const at::Tensor& tensor) override;
-    WorkPtr broadcast(const at::Tensor& tensor, int root) override;
     void barrier() override;
-    std::shared_ptr<Communicator> newGroup(const std::vector<int>& ranks) override;
 
     struct State; // NCCL communicator, streams, device: defined in the .cpp (no CUDA in headers)
 
 private:
+    WorkPtr issue(
+        Collective kind, const at::Tensor& output, const at::Tensor& input, int root) override;
+    std::shared_ptr<Communicator> makeGroup(const std::vector<int>& ranks, int myIndex) override;
     NcclCommunicator(int rank, int worldSize, std::shared_ptr<State> state);
     std::shared_ptr<State> m_state;
 };
