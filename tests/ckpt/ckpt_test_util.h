@@ -152,6 +152,17 @@ inline void writeTokenRows(const std::string& path, int spread)
     }
 }
 
+// What the worker-driven tests train on: root/model, a tiny-1m model (seed 1), and
+// root/data.jsonl (writeTokenRows). False when init-model failed (its log: root/init.log).
+inline bool makeTinyModelAndData(const std::string& worker, const std::string& root, int spread)
+{
+    writeTokenRows(root + "/data.jsonl", spread);
+    return runWorker(worker,
+               {"init-model", "--preset", "tiny-1m", "--out", root + "/model", "--seed", "1"},
+               root + "/init.log")
+        == 0;
+}
+
 // Collective AND across `n` threads (a reusable barrier).
 class Agreement {
 public:

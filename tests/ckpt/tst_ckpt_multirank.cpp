@@ -72,11 +72,7 @@ int main()
         return 1;
     TempDir tmp;
     g_root = tmp.path;
-    CHECK(runWorker(g_worker,
-              {"init-model", "--preset", "tiny-1m", "--out", g_root + "/model", "--seed", "1"},
-              g_root + "/init.log")
-        == 0);
-    writeTokenRows(g_root + "/data.jsonl", 40);
+    CHECK(makeTinyModelAndData(g_worker, g_root, 40));
     // Reference: 4 ranks, ZeRO-3, one row per rank.
     const std::string ref = g_root + "/run";
     if (train(4, "zero3", 1, ref, false, g_root + "/ref.log") != 0)

@@ -213,14 +213,10 @@ int main()
         return 1;
     TempDir tmp;
     g_root = tmp.path;
-    CHECK(runWorker(g_worker,
-              {"init-model", "--preset", "tiny-1m", "--out", g_root + "/model", "--seed", "1"},
-              g_root + "/init.log")
-        == 0);
+    CHECK(makeTinyModelAndData(g_worker, g_root, 50));
     CHECK(runWorker(g_worker, {"init-model", "--preset", "tiny-15m", "--out", g_root + "/model15"},
               g_root + "/init15.log")
         == 0);
-    writeTokenRows(g_root + "/data.jsonl", 50);
     testResume();
     testMismatch();
     testFullDisk();
