@@ -1,25 +1,12 @@
 // `shard` subcommands register themselves here; each lives in its own cmd_<name>.cpp.
 #pragma once
 
-#include <functional>
-#include <vector>
-
-#include <CLI/CLI.hpp>
+#include "cmdline/command_line.h"
 
 namespace shard::cli {
 
-// Adds one subcommand. Its callback may throw std::exception (printed as one line, exit 1)
-// or set exitCode() for a specific status.
-using CommandSetup = std::function<void(CLI::App& app)>;
-
-std::vector<CommandSetup>& commandRegistry();
-int& exitCode();
-
-struct CommandRegistration {
-    explicit CommandRegistration(CommandSetup setup)
-    {
-        commandRegistry().push_back(std::move(setup));
-    }
-};
+using cmdline::CommandRegistration;
+using cmdline::CommandSetup;
+using cmdline::exitCode;
 
 } // namespace shard::cli

@@ -1,0 +1,39 @@
+#include "cmdline/command_line.h"
+
+#include <cstdio>
+#include <exception>
+
+#include "shard/version.h"
+
+namespace shard::cmdline {
+
+std::vector<CommandSetup>& commandRegistry()
+{
+    static std::vector<CommandSetup> registry;
+    return registry;
+}
+
+int& exitCode()
+{
+    static int code = 0;
+    return code;
+}
+
+int runCommandLine(CLI::App& app, const std::string& program, int argc, char** argv)
+{
+    app.set_version_flag("--version", program + " " + SHARD_VERSION + " (" + SHARD_GIT_REV + ")");
+    app.require_subcommand(1);
+    for (auto& setup : commandRegistry())
+        setup(app);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+        return 1;
+    }
+    return exitCode();
+}
+
+} // namespace shard::cmdline

@@ -1,0 +1,33 @@
+// Self-registering subcommands for shard (the CLI) and shard-worker: each cmd_<name>.cpp adds
+// its subcommand with a static CommandRegistration, and main() calls runCommandLine(). Each
+// executable has its own registry (this library's state is per executable).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace shard::cmdline {
+
+// Adds one subcommand to the top-level app. Its callback may throw std::exception (printed as
+// one line, exit 1) or set exitCode() for a specific status.
+using CommandSetup = std::function<void(CLI::App& app)>;
+
+std::vector<CommandSetup>& commandRegistry();
+int& exitCode();
+
+struct CommandRegistration {
+    explicit CommandRegistration(CommandSetup setup)
+    {
+        commandRegistry().push_back(std::move(setup));
+    }
+};
+
+// Runs the command line: --version prints "<program> <version> (<git revision>)", exactly one
+// registered subcommand is required, a usage error exits as CLI11 reports it, an exception from
+// a command prints "<program>: error: <what>" and exits 1; otherwise the command's exitCode().
+int runCommandLine(CLI::App& app, const std::string& program, int argc, char** argv);
+
+} // namespace shard::cmdline
