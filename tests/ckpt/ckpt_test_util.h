@@ -34,6 +34,16 @@ inline int& failures()
     return n;
 }
 
+// main()'s result: 0 after "all <what> checks passed", else 1 after the failure count.
+inline int finish(const char* what)
+{
+    if (failures())
+        std::fprintf(stderr, "%d check(s) failed\n", failures());
+    else
+        std::printf("all %s checks passed\n", what);
+    return failures() ? 1 : 0;
+}
+
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
@@ -161,6 +171,21 @@ inline bool makeTinyModelAndData(const std::string& worker, const std::string& r
                {"init-model", "--preset", "tiny-1m", "--out", root + "/model", "--seed", "1"},
                root + "/init.log")
         == 0;
+}
+
+// The start of a worker-driven test: single-threaded ATen, `worker` from $SHARD_WORKER and
+// makeTinyModelAndData under `root`. False after saying on stderr what is missing or failed.
+inline bool setUpWorkerTest(std::string& worker, const std::string& root, int spread)
+{
+    at::set_num_threads(1);
+    worker = workerFromEnv();
+    if (worker.empty())
+        return false;
+    if (!makeTinyModelAndData(worker, root, spread)) {
+        std::fprintf(stderr, "init-model failed: see %s/init.log\n", root.c_str());
+        return false;
+    }
+    return true;
 }
 
 // Collective AND across `n` threads (a reusable barrier).

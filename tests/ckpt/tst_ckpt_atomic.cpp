@@ -252,9 +252,5 @@ int main(int argc, char** argv)
     testKilledWriter();
     testKilledByParentMidWrite();
     testFullDisk();
-    if (failures())
-        std::fprintf(stderr, "%d check(s) failed\n", failures());
-    else
-        std::printf("all atomicity checks passed\n");
-    return failures() ? 1 : 0;
+    return finish("atomicity");
 }

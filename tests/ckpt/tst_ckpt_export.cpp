@@ -195,9 +195,5 @@ int main()
     testBf16AndShards();
     testErrors();
     testCommand();
-    if (failures())
-        std::fprintf(stderr, "%d check(s) failed\n", failures());
-    else
-        std::printf("all export checks passed\n");
-    return failures() ? 1 : 0;
+    return finish("export");
 }

@@ -66,13 +66,10 @@ static double weightDiff(const std::string& a, const std::string& b)
 
 int main()
 {
-    at::set_num_threads(1);
-    g_worker = workerFromEnv();
-    if (g_worker.empty())
-        return 1;
     TempDir tmp;
     g_root = tmp.path;
-    CHECK(makeTinyModelAndData(g_worker, g_root, 40));
+    if (!setUpWorkerTest(g_worker, g_root, 40))
+        return 1;
     // Reference: 4 ranks, ZeRO-3, one row per rank.
     const std::string ref = g_root + "/run";
     if (train(4, "zero3", 1, ref, false, g_root + "/ref.log") != 0)
@@ -109,9 +106,5 @@ int main()
         "4 x zero3 -> 2 x zero2: max relative loss difference %.3g, weights %.3g\n", worst, wd);
     CHECK(worst < 1e-6);
     CHECK(wd < 1e-4);
-    if (failures())
-        std::fprintf(stderr, "%d check(s) failed\n", failures());
-    else
-        std::printf("all multi-rank checkpoint checks passed\n");
-    return failures() ? 1 : 0;
+    return finish("multi-rank checkpoint");
 }

@@ -189,9 +189,5 @@ int main()
     testResharding();
     testReadFull();
     testValidation();
-    if (failures())
-        std::fprintf(stderr, "%d check(s) failed\n", failures());
-    else
-        std::printf("all resharding checks passed\n");
-    return failures() ? 1 : 0;
+    return finish("resharding");
 }

@@ -207,22 +207,15 @@ static void testFullDisk()
 
 int main()
 {
-    at::set_num_threads(1);
-    g_worker = workerFromEnv();
-    if (g_worker.empty())
-        return 1;
     TempDir tmp;
     g_root = tmp.path;
-    CHECK(makeTinyModelAndData(g_worker, g_root, 50));
+    if (!setUpWorkerTest(g_worker, g_root, 50))
+        return 1;
     CHECK(runWorker(g_worker, {"init-model", "--preset", "tiny-15m", "--out", g_root + "/model15"},
               g_root + "/init15.log")
         == 0);
     testResume();
     testMismatch();
     testFullDisk();
-    if (failures())
-        std::fprintf(stderr, "%d check(s) failed\n", failures());
-    else
-        std::printf("all resume checks passed\n");
-    return failures() ? 1 : 0;
+    return finish("resume");
 }
