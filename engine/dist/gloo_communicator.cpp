@@ -1,4 +1,4 @@
-// Gloo backend. Every collective checks its arguments first and says what is wrong; the
+// Gloo backend (the arguments are checked by BackendCommunicator before issue()). The
 // c10d::Work is wrapped so that wait() also runs the local part of composite operations.
 #include "dist/gloo_communicator.h"
 
