@@ -623,6 +623,20 @@ Status RunStore::deleteRun(qint64 id)
         QStringLiteral("deleting run %1").arg(id), [&](auto& st) { st.bind(1, id); });
 }
 
+Result<qint64> RunStore::reopenOrCreateRun(const NewRun& run)
+{
+    auto existing = findRunByDir(run.host, run.runDir);
+    if (!existing)
+        return existing;
+    if (*existing == 0)
+        return createRun(run);
+    if (auto s = setSpec(*existing, run.specJson); !s)
+        return fail(s.error());
+    if (auto s = setStatus(*existing, RunStatus::Queued); !s)
+        return fail(s.error());
+    return *existing;
+}
+
 Status RunStore::setStatus(qint64 id, RunStatus status, const QString& message)
 {
     const qint64 now = nowMs();

@@ -75,13 +75,15 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
     if (!req.specJson.isEmpty())
         req.procsPerNode = specProcsPerNode(req.specJson, req.procsPerNode);
 
-    // Node 0: make the directory, refuse one that holds a run, learn its absolute path.
+    // Node 0: make the directory, refuse one that holds a run (unless resuming it), learn its
+    // absolute path.
     const SshHost& first = hosts.front();
     auto prep = m_ssh.run(first,
-        QStringLiteral("d=%1; if [ -e \"$d/metrics.jsonl\" ] || [ -e \"$d/events.jsonl\" ]; then "
-                       "echo EXISTS; exit 0; fi; mkdir -p -- \"$d/logs\" && cd -- \"$d\" && "
-                       "echo \"DIR=$(pwd)\"")
-            .arg(Q::shellQuote(runDir)));
+        QStringLiteral("d=%1; if [ %2 = 0 ] && { [ -e \"$d/metrics.jsonl\" ] || [ -e "
+                       "\"$d/events.jsonl\" ]; }; then echo EXISTS; exit 0; fi; mkdir -p -- "
+                       "\"$d/logs\" && cd -- \"$d\" && echo \"DIR=$(pwd)\"")
+            .arg(Q::shellQuote(runDir))
+            .arg(req.resume ? 1 : 0));
     if (!prep)
         return fail(prep.error());
     if (prep->out.contains("EXISTS"))
@@ -113,7 +115,7 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
     nr.target = QStringLiteral("ssh");
     nr.host = hostNames.join(',');
     nr.runDir = absDir;
-    auto id = m_store.createRun(nr);
+    auto id = req.resume ? m_store.reopenOrCreateRun(nr) : m_store.createRun(nr);
     if (!id)
         return id;
 
@@ -167,8 +169,8 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
         nodes.push_back({{"host", host.toString().toStdString()}, {"pid", pid},
             {"run_dir", nodeDir.toStdString()}});
     }
-    const nlohmann::json info
-        = {{"nodes", nodes}, {"master_addr", masterAddr.toStdString()}, {"master_port", port}};
+    const nlohmann::json info = {{"nodes", nodes}, {"master_addr", masterAddr.toStdString()},
+        {"master_port", port}, {"worker", req.workerProgram.toStdString()}};
     if (auto s
         = m_store.setProcess(*id, started.front().pid, QByteArray::fromStdString(info.dump()));
         !s)
