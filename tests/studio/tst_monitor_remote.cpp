@@ -53,7 +53,7 @@ private Q_SLOTS:
 
         const nlohmann::json spec
             = {{"name", "remote-e2e"}, {"model", m_tmp.filePath("model").toStdString()},
-                {"data", m_tmp.filePath("copy.jsonl").toStdString()}, {"steps", 60},
+                {"data", m_tmp.filePath("copy.jsonl").toStdString()}, {"steps", 100000},
                 {"seq_len", 32}, {"micro_batch", 2}, {"checkpoint_every", 5}, {"lr", 3e-3}};
         shard::jobs::LaunchRequest request;
         request.name = "remote-e2e";
@@ -91,19 +91,27 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 60000);
         QTRY_VERIFY_WITH_TIMEOUT(monitor->canResume(), 20000);
         QVERIFY(ended.count() >= 1);
-        const double stoppedAt = monitor->run().step.back();
-        QVERIFY2(stoppedAt < 60, qPrintable(QString::number(stoppedAt)));
+        qint64 saved = 0;
+        for (const auto& e : monitor->run().events)
+            if (e.kind == "checkpoint")
+                saved = std::max<qint64>(saved, e.step);
+        QVERIFY(saved >= 5);
+        const qint64 last = saved + 4;
         {
-            auto store = shard::jobs::RunStore::open(
-                m_tmp.filePath("store.sqlite"), shard::jobs::OpenMode::ReadOnly);
+            auto store = shard::jobs::RunStore::open(m_tmp.filePath("store.sqlite"));
             QVERIFY(store);
             auto run = store->run(first);
             QVERIFY(run);
             QVERIFY2(run->status == shard::jobs::RunStatus::Stopped,
                 qPrintable(shard::jobs::toString(run->status)));
+            // The user shortens the run to four steps past its latest checkpoint (the spec the
+            // resume starts from is the recorded one).
+            auto j = nlohmann::json::parse(run->specJson.toStdString());
+            j["steps"] = last;
+            QVERIFY(store->setSpec(first, QByteArray::fromStdString(j.dump())));
         }
 
-        // Resume: a new run in the same folder on the same host, followed to its end.
+        // Resume: the run starts again in the same folder on the same host, followed to its end.
         QSignalSpy resumed(monitor, &MonitorPage::resumeDone);
         QTest::mouseClick(monitor->findChild<QPushButton*>("resumeButton"), Qt::LeftButton);
         QTRY_COMPARE_WITH_TIMEOUT(resumed.count(), 1, 30000);
@@ -111,11 +119,15 @@ private Q_SLOTS:
         // The same run continues: one record, its history kept, the re-run steps replaced.
         QCOMPARE(monitor->storeRunId(), first);
         QTRY_VERIFY_WITH_TIMEOUT(monitor->finished() && !monitor->run().step.empty()
-                && monitor->run().step.back() == 60,
+                && monitor->run().step.back() == double(last),
             240000);
         QVERIFY2(monitor->messageText().isEmpty() || monitor->messageText().contains("Resumed"),
             qPrintable(monitor->messageText()));
-        QCOMPARE(monitor->run().step.back(), 60.0);
+        QCOMPARE(monitor->run().step.back(), double(last));
+        // The resumed part starts right after the checkpoint; the earlier history is kept.
+        const auto& steps = monitor->run().step;
+        QCOMPARE(steps.front(), 1.0);
+        QCOMPARE(steps[steps.size() - 4], double(saved + 1));
         bool resumedEvent = false;
         for (const auto& e : monitor->run().events)
             resumedEvent = resumedEvent || e.message.find("resumed from") != std::string::npos;
