@@ -2,6 +2,9 @@
 // model, a learnable pre-tokenized copy task, and settings kept inside the test's folder.
 #pragma once
 
+#include <algorithm>
+#include <string>
+
 #include <QCoreApplication>
 #include <QFile>
 #include <QFileInfo>
@@ -65,6 +68,31 @@ inline bool writeCopyTask(const QString& path, int rows)
         data.write("{\"input_ids\": [1, " + h + ", 2, " + h + "]}\n");
     }
     return data.error() == QFileDevice::NoError;
+}
+
+// Everything an end-to-end test needs in `dir`: the worker for the studio ($SHARD_WORKER),
+// settings kept there, a tiny model in dir/model and `rows` of the copy task in dir/copy.jsonl.
+// Returns an error or empty.
+inline QString setUpTinyTask(const QString& dir, const QString& worker, int rows)
+{
+    qputenv("SHARD_WORKER", worker.toUtf8());
+    isolateSettings(dir + "/settings");
+    const QString error = initTinyModel(worker, dir + "/model");
+    if (!error.isEmpty())
+        return error;
+    if (!writeCopyTask(dir + "/copy.jsonl", rows))
+        return QStringLiteral("cannot write %1/copy.jsonl").arg(dir);
+    return {};
+}
+
+// The highest step of a `kind` event in `events`, or -1 when there is none.
+template<typename Events> qint64 lastEventStep(const Events& events, const std::string& kind)
+{
+    qint64 step = -1;
+    for (const auto& e : events)
+        if (e.kind == kind)
+            step = std::max<qint64>(step, e.step);
+    return step;
 }
 
 } // namespace shard::test

@@ -38,11 +38,8 @@ private Q_SLOTS:
             QFAIL(qPrintable(why));
         // The studio's SSH client reads its config file from here (the user's own otherwise).
         qputenv("SHARD_SSH_CONFIG", m_sshd.configFile().toUtf8());
-        qputenv("SHARD_WORKER", m_worker.toUtf8());
-        shard::test::isolateSettings(m_tmp.filePath("settings"));
-        const QString initError = shard::test::initTinyModel(m_worker, m_tmp.filePath("model"));
-        QVERIFY2(initError.isEmpty(), qPrintable(initError));
-        QVERIFY(shard::test::writeCopyTask(m_tmp.filePath("copy.jsonl"), 100));
+        const QString setUp = shard::test::setUpTinyTask(m_tmp.path(), m_worker, 100);
+        QVERIFY2(setUp.isEmpty(), qPrintable(setUp));
     }
 
     void remoteRunStopAndResume()
@@ -71,13 +68,8 @@ private Q_SLOTS:
         const qint64 first = monitor->storeRunId();
         QTRY_VERIFY_WITH_TIMEOUT(monitor->pointCount() > 0, 120000);
         QTRY_VERIFY_WITH_TIMEOUT(monitor->runDirectory().startsWith("node0:"), 10000);
-        auto checkpointed = [&] {
-            for (const auto& e : monitor->run().events)
-                if (e.kind == "checkpoint")
-                    return true;
-            return false;
-        };
-        QTRY_VERIFY_WITH_TIMEOUT(checkpointed(), 120000);
+        QTRY_VERIFY_WITH_TIMEOUT(
+            shard::test::lastEventStep(monitor->run().events, "checkpoint") > 0, 120000);
         // The tail of rank 0's log, fetched over SSH.
         QTRY_VERIFY_WITH_TIMEOUT(!monitor->logText().isEmpty(), 20000);
         QVERIFY(!monitor->finished());
@@ -91,10 +83,7 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 60000);
         QTRY_VERIFY_WITH_TIMEOUT(monitor->canResume(), 20000);
         QVERIFY(ended.count() >= 1);
-        qint64 saved = 0;
-        for (const auto& e : monitor->run().events)
-            if (e.kind == "checkpoint")
-                saved = std::max<qint64>(saved, e.step);
+        const qint64 saved = shard::test::lastEventStep(monitor->run().events, "checkpoint");
         QVERIFY(saved >= 5);
         const qint64 last = saved + 4;
         {

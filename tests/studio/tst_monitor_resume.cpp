@@ -34,11 +34,8 @@ private Q_SLOTS:
                   "SHARD_BUILD_ENGINE=ON or set SHARD_WORKER)");
         QTemporaryDir tmp;
         QVERIFY(tmp.isValid());
-        qputenv("SHARD_WORKER", worker.toUtf8());
-        shard::test::isolateSettings(tmp.filePath("settings"));
-        const QString initError = shard::test::initTinyModel(worker, tmp.filePath("model"));
-        QVERIFY2(initError.isEmpty(), qPrintable(initError));
-        QVERIFY(shard::test::writeCopyTask(tmp.filePath("copy.jsonl"), 100));
+        const QString setUp = shard::test::setUpTinyTask(tmp.path(), worker, 100);
+        QVERIFY2(setUp.isEmpty(), qPrintable(setUp));
 
         // The first run: 4 steps, checkpoints at steps 2 and 4.
         const QString run = tmp.filePath("run");
@@ -97,11 +94,8 @@ private Q_SLOTS:
             QSKIP("no shard-worker with `launch` and `train` in this build");
         QTemporaryDir tmp;
         QVERIFY(tmp.isValid());
-        qputenv("SHARD_WORKER", worker.toUtf8());
-        shard::test::isolateSettings(tmp.filePath("settings"));
-        const QString initError = shard::test::initTinyModel(worker, tmp.filePath("model"));
-        QVERIFY2(initError.isEmpty(), qPrintable(initError));
-        QVERIFY(shard::test::writeCopyTask(tmp.filePath("copy.jsonl"), 100));
+        const QString setUp = shard::test::setUpTinyTask(tmp.path(), worker, 100);
+        QVERIFY2(setUp.isEmpty(), qPrintable(setUp));
 
         // A long run (it never ends by itself here), checkpointing every 3 steps.
         const QString run = tmp.filePath("killed");
@@ -118,13 +112,8 @@ private Q_SLOTS:
         MonitorPage* monitor = window.monitorPage();
         QSignalSpy finished(monitor, &MonitorPage::runFinished);
         monitor->openRunDirectory(run);
-        auto checkpointed = [&] {
-            for (const auto& e : monitor->run().events)
-                if (e.kind == "checkpoint")
-                    return true;
-            return false;
-        };
-        QTRY_VERIFY_WITH_TIMEOUT(checkpointed(), 120000);
+        QTRY_VERIFY_WITH_TIMEOUT(
+            shard::test::lastEventStep(monitor->run().events, "checkpoint") > 0, 120000);
         QVERIFY(!monitor->finished());
         launcher.kill(); // SIGKILL: the ranks die with it (PR_SET_PDEATHSIG), nothing is logged
         QVERIFY(launcher.waitForFinished(10000));

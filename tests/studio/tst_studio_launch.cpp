@@ -30,13 +30,9 @@ private Q_SLOTS:
             QSKIP("no shard-worker with `launch` and `train` in this build (configure with "
                   "SHARD_BUILD_ENGINE=ON or set SHARD_WORKER)");
         QTemporaryDir tmp;
-        qputenv("SHARD_WORKER", worker.toUtf8());
-        shard::test::isolateSettings(tmp.filePath("settings"));
-
         // A tiny model with seeded weights and a learnable copy task, pre-tokenized.
-        const QString initError = shard::test::initTinyModel(worker, tmp.filePath("model"));
-        QVERIFY2(initError.isEmpty(), qPrintable(initError));
-        QVERIFY(shard::test::writeCopyTask(tmp.filePath("copy.jsonl"), 400));
+        const QString setUp = shard::test::setUpTinyTask(tmp.path(), worker, 400);
+        QVERIFY2(setUp.isEmpty(), qPrintable(setUp));
 
         MainWindow window(tmp.filePath("store.sqlite"));
         window.resize(1280, 800);
