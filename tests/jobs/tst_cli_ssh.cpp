@@ -177,7 +177,7 @@ private Q_SLOTS:
         const QString dir = remoteDir("alpha");
         auto o = shard({"run", "--host", "node0", "--detach", "--name", "alpha", "--worker",
             kFakeWorker, "--run-dir", dir, "--nproc", "2", "--env", "FAKE_STEP_SEC=0.03", "--",
-            "--model", "m", "--steps", "60"});
+            "--model", "m", "--steps", "40"});
         QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
         QVERIFY2(o.out.contains("'alpha' started (ssh on node0): " + dir), qPrintable(o.out));
         QVERIFY(o.out.contains("detached"));
@@ -203,11 +203,11 @@ private Q_SLOTS:
         QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
         QVERIFY2(o.out.contains("attached to run " + QString::number(id)), qPrintable(o.out));
         QVERIFY2(o.out.contains("finished"), qPrintable(o.out));
-        QVERIFY(o.out.contains("steps 60, final loss"));
+        QVERIFY(o.out.contains("steps 40, final loss"));
         auto s = store();
         QCOMPARE(toString(s.run(id)->status), QString("finished"));
-        QCOMPARE(*s.metricCount(id), qint64(60));
-        QCOMPARE(countLines(dir + "/metrics.jsonl"), 60);
+        QCOMPARE(*s.metricCount(id), qint64(40));
+        QCOMPARE(countLines(dir + "/metrics.jsonl"), 40);
         QCOMPARE(*s.ingestOffset(id, "metrics"), QFile(dir + "/metrics.jsonl").size());
         QCOMPARE(*s.ingestOffset(id, "events"), QFile(dir + "/events.jsonl").size());
         QCOMPARE(s.run(id)->peakMemoryPerRank.size(), 2);
@@ -218,7 +218,7 @@ private Q_SLOTS:
 
         o = shard({"attach", QString::number(id)}); // an ended run: nothing twice
         QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
-        QCOMPARE(*s.metricCount(id), qint64(60));
+        QCOMPARE(*s.metricCount(id), qint64(40));
     }
 
     void runInForegroundFollows()
@@ -240,7 +240,7 @@ private Q_SLOTS:
     {
         // Started on the host with plain ssh, unknown to this store.
         const QString dir = remoteDir("elsewhere");
-        QVERIFY(startWithPlainSsh(dir, 50));
+        QVERIFY(startWithPlainSsh(dir, 30));
         QTRY_VERIFY_WITH_TIMEOUT(countLines(dir + "/metrics.jsonl") >= 3, 10000);
         QVERIFY(!byDir(listed(), dir).contains("id"));
 
@@ -257,8 +257,8 @@ private Q_SLOTS:
         QCOMPARE(run["host"].toString(), QString("node0"));
         QCOMPARE(run["status"].toString(), QString("finished"));
         auto s = store();
-        QCOMPARE(*s.metricCount(id), qint64(50));
-        QCOMPARE(countLines(dir + "/metrics.jsonl"), 50);
+        QCOMPARE(*s.metricCount(id), qint64(30));
+        QCOMPARE(countLines(dir + "/metrics.jsonl"), 30);
         const qint64 events = s.events(id)->size();
 
         o = shard({"attach", target}); // again: the same run, nothing stored twice
@@ -266,7 +266,7 @@ private Q_SLOTS:
         QVERIFY2(o.out.contains("attached to run " + QString::number(id)), qPrintable(o.out));
         byDir(listed(), dir, &count);
         QCOMPARE(count, 1);
-        QCOMPARE(*s.metricCount(id), qint64(50));
+        QCOMPARE(*s.metricCount(id), qint64(30));
         QCOMPARE(qint64(s.events(id)->size()), events);
     }
 
@@ -298,7 +298,7 @@ private Q_SLOTS:
         cli.setProcessEnvironment(env());
         cli.start(kShard,
             {"run", "--host", "node0", "--name", "gamma", "--worker", kFakeWorker, "--run-dir", dir,
-                "--env", "FAKE_STEP_SEC=0.03", "--", "--steps", "80"});
+                "--env", "FAKE_STEP_SEC=0.03", "--", "--steps", "60"});
         QVERIFY(cli.waitForStarted());
         auto s = store();
         qint64 id = 0;
@@ -310,15 +310,63 @@ private Q_SLOTS:
         QVERIFY(LocalProcess::isAlive(pid, 0)); // the run goes on
         QTRY_VERIFY_WITH_TIMEOUT(!LocalProcess::isAlive(pid, 0), 20000);
         QCOMPARE(toString(s.run(id)->status), QString("running")); // nobody watched the end
-        QVERIFY(*s.metricCount(id) < 80);
+        QVERIFY(*s.metricCount(id) < 60);
         // The dead CLI's ssh streams end once the run writes its last records.
         QTRY_COMPARE_WITH_TIMEOUT(processesMentioning(dir + "/"), 0, 10000);
 
         auto o = shard({"attach", "gamma"});
         QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
         QVERIFY2(o.out.contains("finished"), qPrintable(o.out));
-        QCOMPARE(*s.metricCount(id), qint64(80));
+        QCOMPARE(*s.metricCount(id), qint64(60));
         QCOMPARE(*s.ingestOffset(id, "metrics"), QFile(dir + "/metrics.jsonl").size());
+    }
+
+    void ctrlCDetaches()
+    {
+        const QString dir = remoteDir("delta");
+        QProcess cli;
+        cli.setProcessEnvironment(env());
+        cli.start(kShard,
+            {"run", "--host", "node0", "--name", "delta", "--worker", kFakeWorker, "--run-dir", dir,
+                "--env", "FAKE_STEP_SEC=0.05", "--", "--steps", "100000"});
+        QVERIFY(cli.waitForStarted());
+        auto s = store();
+        qint64 id = 0;
+        QTRY_VERIFY_WITH_TIMEOUT((id = s.findRun("delta").valueOr({}).id) > 0, 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(*s.metricCount(id) >= 3, 10000);
+        ::kill(static_cast<pid_t>(cli.processId()), SIGINT);
+        QVERIFY(cli.waitForFinished(10000));
+        const QString out = QString::fromUtf8(cli.readAllStandardOutput());
+        QCOMPARE(cli.exitCode(), 0);
+        QVERIFY2(
+            out.contains(QString("detached from run %1; it goes on").arg(id)), qPrintable(out));
+        QVERIFY(LocalProcess::isAlive(s.run(id)->pid, 0));
+        // The CLI ended its streams on the way out.
+        QTRY_COMPARE_WITH_TIMEOUT(processesMentioning(dir + "/metrics.jsonl"), 0, 5000);
+        auto o = shard({"stop", "delta", "--grace", "3"});
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        QCOMPARE(toString(s.run(id)->status), QString("stopped"));
+    }
+
+    void launcherVanishedIsInterrupted()
+    {
+        const QString dir = remoteDir("epsilon");
+        auto o = shard(
+            {"run", "--host", "node0", "--detach", "--name", "epsilon", "--worker", kFakeWorker,
+                "--run-dir", dir, "--env", "FAKE_STEP_SEC=0.05", "--", "--steps", "100000"});
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        auto s = store();
+        const qint64 id = startedId(o.out);
+        const qint64 pid = s.run(id)->pid;
+        QTRY_VERIFY_WITH_TIMEOUT(countLines(dir + "/metrics.jsonl") >= 3, 10000);
+        ::kill(static_cast<pid_t>(pid), SIGKILL); // no finish event
+        QTRY_VERIFY_WITH_TIMEOUT(!LocalProcess::isAlive(pid, 0), 5000);
+        o = shard({"attach", "epsilon"});
+        QCOMPARE(o.code, 2);
+        QVERIFY2(o.out.contains("interrupted"), qPrintable(o.out + o.err));
+        QVERIFY2(o.out.contains("ended without a finish event"), qPrintable(o.out));
+        QCOMPARE(toString(s.run(id)->status), QString("interrupted"));
+        QCOMPARE(*s.metricCount(id), qint64(countLines(dir + "/metrics.jsonl")));
     }
 
     void stopRemoteRun()
