@@ -202,6 +202,8 @@ void MonitorPage::reset()
     ++m_predictionGeneration;
     m_totalSteps = 0;
     m_finished = false;
+    m_startsSeen = 0;
+    m_startsBeforeLive = 0;
     ++m_resumeGeneration;
     m_resume->setEnabled(false);
     for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput})
@@ -290,6 +292,8 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
                 QString::fromStdString(e.kind), QString::fromStdString(e.message)});
         if (e.kind == "error" || e.kind == "warning")
             item->setForeground(2, QColor(200, 40, 40));
+        if (e.kind == "start")
+            ++m_startsSeen;
         if (e.kind == "start" && m_finished) {
             // The run was started again in its folder (resumed): it is live once more.
             m_finished = false;
@@ -310,12 +314,27 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
             m_message->showMessage(
                 tr("The run reported an error: %1").arg(QString::fromStdString(e.message)));
     }
+    if (!u.endedWithoutFinish.isEmpty() && !m_finished && m_startsSeen >= m_startsBeforeLive)
+        endWithoutFinish(u.endedWithoutFinish);
     if (!u.logLines.isEmpty())
         m_log->appendPlainText(u.logLines.join('\n'));
     if (u.badLines > 0)
         m_message->showMessage(
             tr("%n line(s) of the run's files could not be read and were skipped.", "", u.badLines),
             MessageBar::Kind::Info);
+}
+
+void MonitorPage::endWithoutFinish(const QString& why)
+{
+    m_finished = true;
+    m_stop->setEnabled(false);
+    refreshResume();
+    m_status->setText(tr("Interrupted"));
+    m_message->showMessage(
+        tr("The run ended early: %1. Resume continues it from its latest complete checkpoint.")
+            .arg(why),
+        MessageBar::Kind::Error);
+    Q_EMIT runFinished(QStringLiteral("interrupted"));
 }
 
 void MonitorPage::updateProgress()
@@ -402,8 +421,14 @@ void MonitorPage::resumeRun()
                 if (dir == runDirectory())
                     refreshResume();
             } else if (dir == runDirectory()) {
-                // The run appends to the same folder: follow it again from the start.
+                // The run appends to the same folder: follow it again from the start. Until the
+                // resumed run's own start event shows up, the old launcher's pid file still names
+                // a dead process: that is not a new interruption.
+                int starts = 0;
+                for (const auto& e : m_run.events)
+                    starts += e.kind == "start" ? 1 : 0;
                 openRunDirectory(dir);
+                m_startsBeforeLive = starts + 1;
                 m_message->showMessage(
                     tr("Resumed from the latest checkpoint."), MessageBar::Kind::Info);
             }

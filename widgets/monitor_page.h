@@ -70,6 +70,7 @@ private:
     void browse();
     void onUpdate(const FollowUpdate& update);
     void onFailed(const QString& message);
+    void endWithoutFinish(const QString& why);
     void updateProgress();
     void updateMemory();
     void stopRun();
@@ -87,6 +88,8 @@ private:
     quint64 m_predictionGeneration = 0;
     int64_t m_totalSteps = 0;
     bool m_finished = false;
+    int m_startsSeen = 0;       // start events read since the folder was opened
+    int m_startsBeforeLive = 0; // after a resume: the start events that mean it is live again
 
     QLineEdit* m_path = nullptr;
     QPushButton* m_open = nullptr;

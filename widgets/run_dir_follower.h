@@ -25,6 +25,9 @@ struct FollowUpdate {
     std::vector<protocol::EventRecord> events;
     QStringList logLines;
     int badLines = 0;
+    // Set once when the run's launcher is gone but the run wrote no finish event after its last
+    // start (killed, or its machine restarted): the reason in words.
+    QString endedWithoutFinish;
 };
 
 class RunDirFollowerWorker;
