@@ -463,6 +463,10 @@ private Q_SLOTS:
             << QStringList {"attach", closed + ":/tmp/x"} << "host unreachable";
         QTest::newRow("attach: no such dir") << QStringList {"attach", "node0:/no/such/dir"}
                                              << "node0 has no run directory /no/such/dir";
+        QDir().mkpath(remoteDir("not-a-run"));
+        QTest::newRow("attach: not a run dir")
+            << QStringList {"attach", "node0:" + remoteDir("not-a-run")}
+            << "node0:" + remoteDir("not-a-run") + " is not a run directory";
         QTest::newRow("attach: bad host")
             << QStringList {"attach", "a;b:/tmp/x"} << "is not a host name";
     }
