@@ -198,7 +198,7 @@ Status SshLauncher::stop(qint64 runId, int graceMs)
             errors += (errors.isEmpty() ? "" : "; ") + r.error();
     }
     auto caught = RemoteRunWatcher::catchUp(m_store, runId, m_ssh, nodes.front().host, run->runDir);
-    if (!caught)
+    if (!caught && !errors.contains(caught.error())) // an unreachable host: say it once
         errors += (errors.isEmpty() ? "" : "; ") + caught.error();
     if (!errors.isEmpty())
         return fail(errors);
