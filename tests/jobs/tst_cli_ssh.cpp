@@ -1,8 +1,11 @@
-// The SSH paths of the `shard` CLI as a user runs them: the real `shard` binary against a real
-// sshd on 127.0.0.1 (SshdFixture; the CLI takes the fixture's client config from
-// $SHARD_SSH_CONFIG), the shell workload speaking `shard-worker launch` on the "remote" side:
-// run --host --detach / runs list|show / attach RUN; attach HOST:RUNDIR to a run started with
-// plain ssh (twice: nothing stored twice); stop RUN remotely; the errors a user meets.
+// The SSH paths of the `shard` CLI as a user runs them: the real `shard` binary against real
+// sshd servers on 127.0.0.1 (SshdFixture; the CLI takes the fixture's client config from
+// $SHARD_SSH_CONFIG or --ssh-config), the shell workload speaking `shard-worker launch` on the
+// "remote" side: run --host --detach / runs list|show / attach RUN to the end; a foreground run,
+// two nodes, a run.json; attach HOST:RUNDIR to a run started with plain ssh (twice: nothing
+// stored twice), also as the run ends; stop of an adopted run; a killed CLI and Ctrl-C (the run
+// goes on, re-attach stores every point once); a launcher gone without a finish event
+// (interrupted); stop RUN remotely, also while the host is down; the errors a user meets.
 #include <csignal>
 
 #include <QDir>
@@ -58,8 +61,14 @@ class TestCliSsh : public QObject {
 
     Out shard(const QStringList& args, int timeoutMs = 60000) const
     {
+        return shardIn(env(), args, timeoutMs);
+    }
+
+    Out shardIn(
+        const QProcessEnvironment& env, const QStringList& args, int timeoutMs = 60000) const
+    {
         QProcess p;
-        p.setProcessEnvironment(env());
+        p.setProcessEnvironment(env);
         p.start(kShard, args);
         Out o;
         if (!p.waitForFinished(timeoutMs)) {
@@ -74,13 +83,15 @@ class TestCliSsh : public QObject {
         return o;
     }
 
-    // The CLI's multiplexing master (default control folder) for node0's address. The aliases
-    // noauth and badkey name the same host, port and user, so OpenSSH would reuse it (%C).
-    void closeMaster() const
+    // The CLI's multiplexing masters (default control folder). The aliases noauth and badkey
+    // name node0's host, port and user, so OpenSSH would reuse node0's (%C).
+    void closeMaster(bool both = false) const
     {
         SshOptions o;
         o.configFile = m_sshd->configFile();
         SshClient(o).closeMaster(*SshHost::parse("node0"));
+        if (both)
+            SshClient(o).closeMaster(*SshHost::parse("node1"));
     }
 
     RunStore store() const
@@ -155,7 +166,7 @@ private Q_SLOTS:
     {
         m_sshd = new SshdFixture;
         QString why;
-        if (!m_sshd->start(1, &why))
+        if (!m_sshd->start(2, &why))
             QFAIL(qPrintable(why));
     }
 
@@ -171,7 +182,7 @@ private Q_SLOTS:
                 && SshdFixture::read("/proc/" + pid + "/cmdline").contains(dir.toUtf8()))
                 ::kill(static_cast<pid_t>(pid.toLongLong()), SIGKILL);
         }
-        closeMaster();
+        closeMaster(true);
         delete m_sshd;
     }
 
@@ -237,6 +248,31 @@ private Q_SLOTS:
         const qint64 id = startedId(o.out);
         QCOMPARE(toString(s.run(id)->status), QString("finished"));
         QCOMPARE(*s.metricCount(id), qint64(20));
+    }
+
+    void twoNodesWithSshConfigFlag()
+    {
+        // --host twice: one launcher per host, rendezvous on the first; the client config given
+        // with --ssh-config instead of $SHARD_SSH_CONFIG.
+        QProcessEnvironment e = env();
+        e.remove("SHARD_SSH_CONFIG");
+        const QString dir = remoteDir("two-nodes");
+        auto o = shardIn(e,
+            {"run", "--ssh-config", m_sshd->configFile(), "--host", "node0", "--host", "node1",
+                "--name", "two-nodes", "--nproc", "2", "--worker", kFakeWorker, "--run-dir", dir,
+                "--env", "FAKE_STEP_SEC=0.02", "--", "--steps", "20"});
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        QVERIFY2(o.out.contains("'two-nodes' started (ssh on node0,node1)"), qPrintable(o.out));
+        QVERIFY(o.out.contains("run directory: node0:" + dir));
+        auto s = store();
+        const RunRecord r = *s.findRun("two-nodes");
+        QCOMPARE(toString(r.status), QString("finished"));
+        QCOMPARE(r.host, QString("node0,node1"));
+        QCOMPARE(*s.metricCount(r.id), qint64(20));
+        QCOMPARE(r.peakMemoryPerRank.size(), 4); // 2 nodes x 2 ranks
+        const QByteArray node1 = SshdFixture::read(dir + "/args-node-1.txt");
+        QVERIFY2(node1.contains("--nnodes\n2\n--node-rank\n1\n--master-addr\n127.0.0.1\n"),
+            node1.constData());
     }
 
     void specFileOverSsh()
