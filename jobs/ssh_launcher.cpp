@@ -200,7 +200,7 @@ Status SshLauncher::stop(qint64 runId, int graceMs)
             errors += (errors.isEmpty() ? "" : "; ") + r.error();
     }
     auto caught = RemoteRunWatcher::catchUp(m_store, runId, m_ssh, nodes.front().host, run->runDir);
-    if (!caught)
+    if (!caught && !errors.contains(caught.error())) // an unreachable host: say it once
         errors += (errors.isEmpty() ? "" : "; ") + caught.error();
     if (!errors.isEmpty())
         return fail(errors);
@@ -237,14 +237,23 @@ Result<QString> SshLauncher::checkHost(const SshHost& host, const QString& worke
 Result<qint64> SshLauncher::attach(const SshHost& host, const QString& runDir)
 {
     auto r = m_ssh.run(host,
-        QStringLiteral("d=%1; cd -- \"$d\" 2>/dev/null || { echo NODIR; exit 0; }; echo "
-                       "\"DIR=$(pwd)\"; echo \"PID=$(cat launcher.pid 2>/dev/null)\"; echo SPEC; "
-                       "cat run.json 2>/dev/null || cat launch-spec.json 2>/dev/null")
+        QStringLiteral(
+            "d=%1; cd -- \"$d\" 2>/dev/null || { echo NODIR; exit 0; }; "
+            "for f in events.jsonl metrics.jsonl launcher.pid run.json launch-spec.json; "
+            "do [ -e \"$f\" ] && break; f=; done; [ -n \"$f\" ] || { echo NORUN; exit 0; }; "
+            "echo \"DIR=$(pwd)\"; echo \"PID=$(cat launcher.pid 2>/dev/null)\"; echo SPEC; "
+            "cat run.json 2>/dev/null || cat launch-spec.json 2>/dev/null")
             .arg(Q::shellQuote(runDir.startsWith(QLatin1String("~/")) ? runDir.mid(2) : runDir)));
     if (!r)
         return fail(r.error());
     if (r->out.startsWith("NODIR"))
         return fail(QStringLiteral("%1 has no run directory %2").arg(host.toString(), runDir));
+    // A folder with none of a run's files (a typo, a parent folder) would be followed forever.
+    if (r->out.startsWith("NORUN"))
+        return fail(QStringLiteral("%1:%2 is not a run directory (no events.jsonl, metrics.jsonl, "
+                                   "launcher.pid or run.json in it); give the folder `shard run` "
+                                   "printed")
+                        .arg(host.toString(), runDir));
     const QString absDir = lineValue(r->out, "DIR=");
     const qint64 pid = lineValue(r->out, "PID=").toLongLong();
     const int specAt = r->out.indexOf("SPEC\n");
