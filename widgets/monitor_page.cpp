@@ -408,7 +408,9 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
             m_resume->setEnabled(false);
             m_status->setText(m_run.name.isEmpty() ? tr("Running") : m_run.name);
         }
-        if (e.kind == "finish") {
+        // Right after a resume the folder is read again from its start: the previous process's
+        // finish is history until the resumed process's own start event arrives.
+        if (e.kind == "finish" && m_startsSeen >= m_startsBeforeLive) {
             m_finished = true;
             m_stop->setEnabled(false);
             refreshResume();
@@ -556,6 +558,7 @@ void MonitorPage::resumeRun()
                     starts += e.kind == "start" ? 1 : 0;
                 openRunDirectory(dir);
                 m_startsBeforeLive = starts + 1;
+                m_status->setText(tr("Resuming…"));
                 m_message->showMessage(
                     tr("Resumed from the latest checkpoint."), MessageBar::Kind::Info);
             }
