@@ -117,7 +117,9 @@ Result<IngestStats> Ingestor::ingestChunk(
 Result<IngestStats> Ingestor::ingestRunDir(qint64 runId, const QString& runDir)
 {
     IngestStats total;
-    for (IngestFile file : {IngestFile::Metrics, IngestFile::Events}) {
+    // Events first: the finish event follows the last metric, so metrics read after it are
+    // complete (metrics first could end a run without the points written between the reads).
+    for (IngestFile file : {IngestFile::Events, IngestFile::Metrics}) {
         const QString path = runDir + QLatin1Char('/') + fileName(file);
         auto offset = m_store.ingestOffset(runId, fileKey(file));
         if (!offset)

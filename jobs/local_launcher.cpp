@@ -94,7 +94,7 @@ Result<qint64> LocalLauncher::start(const LaunchRequest& request)
     nr.specJson = req.specJson.isEmpty() ? specForTrainArgs(req.trainArgs) : req.specJson;
     nr.target = QStringLiteral("local");
     nr.runDir = runDir;
-    auto id = m_store.createRun(nr);
+    auto id = req.resume ? m_store.reopenOrCreateRun(nr) : m_store.createRun(nr);
     if (!id)
         return id;
 

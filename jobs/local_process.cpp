@@ -11,6 +11,7 @@
 
 #include <QElapsedTimer>
 #include <QFile>
+#include <QFileInfo>
 #include <QStandardPaths>
 #include <QThread>
 
@@ -151,6 +152,41 @@ qint64 LocalProcess::startTime(qint64 pid)
     if (pid <= 0 || !procStat(pid, &state, &start))
         return -1;
     return start;
+}
+
+QDateTime LocalProcess::startedAt(qint64 pid)
+{
+    const qint64 ticks = startTime(pid);
+    if (ticks < 0)
+        return {};
+    QFile stat(QStringLiteral("/proc/stat"));
+    if (!stat.open(QIODevice::ReadOnly))
+        return {};
+    qint64 bootSec = -1;
+    for (const QByteArray& line : stat.readAll().split('\n'))
+        if (line.startsWith("btime "))
+            bootSec = line.mid(6).trimmed().toLongLong();
+    const long hz = ::sysconf(_SC_CLK_TCK);
+    if (bootSec <= 0 || hz <= 0)
+        return {};
+    return QDateTime::fromMSecsSinceEpoch(bootSec * 1000 + ticks * 1000 / hz);
+}
+
+std::optional<bool> LocalProcess::pidFileAlive(const QString& pidFile)
+{
+    QFile file(pidFile);
+    if (!file.open(QIODevice::ReadOnly))
+        return std::nullopt;
+    const qint64 pid = file.readAll().trimmed().toLongLong();
+    if (pid <= 0)
+        return std::nullopt;
+    if (!isAlive(pid, 0))
+        return false;
+    // A pid reused by a later process: it started after the launcher wrote the file (btime has
+    // one-second resolution, hence the margin).
+    const QDateTime started = startedAt(pid);
+    const QDateTime written = QFileInfo(file).lastModified();
+    return !started.isValid() || !written.isValid() || started <= written.addSecs(2);
 }
 
 bool LocalProcess::isAlive(qint64 pid, qint64 startTime)

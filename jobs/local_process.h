@@ -3,6 +3,9 @@
 // run), stopped with TERM then KILL of the whole session after a grace period.
 #pragma once
 
+#include <optional>
+
+#include <QDateTime>
 #include <QProcessEnvironment>
 #include <QString>
 #include <QStringList>
@@ -26,6 +29,12 @@ public:
 
     // -1 when the process does not exist.
     static qint64 startTime(qint64 pid);
+    // When the process started (from its start time and the boot time); invalid if it is gone.
+    static QDateTime startedAt(qint64 pid);
+    // A launcher's pid file (`<run>/launcher.pid`): whether the process it names is still the
+    // one that wrote it (alive, not a zombie, started no later than the file was written).
+    // nullopt when the file is missing or unreadable.
+    static std::optional<bool> pidFileAlive(const QString& pidFile);
     // Alive, not a zombie, and (when startTime > 0) the same process that was started.
     static bool isAlive(qint64 pid, qint64 startTime);
     // TERM to pid; after graceMs, KILL to its whole process group. true if it is gone.

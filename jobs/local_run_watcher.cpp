@@ -48,10 +48,10 @@ LocalRunWatcher::LocalRunWatcher(RunStore& store, qint64 runId, QString runDir, 
     , m_runId(runId)
     , m_runDir(std::move(runDir))
 {
-    connect(&m_timer, &QTimer::timeout, this, [this] { poll(); });
+    connect(&m_timer, &QTimer::timeout, this, [this] { (void)poll(); });
     m_soon.setSingleShot(true);
     m_soon.setInterval(40); // coalesce bursts of file changes into one ingest
-    connect(&m_soon, &QTimer::timeout, this, [this] { poll(); });
+    connect(&m_soon, &QTimer::timeout, this, [this] { (void)poll(); });
     connect(&m_fsWatcher, &QFileSystemWatcher::fileChanged, this, [this] { scheduleSoon(); });
     connect(&m_fsWatcher, &QFileSystemWatcher::directoryChanged, this, [this] {
         watchFiles();

@@ -213,7 +213,10 @@ Result<IngestStats> RemoteRunWatcher::catchUp(
 {
     Ingestor ingestor(store);
     IngestStats total;
-    for (IngestFile file : {IngestFile::Metrics, IngestFile::Events}) {
+    // Events first: the worker writes its finish event after its last metric, so metrics read
+    // after the events hold every point of a run those events end. (Metrics first lost the
+    // points written between the two reads whenever the run ended in between.)
+    for (IngestFile file : {IngestFile::Events, IngestFile::Metrics}) {
         auto offset = store.ingestOffset(runId, fileKey(file));
         if (!offset)
             return fail(offset.error());

@@ -7,8 +7,10 @@
 #include <map>
 
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFileInfo>
 #include <QStandardPaths>
+#include <QThread>
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
@@ -466,16 +468,40 @@ Result<RunStore> RunStore::open(const QString& path, OpenMode mode, int busyTime
         return RunStore(std::move(impl));
     }
 
-    if (impl->db.exec("PRAGMA journal_mode = WAL") != SQLITE_OK)
-        return fail(impl->describe(QStringLiteral("switching to WAL")));
+    // Switching a new file to WAL needs it exclusively; SQLite reports BUSY at once (no busy
+    // handler) when another process opening it at the same moment holds a lock: retry a while.
+    QElapsedTimer walClock;
+    walClock.start();
+    while (impl->db.exec("PRAGMA journal_mode = WAL") != SQLITE_OK) {
+        if ((impl->db.lastCode() & 0xff) != SQLITE_BUSY || walClock.elapsed() > busyTimeoutMs)
+            return fail(impl->describe(QStringLiteral("switching to WAL")));
+        QThread::msleep(5);
+    }
     impl->db.exec("PRAGMA synchronous = NORMAL");
     if (auto s = impl->execOrFail("PRAGMA foreign_keys = ON", QStringLiteral("enabling keys")); !s)
         return s.error().isEmpty() ? fail(QStringLiteral("foreign keys")) : fail(s.error());
-    for (int v = impl->version; v < kSchemaVersion; ++v) {
+    while (impl->version < kSchemaVersion) {
+        const int v = impl->version;
         Impl::Tx tx(impl.get());
         const QString doing = QStringLiteral("upgrading the schema to version %1").arg(v + 1);
         if (auto s = tx.begin(doing); !s)
             return fail(s.error());
+        // Another process (the studio, a second CLI) may have upgraded it since the version was
+        // read above: read it again under the write lock and apply only what is still missing.
+        auto now = impl->db.prepare("PRAGMA user_version");
+        if (!now.valid() || !now.step())
+            return fail(impl->describe(doing));
+        const int current = static_cast<int>(now.int64(0));
+        now = {};
+        if (current != v) {
+            if (current < v || current > kSchemaVersion)
+                return fail(QStringLiteral("run store %1 changed its schema to version %2 while "
+                                           "opening; try again")
+                                .arg(path)
+                                .arg(current));
+            impl->version = current; // the transaction rolls back: nothing to do in it
+            continue;
+        }
         if (auto s = impl->execOrFail(kMigrations[v], doing); !s)
             return fail(s.error());
         const QByteArray pragma = "PRAGMA user_version = " + QByteArray::number(v + 1);
@@ -621,6 +647,20 @@ Status RunStore::deleteRun(qint64 id)
 {
     return d->simpleUpdate("DELETE FROM runs WHERE id = ?1", id,
         QStringLiteral("deleting run %1").arg(id), [&](auto& st) { st.bind(1, id); });
+}
+
+Result<qint64> RunStore::reopenOrCreateRun(const NewRun& run)
+{
+    auto existing = findRunByDir(run.host, run.runDir);
+    if (!existing)
+        return existing;
+    if (*existing == 0)
+        return createRun(run);
+    if (auto s = setSpec(*existing, run.specJson); !s)
+        return fail(s.error());
+    if (auto s = setStatus(*existing, RunStatus::Queued); !s)
+        return fail(s.error());
+    return *existing;
 }
 
 Status RunStore::setStatus(qint64 id, RunStatus status, const QString& message)

@@ -133,6 +133,10 @@ public:
 
     // Runs.
     Result<qint64> createRun(const NewRun& run);
+    // For a resume: the newest run recorded at run.host and run.runDir continues (its spec is
+    // replaced, it is queued again, its points and ingestion offsets are kept, so the resumed
+    // steps overwrite the re-run ones); a new run when there is none.
+    Result<qint64> reopenOrCreateRun(const NewRun& run);
     Result<RunRecord> run(qint64 id) const;
     // `idOrName`: a numeric id, or a name (the newest run with that name).
     Result<RunRecord> findRun(const QString& idOrName) const;

@@ -153,6 +153,12 @@ SlurmOptions SlurmLauncher::optionsOf(const RunRecord& run)
     if (!j.is_object())
         return o;
     o.via = QString::fromStdString(j.value("via", ""));
+    o.nodes = j.value("nodes", 1);
+    o.gpusPerNode = j.value("gpus_per_node", 0);
+    o.cpusPerTask = j.value("cpus_per_task", 0);
+    o.time = QString::fromStdString(j.value("time", ""));
+    o.partition = QString::fromStdString(j.value("partition", ""));
+    o.account = QString::fromStdString(j.value("account", ""));
     for (const auto& kv : j.value("client_env", nlohmann::json::array()))
         if (kv.is_string())
             o.clientEnv << QString::fromStdString(kv.get<std::string>());
@@ -183,10 +189,11 @@ Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOp
             + '/' + safeDirName(name) + '-'
             + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
     auto prep = shell(o,
-        QStringLiteral("d=%1; if [ -e \"$d/metrics.jsonl\" ]; then echo EXISTS; "
+        QStringLiteral("d=%1; if [ %2 = 0 ] && [ -e \"$d/metrics.jsonl\" ]; then echo EXISTS; "
                        "exit 0; fi; mkdir -p -- \"$d/logs\" && cd -- \"$d\" && "
                        "echo \"DIR=$(pwd)\"")
-            .arg(Q::shellQuote(runDir)));
+            .arg(Q::shellQuote(runDir))
+            .arg(request.resume ? 1 : 0));
     if (!prep)
         return fail(prep.error());
     if (prep->out.contains("EXISTS"))
@@ -226,7 +233,7 @@ Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOp
     nr.target = QStringLiteral("slurm");
     nr.host = o.via;
     nr.runDir = absDir;
-    auto id = m_store.createRun(nr);
+    auto id = req.resume ? m_store.reopenOrCreateRun(nr) : m_store.createRun(nr);
     if (!id)
         return id;
     auto sub = shell(o,
@@ -249,8 +256,12 @@ Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOp
     nlohmann::json clientEnv = nlohmann::json::array();
     for (const QString& kv : o.clientEnv)
         clientEnv.push_back(kv.toStdString());
+    // What a resume needs to submit the run again the same way.
     const nlohmann::json info = {{"via", o.via.toStdString()}, {"client_env", clientEnv},
-        {"script", scriptPath.toStdString()}, {"nodes", o.nodes}};
+        {"script", scriptPath.toStdString()}, {"nodes", o.nodes}, {"gpus_per_node", o.gpusPerNode},
+        {"cpus_per_task", o.cpusPerTask}, {"time", o.time.toStdString()},
+        {"partition", o.partition.toStdString()}, {"account", o.account.toStdString()},
+        {"worker", request.workerProgram.toStdString()}};
     if (auto s = m_store.setJobId(*id, jobId); !s)
         return fail(s.error());
     if (auto s = m_store.setProcess(*id, 0, QByteArray::fromStdString(info.dump())); !s)

@@ -75,13 +75,15 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
     if (!req.specJson.isEmpty())
         req.procsPerNode = specProcsPerNode(req.specJson, req.procsPerNode);
 
-    // Node 0: make the directory, refuse one that holds a run, learn its absolute path.
+    // Node 0: make the directory, refuse one that holds a run (unless resuming it), learn its
+    // absolute path.
     const SshHost& first = hosts.front();
     auto prep = m_ssh.run(first,
-        QStringLiteral("d=%1; if [ -e \"$d/metrics.jsonl\" ] || [ -e \"$d/events.jsonl\" ]; then "
-                       "echo EXISTS; exit 0; fi; mkdir -p -- \"$d/logs\" && cd -- \"$d\" && "
-                       "echo \"DIR=$(pwd)\"")
-            .arg(Q::shellQuote(runDir)));
+        QStringLiteral("d=%1; if [ %2 = 0 ] && { [ -e \"$d/metrics.jsonl\" ] || [ -e "
+                       "\"$d/events.jsonl\" ]; }; then echo EXISTS; exit 0; fi; mkdir -p -- "
+                       "\"$d/logs\" && cd -- \"$d\" && echo \"DIR=$(pwd)\"")
+            .arg(Q::shellQuote(runDir))
+            .arg(req.resume ? 1 : 0));
     if (!prep)
         return fail(prep.error());
     if (prep->out.contains("EXISTS"))
@@ -113,7 +115,7 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
     nr.target = QStringLiteral("ssh");
     nr.host = hostNames.join(',');
     nr.runDir = absDir;
-    auto id = m_store.createRun(nr);
+    auto id = req.resume ? m_store.reopenOrCreateRun(nr) : m_store.createRun(nr);
     if (!id)
         return id;
 
@@ -167,8 +169,8 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
         nodes.push_back({{"host", host.toString().toStdString()}, {"pid", pid},
             {"run_dir", nodeDir.toStdString()}});
     }
-    const nlohmann::json info
-        = {{"nodes", nodes}, {"master_addr", masterAddr.toStdString()}, {"master_port", port}};
+    const nlohmann::json info = {{"nodes", nodes}, {"master_addr", masterAddr.toStdString()},
+        {"master_port", port}, {"worker", req.workerProgram.toStdString()}};
     if (auto s
         = m_store.setProcess(*id, started.front().pid, QByteArray::fromStdString(info.dump()));
         !s)
@@ -198,7 +200,7 @@ Status SshLauncher::stop(qint64 runId, int graceMs)
             errors += (errors.isEmpty() ? "" : "; ") + r.error();
     }
     auto caught = RemoteRunWatcher::catchUp(m_store, runId, m_ssh, nodes.front().host, run->runDir);
-    if (!caught)
+    if (!caught && !errors.contains(caught.error())) // an unreachable host: say it once
         errors += (errors.isEmpty() ? "" : "; ") + caught.error();
     if (!errors.isEmpty())
         return fail(errors);
@@ -235,14 +237,23 @@ Result<QString> SshLauncher::checkHost(const SshHost& host, const QString& worke
 Result<qint64> SshLauncher::attach(const SshHost& host, const QString& runDir)
 {
     auto r = m_ssh.run(host,
-        QStringLiteral("d=%1; cd -- \"$d\" 2>/dev/null || { echo NODIR; exit 0; }; echo "
-                       "\"DIR=$(pwd)\"; echo \"PID=$(cat launcher.pid 2>/dev/null)\"; echo SPEC; "
-                       "cat run.json 2>/dev/null || cat launch-spec.json 2>/dev/null")
+        QStringLiteral(
+            "d=%1; cd -- \"$d\" 2>/dev/null || { echo NODIR; exit 0; }; "
+            "for f in events.jsonl metrics.jsonl launcher.pid run.json launch-spec.json; "
+            "do [ -e \"$f\" ] && break; f=; done; [ -n \"$f\" ] || { echo NORUN; exit 0; }; "
+            "echo \"DIR=$(pwd)\"; echo \"PID=$(cat launcher.pid 2>/dev/null)\"; echo SPEC; "
+            "cat run.json 2>/dev/null || cat launch-spec.json 2>/dev/null")
             .arg(Q::shellQuote(runDir.startsWith(QLatin1String("~/")) ? runDir.mid(2) : runDir)));
     if (!r)
         return fail(r.error());
     if (r->out.startsWith("NODIR"))
         return fail(QStringLiteral("%1 has no run directory %2").arg(host.toString(), runDir));
+    // A folder with none of a run's files (a typo, a parent folder) would be followed forever.
+    if (r->out.startsWith("NORUN"))
+        return fail(QStringLiteral("%1:%2 is not a run directory (no events.jsonl, metrics.jsonl, "
+                                   "launcher.pid or run.json in it); give the folder `shard run` "
+                                   "printed")
+                        .arg(host.toString(), runDir));
     const QString absDir = lineValue(r->out, "DIR=");
     const qint64 pid = lineValue(r->out, "PID=").toLongLong();
     const int specAt = r->out.indexOf("SPEC\n");

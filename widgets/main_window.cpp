@@ -147,6 +147,7 @@ void MainWindow::wirePages()
     connect(
         m_hosts, &HostsPage::hostsChanged, this, [this] { m_launch->setHosts(m_hosts->hosts()); });
     m_monitor->setPredictor(&predictedBytesPerRank);
+    m_monitor->setStore(m_store);
     m_monitor->setStopper([this](const QString& dir) -> QString {
         const auto it = m_runIdByDir.find(QDir(dir).absolutePath());
         if (it == m_runIdByDir.end())
@@ -181,20 +182,18 @@ void MainWindow::wirePages()
             if (!run.runDir.isEmpty())
                 m_runIdByDir.insert(QDir(run.runDir).absolutePath(), run.id);
     });
-    connect(m_store, &StoreService::launched, this, [this](qint64 id, const QString& dir) {
-        m_runIdByDir.insert(QDir(dir).absolutePath(), id);
-        if (QDir(dir).exists()) {
-            monitorRun(dir);
-        } else {
-            // A remote run: its points reach the store through the watcher; follow it on Runs.
-            statusBar()->showMessage(
-                tr("Run %1 started remotely in %2; it is recorded on the Runs page.")
-                    .arg(id)
-                    .arg(dir),
-                15000);
-            showPage(Page::Runs);
-        }
-    });
+    connect(
+        m_store, &StoreService::launched, this, [this](qint64 id, const QString& dir, bool remote) {
+            m_runIdByDir.insert(QDir(dir).absolutePath(), id);
+            if (!remote) {
+                monitorRun(dir);
+            } else {
+                // A remote run: its points reach the store through the watcher; follow it there.
+                statusBar()->showMessage(
+                    tr("Run %1 started remotely in %2.").arg(id).arg(dir), 15000);
+                monitorRun(QString::number(id));
+            }
+        });
     connect(m_store, &StoreService::errorOccurred, this,
         [this](const QString& message) { statusBar()->showMessage(message, 15000); });
     connect(m_store, &StoreService::openFailed, this,
@@ -207,11 +206,6 @@ void MainWindow::wirePages()
         });
     connect(m_store, &StoreService::seriesLoaded, this,
         [this](quint64 ticket, const std::vector<RunSeries>& runs) {
-            if (ticket == m_monitorTicket) {
-                if (!runs.empty())
-                    m_monitor->openRunDirectory(runs.front().directory);
-                return;
-            }
             if (ticket != m_ticket)
                 return;
             for (const RunSeries& run : runs)
@@ -237,8 +231,8 @@ void MainWindow::monitorRun(const QString& folderOrId)
     bool numeric = false;
     const qint64 id = folderOrId.toLongLong(&numeric);
     if (numeric && !QDir(folderOrId).exists()) {
-        m_monitorTicket = ++m_ticket;
-        m_store->loadSeries({id}, m_monitorTicket);
+        // A recorded run, wherever it runs: followed through the store.
+        m_monitor->openStoreRun(id);
     } else {
         m_monitor->openRunDirectory(folderOrId);
     }

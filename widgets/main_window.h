@@ -76,7 +76,6 @@ private:
     StoreService* m_store = nullptr;
     QHash<QString, qint64> m_runIdByDir;
     quint64 m_ticket = 0;
-    quint64 m_monitorTicket = 0;
     ThemeKind m_theme = ThemeKind::Light;
 };
 

@@ -21,9 +21,14 @@
 #include "widgets/live_plot.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/message_bar.h"
+#include "widgets/store_service.h"
 #include "widgets/theme.h"
 
 namespace shard::widgets {
+
+namespace {
+quint64 s_storeTickets = 0; // followRun tickets (UI thread only)
+} // namespace
 
 QStringList memoryCategoryNames()
 {
@@ -69,6 +74,7 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_path->setAccessibleName(tr("Run folder"));
     m_open = new QPushButton(tr("&Open run folder…"), this);
     m_stop = new QPushButton(tr("S&top run"), this);
+    m_stop->setObjectName("stopButton");
     m_stop->setEnabled(false);
     m_resume = new QPushButton(tr("&Resume"), this);
     m_resume->setObjectName("resumeButton");
@@ -179,7 +185,103 @@ MonitorPage::MonitorPage(QWidget* parent)
 
 QString MonitorPage::runDirectory() const
 {
-    return m_follower.directory();
+    return m_storeRunId != 0 ? m_storeWhere : m_follower.directory();
+}
+
+void MonitorPage::setStore(StoreService* store)
+{
+    m_store = store;
+    connect(store, &StoreService::runFollowed, this, [this](quint64 ticket, const FollowUpdate& u) {
+        if (m_storeRunId == 0 || ticket != m_storeTicket)
+            return;
+        onUpdate(u);
+        if (u.store)
+            onStoreState(*u.store);
+    });
+    connect(store, &StoreService::runError, this, [this](qint64 runId, const QString& message) {
+        if (runId == m_storeRunId && !m_finished)
+            m_message->showMessage(message);
+    });
+    connect(
+        store, &StoreService::resumed, this, [this](qint64 from, qint64 to, const QString& error) {
+            if (!m_awaitingResume || from != m_storeRunId)
+                return;
+            m_awaitingResume = false;
+            if (!error.isEmpty()) {
+                m_message->showMessage(tr("Cannot resume: %1").arg(error));
+                m_resume->setEnabled(m_storeResumable && m_finished);
+            } else {
+                openStoreRun(to);
+                m_message->showMessage(
+                    tr("Resumed from the latest checkpoint."), MessageBar::Kind::Info);
+            }
+            Q_EMIT resumeDone(error);
+        });
+}
+
+void MonitorPage::openStoreRun(qint64 runId)
+{
+    reset();
+    m_follower.stop();
+    m_storeRunId = runId;
+    m_storeTicket = ++s_storeTickets;
+    m_storeWhere.clear();
+    m_path->setText(tr("run %1").arg(runId));
+    m_run.id = QString::number(runId);
+    if (!m_store) {
+        m_message->showMessage(
+            tr("No run store is open, so run %1 cannot be followed.").arg(runId));
+        return;
+    }
+    m_status->setText(tr("Connecting to run %1…").arg(runId));
+    m_stop->setEnabled(true);
+    m_store->followRun(runId, m_storeTicket);
+}
+
+void MonitorPage::onStoreState(const FollowUpdate::StoreState& st)
+{
+    m_storeWhere = st.where;
+    m_run.directory = st.where;
+    if (m_path->text() != st.where)
+        m_path->setText(st.where);
+    m_storeResumable = st.resumable;
+    if (!st.ended) {
+        // The store is the truth: a run resumed in the same record is live again even though
+        // the finish event of its previous process is in its history.
+        if (m_finished) {
+            m_finished = false;
+            m_stop->setEnabled(true);
+            m_resume->setEnabled(false);
+            m_status->setText(m_run.name.isEmpty() ? tr("Running") : m_run.name);
+        }
+        if (m_status->text().startsWith(tr("Connecting")))
+            m_status->setText(m_run.name.isEmpty() ? tr("Running") : m_run.name);
+        return;
+    }
+    m_stop->setEnabled(false);
+    m_resume->setEnabled(st.resumable && !m_awaitingResume);
+    if (m_finished) {
+        Q_EMIT resumeCheckDone(m_resume->isEnabled());
+        return;
+    }
+    // Ended without a finish event (killed, lost node, cancelled job): the store knows why.
+    m_finished = true;
+    const QString reason = st.message.isEmpty() ? st.status : st.status + ": " + st.message;
+    m_status->setText(tr("Ended (%1)").arg(reason));
+    if (st.status != QLatin1String("finished"))
+        m_message->showMessage(tr("The run ended early (%1).%2")
+                                   .arg(reason,
+                                       st.resumable ? tr(" Resume continues it from its latest "
+                                                         "complete checkpoint.")
+                                                    : QString()),
+            MessageBar::Kind::Error);
+    Q_EMIT runFinished(st.status);
+    Q_EMIT resumeCheckDone(m_resume->isEnabled());
+}
+
+QString MonitorPage::logText() const
+{
+    return m_log->toPlainText();
 }
 
 QString MonitorPage::messageText() const
@@ -202,6 +304,8 @@ void MonitorPage::reset()
     ++m_predictionGeneration;
     m_totalSteps = 0;
     m_finished = false;
+    m_startsSeen = 0;
+    m_startsBeforeLive = 0;
     ++m_resumeGeneration;
     m_resume->setEnabled(false);
     for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput})
@@ -220,6 +324,10 @@ void MonitorPage::reset()
 void MonitorPage::openRunDirectory(const QString& directory)
 {
     reset();
+    if (m_storeRunId != 0 && m_store)
+        m_store->unfollow();
+    m_storeRunId = 0;
+    m_storeWhere.clear();
     if (directory.isEmpty()) {
         m_message->showMessage(tr("Enter or choose a run folder first."));
         return;
@@ -290,6 +398,8 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
                 QString::fromStdString(e.kind), QString::fromStdString(e.message)});
         if (e.kind == "error" || e.kind == "warning")
             item->setForeground(2, QColor(200, 40, 40));
+        if (e.kind == "start")
+            ++m_startsSeen;
         if (e.kind == "start" && m_finished) {
             // The run was started again in its folder (resumed): it is live once more.
             m_finished = false;
@@ -298,7 +408,9 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
             m_resume->setEnabled(false);
             m_status->setText(m_run.name.isEmpty() ? tr("Running") : m_run.name);
         }
-        if (e.kind == "finish") {
+        // Right after a resume the folder is read again from its start: the previous process's
+        // finish is history until the resumed process's own start event arrives.
+        if (e.kind == "finish" && m_startsSeen >= m_startsBeforeLive) {
             m_finished = true;
             m_stop->setEnabled(false);
             refreshResume();
@@ -310,12 +422,27 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
             m_message->showMessage(
                 tr("The run reported an error: %1").arg(QString::fromStdString(e.message)));
     }
+    if (!u.endedWithoutFinish.isEmpty() && !m_finished && m_startsSeen >= m_startsBeforeLive)
+        endWithoutFinish(u.endedWithoutFinish);
     if (!u.logLines.isEmpty())
         m_log->appendPlainText(u.logLines.join('\n'));
     if (u.badLines > 0)
         m_message->showMessage(
             tr("%n line(s) of the run's files could not be read and were skipped.", "", u.badLines),
             MessageBar::Kind::Info);
+}
+
+void MonitorPage::endWithoutFinish(const QString& why)
+{
+    m_finished = true;
+    m_stop->setEnabled(false);
+    refreshResume();
+    m_status->setText(tr("Interrupted"));
+    m_message->showMessage(
+        tr("The run ended early: %1. Resume continues it from its latest complete checkpoint.")
+            .arg(why),
+        MessageBar::Kind::Error);
+    Q_EMIT runFinished(QStringLiteral("interrupted"));
 }
 
 void MonitorPage::updateProgress()
@@ -358,6 +485,12 @@ void MonitorPage::updateMemory()
 
 void MonitorPage::stopRun()
 {
+    if (m_storeRunId != 0 && m_store) {
+        m_store->stopRun(m_storeRunId);
+        m_message->showMessage(
+            tr("Stop requested; the run records why it ended."), MessageBar::Kind::Info);
+        return;
+    }
     if (!m_stopper)
         return;
     const QString error = m_stopper(runDirectory());
@@ -376,6 +509,12 @@ bool MonitorPage::canResume() const
 void MonitorPage::refreshResume()
 {
     const quint64 generation = ++m_resumeGeneration;
+    if (m_storeRunId != 0) {
+        // The store says whether a checkpoint was recorded (the folder may be on another host);
+        // the store state that comes with the finish event enables the button.
+        m_resume->setEnabled(m_storeResumable && m_finished && !m_awaitingResume);
+        return;
+    }
     runInBackground(
         this,
         [dir = runDirectory().toStdString()] { return ckpt::latestComplete(dir).has_value(); },
@@ -389,6 +528,15 @@ void MonitorPage::refreshResume()
 
 void MonitorPage::resumeRun()
 {
+    if (m_storeRunId != 0 && m_store) {
+        if (!m_resume->isEnabled())
+            return;
+        m_resume->setEnabled(false);
+        m_awaitingResume = true;
+        m_message->showMessage(tr("Resuming from the latest checkpoint…"), MessageBar::Kind::Info);
+        m_store->resumeRun(m_storeRunId);
+        return;
+    }
     if (!m_resumer || !m_resume->isEnabled())
         return;
     const QString dir = runDirectory();
@@ -402,8 +550,15 @@ void MonitorPage::resumeRun()
                 if (dir == runDirectory())
                     refreshResume();
             } else if (dir == runDirectory()) {
-                // The run appends to the same folder: follow it again from the start.
+                // The run appends to the same folder: follow it again from the start. Until the
+                // resumed run's own start event shows up, the old launcher's pid file still names
+                // a dead process: that is not a new interruption.
+                int starts = 0;
+                for (const auto& e : m_run.events)
+                    starts += e.kind == "start" ? 1 : 0;
                 openRunDirectory(dir);
+                m_startsBeforeLive = starts + 1;
+                m_status->setText(tr("Resuming…"));
                 m_message->showMessage(
                     tr("Resumed from the latest checkpoint."), MessageBar::Kind::Info);
             }

@@ -1,6 +1,7 @@
 // Monitor page: a run followed live from its directory — loss (raw and smoothed), learning rate,
 // grad norm, tokens/s, memory per rank stacked by category next to the planner's prediction,
-// progress with ETA, the log tail and events, stop, and resume from the latest checkpoint.
+// progress with ETA, the log tail and events, stop, and resume from the latest checkpoint. A run is
+// followed in its folder, or through the run store (remote runs: SSH, Slurm).
 #pragma once
 
 #include <functional>
@@ -24,6 +25,7 @@ namespace shard::widgets {
 class LivePlot;
 class MemoryBarChart;
 class MessageBar;
+class StoreService;
 
 class MonitorPage : public QWidget {
     Q_OBJECT
@@ -45,10 +47,17 @@ public:
     bool canResume() const;
 
     void openRunDirectory(const QString& directory);
+    // Follows a recorded run through the run store (any target: a remote run over SSH or Slurm,
+    // or a local one); stop and resume then go through the store's launchers.
+    void setStore(StoreService* store);
+    void openStoreRun(qint64 runId);
+    // The followed run's id in the store (0: a folder followed directly).
+    qint64 storeRunId() const { return m_storeRunId; }
     QString runDirectory() const;
     const RunSeries& run() const { return m_run; }
     int pointCount() const { return int(m_run.size()); }
     QString messageText() const;
+    QString logText() const;
     bool finished() const { return m_finished; }
 
     LivePlot* lossPlot() const { return m_loss; }
@@ -69,7 +78,9 @@ Q_SIGNALS:
 private:
     void browse();
     void onUpdate(const FollowUpdate& update);
+    void onStoreState(const FollowUpdate::StoreState& state);
     void onFailed(const QString& message);
+    void endWithoutFinish(const QString& why);
     void updateProgress();
     void updateMemory();
     void stopRun();
@@ -78,6 +89,12 @@ private:
     void reset();
 
     RunDirFollower m_follower;
+    StoreService* m_store = nullptr;
+    qint64 m_storeRunId = 0;
+    quint64 m_storeTicket = 0;
+    QString m_storeWhere;
+    bool m_storeResumable = false;
+    bool m_awaitingResume = false;
     RunSeries m_run;
     Predictor m_predictor;
     Stopper m_stopper;
@@ -87,6 +104,8 @@ private:
     quint64 m_predictionGeneration = 0;
     int64_t m_totalSteps = 0;
     bool m_finished = false;
+    int m_startsSeen = 0;       // start events read since the folder was opened
+    int m_startsBeforeLive = 0; // after a resume: the start events that mean it is live again
 
     QLineEdit* m_path = nullptr;
     QPushButton* m_open = nullptr;

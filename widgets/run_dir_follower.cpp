@@ -8,6 +8,7 @@
 #include <QFileInfo>
 #include <QTimer>
 
+#include "jobs/local_process.h"
 #include "protocol/jsonl_reader.h"
 #include "protocol/run_dir.h"
 
@@ -23,6 +24,9 @@ public:
         m_metricsOffset = m_eventsOffset = m_logOffset = 0;
         m_specSeen = false;
         m_reportedMissing = false;
+        m_live = false;
+        m_reportedGone = false;
+        m_polls = 0;
         if (!m_timer) {
             m_timer = new QTimer(this);
             m_timer->setInterval(RunDirFollower::kPollMs);
@@ -70,6 +74,12 @@ private:
             m_specSeen = true;
             u.specChanged = true;
         }
+        // Whether the launcher is gone is asked before the files are read, so that a finish
+        // event written just before it exited is seen first. Once a second is enough.
+        const bool checkLauncher = m_polls++ % 5 == 0;
+        const std::optional<bool> launcherAlive = checkLauncher
+            ? jobs::LocalProcess::pidFileAlive(QString::fromStdString(m_dir.pidFile()))
+            : std::nullopt;
         m_metricsOffset += protocol::readJsonlFile(
             m_dir.metricsFile(), m_metricsOffset,
             [&](const nlohmann::json& j, int64_t) {
@@ -95,9 +105,25 @@ private:
             [&](const std::string&, const std::string&) {
                 ++u.badLines;
             }).consumedBytes;
+        bool started = false;
+        for (const auto& e : u.events) {
+            if (e.kind == "start") {
+                m_live = true;
+                m_reportedGone = false;
+                started = true;
+            } else if (e.kind == "finish") {
+                m_live = false;
+            }
+        }
+        // A start read now may belong to a launcher that wrote its pid file after the check.
+        if (m_live && !started && !m_reportedGone && launcherAlive == false) {
+            m_reportedGone = true;
+            u.endedWithoutFinish = tr("its launcher is gone and it wrote no finish event (killed, "
+                                      "or its machine restarted)");
+        }
         readLog(u);
-        if (u.specChanged || !u.metrics.empty() || !u.events.empty() || !u.logLines.isEmpty()
-            || u.badLines > 0)
+        if (!u.endedWithoutFinish.isEmpty() || u.specChanged || !u.metrics.empty()
+            || !u.events.empty() || !u.logLines.isEmpty() || u.badLines > 0)
             Q_EMIT updated(u);
     }
 
@@ -135,6 +161,9 @@ private:
     qint64 m_logOffset = 0;
     bool m_specSeen = false;
     bool m_reportedMissing = false;
+    bool m_live = false;         // a start event without a finish after it
+    bool m_reportedGone = false; // endedWithoutFinish sent for this start
+    quint64 m_polls = 0;
     quint64 m_generation = 0;
 };
 

@@ -3,6 +3,7 @@
 // UI thread in batches. The UI thread never touches the files.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include <QMetaType>
@@ -25,6 +26,21 @@ struct FollowUpdate {
     std::vector<protocol::EventRecord> events;
     QStringList logLines;
     int badLines = 0;
+    // Set once when the run's launcher is gone but the run wrote no finish event after its last
+    // start (killed, or its machine restarted): the reason in words.
+    QString endedWithoutFinish;
+
+    // A run followed through the run store (a remote run: SSH, Slurm over a login node) rather
+    // than in its folder: what the store says of it now.
+    struct StoreState {
+        qint64 runId = 0;
+        QString status;  // queued, running, finished, failed, interrupted, stopped
+        QString message; // the finish reason or last error
+        QString where;   // host:directory
+        bool ended = false;
+        bool resumable = false; // ended, with a checkpoint recorded
+    };
+    std::optional<StoreState> store;
 };
 
 class RunDirFollowerWorker;

@@ -82,7 +82,7 @@ RunsPage::RunsPage(QWidget* parent)
     auto monitorCurrent = [this] {
         const QModelIndex i = m_proxy->mapToSource(m_view->currentIndex());
         if (const jobs::RunRecord* r = m_model->runAt(i.row()))
-            Q_EMIT monitorRequested(r->runDir);
+            Q_EMIT monitorRequested(QString::number(r->id));
         else
             m_message->showMessage(tr("Select a run to monitor."), MessageBar::Kind::Info);
     };

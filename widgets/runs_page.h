@@ -35,7 +35,8 @@ public:
     QString messageText() const;
 
 Q_SIGNALS:
-    void monitorRequested(const QString& runDirectory);
+    // A run id: the window follows it through the store (local or remote alike).
+    void monitorRequested(const QString& runId);
     void compareRequested(const QVector<qint64>& runIds);
     void refreshed(int runCount);
 

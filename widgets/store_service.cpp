@@ -5,6 +5,9 @@
 
 #include <QDir>
 #include <QFileInfo>
+#include <QHash>
+#include <QProcess>
+#include <QTimer>
 
 #include "jobs/ingestor.h"
 #include "jobs/local_launcher.h"
@@ -12,12 +15,15 @@
 #include "jobs/slurm_launcher.h"
 #include "jobs/ssh_launcher.h"
 #include "jobs/watch_run.h"
+#include "protocol/run_dir.h"
 
 namespace shard::widgets {
 
 class StoreWorker : public QObject {
     Q_OBJECT
 public:
+    ~StoreWorker() override { unfollow(); }
+
     void open(const QString& path)
     {
         QDir().mkpath(QFileInfo(path).absolutePath());
@@ -150,6 +156,15 @@ public:
     {
         if (!writable())
             return;
+        if (request.resume && target.kind == "local") {
+            // A resume continues the run recorded for this folder (see resumeRun).
+            auto known = m_store->findRunByDir(QString(), QDir(request.runDir).absolutePath());
+            if (known && known.value() != 0)
+                if (jobs::RunWatcher* old = m_watchers.take(known.value())) {
+                    old->disconnect(this);
+                    delete old;
+                }
+        }
         jobs::Result<qint64> id = jobs::fail(tr("unknown launch target '%1'").arg(target.kind));
         if (target.kind == "local") {
             jobs::LocalLauncher launcher(*m_store);
@@ -179,7 +194,7 @@ public:
             return;
         }
         watch(id.value());
-        Q_EMIT launched(id.value(), run->runDir);
+        Q_EMIT launched(id.value(), run->runDir, remoteHostOf(run.value()).has_value());
     }
 
     void stopRun(qint64 runId)
@@ -205,13 +220,100 @@ public:
         Q_EMIT stopped(runId);
     }
 
+    void followRun(qint64 runId, quint64 ticket)
+    {
+        unfollow();
+        if (!ready())
+            return;
+        auto run = m_store->run(runId);
+        if (!run) {
+            Q_EMIT errorOccurred(tr("Cannot follow run %1: %2").arg(runId).arg(run.error()));
+            return;
+        }
+        m_follow = Follow {};
+        m_follow.runId = runId;
+        m_follow.ticket = ticket;
+        if (auto host = remoteHostOf(run.value()))
+            m_follow.logHost = *host;
+        if (!jobs::isTerminal(run->status) && !m_store->isReadOnly())
+            watch(runId);
+        if (!m_followTimer) {
+            m_followTimer = new QTimer(this);
+            m_followTimer->setInterval(kFollowMs);
+            connect(m_followTimer, &QTimer::timeout, this, [this] { pushFollow(); });
+        }
+        m_followTimer->start();
+        pushFollow();
+    }
+
+    void unfollow()
+    {
+        if (m_followTimer)
+            m_followTimer->stop();
+        if (m_logFetch) {
+            m_logFetch->disconnect(this);
+            m_logFetch->kill();
+            m_logFetch->waitForFinished(1000);
+            m_logFetch->deleteLater();
+            m_logFetch = nullptr;
+        }
+        m_follow = Follow {};
+    }
+
+    void resumeRun(qint64 runId)
+    {
+        if (!writable())
+            return;
+        auto run = m_store->run(runId);
+        if (!run) {
+            Q_EMIT resumed(runId, 0, run.error());
+            return;
+        }
+        auto request = resumeRequest(run.value());
+        if (!request) {
+            Q_EMIT resumed(runId, 0, request.error());
+            return;
+        }
+        // The run continues in the same record; a watcher still on its previous process must
+        // not settle it when that process is found gone.
+        if (jobs::RunWatcher* old = m_watchers.take(runId)) {
+            old->disconnect(this);
+            delete old;
+        }
+        jobs::Result<qint64> id = jobs::fail(tr("unknown target '%1'").arg(run->target));
+        if (run->target == "local") {
+            id = jobs::LocalLauncher(*m_store).start(request.value());
+        } else if (run->target == "ssh") {
+            QList<jobs::SshHost> hosts;
+            for (const auto& node : jobs::SshLauncher::nodesOf(run.value()))
+                hosts << node.host;
+            if (hosts.isEmpty())
+                for (const QString& h : run->host.split(',', Qt::SkipEmptyParts))
+                    if (auto host = jobs::SshHost::parse(h))
+                        hosts << *host;
+            id = jobs::SshLauncher(*m_store).start(hosts, request.value());
+        } else if (run->target == "slurm") {
+            id = jobs::SlurmLauncher(*m_store).submit(
+                request.value(), jobs::SlurmLauncher::optionsOf(run.value()));
+        }
+        if (!id) {
+            Q_EMIT resumed(runId, 0, id.error());
+            return;
+        }
+        watch(id.value());
+        Q_EMIT resumed(runId, id.value(), QString());
+    }
+
 Q_SIGNALS:
+    void runFollowed(quint64 ticket, const shard::widgets::FollowUpdate& update);
+    void resumed(qint64 runId, qint64 newRunId, const QString& error);
+    void runError(qint64 runId, const QString& message);
     void opened(const QString& path, bool readOnly, const QString& warning);
     void openFailed(const QString& message);
     void runsListed(const QVector<shard::jobs::RunRecord>& runs);
     void seriesLoaded(quint64 ticket, const std::vector<shard::widgets::RunSeries>& runs);
     void runImported(qint64 runId);
-    void launched(qint64 runId, const QString& runDir);
+    void launched(qint64 runId, const QString& runDir, bool remote);
     void runChanged(qint64 runId);
     void stopped(qint64 runId);
     void errorOccurred(const QString& message);
@@ -237,6 +339,8 @@ private:
     }
     void watch(qint64 runId)
     {
+        if (m_watchers.contains(runId))
+            return;
         auto run = m_store->run(runId);
         if (!run)
             return;
@@ -248,19 +352,271 @@ private:
             return;
         }
         jobs::RunWatcher* w = watcher.value().release();
+        m_watchers.insert(runId, w);
+        connect(w, &jobs::RunWatcher::pointsAdded, this, [this](qint64 id) { changed(id); });
+        connect(w, &jobs::RunWatcher::statusChanged, this, [this](qint64 id) { changed(id); });
         connect(
-            w, &jobs::RunWatcher::pointsAdded, this, [this](qint64 id) { Q_EMIT runChanged(id); });
-        connect(w, &jobs::RunWatcher::statusChanged, this,
-            [this](qint64 id) { Q_EMIT runChanged(id); });
-        connect(w, &jobs::RunWatcher::errorOccurred, this,
-            [this](qint64, const QString& message) { Q_EMIT errorOccurred(message); });
+            w, &jobs::RunWatcher::errorOccurred, this, [this](qint64 id, const QString& message) {
+                Q_EMIT runError(id, message);
+                Q_EMIT errorOccurred(message);
+            });
         connect(w, &jobs::RunWatcher::finished, this, [this, w](qint64 id) {
-            Q_EMIT runChanged(id);
+            m_watchers.remove(id);
+            changed(id);
             w->deleteLater();
         });
     }
+    void changed(qint64 runId)
+    {
+        Q_EMIT runChanged(runId);
+        if (runId == m_follow.runId)
+            pushFollow();
+    }
+
+    // The host whose run directory holds the files of a run that is not on this machine.
+    static std::optional<jobs::SshHost> remoteHostOf(const jobs::RunRecord& run)
+    {
+        QString spec;
+        if (run.target == "ssh") {
+            const auto nodes = jobs::SshLauncher::nodesOf(run);
+            if (!nodes.isEmpty())
+                return nodes.front().host;
+            spec = run.host.section(',', 0, 0);
+        } else if (run.target == "slurm") {
+            spec = jobs::SlurmLauncher::optionsOf(run).via;
+        }
+        if (spec.isEmpty())
+            return std::nullopt;
+        auto host = jobs::SshHost::parse(spec);
+        return host ? std::optional<jobs::SshHost>(host.value()) : std::nullopt;
+    }
+
+    // The same run again, in its directory, continuing from its latest complete checkpoint.
+    static jobs::Result<jobs::LaunchRequest> resumeRequest(const jobs::RunRecord& run)
+    {
+        jobs::LaunchRequest r;
+        r.name = run.name;
+        r.runDir = run.runDir;
+        r.resume = true;
+        const auto info = nlohmann::json::parse(run.launchInfo.toStdString(), nullptr, false);
+        if (info.is_object() && info.contains("worker") && run.target != "local")
+            r.workerProgram = QString::fromStdString(info.value("worker", "shard-worker"));
+        auto spec = nlohmann::json::parse(run.specJson.toStdString(), nullptr, false);
+        if (!spec.is_object())
+            return jobs::fail(tr("its recorded spec is not a JSON object"));
+        if (spec.contains("args") && spec["args"].is_array()) {
+            // Started from the worker's flags: the same flags, resuming.
+            for (const auto& a : spec["args"])
+                if (a.is_string())
+                    r.trainArgs << QString::fromStdString(a.get<std::string>());
+            const int at = r.trainArgs.indexOf(QStringLiteral("--resume"));
+            if (at >= 0)
+                r.trainArgs.remove(at, std::min<qsizetype>(2, r.trainArgs.size() - at));
+            r.trainArgs << QStringLiteral("--resume") << QStringLiteral("auto");
+        } else {
+            spec["resume"] = "auto";
+            r.specJson = QByteArray::fromStdString(spec.dump(2));
+            r.procsPerNode = jobs::specProcsPerNode(r.specJson, 1);
+        }
+        return r;
+    }
+
+    // What the store has of the followed run that the page has not seen yet.
+    void pushFollow()
+    {
+        if (m_follow.runId == 0 || !m_store)
+            return;
+        const qint64 id = m_follow.runId;
+        auto run = m_store->run(id);
+        if (!run) {
+            if (!m_follow.reportedError)
+                Q_EMIT errorOccurred(tr("Run %1: %2").arg(id).arg(run.error()));
+            m_follow.reportedError = true;
+            return;
+        }
+        FollowUpdate u;
+        u.generation = m_follow.ticket;
+        if (run->specJson != m_follow.specJson) {
+            m_follow.specJson = run->specJson;
+            u.spec = nlohmann::json::parse(run->specJson.toStdString(), nullptr, false);
+            if (!u.spec.is_object())
+                u.spec = nlohmann::json::object();
+            if (!u.spec.contains("name"))
+                u.spec["name"] = run->name.toStdString();
+            if (!u.spec.contains("steps") && run->totalSteps > 0)
+                u.spec["steps"] = run->totalSteps;
+            u.specChanged = true;
+        }
+        auto metrics = m_store->metricSeries(id, m_follow.afterStep);
+        auto memory = m_store->memorySeries(id, m_follow.afterStep);
+        auto events = m_store->events(id, m_follow.afterEventId);
+        if (!metrics || !memory || !events) {
+            if (!m_follow.reportedError)
+                Q_EMIT errorOccurred(tr("Run %1: %2")
+                                         .arg(id)
+                                         .arg(!metrics     ? metrics.error()
+                                                 : !memory ? memory.error()
+                                                           : events.error()));
+            m_follow.reportedError = true;
+            return;
+        }
+        std::map<qint64, std::vector<protocol::RankMemory>> memoryAt;
+        for (const jobs::MemorySeries& rank : memory.value()) {
+            for (int i = 0; i < rank.step.size(); ++i) {
+                protocol::RankMemory m;
+                m.rank = rank.rank;
+                m.shardedParamBytes = qint64(rank.shardedParams.value(i));
+                m.gatheredParamBytes = qint64(rank.gatheredParams.value(i));
+                m.gradBytes = qint64(rank.grads.value(i));
+                m.optimizerBytes = qint64(rank.optimizer.value(i));
+                m.activationBytes = qint64(rank.activations.value(i));
+                m.otherBytes = qint64(rank.other.value(i));
+                m.currentBytes = qint64(rank.current.value(i));
+                m.peakBytes = qint64(rank.peak.value(i));
+                memoryAt[qint64(rank.step[i])].push_back(m);
+            }
+        }
+        const jobs::MetricSeries& m = metrics.value();
+        std::map<qint64, double> evalAt;
+        for (int i = 0; i < m.evalStep.size(); ++i)
+            evalAt[qint64(m.evalStep[i])] = m.evalLoss[i];
+        for (int i = 0; i < m.size(); ++i) {
+            protocol::MetricRecord r;
+            r.step = qint64(m.step[i]);
+            r.tokens = qint64(m.tokens.value(i));
+            r.loss = m.loss.value(i);
+            r.lr = m.lr.value(i);
+            r.gradNorm = m.gradNorm.value(i);
+            r.tokensPerSec = m.tokensPerSec.value(i);
+            r.stepTimeSec = m.stepTime.value(i);
+            r.wallTimeSec = m.wallTime.value(i);
+            r.commBytes = qint64(m.commBytes.value(i));
+            if (auto it = evalAt.find(r.step); it != evalAt.end())
+                r.evalLoss = it->second;
+            if (auto it = memoryAt.find(r.step); it != memoryAt.end())
+                r.memory = it->second;
+            m_follow.afterStep = std::max<qint64>(m_follow.afterStep, r.step);
+            u.metrics.push_back(std::move(r));
+        }
+        for (const jobs::EventRow& row : events.value()) {
+            protocol::EventRecord e;
+            e.kind = row.kind.toStdString();
+            e.step = row.step;
+            e.wallTimeSec = row.wallTime;
+            e.message = row.message.toStdString();
+            e.data = nlohmann::json::parse(row.dataJson.toStdString(), nullptr, false);
+            if (!e.data.is_object())
+                e.data = nlohmann::json::object();
+            if (e.kind == "checkpoint")
+                ++m_follow.checkpoints;
+            m_follow.afterEventId = std::max(m_follow.afterEventId, row.id);
+            u.events.push_back(std::move(e));
+        }
+        FollowUpdate::StoreState st;
+        st.runId = id;
+        st.status = jobs::toString(run->status);
+        st.message = run->message;
+        st.where
+            = (m_follow.logHost ? m_follow.logHost->toString() + ':' : QString()) + run->runDir;
+        st.ended = jobs::isTerminal(run->status);
+        st.resumable = st.ended && m_follow.checkpoints > 0 && !m_store->isReadOnly();
+        const bool stateChanged = !m_follow.lastState || m_follow.lastState->status != st.status
+            || m_follow.lastState->message != st.message
+            || m_follow.lastState->resumable != st.resumable;
+        if (stateChanged)
+            m_follow.lastState = st;
+        u.store = st;
+        if (u.specChanged || !u.metrics.empty() || !u.events.empty() || stateChanged)
+            Q_EMIT runFollowed(m_follow.ticket, u);
+        // The log tail: while the run lives, and once more when it has ended.
+        if (!m_follow.logDone && (++m_follow.ticks % 2 == 1 || st.ended)) {
+            if (st.ended)
+                m_follow.logDone = true;
+            fetchLog(run.value());
+        }
+    }
+
+    // Rank 0's log from the stored offset (at most its last 64 KiB): over SSH for a remote run,
+    // from the file for a local one. Only complete lines are passed on.
+    void fetchLog(const jobs::RunRecord& run)
+    {
+        const QString file
+            = QString::fromStdString(protocol::RunDir(run.runDir.toStdString()).rankLog(0));
+        if (!m_follow.logHost) {
+            QFile log(file);
+            if (!log.open(QIODevice::ReadOnly))
+                return;
+            qint64 offset = m_follow.logOffset > log.size() ? 0 : m_follow.logOffset;
+            offset = std::max(offset, log.size() - kLogTailBytes);
+            log.seek(offset);
+            deliverLog(m_follow.ticket, offset, log.readAll());
+            return;
+        }
+        if (m_logFetch)
+            return; // the previous fetch is still on its way
+        const QString script = QStringLiteral(
+            "f=%1; s=$(stat -c %s -- \"$f\" 2>/dev/null) || exit 0; o=%2; "
+            "[ \"$s\" -lt \"$o\" ] && o=0; [ $((s - o)) -gt %3 ] && o=$((s - %3)); "
+            "echo \"OFF=$o\"; tail -c +$((o + 1)) -- \"$f\" | head -c $((s - o))")
+                                   .arg(jobs::SshClient::shellQuote(file))
+                                   .arg(m_follow.logOffset)
+                                   .arg(kLogTailBytes);
+        m_logFetch = new QProcess(this);
+        const quint64 ticket = m_follow.ticket;
+        connect(m_logFetch, &QProcess::finished, this, [this, ticket] {
+            QProcess* p = m_logFetch;
+            m_logFetch = nullptr;
+            p->deleteLater();
+            const QByteArray out = p->readAllStandardOutput();
+            if (p->exitStatus() != QProcess::NormalExit || p->exitCode() != 0
+                || !out.startsWith("OFF="))
+                return; // no log yet, or SSH trouble (the watcher reports that)
+            const qsizetype nl = out.indexOf('\n');
+            deliverLog(ticket, out.mid(4, nl - 4).toLongLong(), out.mid(nl + 1));
+        });
+        m_logFetch->start(QStringLiteral("ssh"),
+            jobs::SshClient(jobs::SshOptions::fromEnvironment()).sshArgs(*m_follow.logHost)
+                << script);
+    }
+
+    void deliverLog(quint64 ticket, qint64 offset, const QByteArray& data)
+    {
+        if (ticket != m_follow.ticket)
+            return;
+        const qsizetype end = data.lastIndexOf('\n');
+        if (end < 0)
+            return;
+        m_follow.logOffset = offset + end + 1;
+        FollowUpdate u;
+        u.generation = ticket;
+        for (const QByteArray& line : data.left(end).split('\n'))
+            u.logLines.append(QString::fromUtf8(line));
+        Q_EMIT runFollowed(ticket, u);
+    }
+
+    static constexpr int kFollowMs = 1000;
+    static constexpr qint64 kLogTailBytes = 64 << 10;
+
+    struct Follow {
+        qint64 runId = 0;
+        quint64 ticket = 0;
+        QByteArray specJson;
+        qint64 afterStep = -1;
+        qint64 afterEventId = 0;
+        int checkpoints = 0;
+        std::optional<FollowUpdate::StoreState> lastState;
+        std::optional<jobs::SshHost> logHost;
+        qint64 logOffset = 0;
+        quint64 ticks = 0;
+        bool logDone = false;
+        bool reportedError = false;
+    };
 
     std::unique_ptr<jobs::RunStore> m_store;
+    Follow m_follow;
+    QTimer* m_followTimer = nullptr;
+    QProcess* m_logFetch = nullptr;
+    QHash<qint64, jobs::RunWatcher*> m_watchers;
 };
 
 StoreService::StoreService(const QString& path, QObject* parent)
@@ -281,6 +637,9 @@ StoreService::StoreService(const QString& path, QObject* parent)
     connect(m_worker, &StoreWorker::runChanged, this, &StoreService::runChanged);
     connect(m_worker, &StoreWorker::stopped, this, &StoreService::stopped);
     connect(m_worker, &StoreWorker::errorOccurred, this, &StoreService::errorOccurred);
+    connect(m_worker, &StoreWorker::runFollowed, this, &StoreService::runFollowed);
+    connect(m_worker, &StoreWorker::resumed, this, &StoreService::resumed);
+    connect(m_worker, &StoreWorker::runError, this, &StoreService::runError);
     m_thread.setObjectName("run-store");
     m_thread.start();
     QMetaObject::invokeMethod(m_worker, [w = m_worker, path] { w->open(path); });
@@ -318,6 +677,22 @@ void StoreService::launch(const jobs::LaunchRequest& request, const LaunchTarget
 void StoreService::stopRun(qint64 runId)
 {
     QMetaObject::invokeMethod(m_worker, [w = m_worker, runId] { w->stopRun(runId); });
+}
+
+void StoreService::followRun(qint64 runId, quint64 ticket)
+{
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker, runId, ticket] { w->followRun(runId, ticket); });
+}
+
+void StoreService::unfollow()
+{
+    QMetaObject::invokeMethod(m_worker, [w = m_worker] { w->unfollow(); });
+}
+
+void StoreService::resumeRun(qint64 runId)
+{
+    QMetaObject::invokeMethod(m_worker, [w = m_worker, runId] { w->resumeRun(runId); });
 }
 
 } // namespace shard::widgets

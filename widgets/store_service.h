@@ -13,6 +13,7 @@
 
 #include "jobs/launch_request.h"
 #include "jobs/run_store.h"
+#include "widgets/run_dir_follower.h"
 #include "widgets/run_series.h"
 
 namespace shard::widgets {
@@ -45,6 +46,15 @@ public:
     // into the store.
     void launch(const jobs::LaunchRequest& request, const LaunchTarget& target = {});
     void stopRun(qint64 runId);
+    // Follows a recorded run through the store, whatever its target: makes sure a watcher ingests
+    // it, then answers runFollowed(ticket, ...) with everything so far and again with what is
+    // new (points, events, status, the tail of rank 0's log fetched over SSH for a remote run)
+    // until another followRun or unfollow().
+    void followRun(qint64 runId, quint64 ticket);
+    void unfollow();
+    // Starts a recorded run again in its directory, on its target, from its latest complete
+    // checkpoint (its spec with "resume": "auto"); answered by resumed().
+    void resumeRun(qint64 runId);
 
 Q_SIGNALS:
     void opened(const QString& path, bool readOnly, const QString& warning);
@@ -52,9 +62,15 @@ Q_SIGNALS:
     void runsListed(const QVector<shard::jobs::RunRecord>& runs);
     void seriesLoaded(quint64 ticket, const std::vector<shard::widgets::RunSeries>& runs);
     void runImported(qint64 runId);
-    void launched(qint64 runId, const QString& runDir);
+    // `remote`: the run directory is on another host (SSH, Slurm over a login node).
+    void launched(qint64 runId, const QString& runDir, bool remote);
     void runChanged(qint64 runId); // points, events or status of a watched run changed
     void stopped(qint64 runId);
+    void runFollowed(quint64 ticket, const shard::widgets::FollowUpdate& update);
+    // The answer to resumeRun: the new run's id, or 0 and the error in words.
+    void resumed(qint64 runId, qint64 newRunId, const QString& error);
+    // A watched run's trouble (an SSH host that does not answer, a file it cannot read).
+    void runError(qint64 runId, const QString& message);
     // Any request that failed, in words.
     void errorOccurred(const QString& message);
 

@@ -38,7 +38,10 @@ int stopCommand(const StopOptions& o)
         s = jobs::fail(
             QStringLiteral("run %1 has an unknown target '%2'").arg(run.id).arg(run.target));
     if (!s)
-        throw std::runtime_error(s.error().toStdString());
+        throw std::runtime_error(QStringLiteral("cannot stop run %1 ('%2'): %3")
+                                     .arg(run.id)
+                                     .arg(run.name, s.error())
+                                     .toStdString());
     printSummary(*store.run(run.id));
     return 0;
 }

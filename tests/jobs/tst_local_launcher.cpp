@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <QFile>
+#include <QProcess>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
@@ -37,6 +38,35 @@ class TestLocalLauncher : public QObject {
     Q_OBJECT
 
 private Q_SLOTS:
+    // A launcher's pid file: alive only while the process it names is the one that wrote it.
+    void pidFile()
+    {
+        QTemporaryDir dir;
+        const QString path = dir.filePath("launcher.pid");
+        QVERIFY(!LocalProcess::pidFileAlive(path).has_value()); // no file
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray::number(qint64(::getpid())) + "\n");
+        f.close();
+        QCOMPARE(LocalProcess::pidFileAlive(path), std::optional<bool>(true));
+        // The same pid, but the file predates the process: a reused pid, the writer is gone.
+        QVERIFY(f.open(QIODevice::ReadWrite));
+        QVERIFY(f.setFileTime(
+            QDateTime::currentDateTime().addDays(-2), QFileDevice::FileModificationTime));
+        f.close();
+        QCOMPARE(LocalProcess::pidFileAlive(path), std::optional<bool>(false));
+        // A process that has exited.
+        QProcess p;
+        p.start("true");
+        QVERIFY(p.waitForFinished(5000));
+        QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        f.write(QByteArray::number(p.processId() > 0 ? p.processId() : 999999999) + "\n");
+        f.close();
+        QCOMPARE(LocalProcess::pidFileAlive(path), std::optional<bool>(false));
+        QVERIFY(LocalProcess::startedAt(::getpid()) <= QDateTime::currentDateTime());
+        QVERIFY(!LocalProcess::startedAt(999999999).isValid());
+    }
+
     void runsToCompletion()
     {
         QTemporaryDir dir;

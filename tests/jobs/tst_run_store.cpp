@@ -1,5 +1,8 @@
 // RunStore: runs, summaries, series, compare, migrations from an old schema, and the error
 // messages for locked, corrupt, newer and read-only stores.
+#include <thread>
+#include <vector>
+
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QTest>
@@ -250,6 +253,32 @@ private Q_SLOTS:
         // New-version features work on the migrated file.
         QVERIFY(store->appendMetrics(r->id, {metric(301, 1.0, 10, 5, 6)}, 10));
         QCOMPARE(store->memorySeries(r->id)->size(), 2);
+    }
+
+    void concurrentFirstOpen()
+    {
+        // The studio and several CLIs may open a new (or old-schema) store at the same moment:
+        // each upgrade step runs once; nobody fails with "table runs already exists".
+        for (int round = 0; round < 6; ++round) {
+            QTemporaryDir dir;
+            const QString path = dir.filePath("shared.sqlite");
+            if (round % 2 == 1)
+                rawExec(path, kSchemaV1);
+            QVector<QString> failures(8);
+            std::vector<std::thread> openers;
+            for (int i = 0; i < failures.size(); ++i)
+                openers.emplace_back([&path, &failures, i] {
+                    auto store = RunStore::open(path);
+                    if (!store)
+                        failures[i] = store.error();
+                    else if (store->schemaVersion() != 2)
+                        failures[i] = QString("schema %1").arg(store->schemaVersion());
+                });
+            for (auto& t : openers)
+                t.join();
+            for (const QString& f : failures)
+                QVERIFY2(f.isEmpty(), qPrintable(QString("round %1: %2").arg(round).arg(f)));
+        }
     }
 
     void errors()

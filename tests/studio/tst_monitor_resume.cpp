@@ -1,6 +1,7 @@
 // End to end: a real shard-worker run trains 4 steps with checkpoints every 2 steps; its run.json
 // is extended to 6 steps and the Monitor page's Resume button (wired by the main window to the
 // local launcher) continues it from step 4 in the same folder, where the page sees step 6 arrive.
+// And a run whose launcher is SIGKILLed shows as interrupted and resumes the same way.
 #include <QtTest>
 
 #include <QDir>
@@ -12,30 +13,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/checkpoint_store.h"
+
 #include "widgets/main_window.h"
 #include "widgets/monitor_page.h"
 
+#include "studio_test_util.h"
+
 using namespace shard::widgets;
-
-namespace {
-
-// The worker of this build tree, or $SHARD_WORKER; it must have both `launch` and `train`.
-QString findWorker()
-{
-    QString w = qEnvironmentVariable("SHARD_WORKER");
-    if (w.isEmpty())
-        w = QStringLiteral(SHARD_BINARY_DIR "/engine/worker/shard-worker");
-    if (!QFileInfo(w).isExecutable())
-        return {};
-    QProcess p;
-    p.start(w, {"--help"});
-    if (!p.waitForFinished(20000))
-        return {};
-    const QByteArray help = p.readAllStandardOutput();
-    return help.contains(" launch") && help.contains(" train") ? w : QString();
-}
-
-} // namespace
+using shard::test::findWorker;
 
 class TstMonitorResume : public QObject {
     Q_OBJECT
@@ -48,29 +34,8 @@ private Q_SLOTS:
                   "SHARD_BUILD_ENGINE=ON or set SHARD_WORKER)");
         QTemporaryDir tmp;
         QVERIFY(tmp.isValid());
-        qputenv("SHARD_WORKER", worker.toUtf8());
-        QCoreApplication::setOrganizationName("ShardStudioTest");
-        QSettings::setDefaultFormat(QSettings::IniFormat);
-        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, tmp.filePath("settings"));
-
-        QProcess init;
-        init.start(worker,
-            {"init-model", "--preset", "tiny-1m", "--out", tmp.filePath("model"), "--seed", "1"});
-        QVERIFY(init.waitForFinished(60000));
-        QVERIFY2(init.exitCode() == 0, init.readAllStandardError().constData());
-        QFile data(tmp.filePath("copy.jsonl"));
-        QVERIFY(data.open(QIODevice::WriteOnly));
-        uint32_t rng = 7;
-        for (int i = 0; i < 100; ++i) {
-            QStringList half;
-            for (int k = 0; k < 12; ++k) {
-                rng = rng * 1664525u + 1013904223u;
-                half << QString::number(10 + (rng >> 16) % 100);
-            }
-            data.write("{\"input_ids\": [1, " + half.join(", ").toUtf8() + ", 2, "
-                + half.join(", ").toUtf8() + "]}\n");
-        }
-        data.close();
+        const QString setUp = shard::test::setUpTinyTask(tmp.path(), worker, 100);
+        QVERIFY2(setUp.isEmpty(), qPrintable(setUp));
 
         // The first run: 4 steps, checkpoints at steps 2 and 4.
         const QString run = tmp.filePath("run");
@@ -118,6 +83,76 @@ private Q_SLOTS:
             QCOMPARE(steps[i], double(i + 1));
         QVERIFY2(monitor->messageText().isEmpty() || monitor->messageText().contains("Resumed"),
             qPrintable(monitor->messageText()));
+    }
+
+    // A run whose launcher is killed (SIGKILL: no finish event) is shown as interrupted on the
+    // page, which then offers Resume; resuming continues from the latest complete checkpoint.
+    void killedRunIsInterruptedAndResumable()
+    {
+        const QString worker = findWorker();
+        if (worker.isEmpty())
+            QSKIP("no shard-worker with `launch` and `train` in this build");
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString setUp = shard::test::setUpTinyTask(tmp.path(), worker, 100);
+        QVERIFY2(setUp.isEmpty(), qPrintable(setUp));
+
+        // A long run (it never ends by itself here), checkpointing every 3 steps.
+        const QString run = tmp.filePath("killed");
+        QProcess launcher;
+        launcher.setProcessChannelMode(QProcess::ForwardedErrorChannel);
+        launcher.start(worker,
+            {"launch", "--nproc-per-node", "1", "--run-dir", run, "--", "train", "--model",
+                tmp.filePath("model"), "--data", tmp.filePath("copy.jsonl"), "--steps", "100000",
+                "--seq-len", "32", "--micro-batch", "2", "--checkpoint-every", "3", "--out", run});
+        QVERIFY(launcher.waitForStarted(10000));
+
+        MainWindow window(tmp.filePath("store.sqlite"));
+        window.show();
+        MonitorPage* monitor = window.monitorPage();
+        QSignalSpy finished(monitor, &MonitorPage::runFinished);
+        monitor->openRunDirectory(run);
+        QTRY_VERIFY_WITH_TIMEOUT(
+            shard::test::lastEventStep(monitor->run().events, "checkpoint") > 0, 120000);
+        QVERIFY(!monitor->finished());
+        launcher.kill(); // SIGKILL: the ranks die with it (PR_SET_PDEATHSIG), nothing is logged
+        QVERIFY(launcher.waitForFinished(10000));
+
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 10000);
+        QCOMPARE(finished.count(), 1);
+        QCOMPARE(finished.first().first().toString(), QString("interrupted"));
+        QVERIFY2(
+            monitor->messageText().contains("ended early"), qPrintable(monitor->messageText()));
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->canResume(), 10000);
+
+        // Shorten the run to three steps past its latest complete checkpoint, then resume.
+        const auto latest = shard::ckpt::latestComplete(run.toStdString());
+        QVERIFY(latest);
+        const QString name = QFileInfo(QString::fromStdString(*latest)).fileName();
+        QVERIFY2(name.startsWith("step-"), qPrintable(name));
+        const int saved = name.mid(5).toInt();
+        QVERIFY(saved >= 3);
+        QFile spec(run + "/run.json");
+        QVERIFY(spec.open(QIODevice::ReadOnly));
+        auto j = nlohmann::json::parse(spec.readAll().toStdString());
+        spec.close();
+        j["steps"] = saved + 3;
+        QVERIFY(spec.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        spec.write(QByteArray::fromStdString(j.dump(2)));
+        spec.close();
+
+        QSignalSpy done(monitor, &MonitorPage::resumeDone);
+        QTest::mouseClick(monitor->findChild<QPushButton*>("resumeButton"), Qt::LeftButton);
+        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 10000);
+        QCOMPARE(done.first().first().toString(), QString());
+        QTRY_VERIFY_WITH_TIMEOUT(!monitor->run().step.empty()
+                && monitor->run().step.back() == double(saved + 3) && monitor->finished(),
+            120000);
+        // The resumed part starts right after the checkpoint.
+        const auto& steps = monitor->run().step;
+        QCOMPARE(steps[steps.size() - 3], double(saved + 1));
+        QVERIFY2(
+            !monitor->messageText().contains("ended early"), qPrintable(monitor->messageText()));
     }
 };
 

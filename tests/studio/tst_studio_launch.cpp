@@ -15,27 +15,10 @@
 #include "widgets/run_table_model.h"
 #include "widgets/runs_page.h"
 
+#include "studio_test_util.h"
+
 using namespace shard::widgets;
-
-namespace {
-
-// The worker of this build tree, or $SHARD_WORKER; it must have both `launch` and `train`.
-QString findWorker()
-{
-    QString w = qEnvironmentVariable("SHARD_WORKER");
-    if (w.isEmpty())
-        w = QStringLiteral(SHARD_BINARY_DIR "/engine/worker/shard-worker");
-    if (!QFileInfo(w).isExecutable())
-        return {};
-    QProcess p;
-    p.start(w, {"--help"});
-    if (!p.waitForFinished(20000))
-        return {};
-    const QByteArray help = p.readAllStandardOutput();
-    return help.contains(" launch") && help.contains(" train") ? w : QString();
-}
-
-} // namespace
+using shard::test::findWorker;
 
 class TstStudioLaunch : public QObject {
     Q_OBJECT
@@ -47,31 +30,9 @@ private Q_SLOTS:
             QSKIP("no shard-worker with `launch` and `train` in this build (configure with "
                   "SHARD_BUILD_ENGINE=ON or set SHARD_WORKER)");
         QTemporaryDir tmp;
-        qputenv("SHARD_WORKER", worker.toUtf8());
-        QCoreApplication::setOrganizationName("ShardStudioTest");
-        QSettings::setDefaultFormat(QSettings::IniFormat);
-        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, tmp.filePath("settings"));
-
         // A tiny model with seeded weights and a learnable copy task, pre-tokenized.
-        QProcess init;
-        init.start(worker,
-            {"init-model", "--preset", "tiny-1m", "--out", tmp.filePath("model"), "--seed", "1"});
-        QVERIFY(init.waitForFinished(60000));
-        QVERIFY2(init.exitCode() == 0, init.readAllStandardError().constData());
-        QFile data(tmp.filePath("copy.jsonl"));
-        QVERIFY(data.open(QIODevice::WriteOnly));
-        uint32_t rng = 7;
-        for (int i = 0; i < 400; ++i) {
-            QStringList ids;
-            QStringList half;
-            for (int k = 0; k < 12; ++k) {
-                rng = rng * 1664525u + 1013904223u;
-                half << QString::number(10 + (rng >> 16) % 100);
-            }
-            ids << "1" << half << "2" << half;
-            data.write("{\"input_ids\": [" + ids.join(", ").toUtf8() + "]}\n");
-        }
-        data.close();
+        const QString setUp = shard::test::setUpTinyTask(tmp.path(), worker, 400);
+        QVERIFY2(setUp.isEmpty(), qPrintable(setUp));
 
         MainWindow window(tmp.filePath("store.sqlite"));
         window.resize(1280, 800);

@@ -1,0 +1,162 @@
+// The Monitor page follows a run through the run store when its folder is on another host: a real
+// shard-worker run started over SSH (a real sshd on 127.0.0.1) streams its points, events and the
+// tail of its log to the page; Stop ends it on the host; Resume starts it again there from its
+// latest complete checkpoint, in the same run record, and the page follows it to its end. A run on
+// a host that refuses the connection shows a message.
+#include <QtTest>
+
+#include <QPushButton>
+#include <QTemporaryDir>
+
+#include <nlohmann/json.hpp>
+
+#include "jobs/run_store.h"
+#include "widgets/main_window.h"
+#include "widgets/monitor_page.h"
+#include "widgets/store_service.h"
+
+#include "../jobs/sshd_fixture.h"
+#include "studio_test_util.h"
+
+using namespace shard::widgets;
+
+class TstMonitorRemote : public QObject {
+    Q_OBJECT
+
+    SshdFixture m_sshd;
+    QTemporaryDir m_tmp;
+    QString m_worker;
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        m_worker = shard::test::findWorker();
+        if (m_worker.isEmpty())
+            QSKIP("no shard-worker with `launch` and `train` in this build");
+        QString why;
+        if (!m_sshd.start(1, &why))
+            QFAIL(qPrintable(why));
+        // The studio's SSH client reads its config file from here (the user's own otherwise).
+        qputenv("SHARD_SSH_CONFIG", m_sshd.configFile().toUtf8());
+        const QString setUp = shard::test::setUpTinyTask(m_tmp.path(), m_worker, 100);
+        QVERIFY2(setUp.isEmpty(), qPrintable(setUp));
+    }
+
+    void remoteRunStopAndResume()
+    {
+        MainWindow window(m_tmp.filePath("store.sqlite"));
+        window.show();
+        MonitorPage* monitor = window.monitorPage();
+
+        const nlohmann::json spec
+            = {{"name", "remote-e2e"}, {"model", m_tmp.filePath("model").toStdString()},
+                {"data", m_tmp.filePath("copy.jsonl").toStdString()}, {"steps", 100000},
+                {"seq_len", 32}, {"micro_batch", 2}, {"checkpoint_every", 5}, {"lr", 3e-3}};
+        shard::jobs::LaunchRequest request;
+        request.name = "remote-e2e";
+        request.specJson = QByteArray::fromStdString(spec.dump());
+        request.runDir = m_tmp.filePath("remote-run");
+        request.workerProgram = m_worker;
+        LaunchTarget target;
+        target.kind = "ssh";
+        target.sshHost = "node0";
+        window.store()->launch(request, target);
+
+        // The window follows the new remote run through the store.
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->storeRunId() != 0, 30000);
+        QCOMPARE(window.currentPage(), Page::Monitor);
+        const qint64 first = monitor->storeRunId();
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->pointCount() > 0, 120000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->runDirectory().startsWith("node0:"), 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(
+            shard::test::lastEventStep(monitor->run().events, "checkpoint") > 0, 120000);
+        // The tail of rank 0's log, fetched over SSH.
+        QTRY_VERIFY_WITH_TIMEOUT(!monitor->logText().isEmpty(), 20000);
+        QVERIFY(!monitor->finished());
+        QVERIFY(!monitor->canResume());
+
+        // Stop on the host; the store records why it ended and offers Resume.
+        QSignalSpy ended(monitor, &MonitorPage::runFinished);
+        auto* stop = monitor->findChild<QPushButton*>("stopButton");
+        QVERIFY(stop && stop->isEnabled());
+        QTest::mouseClick(stop, Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->canResume(), 20000);
+        QVERIFY(ended.count() >= 1);
+        const qint64 saved = shard::test::lastEventStep(monitor->run().events, "checkpoint");
+        QVERIFY(saved >= 5);
+        const qint64 last = saved + 4;
+        {
+            auto store = shard::jobs::RunStore::open(m_tmp.filePath("store.sqlite"));
+            QVERIFY(store);
+            auto run = store->run(first);
+            QVERIFY(run);
+            QVERIFY2(run->status == shard::jobs::RunStatus::Stopped,
+                qPrintable(shard::jobs::toString(run->status)));
+            // The user shortens the run to four steps past its latest checkpoint (the spec the
+            // resume starts from is the recorded one).
+            auto j = nlohmann::json::parse(run->specJson.toStdString());
+            j["steps"] = last;
+            QVERIFY(store->setSpec(first, QByteArray::fromStdString(j.dump())));
+        }
+
+        // Resume: the run starts again in the same folder on the same host, followed to its end.
+        QSignalSpy resumed(monitor, &MonitorPage::resumeDone);
+        QTest::mouseClick(monitor->findChild<QPushButton*>("resumeButton"), Qt::LeftButton);
+        QTRY_COMPARE_WITH_TIMEOUT(resumed.count(), 1, 30000);
+        QCOMPARE(resumed.first().first().toString(), QString());
+        // The same run continues: one record, its history kept, the re-run steps replaced.
+        QCOMPARE(monitor->storeRunId(), first);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished() && !monitor->run().step.empty()
+                && monitor->run().step.back() == double(last),
+            240000);
+        QVERIFY2(monitor->messageText().isEmpty() || monitor->messageText().contains("Resumed"),
+            qPrintable(monitor->messageText()));
+        QCOMPARE(monitor->run().step.back(), double(last));
+        // The resumed part starts right after the checkpoint; the earlier history is kept.
+        const auto& steps = monitor->run().step;
+        QCOMPARE(steps.front(), 1.0);
+        QCOMPARE(steps[steps.size() - 4], double(saved + 1));
+        bool resumedEvent = false;
+        for (const auto& e : monitor->run().events)
+            resumedEvent = resumedEvent || e.message.find("resumed from") != std::string::npos;
+        QVERIFY(resumedEvent);
+        auto store = shard::jobs::RunStore::open(
+            m_tmp.filePath("store.sqlite"), shard::jobs::OpenMode::ReadOnly);
+        QVERIFY(store);
+        auto run = store->run(monitor->storeRunId());
+        QVERIFY(run);
+        QCOMPARE(run->target, QString("ssh"));
+        QCOMPARE(shard::jobs::toString(run->status), QString("finished"));
+    }
+
+    void unreachableHostShowsMessage()
+    {
+        // A run recorded on a host whose port refuses: the page says so instead of waiting.
+        {
+            auto store = shard::jobs::RunStore::open(m_tmp.filePath("refused.sqlite"));
+            QVERIFY(store);
+            shard::jobs::NewRun nr;
+            nr.name = "lost";
+            nr.target = "ssh";
+            nr.host = "down"; // the fixture's alias for a closed loopback port
+            nr.runDir = "/nonexistent/run";
+            nr.status = shard::jobs::RunStatus::Running;
+            QVERIFY(store->createRun(nr));
+        }
+        MainWindow window(m_tmp.filePath("refused.sqlite"));
+        window.show();
+        QSignalSpy errors(window.store(), &StoreService::errorOccurred);
+        window.monitorRun("1");
+        QTRY_VERIFY_WITH_TIMEOUT(!errors.isEmpty(), 30000);
+        const QString message = errors.first().first().toString();
+        QVERIFY2(message.contains("unreachable"), qPrintable(message));
+        QTRY_VERIFY_WITH_TIMEOUT(monitor(window)->messageText().contains("unreachable"), 10000);
+    }
+
+private:
+    static MonitorPage* monitor(MainWindow& w) { return w.monitorPage(); }
+};
+
+QTEST_MAIN(TstMonitorRemote)
+#include "tst_monitor_remote.moc"
