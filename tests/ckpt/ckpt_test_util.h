@@ -44,6 +44,8 @@ inline int finish(const char* what)
     return failures() ? 1 : 0;
 }
 
+// Ours, not glog's (c10's logging header defines one when Torch is included first).
+#undef CHECK
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
