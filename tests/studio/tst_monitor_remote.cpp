@@ -1,8 +1,9 @@
 // The Monitor page follows a run through the run store when its folder is on another host: a real
 // shard-worker run started over SSH (a real sshd on 127.0.0.1) streams its points, events and the
 // tail of its log to the page; Stop ends it on the host; Resume starts it again there from its
-// latest complete checkpoint, in the same run record, and the page follows it to its end. A run on
-// a host that refuses the connection shows a message.
+// latest complete checkpoint, in the same run record, and the page follows it to its end. Runs
+// started by the CLI or as Slurm jobs open by id the same way. A run on a host that refuses the
+// connection shows a message.
 #include <QtTest>
 
 #include <QPushButton>
@@ -15,10 +16,15 @@
 #include "widgets/monitor_page.h"
 #include "widgets/store_service.h"
 
+#include "../jobs/slurm_fixture.h"
 #include "../jobs/sshd_fixture.h"
 #include "studio_test_util.h"
 
 using namespace shard::widgets;
+
+namespace {
+const QString kFakeWorker = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/fake-shard-worker.sh");
+} // namespace
 
 class TstMonitorRemote : public QObject {
     Q_OBJECT
@@ -128,6 +134,57 @@ private Q_SLOTS:
         QVERIFY(run);
         QCOMPARE(run->target, QString("ssh"));
         QCOMPARE(shard::jobs::toString(run->status), QString("finished"));
+    }
+
+    // Runs started elsewhere — by the `shard` CLI on this machine, and as a Slurm job submitted
+    // through a login node over SSH — open by id and are watched the same way to their end.
+    void runsStartedElsewhereOpenById()
+    {
+        SlurmFixture slurm;
+        QString why;
+        if (!slurm.start(&why))
+            QFAIL(qPrintable(why));
+        const QString storePath = m_tmp.filePath("elsewhere.sqlite");
+        auto cli = [&](const QStringList& args) {
+            QProcess p;
+            QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+            env.insert("SHARD_STORE", storePath);
+            env.insert("SHARD_RUNS_DIR", m_tmp.filePath("elsewhere-runs"));
+            env.insert("SHARD_WORKER", kFakeWorker);
+            env.insert("SLURM_CONF", slurm.confPath());
+            p.setProcessEnvironment(env);
+            p.start(QStringLiteral(SHARD_BINARY_DIR "/app/shard"), args);
+            const bool ended = p.waitForFinished(60000);
+            return ended && p.exitCode() == 0 ? QString()
+                                              : QString::fromUtf8(p.readAllStandardError());
+        };
+        QString err = cli({"run", "--detach", "--name", "cli-run", "--env", "FAKE_STEP_SEC=0.05",
+            "--", "--steps", "30"});
+        QVERIFY2(err.isEmpty(), qPrintable(err));
+        err = cli({"run", "--slurm", "--via", "node0", "--detach", "--name", "slurm-run",
+            "--worker", kFakeWorker, "--run-dir", m_tmp.filePath("slurm-run"), "--env",
+            "FAKE_STEP_SEC=0.05", "--", "--steps", "20"});
+        QVERIFY2(err.isEmpty(), qPrintable(err));
+
+        MainWindow window(storePath);
+        window.show();
+        MonitorPage* monitor = window.monitorPage();
+        struct Case {
+            QString id, where;
+            int steps;
+        };
+        for (const Case& c : {Case {"1", m_tmp.filePath("elsewhere-runs"), 30},
+                 Case {"2", "node0:" + m_tmp.filePath("slurm-run"), 20}}) {
+            window.monitorRun(c.id);
+            QCOMPARE(window.currentPage(), Page::Monitor);
+            QCOMPARE(monitor->storeRunId(), c.id.toLongLong());
+            QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 60000);
+            QVERIFY2(
+                monitor->runDirectory().startsWith(c.where), qPrintable(monitor->runDirectory()));
+            QCOMPARE(monitor->pointCount(), c.steps);
+            QCOMPARE(monitor->run().step.back(), double(c.steps));
+            QVERIFY2(monitor->messageText().isEmpty(), qPrintable(monitor->messageText()));
+        }
     }
 
     void unreachableHostShowsMessage()
