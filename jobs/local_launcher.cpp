@@ -164,15 +164,7 @@ Status LocalLauncher::stop(qint64 runId, int graceMs)
     Ingestor ingestor(m_store);
     if (auto s = ingestor.ingestRunDir(runId, run->runDir); !s)
         return fail(s.error());
-    auto after = m_store.run(runId);
-    if (after && !isTerminal(after->status)) {
-        protocol::EventRecord e;
-        e.kind = "stopped";
-        e.message = "stopped on request";
-        (void)m_store.addEvent(runId, e);
-        return m_store.setStatus(runId, RunStatus::Stopped, QStringLiteral("stopped on request"));
-    }
-    return {};
+    return markStoppedOnRequest(m_store, runId);
 }
 
 } // namespace shard::jobs

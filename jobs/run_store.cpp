@@ -1028,4 +1028,16 @@ Status RunStore::addEvent(qint64 runId, const protocol::EventRecord& e)
     return tx.commit(doing);
 }
 
+Status markStoppedOnRequest(RunStore& store, qint64 runId)
+{
+    auto after = store.run(runId);
+    if (!after || isTerminal(after->status))
+        return {};
+    protocol::EventRecord e;
+    e.kind = "stopped";
+    e.message = "stopped on request";
+    (void)store.addEvent(runId, e);
+    return store.setStatus(runId, RunStatus::Stopped, QStringLiteral("stopped on request"));
+}
+
 } // namespace shard::jobs

@@ -175,4 +175,8 @@ private:
     std::unique_ptr<Impl> d;
 };
 
+// After a stop on request: a run that did not record its own end gets a "stopped" event and the
+// status stopped.
+Status markStoppedOnRequest(RunStore& store, qint64 runId);
+
 } // namespace shard::jobs

@@ -204,15 +204,7 @@ Status SshLauncher::stop(qint64 runId, int graceMs)
         errors += (errors.isEmpty() ? "" : "; ") + caught.error();
     if (!errors.isEmpty())
         return fail(errors);
-    auto after = m_store.run(runId);
-    if (after && !isTerminal(after->status)) {
-        protocol::EventRecord e;
-        e.kind = "stopped";
-        e.message = "stopped on request";
-        (void)m_store.addEvent(runId, e);
-        return m_store.setStatus(runId, RunStatus::Stopped, QStringLiteral("stopped on request"));
-    }
-    return {};
+    return markStoppedOnRequest(m_store, runId);
 }
 
 Result<QString> SshLauncher::checkHost(const SshHost& host, const QString& workerProgram)
