@@ -6,8 +6,9 @@
 
 namespace shard::dist {
 
-// Sum of tcpi_bytes_sent over this process's TCP sockets (includes the store's and Gloo's
-// headers, so compare differences across one collective with a small tolerance).
+// Sum of tcpi_bytes_sent minus tcpi_bytes_retrans over this process's TCP sockets: bytes put
+// on the wire once (includes the store's and Gloo's headers, so compare differences across one
+// collective with a small tolerance).
 int64_t tcpBytesSent();
 
 } // namespace shard::dist
