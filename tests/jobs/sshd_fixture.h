@@ -4,7 +4,9 @@
 #pragma once
 
 #include <csignal>
+#include <netinet/in.h>
 #include <pwd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <QDir>
@@ -14,6 +16,35 @@
 #include <QTcpSocket>
 #include <QTemporaryDir>
 #include <QTest>
+
+// A loopback port bound without listening: connections to it are refused while it lives, and no
+// server (this test's or another's running alongside) can take it.
+class ClosedPort {
+public:
+    ClosedPort()
+    {
+        m_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a {};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        if (m_fd >= 0 && ::bind(m_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0
+            && ::getsockname(m_fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+            m_port = ntohs(a.sin_port);
+    }
+    ~ClosedPort()
+    {
+        if (m_fd >= 0)
+            ::close(m_fd);
+    }
+    ClosedPort(const ClosedPort&) = delete;
+    ClosedPort& operator=(const ClosedPort&) = delete;
+    int port() const { return m_port; } // -1 if none could be bound
+
+private:
+    int m_fd = -1;
+    int m_port = -1;
+};
 
 class SshdFixture {
 public:
@@ -66,9 +97,20 @@ public:
         const QByteArray wrongPub = read(d + "/wrong_host_key.pub").trimmed();
         QByteArray knownHosts;
         QByteArray wrongKnownHosts;
+        // "down": a port this fixture keeps bound without listening, so a connection is refused
+        // and no server (ours or another test's) can take it while the fixture lives.
+        const int downPort = m_closed.port();
+        if (downPort <= 0) {
+            *why = "cannot reserve a closed loopback port";
+            return false;
+        }
+        QList<int> used {downPort};
         for (int i = 0; i < count; ++i) {
             Server s;
-            s.port = freePort();
+            do
+                s.port = freePort();
+            while (used.contains(s.port));
+            used << s.port;
             const QString cfg = d + QString("/sshd_%1.conf").arg(i);
             write(cfg,
                 QString("Port %1\nListenAddress 127.0.0.1\nHostKey %2/host_key\n"
@@ -113,7 +155,7 @@ public:
                        "  StrictHostKeyChecking yes\n  LogLevel ERROR\n")
                    .arg(m_servers[0].port)
                    .arg(d)
-                   .arg(freePort())
+                   .arg(downPort)
                    .arg(QString::fromLocal8Bit(::getpwuid(::getuid())->pw_name));
         write(configFile(), client.toUtf8());
         // Wait until every server accepts connections.
@@ -139,6 +181,8 @@ public:
     QString configFile() const { return m_dir.path() + "/ssh_config"; }
     QString path() const { return m_dir.path(); }
     int port(int i) const { return m_servers[i].port; }
+    // A loopback port that refuses connections while the fixture lives (the "down" alias's).
+    int closedPort() const { return m_closed.port(); }
 
     // Drops every open connection of server i: SIGKILL to the per-connection sshd processes
     // that our sshd forked (children of the pid this fixture started).
@@ -186,4 +230,5 @@ private:
 
     QTemporaryDir m_dir;
     QList<Server> m_servers;
+    ClosedPort m_closed; // the "down" alias's port
 };

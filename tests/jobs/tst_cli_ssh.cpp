@@ -468,7 +468,7 @@ private Q_SLOTS:
         // run goes on; once it is reachable again the stop goes through.
         QByteArray config = SshdFixture::read(m_sshd->configFile());
         config.replace(QString("Port %1\n").arg(m_sshd->port(0)).toUtf8(),
-            QString("Port %1\n").arg(SshdFixture::freePort()).toUtf8());
+            QString("Port %1\n").arg(m_sshd->closedPort()).toUtf8());
         SshdFixture::write(m_dir.filePath("node0_down_config"), config);
         QProcess down;
         QProcessEnvironment e = env();
@@ -503,7 +503,7 @@ private Q_SLOTS:
     {
         QTest::addColumn<QStringList>("args");
         QTest::addColumn<QString>("message");
-        const QString closed = QString("127.0.0.1:%1").arg(SshdFixture::freePort());
+        const QString closed = QString("127.0.0.1:%1").arg(m_sshd->closedPort());
         auto run = [&](const QString& host, const QString& worker, const QString& dir) {
             return QStringList {"run", "--host", host, "--detach", "--worker", worker, "--run-dir",
                 remoteDir(dir), "--", "--steps", "1"};

@@ -140,8 +140,9 @@ private Q_SLOTS:
         QFile conf(m_slurm->confPath());
         conf.open(QIODevice::ReadOnly);
         QString text = QString::fromUtf8(conf.readAll());
+        const ClosedPort closed;
         text.replace(QRegularExpression("SlurmctldPort=\\d+"),
-            QString("SlurmctldPort=%1").arg(SlurmFixture::freePort()));
+            QString("SlurmctldPort=%1").arg(closed.port()));
         const QString down = m_work.filePath("down.conf");
         SshdFixture::write(down, text.toUtf8());
         SlurmOptions noController;
