@@ -13,19 +13,15 @@
 
 #include "jobs/local_process.h"
 #include "jobs/run_store.h"
+#include "jobs_test_util.h"
 
 using namespace shard::jobs;
 
 namespace {
 
-const QString kShard = QStringLiteral(SHARD_BINARY_DIR "/app/shard");
-const QString kFakeWorker = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/fake-shard-worker.sh");
-
-struct Out {
-    int code = -1;
-    QString out;
-    QString err;
-};
+using shard::test::kFakeWorker;
+using shard::test::kShard;
+using Out = shard::test::CliOut;
 
 } // namespace
 
@@ -45,19 +41,7 @@ class TestCliRuns : public QObject {
 
     Out shard(const QStringList& args, int timeoutMs = 60000) const
     {
-        QProcess p;
-        p.setProcessEnvironment(env());
-        p.start(kShard, args);
-        Out o;
-        if (!p.waitForFinished(timeoutMs)) {
-            p.kill();
-            p.waitForFinished();
-            return o;
-        }
-        o.code = p.exitCode();
-        o.out = QString::fromUtf8(p.readAllStandardOutput());
-        o.err = QString::fromUtf8(p.readAllStandardError());
-        return o;
+        return shard::test::runShard(env(), args, timeoutMs);
     }
 
     RunStore store() const

@@ -20,25 +20,17 @@
 #include "jobs/local_process.h"
 #include "jobs/run_store.h"
 #include "jobs/ssh_client.h"
+#include "jobs_test_util.h"
 #include "sshd_fixture.h"
 
 using namespace shard::jobs;
 
 namespace {
 
-const QString kShard = QStringLiteral(SHARD_BINARY_DIR "/app/shard");
-const QString kFakeWorker = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/fake-shard-worker.sh");
-
-struct Out {
-    int code = -1;
-    QString out;
-    QString err;
-};
-
-int countLines(const QString& path)
-{
-    return SshdFixture::read(path).count('\n');
-}
+using shard::test::countLines;
+using shard::test::kFakeWorker;
+using shard::test::kShard;
+using Out = shard::test::CliOut;
 
 } // namespace
 
@@ -67,20 +59,7 @@ class TestCliSsh : public QObject {
     Out shardIn(
         const QProcessEnvironment& env, const QStringList& args, int timeoutMs = 60000) const
     {
-        QProcess p;
-        p.setProcessEnvironment(env);
-        p.start(kShard, args);
-        Out o;
-        if (!p.waitForFinished(timeoutMs)) {
-            p.kill();
-            p.waitForFinished();
-            o.err = "shard " + args.join(' ') + ": no exit within the time limit";
-            return o;
-        }
-        o.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-        o.out = QString::fromUtf8(p.readAllStandardOutput());
-        o.err = QString::fromUtf8(p.readAllStandardError());
-        return o;
+        return shard::test::runShard(env, args, timeoutMs);
     }
 
     // The CLI's multiplexing masters (default control folder). The aliases noauth and badkey

@@ -13,12 +13,13 @@
 #include "jobs/local_launcher.h"
 #include "jobs/local_process.h"
 #include "jobs/local_run_watcher.h"
+#include "jobs_test_util.h"
 
 using namespace shard::jobs;
 
 namespace {
 
-const QString kFakeWorker = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/fake-shard-worker.sh");
+using shard::test::kFakeWorker;
 
 LaunchRequest request(const QString& runDir, int steps, double stepSec = 0.02)
 {

@@ -7,6 +7,7 @@
 #include <QTest>
 
 #include "jobs/slurm_launcher.h"
+#include "jobs_test_util.h"
 #include "slurm_fixture.h"
 #include "sshd_fixture.h"
 
@@ -14,7 +15,7 @@ using namespace shard::jobs;
 
 namespace {
 
-const QString kFakeWorker = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/fake-shard-worker.sh");
+using shard::test::kFakeWorker;
 
 LaunchRequest request(const QString& runDir, int steps, double stepSec)
 {

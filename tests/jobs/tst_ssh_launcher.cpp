@@ -10,22 +10,19 @@
 #include "jobs/local_process.h"
 #include "jobs/remote_run_watcher.h"
 #include "jobs/ssh_launcher.h"
+#include "jobs_test_util.h"
 #include "sshd_fixture.h"
 
 using namespace shard::jobs;
 
 namespace {
 
-const QString kFakeWorker = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/fake-shard-worker.sh");
+using shard::test::countLines;
+using shard::test::kFakeWorker;
 
 SshHost host(const char* name)
 {
     return *SshHost::parse(name);
-}
-
-int countLines(const QString& path)
-{
-    return SshdFixture::read(path).count('\n');
 }
 
 } // namespace

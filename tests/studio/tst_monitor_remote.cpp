@@ -16,15 +16,14 @@
 #include "widgets/monitor_page.h"
 #include "widgets/store_service.h"
 
+#include "../jobs/jobs_test_util.h"
 #include "../jobs/slurm_fixture.h"
 #include "../jobs/sshd_fixture.h"
 #include "studio_test_util.h"
 
 using namespace shard::widgets;
 
-namespace {
-const QString kFakeWorker = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/fake-shard-worker.sh");
-} // namespace
+using shard::test::kFakeWorker;
 
 class TstMonitorRemote : public QObject {
     Q_OBJECT
@@ -153,7 +152,7 @@ private Q_SLOTS:
             env.insert("SHARD_WORKER", kFakeWorker);
             env.insert("SLURM_CONF", slurm.confPath());
             p.setProcessEnvironment(env);
-            p.start(QStringLiteral(SHARD_BINARY_DIR "/app/shard"), args);
+            p.start(shard::test::kShard, args);
             const bool ended = p.waitForFinished(60000);
             return ended && p.exitCode() == 0 ? QString()
                                               : QString::fromUtf8(p.readAllStandardError());

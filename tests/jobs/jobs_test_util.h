@@ -1,0 +1,49 @@
+// Shared by the jobs tests (and the studio's run tests): the `shard` CLI of this build, the shell
+// workload that speaks `shard-worker launch`, and running the CLI as a user would.
+#pragma once
+
+#include <QFile>
+#include <QProcess>
+#include <QString>
+#include <QStringList>
+
+namespace shard::test {
+
+inline const QString kShard = QStringLiteral(SHARD_BINARY_DIR "/app/shard");
+inline const QString kFakeWorker
+    = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/fake-shard-worker.sh");
+
+struct CliOut {
+    int code = -1; // -1: it crashed or did not exit in time
+    QString out;
+    QString err;
+};
+
+// Runs `shard args...` in `env` and waits for it (killing it after timeoutMs).
+inline CliOut runShard(
+    const QProcessEnvironment& env, const QStringList& args, int timeoutMs = 60000)
+{
+    QProcess p;
+    p.setProcessEnvironment(env);
+    p.start(kShard, args);
+    CliOut o;
+    if (!p.waitForFinished(timeoutMs)) {
+        p.kill();
+        p.waitForFinished();
+        o.err = "shard " + args.join(' ') + ": no exit within the time limit";
+        return o;
+    }
+    o.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    o.out = QString::fromUtf8(p.readAllStandardOutput());
+    o.err = QString::fromUtf8(p.readAllStandardError());
+    return o;
+}
+
+// Lines in a file (0 when it cannot be read).
+inline int countLines(const QString& path)
+{
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? int(f.readAll().count('\n')) : 0;
+}
+
+} // namespace shard::test
