@@ -40,6 +40,28 @@ QByteArray specWithOut(const QByteArray& specJson, const QString& runDir)
     return QByteArray::fromStdString(j.dump(2)) + '\n';
 }
 
+LaunchRequest resumeRequest(nlohmann::json spec, const QString& name, const QString& runDir)
+{
+    LaunchRequest r;
+    r.name = name;
+    r.runDir = runDir;
+    r.resume = true;
+    if (spec.contains("args") && spec["args"].is_array()) {
+        for (const auto& a : spec["args"])
+            if (a.is_string())
+                r.trainArgs << QString::fromStdString(a.get<std::string>());
+        const int at = r.trainArgs.indexOf(QStringLiteral("--resume"));
+        if (at >= 0)
+            r.trainArgs.remove(at, std::min<qsizetype>(2, r.trainArgs.size() - at));
+        r.trainArgs << QStringLiteral("--resume") << QStringLiteral("auto");
+    } else {
+        spec["resume"] = "auto";
+        r.specJson = QByteArray::fromStdString(spec.dump(2));
+        r.procsPerNode = specProcsPerNode(r.specJson, 1);
+    }
+    return r;
+}
+
 QByteArray specForTrainArgs(const QStringList& trainArgs)
 {
     nlohmann::json j = nlohmann::json::object();

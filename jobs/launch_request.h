@@ -5,6 +5,7 @@
 #include <QByteArray>
 #include <QString>
 #include <QStringList>
+#include <nlohmann/json.hpp>
 
 namespace shard::jobs {
 
@@ -33,6 +34,11 @@ QByteArray specWithOut(const QByteArray& specJson, const QString& runDir);
 // What the store records for a run started from train flags: {"args": [...]} plus the keys it
 // can read from them (steps, strategy, model), until the engine's run.json replaces it.
 QByteArray specForTrainArgs(const QStringList& trainArgs);
+
+// What starts a run again in `runDir` from its latest complete checkpoint: `spec` (a JSON object)
+// with "resume": "auto", or, for a run started from the worker's flags (a spec {"args": [...]},
+// see specForTrainArgs), the same flags with --resume auto.
+LaunchRequest resumeRequest(nlohmann::json spec, const QString& name, const QString& runDir);
 
 // procs_per_node from the spec, or `fallback`.
 int specProcsPerNode(const QByteArray& specJson, int fallback);

@@ -30,6 +30,9 @@ public:
     bool isActive() const { return m_active; }
     int reconnects() const { return m_reconnects; }
 
+    // Blocking: reads what is new in both files from the stored offsets, for this watcher's run
+    // (after stop(), when its job is known to have ended).
+    Result<IngestStats> drain() { return catchUp(m_store, m_runId, m_ssh, m_host, m_runDir); }
     // Blocking: reads what is new in both files from the stored offsets (attach, stop, CLI).
     static Result<IngestStats> catchUp(RunStore& store, qint64 runId, const SshClient& ssh,
         const SshHost& host, const QString& runDir);

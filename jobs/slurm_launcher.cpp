@@ -431,21 +431,15 @@ void SlurmRunWatcher::pollJob()
         // the rest once, synchronously, before the inner watcher goes away.
         if (m_timer)
             m_timer->stop();
+        Result<IngestStats> drained = IngestStats {};
         if (auto* l = qobject_cast<LocalRunWatcher*>(m_inner)) {
-            auto drained = l->poll();
-            if (!drained)
-                Q_EMIT errorOccurred(m_runId, drained.error());
+            drained = l->poll();
         } else if (auto* r = qobject_cast<RemoteRunWatcher*>(m_inner)) {
             r->stop();
-            auto run = m_store.run(m_runId);
-            auto host = run ? SshHost::parse(SlurmLauncher::optionsOf(*run).via)
-                            : Result<SshHost>(fail(run.error()));
-            auto drained = host ? RemoteRunWatcher::catchUp(
-                               m_store, m_runId, SshClient(m_sshOptions), *host, run->runDir)
-                                : Result<IngestStats>(fail(host.error()));
-            if (!drained)
-                Q_EMIT errorOccurred(m_runId, drained.error());
+            drained = r->drain();
         }
+        if (!drained)
+            Q_EMIT errorOccurred(m_runId, drained.error());
         stop();
         before = m_store.run(m_runId);
         Q_EMIT pointsAdded(m_runId, before ? before->lastStep : 0);

@@ -60,6 +60,18 @@ QList<RemoteNode> SshLauncher::nodesOf(const RunRecord& run)
     return nodes;
 }
 
+QList<SshHost> SshLauncher::hostsOf(const RunRecord& run)
+{
+    QList<SshHost> hosts;
+    for (const RemoteNode& node : nodesOf(run))
+        hosts << node.host;
+    if (hosts.isEmpty())
+        for (const QString& h : run.host.split(',', Qt::SkipEmptyParts))
+            if (auto host = SshHost::parse(h))
+                hosts << *host;
+    return hosts;
+}
+
 Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchRequest& request)
 {
     if (hosts.isEmpty())

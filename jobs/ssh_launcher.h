@@ -43,6 +43,8 @@ public:
 
     // The nodes recorded for an SSH run.
     static QList<RemoteNode> nodesOf(const RunRecord& run);
+    // The run's hosts, node 0 first: its recorded launchers', else the hosts it was recorded at.
+    static QList<SshHost> hostsOf(const RunRecord& run);
 
     const SshClient& ssh() const { return m_ssh; }
 

@@ -167,14 +167,8 @@ void MainWindow::wirePages()
         if (!spec.is_object())
             return tr("%1 is not a JSON object; fix or restore it, then resume.")
                 .arg(file.fileName());
-        spec["resume"] = "auto";
-        jobs::LaunchRequest request;
-        request.name = QString::fromStdString(spec.value("name", std::string("resumed run")));
-        request.specJson = QByteArray::fromStdString(spec.dump(2));
-        request.runDir = QDir(dir).absolutePath();
-        request.procsPerNode = jobs::specProcsPerNode(request.specJson, 1);
-        request.resume = true;
-        store->launch(request);
+        const QString name = QString::fromStdString(spec.value("name", std::string("resumed run")));
+        store->launch(jobs::resumeRequest(std::move(spec), name, QDir(dir).absolutePath()));
         return {};
     });
     connect(m_store, &StoreService::runsListed, this, [this](const QVector<jobs::RunRecord>& r) {

@@ -26,10 +26,6 @@
 
 namespace shard::widgets {
 
-namespace {
-quint64 s_storeTickets = 0; // followRun tickets (UI thread only)
-} // namespace
-
 QStringList memoryCategoryNames()
 {
     return {QObject::tr("sharded params"), QObject::tr("gathered params"), QObject::tr("grads"),
@@ -224,7 +220,7 @@ void MonitorPage::openStoreRun(qint64 runId)
     reset();
     m_follower.stop();
     m_storeRunId = runId;
-    m_storeTicket = ++s_storeTickets;
+    ++m_storeTicket; // updates for the run followed before are dropped
     m_storeWhere.clear();
     m_path->setText(tr("run %1").arg(runId));
     m_run.id = QString::number(runId);
@@ -252,10 +248,10 @@ void MonitorPage::onStoreState(const FollowUpdate::StoreState& st)
             m_finished = false;
             m_stop->setEnabled(true);
             m_resume->setEnabled(false);
-            m_status->setText(m_run.name.isEmpty() ? tr("Running") : m_run.name);
+            m_status->setText(runningLabel());
         }
         if (m_status->text().startsWith(tr("Connecting")))
-            m_status->setText(m_run.name.isEmpty() ? tr("Running") : m_run.name);
+            m_status->setText(runningLabel());
         return;
     }
     m_stop->setEnabled(false);
@@ -339,6 +335,11 @@ void MonitorPage::openRunDirectory(const QString& directory)
     m_follower.follow(directory);
 }
 
+QString MonitorPage::runningLabel() const
+{
+    return m_run.name.isEmpty() ? tr("Running") : m_run.name;
+}
+
 void MonitorPage::onFailed(const QString& message)
 {
     m_message->showMessage(message);
@@ -364,7 +365,7 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
                     updateMemory();
                 });
         }
-        m_status->setText(m_run.name.isEmpty() ? tr("Running") : m_run.name);
+        m_status->setText(runningLabel());
     }
     if (!u.metrics.empty()) {
         QVector<double> step, loss, lr, gn, tps, evalStep, evalLoss;
@@ -406,7 +407,7 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
             m_stop->setEnabled(bool(m_stopper));
             ++m_resumeGeneration;
             m_resume->setEnabled(false);
-            m_status->setText(m_run.name.isEmpty() ? tr("Running") : m_run.name);
+            m_status->setText(runningLabel());
         }
         // Right after a resume the folder is read again from its start: the previous process's
         // finish is history until the resumed process's own start event arrives.
@@ -553,9 +554,7 @@ void MonitorPage::resumeRun()
                 // The run appends to the same folder: follow it again from the start. Until the
                 // resumed run's own start event shows up, the old launcher's pid file still names
                 // a dead process: that is not a new interruption.
-                int starts = 0;
-                for (const auto& e : m_run.events)
-                    starts += e.kind == "start" ? 1 : 0;
+                const int starts = m_startsSeen;
                 openRunDirectory(dir);
                 m_startsBeforeLive = starts + 1;
                 m_status->setText(tr("Resuming…"));

@@ -81,6 +81,7 @@ private:
     void onStoreState(const FollowUpdate::StoreState& state);
     void onFailed(const QString& message);
     void endWithoutFinish(const QString& why);
+    QString runningLabel() const; // the status while the run is live
     void updateProgress();
     void updateMemory();
     void stopRun();

@@ -14,6 +14,29 @@
 
 namespace shard::widgets {
 
+QStringList takeCompleteLines(const QByteArray& data, qint64 dataOffset, qint64* offset)
+{
+    QStringList lines;
+    const qsizetype end = data.lastIndexOf('\n');
+    if (end < 0)
+        return lines;
+    *offset = dataOffset + end + 1;
+    for (const QByteArray& line : data.left(end).split('\n'))
+        lines.append(QString::fromUtf8(line));
+    return lines;
+}
+
+QStringList readLogTail(const QString& path, qint64* offset)
+{
+    QFile log(path);
+    if (!log.open(QIODevice::ReadOnly))
+        return {};
+    qint64 from = *offset > log.size() ? 0 : *offset;
+    from = std::max(from, log.size() - kLogTailBytes);
+    log.seek(from);
+    return takeCompleteLines(log.readAll(), from, offset);
+}
+
 class RunDirFollowerWorker : public QObject {
     Q_OBJECT
 public:
@@ -121,29 +144,10 @@ private:
             u.endedWithoutFinish = tr("its launcher is gone and it wrote no finish event (killed, "
                                       "or its machine restarted)");
         }
-        readLog(u);
+        u.logLines = readLogTail(QString::fromStdString(m_dir.rankLog(0)), &m_logOffset);
         if (!u.endedWithoutFinish.isEmpty() || u.specChanged || !u.metrics.empty()
             || !u.events.empty() || !u.logLines.isEmpty() || u.badLines > 0)
             Q_EMIT updated(u);
-    }
-
-    void readLog(FollowUpdate& u)
-    {
-        QFile log(QString::fromStdString(m_dir.rankLog(0)));
-        if (!log.open(QIODevice::ReadOnly))
-            return;
-        if (log.size() < m_logOffset)
-            m_logOffset = 0; // truncated or replaced
-        // Only the tail matters to a viewer: skip to the last 64 KiB of a long log.
-        m_logOffset = std::max(m_logOffset, log.size() - (64 << 10));
-        log.seek(m_logOffset);
-        const QByteArray data = log.readAll();
-        const auto end = data.lastIndexOf('\n');
-        if (end < 0)
-            return;
-        m_logOffset += end + 1;
-        for (const QByteArray& line : data.left(end).split('\n'))
-            u.logLines.append(QString::fromUtf8(line));
     }
 
     void reportOnce(const QString& message)

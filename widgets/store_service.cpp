@@ -160,10 +160,7 @@ public:
             // A resume continues the run recorded for this folder (see resumeRun).
             auto known = m_store->findRunByDir(QString(), QDir(request.runDir).absolutePath());
             if (known && known.value() != 0)
-                if (jobs::RunWatcher* old = m_watchers.take(known.value())) {
-                    old->disconnect(this);
-                    delete old;
-                }
+                dropWatcher(known.value());
         }
         jobs::Result<qint64> id = jobs::fail(tr("unknown launch target '%1'").arg(target.kind));
         if (target.kind == "local") {
@@ -274,24 +271,13 @@ public:
             Q_EMIT resumed(runId, 0, request.error());
             return;
         }
-        // The run continues in the same record; a watcher still on its previous process must
-        // not settle it when that process is found gone.
-        if (jobs::RunWatcher* old = m_watchers.take(runId)) {
-            old->disconnect(this);
-            delete old;
-        }
+        dropWatcher(runId);
         jobs::Result<qint64> id = jobs::fail(tr("unknown target '%1'").arg(run->target));
         if (run->target == "local") {
             id = jobs::LocalLauncher(*m_store).start(request.value());
         } else if (run->target == "ssh") {
-            QList<jobs::SshHost> hosts;
-            for (const auto& node : jobs::SshLauncher::nodesOf(run.value()))
-                hosts << node.host;
-            if (hosts.isEmpty())
-                for (const QString& h : run->host.split(',', Qt::SkipEmptyParts))
-                    if (auto host = jobs::SshHost::parse(h))
-                        hosts << *host;
-            id = jobs::SshLauncher(*m_store).start(hosts, request.value());
+            id = jobs::SshLauncher(*m_store).start(
+                jobs::SshLauncher::hostsOf(run.value()), request.value());
         } else if (run->target == "slurm") {
             id = jobs::SlurmLauncher(*m_store).submit(
                 request.value(), jobs::SlurmLauncher::optionsOf(run.value()));
@@ -366,6 +352,15 @@ private:
             w->deleteLater();
         });
     }
+    // Before a resume: the run continues in the same record, and a watcher still on its previous
+    // process must not settle it when that process is found gone.
+    void dropWatcher(qint64 runId)
+    {
+        if (jobs::RunWatcher* old = m_watchers.take(runId)) {
+            old->disconnect(this);
+            delete old;
+        }
+    }
     void changed(qint64 runId)
     {
         Q_EMIT runChanged(runId);
@@ -376,48 +371,26 @@ private:
     // The host whose run directory holds the files of a run that is not on this machine.
     static std::optional<jobs::SshHost> remoteHostOf(const jobs::RunRecord& run)
     {
-        QString spec;
         if (run.target == "ssh") {
-            const auto nodes = jobs::SshLauncher::nodesOf(run);
-            if (!nodes.isEmpty())
-                return nodes.front().host;
-            spec = run.host.section(',', 0, 0);
-        } else if (run.target == "slurm") {
-            spec = jobs::SlurmLauncher::optionsOf(run).via;
+            const QList<jobs::SshHost> hosts = jobs::SshLauncher::hostsOf(run);
+            return hosts.isEmpty() ? std::nullopt : std::optional<jobs::SshHost>(hosts.front());
         }
-        if (spec.isEmpty())
-            return std::nullopt;
-        auto host = jobs::SshHost::parse(spec);
-        return host ? std::optional<jobs::SshHost>(host.value()) : std::nullopt;
+        const QString via
+            = run.target == "slurm" ? jobs::SlurmLauncher::optionsOf(run).via : QString();
+        auto host = jobs::SshHost::parse(via);
+        return !via.isEmpty() && host ? std::optional<jobs::SshHost>(host.value()) : std::nullopt;
     }
 
-    // The same run again, in its directory, continuing from its latest complete checkpoint.
+    // The same run again, in its directory and with its worker, from its latest checkpoint.
     static jobs::Result<jobs::LaunchRequest> resumeRequest(const jobs::RunRecord& run)
     {
-        jobs::LaunchRequest r;
-        r.name = run.name;
-        r.runDir = run.runDir;
-        r.resume = true;
-        const auto info = nlohmann::json::parse(run.launchInfo.toStdString(), nullptr, false);
-        if (info.is_object() && info.contains("worker") && run.target != "local")
-            r.workerProgram = QString::fromStdString(info.value("worker", "shard-worker"));
         auto spec = nlohmann::json::parse(run.specJson.toStdString(), nullptr, false);
         if (!spec.is_object())
             return jobs::fail(tr("its recorded spec is not a JSON object"));
-        if (spec.contains("args") && spec["args"].is_array()) {
-            // Started from the worker's flags: the same flags, resuming.
-            for (const auto& a : spec["args"])
-                if (a.is_string())
-                    r.trainArgs << QString::fromStdString(a.get<std::string>());
-            const int at = r.trainArgs.indexOf(QStringLiteral("--resume"));
-            if (at >= 0)
-                r.trainArgs.remove(at, std::min<qsizetype>(2, r.trainArgs.size() - at));
-            r.trainArgs << QStringLiteral("--resume") << QStringLiteral("auto");
-        } else {
-            spec["resume"] = "auto";
-            r.specJson = QByteArray::fromStdString(spec.dump(2));
-            r.procsPerNode = jobs::specProcsPerNode(r.specJson, 1);
-        }
+        jobs::LaunchRequest r = jobs::resumeRequest(std::move(spec), run.name, run.runDir);
+        const auto info = nlohmann::json::parse(run.launchInfo.toStdString(), nullptr, false);
+        if (info.is_object() && info.contains("worker") && run.target != "local")
+            r.workerProgram = QString::fromStdString(info.value("worker", "shard-worker"));
         return r;
     }
 
@@ -543,13 +516,7 @@ private:
         const QString file
             = QString::fromStdString(protocol::RunDir(run.runDir.toStdString()).rankLog(0));
         if (!m_follow.logHost) {
-            QFile log(file);
-            if (!log.open(QIODevice::ReadOnly))
-                return;
-            qint64 offset = m_follow.logOffset > log.size() ? 0 : m_follow.logOffset;
-            offset = std::max(offset, log.size() - kLogTailBytes);
-            log.seek(offset);
-            deliverLog(m_follow.ticket, offset, log.readAll());
+            emitLog(readLogTail(file, &m_follow.logOffset));
             return;
         }
         if (m_logFetch)
@@ -571,31 +538,28 @@ private:
             if (p->exitStatus() != QProcess::NormalExit || p->exitCode() != 0
                 || !out.startsWith("OFF="))
                 return; // no log yet, or SSH trouble (the watcher reports that)
+            if (ticket != m_follow.ticket)
+                return; // another run is followed now
             const qsizetype nl = out.indexOf('\n');
-            deliverLog(ticket, out.mid(4, nl - 4).toLongLong(), out.mid(nl + 1));
+            emitLog(takeCompleteLines(
+                out.mid(nl + 1), out.mid(4, nl - 4).toLongLong(), &m_follow.logOffset));
         });
         m_logFetch->start(QStringLiteral("ssh"),
             jobs::SshClient(jobs::SshOptions::fromEnvironment()).sshArgs(*m_follow.logHost)
                 << script);
     }
 
-    void deliverLog(quint64 ticket, qint64 offset, const QByteArray& data)
+    void emitLog(const QStringList& lines)
     {
-        if (ticket != m_follow.ticket)
+        if (lines.isEmpty())
             return;
-        const qsizetype end = data.lastIndexOf('\n');
-        if (end < 0)
-            return;
-        m_follow.logOffset = offset + end + 1;
         FollowUpdate u;
-        u.generation = ticket;
-        for (const QByteArray& line : data.left(end).split('\n'))
-            u.logLines.append(QString::fromUtf8(line));
-        Q_EMIT runFollowed(ticket, u);
+        u.generation = m_follow.ticket;
+        u.logLines = lines;
+        Q_EMIT runFollowed(m_follow.ticket, u);
     }
 
     static constexpr int kFollowMs = 1000;
-    static constexpr qint64 kLogTailBytes = 64 << 10;
 
     struct Follow {
         qint64 runId = 0;
