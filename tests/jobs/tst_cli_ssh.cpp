@@ -62,6 +62,20 @@ class TestCliSsh : public QObject {
         return shard::test::runShard(env, args, timeoutMs);
     }
 
+    // `shard run --host node0 --name NAME` in the foreground (in `cli`, run dir remoteDir(NAME)),
+    // until the store holds `points` of its points; *id is its run id.
+    void startForeground(QProcess& cli, RunStore& s, const QString& name, const QString& stepSec,
+        const QString& steps, int points, qint64* id) const
+    {
+        cli.setProcessEnvironment(env());
+        cli.start(kShard,
+            {"run", "--host", "node0", "--name", name, "--worker", kFakeWorker, "--run-dir",
+                remoteDir(name), "--env", "FAKE_STEP_SEC=" + stepSec, "--", "--steps", steps});
+        QVERIFY(cli.waitForStarted());
+        QTRY_VERIFY_WITH_TIMEOUT((*id = s.findRun(name).valueOr({}).id) > 0, 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(*s.metricCount(*id) >= points, 10000);
+    }
+
     // The CLI's multiplexing masters (default control folder). The aliases noauth and badkey
     // name node0's host, port and user, so OpenSSH would reuse node0's (%C).
     void closeMaster(bool both = false) const
@@ -355,15 +369,11 @@ private Q_SLOTS:
     {
         const QString dir = remoteDir("gamma");
         QProcess cli;
-        cli.setProcessEnvironment(env());
-        cli.start(kShard,
-            {"run", "--host", "node0", "--name", "gamma", "--worker", kFakeWorker, "--run-dir", dir,
-                "--env", "FAKE_STEP_SEC=0.03", "--", "--steps", "40"});
-        QVERIFY(cli.waitForStarted());
         auto s = store();
         qint64 id = 0;
-        QTRY_VERIFY_WITH_TIMEOUT((id = s.findRun("gamma").valueOr({}).id) > 0, 10000);
-        QTRY_VERIFY_WITH_TIMEOUT(*s.metricCount(id) >= 5, 10000);
+        startForeground(cli, s, "gamma", "0.03", "40", 5, &id);
+        if (QTest::currentTestFailed())
+            return;
         ::kill(static_cast<pid_t>(cli.processId()), SIGKILL); // the CLI dies mid-run
         cli.waitForFinished();
         const qint64 pid = s.run(id)->pid;
@@ -385,15 +395,11 @@ private Q_SLOTS:
     {
         const QString dir = remoteDir("delta");
         QProcess cli;
-        cli.setProcessEnvironment(env());
-        cli.start(kShard,
-            {"run", "--host", "node0", "--name", "delta", "--worker", kFakeWorker, "--run-dir", dir,
-                "--env", "FAKE_STEP_SEC=0.05", "--", "--steps", "100000"});
-        QVERIFY(cli.waitForStarted());
         auto s = store();
         qint64 id = 0;
-        QTRY_VERIFY_WITH_TIMEOUT((id = s.findRun("delta").valueOr({}).id) > 0, 10000);
-        QTRY_VERIFY_WITH_TIMEOUT(*s.metricCount(id) >= 3, 10000);
+        startForeground(cli, s, "delta", "0.05", "100000", 3, &id);
+        if (QTest::currentTestFailed())
+            return;
         ::kill(static_cast<pid_t>(cli.processId()), SIGINT);
         QVERIFY(cli.waitForFinished(10000));
         const QString out = QString::fromUtf8(cli.readAllStandardOutput());
