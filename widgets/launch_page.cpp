@@ -1,6 +1,7 @@
 // LaunchPage: form <-> RunSpec, preview through jobs::workerLaunchArgs, start via StoreService.
 #include "widgets/launch_page.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
 #include <QFileDialog>
@@ -19,6 +20,7 @@
 
 #include "jobs/local_launcher.h"
 #include "jobs/slurm_launcher.h"
+#include "plan/run_spec_bridge.h"
 #include "widgets/message_bar.h"
 #include "widgets/store_service.h"
 
@@ -41,6 +43,14 @@ QComboBox* combo(QWidget* parent, const QStringList& items, const char* name)
     for (const QString& i : items)
         c->addItem(i, i);
     return c;
+}
+
+QStringList qStrings(const std::vector<std::string>& v)
+{
+    QStringList out;
+    for (const auto& s : v)
+        out << QString::fromStdString(s);
+    return out;
 }
 
 QSpinBox* spin(QWidget* parent, int lo, int hi, int value, const char* name)
@@ -90,9 +100,32 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_microBatch = spin(this, 1, 65536, 1, "microBatch");
     m_seqLen = spin(this, 1, 1 << 20, 128, "seqLen");
     m_gradAccum = spin(this, 1, 65536, 1, "gradAccum");
-    m_strategy = combo(this, {"zero3", "zero2", "zero1", "ddp", "hybrid"}, "strategy");
+    m_strategy = combo(this, qStrings(protocol::strategyNames()), "strategy");
+    m_strategy->setCurrentIndex(m_strategy->findData("zero3"));
+    m_shardGroup = spin(this, 1, 1 << 20, 1, "shardGroup");
+    m_shardGroup->setEnabled(false);
     m_ranks = spin(this, 1, 1024, 1, "ranks");
-    m_precision = combo(this, {"fp32", "bf16-mixed", "bf16", "fp16-mixed"}, "precision");
+    m_nodes = spin(this, 1, 4096, 1, "nodes");
+    m_device = new QComboBox(this);
+    m_device->setObjectName("device");
+    m_device->addItem(tr("CPU"), "cpu");
+    m_device->addItem(tr("CUDA GPU"), "cuda");
+    m_offload = combo(this, {"none", "optimizer", "params+optimizer"}, "offload");
+    // Only what the engine trains (protocol::trainablePrecisions).
+    m_precision = combo(this, qStrings(protocol::trainablePrecisions()), "precision");
+    m_evalData = new QLineEdit(this);
+    m_evalData->setObjectName("evalData");
+    m_evalData->setPlaceholderText(tr("eval.jsonl (optional)"));
+    m_evalEvery = spin(this, 0, 100000000, 0, "evalEvery");
+    m_evalEvery->setSpecialValueText(tr("at the end only"));
+    m_packing = new QCheckBox(tr("Pack short samples into full sequences"), this);
+    m_packing->setObjectName("packing");
+    m_skipBadLines = new QCheckBox(tr("Skip malformed lines (counted)"), this);
+    m_skipBadLines->setObjectName("skipBadLines");
+    m_weightDecay = new QLineEdit("0", this);
+    m_weightDecay->setObjectName("weightDecay");
+    m_keepCheckpoints = spin(this, 0, 1000000, 2, "keepCheckpoints");
+    m_keepCheckpoints->setSpecialValueText(tr("all"));
     m_checkpointing = combo(this, {"none", "full"}, "checkpointing");
     m_target = new QComboBox(this);
     m_target->setObjectName("target");
@@ -127,23 +160,33 @@ LaunchPage::LaunchPage(QWidget* parent)
     dataLabel->setBuddy(m_data);
     dataForm->addRow(dataLabel, dataRow);
     dataForm->addRow(tr("F&ormat"), m_format);
+    dataForm->addRow(QString(), m_packing);
+    dataForm->addRow(QString(), m_skipBadLines);
+    dataForm->addRow(tr("E&val data"), m_evalData);
+    dataForm->addRow(tr("Eval e&very (steps)"), m_evalEvery);
     dataForm->addRow(tr("&Output folder"), m_out);
     auto* trainBox = new QGroupBox(tr("Optimisation"), this);
     auto* trainForm = new QFormLayout(trainBox);
     trainForm->addRow(tr("&Learning rate"), m_lr);
+    trainForm->addRow(tr("Wei&ght decay"), m_weightDecay);
     trainForm->addRow(tr("Sc&hedule"), m_schedule);
     trainForm->addRow(tr("&Warm-up steps"), m_warmup);
     trainForm->addRow(tr("S&teps"), m_steps);
     trainForm->addRow(tr("&Epochs (if no steps)"), m_epochs);
     trainForm->addRow(tr("Check&point every"), m_ckptEvery);
+    trainForm->addRow(tr("Checkpoints &kept"), m_keepCheckpoints);
     trainForm->addRow(tr("S&eed"), m_seed);
     auto* shardBox = new QGroupBox(tr("Batch and sharding"), this);
     auto* shardForm = new QFormLayout(shardBox);
     shardForm->addRow(tr("M&icro-batch"), m_microBatch);
     shardForm->addRow(tr("Se&quence length"), m_seqLen);
     shardForm->addRow(tr("Gradient acc&umulation"), m_gradAccum);
+    shardForm->addRow(tr("De&vice"), m_device);
     shardForm->addRow(tr("St&rategy"), m_strategy);
+    shardForm->addRow(tr("S&hard group (hybrid)"), m_shardGroup);
     shardForm->addRow(tr("R&anks per node"), m_ranks);
+    shardForm->addRow(tr("&Nodes"), m_nodes);
+    shardForm->addRow(tr("O&ffload"), m_offload);
     shardForm->addRow(tr("Pre&cision"), m_precision);
     shardForm->addRow(tr("Activation chec&kpointing"), m_checkpointing);
     shardForm->addRow(tr("Tar&get"), m_target);
@@ -172,10 +215,11 @@ LaunchPage::LaunchPage(QWidget* parent)
     layout->addWidget(m_message);
     layout->addWidget(m_preview, 1);
 
-    QWidget* order[] = {m_name, m_model, browseModel, m_data, browseData, m_format, m_out, m_lr,
-        m_schedule, m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen,
-        m_gradAccum, m_strategy, m_ranks, m_precision, m_checkpointing, m_target, m_presets,
-        m_loadPreset, m_savePreset, m_start, m_preview};
+    QWidget* order[] = {m_name, m_model, browseModel, m_data, browseData, m_format, m_packing,
+        m_skipBadLines, m_evalData, m_evalEvery, m_out, m_lr, m_weightDecay, m_schedule, m_warmup,
+        m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints, m_seed, m_microBatch, m_seqLen,
+        m_gradAccum, m_device, m_strategy, m_shardGroup, m_ranks, m_nodes, m_offload, m_precision,
+        m_checkpointing, m_target, m_presets, m_loadPreset, m_savePreset, m_start, m_preview};
     for (size_t i = 1; i < std::size(order); ++i)
         setTabOrder(order[i - 1], order[i]);
 
@@ -184,13 +228,18 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_debounce->setInterval(30);
     connect(m_debounce, &QTimer::timeout, this, &LaunchPage::updatePreview);
     auto changed = [this] { m_debounce->start(); };
-    for (QLineEdit* e : {m_name, m_model, m_data, m_out, m_lr})
+    for (QLineEdit* e : {m_name, m_model, m_data, m_out, m_lr, m_evalData, m_weightDecay})
         connect(e, &QLineEdit::textChanged, this, changed);
-    for (QComboBox* c : {m_format, m_schedule, m_strategy, m_precision, m_checkpointing, m_target})
+    for (QComboBox* c : {m_format, m_schedule, m_strategy, m_precision, m_checkpointing, m_target,
+             m_device, m_offload})
         connect(c, qOverload<int>(&QComboBox::currentIndexChanged), this, changed);
     for (QSpinBox* s : {m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen,
-             m_gradAccum, m_ranks})
+             m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_evalEvery, m_keepCheckpoints})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, changed);
+    for (QCheckBox* b : {m_packing, m_skipBadLines})
+        connect(b, &QCheckBox::toggled, this, changed);
+    connect(m_strategy, qOverload<int>(&QComboBox::currentIndexChanged), this,
+        [this] { m_shardGroup->setEnabled(m_strategy->currentData().toString() == "hybrid"); });
     connect(browseModel, &QPushButton::clicked, this, [this] {
         const QString d = QFileDialog::getExistingDirectory(this, tr("Model folder"));
         if (!d.isEmpty())
@@ -279,15 +328,26 @@ LaunchTarget LaunchPage::target() const
 
 void LaunchPage::applyPlan(const plan::PlanInput& in, const QString& modelSource)
 {
-    setCombo(m_strategy, plan::toString(in.strategy));
-    setCombo(m_precision, plan::toString(in.precision));
-    setCombo(m_checkpointing, plan::toString(in.checkpointing));
-    m_microBatch->setValue(int(in.microBatch));
-    m_seqLen->setValue(int(in.seqLen));
-    m_gradAccum->setValue(int(in.gradAccum));
-    m_ranks->setValue(int(in.gpusPerNode));
-    if (QDir(modelSource).exists())
-        m_model->setText(modelSource);
+    protocol::RunSpec s = fieldsSpec();
+    plan::applyPlanToSpec(in, modelSource.toStdString(), s);
+    const bool preset = plan::findPreset(s.model).has_value() && !QDir(modelSource).exists();
+    if (preset)
+        s.model.clear(); // a preset is an architecture without weights: nothing to train
+    toFields(s, /*keepBase=*/true);
+    updatePreview();
+    QStringList notes;
+    if (preset)
+        notes << tr("The plan is for the preset '%1', which has no weights on this machine: choose "
+                    "a model folder of that architecture.")
+                     .arg(modelSource);
+    if (m_precision->currentData().toString().toStdString() != s.precision)
+        notes << tr("Precision %1 is not trained by the engine; choose one of %2.")
+                     .arg(QString::fromStdString(s.precision),
+                         qStrings(protocol::trainablePrecisions()).join(", "));
+    if (notes.isEmpty())
+        m_message->showMessage(tr("Settings taken from the plan."), MessageBar::Kind::Info);
+    else
+        m_message->showMessage(notes.join(' '));
 }
 
 QString LaunchPage::runDirectory() const
@@ -297,45 +357,68 @@ QString LaunchPage::runDirectory() const
     return QDir(root).absoluteFilePath(jobs::safeDirName(m_name->text().trimmed()));
 }
 
-Result<protocol::RunSpec> LaunchPage::spec() const
+protocol::RunSpec LaunchPage::fieldsSpec() const
 {
     // Settings the form does not show (eval split, clipping, betas...) come from the preset or
     // run it was filled from.
     protocol::RunSpec s = m_base;
     s.data.clear();
     s.name = m_name->text().trimmed().toStdString();
-    if (s.name.empty())
-        return Result<protocol::RunSpec>::failure(tr("Give the run a name."));
     s.model = m_model->text().trimmed().toStdString();
-    if (s.model.empty())
-        return Result<protocol::RunSpec>::failure(
-            tr("Choose a model folder (a Hugging Face folder with config.json)."));
     for (const QString& f : m_data->text().split(';', Qt::SkipEmptyParts))
         if (!f.trimmed().isEmpty())
             s.data.push_back(f.trimmed().toStdString());
-    if (s.data.empty())
-        return Result<protocol::RunSpec>::failure(tr("Choose at least one data file."));
     s.dataFormat = m_format->currentData().toString().toStdString();
+    s.packing = m_packing->isChecked();
+    s.skipBadLines = m_skipBadLines->isChecked();
+    s.evalData = m_evalData->text().trimmed().toStdString();
+    s.evalEvery = m_evalEvery->value();
     s.outDir = runDirectory().toStdString();
     bool ok = false;
-    s.lr = m_lr->text().trimmed().toDouble(&ok);
-    if (!ok)
-        return Result<protocol::RunSpec>::failure(
-            tr("Learning rate '%1' is not a number (e.g. 3e-4).").arg(m_lr->text()));
+    if (const double lr = m_lr->text().trimmed().toDouble(&ok); ok)
+        s.lr = lr;
+    if (const double wd = m_weightDecay->text().trimmed().toDouble(&ok); ok)
+        s.weightDecay = wd;
     s.schedule = m_schedule->currentData().toString().toStdString();
     s.warmup = m_warmup->value();
     s.steps = m_steps->value();
     s.epochs = m_steps->value() > 0 ? 0 : m_epochs->value();
     s.checkpointEvery = m_ckptEvery->value();
+    s.keepCheckpoints = m_keepCheckpoints->value();
     s.seed = uint64_t(m_seed->value());
     s.microBatch = m_microBatch->value();
     s.seqLen = m_seqLen->value();
     s.gradAccum = m_gradAccum->value();
+    s.device = m_device->currentData().toString().toStdString();
     s.strategy = m_strategy->currentData().toString().toStdString();
     s.procsPerNode = m_ranks->value();
-    s.shardGroup = s.strategy == "hybrid" ? std::max(1, m_ranks->value() / 2) : 0;
+    s.nodes = m_nodes->value();
+    s.shardGroup = s.strategy == "hybrid" ? m_shardGroup->value() : 0;
+    s.offload = m_offload->currentData().toString().toStdString();
     s.precision = m_precision->currentData().toString().toStdString();
     s.checkpointing = m_checkpointing->currentData().toString().toStdString();
+    return s;
+}
+
+Result<protocol::RunSpec> LaunchPage::spec() const
+{
+    protocol::RunSpec s = fieldsSpec();
+    if (s.name.empty())
+        return Result<protocol::RunSpec>::failure(tr("Give the run a name."));
+    if (s.model.empty())
+        return Result<protocol::RunSpec>::failure(
+            tr("Choose a model folder (a Hugging Face folder with config.json)."));
+    if (s.data.empty())
+        return Result<protocol::RunSpec>::failure(tr("Choose at least one data file."));
+    bool ok = false;
+    s.lr = m_lr->text().trimmed().toDouble(&ok);
+    if (!ok)
+        return Result<protocol::RunSpec>::failure(
+            tr("Learning rate '%1' is not a number (e.g. 3e-4).").arg(m_lr->text()));
+    s.weightDecay = m_weightDecay->text().trimmed().toDouble(&ok);
+    if (!ok || s.weightDecay < 0)
+        return Result<protocol::RunSpec>::failure(
+            tr("Weight decay '%1' is not a number >= 0 (e.g. 0.1).").arg(m_weightDecay->text()));
     try {
         protocol::validate(s);
     } catch (const std::exception& e) {
@@ -344,11 +427,24 @@ Result<protocol::RunSpec> LaunchPage::spec() const
     return s;
 }
 
+QString LaunchPage::cannotRunHere() const
+{
+    const std::string device = m_device->currentData().toString().toStdString();
+    const auto& devices = protocol::trainableDevices();
+    if (std::find(devices.begin(), devices.end(), device) == devices.end())
+        return tr("This version of the engine trains on %1 only; the GPU engine is not built "
+                  "yet. Choose Device: CPU.")
+            .arg(qStrings(devices).join(", ").toUpper());
+    return {};
+}
+
 Result<jobs::LaunchRequest> LaunchPage::request() const
 {
     auto s = spec();
     if (!s)
         return Result<jobs::LaunchRequest>::failure(s.error());
+    if (const QString why = cannotRunHere(); !why.isEmpty())
+        return Result<jobs::LaunchRequest>::failure(why);
     jobs::LaunchRequest r;
     r.name = QString::fromStdString(s.value().name);
     r.specJson = QByteArray::fromStdString(protocol::toJson(s.value()).dump(2));
@@ -433,9 +529,10 @@ void LaunchPage::start()
     m_store->launch(r.value(), target());
 }
 
-void LaunchPage::toFields(const protocol::RunSpec& s)
+void LaunchPage::toFields(const protocol::RunSpec& s, bool keepBase)
 {
-    m_base = s;
+    if (!keepBase)
+        m_base = s;
     m_name->setText(QString::fromStdString(s.name));
     m_model->setText(QString::fromStdString(s.model));
     QStringList data;
@@ -443,18 +540,29 @@ void LaunchPage::toFields(const protocol::RunSpec& s)
         data << QString::fromStdString(d);
     m_data->setText(data.join("; "));
     setCombo(m_format, s.dataFormat);
+    m_packing->setChecked(s.packing);
+    m_skipBadLines->setChecked(s.skipBadLines);
+    m_evalData->setText(QString::fromStdString(s.evalData));
+    m_evalEvery->setValue(int(s.evalEvery));
     m_lr->setText(QString::number(s.lr, 'g', 6));
+    m_weightDecay->setText(QString::number(s.weightDecay, 'g', 6));
     setCombo(m_schedule, s.schedule);
     m_warmup->setValue(int(s.warmup));
     m_steps->setValue(int(s.steps));
     m_epochs->setValue(int(s.epochs));
     m_ckptEvery->setValue(int(s.checkpointEvery));
+    m_keepCheckpoints->setValue(int(s.keepCheckpoints));
     m_seed->setValue(int(s.seed));
     m_microBatch->setValue(int(s.microBatch));
     m_seqLen->setValue(int(s.seqLen));
     m_gradAccum->setValue(int(s.gradAccum));
+    setCombo(m_device, s.device);
     setCombo(m_strategy, s.strategy);
+    if (s.shardGroup > 0)
+        m_shardGroup->setValue(s.shardGroup);
     m_ranks->setValue(s.procsPerNode);
+    m_nodes->setValue(s.nodes);
+    setCombo(m_offload, s.offload);
     setCombo(m_precision, s.precision);
     setCombo(m_checkpointing, s.checkpointing);
 }

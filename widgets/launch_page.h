@@ -13,6 +13,7 @@
 #include "widgets/result.h"
 #include "widgets/store_service.h"
 
+class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QLineEdit;
@@ -36,11 +37,18 @@ public:
     void setHosts(const QList<HostEntry>& hosts);
     void setTarget(int index);
     LaunchTarget target() const;
-    // Takes strategy, precision, checkpointing, offload and batch shape from the Plan page.
+    // Takes every field a plan decides (plan::applyPlanToSpec): model, device, GPUs per node,
+    // nodes, strategy, shard group, precision, checkpointing, offload and batch shape. A preset
+    // model has no weights to train: the model field is cleared and the message says so.
     void applyPlan(const plan::PlanInput& input, const QString& modelSource);
 
     // The run spec the fields describe, validated; or what is wrong.
     Result<protocol::RunSpec> spec() const;
+    // The fields as a spec, unchecked (what applyPlan edits).
+    protocol::RunSpec fieldsSpec() const;
+    // Why a valid spec cannot run with this engine (a device it does not train on); empty when
+    // it can. Start stays disabled while it is not empty.
+    QString cannotRunHere() const;
     // What start() will hand the launcher (run directory and port fixed by the preview).
     Result<jobs::LaunchRequest> request() const;
     QString commandPreview() const;
@@ -69,7 +77,8 @@ Q_SIGNALS:
 
 private:
     void updatePreview();
-    void toFields(const protocol::RunSpec& s);
+    // keepBase: the hidden settings stay those of the last preset or run loaded.
+    void toFields(const protocol::RunSpec& s, bool keepBase = false);
     QString runDirectory() const;
 
     StoreService* m_store = nullptr;
@@ -96,7 +105,17 @@ private:
     QSpinBox* m_seqLen = nullptr;
     QSpinBox* m_gradAccum = nullptr;
     QComboBox* m_strategy = nullptr;
+    QSpinBox* m_shardGroup = nullptr;
     QSpinBox* m_ranks = nullptr;
+    QSpinBox* m_nodes = nullptr;
+    QComboBox* m_device = nullptr;
+    QComboBox* m_offload = nullptr;
+    QLineEdit* m_evalData = nullptr;
+    QSpinBox* m_evalEvery = nullptr;
+    QCheckBox* m_packing = nullptr;
+    QCheckBox* m_skipBadLines = nullptr;
+    QLineEdit* m_weightDecay = nullptr;
+    QSpinBox* m_keepCheckpoints = nullptr;
     QComboBox* m_precision = nullptr;
     QComboBox* m_checkpointing = nullptr;
     QComboBox* m_target = nullptr;

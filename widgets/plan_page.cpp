@@ -14,6 +14,7 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include "plan/run_spec_bridge.h"
 #include "protocol/run_spec.h"
 #include "widgets/background.h"
 #include "widgets/memory_bar_chart.h"
@@ -63,21 +64,9 @@ std::optional<double> predictedBytesPerRank(const nlohmann::json& runSpec)
 {
     try {
         const protocol::RunSpec s = protocol::runSpecFromJson(runSpec);
-        plan::PlanInput in;
-        in.model = plan::resolveModel(s.model);
-        in.strategy = plan::parseStrategy(s.strategy);
-        in.shardGroup = s.shardGroup;
-        in.precision = plan::parsePrecision(s.precision);
-        in.checkpointing = plan::parseCheckpointing(s.checkpointing);
-        in.offload = plan::parseOffload(s.offload);
-        in.microBatch = s.microBatch;
-        in.seqLen = s.seqLen;
-        in.gradAccum = s.gradAccum;
-        in.gpusPerNode = s.procsPerNode;
-        in.nodes = s.nodes;
         // Capacity does not change the prediction; only the kind of device does.
-        in.device
-            = s.device == "cuda" ? plan::DeviceSpec::gpu(80) : plan::DeviceSpec::cpu(1LL << 40);
+        const plan::PlanInput in
+            = plan::planInputFromSpec(s, plan::defaultDeviceFor(s, int64_t(1) << 40));
         return double(plan::plan(in).perDevice.total());
     } catch (const std::exception&) {
         return std::nullopt;
@@ -124,7 +113,8 @@ PlanPage::PlanPage(QWidget* parent)
     m_customGiB->setEnabled(false);
     m_strategy = new QComboBox(this);
     m_strategy->setObjectName("strategy");
-    addItems(m_strategy, {"ddp", "zero1", "zero2", "zero3", "hybrid"});
+    for (const auto& name : protocol::strategyNames())
+        m_strategy->addItem(QString::fromStdString(name), QString::fromStdString(name));
     m_strategy->setCurrentIndex(3);
     m_shardGroup = new QSpinBox(this);
     m_shardGroup->setObjectName("shardGroup");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,8 @@
 
 #include "command.h"
 #include "plan/planner.h"
+#include "plan/run_spec_bridge.h"
+#include "protocol/run_spec.h"
 
 namespace shard::cli {
 namespace {
@@ -21,6 +24,7 @@ namespace {
 using namespace shard::plan;
 
 struct PlanOptions {
+    std::string spec; // a run spec (run.json, launch-spec.json) instead of the flags below
     std::string model;
     std::string gpus = "1";
     std::string nodes = "1";
@@ -70,8 +74,44 @@ int64_t physicalMemoryBytes()
     return pages > 0 && size > 0 ? static_cast<int64_t>(pages) * size : (8LL << 30);
 }
 
+DeviceSpec deviceFor(const PlanOptions& o)
+{
+    if (o.gpuMemory == "cpu" || o.gpuMemory == "CPU")
+        return DeviceSpec::cpu(physicalMemoryBytes());
+    return DeviceSpec::gpu(parseGiB("--gpu-memory", o.gpuMemory, false));
+}
+
+// The plan of a run spec file: its model, device, ranks, strategy, precision and batch shape.
+PlanInput inputFromSpecFile(const PlanOptions& o)
+{
+    std::ifstream in(o.spec);
+    if (!in)
+        throw std::runtime_error(o.spec + ": cannot open the run spec");
+    protocol::RunSpec spec;
+    try {
+        spec = protocol::runSpecFromJson(nlohmann::json::parse(in));
+    } catch (const std::exception& e) {
+        throw std::runtime_error(o.spec + ": " + e.what());
+    }
+    const DeviceSpec device = deviceKindOf(spec.device) == DeviceKind::Cpu
+        ? DeviceSpec::cpu(physicalMemoryBytes())
+        : deviceFor(o);
+    return planInputFromSpec(spec, device);
+}
+
 PlanInput buildInput(const PlanOptions& o)
 {
+    if (!o.spec.empty()) {
+        PlanInput in = inputFromSpecFile(o);
+        in.mode = parseAccountingMode(o.mode);
+        if (!o.overhead.empty())
+            in.device.overheadBytes = static_cast<int64_t>(
+                std::llround(parseGiB("--overhead", o.overhead, true) * 1024.0 * 1024 * 1024));
+        if (!o.calibration.empty())
+            in.calibration = Calibration::load(o.calibration);
+        validate(in);
+        return in;
+    }
     PlanInput in;
     in.model = resolveModel(o.model);
     in.strategy = parseStrategy(o.strategy);
@@ -90,10 +130,7 @@ PlanInput buildInput(const PlanOptions& o)
             throw std::runtime_error("--shard-group applies only to --strategy hybrid");
         in.shardGroup = parseCount("--shard-group", o.shardGroup);
     }
-    if (o.gpuMemory == "cpu" || o.gpuMemory == "CPU")
-        in.device = DeviceSpec::cpu(physicalMemoryBytes());
-    else
-        in.device = DeviceSpec::gpu(parseGiB("--gpu-memory", o.gpuMemory, false));
+    in.device = deviceFor(o);
     if (!o.overhead.empty())
         in.device.overheadBytes = static_cast<int64_t>(
             std::llround(parseGiB("--overhead", o.overhead, true) * 1024.0 * 1024 * 1024));
@@ -271,9 +308,9 @@ void runPlan(const PlanOptions& o)
         std::printf("%s\n", c.toJson().dump(2).c_str());
         return;
     }
-    if (o.model.empty())
+    if (o.model.empty() && o.spec.empty())
         throw std::runtime_error("--model is required: a preset (see `shard models`) or a "
-                                 "Hugging Face folder with config.json");
+                                 "Hugging Face folder with config.json (or --spec RUN.json)");
     const PlanInput in = buildInput(o);
     const std::vector<PlanResult> all = planAllStrategies(in);
     const PlanResult* chosen = nullptr;
@@ -314,25 +351,35 @@ const CommandRegistration kPlan([](CLI::App& app) {
     auto o = std::make_shared<PlanOptions>();
     auto* sub = app.add_subcommand(
         "plan", "Predict memory per device, FLOPs and traffic for a model and a sharding setup");
-    sub->add_option("--model", o->model, "Preset name (see `shard models`) or HF folder")
-        ->type_name("NAME|DIR");
-    sub->add_option("--gpus", o->gpus, "GPUs (ranks) per node (default 1)")->type_name("N");
-    sub->add_option("--nodes", o->nodes, "Nodes (default 1); total GPUs = gpus x nodes")
-        ->type_name("M");
-    sub->add_option("--strategy", o->strategy, "ddp, zero1, zero2, zero3 (default), hybrid")
-        ->type_name("S");
-    sub->add_option("--shard-group", o->shardGroup, "hybrid: ranks per shard group")
-        ->type_name("G");
-    sub->add_option("--precision", o->precision, "fp32, bf16-mixed (default), bf16, fp16-mixed")
-        ->type_name("P");
-    sub->add_option("--checkpointing", o->checkpointing, "none (default), full")->type_name("C");
-    sub->add_option("--offload", o->offload, "none (default), optimizer, params+optimizer")
-        ->type_name("O");
-    sub->add_option("--micro-batch", o->microBatch, "Sequences per rank per micro-step")
-        ->type_name("B");
-    sub->add_option("--seq-len", o->seqLen, "Tokens per sequence (default min(2048, max))")
-        ->type_name("L");
-    sub->add_option("--grad-accum", o->gradAccum, "Micro-steps per optimizer step")->type_name("K");
+    auto* spec = sub->add_option("--spec", o->spec,
+                        "Plan a run spec (run.json or launch-spec.json): its model, device, "
+                        "ranks, strategy, precision and batch shape")
+                     ->type_name("FILE");
+    CLI::Option* fromSpec[] = {
+        sub->add_option("--model", o->model, "Preset name (see `shard models`) or HF folder")
+            ->type_name("NAME|DIR"),
+        sub->add_option("--gpus", o->gpus, "GPUs (ranks) per node (default 1)")->type_name("N"),
+        sub->add_option("--nodes", o->nodes, "Nodes (default 1); total GPUs = gpus x nodes")
+            ->type_name("M"),
+        sub->add_option("--strategy", o->strategy, "ddp, zero1, zero2, zero3 (default), hybrid")
+            ->type_name("S"),
+        sub->add_option("--shard-group", o->shardGroup, "hybrid: ranks per shard group")
+            ->type_name("G"),
+        sub->add_option("--precision", o->precision, "fp32, bf16-mixed (default), bf16, fp16-mixed")
+            ->type_name("P"),
+        sub->add_option("--checkpointing", o->checkpointing, "none (default), full")
+            ->type_name("C"),
+        sub->add_option("--offload", o->offload, "none (default), optimizer, params+optimizer")
+            ->type_name("O"),
+        sub->add_option("--micro-batch", o->microBatch, "Sequences per rank per micro-step")
+            ->type_name("B"),
+        sub->add_option("--seq-len", o->seqLen, "Tokens per sequence (default min(2048, max))")
+            ->type_name("L"),
+        sub->add_option("--grad-accum", o->gradAccum, "Micro-steps per optimizer step")
+            ->type_name("K"),
+    };
+    for (CLI::Option* opt : fromSpec)
+        spec->excludes(opt);
     sub->add_option("--gpu-memory", o->gpuMemory, "GiB per GPU (default 80), or `cpu`")
         ->type_name("GiB|cpu");
     sub->add_option("--overhead", o->overhead, "Fixed overhead per device in GiB")

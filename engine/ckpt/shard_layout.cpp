@@ -4,12 +4,13 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "protocol/parallel_dims.h"
+
 namespace shard::ckpt {
 
 bool isKnownStrategy(const std::string& s)
 {
-    return s == "single" || s == "ddp" || s == "zero1" || s == "zero2" || s == "zero3"
-        || s == "hybrid";
+    return s == "single" || protocol::isStrategyName(s);
 }
 
 ShardPlacement placementFor(const std::string& strategy, int rank, int worldSize, int shardGroup)

@@ -4,12 +4,13 @@
 #include <memory>
 
 #include "fsdp/sharded_strategy.h"
+#include "protocol/parallel_dims.h"
 
 namespace shard::fsdp {
 
 void registerStrategies()
 {
-    for (const char* name : {"ddp", "zero1", "zero2", "zero3", "hybrid"})
+    for (const std::string& name : protocol::strategyNames())
         engine::registerStrategy(name, [](const engine::StrategyOptions& options) {
             return std::make_unique<ShardedStrategy>(options);
         });

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "dist/rank_env.h"
+#include "protocol/parallel_dims.h"
 
 namespace shard::fsdp {
 
@@ -68,12 +69,10 @@ ShardedStrategy::ShardedStrategy(engine::StrategyOptions options)
     : m_options(std::move(options))
 {
     const std::string& n = m_options.name;
-    if (n != "ddp" && n != "zero1" && n != "zero2" && n != "zero3" && n != "hybrid")
-        throw std::runtime_error(
-            "unknown strategy '" + n + "' (available: ddp, zero1, zero2, zero3, hybrid)");
-    m_paramsSharded = n == "zero3" || n == "hybrid";
+    const protocol::Strategy strategy = protocol::parseStrategyName(n);
+    m_paramsSharded = protocol::ParallelDims {strategy}.shardsParameters();
     m_reshardAfterForward = m_paramsSharded;
-    m_reduceAtEnd = n == "zero1";
+    m_reduceAtEnd = strategy == protocol::Strategy::Zero1;
 
     if (m_options.spec.offload != "none")
         throw std::runtime_error("--offload " + m_options.spec.offload

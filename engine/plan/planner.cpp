@@ -37,10 +37,6 @@ template<typename E> struct NameTable {
     }
 };
 
-const NameTable<Strategy> kStrategies {
-    {{Strategy::Ddp, "ddp"}, {Strategy::Zero1, "zero1"}, {Strategy::Zero2, "zero2"},
-        {Strategy::Zero3, "zero3"}, {Strategy::Hybrid, "hybrid"}},
-    "strategy"};
 const NameTable<Precision> kPrecisions {
     {{Precision::Fp32, "fp32"}, {Precision::Bf16Mixed, "bf16-mixed"}, {Precision::Bf16, "bf16"},
         {Precision::Fp16Mixed, "fp16-mixed"}},
@@ -121,31 +117,12 @@ double ringFraction(int64_t n)
 
 int64_t shardDegreeOf(const PlanInput& in)
 {
-    switch (in.strategy) {
-    case Strategy::Ddp:
-        return 1;
-    case Strategy::Hybrid:
-        return in.shardGroup;
-    default:
-        return in.worldSize();
-    }
+    return in.parallelDims().shardDegree();
 }
 
 int64_t toBytes(double v)
 {
     return static_cast<int64_t>(std::llround(std::max(0.0, v)));
-}
-
-std::string divisorsOf(int64_t n)
-{
-    std::string out;
-    int shown = 0;
-    for (int64_t d = 1; d <= n && shown < 8; ++d)
-        if (n % d == 0) {
-            out += (out.empty() ? "" : ", ") + std::to_string(d);
-            ++shown;
-        }
-    return out;
 }
 
 struct Dims {
@@ -649,7 +626,7 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
 
 std::string toString(Strategy s)
 {
-    return kStrategies.name(s);
+    return protocol::strategyName(s);
 }
 std::string toString(Precision p)
 {
@@ -673,7 +650,7 @@ std::string toString(DeviceKind k)
 }
 Strategy parseStrategy(const std::string& s)
 {
-    return kStrategies.parse(s);
+    return protocol::parseStrategyName(s);
 }
 Precision parsePrecision(const std::string& s)
 {
@@ -690,13 +667,6 @@ Offload parseOffload(const std::string& s)
 AccountingMode parseAccountingMode(const std::string& s)
 {
     return kModes.parse(s);
-}
-
-const std::vector<Strategy>& allStrategies()
-{
-    static const std::vector<Strategy> all
-        = {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3, Strategy::Hybrid};
-    return all;
 }
 
 DtypeBytes dtypeBytes(Precision p)
@@ -773,17 +743,7 @@ void validate(const PlanInput& in)
             + s.name + "'s maximum of " + std::to_string(s.maxPositionEmbeddings)
             + " positions (max_position_embeddings); use " + std::to_string(s.maxPositionEmbeddings)
             + " or less");
-    const int64_t W = in.worldSize();
-    if (in.strategy == Strategy::Hybrid) {
-        if (in.shardGroup <= 0)
-            throw std::runtime_error("hybrid needs a shard group size (--shard-group G), a "
-                                     "divisor of the "
-                + std::to_string(W) + " GPUs (" + divisorsOf(W) + ")");
-        if (W % in.shardGroup != 0)
-            throw std::runtime_error("hybrid shard group " + std::to_string(in.shardGroup)
-                + " does not divide the " + std::to_string(W) + " GPUs; use a divisor of "
-                + std::to_string(W) + " (" + divisorsOf(W) + ")");
-    }
+    in.parallelDims().validate("GPUs");
     if (in.device.memoryBytes <= 0)
         throw std::runtime_error("device memory must be positive (got "
             + std::to_string(in.device.memoryBytes) + " bytes)");

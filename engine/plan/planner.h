@@ -15,10 +15,11 @@
 
 #include "plan/calibration.h"
 #include "plan/model_spec.h"
+#include "protocol/parallel_dims.h"
 
 namespace shard::plan {
 
-enum class Strategy { Ddp, Zero1, Zero2, Zero3, Hybrid };
+using protocol::Strategy; // ddp, zero1, zero2, zero3, hybrid (protocol/parallel_dims.h)
 // fp32: everything fp32. bf16-mixed / fp16-mixed: 16-bit compute, fp32 master weights, fp32
 // gradients and reduce, fp32 AdamW state. bf16: pure bf16 (weights, gradients, reduce and
 // AdamW state all bf16).
@@ -43,7 +44,7 @@ Precision parsePrecision(const std::string& s);
 Checkpointing parseCheckpointing(const std::string& s);
 Offload parseOffload(const std::string& s);
 AccountingMode parseAccountingMode(const std::string& s);
-const std::vector<Strategy>& allStrategies(); // ddp, zero1, zero2, zero3, hybrid
+using protocol::allStrategies; // ddp, zero1, zero2, zero3, hybrid
 
 // Bytes per element of each kind of state for a precision.
 struct DtypeBytes {
@@ -92,6 +93,10 @@ struct PlanInput {
     Calibration calibration;
 
     int64_t worldSize() const { return gpusPerNode * nodes; }
+    protocol::ParallelDims parallelDims() const
+    {
+        return {strategy, shardGroup, nodes, gpusPerNode};
+    }
 };
 
 // Bytes on one device by component.

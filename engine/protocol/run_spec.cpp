@@ -114,9 +114,21 @@ RunSpec runSpecFromJson(const nlohmann::json& j)
     return s;
 }
 
+const std::vector<std::string>& trainableDevices()
+{
+    static const std::vector<std::string> devices {"cpu"};
+    return devices;
+}
+
+const std::vector<std::string>& trainablePrecisions()
+{
+    static const std::vector<std::string> precisions {"fp32", "bf16-mixed"};
+    return precisions;
+}
+
 void validate(const RunSpec& s)
 {
-    oneOf("strategy", s.strategy, {"ddp", "zero1", "zero2", "zero3", "hybrid"});
+    oneOf("strategy", s.strategy, {strategyNames().begin(), strategyNames().end()});
     oneOf("precision", s.precision, {"fp32", "bf16-mixed", "bf16", "fp16-mixed"});
     oneOf("checkpointing", s.checkpointing, {"none", "full"});
     oneOf("offload", s.offload, {"none", "optimizer", "params+optimizer"});
@@ -140,13 +152,10 @@ void validate(const RunSpec& s)
         throw std::runtime_error("run spec: eval_fraction must be in [0, 1)");
     if (s.beta1 < 0 || s.beta1 >= 1 || s.beta2 < 0 || s.beta2 >= 1)
         throw std::runtime_error("run spec: beta1 and beta2 must be in [0, 1)");
-    if (s.strategy == "hybrid") {
-        if (s.shardGroup <= 0)
-            throw std::runtime_error("run spec: hybrid needs a shard group size (--shard-group G)");
-        if (s.worldSize() % s.shardGroup != 0)
-            throw std::runtime_error("run spec: shard group " + std::to_string(s.shardGroup)
-                + " does not divide the " + std::to_string(s.worldSize())
-                + " ranks; pick a divisor of the rank count");
+    try {
+        s.parallelDims().validate("ranks");
+    } catch (const std::exception& e) {
+        throw std::runtime_error(std::string("run spec: ") + e.what());
     }
     if (s.offload != "none" && s.device == "cpu")
         throw std::runtime_error("run spec: offload '" + s.offload

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/parallel_dims.h"
+
 namespace shard::protocol {
 
 struct RunSpec {
@@ -56,7 +58,18 @@ struct RunSpec {
     int threads = 0;    // intra-op threads per rank; 0 = cores / local ranks
 
     int worldSize() const { return nodes * procsPerNode; }
+    // The sharding fields, typed; throws std::runtime_error on an unknown strategy name.
+    ParallelDims parallelDims() const
+    {
+        return {parseStrategyName(strategy), shardGroup, nodes, procsPerNode};
+    }
 };
+
+// What this version of the engine trains, so that a UI offers exactly that and the worker
+// refuses the rest with the same words: devices ("cpu") and precisions ("fp32", "bf16-mixed").
+// validate() accepts more (cuda, bf16, fp16-mixed) because a spec also describes plans.
+const std::vector<std::string>& trainableDevices();
+const std::vector<std::string>& trainablePrecisions();
 
 nlohmann::json toJson(const RunSpec& s);
 // Unknown keys are an error (a typo in a config must not be silently ignored).

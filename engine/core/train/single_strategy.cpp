@@ -7,6 +7,8 @@
 
 #include <ATen/ATen.h>
 
+#include "protocol/parallel_dims.h"
+
 namespace shard::engine {
 
 namespace {
@@ -66,10 +68,7 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, int world
         if (it != registry().end())
             return it->second(options);
     }
-    static const char* kDataParallel[] = {"ddp", "zero1", "zero2", "zero3", "hybrid"};
-    bool known = options.name == "single";
-    for (const char* n : kDataParallel)
-        known = known || options.name == n;
+    const bool known = options.name == "single" || protocol::isStrategyName(options.name);
     if (known && worldSize == 1)
         return std::make_unique<SingleStrategy>(options);
     std::string names;

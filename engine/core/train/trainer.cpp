@@ -1,6 +1,7 @@
 // The training loop (one process per rank; rank 0 writes the records).
 #include "trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -155,6 +156,10 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
 {
     CountingAllocator::install();
     protocol::validate(m_spec);
+    const auto& devices = protocol::trainableDevices();
+    if (std::find(devices.begin(), devices.end(), m_spec.device) == devices.end())
+        throw std::runtime_error("device '" + m_spec.device
+            + "': this version of the engine trains on the CPU only; use --device cpu");
     m_rank = envInt("RANK", 0);
     m_worldSize = std::max(1, envInt("WORLD_SIZE", 1));
     m_computeDtype = computeDtypeFor(m_spec.precision);

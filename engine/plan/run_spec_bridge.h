@@ -1,0 +1,32 @@
+// The one mapping between a plan and a run spec: every field both describe (model or preset,
+// device, GPUs per node, nodes, strategy, shard group, precision, checkpointing, offload,
+// micro-batch, sequence length, gradient accumulation) carried both ways. Used by the Plan page,
+// the Launch page, the Monitor's prediction and `shard plan --spec`.
+#pragma once
+
+#include <string>
+
+#include "plan/planner.h"
+#include "protocol/run_spec.h"
+
+namespace shard::plan {
+
+// The plan of a run spec. spec.model is a preset name or a model folder (its config.json is
+// read: call it off a UI thread). `device` gives the capacity; its kind must be spec.device's
+// (cuda = GPU), else std::runtime_error. Throws what resolveModel and the name parsers throw.
+PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& device);
+
+// The device a spec runs on with the planner's defaults for its capacity: an 80 GiB GPU for
+// cuda, `hostMemoryBytes` of RAM shared by the node's ranks for cpu.
+DeviceSpec defaultDeviceFor(const protocol::RunSpec& spec, int64_t hostMemoryBytes);
+
+// Writes every field the plan decides into `spec`, leaving the rest (name, data, optimiser,
+// schedule...) as they are. `modelSource` is what the plan's model came from: a preset name or
+// a folder; it becomes spec.model.
+void applyPlanToSpec(const PlanInput& in, const std::string& modelSource, protocol::RunSpec& spec);
+
+// The run spec's device name for a planner device kind and back: "cuda" <-> Gpu, "cpu" <-> Cpu.
+std::string specDeviceName(DeviceKind kind);
+DeviceKind deviceKindOf(const std::string& specDevice);
+
+} // namespace shard::plan

@@ -1,0 +1,172 @@
+// Plan -> "Launch with these settings" -> Launch page -> run spec, through the window's own wiring:
+// every field a plan decides arrives (a 2-node GPU plan with hybrid shard group 4 and optimizer
+// offload included), a preset plan does not keep another model folder, and the Launch page
+// offers only what the engine trains and says why a GPU spec cannot start here.
+#include <QtTest>
+
+#include <QComboBox>
+#include <QDir>
+#include <QFile>
+#include <QPushButton>
+#include <QSettings>
+#include <QSpinBox>
+#include <QTemporaryDir>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/model_spec.h"
+#include "protocol/run_spec.h"
+#include "widgets/launch_page.h"
+#include "widgets/main_window.h"
+#include "widgets/plan_page.h"
+
+using namespace shard::widgets;
+namespace plan = shard::plan;
+
+namespace {
+
+template<class T> T* field(QWidget& page, const char* name)
+{
+    auto* w = page.findChild<T*>(name);
+    if (!w)
+        qFatal("no field %s", name);
+    return w;
+}
+
+void selectData(QComboBox* box, const QString& data)
+{
+    const int i = box->findData(data);
+    QVERIFY2(i >= 0, qPrintable(data));
+    box->setCurrentIndex(i);
+}
+
+QStringList itemData(QComboBox* box)
+{
+    QStringList out;
+    for (int i = 0; i < box->count(); ++i)
+        out << box->itemData(i).toString();
+    return out;
+}
+
+} // namespace
+
+class TstPlanToLaunch : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QCoreApplication::setOrganizationName("ShardStudioTest");
+        QSettings::setDefaultFormat(QSettings::IniFormat);
+        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, m_settings.path());
+        QVERIFY(QDir().mkpath(m_tmp.filePath("model")));
+        QFile config(m_tmp.filePath("model/config.json"));
+        QVERIFY(config.open(QIODevice::WriteOnly));
+        config.write(
+            QByteArray::fromStdString(plan::toHfConfig(*plan::findPreset("tiny-1m")).dump(2)));
+    }
+
+    void gpuPlanArrivesWhole()
+    {
+        MainWindow w(m_tmp.filePath("store.sqlite"));
+        w.show();
+        PlanPage& p = *w.planPage();
+        LaunchPage& l = *w.launchPage();
+        l.setDataFiles({m_tmp.filePath("train.jsonl")});
+        l.setRunName("from-plan");
+        QSignalSpy loaded(&p, &PlanPage::modelLoaded);
+        p.setModel(m_tmp.filePath("model"));
+        QTRY_VERIFY(loaded.count() > 0);
+        field<QSpinBox>(p, "gpus")->setValue(4);
+        field<QSpinBox>(p, "nodes")->setValue(2);
+        selectData(field<QComboBox>(p, "device"), "80");
+        selectData(field<QComboBox>(p, "strategy"), "hybrid");
+        field<QSpinBox>(p, "shardGroup")->setValue(4);
+        selectData(field<QComboBox>(p, "precision"), "bf16-mixed");
+        selectData(field<QComboBox>(p, "checkpointing"), "full");
+        selectData(field<QComboBox>(p, "offload"), "optimizer");
+        field<QSpinBox>(p, "microBatch")->setValue(3);
+        field<QSpinBox>(p, "seqLen")->setValue(256);
+        field<QSpinBox>(p, "gradAccum")->setValue(5);
+        p.recompute();
+        QVERIFY2(p.input(), qPrintable(p.messageText()));
+
+        QTest::mouseClick(field<QPushButton>(p, "toLaunch"), Qt::LeftButton);
+        QCOMPARE(w.currentPage(), Page::Launch);
+        auto spec = l.spec();
+        QVERIFY2(spec, qPrintable(spec.error()));
+        const shard::protocol::RunSpec& s = spec.value();
+        QCOMPARE(QString::fromStdString(s.model), m_tmp.filePath("model"));
+        QCOMPARE(s.device, std::string("cuda"));
+        QCOMPARE(s.procsPerNode, 4);
+        QCOMPARE(s.nodes, 2);
+        QCOMPARE(s.strategy, std::string("hybrid"));
+        QCOMPARE(s.shardGroup, 4);
+        QCOMPARE(s.precision, std::string("bf16-mixed"));
+        QCOMPARE(s.checkpointing, std::string("full"));
+        QCOMPARE(s.offload, std::string("optimizer"));
+        QCOMPARE(s.microBatch, int64_t(3));
+        QCOMPARE(s.seqLen, int64_t(256));
+        QCOMPARE(s.gradAccum, int64_t(5));
+        // What the plan does not decide is the Launch page's.
+        QCOMPARE(s.name, std::string("from-plan"));
+        QCOMPARE(int(s.data.size()), 1);
+        // The engine trains on the CPU only: the spec is kept, and the page says why it cannot
+        // start instead of starting something else.
+        QVERIFY2(l.cannotRunHere().contains("CPU"), qPrintable(l.cannotRunHere()));
+        QTRY_VERIFY(l.commandPreview().contains("Not ready"));
+        QVERIFY(!l.request());
+    }
+
+    void presetPlanDropsTheOldFolder()
+    {
+        MainWindow w(m_tmp.filePath("store.sqlite"));
+        PlanPage& p = *w.planPage();
+        LaunchPage& l = *w.launchPage();
+        l.setModelFolder(m_tmp.filePath("model")); // an earlier run's model
+        p.setModel("llama-3-8b");
+        p.recompute();
+        QVERIFY(p.input());
+        QTest::mouseClick(field<QPushButton>(p, "toLaunch"), Qt::LeftButton);
+        QCOMPARE(l.fieldsSpec().model, std::string());
+        QVERIFY2(l.messageText().contains("llama-3-8b") && l.messageText().contains("no weights"),
+            qPrintable(l.messageText()));
+        QVERIFY(!l.spec());
+    }
+
+    void offersWhatTheEngineTrains()
+    {
+        LaunchPage l;
+        QStringList trainable;
+        for (const auto& p : shard::protocol::trainablePrecisions())
+            trainable << QString::fromStdString(p);
+        QCOMPARE(itemData(field<QComboBox>(l, "precision")), trainable);
+        QVERIFY(!itemData(field<QComboBox>(l, "precision")).contains("fp16-mixed"));
+        // A plan in a precision the engine does not train says so.
+        PlanPage p;
+        p.setModel("tiny-1m");
+        selectData(field<QComboBox>(p, "precision"), "bf16");
+        p.recompute();
+        QVERIFY(p.input());
+        l.applyPlan(*p.input(), "tiny-1m");
+        QVERIFY2(
+            l.messageText().contains("Precision bf16 is not trained"), qPrintable(l.messageText()));
+        // Hybrid's shard group is a field of its own, not ranks / 2.
+        l.setModelFolder(m_tmp.filePath("model"));
+        l.setDataFiles({m_tmp.filePath("train.jsonl")});
+        selectData(field<QComboBox>(l, "device"), "cpu");
+        selectData(field<QComboBox>(l, "strategy"), "hybrid");
+        field<QSpinBox>(l, "ranks")->setValue(6);
+        field<QSpinBox>(l, "shardGroup")->setValue(3);
+        auto s = l.spec();
+        QVERIFY2(s, qPrintable(s.error()));
+        QCOMPARE(s.value().shardGroup, 3);
+        QVERIFY(l.cannotRunHere().isEmpty());
+    }
+
+private:
+    QTemporaryDir m_tmp;
+    QTemporaryDir m_settings;
+};
+
+QTEST_MAIN(TstPlanToLaunch)
+#include "tst_plan_to_launch.moc"
