@@ -1,19 +1,27 @@
 // PlanPage: form -> PlanInput -> planAllStrategies / largestMicroBatch / fewestGpus -> chart.
 #include "widgets/plan_page.h"
 
+#include <cmath>
+
+#include <unistd.h>
+
 #include <QComboBox>
+#include <QDir>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
+#include <QHeaderView>
 #include <QLabel>
 #include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
+#include <QTableWidget>
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include "plan/device_catalog.h"
 #include "plan/run_spec_bridge.h"
 #include "protocol/run_spec.h"
 #include "widgets/background.h"
@@ -28,6 +36,12 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 const char* const kCustomDevice = "custom";
 const char* const kCpuDevice = "cpu";
+
+int64_t physicalMemoryBytes()
+{
+    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? int64_t(pages) * size : int64_t(0);
+}
 
 QString gib(int64_t bytes)
 {
@@ -90,6 +104,7 @@ PlanPage::PlanPage(QWidget* parent)
         m_modelBox->addItem(QString::fromStdString(p.name), QString::fromStdString(p.name));
     m_openFolder = new QPushButton(tr("Open a Hugging Face &folder…"), this);
     m_modelInfo = new QLabel(this);
+    m_modelInfo->setObjectName("modelInfo");
     m_modelInfo->setWordWrap(true);
     m_gpus = new QSpinBox(this);
     m_gpus->setObjectName("gpus");
@@ -100,11 +115,36 @@ PlanPage::PlanPage(QWidget* parent)
     m_nodes->setRange(1, 4096);
     m_device = new QComboBox(this);
     m_device->setObjectName("device");
-    for (int g : {24, 40, 80, 96, 141})
-        m_device->addItem(tr("GPU, %1 GiB").arg(g), QString::number(g));
+    for (const auto& d : plan::gpuCatalog()) {
+        m_device->addItem(QString::fromStdString(d.label), QString::fromStdString(d.key));
+        m_device->setItemData(m_device->count() - 1,
+            tr("%1 GiB · %2 TFLOP/s bf16 dense · %3")
+                .arg(double(d.spec.memoryBytes) / kGiB, 0, 'f', 0)
+                .arg(d.spec.peakFlops16 / 1e12, 0, 'f', 0)
+                .arg(QString::fromStdString(d.interconnect)),
+            Qt::ToolTipRole);
+    }
     m_device->addItem(tr("GPU, custom size"), kCustomDevice);
     m_device->addItem(tr("CPU (host memory)"), kCpuDevice);
-    m_device->setCurrentIndex(2);
+    m_device->setCurrentIndex(m_device->findData("h100-80g"));
+    m_hostGiB = new QDoubleSpinBox(this);
+    m_hostGiB->setObjectName("hostGiB");
+    m_hostGiB->setRange(0, 1 << 20);
+    m_hostGiB->setDecimals(0);
+    m_hostGiB->setSuffix(" GiB");
+    m_hostGiB->setSpecialValueText(tr("not checked"));
+    m_hostGiB->setValue(std::floor(double(physicalMemoryBytes()) / kGiB)); // this machine
+    m_hostGiB->setToolTip(tr("Host RAM per node: offloaded state must fit in it"));
+    m_mode = new QComboBox(this);
+    m_mode->setObjectName("mode");
+    m_mode->addItem(tr("Shard Studio engine"), "engine");
+    m_mode->addItem(tr("ZeRO paper (Rajbhandari et al.)"), "zero-paper");
+    m_table = new QTableWidget(this);
+    m_table->setObjectName("components");
+    m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_table->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+    m_table->setMinimumHeight(200);
     m_customGiB = new QDoubleSpinBox(this);
     m_customGiB->setObjectName("customGiB");
     m_customGiB->setRange(1, 4096);
@@ -171,6 +211,7 @@ PlanPage::PlanPage(QWidget* parent)
     clusterForm->addRow(tr("&Nodes"), m_nodes);
     clusterForm->addRow(tr("&Device"), m_device);
     clusterForm->addRow(tr("Device &memory"), m_customGiB);
+    clusterForm->addRow(tr("&Host memory per node"), m_hostGiB);
     auto* trainBox = new QGroupBox(tr("Training"), this);
     auto* trainForm = new QFormLayout(trainBox);
     trainForm->addRow(tr("&Strategy"), m_strategy);
@@ -181,6 +222,7 @@ PlanPage::PlanPage(QWidget* parent)
     trainForm->addRow(tr("M&icro-batch"), m_microBatch);
     trainForm->addRow(tr("Se&quence length"), m_seqLen);
     trainForm->addRow(tr("Gradient &accumulation"), m_gradAccum);
+    trainForm->addRow(tr("Acco&unting"), m_mode);
 
     auto* left = new QVBoxLayout;
     left->addWidget(modelBox);
@@ -194,7 +236,10 @@ PlanPage::PlanPage(QWidget* parent)
     auto* right = new QVBoxLayout;
     right->addWidget(m_message);
     right->addWidget(m_verdict);
-    right->addWidget(m_chart, 1);
+    auto* chartRow = new QHBoxLayout;
+    chartRow->addWidget(m_chart, 3);
+    chartRow->addWidget(m_table, 2);
+    right->addLayout(chartRow, 1);
     right->addWidget(m_details);
     auto* actions = new QHBoxLayout;
     actions->addStretch(1);
@@ -206,9 +251,9 @@ PlanPage::PlanPage(QWidget* parent)
     layout->addLayout(right, 1);
 
     // Tab order follows the form top to bottom.
-    QWidget* order[] = {m_modelBox, m_openFolder, m_gpus, m_nodes, m_device, m_customGiB,
+    QWidget* order[] = {m_modelBox, m_openFolder, m_gpus, m_nodes, m_device, m_customGiB, m_hostGiB,
         m_strategy, m_shardGroup, m_precision, m_checkpointing, m_offload, m_microBatch, m_seqLen,
-        m_gradAccum, m_toLaunch};
+        m_gradAccum, m_mode, m_toLaunch};
     for (size_t i = 1; i < std::size(order); ++i)
         setTabOrder(order[i - 1], order[i]);
 
@@ -225,15 +270,20 @@ PlanPage::PlanPage(QWidget* parent)
     });
     for (QSpinBox* s : {m_gpus, m_nodes, m_shardGroup, m_microBatch, m_seqLen, m_gradAccum})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, &PlanPage::scheduleRecompute);
-    connect(m_customGiB, qOverload<double>(&QDoubleSpinBox::valueChanged), this,
-        &PlanPage::scheduleRecompute);
-    for (QComboBox* c : {m_device, m_strategy, m_precision, m_checkpointing, m_offload})
+    for (QDoubleSpinBox* s : {m_customGiB, m_hostGiB})
+        connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this,
+            &PlanPage::scheduleRecompute);
+    for (QComboBox* c : {m_device, m_strategy, m_precision, m_checkpointing, m_offload, m_mode})
         connect(
             c, qOverload<int>(&QComboBox::currentIndexChanged), this, &PlanPage::scheduleRecompute);
     connect(m_device, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
         const QString d = m_device->currentData().toString();
         m_customGiB->setEnabled(d == kCustomDevice || d == kCpuDevice);
-        if (d == kCpuDevice && m_customGiB->value() == 48)
+        m_hostGiB->setEnabled(d != kCpuDevice);
+        // A catalogue card shows its own memory (greyed), never a stale custom size.
+        if (auto card = plan::findCatalogDevice(d.toStdString()))
+            m_customGiB->setValue(double(card->spec.memoryBytes) / kGiB);
+        else if (d == kCpuDevice && m_customGiB->value() == 48)
             m_customGiB->setValue(24);
     });
     connect(m_strategy, qOverload<int>(&QComboBox::currentIndexChanged), this,
@@ -293,6 +343,15 @@ void PlanPage::setModel(const QString& presetOrFolder)
             m_model = result.take();
             m_modelSource = presetOrFolder;
             m_modelError.clear();
+            // The box names what is planned: the folder, not the last preset.
+            int index = m_modelBox->findData(presetOrFolder);
+            if (index < 0) {
+                m_modelBox->insertItem(
+                    0, tr("Folder: %1").arg(QDir(presetOrFolder).dirName()), presetOrFolder);
+                m_modelBox->setItemData(0, presetOrFolder, Qt::ToolTipRole);
+                index = 0;
+            }
+            m_modelBox->setCurrentIndex(index);
             m_message->clearMessage();
             Q_EMIT modelLoaded(presetOrFolder);
             scheduleRecompute();
@@ -341,8 +400,16 @@ std::optional<plan::PlanInput> PlanPage::readFields(QString* error) const
         in.device = plan::DeviceSpec::cpu(int64_t(m_customGiB->value() * kGiB));
     else if (device == kCustomDevice)
         in.device = plan::DeviceSpec::gpu(m_customGiB->value());
-    else
-        in.device = plan::DeviceSpec::gpu(device.toDouble());
+    else if (auto card = plan::findCatalogDevice(device.toStdString()))
+        in.device = card->spec;
+    if (in.device.kind == plan::DeviceKind::Gpu)
+        in.device.hostMemoryBytes = int64_t(m_hostGiB->value() * kGiB);
+    try {
+        in.mode = plan::parseAccountingMode(m_mode->currentData().toString().toStdString());
+    } catch (const std::exception& e) {
+        *error = QString::fromUtf8(e.what());
+        return std::nullopt;
+    }
     return in;
 }
 
@@ -364,7 +431,11 @@ void PlanPage::recompute()
         m_results.clear();
         m_input.reset();
         m_chart->setBars({});
+        m_table->clear();
+        m_table->setRowCount(0);
+        m_table->setColumnCount(0);
         m_verdict->setText(tr("No plan"));
+        m_verdict->setStyleSheet(QString());
         m_details->clear();
         m_message->showMessage(QString::fromUtf8(e.what()));
         Q_EMIT planChanged();
@@ -403,6 +474,7 @@ void PlanPage::showResults()
         bars.push_back(std::move(bar));
     }
     m_chart->setBars(bars);
+    fillTable();
     const plan::PlanResult* c = chosen();
     if (!c) {
         m_verdict->setText(tr("No plan for this strategy"));
@@ -410,14 +482,30 @@ void PlanPage::showResults()
     }
     m_chart->setCapacity(double(c->capacityBytes), tr("%1 per device").arg(gib(c->capacityBytes)));
     const QString strategy = QString::fromStdString(plan::toString(c->input.strategy));
-    if (c->fits)
+    const double share
+        = c->capacityBytes > 0 ? double(c->perDevice.total()) / double(c->capacityBytes) : 0.0;
+    const bool tight = c->fits && share > plan::kSafeMemoryFraction;
+    if (tight)
+        m_verdict->setText(tr("⚠ Fits, but tight: %1 uses %2 of %3 per device (%4%); plans "
+                              "over %5% of device memory risk running out")
+                               .arg(strategy, gib(c->perDevice.total()), gib(c->capacityBytes))
+                               .arg(qRound(share * 100))
+                               .arg(qRound(plan::kSafeMemoryFraction * 100)));
+    else if (c->fits)
         m_verdict->setText(tr("✔ Fits: %1 uses %2 of %3 per device (%4 free)")
                                .arg(strategy, gib(c->perDevice.total()), gib(c->capacityBytes),
                                    gib(c->headroomBytes)));
+    else if (c->headroomBytes >= 0)
+        m_verdict->setText(tr("✘ Does not fit: %1 needs %2 of host memory per node for offloaded "
+                              "state, the node has %3")
+                               .arg(strategy, gib(c->hostBytesPerDevice * c->input.gpusPerNode),
+                                   gib(c->input.device.hostMemoryBytes)));
     else
         m_verdict->setText(tr("✘ Does not fit: %1 needs %2 per device, the device has %3")
                                .arg(strategy, gib(c->perDevice.total()), gib(c->capacityBytes)));
-    m_verdict->setStyleSheet(c->fits ? "color: #1d7a2e;" : "color: #b3261e;");
+    m_verdict->setStyleSheet(tight ? "color: #9a6700;"
+            : c->fits              ? "color: #1d7a2e;"
+                                   : "color: #b3261e;");
 
     QStringList lines;
     lines << tr("<b>%1</b>: %2 parameters · %3 ranks (shard degree %4 × %5 replicas)")
@@ -446,12 +534,46 @@ void PlanPage::showResults()
     for (const auto& note : c->notes)
         lines << tr("Note: %1").arg(QString::fromStdString(note).toHtmlEscaped());
     m_details->setText(lines.join("<br>"));
-    m_modelInfo->setText(tr("%1 layers, hidden %2, %3 heads (%4 KV), vocabulary %5")
-                             .arg(m_model->numLayers)
-                             .arg(m_model->hiddenSize)
-                             .arg(m_model->numHeads)
-                             .arg(m_model->numKvHeads)
-                             .arg(m_model->vocabSize));
+    const bool folder = !plan::findPreset(m_modelSource.toStdString());
+    m_modelInfo->setText(
+        (folder ? tr("Folder %1<br>").arg(m_modelSource.toHtmlEscaped()) : QString())
+        + tr("%1 layers, hidden %2, %3 heads (%4 KV), vocabulary %5")
+              .arg(m_model->numLayers)
+              .arg(m_model->hiddenSize)
+              .arg(m_model->numHeads)
+              .arg(m_model->numKvHeads)
+              .arg(m_model->vocabSize));
+}
+
+void PlanPage::fillTable()
+{
+    const QStringList names = planCategoryNames();
+    m_table->clear();
+    m_table->setColumnCount(int(m_results.size()));
+    m_table->setRowCount(names.size() + 2);
+    QStringList rows = names;
+    rows << tr("total") << tr("host (offload)");
+    m_table->setVerticalHeaderLabels(rows);
+    QStringList columns;
+    for (int c = 0; c < int(m_results.size()); ++c) {
+        const plan::PlanResult& r = m_results[size_t(c)];
+        QString label = QString::fromStdString(plan::toString(r.input.strategy));
+        if (r.input.strategy == m_input->strategy)
+            label = "▶ " + label;
+        columns << label;
+        const std::vector<double> bytes = planCategoryBytes(r.perDevice);
+        for (int row = 0; row < int(bytes.size()); ++row)
+            m_table->setItem(row, c, new QTableWidgetItem(gib(int64_t(bytes[size_t(row)]))));
+        auto* total = new QTableWidgetItem(gib(r.perDevice.total()));
+        QFont bold = total->font();
+        bold.setBold(true);
+        total->setFont(bold);
+        m_table->setItem(names.size(), c, total);
+        m_table->setItem(names.size() + 1, c, new QTableWidgetItem(gib(r.hostBytesPerDevice)));
+        for (int row = 0; row < m_table->rowCount(); ++row)
+            m_table->item(row, c)->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+    }
+    m_table->setHorizontalHeaderLabels(columns);
 }
 
 void PlanPage::saveSettings() const
@@ -463,6 +585,8 @@ void PlanPage::saveSettings() const
     s.setValue("nodes", m_nodes->value());
     s.setValue("device", m_device->currentData());
     s.setValue("customGiB", m_customGiB->value());
+    s.setValue("hostGiB", m_hostGiB->value());
+    s.setValue("mode", m_mode->currentData());
     s.setValue("strategy", m_strategy->currentData());
     s.setValue("shardGroup", m_shardGroup->value());
     s.setValue("precision", m_precision->currentData());
@@ -487,6 +611,8 @@ void PlanPage::loadSettings()
     m_nodes->setValue(s.value("nodes", m_nodes->value()).toInt());
     setCombo(m_device, "device");
     m_customGiB->setValue(s.value("customGiB", m_customGiB->value()).toDouble());
+    m_hostGiB->setValue(s.value("hostGiB", m_hostGiB->value()).toDouble());
+    setCombo(m_mode, "mode");
     setCombo(m_strategy, "strategy");
     m_shardGroup->setValue(s.value("shardGroup", m_shardGroup->value()).toInt());
     setCombo(m_precision, "precision");

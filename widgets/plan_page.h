@@ -19,6 +19,7 @@ class QDoubleSpinBox;
 class QLabel;
 class QPushButton;
 class QSpinBox;
+class QTableWidget;
 class QTimer;
 
 namespace shard::widgets {
@@ -62,6 +63,7 @@ private:
     void browseFolder();
     std::optional<plan::PlanInput> readFields(QString* error) const;
     void showResults();
+    void fillTable();
 
     std::optional<plan::ModelSpec> m_model;
     QString m_modelSource; // preset name or folder
@@ -80,6 +82,9 @@ private:
     QSpinBox* m_nodes = nullptr;
     QComboBox* m_device = nullptr;
     QDoubleSpinBox* m_customGiB = nullptr;
+    QDoubleSpinBox* m_hostGiB = nullptr;
+    QComboBox* m_mode = nullptr;
+    QTableWidget* m_table = nullptr;
     QComboBox* m_strategy = nullptr;
     QSpinBox* m_shardGroup = nullptr;
     QComboBox* m_precision = nullptr;

@@ -5,12 +5,16 @@
 
 #include <QComboBox>
 #include <QDir>
+#include <QDoubleSpinBox>
 #include <QFile>
+#include <QLabel>
 #include <QSpinBox>
+#include <QTableWidget>
 #include <QTemporaryDir>
 
 #include <nlohmann/json.hpp>
 
+#include "plan/device_catalog.h"
 #include "plan/model_spec.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/plan_page.h"
@@ -87,7 +91,7 @@ private Q_SLOTS:
         QVERIFY(!page.chart()->bars()[3].highlighted);
 
         // A 24 GiB device cannot hold DDP of a 7B model.
-        selectData(field<QComboBox>(page, "device"), "24");
+        selectData(field<QComboBox>(page, "device"), "rtx-4090");
         QTRY_VERIFY(page.chosen() && page.chosen()->capacityBytes < int64_t(25) << 30);
         QVERIFY(!page.chosen()->fits);
         QVERIFY2(page.verdictText().contains("Does not fit"), qPrintable(page.verdictText()));
@@ -95,7 +99,7 @@ private Q_SLOTS:
 
         // Back to zero3 on 8 x 80 GiB with checkpointing: fits, and checkpointing shrinks
         // activations.
-        selectData(field<QComboBox>(page, "device"), "80");
+        selectData(field<QComboBox>(page, "device"), "h100-80g");
         selectData(field<QComboBox>(page, "strategy"), "zero3");
         field<QSpinBox>(page, "gpus")->setValue(8);
         field<QSpinBox>(page, "microBatch")->setValue(1);
@@ -174,6 +178,98 @@ private Q_SLOTS:
         QVERIFY(page.messageText().isEmpty());
         QVERIFY(page.chosen());
         QCOMPARE(page.chosen()->shardDegree, int64_t(4));
+    }
+
+    void catalogueTableAndWarnings()
+    {
+        PlanPage page;
+        page.show();
+        page.setModel("llama-2-7b");
+        // Every catalogued card is offered, and the fit and the throughput follow the card.
+        auto* device = field<QComboBox>(page, "device");
+        for (const auto& card : plan::gpuCatalog())
+            QVERIFY2(device->findData(QString::fromStdString(card.key)) >= 0, card.key.c_str());
+        QVERIFY(device->findData("cpu") >= 0);
+        selectData(field<QComboBox>(page, "strategy"), "zero3");
+        field<QSpinBox>(page, "gpus")->setValue(8);
+        selectData(device, "h100-80g");
+        page.recompute();
+        QVERIFY(page.chosen());
+        const double h100 = page.chosen()->tokensPerSecond;
+        selectData(device, "a100-80g");
+        page.recompute();
+        QCOMPARE(page.chosen()->capacityBytes > 0, true);
+        QVERIFY2(page.chosen()->tokensPerSecond < 0.5 * h100,
+            "an A100 (312 TFLOP/s) must plan slower than an H100 (989)");
+        // A catalogued card greys its own memory into the size field, not a stale 48 GiB.
+        auto* size = field<QDoubleSpinBox>(page, "customGiB");
+        QVERIFY(!size->isEnabled());
+        QCOMPARE(size->value(), 80.0);
+        // The per-component table: one column per strategy, one row per component + total.
+        auto* table = field<QTableWidget>(page, "components");
+        QCOMPARE(table->columnCount(), int(page.results().size()));
+        QCOMPARE(table->rowCount(), planCategoryNames().size() + 2);
+        QVERIFY(table->horizontalHeaderItem(3)->text().contains("zero3"));
+        QVERIFY(table->horizontalHeaderItem(3)->text().startsWith("▶"));
+        // Over 80% of device memory: flagged even though it fits.
+        field<QSpinBox>(page, "microBatch")->setValue(1);
+        int64_t tightBatch = 0;
+        for (int64_t b = 1; b <= 64 && !tightBatch; ++b) {
+            field<QSpinBox>(page, "microBatch")->setValue(int(b));
+            page.recompute();
+            const auto* c = page.chosen();
+            if (c->fits && double(c->perDevice.total()) > 0.8 * double(c->capacityBytes))
+                tightBatch = b;
+        }
+        QVERIFY2(tightBatch > 0, "some micro-batch must land between 80% and 100%");
+        QVERIFY2(page.verdictText().contains("tight"), qPrintable(page.verdictText()));
+        // Offload checks host memory: llama-2-70b with everything offloaded needs > 1 TiB of
+        // host RAM per 8-GPU node.
+        page.setModel("llama-2-70b");
+        field<QSpinBox>(page, "microBatch")->setValue(1);
+        selectData(field<QComboBox>(page, "offload"), "params+optimizer");
+        field<QDoubleSpinBox>(page, "hostGiB")->setValue(512);
+        page.recompute();
+        QVERIFY(page.chosen());
+        QVERIFY(!page.chosen()->fits);
+        QVERIFY2(page.verdictText().contains("host memory"), qPrintable(page.verdictText()));
+        field<QDoubleSpinBox>(page, "hostGiB")->setValue(4096);
+        page.recompute();
+        QVERIFY(page.chosen()->fits);
+        // The accounting mode is a field.
+        selectData(field<QComboBox>(page, "mode"), "zero-paper");
+        page.recompute();
+        QVERIFY(page.chosen()->input.mode == plan::AccountingMode::ZeroPaper);
+    }
+
+    void folderIsShownAndNoPlanIsNotGreen()
+    {
+        QTemporaryDir tmp;
+        QFile f(tmp.filePath("config.json"));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray::fromStdString(plan::toHfConfig(*plan::findPreset("tiny-1m")).dump()));
+        f.close();
+        PlanPage page;
+        page.show();
+        page.recompute();
+        QVERIFY(page.verdictText().contains("Fits"));
+        QSignalSpy loaded(&page, &PlanPage::modelLoaded);
+        page.setModel(tmp.path());
+        QTRY_COMPARE_WITH_TIMEOUT(loaded.count(), 1, 5000);
+        auto* box = field<QComboBox>(page, "model");
+        QCOMPARE(box->currentData().toString(), tmp.path());
+        QVERIFY2(box->currentText().contains(QDir(tmp.path()).dirName()),
+            qPrintable(box->currentText()));
+        page.recompute();
+        QVERIFY2(field<QLabel>(page, "modelInfo")->text().contains(tmp.path()),
+            qPrintable(field<QLabel>(page, "modelInfo")->text()));
+        // An impossible setting: "No plan", not in the last verdict's green.
+        selectData(field<QComboBox>(page, "strategy"), "hybrid");
+        field<QSpinBox>(page, "gpus")->setValue(8);
+        field<QSpinBox>(page, "shardGroup")->setValue(3);
+        page.recompute();
+        QCOMPARE(page.verdictText(), QString("No plan"));
+        QVERIFY(!field<QLabel>(page, "verdict")->styleSheet().contains("#1d7a2e"));
     }
 
     void predictionForARunSpec()

@@ -78,7 +78,7 @@ private Q_SLOTS:
         QTRY_VERIFY(loaded.count() > 0);
         field<QSpinBox>(p, "gpus")->setValue(4);
         field<QSpinBox>(p, "nodes")->setValue(2);
-        selectData(field<QComboBox>(p, "device"), "80");
+        selectData(field<QComboBox>(p, "device"), "h100-80g");
         selectData(field<QComboBox>(p, "strategy"), "hybrid");
         field<QSpinBox>(p, "shardGroup")->setValue(4);
         selectData(field<QComboBox>(p, "precision"), "bf16-mixed");

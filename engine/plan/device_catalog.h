@@ -1,0 +1,31 @@
+// Devices a user plans for: common data-centre and workstation GPUs with their memory, dense
+// bf16 / fp32 peaks and interconnect, and the CPU of this kind of node. The throughput estimate
+// and the fit change with the card. No Qt, no Torch.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/planner.h"
+
+namespace shard::plan {
+
+struct CatalogDevice {
+    std::string key;          // "h100-80g", "rtx-4090", ... (CLI: --gpu KEY)
+    std::string label;        // "NVIDIA H100 SXM 80 GB"
+    std::string interconnect; // "NVLink 4 (450 GB/s per direction)"
+    DeviceSpec spec;
+};
+
+// Every GPU in the catalogue, data-centre cards first.
+const std::vector<CatalogDevice>& gpuCatalog();
+std::optional<CatalogDevice> findCatalogDevice(const std::string& key);
+// "h100-80g, h200, ..." for messages.
+std::string catalogKeys();
+
+// Above this share of device memory a plan is flagged even when it fits: Fujii et al. (arXiv
+// 2411.06465) saw no out-of-memory in 454 runs whose estimate stayed under 80%.
+constexpr double kSafeMemoryFraction = 0.8;
+
+} // namespace shard::plan
