@@ -15,6 +15,7 @@
 #include <sqlite3.h>
 
 #include "jobs/sqlite_db.h"
+#include "protocol/config_diff.h"
 
 namespace shard::jobs {
 
@@ -210,19 +211,6 @@ SpecColumns specColumns(const QByteArray& specJson)
     c.worldSize = static_cast<int>(num("nodes", 1) * num("procs_per_node", 1));
     c.totalSteps = num("steps", 0);
     return c;
-}
-
-void flatten(
-    const nlohmann::json& j, const std::string& prefix, std::map<std::string, std::string>& out)
-{
-    if (j.is_object() && !j.empty()) {
-        for (auto it = j.begin(); it != j.end(); ++it)
-            flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
-    } else if (j.is_string()) {
-        out[prefix] = j.get<std::string>();
-    } else {
-        out[prefix] = j.dump();
-    }
 }
 
 } // namespace
@@ -820,36 +808,21 @@ Result<qint64> RunStore::metricCount(qint64 runId) const
 
 Result<QVector<ConfigDiff>> RunStore::compareConfigs(const QVector<qint64>& runIds) const
 {
-    std::vector<std::map<std::string, std::string>> flat;
-    std::map<std::string, bool> keys;
+    std::vector<nlohmann::json> configs;
     for (qint64 id : runIds) {
         auto r = run(id);
         if (!r)
             return fail(r.error());
-        auto j = nlohmann::json::parse(
-            r->specJson.constData(), r->specJson.constData() + r->specJson.size(), nullptr, false);
-        std::map<std::string, std::string> m;
-        if (j.is_object())
-            flatten(j, "", m);
-        for (const auto& [k, v] : m)
-            keys[k] = true;
-        flat.push_back(std::move(m));
+        configs.push_back(nlohmann::json::parse(
+            r->specJson.constData(), r->specJson.constData() + r->specJson.size(), nullptr, false));
     }
     QVector<ConfigDiff> out;
-    for (const auto& [key, unused] : keys) {
+    for (const auto& d : protocol::differingConfigValues(configs)) {
         ConfigDiff diff;
-        diff.key = QString::fromStdString(key);
-        bool differs = false;
-        for (size_t i = 0; i < flat.size(); ++i) {
-            auto it = flat[i].find(key);
-            const QString value
-                = it == flat[i].end() ? QString() : QString::fromStdString(it->second);
-            if (i > 0 && value != diff.values.front())
-                differs = true;
-            diff.values.push_back(value);
-        }
-        if (differs)
-            out.push_back(std::move(diff));
+        diff.key = QString::fromStdString(d.key);
+        for (const auto& v : d.values)
+            diff.values.push_back(QString::fromStdString(v));
+        out.push_back(std::move(diff));
     }
     return out;
 }

@@ -19,6 +19,8 @@
 
 #include "widgets/qcp.h"
 
+#include "protocol/config_diff.h"
+
 #include "widgets/background.h"
 #include "widgets/live_plot.h"
 #include "widgets/message_bar.h"
@@ -301,15 +303,18 @@ void ComparePage::rebuildDifferences()
         configs.push_back(m_runs[i].config);
         names.append(m_runs[i].name);
     }
-    const auto diffs = differingConfigValues(configs);
+    const auto diffs = protocol::differingConfigValues(configs);
     m_diff->clear();
     m_diff->setColumnCount(int(names.size()) + 1);
     m_diff->setHorizontalHeaderLabels(QStringList {tr("setting")} + names);
     m_diff->setRowCount(int(diffs.size()));
     for (int r = 0; r < int(diffs.size()); ++r) {
-        m_diff->setItem(r, 0, new QTableWidgetItem(diffs[size_t(r)].key));
-        for (int c = 0; c < diffs[size_t(r)].values.size(); ++c)
-            m_diff->setItem(r, c + 1, new QTableWidgetItem(diffs[size_t(r)].values[c]));
+        const auto& d = diffs[size_t(r)];
+        m_diff->setItem(r, 0, new QTableWidgetItem(QString::fromStdString(d.key)));
+        for (size_t c = 0; c < d.values.size(); ++c)
+            m_diff->setItem(r, int(c) + 1,
+                new QTableWidgetItem(d.values[c].empty() ? QStringLiteral("—")
+                                                         : QString::fromStdString(d.values[c])));
     }
     m_diff->resizeColumnsToContents();
     if (names.size() >= 2 && diffs.empty()) {

@@ -1,4 +1,4 @@
-// Run directory loading into plot columns, and config differences between runs.
+// Run directory loading into plot columns.
 #include "widgets/run_series.h"
 
 #include <algorithm>
@@ -102,58 +102,6 @@ Result<RunSeries> loadRunDirectory(const QString& directory)
         },
         {}, int64_t(64) << 20);
     return run;
-}
-
-namespace {
-
-void flatten(
-    const nlohmann::json& j, const std::string& prefix, std::map<std::string, std::string>& out)
-{
-    if (j.is_object() && !j.empty()) {
-        for (auto it = j.begin(); it != j.end(); ++it)
-            flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
-    } else if (j.is_array() && !j.empty()
-        && std::any_of(
-            j.begin(), j.end(), [](const nlohmann::json& e) { return e.is_structured(); })) {
-        for (size_t i = 0; i < j.size(); ++i)
-            flatten(j[i], prefix + "." + std::to_string(i), out);
-    } else {
-        out[prefix] = j.is_string() ? j.get<std::string>() : j.dump();
-    }
-}
-
-} // namespace
-
-std::vector<ConfigDifference> differingConfigValues(const std::vector<nlohmann::json>& configs)
-{
-    std::vector<std::map<std::string, std::string>> flat(configs.size());
-    std::set<std::string> keys;
-    for (size_t i = 0; i < configs.size(); ++i) {
-        flatten(configs[i], "", flat[i]);
-        // Identity and location differ by construction; they name the columns instead.
-        flat[i].erase("name");
-        flat[i].erase("out");
-        for (const auto& [k, v] : flat[i])
-            keys.insert(k);
-    }
-    std::vector<ConfigDifference> out;
-    if (configs.size() < 2)
-        return out;
-    const QString missing = QStringLiteral("—");
-    for (const std::string& key : keys) {
-        ConfigDifference d;
-        d.key = QString::fromStdString(key);
-        bool differs = false;
-        for (size_t i = 0; i < flat.size(); ++i) {
-            auto it = flat[i].find(key);
-            d.values.append(it == flat[i].end() ? missing : QString::fromStdString(it->second));
-            if (i > 0 && d.values[int(i)] != d.values[0])
-                differs = true;
-        }
-        if (differs)
-            out.push_back(std::move(d));
-    }
-    return out;
 }
 
 } // namespace shard::widgets

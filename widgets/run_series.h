@@ -36,12 +36,4 @@ struct RunSeries {
 // A folder without run.json, or with a malformed one, is an error that says so.
 Result<RunSeries> loadRunDirectory(const QString& directory);
 
-struct ConfigDifference {
-    QString key;        // dotted path, e.g. "lr" or "data.0"
-    QStringList values; // one per run, "—" where the run lacks the key
-};
-
-// Keys whose values are not all equal across the configs, sorted by key.
-std::vector<ConfigDifference> differingConfigValues(const std::vector<nlohmann::json>& configs);
-
 } // namespace shard::widgets

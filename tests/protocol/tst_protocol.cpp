@@ -1,9 +1,11 @@
-// Run-directory records: JSON round trips, offset-based JSONL consumption, run spec validation.
+// Run-directory records: JSON round trips, offset-based JSONL consumption, run spec validation,
+// config differences on resolved specs.
 #include <QTemporaryDir>
 #include <QTest>
 
 #include <fstream>
 
+#include "protocol/config_diff.h"
 #include "protocol/jsonl_reader.h"
 #include "protocol/records.h"
 #include "protocol/run_spec.h"
@@ -144,6 +146,34 @@ private Q_SLOTS:
         } catch (const std::runtime_error& e) {
             QVERIFY2(QString::fromUtf8(e.what()).contains(needle), e.what());
         }
+    }
+
+    void configDifferencesIgnoreDefaults()
+    {
+        // One spec states the defaults, the other leaves them out: nothing differs.
+        const nlohmann::json terse = {{"model", "m"}, {"data", {"a.jsonl"}}, {"steps", 10}};
+        nlohmann::json full = toJson(runSpecFromJson(terse));
+        full["name"] = "other name";
+        full["out"] = "/elsewhere";
+        QVERIFY(differingConfigValues({terse, full}).empty());
+        // A real difference is one row with both values; a spec that is not a run spec is
+        // compared as it is, and what it lacks is empty.
+        nlohmann::json faster = terse;
+        faster["lr"] = 0.01;
+        faster["beta1"] = 0.8;
+        const auto d = differingConfigValues({terse, faster, {{"lr", 0.5}, {"custom", 1}}});
+        QStringList keys;
+        for (const auto& x : d)
+            keys << QString::fromStdString(x.key);
+        QVERIFY2(keys.contains("lr") && keys.contains("beta1") && keys.contains("custom"),
+            qPrintable(keys.join(',')));
+        for (const auto& x : d)
+            if (x.key == "beta1") {
+                QCOMPARE(x.values.at(0), std::string("0.9"));
+                QCOMPARE(x.values.at(1), std::string("0.8"));
+                QCOMPARE(x.values.at(2), std::string());
+            }
+        QVERIFY(differingConfigValues({terse}).empty());
     }
 };
 
