@@ -1,6 +1,9 @@
 // MonitorPage: RunDirFollower updates feed LivePlots and the per-rank memory chart.
 #include "widgets/monitor_page.h"
 
+#include <fstream>
+
+#include <QComboBox>
 #include <QFileDialog>
 #include <QGridLayout>
 #include <QHBoxLayout>
@@ -16,7 +19,8 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
-#include "ckpt/checkpoint_store.h"
+#include "protocol/checkpoint_discovery.h"
+#include "protocol/run_dir.h"
 #include "widgets/background.h"
 #include "widgets/live_plot.h"
 #include "widgets/memory_bar_chart.h"
@@ -36,6 +40,19 @@ std::vector<double> memoryByCategory(const protocol::RankMemory& m)
 {
     return {double(m.shardedParamBytes), double(m.gatheredParamBytes), double(m.gradBytes),
         double(m.optimizerBytes), double(m.activationBytes), double(m.otherBytes)};
+}
+
+bool hasStepsLeftToResume(const std::string& runDir)
+{
+    const auto latest = protocol::latestCompleteCheckpoint(runDir);
+    if (!latest)
+        return false;
+    // A run whose latest checkpoint is at its last step has nothing left to train (its steps
+    // may have been raised in run.json since: then it has).
+    std::ifstream in(protocol::RunDir(runDir).specFile());
+    const nlohmann::json spec = nlohmann::json::parse(in, nullptr, false);
+    const int64_t steps = spec.is_object() ? spec.value("steps", int64_t(0)) : 0;
+    return steps <= 0 || latest->step < steps;
 }
 
 QString formatDuration(double seconds)
@@ -114,7 +131,13 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_log->setReadOnly(true);
     m_log->setMaximumBlockCount(2000);
     m_log->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
-    m_log->setPlaceholderText(tr("The tail of logs/rank-0.log appears here."));
+    m_log->setPlaceholderText(
+        tr("The tail of a rank's log appears here: the rank that failed first, else rank 0."));
+    m_logRank = new QComboBox(this);
+    m_logRank->setObjectName("logRank");
+    m_logRank->setAccessibleName(tr("Log of rank"));
+    m_logRank->addItem(tr("failing rank (else rank 0)"), RunDirFollower::kFailingRank);
+    m_logRank->setToolTip(tr("Whose log to show"));
     m_events = new QTreeWidget(this);
     m_events->setHeaderLabels({tr("time"), tr("step"), tr("event"), tr("message")});
     m_events->setRootIsDecorated(false);
@@ -144,8 +167,19 @@ MonitorPage::MonitorPage(QWidget* parent)
     grid->setColumnStretch(1, 3);
     grid->setColumnStretch(2, 2);
 
+    auto* logBox = new QWidget(this);
+    auto* logLayout = new QVBoxLayout(logBox);
+    logLayout->setContentsMargins(0, 0, 0, 0);
+    auto* logRow = new QHBoxLayout;
+    m_logLabel = new QLabel(tr("Log of"), logBox);
+    m_logLabel->setBuddy(m_logRank);
+    logRow->addWidget(m_logLabel);
+    logRow->addWidget(m_logRank);
+    logRow->addStretch(1);
+    logLayout->addLayout(logRow);
+    logLayout->addWidget(m_log, 1);
     auto* tabs = new QTabWidget(this);
-    tabs->addTab(m_log, tr("&Log"));
+    tabs->addTab(logBox, tr("&Log"));
     tabs->addTab(m_events, tr("&Events"));
     auto* split = new QSplitter(Qt::Vertical, this);
     split->addWidget(charts);
@@ -175,6 +209,8 @@ MonitorPage::MonitorPage(QWidget* parent)
         for (LivePlot* p : {m_loss, m_gradNorm, m_throughput})
             p->setSmoothing(v / 100.0);
     });
+    connect(m_logRank, qOverload<int>(&QComboBox::activated), this,
+        [this] { m_follower.setLogRank(m_logRank->currentData().toInt()); });
     connect(&m_follower, &RunDirFollower::updated, this, &MonitorPage::onUpdate);
     connect(&m_follower, &RunDirFollower::failed, this, &MonitorPage::onFailed);
 }
@@ -255,13 +291,16 @@ void MonitorPage::onStoreState(const FollowUpdate::StoreState& st)
         return;
     }
     m_stop->setEnabled(false);
-    m_resume->setEnabled(st.resumable && !m_awaitingResume);
+    m_completed = m_completed || st.status == QLatin1String("finished");
+    m_resume->setEnabled(st.resumable && !m_completed && !m_awaitingResume);
     if (m_finished) {
+        updateProgress();
         Q_EMIT resumeCheckDone(m_resume->isEnabled());
         return;
     }
     // Ended without a finish event (killed, lost node, cancelled job): the store knows why.
     m_finished = true;
+    updateProgress();
     const QString reason = st.message.isEmpty() ? st.status : st.status + ": " + st.message;
     m_status->setText(tr("Ended (%1)").arg(reason));
     if (st.status != QLatin1String("finished"))
@@ -273,6 +312,11 @@ void MonitorPage::onStoreState(const FollowUpdate::StoreState& st)
             MessageBar::Kind::Error);
     Q_EMIT runFinished(st.status);
     Q_EMIT resumeCheckDone(m_resume->isEnabled());
+}
+
+QString MonitorPage::etaText() const
+{
+    return m_eta->text();
 }
 
 QString MonitorPage::logText() const
@@ -300,6 +344,7 @@ void MonitorPage::reset()
     ++m_predictionGeneration;
     m_totalSteps = 0;
     m_finished = false;
+    m_completed = false;
     m_startsSeen = 0;
     m_startsBeforeLive = 0;
     ++m_resumeGeneration;
@@ -310,6 +355,10 @@ void MonitorPage::reset()
     m_memory->setBars({});
     m_memory->setCapacity(std::nullopt);
     m_log->clear();
+    m_shownLogRank = 0;
+    while (m_logRank->count() > 1)
+        m_logRank->removeItem(1);
+    m_logRank->setCurrentIndex(0);
     m_events->clear();
     m_progress->setRange(0, 1);
     m_progress->setValue(0);
@@ -414,8 +463,9 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
         if (e.kind == "finish" && m_startsSeen >= m_startsBeforeLive) {
             m_finished = true;
             m_stop->setEnabled(false);
-            refreshResume();
             const QString reason = QString::fromStdString(e.data.value("reason", std::string()));
+            refreshResume(); // offered only when the checkpoint has steps left to train
+            updateProgress();
             m_status->setText(tr("Finished%1").arg(reason.isEmpty() ? "" : ": " + reason));
             Q_EMIT runFinished(reason);
         }
@@ -425,6 +475,16 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
     }
     if (!u.endedWithoutFinish.isEmpty() && !m_finished && m_startsSeen >= m_startsBeforeLive)
         endWithoutFinish(u.endedWithoutFinish);
+    if (!u.logRanks.isEmpty()) {
+        for (int r : u.logRanks)
+            if (m_logRank->findData(r) < 0)
+                m_logRank->addItem(tr("rank %1").arg(r), r);
+    }
+    if (u.logReset) {
+        m_log->clear();
+        m_shownLogRank = u.logRank;
+        m_logLabel->setText(tr("Log of rank %1:").arg(u.logRank));
+    }
     if (!u.logLines.isEmpty())
         m_log->appendPlainText(u.logLines.join('\n'));
     if (u.badLines > 0)
@@ -438,6 +498,7 @@ void MonitorPage::endWithoutFinish(const QString& why)
     m_finished = true;
     m_stop->setEnabled(false);
     refreshResume();
+    updateProgress();
     m_status->setText(tr("Interrupted"));
     m_message->showMessage(
         tr("The run ended early: %1. Resume continues it from its latest complete checkpoint.")
@@ -458,7 +519,7 @@ void MonitorPage::updateProgress()
         m_progress->setRange(0, 0);
     }
     const qsizetype n = m_run.size();
-    if (n >= 2 && m_totalSteps > 0) {
+    if (n >= 2 && m_totalSteps > 0 && !m_finished) {
         const double dt = m_run.wallTimeSec.back() - m_run.wallTimeSec.front();
         const double ds = m_run.step.back() - m_run.step.front();
         if (dt > 0 && ds > 0) {
@@ -513,12 +574,11 @@ void MonitorPage::refreshResume()
     if (m_storeRunId != 0) {
         // The store says whether a checkpoint was recorded (the folder may be on another host);
         // the store state that comes with the finish event enables the button.
-        m_resume->setEnabled(m_storeResumable && m_finished && !m_awaitingResume);
+        m_resume->setEnabled(m_storeResumable && m_finished && !m_completed && !m_awaitingResume);
         return;
     }
     runInBackground(
-        this,
-        [dir = runDirectory().toStdString()] { return ckpt::latestComplete(dir).has_value(); },
+        this, [dir = runDirectory().toStdString()] { return hasStepsLeftToResume(dir); },
         [this, generation](bool available) {
             if (generation != m_resumeGeneration)
                 return;

@@ -12,6 +12,7 @@
 #include "widgets/run_dir_follower.h"
 #include "widgets/run_series.h"
 
+class QComboBox;
 class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
@@ -58,6 +59,9 @@ public:
     int pointCount() const { return int(m_run.size()); }
     QString messageText() const;
     QString logText() const;
+    QString etaText() const;
+    // The rank whose log the Log tab shows.
+    int shownLogRank() const { return m_shownLogRank; }
     bool finished() const { return m_finished; }
 
     LivePlot* lossPlot() const { return m_loss; }
@@ -105,6 +109,8 @@ private:
     quint64 m_predictionGeneration = 0;
     int64_t m_totalSteps = 0;
     bool m_finished = false;
+    bool m_completed = false; // the store says it finished all its steps: nothing to resume
+    int m_shownLogRank = 0;
     int m_startsSeen = 0;       // start events read since the folder was opened
     int m_startsBeforeLive = 0; // after a resume: the start events that mean it is live again
 
@@ -123,12 +129,16 @@ private:
     LivePlot* m_throughput = nullptr;
     MemoryBarChart* m_memory = nullptr;
     QPlainTextEdit* m_log = nullptr;
+    QComboBox* m_logRank = nullptr;
+    QLabel* m_logLabel = nullptr;
     QTreeWidget* m_events = nullptr;
 };
 
 QStringList memoryCategoryNames();
 std::vector<double> memoryByCategory(const protocol::RankMemory& m);
 QString formatDuration(double seconds);
+// Whether Resume has work: a complete checkpoint before the run spec's last step. Reads files.
+bool hasStepsLeftToResume(const std::string& runDir);
 QString formatBytes(double bytes);
 
 } // namespace shard::widgets

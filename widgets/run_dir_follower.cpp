@@ -1,11 +1,13 @@
 // RunDirFollower: a poller on a worker thread reading JSON lines by byte offset.
 #include "widgets/run_dir_follower.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QRegularExpression>
 #include <QTimer>
 
 #include "jobs/local_process.h"
@@ -46,10 +48,14 @@ public:
         m_dir = protocol::RunDir(QDir(directory).absolutePath().toStdString());
         m_metricsOffset = m_eventsOffset = m_logOffset = 0;
         m_specSeen = false;
+        m_launchSpecSeen = false;
         m_reportedMissing = false;
         m_live = false;
         m_reportedGone = false;
         m_polls = 0;
+        m_shownRank = -2;
+        m_failedRank = -1;
+        m_logRanks.clear();
         if (!m_timer) {
             m_timer = new QTimer(this);
             m_timer->setInterval(RunDirFollower::kPollMs);
@@ -62,6 +68,12 @@ public:
     {
         if (m_timer)
             m_timer->stop();
+    }
+    void setLogRank(int rank)
+    {
+        m_requestedRank = rank;
+        if (m_timer && m_timer->isActive())
+            poll();
     }
 
 Q_SIGNALS:
@@ -82,20 +94,36 @@ private:
                 return;
             }
             std::ifstream in(m_dir.specFile());
-            if (!in) {
-                reportOnce(tr("%1: no run.json yet; this is not a run folder, or the run has "
-                              "not started writing")
-                               .arg(root));
-                return;
+            if (in) {
+                try {
+                    in >> u.spec;
+                    m_specSeen = true;
+                    u.specChanged = true;
+                } catch (const std::exception&) {
+                    // run.json is written once; a partial read means the writer is mid-way.
+                    return;
+                }
+            } else if (!m_launchSpecSeen) {
+                // A launched run that has not written run.json yet (or failed before it could):
+                // the launch spec names it, and its events and logs say how it is going.
+                std::ifstream launch(m_dir.launchSpecFile());
+                nlohmann::json spec;
+                if (launch) {
+                    try {
+                        launch >> spec;
+                        m_launchSpecSeen = true;
+                        u.spec = std::move(spec);
+                        u.specChanged = true;
+                    } catch (const std::exception&) {
+                        return;
+                    }
+                } else if (!QFileInfo::exists(QString::fromStdString(m_dir.eventsFile()))) {
+                    reportOnce(tr("%1: no run.json yet; this is not a run folder, or the run "
+                                  "has not started writing")
+                                   .arg(root));
+                    return;
+                }
             }
-            try {
-                in >> u.spec;
-            } catch (const std::exception&) {
-                // run.json is written once; a partial read means the writer is mid-way.
-                return;
-            }
-            m_specSeen = true;
-            u.specChanged = true;
         }
         // Whether the launcher is gone is asked before the files are read, so that a finish
         // event written just before it exited is seen first. Once a second is enough.
@@ -130,6 +158,9 @@ private:
             }).consumedBytes;
         bool started = false;
         for (const auto& e : u.events) {
+            if (e.kind == "error" && m_failedRank < 0 && e.data.contains("rank")
+                && e.data["rank"].is_number_integer())
+                m_failedRank = e.data["rank"].get<int>();
             if (e.kind == "start") {
                 m_live = true;
                 m_reportedGone = false;
@@ -144,10 +175,39 @@ private:
             u.endedWithoutFinish = tr("its launcher is gone and it wrote no finish event (killed, "
                                       "or its machine restarted)");
         }
-        u.logLines = readLogTail(QString::fromStdString(m_dir.rankLog(0)), &m_logOffset);
+        if (checkLauncher || m_logRanks.isEmpty()) {
+            const QList<int> ranks = logRanks();
+            if (ranks != m_logRanks) {
+                m_logRanks = ranks;
+                u.logRanks = ranks;
+            }
+        }
+        const int rank = m_requestedRank >= 0 ? m_requestedRank : std::max(0, m_failedRank);
+        if (rank != m_shownRank) {
+            m_shownRank = rank;
+            m_logOffset = 0;
+            u.logReset = true;
+        }
+        u.logRank = rank;
+        u.logLines = readLogTail(QString::fromStdString(m_dir.rankLog(rank)), &m_logOffset);
         if (!u.endedWithoutFinish.isEmpty() || u.specChanged || !u.metrics.empty()
-            || !u.events.empty() || !u.logLines.isEmpty() || u.badLines > 0)
+            || !u.events.empty() || !u.logLines.isEmpty() || u.badLines > 0 || u.logReset
+            || !u.logRanks.isEmpty())
             Q_EMIT updated(u);
+    }
+
+    QList<int> logRanks() const
+    {
+        QList<int> ranks;
+        static const QRegularExpression name(QStringLiteral("^rank-(\\d+)\\.log$"));
+        for (const QString& f :
+            QDir(QString::fromStdString(m_dir.logsDir())).entryList(QDir::Files)) {
+            const auto m = name.match(f);
+            if (m.hasMatch())
+                ranks.append(m.captured(1).toInt());
+        }
+        std::sort(ranks.begin(), ranks.end());
+        return ranks;
     }
 
     void reportOnce(const QString& message)
@@ -164,6 +224,11 @@ private:
     int64_t m_eventsOffset = 0;
     qint64 m_logOffset = 0;
     bool m_specSeen = false;
+    bool m_launchSpecSeen = false;
+    int m_requestedRank = RunDirFollower::kFailingRank;
+    int m_failedRank = -1; // the first rank an error event names
+    int m_shownRank = -2;  // whose log m_logOffset is in
+    QList<int> m_logRanks;
     bool m_reportedMissing = false;
     bool m_live = false;         // a start event without a finish after it
     bool m_reportedGone = false; // endedWithoutFinish sent for this start
@@ -203,6 +268,11 @@ void RunDirFollower::follow(const QString& directory)
     const quint64 generation = ++m_generation;
     QMetaObject::invokeMethod(
         m_worker, [w = m_worker, directory, generation] { w->start(directory, generation); });
+}
+
+void RunDirFollower::setLogRank(int rank)
+{
+    QMetaObject::invokeMethod(m_worker, [w = m_worker, rank] { w->setLogRank(rank); });
 }
 
 void RunDirFollower::stop()

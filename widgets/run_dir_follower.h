@@ -1,6 +1,8 @@
 // Follows a run directory while a process appends to it: polls metrics.jsonl, events.jsonl and
-// the rank-0 log from stored byte offsets on its own thread, and posts complete records to the
-// UI thread in batches. The UI thread never touches the files.
+// a rank's log (the failing rank's by default) from stored byte offsets on its own thread, and
+// posts complete records to the UI thread in batches. The UI thread never touches the files.
+// Events and logs are read before run.json exists, so a run that fails before it writes
+// run.json shows why.
 #pragma once
 
 #include <optional>
@@ -25,6 +27,10 @@ struct FollowUpdate {
     std::vector<protocol::MetricRecord> metrics;
     std::vector<protocol::EventRecord> events;
     QStringList logLines;
+    // The rank whose log logLines come from; logReset: the shown log changed (clear it first).
+    int logRank = 0;
+    bool logReset = false;
+    QList<int> logRanks; // ranks that have a log, when that list changed
     int badLines = 0;
     // Set once when the run's launcher is gone but the run wrote no finish event after its last
     // start (killed, or its machine restarted): the reason in words.
@@ -43,7 +49,7 @@ struct FollowUpdate {
     std::optional<StoreState> store;
 };
 
-// Rank 0's log is shown by its tail: at most this many of its last bytes.
+// A rank's log is shown by its tail: at most this many of its last bytes.
 inline constexpr qint64 kLogTailBytes = 64 << 10;
 // The complete lines of `data`, a log's bytes from `dataOffset`; *offset moves past the last of
 // them (a partial last line is read again next time).
@@ -65,6 +71,10 @@ public:
     // Starts following `directory` from its beginning; replaces any previous directory.
     void follow(const QString& directory);
     void stop();
+    // Whose log to tail: a rank, or kFailingRank (the default): rank 0 until a rank fails, then
+    // the rank that failed first.
+    static constexpr int kFailingRank = -1;
+    void setLogRank(int rank);
     QString directory() const { return m_directory; }
 
 Q_SIGNALS:

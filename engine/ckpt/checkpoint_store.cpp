@@ -18,20 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::optional<int64_t> stepOf(const std::string& name)
-{
-    const std::string prefix = "step-";
-    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0)
-        return std::nullopt;
-    int64_t v = 0;
-    for (size_t i = prefix.size(); i < name.size(); ++i) {
-        if (name[i] < '0' || name[i] > '9' || v > (INT64_MAX - 9) / 10)
-            return std::nullopt;
-        v = v * 10 + (name[i] - '0');
-    }
-    return v;
-}
-
 std::string errnoText(int err)
 {
     return std::strerror(err);
@@ -39,38 +25,10 @@ std::string errnoText(int err)
 
 } // namespace
 
-std::vector<CheckpointEntry> listCheckpoints(const std::string& checkpointsDir)
-{
-    std::vector<CheckpointEntry> out;
-    std::error_code ec;
-    if (!fs::is_directory(checkpointsDir, ec))
-        return out;
-    for (const auto& e : fs::directory_iterator(checkpointsDir, ec)) {
-        if (!e.is_directory(ec))
-            continue;
-        const auto step = stepOf(e.path().filename().string());
-        if (!step)
-            continue;
-        out.push_back({*step, e.path().string(), isCompleteCheckpoint(e.path().string())});
-    }
-    std::sort(out.begin(), out.end(),
-        [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
-    return out;
-}
-
-bool isCompleteCheckpoint(const std::string& dir)
-{
-    std::error_code ec;
-    return fs::is_regular_file(fs::path(dir) / kDoneFile, ec)
-        && fs::is_regular_file(fs::path(dir) / kManifestFile, ec);
-}
-
 std::optional<std::string> latestComplete(const std::string& runDir)
 {
-    const auto all = listCheckpoints((fs::path(runDir) / "checkpoints").string());
-    for (auto it = all.rbegin(); it != all.rend(); ++it)
-        if (it->complete)
-            return it->dir;
+    if (auto latest = protocol::latestCompleteCheckpoint(runDir))
+        return latest->dir;
     return std::nullopt;
 }
 

@@ -10,17 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "protocol/checkpoint_discovery.h"
+
 namespace shard::ckpt {
 
-struct CheckpointEntry {
-    int64_t step = 0;
-    std::string dir;
-    bool complete = false; // DONE marker present
-};
+// Discovery is part of the run-directory protocol (protocol/checkpoint_discovery.h).
+using protocol::CheckpointEntry;
+using protocol::isCompleteCheckpoint;
+using protocol::listCheckpoints;
 
-// The step-<n> directories of `checkpointsDir`, ascending by step (missing folder = none).
-std::vector<CheckpointEntry> listCheckpoints(const std::string& checkpointsDir);
-bool isCompleteCheckpoint(const std::string& dir);
 // The newest complete checkpoint of a run directory (<runDir>/checkpoints/step-<n>).
 std::optional<std::string> latestComplete(const std::string& runDir);
 

@@ -10,13 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/shard_layout.h"
+#include "protocol/checkpoint_discovery.h"
 
 namespace shard::ckpt {
 
 inline constexpr int kManifestVersion = 1;
 inline constexpr const char* kManifestFormat = "shard-ckpt";
-inline constexpr const char* kManifestFile = "manifest.json";
-inline constexpr const char* kDoneFile = "DONE";
+inline constexpr const char* kManifestFile = protocol::kCheckpointManifestFile;
+inline constexpr const char* kDoneFile = protocol::kCheckpointDoneFile;
 
 // The state kinds saved per tensor: fp32 parameter, AdamW first and second moments.
 inline constexpr const char* kParam = "param";

@@ -1,4 +1,4 @@
-// The layout of a run directory (DESIGN.md §3); every path in one place.
+// The layout of a run directory (docs/ARCHITECTURE.md); every path in one place.
 #pragma once
 
 #include <string>
@@ -13,6 +13,8 @@ public:
     }
     const std::string& root() const { return m_root; }
     std::string specFile() const { return m_root + "/run.json"; }
+    // The spec a launcher was handed (written before any rank starts; run.json comes later).
+    std::string launchSpecFile() const { return m_root + "/launch-spec.json"; }
     std::string metricsFile() const { return m_root + "/metrics.jsonl"; }
     std::string eventsFile() const { return m_root + "/events.jsonl"; }
     std::string logsDir() const { return m_root + "/logs"; }

@@ -11,8 +11,8 @@
 #include <QPushButton>
 #include <QTemporaryDir>
 
-#include "ckpt/checkpoint_store.h"
-#include "ckpt/manifest.h"
+#include "protocol/checkpoint_discovery.h"
+#include "protocol/run_dir.h"
 #include "widgets/live_plot.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/monitor_page.h"
@@ -126,12 +126,12 @@ private Q_SLOTS:
             "\n");
         // The real layout: <run>/checkpoints/step-<n>/ with its manifest, complete only with its
         // DONE marker.
-        const QString step2 = QString::fromStdString(
-            shard::ckpt::finalDirFor((run + "/checkpoints").toStdString(), 2));
+        const QString step2
+            = QString::fromStdString(shard::protocol::RunDir(run.toStdString()).checkpointDir(2));
         QVERIFY(QDir().mkpath(step2));
-        writeFile(step2 + "/" + shard::ckpt::kManifestFile, R"({"version":1})");
-        writeFile(step2 + "/" + shard::ckpt::kDoneFile, "");
-        QVERIFY(shard::ckpt::isCompleteCheckpoint(step2.toStdString()));
+        writeFile(step2 + "/" + shard::protocol::kCheckpointManifestFile, R"({"version":1})");
+        writeFile(step2 + "/" + shard::protocol::kCheckpointDoneFile, "");
+        QVERIFY(shard::protocol::isCompleteCheckpoint(step2.toStdString()));
 
         QStringList resumed;
         QString resumeError;
@@ -155,7 +155,7 @@ private Q_SLOTS:
 
         // Finished with an incomplete checkpoint only: no resume.
         QVERIFY(QFile::remove(step2 + "/DONE"));
-        QVERIFY(!shard::ckpt::isCompleteCheckpoint(step2.toStdString()));
+        QVERIFY(!shard::protocol::isCompleteCheckpoint(step2.toStdString()));
         QFile events(run + "/events.jsonl");
         QVERIFY(events.open(QIODevice::Append));
         events.write(R"({"v":1,"type":"event","kind":"finish","wall_time":9,"step":4,)"

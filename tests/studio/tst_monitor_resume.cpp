@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/checkpoint_store.h"
+#include "protocol/checkpoint_discovery.h"
 
 #include "widgets/main_window.h"
 #include "widgets/monitor_page.h"
@@ -126,9 +126,9 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(monitor->canResume(), 10000);
 
         // Shorten the run to three steps past its latest complete checkpoint, then resume.
-        const auto latest = shard::ckpt::latestComplete(run.toStdString());
+        const auto latest = shard::protocol::latestCompleteCheckpoint(run.toStdString());
         QVERIFY(latest);
-        const QString name = QFileInfo(QString::fromStdString(*latest)).fileName();
+        const QString name = QFileInfo(QString::fromStdString(latest->dir)).fileName();
         QVERIFY2(name.startsWith("step-"), qPrintable(name));
         const int saved = name.mid(5).toInt();
         QVERIFY(saved >= 3);

@@ -1,0 +1,67 @@
+// Checkpoint discovery (see checkpoint_discovery.h).
+#include "protocol/checkpoint_discovery.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+
+#include "protocol/run_dir.h"
+
+namespace shard::protocol {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::optional<int64_t> stepOf(const std::string& name)
+{
+    const std::string prefix = "step-";
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0)
+        return std::nullopt;
+    int64_t v = 0;
+    for (size_t i = prefix.size(); i < name.size(); ++i) {
+        if (name[i] < '0' || name[i] > '9' || v > (INT64_MAX - 9) / 10)
+            return std::nullopt;
+        v = v * 10 + (name[i] - '0');
+    }
+    return v;
+}
+
+} // namespace
+
+std::vector<CheckpointEntry> listCheckpoints(const std::string& checkpointsDir)
+{
+    std::vector<CheckpointEntry> out;
+    std::error_code ec;
+    if (!fs::is_directory(checkpointsDir, ec))
+        return out;
+    for (const auto& e : fs::directory_iterator(checkpointsDir, ec)) {
+        if (!e.is_directory(ec))
+            continue;
+        const auto step = stepOf(e.path().filename().string());
+        if (!step)
+            continue;
+        out.push_back({*step, e.path().string(), isCompleteCheckpoint(e.path().string())});
+    }
+    std::sort(out.begin(), out.end(),
+        [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
+    return out;
+}
+
+bool isCompleteCheckpoint(const std::string& dir)
+{
+    std::error_code ec;
+    return fs::is_regular_file(fs::path(dir) / kCheckpointDoneFile, ec)
+        && fs::is_regular_file(fs::path(dir) / kCheckpointManifestFile, ec);
+}
+
+std::optional<CheckpointEntry> latestCompleteCheckpoint(const std::string& runDir)
+{
+    const auto all = listCheckpoints(RunDir(runDir).checkpointsDir());
+    for (auto it = all.rbegin(); it != all.rend(); ++it)
+        if (it->complete)
+            return *it;
+    return std::nullopt;
+}
+
+} // namespace shard::protocol

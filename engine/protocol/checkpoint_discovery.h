@@ -1,0 +1,28 @@
+// Checkpoint discovery in a run directory, part of the run-directory protocol (no Torch):
+// <run>/checkpoints/step-<n>/ is complete only when its manifest and DONE marker exist;
+// directories without them are being written, or were cut short, and are ignored.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shard::protocol {
+
+inline constexpr const char* kCheckpointManifestFile = "manifest.json";
+inline constexpr const char* kCheckpointDoneFile = "DONE";
+
+struct CheckpointEntry {
+    int64_t step = 0;
+    std::string dir;
+    bool complete = false; // manifest and DONE marker present
+};
+
+// The step-<n> directories of `checkpointsDir`, ascending by step (missing folder = none).
+std::vector<CheckpointEntry> listCheckpoints(const std::string& checkpointsDir);
+bool isCompleteCheckpoint(const std::string& dir);
+// The newest complete checkpoint of a run directory (<runDir>/checkpoints/step-<n>).
+std::optional<CheckpointEntry> latestCompleteCheckpoint(const std::string& runDir);
+
+} // namespace shard::protocol
