@@ -87,4 +87,28 @@ DecimatedSeries decimateMinMax(const QVector<double>& keys, const QVector<double
     return out;
 }
 
+QVector<double> logTicks125(double lo, double hi)
+{
+    QVector<double> ticks;
+    if (!(lo > 0) || !(hi > lo) || !std::isfinite(hi))
+        return ticks;
+    const int first = int(std::floor(std::log10(lo)));
+    const int last = int(std::ceil(std::log10(hi)));
+    auto collect = [&](std::initializer_list<double> mantissas) {
+        ticks.clear();
+        for (int e = first; e <= last; ++e)
+            for (double m : mantissas) {
+                const double t = m * std::pow(10.0, e);
+                if (t >= lo * (1 - 1e-12) && t <= hi * (1 + 1e-12))
+                    ticks.append(t);
+            }
+    };
+    collect({1, 2, 5});
+    if (ticks.size() > 12)
+        collect({1});
+    else if (ticks.size() < 3)
+        collect({1, 2, 3, 4, 5, 6, 7, 8, 9});
+    return ticks;
+}
+
 } // namespace shard::widgets

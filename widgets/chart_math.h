@@ -34,4 +34,9 @@ struct DecimatedSeries {
 DecimatedSeries decimateMinMax(const QVector<double>& keys, const QVector<double>& values,
     double xMin, double xMax, int buckets);
 
+// Tick positions for a logarithmic axis over [lo, hi] (lo > 0): 1, 2 and 5 times the powers of
+// ten that fall inside; all nine mantissas when that gives fewer than three ticks; only powers
+// of ten when it gives more than 12 (many decades).
+QVector<double> logTicks125(double lo, double hi);
+
 } // namespace shard::widgets

@@ -56,6 +56,7 @@ ComparePage::ComparePage(QWidget* parent)
     m_loss->setYAxisLabel(tr("loss"));
     m_loss->setLegendVisible(true);
     m_memoryPlot = new LivePlot(tr("Peak memory per rank"), this);
+    m_memoryPlot->setYIncludesZero(true);
     m_diff = new QTableWidget(this);
     m_diff->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_diff->setAlternatingRowColors(true);

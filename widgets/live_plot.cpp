@@ -10,6 +10,20 @@
 
 namespace shard::widgets {
 
+namespace {
+
+// Log-axis ticks at 1-2-5 steps (chart_math's logTicks125), labelled as plain numbers.
+class LogTicker125 : public QCPAxisTicker {
+protected:
+    QVector<double> createTickVector(double, const QCPRange& range) override
+    {
+        return logTicks125(range.lower, range.upper);
+    }
+    QVector<double> createSubTickVector(int, const QVector<double>&) override { return {}; }
+};
+
+} // namespace
+
 QString xAxisLabel(XAxisKind kind)
 {
     switch (kind) {
@@ -204,9 +218,11 @@ void LivePlot::setLogY(bool on)
     m_logY = on;
     if (on) {
         m_plot->yAxis->setScaleType(QCPAxis::stLogarithmic);
-        m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
-        m_plot->yAxis->setNumberFormat("eb");
-        m_plot->yAxis->setNumberPrecision(0);
+        // 1-2-5 ticks in plain numbers: a loss between 0.3 and 8 gets 0.5, 1, 2, 5 (not one
+        // crowded 7·10⁰ label and nothing below 1).
+        m_plot->yAxis->setTicker(QSharedPointer<LogTicker125>::create());
+        m_plot->yAxis->setNumberFormat("g");
+        m_plot->yAxis->setNumberPrecision(3);
     } else {
         m_plot->yAxis->setScaleType(QCPAxis::stLinear);
         m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
@@ -230,6 +246,12 @@ void LivePlot::setXAxisKind(XAxisKind kind)
         m_plot->xAxis->setNumberPrecision(kind == XAxisKind::Tokens ? 3 : 6);
     }
     m_autoRange = true;
+    markAllDirty(false);
+}
+
+void LivePlot::setYIncludesZero(bool on)
+{
+    m_yIncludesZero = on;
     markAllDirty(false);
 }
 
@@ -350,6 +372,11 @@ void LivePlot::rebuild(Series& s)
     }
     if (!smoothing && !s.smoothGraph->data()->isEmpty())
         s.smoothGraph->data()->clear();
+    // A line needs two points: a lone one is drawn as a dot.
+    const bool lone = n == 1;
+    if (lone != (s.rawGraph->scatterStyle().shape() != QCPScatterStyle::ssNone))
+        s.rawGraph->setScatterStyle(lone ? QCPScatterStyle(QCPScatterStyle::ssDisc, 6)
+                                         : QCPScatterStyle(QCPScatterStyle::ssNone));
     s.decimated = decimate;
     s.drawn = n;
     s.droppedAtDraw = s.raw.droppedCount();
@@ -375,14 +402,25 @@ void LivePlot::flush(bool immediate)
             haveData = haveData || (s->visible && !s->raw.empty());
         if (haveData) {
             m_plot->rescaleAxes(true);
+            // A single point: an x range around it, not an empty one.
+            const QCPRange x = m_plot->xAxis->range();
+            if (!(x.size() > 0))
+                m_plot->xAxis->setRange(x.lower - 1.0, x.upper + 1.0);
             // A little headroom so a flat line does not sit on the frame.
             const QCPRange y = m_plot->yAxis->range();
             if (m_logY) {
                 m_plot->yAxis->setRange(y.lower / 1.15, y.upper * 1.15);
+            } else if (m_yIncludesZero && y.lower >= 0) {
+                m_plot->yAxis->setRange(0, y.upper > 0 ? y.upper * 1.05 : 1.0);
             } else {
                 const double pad = y.size() > 0 ? y.size() * 0.05 : std::abs(y.upper) * 0.05 + 1e-9;
                 m_plot->yAxis->setRange(y.lower - pad, y.upper + pad);
             }
+        } else {
+            // No points (a new run, or every series unchecked): the default view, not the
+            // previous run's axes.
+            m_plot->xAxis->setRange(0, 1);
+            m_plot->yAxis->setRange(m_logY ? 0.1 : 0.0, 1.0);
         }
     }
     m_inFlush = false;

@@ -51,6 +51,8 @@ public:
     double smoothing() const { return m_smoothing; }
     void setLogY(bool on);
     bool logY() const { return m_logY; }
+    // Auto-ranged linear y starts at 0 when every value is >= 0 (memory, throughput).
+    void setYIncludesZero(bool on);
     void setXAxisKind(XAxisKind kind);
     void setYAxisLabel(const QString& label);
     void setTitle(const QString& title);
@@ -88,6 +90,7 @@ private:
     QTimer m_timer;
     double m_smoothing = 0.0;
     bool m_logY = false;
+    bool m_yIncludesZero = false;
     bool m_autoRange = true;
     bool m_deferredWhileHidden = false;
     bool m_inFlush = false;

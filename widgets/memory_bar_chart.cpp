@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include <QMouseEvent>
+#include <QToolTip>
+
 #include "widgets/qcp.h"
 
 #include "widgets/theme.h"
@@ -22,6 +25,7 @@ MemoryBarChart::MemoryBarChart(const QString& title, QWidget* parent)
     m_plot->setMinimumSize(240, 180);
     m_plot->setFocusPolicy(Qt::NoFocus);
     m_plot->plotLayout()->insertRow(0);
+    m_titleBase = title;
     m_title = new QCPTextElement(
         m_plot, title, QFont(font().family(), font().pointSize(), QFont::DemiBold));
     m_plot->plotLayout()->addElement(0, 0, m_title);
@@ -43,13 +47,11 @@ MemoryBarChart::MemoryBarChart(const QString& title, QWidget* parent)
 
     m_capacityLine = new QCPItemStraightLine(m_plot);
     m_capacityLine->setPen(QPen(QColor(200, 40, 40), 2, Qt::DashLine));
-    m_capacityText = new QCPItemText(m_plot);
-    m_capacityText->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
-    m_capacityText->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
-    m_capacityText->setColor(QColor(200, 40, 40));
     m_capacityLine->setVisible(false);
-    m_capacityText->setVisible(false);
     m_predictionLabel = tr("predicted");
+    // The capacity is named in the title, never drawn over the bars.
+    m_plot->setMouseTracking(true);
+    connect(m_plot, &QCustomPlot::mouseMove, this, &MemoryBarChart::showToolTip);
 
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
@@ -106,7 +108,66 @@ void MemoryBarChart::setPredictionLabel(const QString& label)
 
 void MemoryBarChart::setTitle(const QString& title)
 {
-    m_title->setText(title);
+    m_titleBase = title;
+    m_title->setText(titleText());
+}
+
+QString MemoryBarChart::title() const
+{
+    return m_title->text();
+}
+
+QString MemoryBarChart::titleText() const
+{
+    if (!m_capacity || *m_capacity <= 0)
+        return m_titleBase;
+    const QString cap = m_capacityLabel.isEmpty() ? formatAxisBytes(*m_capacity) : m_capacityLabel;
+    return tr("%1 — capacity %2 (dashed line)").arg(m_titleBase, cap);
+}
+
+QString MemoryBarChart::formatAxisBytes(double bytes) const
+{
+    return bytes >= kGiB ? tr("%1 GiB").arg(bytes / kGiB, 0, 'f', 2)
+                         : tr("%1 MiB").arg(bytes / kMiB, 0, 'f', 1);
+}
+
+QString MemoryBarChart::describeBar(int index) const
+{
+    if (index < 0 || index >= int(m_bars.size()))
+        return {};
+    const MemoryBar& bar = m_bars[size_t(index)];
+    QStringList lines {"<b>" + bar.label.toHtmlEscaped() + "</b>"};
+    double sum = 0.0;
+    for (int c = 0; c < m_categories.size() && size_t(c) < bar.bytes.size(); ++c) {
+        sum += bar.bytes[size_t(c)];
+        lines << tr("%1: %2").arg(
+            m_categories[c].toHtmlEscaped(), formatAxisBytes(bar.bytes[size_t(c)]));
+    }
+    lines << tr("sum of categories: %1").arg(formatAxisBytes(sum));
+    if (bar.measuredPeakBytes)
+        lines << tr("<b>measured peak: %1</b>").arg(formatAxisBytes(*bar.measuredPeakBytes));
+    if (bar.predictedBytes) {
+        QString line = tr("%1: %2").arg(
+            m_predictionLabel.toHtmlEscaped(), formatAxisBytes(*bar.predictedBytes));
+        if (bar.measuredPeakBytes && *bar.measuredPeakBytes > 0)
+            line += tr(" (%1% of measured)")
+                        .arg(100.0 * *bar.predictedBytes / *bar.measuredPeakBytes, 0, 'f', 1);
+        lines << line;
+    }
+    if (m_capacity && *m_capacity > 0)
+        lines << tr("capacity: %1").arg(formatAxisBytes(*m_capacity));
+    return lines.join("<br>");
+}
+
+void MemoryBarChart::showToolTip(QMouseEvent* event)
+{
+    const double x = m_plot->xAxis->pixelToCoord(event->pos().x());
+    const int index = int(std::lround(x)) - 1;
+    if (index < 0 || index >= int(m_bars.size()) || std::abs(x - (index + 1)) > 0.4) {
+        QToolTip::hideText();
+        return;
+    }
+    QToolTip::showText(event->globalPosition().toPoint(), describeBar(index), m_plot);
 }
 
 void MemoryBarChart::setAxisLabel(const QString& label)
@@ -144,22 +205,46 @@ void MemoryBarChart::rebuild()
 {
     // GiB for real models, MiB for the tiny ones (a 20 MiB bar should not read 0.02).
     double maxBytes = m_capacity.value_or(0.0);
+    bool anyPeak = false;
     for (const MemoryBar& bar : m_bars) {
         maxBytes = std::max(maxBytes, std::accumulate(bar.bytes.begin(), bar.bytes.end(), 0.0));
         maxBytes = std::max(maxBytes, bar.predictedBytes.value_or(0.0));
+        maxBytes = std::max(maxBytes, bar.measuredPeakBytes.value_or(0.0));
+        anyPeak = anyPeak || bar.measuredPeakBytes.has_value();
     }
     const bool mib = maxBytes < kGiB;
     const double unit = mib ? kMiB : kGiB;
+    m_unit = unit;
+    if (anyPeak && !m_restOfPeak && !m_stack.empty()) {
+        m_restOfPeak = new QCPBars(m_plot->xAxis, m_plot->yAxis);
+        m_restOfPeak->setName(tr("rest of measured peak"));
+        m_restOfPeak->setWidth(0.6);
+        m_restOfPeak->setBrush(QBrush(QColor(150, 150, 150, 160), Qt::BDiagPattern));
+        m_restOfPeak->setPen(QPen(QColor(120, 120, 120), 1));
+        m_restOfPeak->moveAbove(m_stack.back());
+    }
     m_plot->yAxis->setLabel(mib ? m_axisLabel.arg("MiB") : m_axisLabel.arg("GiB"));
     QVector<double> ticks;
     QVector<QString> labels;
     double top = 0.0;
     bool anyPrediction = false;
+    QVector<double> rest;
     for (int b = 0; b < int(m_bars.size()); ++b) {
+        const MemoryBar& bar = m_bars[size_t(b)];
         ticks.append(b + 1);
-        labels.append(m_bars[size_t(b)].label);
-        const auto& bytes = m_bars[size_t(b)].bytes;
-        top = std::max(top, std::accumulate(bytes.begin(), bytes.end(), 0.0) / unit);
+        QString label = bar.label;
+        const auto& bytes = bar.bytes;
+        const double sum = std::accumulate(bytes.begin(), bytes.end(), 0.0);
+        top = std::max(top, sum / unit);
+        rest.append(std::max(0.0, bar.measuredPeakBytes.value_or(sum) - sum) / unit);
+        if (bar.measuredPeakBytes) {
+            // Measured and predicted side by side under the bar.
+            top = std::max(top, *bar.measuredPeakBytes / unit);
+            label += "\n" + tr("peak %1").arg(*bar.measuredPeakBytes / unit, 0, 'f', 1);
+            if (bar.predictedBytes)
+                label += " · " + tr("plan %1").arg(*bar.predictedBytes / unit, 0, 'f', 1);
+        }
+        labels.append(label);
         if (m_bars[size_t(b)].predictedBytes) {
             anyPrediction = true;
             top = std::max(top, *m_bars[size_t(b)].predictedBytes / unit);
@@ -170,6 +255,14 @@ void MemoryBarChart::rebuild()
         for (const MemoryBar& bar : m_bars)
             values.append(size_t(c) < bar.bytes.size() ? bar.bytes[size_t(c)] / unit : 0.0);
         m_stack[size_t(c)]->setData(ticks, values, true);
+    }
+    if (m_restOfPeak) {
+        m_restOfPeak->setData(ticks, rest, true);
+        m_restOfPeak->setVisible(anyPeak);
+        if (anyPeak && !m_plot->legend->hasItemWithPlottable(m_restOfPeak))
+            m_restOfPeak->addToLegend();
+        else if (!anyPeak)
+            m_restOfPeak->removeFromLegend();
     }
     if (anyPrediction && !m_prediction) {
         m_prediction = new QCPGraph(m_plot->xAxis, m_plot->yAxis);
@@ -208,17 +301,11 @@ void MemoryBarChart::rebuild()
         top = std::max(top, cap);
         m_capacityLine->point1->setCoords(0, cap);
         m_capacityLine->point2->setCoords(1, cap);
-        m_capacityText->position->setTypeY(QCPItemPosition::ptPlotCoords);
-        m_capacityText->position->setCoords(0.99, cap);
-        m_capacityText->setText(m_capacityLabel.isEmpty()
-                ? tr("capacity %1 %2").arg(cap, 0, 'f', 1).arg(mib ? "MiB" : "GiB")
-                : m_capacityLabel);
         m_capacityLine->setVisible(true);
-        m_capacityText->setVisible(true);
     } else {
         m_capacityLine->setVisible(false);
-        m_capacityText->setVisible(false);
     }
+    m_title->setText(titleText());
     m_plot->yAxis->setRange(0, top > 0 ? top * 1.12 : 1.0);
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }

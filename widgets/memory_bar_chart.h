@@ -13,8 +13,8 @@ class QCustomPlot;
 class QCPBars;
 class QCPGraph;
 class QCPItemStraightLine;
-class QCPItemText;
 class QCPTextElement;
+class QMouseEvent;
 
 namespace shard::widgets {
 
@@ -23,6 +23,9 @@ struct MemoryBar {
     std::vector<double> bytes;            // one entry per category, in setCategories' order
     std::optional<double> predictedBytes; // e.g. the planner's total, drawn as a marker
     bool highlighted = false;             // the chosen strategy: label drawn bold
+    // The allocator's measured peak: the bar reaches it (what the categories do not account
+    // for is stacked on top as its own segment) and its label reads measured vs predicted.
+    std::optional<double> measuredPeakBytes;
 };
 
 class MemoryBarChart : public QWidget {
@@ -43,6 +46,9 @@ public:
     QStringList categories() const { return m_categories; }
     std::optional<double> capacity() const { return m_capacity; }
     QCustomPlot* customPlot() const { return m_plot; }
+    // What the hover tooltip says for bar `index` (0-based): categories, total, peak, prediction.
+    QString describeBar(int index) const;
+    QString title() const;
     // Draws now instead of at the next event-loop turn (screenshots, tests).
     void flushNow();
     void restyle();
@@ -52,13 +58,18 @@ protected:
 
 private:
     void rebuild();
+    void showToolTip(QMouseEvent* event);
+    QString titleText() const;
+    QString formatAxisBytes(double bytes) const;
 
     QCustomPlot* m_plot = nullptr;
     QCPTextElement* m_title = nullptr;
     std::vector<QCPBars*> m_stack;
+    QCPBars* m_restOfPeak = nullptr; // measured peak minus the categories, when given
+    QString m_titleBase;
+    double m_unit = 1.0;
     QCPGraph* m_prediction = nullptr;
     QCPItemStraightLine* m_capacityLine = nullptr;
-    QCPItemText* m_capacityText = nullptr;
     QStringList m_categories;
     std::vector<MemoryBar> m_bars;
     std::optional<double> m_capacity;

@@ -119,6 +119,7 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_gradNorm->addSeries(tr("grad norm"), Theme::seriesColor(4));
     m_gradNorm->setSmoothing(0.6);
     m_throughput = new LivePlot(tr("Throughput"), this);
+    m_throughput->setYIncludesZero(true);
     m_throughput->addSeries(tr("tokens/s"), Theme::seriesColor(1));
     m_throughput->setYAxisLabel(tr("tokens/s"));
     m_throughput->setSmoothing(0.6);
@@ -540,6 +541,8 @@ void MonitorPage::updateMemory()
         bar.label = tr("rank %1").arg(m.rank);
         bar.bytes = memoryByCategory(m);
         bar.predictedBytes = m_predictedBytes;
+        if (m.peakBytes > 0)
+            bar.measuredPeakBytes = double(m.peakBytes);
         bars.push_back(std::move(bar));
     }
     m_memory->setBars(bars);

@@ -117,6 +117,21 @@ private Q_SLOTS:
         QCOMPARE(d.values.size(), 2);
     }
 
+    void logTicksAreOneTwoFive()
+    {
+        // A loss between 0.3 and 8: ticks below and above 1, in 1-2-5 steps.
+        QCOMPARE(logTicks125(0.3, 8.0), (QVector<double> {0.5, 1, 2, 5}));
+        // Within one decade: every mantissa, so the axis is never bare.
+        QCOMPARE(logTicks125(1.5, 3.5), (QVector<double> {2, 3}));
+        QVERIFY(logTicks125(2.1, 2.9).isEmpty() || logTicks125(2.1, 2.9).size() <= 1);
+        // Many decades: powers of ten only.
+        const auto wide = logTicks125(1e-3, 1e6);
+        QCOMPARE(wide.size(), 10);
+        QCOMPARE(wide.front(), 1e-3);
+        QVERIFY(logTicks125(0, 1).isEmpty());
+        QVERIFY(logTicks125(2, 1).isEmpty());
+    }
+
     void seriesBufferIsBounded()
     {
         SeriesBuffer buffer(1000);

@@ -154,6 +154,49 @@ private Q_SLOTS:
         plot.setXAxisKind(XAxisKind::Tokens);
         QCOMPARE(plot.customPlot()->xAxis->label(), QString("tokens"));
     }
+
+    // A loss between 0.3 and 8 on a log axis: plain 0.5, 1, 2, 5 ticks (not 7·10⁰ alone).
+    void logTicksAreReadable()
+    {
+        LivePlot plot;
+        plot.resize(600, 300);
+        plot.show();
+        const int s = plot.addSeries("loss", Qt::blue);
+        plot.setPoints(s, {1, 2, 3}, {8, 2, 0.3});
+        plot.setLogY(true);
+        plot.flushNow();
+        QCPAxis* y = plot.customPlot()->yAxis;
+        const QVector<double> ticks = y->tickVector();
+        QVERIFY2(ticks.contains(0.5) && ticks.contains(1) && ticks.contains(5),
+            qPrintable(QString::number(ticks.size())));
+        QVERIFY(y->tickVectorLabels().contains("0.5"));
+        QVERIFY(!y->tickVectorLabels().join(' ').contains(QChar(0x00B7)));
+    }
+
+    // One point is drawn as a dot; a chart emptied for a new run drops the old run's axes;
+    // memory-like charts start at zero.
+    void lonePointEmptyChartAndZeroBase()
+    {
+        LivePlot plot;
+        plot.resize(600, 300);
+        plot.show();
+        const int s = plot.addSeries("a", Qt::blue);
+        plot.setPoints(s, {5}, {70});
+        plot.flushNow();
+        QVERIFY(plot.customPlot()->graph(0)->scatterStyle().shape() != QCPScatterStyle::ssNone);
+        QVERIFY(plot.customPlot()->xAxis->range().size() > 0);
+        plot.setPoints(s, {1, 2, 3}, {66.5, 68, 70});
+        plot.flushNow();
+        QCOMPARE(plot.customPlot()->graph(0)->scatterStyle().shape(), QCPScatterStyle::ssNone);
+        QVERIFY(plot.customPlot()->yAxis->range().lower > 60);
+        plot.setYIncludesZero(true);
+        plot.flushNow();
+        QCOMPARE(plot.customPlot()->yAxis->range().lower, 0.0);
+        plot.setPoints(s, {}, {});
+        plot.flushNow();
+        QCOMPARE(plot.customPlot()->xAxis->range().upper, 1.0);
+        QCOMPARE(plot.customPlot()->yAxis->range().upper, 1.0);
+    }
 };
 
 QTEST_MAIN(TstLivePlot)
