@@ -4,9 +4,11 @@
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDialog>
 #include <QDir>
 #include <QFile>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QHBoxLayout>
 #include <QListWidget>
 #include <QMenuBar>
@@ -15,6 +17,8 @@
 #include <QShortcut>
 #include <QStackedWidget>
 #include <QStatusBar>
+#include <QTextBrowser>
+#include <QVBoxLayout>
 
 #include "jobs/run_store.h"
 #include "shard/version.h"
@@ -131,6 +135,19 @@ void MainWindow::buildMenus()
     dark->setObjectName("darkThemeAction");
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
+    QAction* usage = help->addAction(tr("&Usage guide"));
+    usage->setShortcut(QKeySequence::HelpContents);
+    connect(usage, &QAction::triggered, this, &MainWindow::showUsageGuide);
+    QAction* keys = help->addAction(tr("&Keyboard shortcuts"));
+    keys->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Slash));
+    connect(keys, &QAction::triggered, this, [this] {
+        QMessageBox box(this);
+        box.setWindowTitle(tr("Keyboard shortcuts"));
+        box.setTextFormat(Qt::RichText);
+        box.setText(shortcutsText());
+        box.exec();
+    });
+    help->addSeparator();
     QAction* about = help->addAction(tr("&About Shard Studio"));
     connect(about, &QAction::triggered, this, [this] {
         QMessageBox::about(this, tr("About Shard Studio"),
@@ -138,6 +155,58 @@ void MainWindow::buildMenus()
                "fine-tuning runs.<br>Run store: %2")
                 .arg(SHARD_VERSION, m_store->path().toHtmlEscaped()));
     });
+}
+
+QString MainWindow::shortcutsText() const
+{
+    QStringList rows;
+    for (QMenu* menu : menuBar()->findChildren<QMenu*>()) {
+        for (QAction* a : menu->actions()) {
+            if (a->shortcut().isEmpty())
+                continue;
+            rows << QString("<tr><td><b>%1</b></td><td>%2</td></tr>")
+                        .arg(a->shortcut().toString(QKeySequence::NativeText).toHtmlEscaped(),
+                            a->text().remove('&').toHtmlEscaped());
+        }
+    }
+    // Inside pages: the underlined letter of a field's label moves to it with Alt.
+    rows << tr("<tr><td><b>Alt+letter</b></td><td>the field whose label has that letter "
+               "underlined</td></tr>");
+    return "<table cellspacing=6>" + rows.join("") + "</table>";
+}
+
+QString MainWindow::usageGuidePath()
+{
+    for (const QString& dir : {QStringLiteral(SHARD_DOC_DIR), QStringLiteral(SHARD_SOURCE_DIR),
+             QCoreApplication::applicationDirPath() + "/../share/doc/shard-studio"}) {
+        const QString path = QDir(dir).filePath("README.md");
+        if (QFileInfo::exists(path))
+            return QDir::cleanPath(path);
+    }
+    return {};
+}
+
+void MainWindow::showUsageGuide()
+{
+    const QString path = usageGuidePath();
+    QFile file(path);
+    if (path.isEmpty() || !file.open(QIODevice::ReadOnly)) {
+        QMessageBox::information(this, tr("Usage guide"),
+            tr("The usage guide (README.md) is not installed with this copy of Shard Studio."));
+        return;
+    }
+    auto* dialog = new QDialog(this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    dialog->setWindowTitle(tr("Shard Studio usage guide"));
+    dialog->resize(900, 700);
+    auto* text = new QTextBrowser(dialog);
+    text->setObjectName("usageGuide");
+    text->setOpenExternalLinks(true);
+    text->setSearchPaths({QFileInfo(path).absolutePath()});
+    text->setMarkdown(QString::fromUtf8(file.readAll()));
+    auto* layout = new QVBoxLayout(dialog);
+    layout->addWidget(text);
+    dialog->show();
 }
 
 void MainWindow::wirePages()

@@ -53,6 +53,12 @@ public:
     // Adds runs to Compare: run folders or run ids of the store.
     void compareRuns(const QStringList& foldersOrIds);
 
+    // Help ▸ Keyboard shortcuts: every menu shortcut (rich text table).
+    QString shortcutsText() const;
+    // The README shown by Help ▸ Usage guide; empty when it is not installed.
+    static QString usageGuidePath();
+    void showUsageGuide();
+
     void restoreSettings();
     void saveSettings() const;
     // Draws every chart now (screenshots).

@@ -49,6 +49,22 @@ private Q_SLOTS:
         QVERIFY(!pageFromName("nope"));
     }
 
+    void helpListsShortcutsAndFindsTheGuide()
+    {
+        MainWindow w;
+        const QString keys = w.shortcutsText();
+        for (int i = 1; i <= kPageCount; ++i)
+            QVERIFY2(keys.contains(QString("Ctrl+%1").arg(i)), qPrintable(keys));
+        QVERIFY(keys.contains("Ctrl+O"));
+        QVERIFY(keys.contains("Ctrl+Shift+D"));
+        QVERIFY(keys.contains("Keyboard shortcuts"));
+        const QString guide = MainWindow::usageGuidePath();
+        QVERIFY2(!guide.isEmpty(), "README.md not found for Help > Usage guide");
+        QFile readme(guide);
+        QVERIFY(readme.open(QIODevice::ReadOnly));
+        QVERIFY(readme.readAll().contains("## Using it"));
+    }
+
     void settingsSurviveRestart()
     {
         {
