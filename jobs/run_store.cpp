@@ -112,13 +112,17 @@ UPDATE runs SET
     total_steps = coalesce(json_extract(spec, '$.steps'), 0)
     WHERE json_valid(spec);
 )sql",
+    // v3: the user's notes on a run (Runs page).
+    R"sql(
+ALTER TABLE runs ADD COLUMN notes TEXT NOT NULL DEFAULT '';
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == RunStore::kSchemaVersion);
 
 const char* const kRunColumns
     = "id, name, status, target, host, run_dir, pid, job_id, launch_info, message, created_at, "
       "started_at, ended_at, model, strategy, world_size, total_steps, last_step, tokens, "
-      "final_loss, best_loss, tps_sum, tps_count, peak_memory, spec";
+      "final_loss, best_loss, tps_sum, tps_count, peak_memory, spec, notes";
 
 qint64 nowMs()
 {
@@ -181,6 +185,7 @@ RunRecord readRun(const SqliteDb::Statement& st, bool includeSpec)
     r.peakMemoryPerRank = parsePeaks(st.blob(23));
     if (includeSpec)
         r.specJson = st.blob(24);
+    r.notes = st.text(25);
     return r;
 }
 
@@ -629,6 +634,22 @@ Result<qint64> RunStore::findRunByDir(const QString& host, const QString& runDir
     if (st.lastCode() != SQLITE_DONE)
         return fail(d->describe(QStringLiteral("looking up run directory %1").arg(runDir)));
     return qint64(0);
+}
+
+Status RunStore::renameRun(qint64 id, const QString& name)
+{
+    if (name.trimmed().isEmpty())
+        return fail(QStringLiteral("a run needs a name"));
+    return d->simpleUpdate("UPDATE runs SET name = ?2 WHERE id = ?1", id,
+        QStringLiteral("renaming run %1").arg(id),
+        [&](auto& st) { st.bind(1, id).bind(2, name.trimmed()); });
+}
+
+Status RunStore::setNotes(qint64 id, const QString& notes)
+{
+    return d->simpleUpdate("UPDATE runs SET notes = ?2 WHERE id = ?1", id,
+        QStringLiteral("saving the notes of run %1").arg(id),
+        [&](auto& st) { st.bind(1, id).bind(2, notes); });
 }
 
 Status RunStore::deleteRun(qint64 id)

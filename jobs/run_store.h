@@ -39,6 +39,7 @@ struct RunRecord {
     QString jobId;         // Slurm job id
     QByteArray launchInfo; // JSON, launcher-specific (per-host pids, ssh options, sbatch path)
     QString message;       // finish reason or last error
+    QString notes;         // the user's notes
     QDateTime createdAt, startedAt, endedAt;
 
     // From the spec, for listing without parsing JSON.
@@ -110,7 +111,7 @@ enum class OpenMode { ReadWrite, ReadOnly };
 
 class RunStore {
 public:
-    static constexpr int kSchemaVersion = 2;
+    static constexpr int kSchemaVersion = 3;
 
     // $SHARD_STORE if set, else <AppDataLocation>/runs.sqlite.
     static QString defaultPath();
@@ -144,6 +145,8 @@ public:
     // The newest run recorded at this host ("" = local) and run directory; 0 when none.
     Result<qint64> findRunByDir(const QString& host, const QString& runDir) const;
     Status deleteRun(qint64 id);
+    Status renameRun(qint64 id, const QString& name);
+    Status setNotes(qint64 id, const QString& notes);
     // Sets started_at when entering Running (once), ended_at when entering a terminal status.
     Status setStatus(qint64 id, RunStatus status, const QString& message = {});
     Status setProcess(qint64 id, qint64 pid, const QByteArray& launchInfo);

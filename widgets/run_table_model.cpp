@@ -35,6 +35,8 @@ QVariant RunTableModel::headerData(int section, Qt::Orientation orientation, int
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole)
         return {};
     switch (section) {
+    case Id:
+        return tr("ID");
     case Name:
         return tr("Name");
     case Model:
@@ -57,6 +59,10 @@ QVariant RunTableModel::headerData(int section, Qt::Orientation orientation, int
         return tr("Started");
     case Duration:
         return tr("Duration");
+    case Message:
+        return tr("Message");
+    case Notes:
+        return tr("Notes");
     }
     return {};
 }
@@ -69,9 +75,13 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
     if (role == kIdRole)
         return r->id;
     if (role == Qt::TextAlignmentRole)
-        return index.column() >= Ranks && index.column() != Status && index.column() != Started
+        return index.column() == Id
+                || (index.column() >= Ranks && index.column() <= Duration
+                    && index.column() != Status && index.column() != Started)
             ? QVariant(Qt::AlignRight | Qt::AlignVCenter)
             : QVariant(Qt::AlignLeft | Qt::AlignVCenter);
+    if (role == Qt::ToolTipRole && (index.column() == Message || index.column() == Notes))
+        return index.column() == Message ? r->message : r->notes;
     if (role == Qt::ForegroundRole && index.column() == Status) {
         switch (r->status) {
         case jobs::RunStatus::Failed:
@@ -88,6 +98,8 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
     if (role != Qt::DisplayRole && !sort)
         return {};
     switch (index.column()) {
+    case Id:
+        return r->id;
     case Name:
         return r->name;
     case Model:
@@ -125,6 +137,11 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
         if (sort)
             return r->durationMs();
         return r->durationMs() > 0 ? formatDuration(r->durationMs() / 1000.0) : QString();
+    case Message:
+        // The reason a run did not finish is what a user scans for; a clean finish says little.
+        return r->status == jobs::RunStatus::Finished ? QString() : r->message.section('\n', 0, 0);
+    case Notes:
+        return r->notes.section('\n', 0, 0);
     }
     return {};
 }

@@ -1,6 +1,6 @@
-// Table model over run records for the Runs page: name, model, strategy, ranks, status, best and
-// final loss, peak memory, tokens/s, started, duration. Sort roles carry raw numbers so sorting
-// by loss or memory is numeric.
+// Table model over run records for the Runs page: id, name, model, strategy, ranks, status, best
+// and final loss, peak memory, tokens/s, started, duration, the error or finish message, notes.
+// Sort roles carry raw numbers so sorting by loss or memory is numeric.
 #pragma once
 
 #include <QAbstractTableModel>
@@ -14,6 +14,7 @@ class RunTableModel : public QAbstractTableModel {
     Q_OBJECT
 public:
     enum Column {
+        Id,
         Name,
         Model,
         Strategy,
@@ -25,6 +26,8 @@ public:
         TokensPerSec,
         Started,
         Duration,
+        Message,
+        Notes,
         ColumnCount
     };
     static constexpr int kSortRole = Qt::UserRole + 1;

@@ -1,11 +1,16 @@
 // RunsPage: RunTableModel behind a QSortFilterProxyModel, fed by StoreService.
 #include "widgets/runs_page.h"
 
+#include <algorithm>
+
+#include <QCheckBox>
 #include <QFileDialog>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QInputDialog>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QSortFilterProxyModel>
 #include <QTableView>
@@ -46,6 +51,11 @@ RunsPage::RunsPage(QWidget* parent)
     m_monitor = new QPushButton(tr("&Monitor"), this);
     m_compare = new QPushButton(tr("&Compare selected"), this);
     m_import = new QPushButton(tr("&Import run folder…"), this);
+    m_rename = new QPushButton(tr("Re&name…"), this);
+    m_notes = new QPushButton(tr("N&otes…"), this);
+    m_continue = new QPushButton(tr("Con&tinue…"), this);
+    m_continue->setToolTip(tr("Train the selected run for more steps from its latest checkpoint"));
+    m_delete = new QPushButton(tr("&Delete…"), this);
     m_message = new MessageBar(this);
 
     auto* bar = new QHBoxLayout;
@@ -57,16 +67,27 @@ RunsPage::RunsPage(QWidget* parent)
     bar->addWidget(m_import);
     bar->addWidget(m_monitor);
     bar->addWidget(m_compare);
+    auto* actions = new QHBoxLayout;
+    actions->addStretch(1);
+    actions->addWidget(m_rename);
+    actions->addWidget(m_notes);
+    actions->addWidget(m_continue);
+    actions->addWidget(m_delete);
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(bar);
     layout->addWidget(m_message);
     layout->addWidget(m_view, 1);
+    layout->addLayout(actions);
 
     setTabOrder(m_filter, m_refresh);
     setTabOrder(m_refresh, m_import);
     setTabOrder(m_import, m_monitor);
     setTabOrder(m_monitor, m_compare);
     setTabOrder(m_compare, m_view);
+    setTabOrder(m_view, m_rename);
+    setTabOrder(m_rename, m_notes);
+    setTabOrder(m_notes, m_continue);
+    setTabOrder(m_continue, m_delete);
 
     connect(m_filter, &QLineEdit::textChanged, this, &RunsPage::setFilterText);
     connect(m_refresh, &QPushButton::clicked, this, &RunsPage::refresh);
@@ -88,6 +109,54 @@ RunsPage::RunsPage(QWidget* parent)
     };
     connect(m_monitor, &QPushButton::clicked, this, monitorCurrent);
     connect(m_view, &QTableView::activated, this, monitorCurrent);
+    connect(m_rename, &QPushButton::clicked, this, [this] {
+        const jobs::RunRecord* r = currentRun();
+        if (!r)
+            return;
+        bool ok = false;
+        const QString name = QInputDialog::getText(
+            this, tr("Rename run %1").arg(r->id), tr("Name"), QLineEdit::Normal, r->name, &ok);
+        if (ok)
+            renameRun(r->id, name);
+    });
+    connect(m_notes, &QPushButton::clicked, this, [this] {
+        const jobs::RunRecord* r = currentRun();
+        if (!r)
+            return;
+        bool ok = false;
+        const QString notes = QInputDialog::getMultiLineText(
+            this, tr("Notes on run %1").arg(r->id), tr("Notes"), r->notes, &ok);
+        if (ok)
+            setNotes(r->id, notes);
+    });
+    connect(m_continue, &QPushButton::clicked, this, [this] {
+        const jobs::RunRecord* r = currentRun();
+        if (!r)
+            return;
+        bool ok = false;
+        const int more = QInputDialog::getInt(this, tr("Continue run %1").arg(r->id),
+            tr("Train this many more steps from the latest checkpoint:"), 100, 1, 100000000, 1,
+            &ok);
+        if (ok)
+            continueRun(r->id, more);
+    });
+    connect(m_delete, &QPushButton::clicked, this, [this] {
+        const auto ids = selectedRunIds();
+        if (ids.isEmpty()) {
+            m_message->showMessage(tr("Select the runs to delete."), MessageBar::Kind::Info);
+            return;
+        }
+        QMessageBox box(QMessageBox::Warning, tr("Delete runs"),
+            tr("Delete %n run(s) from the run store? Their points and events go with them.", "",
+                int(ids.size())),
+            QMessageBox::Cancel, this);
+        auto* folders = new QCheckBox(tr("Also delete their folders on this machine"), &box);
+        box.setCheckBox(folders);
+        QPushButton* yes = box.addButton(tr("Delete"), QMessageBox::DestructiveRole);
+        box.exec();
+        if (box.clickedButton() == yes)
+            deleteRuns(ids, folders->isChecked());
+    });
     connect(m_import, &QPushButton::clicked, this, [this] {
         const QString dir = QFileDialog::getExistingDirectory(this, tr("Import a run folder"));
         if (!dir.isEmpty() && m_store)
@@ -100,8 +169,24 @@ void RunsPage::setStore(StoreService* store)
     m_store = store;
     connect(store, &StoreService::runsListed, this, [this](const QVector<jobs::RunRecord>& runs) {
         m_model->setRuns(runs);
-        m_view->resizeColumnsToContents();
+        fitColumns();
         Q_EMIT refreshed(int(runs.size()));
+    });
+    connect(store, &StoreService::runDeleted, this, [this](qint64 id, const QString& note) {
+        m_message->showMessage(tr("Deleted run %1.%2").arg(id).arg(note), MessageBar::Kind::Info);
+        refresh();
+    });
+    connect(store, &StoreService::resumed, this, [this](qint64 from, qint64 to, const QString& e) {
+        if (!m_continuing.remove(from))
+            return;
+        if (!e.isEmpty()) {
+            m_message->showMessage(tr("Run %1 cannot be continued: %2").arg(from).arg(e));
+            return;
+        }
+        m_message->showMessage(
+            tr("Run %1 continues from its latest checkpoint.").arg(to), MessageBar::Kind::Info);
+        refresh();
+        Q_EMIT monitorRequested(QString::number(to));
     });
     connect(store, &StoreService::opened, this, [this](const QString&, bool, const QString& w) {
         if (!w.isEmpty())
@@ -111,6 +196,10 @@ void RunsPage::setStore(StoreService* store)
     connect(store, &StoreService::openFailed, this,
         [this](const QString& message) { m_message->showMessage(message); });
     connect(store, &StoreService::runImported, this, &RunsPage::refresh);
+    connect(store, &StoreService::errorOccurred, this, [this](const QString& message) {
+        if (isVisible())
+            m_message->showMessage(message);
+    });
     // Live runs change their summary as they train: refresh at most every two seconds.
     auto* coalesce = new QTimer(this);
     coalesce->setSingleShot(true);
@@ -121,6 +210,56 @@ void RunsPage::setStore(StoreService* store)
             coalesce->start();
     });
     connect(store, &StoreService::launched, this, &RunsPage::refresh);
+}
+
+const jobs::RunRecord* RunsPage::currentRun() const
+{
+    const jobs::RunRecord* r = m_model->runAt(m_proxy->mapToSource(m_view->currentIndex()).row());
+    if (!r)
+        m_message->showMessage(tr("Select a run first."), MessageBar::Kind::Info);
+    return r;
+}
+
+void RunsPage::fitColumns()
+{
+    m_view->resizeColumnsToContents();
+    // Free text must not push the numbers off the screen: hover shows it whole.
+    for (int c :
+        {RunTableModel::Name, RunTableModel::Model, RunTableModel::Message, RunTableModel::Notes})
+        m_view->setColumnWidth(c, std::clamp(m_view->columnWidth(c), 80, 280));
+}
+
+void RunsPage::renameRun(qint64 runId, const QString& name)
+{
+    if (name.trimmed().isEmpty()) {
+        m_message->showMessage(tr("A run needs a name."));
+        return;
+    }
+    if (m_store)
+        m_store->renameRun(runId, name);
+}
+
+void RunsPage::setNotes(qint64 runId, const QString& notes)
+{
+    if (m_store)
+        m_store->setNotes(runId, notes);
+}
+
+void RunsPage::deleteRuns(const QVector<qint64>& runIds, bool removeFolders)
+{
+    if (m_store)
+        for (qint64 id : runIds)
+            m_store->deleteRun(id, removeFolders);
+}
+
+void RunsPage::continueRun(qint64 runId, qint64 moreSteps)
+{
+    if (!m_store)
+        return;
+    m_continuing.insert(runId);
+    m_message->showMessage(tr("Continuing run %1 for %2 more steps…").arg(runId).arg(moreSteps),
+        MessageBar::Kind::Info);
+    m_store->continueRun(runId, moreSteps);
 }
 
 void RunsPage::refresh()

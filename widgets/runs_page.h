@@ -1,8 +1,10 @@
 // Runs page: every recorded run in a sortable, filterable table (fast with thousands of runs:
 // listing happens on the store thread, sorting and filtering in a proxy model), with actions to
-// monitor, compare, import a run folder and refresh.
+// monitor, compare, import a run folder, refresh, rename, annotate, delete (record and folder,
+// after a confirmation) and continue a run for more steps from its latest checkpoint.
 #pragma once
 
+#include <QSet>
 #include <QVector>
 #include <QWidget>
 
@@ -34,6 +36,13 @@ public:
     QTableView* view() const { return m_view; }
     QString messageText() const;
 
+    // The actions behind the buttons (which ask first: a name, the notes, a confirmation, a
+    // step count).
+    void renameRun(qint64 runId, const QString& name);
+    void setNotes(qint64 runId, const QString& notes);
+    void deleteRuns(const QVector<qint64>& runIds, bool removeFolders);
+    void continueRun(qint64 runId, qint64 moreSteps);
+
 Q_SIGNALS:
     // A run id: the window follows it through the store (local or remote alike).
     void monitorRequested(const QString& runId);
@@ -41,7 +50,11 @@ Q_SIGNALS:
     void refreshed(int runCount);
 
 private:
+    const jobs::RunRecord* currentRun() const;
+    void fitColumns();
+
     StoreService* m_store = nullptr;
+    QSet<qint64> m_continuing; // runs whose continue request is on its way
     RunTableModel* m_model = nullptr;
     QSortFilterProxyModel* m_proxy = nullptr;
     QTableView* m_view = nullptr;
@@ -50,6 +63,10 @@ private:
     QPushButton* m_monitor = nullptr;
     QPushButton* m_compare = nullptr;
     QPushButton* m_import = nullptr;
+    QPushButton* m_rename = nullptr;
+    QPushButton* m_notes = nullptr;
+    QPushButton* m_delete = nullptr;
+    QPushButton* m_continue = nullptr;
     MessageBar* m_message = nullptr;
 };
 

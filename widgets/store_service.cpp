@@ -15,6 +15,7 @@
 #include "jobs/slurm_launcher.h"
 #include "jobs/ssh_launcher.h"
 #include "jobs/watch_run.h"
+#include "protocol/checkpoint_discovery.h"
 #include "protocol/run_dir.h"
 
 namespace shard::widgets {
@@ -257,7 +258,59 @@ public:
         m_follow = Follow {};
     }
 
-    void resumeRun(qint64 runId)
+    void renameRun(qint64 runId, const QString& name)
+    {
+        if (!writable())
+            return;
+        if (auto s = m_store->renameRun(runId, name); !s)
+            Q_EMIT errorOccurred(tr("Could not rename run %1: %2").arg(runId).arg(s.error()));
+        else
+            Q_EMIT runChanged(runId);
+    }
+
+    void setNotes(qint64 runId, const QString& notes)
+    {
+        if (!writable())
+            return;
+        if (auto s = m_store->setNotes(runId, notes); !s)
+            Q_EMIT errorOccurred(tr("Could not save the notes: %1").arg(s.error()));
+        else
+            Q_EMIT runChanged(runId);
+    }
+
+    void deleteRun(qint64 runId, bool removeFolder)
+    {
+        if (!writable())
+            return;
+        auto run = m_store->run(runId);
+        if (!run) {
+            Q_EMIT errorOccurred(run.error());
+            return;
+        }
+        if (!jobs::isTerminal(run->status)) {
+            Q_EMIT errorOccurred(tr("Run %1 (%2) is still %3: stop it on the Monitor page "
+                                    "before deleting it.")
+                                     .arg(runId)
+                                     .arg(run->name, jobs::toString(run->status)));
+            return;
+        }
+        dropWatcher(runId);
+        QString note;
+        if (removeFolder && !run->runDir.isEmpty()) {
+            if (run->target != "local")
+                note
+                    = tr(" Its folder %1 is on %2 and was left there.").arg(run->runDir, run->host);
+            else if (QDir(run->runDir).exists() && !QDir(run->runDir).removeRecursively())
+                note = tr(" Its folder %1 could not be removed completely.").arg(run->runDir);
+        }
+        if (auto s = m_store->deleteRun(runId); !s) {
+            Q_EMIT errorOccurred(tr("Could not delete run %1: %2").arg(runId).arg(s.error()));
+            return;
+        }
+        Q_EMIT runDeleted(runId, note);
+    }
+
+    void resumeRun(qint64 runId, qint64 moreSteps)
     {
         if (!writable())
             return;
@@ -265,6 +318,28 @@ public:
         if (!run) {
             Q_EMIT resumed(runId, 0, run.error());
             return;
+        }
+        if (moreSteps > 0) {
+            // "Continue for N more steps": the same run, its step count raised, from its latest
+            // complete checkpoint.
+            auto spec = nlohmann::json::parse(run->specJson.toStdString(), nullptr, false);
+            if (!spec.is_object() || !spec.value("steps", int64_t(0))) {
+                Q_EMIT resumed(runId, 0,
+                    tr("run %1 was not given a step count, so it cannot be continued by steps")
+                        .arg(runId));
+                return;
+            }
+            if (run->target == "local"
+                && !protocol::latestCompleteCheckpoint(run->runDir.toStdString())) {
+                Q_EMIT resumed(runId, 0,
+                    tr("run %1 has no complete checkpoint in %2 to continue from (give it a "
+                       "checkpoint interval next time)")
+                        .arg(runId)
+                        .arg(run->runDir));
+                return;
+            }
+            spec["steps"] = spec.value("steps", int64_t(0)) + moreSteps;
+            run->specJson = QByteArray::fromStdString(spec.dump());
         }
         auto request = resumeRequest(run.value());
         if (!request) {
@@ -293,6 +368,7 @@ public:
 Q_SIGNALS:
     void runFollowed(quint64 ticket, const shard::widgets::FollowUpdate& update);
     void resumed(qint64 runId, qint64 newRunId, const QString& error);
+    void runDeleted(qint64 runId, const QString& note);
     void runError(qint64 runId, const QString& message);
     void opened(const QString& path, bool readOnly, const QString& warning);
     void openFailed(const QString& message);
@@ -603,6 +679,7 @@ StoreService::StoreService(const QString& path, QObject* parent)
     connect(m_worker, &StoreWorker::errorOccurred, this, &StoreService::errorOccurred);
     connect(m_worker, &StoreWorker::runFollowed, this, &StoreService::runFollowed);
     connect(m_worker, &StoreWorker::resumed, this, &StoreService::resumed);
+    connect(m_worker, &StoreWorker::runDeleted, this, &StoreService::runDeleted);
     connect(m_worker, &StoreWorker::runError, this, &StoreService::runError);
     m_thread.setObjectName("run-store");
     m_thread.start();
@@ -656,7 +733,30 @@ void StoreService::unfollow()
 
 void StoreService::resumeRun(qint64 runId)
 {
-    QMetaObject::invokeMethod(m_worker, [w = m_worker, runId] { w->resumeRun(runId); });
+    QMetaObject::invokeMethod(m_worker, [w = m_worker, runId] { w->resumeRun(runId, 0); });
+}
+
+void StoreService::continueRun(qint64 runId, qint64 moreSteps)
+{
+    QMetaObject::invokeMethod(m_worker,
+        [w = m_worker, runId, moreSteps] { w->resumeRun(runId, std::max<qint64>(1, moreSteps)); });
+}
+
+void StoreService::renameRun(qint64 runId, const QString& name)
+{
+    QMetaObject::invokeMethod(m_worker, [w = m_worker, runId, name] { w->renameRun(runId, name); });
+}
+
+void StoreService::setNotes(qint64 runId, const QString& notes)
+{
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker, runId, notes] { w->setNotes(runId, notes); });
+}
+
+void StoreService::deleteRun(qint64 runId, bool removeFolder)
+{
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker, runId, removeFolder] { w->deleteRun(runId, removeFolder); });
 }
 
 } // namespace shard::widgets

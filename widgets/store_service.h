@@ -55,6 +55,14 @@ public:
     // Starts a recorded run again in its directory, on its target, from its latest complete
     // checkpoint (its spec with "resume": "auto"); answered by resumed().
     void resumeRun(qint64 runId);
+    // Continues a run `moreSteps` past its recorded step count, from its latest complete
+    // checkpoint, in the same record; answered by resumed().
+    void continueRun(qint64 runId, qint64 moreSteps);
+    void renameRun(qint64 runId, const QString& name);
+    void setNotes(qint64 runId, const QString& notes);
+    // Removes the run's record and points; removeFolder: its folder too when it is on this
+    // machine. Refused (errorOccurred) while the run is live. Answered by runDeleted().
+    void deleteRun(qint64 runId, bool removeFolder);
 
 Q_SIGNALS:
     void opened(const QString& path, bool readOnly, const QString& warning);
@@ -69,6 +77,7 @@ Q_SIGNALS:
     void runFollowed(quint64 ticket, const shard::widgets::FollowUpdate& update);
     // The answer to resumeRun: the new run's id, or 0 and the error in words.
     void resumed(qint64 runId, qint64 newRunId, const QString& error);
+    void runDeleted(qint64 runId, const QString& note);
     // A watched run's trouble (an SSH host that does not answer, a file it cannot read).
     void runError(qint64 runId, const QString& message);
     // Any request that failed, in words.

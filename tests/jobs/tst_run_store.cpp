@@ -242,7 +242,7 @@ private Q_SLOTS:
         rawExec(path, kSchemaV1);
         auto store = RunStore::open(path);
         QVERIFY2(store, qPrintable(store.error()));
-        QCOMPARE(store->schemaVersion(), 2);
+        QCOMPARE(store->schemaVersion(), RunStore::kSchemaVersion); // every step up to today's
         auto r = store->findRun("old-run");
         QVERIFY2(r, qPrintable(r.error()));
         QCOMPARE(toString(r->status), toString(RunStatus::Finished));
@@ -254,6 +254,23 @@ private Q_SLOTS:
         // New-version features work on the migrated file.
         QVERIFY(store->appendMetrics(r->id, {metric(301, 1.0, 10, 5, 6)}, 10));
         QCOMPARE(store->memorySeries(r->id)->size(), 2);
+        QVERIFY(store->setNotes(r->id, "baseline for the lr sweep"));
+        QCOMPARE(store->run(r->id)->notes, QString("baseline for the lr sweep"));
+    }
+
+    void renameAndNotes()
+    {
+        QTemporaryDir dir;
+        auto store = RunStore::open(dir.filePath("runs.sqlite"));
+        NewRun a;
+        a.name = "first name";
+        const qint64 id = *store->createRun(a);
+        QVERIFY(store->renameRun(id, "  better name "));
+        QCOMPARE(store->run(id)->name, QString("better name"));
+        QVERIFY(!store->renameRun(id, "   "));
+        QVERIFY(!store->renameRun(12345, "x"));
+        QVERIFY(store->setNotes(id, "two\nlines"));
+        QCOMPARE(store->listRuns()->front().notes, QString("two\nlines"));
     }
 
     void concurrentFirstOpen()
@@ -272,7 +289,7 @@ private Q_SLOTS:
                     auto store = RunStore::open(path);
                     if (!store)
                         failures[i] = store.error();
-                    else if (store->schemaVersion() != 2)
+                    else if (store->schemaVersion() != RunStore::kSchemaVersion)
                         failures[i] = QString("schema %1").arg(store->schemaVersion());
                 });
             for (auto& t : openers)

@@ -17,6 +17,8 @@
 
 #include "widgets/main_window.h"
 #include "widgets/monitor_page.h"
+#include "widgets/runs_page.h"
+#include "widgets/store_service.h"
 
 #include "studio_test_util.h"
 
@@ -153,6 +155,42 @@ private Q_SLOTS:
         QCOMPARE(steps[steps.size() - 3], double(saved + 1));
         QVERIFY2(
             !monitor->messageText().contains("ended early"), qPrintable(monitor->messageText()));
+    }
+
+    // Runs page ▸ Continue: a completed run trains N more steps from its latest checkpoint in
+    // the same record, and the Monitor follows it there.
+    void continueForMoreSteps()
+    {
+        const QString worker = findWorker();
+        if (worker.isEmpty())
+            QSKIP("no shard-worker with `launch` and `train` in this build");
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString setUp = shard::test::setUpTinyTask(tmp.path(), worker, 100);
+        QVERIFY2(setUp.isEmpty(), qPrintable(setUp));
+        const QString run = tmp.filePath("to-continue");
+        QProcess train;
+        train.start(worker,
+            {"train", "--model", tmp.filePath("model"), "--data", tmp.filePath("copy.jsonl"),
+                "--steps", "4", "--seq-len", "32", "--micro-batch", "2", "--checkpoint-every", "2",
+                "--name", "to-continue", "--out", run});
+        QVERIFY(train.waitForFinished(120000));
+        QVERIFY2(train.exitCode() == 0, train.readAllStandardError().constData());
+
+        MainWindow window(tmp.filePath("store.sqlite"));
+        window.show();
+        RunsPage* runs = window.runsPage();
+        QSignalSpy imported(window.store(), &StoreService::runImported);
+        window.store()->importRunDirectory(run);
+        QTRY_COMPARE_WITH_TIMEOUT(imported.count(), 1, 20000);
+        const qint64 id = imported.first().first().toLongLong();
+        runs->continueRun(id, 2);
+        MonitorPage* monitor = window.monitorPage();
+        QTRY_COMPARE_WITH_TIMEOUT(monitor->storeRunId(), id, 20000);
+        QTRY_VERIFY_WITH_TIMEOUT(
+            !monitor->run().step.empty() && monitor->run().step.back() == 6.0, 120000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 60000);
+        QVERIFY2(runs->messageText().contains("continues"), qPrintable(runs->messageText()));
     }
 };
 

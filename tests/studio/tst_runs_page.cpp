@@ -3,6 +3,7 @@
 // cannot be opened gives a message.
 #include <QtTest>
 
+#include <QDir>
 #include <QPushButton>
 #include <QTableView>
 #include <QTemporaryDir>
@@ -74,6 +75,67 @@ private Q_SLOTS:
                 b->click();
         QCOMPARE(compare.count(), 1);
         QCOMPARE(compare.first().first().value<QVector<qint64>>().size(), 2);
+    }
+
+    // Rename, notes, and delete (record and folder; refused while the run is live), with the id,
+    // message and notes columns.
+    void renameNotesAndDelete()
+    {
+        QTemporaryDir tmp;
+        const QString path = tmp.filePath("runs.sqlite");
+        qint64 done = 0, live = 0;
+        const QString folder = tmp.filePath("finished-run");
+        QVERIFY(QDir().mkpath(folder + "/logs"));
+        {
+            auto store = jobs::RunStore::open(path);
+            jobs::NewRun a;
+            a.name = "finished";
+            a.runDir = folder;
+            done = *store->createRun(a);
+            QVERIFY(store->setStatus(done, jobs::RunStatus::Failed, "rank 1 exited with code 1"));
+            jobs::NewRun b;
+            b.name = "still running";
+            b.runDir = tmp.filePath("live-run");
+            live = *store->createRun(b);
+            QVERIFY(store->setStatus(live, jobs::RunStatus::Running));
+        }
+        RunsPage page;
+        page.show();
+        StoreService service(path);
+        QSignalSpy refreshed(&page, &RunsPage::refreshed);
+        page.setStore(&service);
+        QTRY_VERIFY_WITH_TIMEOUT(refreshed.count() > 0, 10000);
+        auto rowOf = [&](qint64 id) {
+            for (int r = 0; r < page.model()->rowCount(); ++r)
+                if (page.model()->runAt(r)->id == id)
+                    return r;
+            return -1;
+        };
+        auto cell = [&](qint64 id, int column) {
+            return page.model()
+                ->data(page.model()->index(rowOf(id), column), Qt::DisplayRole)
+                .toString();
+        };
+        QCOMPARE(cell(done, RunTableModel::Id), QString::number(done));
+        QCOMPARE(cell(done, RunTableModel::Message), QString("rank 1 exited with code 1"));
+
+        page.renameRun(done, "lr 3e-4 baseline");
+        page.setNotes(done, "diverged at step 40");
+        QTRY_VERIFY_WITH_TIMEOUT(cell(done, RunTableModel::Name) == "lr 3e-4 baseline"
+                && cell(done, RunTableModel::Notes) == "diverged at step 40",
+            10000);
+
+        // A live run is not deleted: it must be stopped first.
+        page.deleteRuns({live}, true);
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("stop it"), 10000);
+        QVERIFY(rowOf(live) >= 0);
+        // A finished one goes, with its folder when asked.
+        page.deleteRuns({done}, true);
+        QTRY_VERIFY_WITH_TIMEOUT(rowOf(done) < 0, 10000);
+        QVERIFY(!QDir(folder).exists());
+        auto store = jobs::RunStore::open(path, jobs::OpenMode::ReadOnly);
+        QVERIFY(!store->run(done));
+        QVERIFY(store->run(live));
     }
 
     void unopenableStoreShowsMessage()
