@@ -1,8 +1,11 @@
 // LaunchPage: form <-> RunSpec, preview through jobs::workerLaunchArgs, start via StoreService.
 #include "widgets/launch_page.h"
 
+#include <unistd.h>
+
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDateTime>
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -21,10 +24,30 @@
 #include "jobs/local_launcher.h"
 #include "jobs/slurm_launcher.h"
 #include "plan/run_spec_bridge.h"
+
 #include "widgets/message_bar.h"
 #include "widgets/store_service.h"
+#include <nlohmann/json.hpp>
 
 namespace shard::widgets {
+
+bool InputProblems::blocking() const
+{
+    return !name.isEmpty() || !model.isEmpty() || !data.isEmpty() || !fit.isEmpty();
+}
+
+QString InputProblems::first() const
+{
+    for (const QString* s : {&name, &model, &data, &fit})
+        if (!s->isEmpty())
+            return *s;
+    return {};
+}
+
+QString defaultRunName()
+{
+    return QStringLiteral("run-") + QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss");
+}
 
 namespace {
 
@@ -43,6 +66,12 @@ QComboBox* combo(QWidget* parent, const QStringList& items, const char* name)
     for (const QString& i : items)
         c->addItem(i, i);
     return c;
+}
+
+int64_t physicalMemoryBytes()
+{
+    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? int64_t(pages) * size : int64_t(8) << 30;
 }
 
 QStringList qStrings(const std::vector<std::string>& v)
@@ -74,7 +103,7 @@ void setCombo(QComboBox* box, const std::string& value)
 LaunchPage::LaunchPage(QWidget* parent)
     : QWidget(parent)
 {
-    m_name = new QLineEdit("run", this);
+    m_name = new QLineEdit(defaultRunName(), this);
     m_name->setObjectName("name");
     m_model = new QLineEdit(this);
     m_model->setObjectName("modelFolder");
@@ -143,22 +172,39 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_preview->setReadOnly(true);
     m_preview->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
     m_message = new MessageBar(this);
+    auto problemLabel = [this](const char* name) {
+        auto* l = new QLabel(this);
+        l->setObjectName(name);
+        l->setWordWrap(true);
+        l->setStyleSheet("color: #b3261e;");
+        l->setVisible(false);
+        return l;
+    };
+    m_nameProblem = problemLabel("nameProblem");
+    m_modelProblem = problemLabel("modelProblem");
+    m_dataProblem = problemLabel("dataProblem");
+    m_fitProblem = problemLabel("fitProblem");
+    m_scheduleNote = problemLabel("scheduleNote");
+    m_scheduleNote->setStyleSheet("color: #9a6700;");
 
     auto* dataBox = new QGroupBox(tr("Data and output"), this);
     auto* dataForm = new QFormLayout(dataBox);
     dataForm->addRow(tr("Run &name"), m_name);
+    dataForm->addRow(QString(), m_nameProblem);
     auto* modelRow = new QHBoxLayout;
     modelRow->addWidget(m_model, 1);
     modelRow->addWidget(browseModel);
     auto* modelLabel = new QLabel(tr("&Model"), this);
     modelLabel->setBuddy(m_model);
     dataForm->addRow(modelLabel, modelRow);
+    dataForm->addRow(QString(), m_modelProblem);
     auto* dataRow = new QHBoxLayout;
     dataRow->addWidget(m_data, 1);
     dataRow->addWidget(browseData);
     auto* dataLabel = new QLabel(tr("&Data files"), this);
     dataLabel->setBuddy(m_data);
     dataForm->addRow(dataLabel, dataRow);
+    dataForm->addRow(QString(), m_dataProblem);
     dataForm->addRow(tr("F&ormat"), m_format);
     dataForm->addRow(QString(), m_packing);
     dataForm->addRow(QString(), m_skipBadLines);
@@ -175,6 +221,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     trainForm->addRow(tr("&Epochs (if no steps)"), m_epochs);
     trainForm->addRow(tr("Check&point every"), m_ckptEvery);
     trainForm->addRow(tr("Checkpoints &kept"), m_keepCheckpoints);
+    trainForm->addRow(QString(), m_scheduleNote);
     trainForm->addRow(tr("S&eed"), m_seed);
     auto* shardBox = new QGroupBox(tr("Batch and sharding"), this);
     auto* shardForm = new QFormLayout(shardBox);
@@ -190,6 +237,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     shardForm->addRow(tr("Pre&cision"), m_precision);
     shardForm->addRow(tr("Activation chec&kpointing"), m_checkpointing);
     shardForm->addRow(tr("Tar&get"), m_target);
+    shardForm->addRow(QString(), m_fitProblem);
 
     auto* forms = new QHBoxLayout;
     auto* col1 = new QVBoxLayout;
@@ -277,6 +325,7 @@ void LaunchPage::setStore(StoreService* store)
         m_starting = false;
         m_start->setEnabled(true);
         m_message->showMessage(tr("Run %1 started in %2").arg(id).arg(dir), MessageBar::Kind::Info);
+        m_name->setText(defaultRunName());     // the next run gets a name of its own
         m_masterPort = jobs::pickMasterPort(); // the next run gets its own port
         updatePreview();
         Q_EMIT launched(id, dir);
@@ -508,8 +557,109 @@ void LaunchPage::updatePreview()
     }
     m_preview->setPlainText(
         text + "\n\n# " + req.runDir + "/launch-spec.json\n" + QString::fromUtf8(specJson));
-    m_start->setEnabled(m_store != nullptr && !m_starting);
+    const InputProblems problems = showInputProblems();
+    m_start->setEnabled(m_store != nullptr && !m_starting && !problems.blocking());
     Q_EMIT previewChanged();
+}
+
+InputProblems LaunchPage::checkInputs() const
+{
+    InputProblems p;
+    auto s = spec();
+    if (!s)
+        return p;
+    const protocol::RunSpec& spec = s.value();
+    // Warnings that do not stop a start.
+    if (spec.steps > 0 && spec.warmup >= spec.steps)
+        p.schedule = tr("Warm-up (%1 steps) is as long as the run (%2 steps): the learning rate "
+                        "never reaches its peak.")
+                         .arg(spec.warmup)
+                         .arg(spec.steps);
+    else if (spec.steps > 0 && spec.checkpointEvery > spec.steps)
+        p.schedule = tr("The checkpoint interval (%1) is longer than the run (%2 steps): only the "
+                        "final model is saved, and a crash loses everything.")
+                         .arg(spec.checkpointEvery)
+                         .arg(spec.steps);
+    // Files are checked where they are read: on this machine.
+    if (target().kind != "local")
+        return p;
+    if (QFileInfo(QString::fromStdString(spec.outDir) + "/events.jsonl").exists()
+        || QFileInfo(QString::fromStdString(spec.outDir) + "/metrics.jsonl").exists())
+        p.name = tr("A run named '%1' already exists in %2. Give this run another name, or open "
+                    "that one on the Monitor page to follow or resume it.")
+                     .arg(m_name->text().trimmed(), QString::fromStdString(spec.outDir));
+    const QDir model(QString::fromStdString(spec.model));
+    if (!model.exists())
+        p.model = tr("No such folder.");
+    else if (!model.exists("config.json"))
+        p.model = tr("No config.json here: choose a Hugging Face model folder (config.json, "
+                     "*.safetensors, tokenizer.json).");
+    else if (model.entryList({"*.safetensors"}, QDir::Files).isEmpty())
+        p.model = tr("No *.safetensors weights in this folder.");
+    else if (spec.dataFormat != "tokenized"
+        && !QDir(QString::fromStdString(spec.tokenizer.empty() ? spec.model : spec.tokenizer))
+                .exists("tokenizer.json"))
+        p.model = tr("No tokenizer.json in the model folder: add one, or use pre-tokenized data "
+                     "(format: tokenized).");
+    for (const std::string& file : spec.data) {
+        const QString f = QString::fromStdString(file);
+        const QString suffix = QFileInfo(f).suffix().toLower();
+        if (!QFileInfo(f).isFile()) {
+            p.data = tr("%1: no such file.").arg(f);
+            break;
+        }
+        if (suffix != "jsonl" && suffix != "json") {
+            p.data = tr("%1 is not JSON lines (.%2): convert it to .jsonl, one JSON object per "
+                        "line.")
+                         .arg(QFileInfo(f).fileName(), suffix);
+            break;
+        }
+        QFile in(f);
+        if (in.open(QIODevice::ReadOnly)) {
+            const QByteArray first = in.readLine(1 << 20).trimmed();
+            const auto j = nlohmann::json::parse(first.toStdString(), nullptr, false);
+            if (!first.isEmpty() && !j.is_object()) {
+                p.data = tr("%1: line 1 is not a JSON object; each line must be one, e.g. "
+                            "{\"text\": \"...\"}.")
+                             .arg(QFileInfo(f).fileName());
+                break;
+            }
+        }
+    }
+    if (p.model.isEmpty() && spec.device == "cpu") {
+        try {
+            const plan::PlanInput in
+                = plan::planInputFromSpec(spec, plan::DeviceSpec::cpu(physicalMemoryBytes()));
+            const plan::PlanResult r = plan::plan(in);
+            if (!r.fits) {
+                const int64_t largest = plan::largestMicroBatch(in);
+                p.fit = tr("The planner expects %1 per rank and %2 ranks share this machine's %3: "
+                           "it does not fit. %4")
+                            .arg(QString::fromStdString(plan::formatGiB(r.perDevice.total())))
+                            .arg(in.gpusPerNode)
+                            .arg(QString::fromStdString(plan::formatGiB(in.device.memoryBytes)))
+                            .arg(largest > 0
+                                    ? tr("The largest micro-batch that fits is %1.").arg(largest)
+                                    : tr("Use fewer ranks, activation checkpointing or a "
+                                         "shorter sequence."));
+            }
+        } catch (const std::exception& e) {
+            p.fit = QString::fromUtf8(e.what());
+        }
+    }
+    return p;
+}
+
+InputProblems LaunchPage::showInputProblems()
+{
+    const InputProblems p = checkInputs();
+    const std::pair<QLabel*, QString> rows[] = {{m_nameProblem, p.name}, {m_modelProblem, p.model},
+        {m_dataProblem, p.data}, {m_fitProblem, p.fit}, {m_scheduleNote, p.schedule}};
+    for (const auto& [label, text] : rows) {
+        label->setText(text);
+        label->setVisible(!text.isEmpty());
+    }
+    return p;
 }
 
 void LaunchPage::start()
@@ -517,6 +667,10 @@ void LaunchPage::start()
     auto r = request();
     if (!r) {
         m_message->showMessage(r.error());
+        return;
+    }
+    if (const InputProblems p = showInputProblems(); p.blocking()) {
+        m_message->showMessage(tr("Not started: %1").arg(p.first()));
         return;
     }
     if (!m_store) {

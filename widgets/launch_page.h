@@ -16,6 +16,7 @@
 class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
+class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
 class QPushButton;
@@ -26,6 +27,20 @@ namespace shard::widgets {
 
 class MessageBar;
 class StoreService;
+
+// What stops a start, each shown next to its field (empty = fine), and what only warns.
+struct InputProblems {
+    QString name;     // the run folder already holds a run
+    QString model;    // not a model folder, no weights, no tokenizer
+    QString data;     // missing, not JSON lines
+    QString fit;      // the planner says it does not fit this machine
+    QString schedule; // warning only: warm-up or checkpoint interval longer than the run
+    bool blocking() const;
+    QString first() const; // the first blocking problem
+};
+
+// "run-20261201-215959": a name no earlier run of this studio has.
+QString defaultRunName();
 
 class LaunchPage : public QWidget {
     Q_OBJECT
@@ -49,6 +64,9 @@ public:
     // Why a valid spec cannot run with this engine (a device it does not train on); empty when
     // it can. Start stays disabled while it is not empty.
     QString cannotRunHere() const;
+    // The model folder, tokenizer, data files, run folder and the planner's fit, checked before a
+    // start (files only on this machine's target).
+    InputProblems checkInputs() const;
     // What start() will hand the launcher (run directory and port fixed by the preview).
     Result<jobs::LaunchRequest> request() const;
     QString commandPreview() const;
@@ -77,6 +95,7 @@ Q_SIGNALS:
 
 private:
     void updatePreview();
+    InputProblems showInputProblems();
     // keepBase: the hidden settings stay those of the last preset or run loaded.
     void toFields(const protocol::RunSpec& s, bool keepBase = false);
     QString runDirectory() const;
@@ -125,6 +144,11 @@ private:
     QPushButton* m_start = nullptr;
     QPlainTextEdit* m_preview = nullptr;
     MessageBar* m_message = nullptr;
+    QLabel* m_nameProblem = nullptr;
+    QLabel* m_modelProblem = nullptr;
+    QLabel* m_dataProblem = nullptr;
+    QLabel* m_fitProblem = nullptr;
+    QLabel* m_scheduleNote = nullptr;
 };
 
 } // namespace shard::widgets

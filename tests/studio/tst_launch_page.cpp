@@ -12,6 +12,9 @@
 #include <QTcpServer>
 #include <QTemporaryDir>
 
+#include <QLabel>
+
+#include "plan/model_spec.h"
 #include "widgets/launch_page.h"
 #include "widgets/store_service.h"
 
@@ -105,8 +108,9 @@ private Q_SLOTS:
         page.show();
         StoreService store(m_tmp.filePath("store.sqlite"));
         page.setStore(&store);
-        page.setModelFolder(m_tmp.filePath("model"));
-        page.setDataFiles({m_tmp.filePath("a.jsonl")});
+        // Inputs that pass the checks before a start, so that the start reaches the worker.
+        page.setModelFolder(validModelFolder());
+        page.setDataFiles({validDataFile()});
         page.setRunsRoot(m_tmp.filePath("runs"));
         page.setWorkerProgram("shard-worker-that-is-not-installed");
         page.setSteps(3);
@@ -116,6 +120,86 @@ private Q_SLOTS:
         QTRY_COMPARE_WITH_TIMEOUT(errors.count(), 1, 10000);
         QTRY_VERIFY(page.messageText().contains("not found"));
         QVERIFY2(page.messageText().contains("SHARD_WORKER"), qPrintable(page.messageText()));
+    }
+
+    // Model folder, tokenizer, data format, an existing run folder and the planner's fit are
+    // checked before Start, each reason next to its field; a long warm-up only warns.
+    void inputsAreCheckedBeforeStart()
+    {
+        LaunchPage page;
+        page.show();
+        StoreService store(m_tmp.filePath("store-checks.sqlite"));
+        page.setStore(&store);
+        page.setRunsRoot(m_tmp.filePath("runs"));
+        page.setRunName("checked");
+        page.setSteps(10);
+        auto* start = page.findChild<QPushButton*>(QString(), Qt::FindDirectChildrenOnly);
+        Q_UNUSED(start);
+        auto label = [&](const char* name) { return page.findChild<QLabel*>(name); };
+        auto startButton = [&]() -> QPushButton* {
+            for (auto* b : page.findChildren<QPushButton*>())
+                if (b->text().contains("Start"))
+                    return b;
+            return nullptr;
+        };
+        QVERIFY(startButton());
+
+        // A folder without config.json.
+        const QString noConfig = m_tmp.filePath("not-a-model");
+        QVERIFY(QDir().mkpath(noConfig));
+        page.setModelFolder(noConfig);
+        page.setDataFiles({validDataFile()});
+        QTRY_VERIFY(label("modelProblem")->text().contains("config.json"));
+        QVERIFY(!label("modelProblem")->isHidden());
+        QVERIFY(!startButton()->isEnabled());
+        QVERIFY(page.checkInputs().blocking());
+
+        // A CSV given as data.
+        page.setModelFolder(validModelFolder());
+        const QString csv = m_tmp.filePath("train.csv");
+        QFile f(csv);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("text,label\nhello,1\n");
+        f.close();
+        page.setDataFiles({csv});
+        QTRY_VERIFY(label("dataProblem")->text().contains("not JSON lines"));
+        QVERIFY(label("modelProblem")->isHidden());
+        QVERIFY(!startButton()->isEnabled());
+
+        // A micro-batch no machine holds: the planner's largest is named.
+        page.setDataFiles({validDataFile()});
+        page.findChild<QSpinBox*>("microBatch")->setValue(65536);
+        page.findChild<QSpinBox*>("seqLen")->setValue(1024); // tiny-1m's maximum
+        QTRY_VERIFY2(label("fitProblem")->text().contains("largest micro-batch"),
+            qPrintable(label("fitProblem")->text()));
+        page.findChild<QSpinBox*>("microBatch")->setValue(1);
+        page.findChild<QSpinBox*>("seqLen")->setValue(64);
+        QTRY_VERIFY(label("fitProblem")->isHidden());
+        QTRY_VERIFY(startButton()->isEnabled());
+
+        // Warm-up longer than the run: a warning, Start stays enabled.
+        page.findChild<QSpinBox*>("warmup")->setValue(50);
+        QTRY_VERIFY(label("scheduleNote")->text().contains("Warm-up"));
+        QVERIFY(startButton()->isEnabled());
+        page.findChild<QSpinBox*>("warmup")->setValue(0);
+
+        // A run folder that already holds a run: the studio's words, no CLI flags.
+        const QString existing = m_tmp.filePath("runs/checked");
+        QVERIFY(QDir().mkpath(existing));
+        QFile events(existing + "/events.jsonl");
+        QVERIFY(events.open(QIODevice::WriteOnly));
+        events.close();
+        page.setRunName("checked ");
+        page.setRunName("checked");
+        QTRY_VERIFY(label("nameProblem")->text().contains("already exists"));
+        QVERIFY(!label("nameProblem")->text().contains("--"));
+        QVERIFY(!startButton()->isEnabled());
+        page.start();
+        QVERIFY2(page.messageText().contains("Not started"), qPrintable(page.messageText()));
+        // Default names are unique.
+        LaunchPage other;
+        QVERIFY2(other.findChild<QLineEdit*>("name")->text().startsWith("run-"),
+            qPrintable(other.findChild<QLineEdit*>("name")->text()));
     }
 
     void remoteTargetsPreviewAndRefusal()
@@ -151,6 +235,32 @@ private Q_SLOTS:
     }
 
 private:
+    // A folder that passes the Launch page's checks: config.json of tiny-1m, a weights file and
+    // a tokenizer.json (their contents are the worker's business).
+    QString validModelFolder()
+    {
+        const QString dir = m_tmp.filePath("model-ok");
+        QDir().mkpath(dir);
+        QFile config(dir + "/config.json");
+        if (config.open(QIODevice::WriteOnly))
+            config.write(QByteArray::fromStdString(
+                shard::plan::toHfConfig(*shard::plan::findPreset("tiny-1m")).dump()));
+        for (const char* name : {"model.safetensors", "tokenizer.json"}) {
+            QFile f(dir + "/" + name);
+            if (f.open(QIODevice::WriteOnly))
+                f.write("{}");
+        }
+        return dir;
+    }
+    QString validDataFile()
+    {
+        const QString path = m_tmp.filePath("ok.jsonl");
+        QFile f(path);
+        if (f.open(QIODevice::WriteOnly))
+            f.write("{\"text\": \"hello\"}\n");
+        return path;
+    }
+
     QTemporaryDir m_tmp;
     QTemporaryDir m_settings;
 };
