@@ -6,10 +6,14 @@
 #include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <cmath>
+
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QImage>
 #include <QLabel>
 #include <QListWidget>
+#include <QPainter>
 #include <QPushButton>
 #include <QSlider>
 #include <QSplitter>
@@ -57,6 +61,9 @@ ComparePage::ComparePage(QWidget* parent)
     m_loss->setLegendVisible(true);
     m_memoryPlot = new LivePlot(tr("Peak memory per rank"), this);
     m_memoryPlot->setYIncludesZero(true);
+    m_throughput = new LivePlot(tr("Throughput"), this);
+    m_throughput->setYAxisLabel(tr("tokens/s"));
+    m_throughput->setYIncludesZero(true);
     m_diff = new QTableWidget(this);
     m_diff->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_diff->setAlternatingRowColors(true);
@@ -90,7 +97,10 @@ ComparePage::ComparePage(QWidget* parent)
 
     auto* charts = new QSplitter(Qt::Horizontal, this);
     charts->addWidget(m_loss);
-    charts->addWidget(m_memoryPlot);
+    auto* side = new QSplitter(Qt::Vertical, this);
+    side->addWidget(m_memoryPlot);
+    side->addWidget(m_throughput);
+    charts->addWidget(side);
     charts->setStretchFactor(0, 3);
     charts->setStretchFactor(1, 2);
     auto* right = new QSplitter(Qt::Vertical, this);
@@ -145,6 +155,7 @@ ComparePage::ComparePage(QWidget* parent)
         m_checked[size_t(row)] = checked;
         m_loss->setSeriesVisible(row, checked);
         m_memoryPlot->setSeriesVisible(row, checked);
+        m_throughput->setSeriesVisible(row, checked);
         rebuildDifferences();
     });
     connect(m_png, &QPushButton::clicked, this, [this] {
@@ -268,8 +279,10 @@ void ComparePage::rebuildPlots()
 {
     m_loss->removeAllSeries();
     m_memoryPlot->removeAllSeries();
+    m_throughput->removeAllSeries();
     m_loss->setXAxisKind(m_xAxis);
     m_memoryPlot->setXAxisKind(m_xAxis);
+    m_throughput->setXAxisKind(m_xAxis);
     double maxPeak = 0.0;
     for (const RunSeries& run : m_runs)
         for (double b : run.peakBytes)
@@ -291,6 +304,9 @@ void ComparePage::rebuildPlots()
         const int m = m_memoryPlot->addSeries(run.name, color);
         m_memoryPlot->setPoints(m, x, gib);
         m_memoryPlot->setSeriesVisible(m, m_checked[i]);
+        const int t = m_throughput->addSeries(run.name, color);
+        m_throughput->setPoints(t, x, run.tokensPerSec);
+        m_throughput->setSeriesVisible(t, m_checked[i]);
     }
 }
 
@@ -327,14 +343,29 @@ void ComparePage::rebuildDifferences()
 QString ComparePage::exportPng(const QString& path)
 {
     flushCharts();
+    // Every chart shown, at its size on screen or larger: loss on the left, memory and
+    // throughput stacked on the right, as on the page; each also on its own next to it.
     const int w = std::max(m_loss->width(), 800);
     const int h = std::max(m_loss->height(), 500);
-    if (!m_loss->customPlot()->savePng(path, w, h))
+    const int sideW = std::max(m_memoryPlot->width(), w * 2 / 3);
+    QImage all(w + sideW, h, QImage::Format_ARGB32);
+    all.fill(palette().color(QPalette::Window));
+    {
+        QPainter p(&all);
+        p.drawPixmap(0, 0, m_loss->customPlot()->toPixmap(w, h));
+        p.drawPixmap(w, 0, m_memoryPlot->customPlot()->toPixmap(sideW, h / 2));
+        p.drawPixmap(w, h / 2, m_throughput->customPlot()->toPixmap(sideW, h - h / 2));
+    }
+    if (!all.save(path, "PNG"))
         return tr("Could not write %1; check that the folder exists and is writable.").arg(path);
     QFileInfo info(path);
-    const QString memoryPath = info.dir().filePath(info.completeBaseName() + "-memory.png");
-    if (!m_memoryPlot->customPlot()->savePng(memoryPath, w, h))
-        return tr("Could not write %1; check that the folder is writable.").arg(memoryPath);
+    const std::pair<LivePlot*, const char*> single[]
+        = {{m_memoryPlot, "-memory.png"}, {m_throughput, "-throughput.png"}};
+    for (const auto& [plot, suffix] : single) {
+        const QString file = info.dir().filePath(info.completeBaseName() + suffix);
+        if (!plot->customPlot()->savePng(file, w, h))
+            return tr("Could not write %1; check that the folder is writable.").arg(file);
+    }
     return {};
 }
 
@@ -344,7 +375,9 @@ QString ComparePage::exportCsv(const QString& path)
     if (!file.open(QIODevice::WriteOnly | QIODevice::Truncate | QIODevice::Text))
         return tr("Could not write %1: %2").arg(path, file.errorString());
     QTextStream out(&file);
-    out << "run,step,tokens,wall_time,loss,peak_bytes\n";
+    out << "run,step,tokens,wall_time,loss,eval_loss,lr,grad_norm,tokens_per_sec,step_time,"
+           "comm_bytes,peak_bytes\n";
+    auto num = [](double v) { return std::isfinite(v) ? QString::number(v, 'g', 10) : QString(); };
     for (size_t i = 0; i < m_runs.size(); ++i) {
         if (!m_checked[i])
             continue;
@@ -354,8 +387,11 @@ QString ComparePage::exportCsv(const QString& path)
             name = '"' + QString(name).replace("\"", "\"\"") + '"';
         for (qsizetype k = 0; k < r.size(); ++k)
             out << name << ',' << qint64(r.step[k]) << ',' << qint64(r.tokens[k]) << ','
-                << QString::number(r.wallTimeSec[k], 'g', 10) << ','
-                << QString::number(r.loss[k], 'g', 10) << ',' << qint64(r.peakBytes[k]) << '\n';
+                << num(r.wallTimeSec[k]) << ',' << num(r.loss[k]) << ','
+                << num(r.evalLoss.value(k, qQNaN())) << ',' << num(r.lr.value(k)) << ','
+                << num(r.gradNorm.value(k)) << ',' << num(r.tokensPerSec.value(k)) << ','
+                << num(r.stepTimeSec.value(k, qQNaN())) << ',' << qint64(r.commBytes.value(k))
+                << ',' << qint64(r.peakBytes.value(k)) << '\n';
     }
     out.flush();
     if (file.error() != QFileDevice::NoError)
@@ -365,14 +401,14 @@ QString ComparePage::exportCsv(const QString& path)
 
 void ComparePage::flushCharts()
 {
-    m_loss->flushNow();
-    m_memoryPlot->flushNow();
+    for (LivePlot* p : {m_loss, m_memoryPlot, m_throughput})
+        p->flushNow();
 }
 
 void ComparePage::restyle()
 {
-    m_loss->restyle();
-    m_memoryPlot->restyle();
+    for (LivePlot* p : {m_loss, m_memoryPlot, m_throughput})
+        p->restyle();
 }
 
 } // namespace shard::widgets

@@ -41,14 +41,17 @@ public:
     void setXAxis(XAxisKind kind);
     void setLogY(bool on);
 
-    // Writes the loss chart as PNG (and the memory chart next to it as NAME-memory.png);
-    // returns an error message or empty.
+    // Writes every chart (loss, peak memory, throughput) into one PNG at its size on screen or
+    // larger, and the memory and throughput charts alone as NAME-memory.png and
+    // NAME-throughput.png; returns an error message or empty.
     QString exportPng(const QString& path);
-    // One row per (run, record): run, step, tokens, wall_time, loss, peak_bytes.
+    // One row per (run, record) with every metric recorded: run, step, tokens, wall_time, loss,
+    // eval_loss, lr, grad_norm, tokens_per_sec, step_time, comm_bytes, peak_bytes.
     QString exportCsv(const QString& path);
 
     LivePlot* lossPlot() const { return m_loss; }
     LivePlot* memoryPlot() const { return m_memoryPlot; }
+    LivePlot* throughputPlot() const { return m_throughput; }
     QTableWidget* differencesTable() const { return m_diff; }
     QString messageText() const;
     void flushCharts();
@@ -80,6 +83,7 @@ private:
     MessageBar* m_message = nullptr;
     LivePlot* m_loss = nullptr;
     LivePlot* m_memoryPlot = nullptr;
+    LivePlot* m_throughput = nullptr;
     QTableWidget* m_diff = nullptr;
 };
 

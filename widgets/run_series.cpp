@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -23,6 +24,9 @@ void RunSeries::append(const protocol::MetricRecord& r)
     lr.append(r.lr);
     gradNorm.append(r.gradNorm);
     tokensPerSec.append(r.tokensPerSec);
+    evalLoss.append(r.evalLoss.value_or(std::numeric_limits<double>::quiet_NaN()));
+    stepTimeSec.append(r.stepTimeSec);
+    commBytes.append(double(r.commBytes));
     double peak = 0.0;
     for (const auto& m : r.memory)
         peak = std::max(peak, double(m.peakBytes));

@@ -23,6 +23,9 @@ struct RunSeries {
     QString directory;
     nlohmann::json config = nlohmann::json::object(); // run.json
     QVector<double> step, tokens, wallTimeSec, loss, lr, gradNorm, tokensPerSec;
+    QVector<double> evalLoss;    // NaN where a record has none
+    QVector<double> stepTimeSec; // NaN where unknown
+    QVector<double> commBytes;
     QVector<double> peakBytes; // largest peak over ranks, per record
     std::vector<protocol::RankMemory> lastMemory;
     std::vector<protocol::EventRecord> events;

@@ -1,6 +1,7 @@
 // StoreService: a QThread with a StoreWorker that owns RunStore, LocalLauncher and watchers.
 #include "widgets/store_service.h"
 
+#include <limits>
 #include <map>
 
 #include <QDir>
@@ -95,6 +96,16 @@ public:
             s.lr = m.lr;
             s.gradNorm = m.gradNorm;
             s.tokensPerSec = m.tokensPerSec;
+            s.stepTimeSec = m.stepTime;
+            s.commBytes = m.commBytes;
+            // Eval losses sit on their own steps: NaN where a step has none.
+            s.evalLoss.fill(std::numeric_limits<double>::quiet_NaN(), s.step.size());
+            for (int k = 0, j = 0; k < m.evalStep.size(); ++k) {
+                while (j < s.step.size() && s.step[j] < m.evalStep[k])
+                    ++j;
+                if (j < s.step.size() && s.step[j] == m.evalStep[k])
+                    s.evalLoss[j] = m.evalLoss[k];
+            }
             // Peak over ranks per step, aligned with the metric steps.
             std::map<double, double> peakAt;
             for (const auto& rank : memory.value())

@@ -3,6 +3,8 @@
 // PNG and CSV export write files, and a folder without run.json shows a message.
 #include <QtTest>
 
+#include <QImage>
+
 #include <QDir>
 #include <QFile>
 #include <QTableWidget>
@@ -111,11 +113,19 @@ private Q_SLOTS:
         QVERIFY(f.open(QIODevice::ReadOnly));
         const QList<QByteArray> lines = f.readAll().trimmed().split('\n');
         QCOMPARE(lines.size(), 1 + 100 + 80);
-        QCOMPARE(lines[0], QByteArray("run,step,tokens,wall_time,loss,peak_bytes"));
+        // Every metric recorded.
+        QCOMPARE(lines[0],
+            QByteArray("run,step,tokens,wall_time,loss,eval_loss,lr,grad_norm,tokens_per_sec,"
+                       "step_time,comm_bytes,peak_bytes"));
         const QString png = tmp.filePath("out.png");
         QCOMPARE(page.exportPng(png), QString());
         QVERIFY(QFileInfo(png).size() > 1000);
         QVERIFY(QFileInfo(tmp.filePath("out-memory.png")).size() > 1000);
+        QVERIFY(QFileInfo(tmp.filePath("out-throughput.png")).size() > 1000);
+        // One picture of every chart shown, no smaller than the loss chart on screen.
+        const QImage all(png);
+        QVERIFY(all.width() >= page.lossPlot()->width() + page.memoryPlot()->width() - 2);
+        QVERIFY(all.height() >= page.lossPlot()->height());
         QVERIFY(!page.exportCsv(tmp.filePath("no/such/dir/x.csv")).isEmpty());
     }
 
