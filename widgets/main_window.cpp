@@ -241,9 +241,14 @@ void MainWindow::wirePages()
         return {};
     });
     connect(m_store, &StoreService::runsListed, this, [this](const QVector<jobs::RunRecord>& r) {
-        for (const auto& run : r)
+        QVector<jobs::RunRecord> running;
+        for (const auto& run : r) {
             if (!run.runDir.isEmpty())
                 m_runIdByDir.insert(QDir(run.runDir).absolutePath(), run.id);
+            if (run.status == jobs::RunStatus::Running || run.status == jobs::RunStatus::Queued)
+                running.push_back(run);
+        }
+        m_monitor->setRunningRuns(running);
     });
     connect(
         m_store, &StoreService::launched, this, [this](qint64 id, const QString& dir, bool remote) {
@@ -353,8 +358,15 @@ void MainWindow::restoreSettings()
     m_launch->loadSettings();
     m_hosts->loadSettings();
     m_launch->setHosts(m_hosts->hosts());
+    // The run being followed when the studio closed, if it was still going: followed again.
+    const QString followed = s.value("monitor/followed").toString();
     if (auto page = pageFromName(s.value("window/page", "plan").toString()))
         showPage(*page);
+    if (!followed.isEmpty()) {
+        monitorRun(followed);
+        if (auto page = pageFromName(s.value("window/page", "plan").toString()))
+            showPage(*page);
+    }
 }
 
 void MainWindow::saveSettings() const
@@ -364,6 +376,9 @@ void MainWindow::saveSettings() const
     s.setValue("window/state", saveState());
     s.setValue("window/theme", Theme::name(m_theme));
     s.setValue("window/page", pageName(currentPage()));
+    const QString followed = m_monitor->storeRunId() != 0 ? QString::number(m_monitor->storeRunId())
+                                                          : m_monitor->runDirectory();
+    s.setValue("monitor/followed", m_monitor->finished() ? QString() : followed);
     m_plan->saveSettings();
     m_launch->saveSettings();
     m_hosts->saveSettings();

@@ -106,6 +106,13 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_smoothing->setMaximumWidth(160);
     m_smoothing->setAccessibleName(tr("Loss smoothing"));
     m_message = new MessageBar(this);
+    m_running = new QComboBox(this);
+    m_running->setObjectName("runningRuns");
+    m_running->setAccessibleName(tr("Running runs"));
+    m_runningLabel = new QLabel(tr("Running now:"), this);
+    m_runningLabel->setBuddy(m_running);
+    m_running->setVisible(false);
+    m_runningLabel->setVisible(false);
 
     m_loss = new LivePlot(tr("Loss"), this);
     m_loss->addSeries(tr("train loss"), Theme::seriesColor(0));
@@ -149,6 +156,8 @@ MonitorPage::MonitorPage(QWidget* parent)
     top->addWidget(m_open);
     top->addWidget(m_stop);
     top->addWidget(m_resume);
+    top->addWidget(m_runningLabel);
+    top->addWidget(m_running);
     auto* progressRow = new QHBoxLayout;
     progressRow->addWidget(m_status);
     progressRow->addWidget(m_progress, 1);
@@ -204,6 +213,11 @@ MonitorPage::MonitorPage(QWidget* parent)
     connect(m_path, &QLineEdit::returnPressed, this,
         [this] { openRunDirectory(m_path->text().trimmed()); });
     connect(m_stop, &QPushButton::clicked, this, &MonitorPage::stopRun);
+    connect(m_running, qOverload<int>(&QComboBox::activated), this, [this](int index) {
+        const qint64 id = m_running->itemData(index).toLongLong();
+        if (id > 0 && id != m_storeRunId)
+            openStoreRun(id);
+    });
     connect(m_resume, &QPushButton::clicked, this, &MonitorPage::resumeRun);
     connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
         // Like TensorBoard, smoothing applies to every noisy scalar; the schedule is exact.
@@ -313,6 +327,26 @@ void MonitorPage::onStoreState(const FollowUpdate::StoreState& st)
             MessageBar::Kind::Error);
     Q_EMIT runFinished(st.status);
     Q_EMIT resumeCheckDone(m_resume->isEnabled());
+}
+
+void MonitorPage::setRunningRuns(const QVector<jobs::RunRecord>& runs)
+{
+    const qint64 current = m_running->currentData().toLongLong();
+    QSignalBlocker block(m_running);
+    m_running->clear();
+    m_running->addItem(tr("%n run(s)", "", int(runs.size())), qint64(0));
+    for (const auto& r : runs)
+        m_running->addItem(
+            tr("%1 (run %2, %3)").arg(r.name).arg(r.id).arg(jobs::toString(r.status)), r.id);
+    const int again = m_running->findData(current);
+    m_running->setCurrentIndex(again > 0 ? again : 0);
+    m_running->setVisible(!runs.isEmpty());
+    m_runningLabel->setVisible(!runs.isEmpty());
+}
+
+int MonitorPage::runningRunCount() const
+{
+    return std::max(0, m_running->count() - 1);
 }
 
 QString MonitorPage::etaText() const

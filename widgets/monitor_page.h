@@ -9,6 +9,7 @@
 
 #include <QWidget>
 
+#include "jobs/run_store.h"
 #include "widgets/run_dir_follower.h"
 #include "widgets/run_series.h"
 
@@ -60,6 +61,9 @@ public:
     QString messageText() const;
     QString logText() const;
     QString etaText() const;
+    // The store's live runs, offered at the top of the page ("Running now").
+    void setRunningRuns(const QVector<jobs::RunRecord>& runs);
+    int runningRunCount() const;
     // The rank whose log the Log tab shows.
     int shownLogRank() const { return m_shownLogRank; }
     bool finished() const { return m_finished; }
@@ -130,6 +134,8 @@ private:
     MemoryBarChart* m_memory = nullptr;
     QPlainTextEdit* m_log = nullptr;
     QComboBox* m_logRank = nullptr;
+    QComboBox* m_running = nullptr;
+    QLabel* m_runningLabel = nullptr;
     QLabel* m_logLabel = nullptr;
     QTreeWidget* m_events = nullptr;
 };

@@ -1,7 +1,7 @@
 // The Monitor page when runs go wrong, with real shard-worker processes: a run that fails before
 // it writes run.json shows the failure and its cause within seconds (not "not a run folder"); when
 // rank 1 fails first its log is the one shown, with a rank picker; a completed run offers neither
-// Resume nor an ETA.
+// Resume nor an ETA; a studio reopened mid-run follows that run again and lists running runs.
 #include <QtTest>
 
 #include <QComboBox>
@@ -11,6 +11,7 @@
 #include <QFile>
 #include <QProcess>
 #include <QPushButton>
+#include <QSpinBox>
 #include <QTemporaryDir>
 
 #include <csignal>
@@ -155,6 +156,40 @@ private Q_SLOTS:
         QVERIFY(!monitor->canResume());
         QVERIFY2(!monitor->etaText().contains("ETA"), qPrintable(monitor->etaText()));
         QVERIFY2(monitor->etaText().contains("elapsed"), qPrintable(monitor->etaText()));
+    }
+
+    // The studio closed mid-run and opened again: it follows the same run, and lists the runs
+    // that are going at the top of the Monitor page.
+    void reopenedStudioFollowsTheRunAgain()
+    {
+        QString runDir;
+        {
+            MainWindow first(m_tmp.filePath("store.sqlite"));
+            first.show();
+            LaunchPage* launch = first.launchPage();
+            launch->setModelFolder(m_tmp.filePath("model"));
+            launch->setDataFiles({m_tmp.filePath("copy.jsonl")});
+            launch->setRunsRoot(m_tmp.filePath("runs"));
+            launch->setRunName("long-one");
+            launch->setSteps(100000);
+            launch->findChild<QSpinBox*>("seqLen")->setValue(32);
+            QSignalSpy launched(launch, &LaunchPage::launched);
+            launch->start();
+            QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, 20000);
+            runDir = launched.first().at(1).toString();
+            QTRY_VERIFY_WITH_TIMEOUT(first.monitorPage()->pointCount() > 0, 120000);
+            first.close(); // saves what it follows
+        }
+        MainWindow again(m_tmp.filePath("store.sqlite"));
+        again.restoreSettings();
+        again.show();
+        MonitorPage* monitor = again.monitorPage();
+        QCOMPARE(QDir(monitor->runDirectory()).absolutePath(), QDir(runDir).absolutePath());
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->pointCount() > 0, 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->runningRunCount() >= 1, 20000);
+        // Stop it through the page (the store's launcher), and wait until every rank is gone.
+        QTest::mouseClick(monitor->findChild<QPushButton*>("stopButton"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 60000);
     }
 
 private:
