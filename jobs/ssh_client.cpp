@@ -161,14 +161,24 @@ QString SshClient::describeFailure(const SshHost& host, int exitCode, const QByt
         return QStringLiteral("ssh %1: authentication refused (%2); load your key into ssh-agent "
                               "or set IdentityFile in ~/.ssh/config (no password prompts here)")
             .arg(h, last);
-    if (e.contains(QLatin1String("Could not resolve hostname"))
-        || e.contains(QLatin1String("Connection refused")) || e.contains(QLatin1String("timed out"))
-        || e.contains(QLatin1String("No route to host"))
-        || e.contains(QLatin1String("Network is unreachable"))
-        || e.contains(QLatin1String("Connection closed by"))
+    // A refused connection is an answer (nothing listens on that port), not an unreachable host.
+    if (e.contains(QLatin1String("Connection refused")))
+        return QStringLiteral("ssh %1: connection refused (%2); no SSH server listens there: check "
+                              "the port and that sshd runs on the host")
+            .arg(h, last);
+    if (e.contains(QLatin1String("Could not resolve hostname")))
+        return QStringLiteral("ssh %1: unknown host name (%2); check the spelling or add it to "
+                              "~/.ssh/config")
+            .arg(h, last);
+    if (e.contains(QLatin1String("timed out")) || e.contains(QLatin1String("No route to host"))
+        || e.contains(QLatin1String("Network is unreachable")))
+        return QStringLiteral("ssh %1: host unreachable (%2); check the name, network, VPN or "
+                              "ProxyJump")
+            .arg(h, last);
+    if (e.contains(QLatin1String("Connection closed by"))
         || e.contains(QLatin1String("Connection reset")))
-        return QStringLiteral("ssh %1: host unreachable (%2); check the name, port, network or "
-                              "VPN")
+        return QStringLiteral("ssh %1: the host closed the connection (%2); check its sshd "
+                              "(MaxStartups, AllowUsers) and your ProxyJump")
             .arg(h, last);
     if (exitCode == -1)
         return QStringLiteral("ssh %1: connection lost (%2)")

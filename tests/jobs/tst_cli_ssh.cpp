@@ -464,11 +464,11 @@ private Q_SLOTS:
         const QString err = QString::fromUtf8(down.readAllStandardError());
         QCOMPARE(down.exitCode(), 1);
         QVERIFY2(err.startsWith(QString("shard: error: cannot stop run %1 ('long'): ssh node0: "
-                                        "host unreachable")
+                                        "connection refused")
                                     .arg(id)),
             qPrintable(err));
-        QVERIFY2(
-            err.count("host unreachable") == 1 && err.trimmed().count('\n') == 0, qPrintable(err));
+        QVERIFY2(err.count("connection refused") == 1 && err.trimmed().count('\n') == 0,
+            qPrintable(err));
         QCOMPARE(toString(s.run(id)->status), QString("running"));
         QVERIFY(LocalProcess::isAlive(pid, 0));
 
@@ -494,9 +494,9 @@ private Q_SLOTS:
                 remoteDir(dir), "--", "--steps", "1"};
         };
         QTest::newRow("run: unreachable port")
-            << run(closed, kFakeWorker, "e1") << "host unreachable";
+            << run(closed, kFakeWorker, "e1") << "connection refused";
         QTest::newRow("run: unreachable alias")
-            << run("down", kFakeWorker, "e2") << "host unreachable";
+            << run("down", kFakeWorker, "e2") << "connection refused";
         QTest::newRow("run: auth refused")
             << run("noauth", kFakeWorker, "e3") << "authentication refused";
         QTest::newRow("run: changed host key")
@@ -504,7 +504,7 @@ private Q_SLOTS:
         QTest::newRow("run: worker missing") << run("node0", "/opt/none/shard-worker", "e5")
                                              << "shard-worker is not installed on node0";
         QTest::newRow("attach: unreachable")
-            << QStringList {"attach", closed + ":/tmp/x"} << "host unreachable";
+            << QStringList {"attach", closed + ":/tmp/x"} << "connection refused";
         QTest::newRow("attach: no such dir") << QStringList {"attach", "node0:/no/such/dir"}
                                              << "node0 has no run directory /no/such/dir";
         QDir().mkpath(remoteDir("not-a-run"));

@@ -205,7 +205,8 @@ private Q_SLOTS:
         QTest::addColumn<QString>("hostName");
         QTest::addColumn<QString>("worker");
         QTest::addColumn<QString>("expected");
-        QTest::newRow("unreachable") << "down" << kFakeWorker << "host unreachable";
+        // A closed port refuses: that is said as it is, not as an unreachable host.
+        QTest::newRow("refused") << "down" << kFakeWorker << "connection refused";
         QTest::newRow("auth refused") << "noauth" << kFakeWorker << "authentication refused";
         QTest::newRow("changed host key")
             << "badkey" << kFakeWorker << "host key verification failed";

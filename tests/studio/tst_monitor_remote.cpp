@@ -206,8 +206,9 @@ private Q_SLOTS:
         window.monitorRun("1");
         QTRY_VERIFY_WITH_TIMEOUT(!errors.isEmpty(), 30000);
         const QString message = errors.first().first().toString();
-        QVERIFY2(message.contains("unreachable"), qPrintable(message));
-        QTRY_VERIFY_WITH_TIMEOUT(monitor(window)->messageText().contains("unreachable"), 10000);
+        QVERIFY2(message.contains("connection refused"), qPrintable(message));
+        QTRY_VERIFY_WITH_TIMEOUT(
+            monitor(window)->messageText().contains("connection refused"), 10000);
     }
 
 private:
