@@ -1,4 +1,5 @@
-// Offset-based ingestion of the run directory's JSON lines into the RunStore (DESIGN.md §3).
+// Offset-based ingestion of the run directory's JSON lines into the RunStore
+// (docs/ARCHITECTURE.md).
 #include "jobs/ingestor.h"
 
 #include <fstream>

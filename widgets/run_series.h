@@ -1,6 +1,5 @@
 // One run's metrics as plot-ready columns plus its resolved spec (run.json), loaded from a run
-// directory (DESIGN.md §3) or from the run store; and the list of config values that differ
-// between runs, for the Compare page.
+// directory (docs/ARCHITECTURE.md) or from the run store.
 #pragma once
 
 #include <vector>

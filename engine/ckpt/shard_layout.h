@@ -1,7 +1,8 @@
-// Where a rank's piece of each parameter lies (DESIGN.md §4): every parameter is split on dim 0
-// into `count` chunks of ceil(d0 / count) rows; chunk i covers rows [i*c, min((i+1)*c, d0)) and is
-// padded at its tail to c rows. A full copy (DDP, single process) is the one chunk of count 1.
-// Pure index math, no Torch, so resharding between any two layouts can be tested on its own.
+// Where a rank's piece of each parameter lies (docs/ARCHITECTURE.md): every parameter is split on
+// dim 0 into `count` chunks of ceil(d0 / count) rows; chunk i covers rows [i*c, min((i+1)*c, d0))
+// and is padded at its tail to c rows. A full copy (DDP, single process) is the one chunk of
+// count 1. Pure index math, no Torch, so resharding between any two layouts can be tested on its
+// own.
 #pragma once
 
 #include <cstdint>

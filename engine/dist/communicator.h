@@ -1,6 +1,6 @@
-// The collectives the sharded engine needs (DESIGN.md §4 "Collectives"), behind one interface
-// with a Gloo (CPU) and an NCCL (GPU) backend, plus a per-kind count of the bytes this rank
-// sends.
+// The collectives the sharded engine needs (docs/ARCHITECTURE.md, "The engine's strategy seam"),
+// behind one interface with a Gloo (CPU) and an NCCL (GPU) backend, plus a per-kind count of the
+// bytes this rank sends.
 #pragma once
 
 #include <array>

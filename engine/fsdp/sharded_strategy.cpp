@@ -59,7 +59,7 @@ int64_t storageBytes(const at::Tensor& t)
 void resizeStorage(const at::Tensor& t, int64_t bytes)
 {
     // Views keep pointing at the same StorageImpl, so refilled storage is seen by every leaf
-    // (DESIGN.md §4: free after forward, refill before backward).
+    // (docs/ARCHITECTURE.md: free after forward, refill before backward).
     at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), static_cast<size_t>(bytes));
 }
 

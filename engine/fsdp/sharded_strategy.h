@@ -1,5 +1,5 @@
-// DDP, ZeRO-1/2/3 and hybrid sharding with FSDP2 semantics (DESIGN.md §4), as one strategy with
-// a per-name plan. Every parameter is split on dim 0 into chunks of ceil(d0/Ws) rows over the
+// DDP, ZeRO-1/2/3 and hybrid sharding with FSDP2 semantics (docs/ARCHITECTURE.md), as one strategy
+// with a per-name plan. Every parameter is split on dim 0 into chunks of ceil(d0/Ws) rows over the
 // shard group (Ws ranks; 1 for DDP), padded at the tail; a unit (root or block) keeps its fp32
 // master shards and shard gradients in flat buffers and gathers its parameters in the compute
 // dtype into one flat buffer, of which each unsharded parameter is a plain view. Gradients are

@@ -1,4 +1,5 @@
-// The per-node rank supervisor behind `shard-worker launch` (DESIGN.md §4 "Launching ranks").
+// The per-node rank supervisor behind `shard-worker launch` (docs/ARCHITECTURE.md, "From a plan to
+// the ranks").
 #pragma once
 
 #include <memory>

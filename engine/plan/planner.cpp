@@ -80,7 +80,7 @@ ModelShapes modelShapes(const ModelSpec& spec)
 }
 
 // Padded parameter counts when every parameter is split on dim 0 over `s` ranks, each chunk
-// padded to ceil(rows / s) rows (DESIGN.md §4).
+// padded to ceil(rows / s) rows (docs/ARCHITECTURE.md).
 struct UnitSizes {
     double total = 0;    // all parameters, padded
     double root = 0;     // embeddings + final norm + lm_head
@@ -701,7 +701,7 @@ DeviceSpec DeviceSpec::cpu(int64_t memoryBytes)
     d.name = "cpu";
     d.memoryBytes = memoryBytes;
     d.peakFlops16 = 100e9;           // bf16 on CPU is no faster than fp32 here
-    d.peakFlops32 = 100e9;           // ~OpenBLAS sgemm on two cores (DESIGN.md §6)
+    d.peakFlops32 = 100e9;           // ~OpenBLAS sgemm on two cores (measured)
     d.intraNodeBytesPerSec = 5e9;    // loopback TCP (Gloo)
     d.interNodeBytesPerSec = 1.25e9; // 10 GbE
     return d;

@@ -2,9 +2,9 @@
 // bytes per device by component for each sharding strategy, the fit verdict, and derived
 // answers (largest micro-batch, fewest GPUs, FLOPs, bytes sent, roofline step time).
 //
-// Engine mode (default) describes what Shard Studio's engine allocates (DESIGN.md §4); ZeRO-paper
-// mode reproduces Rajbhandari et al. 2020's model-state accounting with Korthikanti et al.
-// 2022's activations. Every coefficient a measurement may change lives in Calibration.
+// Engine mode (default) describes what Shard Studio's engine allocates (docs/ARCHITECTURE.md);
+// ZeRO-paper mode reproduces Rajbhandari et al. 2020's model-state accounting with Korthikanti et
+// al. 2022's activations. Every coefficient a measurement may change lives in Calibration.
 #pragma once
 
 #include <cstdint>

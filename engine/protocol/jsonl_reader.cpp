@@ -1,4 +1,4 @@
-// Offset-based JSON-lines consumption (idempotent ingestion, DESIGN.md §3).
+// Offset-based JSON-lines consumption (idempotent ingestion, docs/ARCHITECTURE.md).
 #include "jsonl_reader.h"
 
 #include <fstream>

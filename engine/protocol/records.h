@@ -1,4 +1,4 @@
-// Metric and event records of the run directory (DESIGN.md §3): one JSON object per line,
+// Metric and event records of the run directory (docs/ARCHITECTURE.md): one JSON object per line,
 // schema version "v":1. Written by the engine (rank 0), read by the jobs library.
 #pragma once
 

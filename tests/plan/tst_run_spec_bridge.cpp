@@ -7,7 +7,7 @@
 #include "plan/run_spec_bridge.h"
 #include "protocol/parallel_dims.h"
 
-using namespace shard;
+namespace protocol = shard::protocol;
 using namespace shard::plan;
 
 namespace {

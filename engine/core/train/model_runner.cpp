@@ -1,4 +1,4 @@
-// Custom autograd functions for unit hooks and activation checkpointing (DESIGN.md §4,
+// Custom autograd functions for unit hooks and activation checkpointing (docs/ARCHITECTURE.md,
 // "Measured on Debian's LibTorch 1.13": nested torch::autograd::grad in backward works).
 #include "model_runner.h"
 

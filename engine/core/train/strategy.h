@@ -37,7 +37,7 @@
 
 namespace shard::engine {
 
-// Bytes this rank holds by category (the engine's own accounting, DESIGN.md §3).
+// Bytes this rank holds by category (the engine's own accounting, docs/ARCHITECTURE.md).
 struct MemoryBreakdown {
     int64_t shardedParams = 0;  // persistent parameter storage (fp32 masters or their shards)
     int64_t gatheredParams = 0; // unsharded / compute-dtype copies alive now

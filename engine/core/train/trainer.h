@@ -1,5 +1,5 @@
 // The fine-tuning loop of one rank: model from a Hugging Face folder, data, a strategy, AdamW,
-// the schedule, clipping, accumulation, evaluation, records (DESIGN.md §3) and the final HF
+// the schedule, clipping, accumulation, evaluation, records (docs/ARCHITECTURE.md) and the final HF
 // folder. Everything a user can get wrong is checked in the constructor, before the run
 // directory is touched.
 #pragma once
