@@ -55,6 +55,7 @@ public:
         m_polls = 0;
         m_shownRank = -2;
         m_failedRank = -1;
+        m_requestedRank = RunDirFollower::kFailingRank;
         m_logRanks.clear();
         if (!m_timer) {
             m_timer = new QTimer(this);
