@@ -806,6 +806,7 @@ void LaunchPage::loadSettings()
     } catch (const std::exception&) {
         // An old or hand-edited setting: start from the defaults rather than fail.
     }
+    m_name->setText(defaultRunName()); // the last run's settings, not its name: that one is taken
     updatePreview();
 }
 
