@@ -20,6 +20,9 @@ struct LaunchRequest {
     QString masterAddr;  // rendezvous address; empty: node 0's address
     QStringList env;     // KEY=VALUE for the launcher's environment
     bool resume = false; // continue the run already in runDir (its spec says resume "auto")
+    // SSH: copy the spec's model folder, tokenizer folder and data files from this machine into
+    // <run>/inputs/ on every host and point the spec there (else they are expected on the host).
+    bool copyInputs = false;
 };
 
 // The `shard-worker launch ...` arguments for one node (without the program itself).

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <QDir>
+#include <QFileInfo>
 #include <QProcess>
 #include <QRegularExpression>
 
@@ -112,6 +113,46 @@ Result<SshResult> SshClient::run(
     if (r.exitCode == 255 || r.exitCode == -1)
         return fail(describeFailure(host, r.exitCode, r.err));
     return r;
+}
+
+Result<void> SshClient::upload(
+    const SshHost& host, const QString& localPath, const QString& remoteDir, int timeoutMs) const
+{
+    const QFileInfo info(localPath);
+    if (!info.exists())
+        return fail(QStringLiteral("%1: no such file or folder to copy to %2")
+                        .arg(localPath, host.toString()));
+    QProcess tar;
+    QProcess ssh;
+    tar.setStandardOutputProcess(&ssh);
+    tar.setWorkingDirectory(info.absolutePath());
+    const QString dir = remoteDir.startsWith(QLatin1String("~/")) ? remoteDir.mid(2) : remoteDir;
+    ssh.start(QStringLiteral("ssh"),
+        sshArgs(host) << QStringLiteral("mkdir -p -- %1 && tar -C %1 -xf -").arg(shellQuote(dir)));
+    tar.start(QStringLiteral("tar"), {QStringLiteral("-cf"), QStringLiteral("-"), info.fileName()});
+    if (!tar.waitForStarted(10000) || !ssh.waitForStarted(10000))
+        return fail(QStringLiteral("cannot run tar and ssh to copy %1 to %2")
+                        .arg(localPath, host.toString()));
+    const bool done = tar.waitForFinished(timeoutMs) && ssh.waitForFinished(timeoutMs);
+    if (!done) {
+        tar.kill();
+        ssh.kill();
+        tar.waitForFinished(2000);
+        ssh.waitForFinished(2000);
+        return fail(QStringLiteral("copying %1 to %2 did not finish within %3 s")
+                        .arg(localPath, host.toString())
+                        .arg(timeoutMs / 1000));
+    }
+    const QByteArray err = ssh.readAllStandardError();
+    if (ssh.exitStatus() != QProcess::NormalExit || ssh.exitCode() == 255)
+        return fail(describeFailure(host, ssh.exitCode(), err));
+    if (tar.exitCode() != 0 || ssh.exitCode() != 0)
+        return fail(QStringLiteral("copying %1 to %2:%3 failed: %4")
+                        .arg(localPath, host.toString(), dir,
+                            QString::fromLocal8Bit(err + tar.readAllStandardError())
+                                .trimmed()
+                                .section('\n', -1)));
+    return {};
 }
 
 Result<QString> SshClient::resolveHostName(const SshHost& host) const

@@ -54,6 +54,11 @@ public:
     Result<SshResult> run(const SshHost& host, const QString& script,
         const QByteArray& stdinData = {}, int timeoutMs = 60000) const;
 
+    // Copies a local file or folder into `remoteDir` on the host (created if needed), keeping its
+    // name: a tar stream over the same ssh connection (no scp or rsync needed on either side).
+    Result<void> upload(const SshHost& host, const QString& localPath, const QString& remoteDir,
+        int timeoutMs = 30 * 60 * 1000) const;
+
     // The address other nodes can reach this host by (`ssh -G`'s hostname).
     Result<QString> resolveHostName(const SshHost& host) const;
 

@@ -2,6 +2,8 @@
 // line goes through SshClient::shellQuote.
 #include "jobs/ssh_launcher.h"
 
+#include <QFileInfo>
+
 #include <QDateTime>
 #include <nlohmann/json.hpp>
 
@@ -72,6 +74,42 @@ QList<SshHost> SshLauncher::hostsOf(const RunRecord& run)
     return hosts;
 }
 
+Result<QByteArray> SshLauncher::copyInputs(
+    const QList<SshHost>& hosts, const QString& absDir, const QByteArray& specJson)
+{
+    auto spec = nlohmann::json::parse(specJson.toStdString(), nullptr, false);
+    if (!spec.is_object())
+        return fail(QStringLiteral("the run spec is not a JSON object"));
+    const QString inputs = absDir + QStringLiteral("/inputs");
+    // Each local path goes to inputs/<its name> on every host; the spec names the copy.
+    auto copy = [&](const std::string& local) -> Result<std::string> {
+        const QString path = QString::fromStdString(local);
+        for (const SshHost& host : hosts)
+            if (auto s = m_ssh.upload(host, path, inputs); !s)
+                return fail(s.error());
+        return (inputs + '/' + QFileInfo(path).fileName()).toStdString();
+    };
+    for (const char* key : {"model", "tokenizer", "eval_data"}) {
+        const std::string local = spec.value(key, std::string());
+        if (local.empty())
+            continue;
+        auto remote = copy(local);
+        if (!remote)
+            return fail(remote.error());
+        spec[key] = *remote;
+    }
+    if (spec.contains("data") && spec["data"].is_array())
+        for (auto& d : spec["data"]) {
+            if (!d.is_string())
+                continue;
+            auto remote = copy(d.get<std::string>());
+            if (!remote)
+                return fail(remote.error());
+            d = *remote;
+        }
+    return QByteArray::fromStdString(spec.dump(2));
+}
+
 Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchRequest& request)
 {
     if (hosts.isEmpty())
@@ -107,6 +145,13 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
         return fail(
             QStringLiteral("cannot create the run directory %1 on %2: %3")
                 .arg(runDir, first.toString(), QString::fromLocal8Bit(prep->err).trimmed()));
+
+    if (req.copyInputs && !req.specJson.isEmpty()) {
+        auto copied = copyInputs(hosts, absDir, req.specJson);
+        if (!copied)
+            return fail(copied.error());
+        req.specJson = *copied;
+    }
 
     QString masterAddr = req.masterAddr;
     if (masterAddr.isEmpty() && hosts.size() > 1) {

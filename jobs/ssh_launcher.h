@@ -49,6 +49,11 @@ public:
     const SshClient& ssh() const { return m_ssh; }
 
 private:
+    // request.copyInputs: the spec's model, tokenizer, eval and data files copied to
+    // <run>/inputs/ on every host; returns the spec naming the copies.
+    Result<QByteArray> copyInputs(
+        const QList<SshHost>& hosts, const QString& absDir, const QByteArray& specJson);
+
     RunStore& m_store;
     SshClient m_ssh;
 };

@@ -156,6 +156,11 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_keepCheckpoints = spin(this, 0, 1000000, 2, "keepCheckpoints");
     m_keepCheckpoints->setSpecialValueText(tr("all"));
     m_checkpointing = combo(this, {"none", "full"}, "checkpointing");
+    m_inputs = new QComboBox(this);
+    m_inputs->setObjectName("inputs");
+    m_inputs->addItem(tr("are on the host already"), "host");
+    m_inputs->addItem(tr("are copied there from this machine"), "copy");
+    m_inputs->setToolTip(tr("SSH: where the model folder and the data files come from"));
     m_target = new QComboBox(this);
     m_target->setObjectName("target");
     m_target->addItem(tr("This machine"), -1);
@@ -237,6 +242,9 @@ LaunchPage::LaunchPage(QWidget* parent)
     shardForm->addRow(tr("Pre&cision"), m_precision);
     shardForm->addRow(tr("Activation chec&kpointing"), m_checkpointing);
     shardForm->addRow(tr("Tar&get"), m_target);
+    m_inputsLabel = new QLabel(tr("Model and data"), this);
+    m_inputsLabel->setBuddy(m_inputs);
+    shardForm->addRow(m_inputsLabel, m_inputs);
     shardForm->addRow(QString(), m_fitProblem);
 
     auto* forms = new QHBoxLayout;
@@ -279,7 +287,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     for (QLineEdit* e : {m_name, m_model, m_data, m_out, m_lr, m_evalData, m_weightDecay})
         connect(e, &QLineEdit::textChanged, this, changed);
     for (QComboBox* c : {m_format, m_schedule, m_strategy, m_precision, m_checkpointing, m_target,
-             m_device, m_offload})
+             m_device, m_offload, m_inputs})
         connect(c, qOverload<int>(&QComboBox::currentIndexChanged), this, changed);
     for (QSpinBox* s : {m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen,
              m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_evalEvery, m_keepCheckpoints})
@@ -358,6 +366,11 @@ void LaunchPage::setHosts(const QList<HostEntry>& hosts)
 void LaunchPage::setTarget(int index)
 {
     m_target->setCurrentIndex(index);
+}
+
+bool LaunchPage::copiesInputs() const
+{
+    return target().kind == "ssh" && m_inputs->currentData().toString() == "copy";
 }
 
 LaunchTarget LaunchPage::target() const
@@ -501,6 +514,7 @@ Result<jobs::LaunchRequest> LaunchPage::request() const
     r.procsPerNode = s.value().procsPerNode;
     r.masterPort = m_masterPort;
     r.workerProgram = m_workerProgram;
+    r.copyInputs = copiesInputs();
     return r;
 }
 
@@ -551,7 +565,14 @@ void LaunchPage::updatePreview()
             quoted << shellQuote(a);
         text = (t.kind == "ssh"
                        ? tr("# Runs on %1 over SSH, detached (it outlives the connection):\n")
-                             .arg(t.sshHost)
+                               .arg(t.sshHost)
+                           + (req.copyInputs
+                                   ? tr("# First the model folder and data files are copied to "
+                                        "%1/inputs/ there, and the spec names the copies.\n")
+                                         .arg(req.runDir)
+                                   : tr("# The model folder and data files must be on %1 at "
+                                        "these paths.\n")
+                                         .arg(t.sshHost))
                        : tr("# Runs on this machine, detached (it outlives the studio):\n"))
             + quoted.join(' ');
     }
@@ -559,6 +580,9 @@ void LaunchPage::updatePreview()
         text + "\n\n# " + req.runDir + "/launch-spec.json\n" + QString::fromUtf8(specJson));
     const InputProblems problems = showInputProblems();
     m_start->setEnabled(m_store != nullptr && !m_starting && !problems.blocking());
+    const bool ssh = target().kind == "ssh";
+    m_inputs->setVisible(ssh);
+    m_inputsLabel->setVisible(ssh);
     Q_EMIT previewChanged();
 }
 
@@ -580,10 +604,11 @@ InputProblems LaunchPage::checkInputs() const
                         "final model is saved, and a crash loses everything.")
                          .arg(spec.checkpointEvery)
                          .arg(spec.steps);
-    // Files are checked where they are read: on this machine.
-    if (target().kind != "local")
+    // Files are checked where they are read: on this machine, or copied from it.
+    if (target().kind != "local" && !copiesInputs())
         return p;
-    if (QFileInfo(QString::fromStdString(spec.outDir) + "/events.jsonl").exists()
+    if (target().kind == "local"
+            && QFileInfo(QString::fromStdString(spec.outDir) + "/events.jsonl").exists()
         || QFileInfo(QString::fromStdString(spec.outDir) + "/metrics.jsonl").exists())
         p.name = tr("A run named '%1' already exists in %2. Give this run another name, or open "
                     "that one on the Monitor page to follow or resume it.")

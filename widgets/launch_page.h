@@ -52,6 +52,8 @@ public:
     void setHosts(const QList<HostEntry>& hosts);
     void setTarget(int index);
     LaunchTarget target() const;
+    // SSH: the model and data are copied to the host (else they must be there already).
+    bool copiesInputs() const;
     // Takes every field a plan decides (plan::applyPlanToSpec): model, device, GPUs per node,
     // nodes, strategy, shard group, precision, checkpointing, offload and batch shape. A preset
     // model has no weights to train: the model field is cleared and the message says so.
@@ -138,6 +140,8 @@ private:
     QComboBox* m_precision = nullptr;
     QComboBox* m_checkpointing = nullptr;
     QComboBox* m_target = nullptr;
+    QComboBox* m_inputs = nullptr;
+    QLabel* m_inputsLabel = nullptr;
     QComboBox* m_presets = nullptr;
     QPushButton* m_savePreset = nullptr;
     QPushButton* m_loadPreset = nullptr;

@@ -3,6 +3,9 @@
 // request; a hostile run directory name arrives literally; each user-facing error message.
 #include <csignal>
 
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
@@ -111,6 +114,51 @@ private Q_SLOTS:
         const QByteArray node1 = SshdFixture::read(run->runDir + "/args-node-1.txt");
         QVERIFY2(node1.contains("--node-rank\n1\n--master-addr\n127.0.0.1\n"), node1.constData());
         QVERIFY(node1.contains("--nnodes\n2\n"));
+    }
+
+    // "Copy model and data to the host": they arrive in <run>/inputs/ on every node and the
+    // launch spec names the copies, not the paths on this machine.
+    void inputsAreCopiedToTheHosts()
+    {
+        auto store = RunStore::open(m_work.filePath("runs.sqlite"));
+        SshLauncher launcher(*store, SshClient(m_options));
+        const QString local = m_work.filePath("local-inputs");
+        QVERIFY(QDir().mkpath(local + "/my model"));
+        for (const auto& [file, text] :
+            {std::pair<QString, QByteArray> {local + "/my model/config.json", "{\"a\": 1}"},
+                {local + "/my model/tokenizer.json", "{}"},
+                {local + "/train data.jsonl", "{\"text\": \"x\"}\n"}}) {
+            QFile f(file);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(text);
+        }
+        LaunchRequest req;
+        req.name = "copied";
+        req.workerProgram = kFakeWorker;
+        req.runDir = m_work.filePath("remote/copied");
+        req.copyInputs = true;
+        req.specJson = QByteArray::fromStdString(nlohmann::json {
+            {"model", (local + "/my model").toStdString()},
+            {"data", {(local + "/train data.jsonl").toStdString()}},
+            {"steps", 3}}.dump());
+        auto id = launcher.start({host("node0"), host("node1")}, req);
+        QVERIFY2(id, qPrintable(id.error()));
+        const QString inputs = store->run(*id)->runDir + "/inputs";
+        QCOMPARE(SshdFixture::read(inputs + "/my model/config.json"), QByteArray("{\"a\": 1}"));
+        QVERIFY(QFileInfo::exists(inputs + "/train data.jsonl"));
+        const auto spec = nlohmann::json::parse(
+            SshdFixture::read(store->run(*id)->runDir + "/launch-spec.json").toStdString());
+        QCOMPARE(QString::fromStdString(spec["model"].get<std::string>()), inputs + "/my model");
+        QCOMPARE(QString::fromStdString(spec["data"][0].get<std::string>()),
+            inputs + "/train data.jsonl");
+        // A missing input is a clear error before anything starts.
+        req.runDir = m_work.filePath("remote/not-copied");
+        req.specJson = QByteArray::fromStdString(nlohmann::json {{"model", "/no/such/model"},
+            {"data", {"d.jsonl"}}, {"steps", 1}}.dump());
+        auto missing = launcher.start({host("node0")}, req);
+        QVERIFY(!missing);
+        QVERIFY2(missing.error().contains("/no/such/model: no such file or folder"),
+            qPrintable(missing.error()));
     }
 
     void stopOnRequest()

@@ -223,6 +223,18 @@ private Q_SLOTS:
         page.setTarget(1);
         QTRY_VERIFY(page.commandPreview().contains("over SSH"));
         QCOMPARE(page.target().sshHost, QString("nobody@127.0.0.1:%1").arg(port));
+        // Where model and data come from is the user's choice, said in the preview.
+        auto* inputs = page.findChild<QComboBox*>("inputs");
+        QVERIFY(inputs && !inputs->isHidden());
+        QVERIFY2(page.commandPreview().contains("must be on"), qPrintable(page.commandPreview()));
+        QVERIFY(page.checkInputs().model.isEmpty()); // on the host: not checked here
+        inputs->setCurrentIndex(inputs->findData("copy"));
+        QTRY_VERIFY(page.commandPreview().contains("copied to"));
+        QVERIFY(page.request().value().copyInputs);
+        QVERIFY2(page.checkInputs().model.contains("No such folder"),
+            qPrintable(page.checkInputs().model)); // copied from here: checked here
+        inputs->setCurrentIndex(inputs->findData("host"));
+        QTRY_VERIFY(page.commandPreview().contains("must be on"));
         if (QStandardPaths::findExecutable("ssh").isEmpty())
             QSKIP("the OpenSSH client is not installed");
         StoreService store(m_tmp.filePath("remote-store.sqlite"));
