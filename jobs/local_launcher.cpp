@@ -73,8 +73,8 @@ Result<qint64> LocalLauncher::start(const LaunchRequest& request)
     if (!request.resume
         && (QFileInfo::exists(runDir + QStringLiteral("/metrics.jsonl"))
             || QFileInfo::exists(runDir + QStringLiteral("/events.jsonl"))))
-        return fail(QStringLiteral("run directory %1 already holds a run; pick another "
-                                   "--run-dir (or `shard attach` to watch that run)")
+        return fail(QStringLiteral("run directory %1 already holds a run; choose another run "
+                                   "name or folder, or attach to that run to follow it")
                         .arg(runDir));
     if (!QDir().mkpath(runDir + QStringLiteral("/logs")))
         return fail(QStringLiteral("cannot create the run directory %1 (check permissions and "

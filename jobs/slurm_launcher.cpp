@@ -197,7 +197,8 @@ Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOp
     if (!prep)
         return fail(prep.error());
     if (prep->out.contains("EXISTS"))
-        return fail(QStringLiteral("%1 already holds a run; pick another --run-dir").arg(runDir));
+        return fail(QStringLiteral("%1 already holds a run; choose another run name or folder")
+                        .arg(runDir));
     QString absDir;
     for (const QByteArray& line : prep->out.split('\n'))
         if (line.startsWith("DIR="))

@@ -137,8 +137,8 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
     if (!prep)
         return fail(prep.error());
     if (prep->out.contains("EXISTS"))
-        return fail(QStringLiteral("%1:%2 already holds a run; pick another --run-dir (or "
-                                   "`shard attach` to watch it)")
+        return fail(QStringLiteral("%1:%2 already holds a run; choose another run name or "
+                                   "folder, or attach to that run to follow it")
                         .arg(first.toString(), runDir));
     const QString absDir = lineValue(prep->out, "DIR=");
     if (prep->exitCode != 0 || absDir.isEmpty())
