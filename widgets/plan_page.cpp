@@ -318,6 +318,7 @@ void PlanPage::setModel(const QString& presetOrFolder)
         if (index >= 0)
             m_modelBox->setCurrentIndex(index);
         m_message->clearMessage();
+        showModelInfo();
         Q_EMIT modelLoaded(presetOrFolder);
         scheduleRecompute();
         return;
@@ -352,6 +353,7 @@ void PlanPage::setModel(const QString& presetOrFolder)
                 index = 0;
             }
             m_modelBox->setCurrentIndex(index);
+            showModelInfo();
             m_message->clearMessage();
             Q_EMIT modelLoaded(presetOrFolder);
             scheduleRecompute();
@@ -534,15 +536,23 @@ void PlanPage::showResults()
     for (const auto& note : c->notes)
         lines << tr("Note: %1").arg(QString::fromStdString(note).toHtmlEscaped());
     m_details->setText(lines.join("<br>"));
+    showModelInfo();
+}
+
+void PlanPage::showModelInfo()
+{
+    if (!m_model)
+        return;
     const bool folder = !plan::findPreset(m_modelSource.toStdString());
     m_modelInfo->setText(
         (folder ? tr("Folder %1<br>").arg(m_modelSource.toHtmlEscaped()) : QString())
-        + tr("%1 layers, hidden %2, %3 heads (%4 KV), vocabulary %5")
+        + tr("%1 layers, hidden %2, %3 heads (%4 KV), vocabulary %5, %6 positions")
               .arg(m_model->numLayers)
               .arg(m_model->hiddenSize)
               .arg(m_model->numHeads)
               .arg(m_model->numKvHeads)
-              .arg(m_model->vocabSize));
+              .arg(m_model->vocabSize)
+              .arg(m_model->maxPositionEmbeddings));
 }
 
 void PlanPage::fillTable()

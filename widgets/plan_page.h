@@ -64,6 +64,7 @@ private:
     std::optional<plan::PlanInput> readFields(QString* error) const;
     void showResults();
     void fillTable();
+    void showModelInfo();
 
     std::optional<plan::ModelSpec> m_model;
     QString m_modelSource; // preset name or folder

@@ -120,6 +120,7 @@ private Q_SLOTS:
     void presetPlanDropsTheOldFolder()
     {
         MainWindow w(m_tmp.filePath("store.sqlite"));
+        w.show();
         PlanPage& p = *w.planPage();
         LaunchPage& l = *w.launchPage();
         l.setModelFolder(m_tmp.filePath("model")); // an earlier run's model
@@ -144,6 +145,7 @@ private Q_SLOTS:
         // A plan in a precision the engine does not train says so.
         PlanPage p;
         p.setModel("tiny-1m");
+        field<QSpinBox>(p, "seqLen")->setValue(512); // within tiny-1m's 1024 positions
         selectData(field<QComboBox>(p, "precision"), "bf16");
         p.recompute();
         QVERIFY(p.input());
