@@ -16,6 +16,7 @@
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSettings>
 #include <QSpinBox>
 #include <QTimer>
@@ -265,8 +266,16 @@ LaunchPage::LaunchPage(QWidget* parent)
     presetRow->addStretch(1);
     presetRow->addWidget(m_start);
 
+    // The fields scroll when the window is short; the preview and Start stay in view.
+    auto* formsWidget = new QWidget(this);
+    formsWidget->setLayout(forms);
+    auto* scroll = new QScrollArea(this);
+    scroll->setObjectName("fieldsScroll");
+    scroll->setWidget(formsWidget);
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
     auto* layout = new QVBoxLayout(this);
-    layout->addLayout(forms);
+    layout->addWidget(scroll, 3);
     layout->addLayout(presetRow);
     layout->addWidget(m_message);
     layout->addWidget(m_preview, 1);

@@ -122,7 +122,7 @@ QString MemoryBarChart::titleText() const
     if (!m_capacity || *m_capacity <= 0)
         return m_titleBase;
     const QString cap = m_capacityLabel.isEmpty() ? formatAxisBytes(*m_capacity) : m_capacityLabel;
-    return tr("%1 — capacity %2 (dashed line)").arg(m_titleBase, cap);
+    return tr("%1 · capacity %2 (dashed)").arg(m_titleBase, cap);
 }
 
 QString MemoryBarChart::formatAxisBytes(double bytes) const

@@ -43,6 +43,11 @@ int64_t physicalMemoryBytes()
     return pages > 0 && size > 0 ? int64_t(pages) * size : int64_t(0);
 }
 
+QString gibNumber(int64_t bytes)
+{
+    return QString::number(double(bytes) / kGiB, 'f', 2);
+}
+
 QString gib(int64_t bytes)
 {
     return QString::number(double(bytes) / kGiB, 'f', 2) + " GiB";
@@ -185,7 +190,7 @@ PlanPage::PlanPage(QWidget* parent)
     m_toLaunch = new QPushButton(tr("Launch with these settings →"), this);
     m_toLaunch->setObjectName("toLaunch");
     m_message = new MessageBar(this);
-    m_chart = new MemoryBarChart(tr("Memory per device by strategy"), this);
+    m_chart = new MemoryBarChart(tr("Memory per device"), this);
     m_chart->setCategories(planCategoryNames());
     m_verdict = new QLabel(this);
     m_verdict->setObjectName("verdict");
@@ -289,6 +294,9 @@ PlanPage::PlanPage(QWidget* parent)
     connect(m_strategy, qOverload<int>(&QComboBox::currentIndexChanged), this,
         [this] { m_shardGroup->setEnabled(m_strategy->currentData().toString() == "hybrid"); });
 
+    // The catalogue card chosen above shows its memory in the (greyed) size field.
+    if (auto card = plan::findCatalogDevice(m_device->currentData().toString().toStdString()))
+        m_customGiB->setValue(double(card->spec.memoryBytes) / kGiB);
     setModel("llama-2-7b");
 }
 
@@ -482,7 +490,7 @@ void PlanPage::showResults()
         m_verdict->setText(tr("No plan for this strategy"));
         return;
     }
-    m_chart->setCapacity(double(c->capacityBytes), tr("%1 per device").arg(gib(c->capacityBytes)));
+    m_chart->setCapacity(double(c->capacityBytes), gib(c->capacityBytes));
     const QString strategy = QString::fromStdString(plan::toString(c->input.strategy));
     const double share
         = c->capacityBytes > 0 ? double(c->perDevice.total()) / double(c->capacityBytes) : 0.0;
@@ -563,6 +571,7 @@ void PlanPage::fillTable()
     m_table->setRowCount(names.size() + 2);
     QStringList rows = names;
     rows << tr("total") << tr("host (offload)");
+    m_table->setToolTip(tr("GiB per device, by component and strategy"));
     m_table->setVerticalHeaderLabels(rows);
     QStringList columns;
     for (int c = 0; c < int(m_results.size()); ++c) {
@@ -570,16 +579,19 @@ void PlanPage::fillTable()
         QString label = QString::fromStdString(plan::toString(r.input.strategy));
         if (r.input.strategy == m_input->strategy)
             label = "▶ " + label;
+        if (c == 0)
+            label += tr(" (GiB)");
         columns << label;
         const std::vector<double> bytes = planCategoryBytes(r.perDevice);
         for (int row = 0; row < int(bytes.size()); ++row)
-            m_table->setItem(row, c, new QTableWidgetItem(gib(int64_t(bytes[size_t(row)]))));
-        auto* total = new QTableWidgetItem(gib(r.perDevice.total()));
+            m_table->setItem(row, c, new QTableWidgetItem(gibNumber(int64_t(bytes[size_t(row)]))));
+        auto* total = new QTableWidgetItem(gibNumber(r.perDevice.total()));
         QFont bold = total->font();
         bold.setBold(true);
         total->setFont(bold);
         m_table->setItem(names.size(), c, total);
-        m_table->setItem(names.size() + 1, c, new QTableWidgetItem(gib(r.hostBytesPerDevice)));
+        m_table->setItem(
+            names.size() + 1, c, new QTableWidgetItem(gibNumber(r.hostBytesPerDevice)));
         for (int row = 0; row < m_table->rowCount(); ++row)
             m_table->item(row, c)->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
     }

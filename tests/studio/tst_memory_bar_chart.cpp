@@ -92,6 +92,7 @@ private Q_SLOTS:
             tip.contains("measured peak: 36.3 MiB") && tip.contains("36.9 MiB"), qPrintable(tip));
         QVERIFY2(tip.contains("101.7% of measured"), qPrintable(tip));
         QVERIFY2(chart.title().contains("capacity 64 MiB per rank"), qPrintable(chart.title()));
+        QVERIFY(chart.title().startsWith("Memory per rank"));
         for (int i = 0; i < plot->itemCount(); ++i)
             QVERIFY2(!qobject_cast<QCPItemText*>(plot->item(i)) || !plot->item(i)->visible(),
                 "no text item may be drawn over the bars");
