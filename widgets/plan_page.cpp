@@ -570,7 +570,7 @@ void PlanPage::fillTable()
     m_table->setColumnCount(int(m_results.size()));
     m_table->setRowCount(names.size() + 2);
     QStringList rows = names;
-    rows << tr("total") << tr("host (offload)");
+    rows << tr("total, GiB") << tr("host (offload)");
     m_table->setToolTip(tr("GiB per device, by component and strategy"));
     m_table->setVerticalHeaderLabels(rows);
     QStringList columns;
@@ -579,8 +579,6 @@ void PlanPage::fillTable()
         QString label = QString::fromStdString(plan::toString(r.input.strategy));
         if (r.input.strategy == m_input->strategy)
             label = "▶ " + label;
-        if (c == 0)
-            label += tr(" (GiB)");
         columns << label;
         const std::vector<double> bytes = planCategoryBytes(r.perDevice);
         for (int row = 0; row < int(bytes.size()); ++row)
