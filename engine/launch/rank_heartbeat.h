@@ -17,6 +17,9 @@ inline constexpr const char* kHeartbeatFdEnv = "SHARD_HEARTBEAT_FD";
 inline constexpr const char* kHangTimeoutEnv = "SHARD_HANG_TIMEOUT_S";
 inline constexpr double kDefaultHangTimeoutSec = 300.0;
 inline constexpr double kSlowPhaseFactor = 4.0;
+// A rank that beats but makes no progress (waits in a collective, or is only slow) is hung after
+// this many times as long.
+inline constexpr double kStallFactor = 5.0;
 
 // Beats go out this often: a fifth of the hang timeout, between 0.1 and 1 s.
 double beatIntervalSec(double hangTimeoutSec);

@@ -35,9 +35,10 @@ CommandRegistration registration([](CLI::App& app) {
         "seconds between SIGTERM and SIGKILL when stopping ranks (default 5)");
     auto hang = std::make_shared<double>(0.0);
     auto* optHang = cmd->add_option("--hang-timeout", *hang,
-        "seconds without progress after which a rank counts as hung and the run is stopped "
-        "(0 = off; default: $SHARD_HANG_TIMEOUT_S, else the run spec's hang_timeout_sec, 300); "
-        "4x during set-up, the first step and checkpoint writes");
+        "seconds without a heartbeat after which a rank counts as hung and the run is stopped "
+        "(5x as long for a rank that beats but makes no progress; 4x during set-up, the first "
+        "step and checkpoint writes; 0 = off; default: $SHARD_HANG_TIMEOUT_S, else the run "
+        "spec's hang_timeout_sec, 300)");
     auto collective = std::make_shared<double>(0.0);
     auto* optCollective = cmd->add_option("--collective-timeout", *collective,
         "seconds one collective may wait for the other ranks (default: "

@@ -3,8 +3,9 @@
 // (tmpfs), or SIGKILL of a rank while it writes a checkpoint. For each: every process of the run
 // is gone within the bound, the event (or the launcher's reason) names the cause, `--resume
 // auto` continues, and the losses are bit-identical to an uninterrupted run. Seeds from
-// $SHARD_CHAOS_SEEDS ("0-39" or "1,5,7"; default one per fault); the summary line counts faults
-// injected and recovered exactly (bench/dist/chaos_bench.sh runs many seeds).
+// $SHARD_CHAOS_SEEDS ("0-39" or "1,5,7"; the fault is seed % 5; default 1,3,4: SIGSTOP, disk
+// full, kill in a checkpoint, as tst_launcher and tst_ckpt_resume cover the other two); the
+// summary line counts faults injected and recovered exactly (bench/dist/chaos_bench.sh).
 #include <filesystem>
 #include <sys/inotify.h>
 #include <sys/mount.h>
@@ -19,7 +20,7 @@ namespace {
 
 constexpr int kSteps = 10;
 constexpr int kCheckpointEvery = 2;
-constexpr double kGoneWithinSec = 25; // hang timeout 2 s (x4 in a checkpoint) + grace
+constexpr double kGoneWithinSec = 25; // hang timeout 3 s (x4 in a checkpoint) + grace
 
 enum class Fault { KillRank, StopRank, KillLauncher, DiskFull, KillInCheckpoint };
 const char* const kFaultNames[]
@@ -44,7 +45,7 @@ std::vector<std::string> trainArgs(const std::string& out, bool resume)
 Process launch(const std::string& out, bool resume)
 {
     std::vector<std::string> argv = {workerPath(), "launch", "--nproc-per-node", "2",
-        "--grace-period", "2", "--hang-timeout", "2", "--"};
+        "--grace-period", "2", "--hang-timeout", "3", "--"};
     for (auto& a : trainArgs(out, resume))
         argv.push_back(a);
     return spawnProcess(argv);
@@ -53,7 +54,9 @@ Process launch(const std::string& out, bool resume)
 std::vector<int> seedsFromEnv()
 {
     const char* v = std::getenv("SHARD_CHAOS_SEEDS");
-    std::string text = v && *v ? v : "0,1,2,3,4";
+    // CI: the three faults no other test covers (under a minute of CPU on 2 cores); the
+    // benchmark runs all five kinds over many seeds.
+    std::string text = v && *v ? v : "1,3,4";
     std::vector<int> seeds;
     std::istringstream in(text);
     for (std::string item; std::getline(in, item, ',');) {
