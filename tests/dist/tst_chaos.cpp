@@ -255,6 +255,7 @@ Outcome runSeed(int seed, const std::map<int64_t, double>& reference)
 
 int main()
 {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0); // one line per seed as it ends
     g_root = makeTempDir("chaos");
     writeTokenRows(g_root + "/data.jsonl", 50);
     auto init = spawnProcess({workerPath(), "init-model", "--preset", "tiny-1m", "--out",
