@@ -295,6 +295,20 @@ inline void writeTokenRows(const std::string& path, int spread)
     }
 }
 
+// What the run tests train on: root/model (tiny-1m, seed 1) and root/data.jsonl
+// (writeTokenRows, spread 50). False after saying on stderr why init-model failed.
+inline bool makeTinyRunInputs(const std::string& root)
+{
+    writeTokenRows(root + "/data.jsonl", 50);
+    auto init = spawnProcess({workerPath(), "init-model", "--preset", "tiny-1m", "--out",
+        root + "/model", "--seed", "1"});
+    if (!init.wait(120) || init.exitCode() != 0) {
+        std::fprintf(stderr, "init-model failed: %s\n", init.err.c_str());
+        return false;
+    }
+    return true;
+}
+
 // Lines in a file (0 when it cannot be read).
 inline int countLines(const std::string& path)
 {

@@ -257,13 +257,8 @@ int main()
 {
     std::setvbuf(stdout, nullptr, _IOLBF, 0); // one line per seed as it ends
     g_root = makeTempDir("chaos");
-    writeTokenRows(g_root + "/data.jsonl", 50);
-    auto init = spawnProcess({workerPath(), "init-model", "--preset", "tiny-1m", "--out",
-        g_root + "/model", "--seed", "1"});
-    if (!init.wait(120) || init.exitCode() != 0) {
-        std::fprintf(stderr, "init-model failed: %s\n", init.err.c_str());
+    if (!makeTinyRunInputs(g_root))
         return 1;
-    }
     const std::string refDir = g_root + "/reference";
     auto ref = launch(refDir, false);
     if (!ref.wait(180) || ref.exitCode() != 0) {

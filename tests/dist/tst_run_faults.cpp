@@ -201,13 +201,8 @@ void testDiskFills()
 int main()
 {
     g_root = makeTempDir("faults");
-    writeTokenRows(g_root + "/data.jsonl", 50);
-    auto init = spawnProcess({workerPath(), "init-model", "--preset", "tiny-1m", "--out",
-        g_root + "/model", "--seed", "1"});
-    if (!init.wait(120) || init.exitCode() != 0) {
-        std::fprintf(stderr, "init-model failed: %s\n", init.err.c_str());
+    if (!makeTinyRunInputs(g_root))
         return 1;
-    }
     testSecondStartRefused();
     testHungRank();
     testDiskFills();
