@@ -694,8 +694,14 @@ int Launcher::supervise()
             }
         }
 
-        if (!stopping)
-            checkHung(Clock::now());
+        if (!stopping) {
+            // Beats read just now: forwarding output above may have blocked on a slow reader,
+            // and what the ranks sent meanwhile is in the pipes, not lost.
+            const auto checkedAt = Clock::now();
+            for (auto& r : ranks)
+                readBeats(r, checkedAt);
+            checkHung(checkedAt);
+        }
         if (!logError.empty() && !stopping) {
             const std::string message = "launch: cannot write " + launcherLog + ": " + logError;
             recordFailure("error", kWriteFailedExit, message,
