@@ -15,6 +15,8 @@
 #include <QStandardPaths>
 #include <QThread>
 
+#include "protocol/process_signal.h"
+
 namespace shard::jobs {
 
 namespace {
@@ -204,7 +206,7 @@ bool LocalProcess::terminate(qint64 pid, qint64 startTime, int graceMs)
 {
     if (!isAlive(pid, startTime))
         return true;
-    ::kill(static_cast<pid_t>(pid), SIGTERM);
+    protocol::signalProcess(static_cast<pid_t>(pid), SIGTERM);
     QElapsedTimer t;
     t.start();
     while (t.elapsed() < graceMs) {
@@ -213,8 +215,8 @@ bool LocalProcess::terminate(qint64 pid, qint64 startTime, int graceMs)
         QThread::msleep(50);
     }
     // The launcher leads its own session and process group: take every rank with it.
-    ::kill(-static_cast<pid_t>(pid), SIGKILL);
-    ::kill(static_cast<pid_t>(pid), SIGKILL);
+    protocol::signalGroup(static_cast<pid_t>(pid), SIGKILL);
+    protocol::signalProcess(static_cast<pid_t>(pid), SIGKILL);
     for (int i = 0; i < 40 && isAlive(pid, startTime); ++i)
         QThread::msleep(50);
     return !isAlive(pid, startTime);

@@ -197,11 +197,14 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
         for (const QString& kv : req.env)
             if (kv.indexOf('=') > 0)
                 env += QStringLiteral("export %1; ").arg(Q::shellQuote(kv));
+        // Fully detached from the SSH session: its own session (setsid, no controlling
+        // terminal), SIGHUP ignored (nohup), no stdin, output to a file. The session's end, or
+        // the death of the CLI that opened it, reaches nothing of the run.
         const QString script
             = QStringLiteral(
                 "w=%1; command -v \"$w\" >/dev/null 2>&1 || { echo \"shard-worker not found: $w\" "
                 ">&2; exit 127; }; mkdir -p -- %2/logs %3/logs || exit 1; cd -- %2 || exit 1; %4"
-                "%5 setsid \"$w\" %6 > %7 2>&1 < /dev/null & echo \"PID=$!\"")
+                "%5 setsid nohup \"$w\" %6 > %7 2>&1 < /dev/null & echo \"PID=$!\"")
                   .arg(Q::shellQuote(req.workerProgram), Q::shellQuote(absDir),
                       Q::shellQuote(nodeDir),
                       spec.isEmpty() ? QString()

@@ -416,6 +416,10 @@ void MonitorPage::openRunDirectory(const QString& directory)
     m_run.directory = directory;
     m_status->setText(tr("Waiting for the run…"));
     m_stop->setEnabled(bool(m_stopper));
+    // Until the resumed process's own start event arrives, the old launcher's pid file still
+    // names a dead process: that is not a new interruption.
+    if (!m_resumedDir.isEmpty() && directory == m_resumedDir)
+        m_startsBeforeLive = m_resumedStarts + 1;
     m_follower.follow(directory);
 }
 
@@ -485,6 +489,8 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
             item->setForeground(2, QColor(200, 40, 40));
         if (e.kind == "start")
             ++m_startsSeen;
+        if (e.kind == "start" && !m_resumedDir.isEmpty() && m_startsSeen > m_resumedStarts)
+            m_resumedDir.clear(); // the resumed process is live
         if (e.kind == "start" && m_finished) {
             // The run was started again in its folder (resumed): it is live once more.
             m_finished = false;
@@ -640,20 +646,20 @@ void MonitorPage::resumeRun()
     const QString dir = runDirectory();
     m_resume->setEnabled(false);
     m_message->showMessage(tr("Resuming from the latest checkpoint…"), MessageBar::Kind::Info);
+    m_resumedDir = dir;
+    m_resumedStarts = m_startsSeen;
     runInBackground(
         this, [r = m_resumer, dir] { return r(dir); },
         [this, dir](const QString& error) {
             if (!error.isEmpty()) {
+                if (dir == m_resumedDir)
+                    m_resumedDir.clear();
                 m_message->showMessage(tr("Cannot resume: %1").arg(error));
                 if (dir == runDirectory())
                     refreshResume();
             } else if (dir == runDirectory()) {
-                // The run appends to the same folder: follow it again from the start. Until the
-                // resumed run's own start event shows up, the old launcher's pid file still names
-                // a dead process: that is not a new interruption.
-                const int starts = m_startsSeen;
+                // The run appends to the same folder: follow it again from the start.
                 openRunDirectory(dir);
-                m_startsBeforeLive = starts + 1;
                 m_status->setText(tr("Resuming…"));
                 m_message->showMessage(
                     tr("Resumed from the latest checkpoint."), MessageBar::Kind::Info);

@@ -117,6 +117,11 @@ private:
     int m_shownLogRank = 0;
     int m_startsSeen = 0;       // start events read since the folder was opened
     int m_startsBeforeLive = 0; // after a resume: the start events that mean it is live again
+    // A resume asked for in this folder, and the start events it had then: the folder may be
+    // opened again (by the resume's own callback and by the launch it queued, in either order)
+    // before the resumed run's start event is written.
+    QString m_resumedDir;
+    int m_resumedStarts = 0;
 
     QLineEdit* m_path = nullptr;
     QPushButton* m_open = nullptr;

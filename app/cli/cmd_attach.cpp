@@ -5,6 +5,7 @@
 
 #include "command.h"
 #include "run_follow.h"
+#include "terminal_text.h"
 
 namespace shard::cli {
 namespace {
@@ -69,7 +70,7 @@ int attachCommand(const AttachOptions& o)
     }
     auto run = store.run(id);
     std::printf("attached to run %lld '%s' (%s): %lld points so far\n", static_cast<long long>(id),
-        qPrintable(run->name), qPrintable(jobs::toString(run->status)),
+        terminalText(run->name).constData(), qPrintable(jobs::toString(run->status)),
         static_cast<long long>(store.metricCount(id).valueOr(0)));
     if (o.noFollow || jobs::isTerminal(run->status)) {
         printSummary(*store.run(id));

@@ -7,6 +7,7 @@
 #include "command.h"
 #include "protocol/run_spec.h"
 #include "run_follow.h"
+#include "terminal_text.h"
 
 namespace shard::cli {
 namespace {
@@ -125,8 +126,8 @@ int runCommand(const RunOptions& o)
         throw std::runtime_error(id.error().toStdString());
     auto run = store.run(*id);
     std::printf("run %lld '%s' started (%s%s%s): %s\n", static_cast<long long>(*id),
-        qPrintable(run->name), qPrintable(run->target), run->host.isEmpty() ? "" : " on ",
-        qPrintable(run->host), qPrintable(run->runDir));
+        terminalText(run->name).constData(), qPrintable(run->target),
+        run->host.isEmpty() ? "" : " on ", qPrintable(run->host), qPrintable(run->runDir));
     if (!run->jobId.isEmpty())
         std::printf("Slurm job %s\n", qPrintable(run->jobId));
     if (o.detach) {

@@ -20,6 +20,7 @@
 
 #include "command.h"
 #include "run_follow.h"
+#include "terminal_text.h"
 
 namespace shard::cli {
 namespace {
@@ -345,7 +346,7 @@ void listRuns(const RunsOptions& o)
             ? QStringLiteral("%1/%2").arg(r.lastStep).arg(r.totalSteps)
             : QString::number(r.lastStep);
         std::printf("%5lld  %-22s %-11s %-6s %-8s %-6d %11s %9s %9s %9.0f %10s  %s\n",
-            static_cast<long long>(r.id), qPrintable(r.name.left(22)),
+            static_cast<long long>(r.id), terminalText(r.name.left(22)).constData(),
             qPrintable(jobs::toString(r.status)), qPrintable(r.target),
             qPrintable(r.strategy.isEmpty() ? QStringLiteral("-") : r.strategy), r.worldSize,
             qPrintable(steps), qPrintable(lossText(r.finalLoss)), qPrintable(lossText(r.bestLoss)),
@@ -375,7 +376,7 @@ void showRun(const RunsOptions& o)
         std::printf("  events:\n");
         for (const auto& e : *events)
             std::printf("    %-12s step %-6lld %s %s\n", qPrintable(e.kind),
-                static_cast<long long>(e.step), qPrintable(e.message),
+                static_cast<long long>(e.step), terminalText(e.message).constData(),
                 e.dataJson == "{}" ? "" : e.dataJson.constData());
     }
     std::printf("  spec: %s\n", r.specJson.constData());
@@ -398,7 +399,7 @@ void compareRuns(const RunsOptions& o)
         "TOK/S", "PEAK MEM");
     for (const auto& r : runs)
         std::printf("%5lld  %-24s %-11s %9s %9s %9.0f %10s\n", static_cast<long long>(r.id),
-            qPrintable(r.name.left(24)), qPrintable(jobs::toString(r.status)),
+            terminalText(r.name.left(24)).constData(), qPrintable(jobs::toString(r.status)),
             qPrintable(lossText(r.finalLoss)), qPrintable(lossText(r.bestLoss)), r.meanTokensPerSec,
             qPrintable(humanBytes(double(r.peakMemoryBytes()))));
     auto diff = store.compareConfigs(ids);

@@ -22,6 +22,7 @@
 #include "jobs/slurm_launcher.h"
 #include "jobs/ssh_launcher.h"
 #include "jobs/watch_run.h"
+#include "terminal_text.h"
 
 namespace shard::cli {
 
@@ -180,9 +181,10 @@ inline jobs::RunRecord followRun(jobs::RunStore& store, qint64 runId)
 
 inline void printSummary(const jobs::RunRecord& r)
 {
-    std::printf("run %lld '%s': %s%s\n", static_cast<long long>(r.id), qPrintable(r.name),
-        qPrintable(jobs::toString(r.status)),
-        r.message.isEmpty() ? "" : qPrintable(QStringLiteral(" (%1)").arg(r.message)));
+    std::printf("run %lld '%s': %s%s\n", static_cast<long long>(r.id),
+        terminalText(r.name).constData(), qPrintable(jobs::toString(r.status)),
+        r.message.isEmpty() ? ""
+                            : terminalText(QStringLiteral(" (%1)").arg(r.message)).constData());
     std::printf("  steps %lld, final loss %s, best loss %s, %.0f tokens/s, peak memory %s per "
                 "rank (max), %s\n",
         static_cast<long long>(r.lastStep), qPrintable(lossText(r.finalLoss)),

@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint_store.h"
 #include "core/safetensors/safetensors_file.h"
+#include "protocol/run_dir.h"
 
 namespace shard::ckpt {
 
@@ -87,10 +88,13 @@ SaveResult saveCheckpoint(const SaveRequest& req, const std::vector<LocalTensor>
             return;
         if (leader)
             cleanup();
-        throw std::runtime_error(label + ": "
-            + (error.empty() ? std::string("another rank failed to write its part (see its log)")
-                             : error)
-            + "; the previous checkpoints are intact");
+        if (error.empty())
+            throw std::runtime_error(label
+                + ": another rank failed to write its part (see its log); the previous "
+                  "checkpoints are intact");
+        // This rank's own part failed: a write to the run directory (a full disk, mostly).
+        throw protocol::RunDirWriteError(
+            label + ": " + error + "; the previous checkpoints are intact");
     };
     auto removeTemp = [&] {
         std::error_code ec;

@@ -17,6 +17,7 @@
 #include "core/model/llama_model.h"
 #include "core/optim/adamw.h"
 #include "core/train/strategy.h"
+#include "launch/rank_heartbeat.h"
 #include "plan/model_spec.h"
 #include "protocol/run_dir.h"
 
@@ -152,6 +153,7 @@ engine::CheckpointSaved TrainCheckpointer::afterStep(engine::LlamaModel& model,
     const int64_t every = m_spec.checkpointEvery;
     if (every <= 0 || (state.step % every != 0 && !last))
         return out;
+    launch::RankHeartbeat::report(state.step, launch::RankPhase::Checkpoint);
     SaveRequest req;
     req.checkpointsDir = protocol::RunDir(m_spec.outDir).checkpointsDir();
     req.step = state.step;

@@ -98,6 +98,8 @@ LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environme
     o.rdzvTimeoutSec = request.rdzvTimeoutSec;
     o.gracePeriodSec = request.gracePeriodSec;
     o.workerArgs = request.workerArgs;
+    o.hangTimeoutSec = request.hangTimeoutSec.value_or(-1.0);
+    o.collectiveTimeoutSec = request.collectiveTimeoutSec.value_or(-1.0);
 
     if (request.runDir) {
         o.runDir = *request.runDir;
@@ -142,6 +144,11 @@ LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environme
         throw std::invalid_argument("launch: --rdzv-timeout must be positive (seconds)");
     if (!(o.gracePeriodSec >= 0))
         throw std::invalid_argument("launch: --grace-period must be zero or positive (seconds)");
+    if (request.hangTimeoutSec && !(*request.hangTimeoutSec >= 0))
+        throw std::invalid_argument(
+            "launch: --hang-timeout must be zero (off) or positive (seconds)");
+    if (request.collectiveTimeoutSec && !(*request.collectiveTimeoutSec > 0))
+        throw std::invalid_argument("launch: --collective-timeout must be positive (seconds)");
     return o;
 }
 

@@ -20,6 +20,8 @@ struct LaunchRequest {
     double rdzvTimeoutSec = 60.0;
     double gracePeriodSec = 5.0;
     std::vector<std::string> workerArgs;
+    std::optional<double> hangTimeoutSec;
+    std::optional<double> collectiveTimeoutSec;
 };
 
 struct LaunchOptions {
@@ -32,6 +34,10 @@ struct LaunchOptions {
     double rdzvTimeoutSec = 60.0;
     double gracePeriodSec = 5.0;
     std::vector<std::string> workerArgs;
+    // < 0: not given; the ranks then use SHARD_HANG_TIMEOUT_S / SHARD_COLLECTIVE_TIMEOUT_S or
+    // the run spec. Given, they are passed to the ranks through those variables.
+    double hangTimeoutSec = -1.0;
+    double collectiveTimeoutSec = -1.0;
 
     int worldSize() const { return nprocPerNode * nnodes; }
     int globalRank(int localRank) const { return nodeRank * nprocPerNode + localRank; }

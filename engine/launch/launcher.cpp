@@ -1,7 +1,9 @@
 // Fork/exec of the ranks, a signalfd + poll supervision loop, forwarding of rank 0's stdout,
 // and the stop sequence (SIGTERM, grace period, SIGKILL) when a rank fails or the launcher is
 // told to stop. Children lead their own process groups and die with the launcher
-// (PR_SET_PDEATHSIG), so no process of a run survives it.
+// (PR_SET_PDEATHSIG), so no process of a run survives it. The launcher holds the run folder's
+// lock for the run's lifetime and watches each rank's heartbeat pipe for a rank that stopped
+// making progress.
 #include "launch/launcher.h"
 
 #include <cerrno>
@@ -18,16 +20,21 @@
 #include <thread>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "launch/node_rendezvous.h"
+#include "launch/rank_heartbeat.h"
+#include "protocol/process_signal.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
+#include "protocol/run_lock.h"
 
 namespace shard::launch {
 
@@ -35,13 +42,41 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int kWriteFailedExit = protocol::kWriteFailedExitCode;
+// The fd a rank's heartbeat pipe has in the rank.
+constexpr int kRankHeartbeatFd = 3;
+
 struct Rank {
     int localRank = 0;
     int globalRank = 0;
     pid_t pid = -1;
     bool running = false;
     int status = 0;
+    // Heartbeat (rank_heartbeat.h): read end, partial line, what it last said and when.
+    int beatFd = -1;
+    std::string beatBuffer;
+    bool beating = false; // sent at least one beat: watched from then on
+    Clock::time_point lastBeat {};
+    Clock::time_point lastProgress {};
+    int64_t step = -1;
+    int64_t firstStep = -1; // the first step it ran (slow: warm-up)
+    RankPhase phase = RankPhase::Setup;
+    double hangTimeoutSec = 0.0;
+    std::string error; // the message of an error event it wrote to stdout (rank 0)
 };
+
+double secondsSince(Clock::time_point t, Clock::time_point now)
+{
+    return std::chrono::duration<double>(now - t).count();
+}
+
+// How long a rank may go without progress where it is now.
+double hangLimitSec(const Rank& r)
+{
+    const bool slow
+        = r.phase != RankPhase::Step || r.step == r.firstStep; // set-up, checkpoint, warm-up
+    return r.hangTimeoutSec * (slow ? kSlowPhaseFactor : 1.0);
+}
 
 std::string signalName(int sig)
 {
@@ -62,30 +97,50 @@ bool failed(int status)
     return WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
 }
 
-void writeAll(int fd, const char* data, size_t size)
+// 0, or the errno of the failed write.
+int writeAll(int fd, const char* data, size_t size)
 {
     while (size > 0) {
         ssize_t n = ::write(fd, data, size);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return; // stdout gone: nothing useful to do
+            return n < 0 ? errno : EIO;
         data += n;
         size -= static_cast<size_t>(n);
     }
+    return 0;
 }
 
-// events.jsonl is shared with rank 0; one O_APPEND write per line keeps lines whole.
-void appendEvent(const std::string& path, const protocol::EventRecord& event)
+// A write error that means the disk (not the reader) failed.
+bool diskError(int err)
+{
+    return err == ENOSPC || err == EDQUOT || err == EIO || err == EFBIG || err == EROFS;
+}
+
+// events.jsonl is shared with rank 0; one O_APPEND write per line keeps lines whole. Says on
+// stderr when the line could not be written (the disk is full: nothing else can record it).
+bool appendEvent(const std::string& path, const protocol::EventRecord& event)
 {
     std::string line = protocol::encodeLine(protocol::toJson(event)) + "\n";
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        spdlog::error("launch: cannot append to {}: {}", path, std::strerror(errno));
-        return;
-    }
-    writeAll(fd, line.data(), line.size());
-    ::close(fd);
+    int err = fd < 0 ? errno : writeAll(fd, line.data(), line.size());
+    if (fd >= 0 && ::close(fd) != 0 && err == 0)
+        err = errno;
+    if (err != 0)
+        std::fprintf(stderr, "launch: cannot append the %s event to %s: %s\n", event.kind.c_str(),
+            path.c_str(), std::strerror(err));
+    return err == 0;
+}
+
+// Writes `text` to `path` (truncating) and checks that it all reached the file.
+void writeSmallFile(const std::string& path, const std::string& text)
+{
+    std::ofstream out(path, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out)
+        throw std::runtime_error("launch: cannot write " + path + ": " + std::strerror(errno));
 }
 
 std::string selfExecutable()
@@ -110,6 +165,8 @@ Launcher::Launcher(LaunchOptions options)
 {
 }
 
+Launcher::~Launcher() = default;
+
 int Launcher::run()
 {
     try {
@@ -120,8 +177,9 @@ int Launcher::run()
         event.kind = "error";
         event.message = e.what();
         event.data = {{"reason", "launch_failed"}, {"node", m_options.nodeRank}};
-        std::error_code ec;
-        if (std::filesystem::is_directory(m_options.runDir, ec))
+        // Only into a folder this launcher holds: a refused second start must not write into
+        // the run that holds it.
+        if (m_lock)
             appendEvent(protocol::RunDir(m_options.runDir).eventsFile(), event);
         throw;
     }
@@ -135,6 +193,10 @@ int Launcher::supervise()
     std::filesystem::create_directories(runDir.logsDir(), ec);
     if (ec)
         throw std::runtime_error("launch: cannot create " + runDir.logsDir() + ": " + ec.message());
+    // Before anything is written: a second run into this folder stops here.
+    m_lock = protocol::RunLock::acquire(o.nodeRank == 0
+            ? runDir.lockFile()
+            : o.runDir + "/run-node" + std::to_string(o.nodeRank) + ".lock");
 
     auto logger = std::make_shared<spdlog::logger>("launch");
     logger->sinks().push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
@@ -143,16 +205,17 @@ int Launcher::supervise()
         : runDir.logsDir() + "/launcher-node" + std::to_string(o.nodeRank) + ".log";
     logger->sinks().push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(launcherLog));
     logger->flush_on(spdlog::level::info);
+    // spdlog reports a failed write of the log file here; the loop below stops the run.
+    std::string logError;
+    logger->set_error_handler([&logError](const std::string& msg) {
+        if (logError.empty())
+            logError = msg;
+    });
 
-    {
-        const std::string pidPath = o.nodeRank == 0
+    writeSmallFile(o.nodeRank == 0
             ? runDir.pidFile()
-            : o.runDir + "/launcher-node" + std::to_string(o.nodeRank) + ".pid";
-        std::ofstream pidFile(pidPath, std::ios::trunc);
-        pidFile << ::getpid() << "\n";
-        if (!pidFile)
-            throw std::runtime_error("launch: cannot write " + pidPath);
-    }
+            : o.runDir + "/launcher-node" + std::to_string(o.nodeRank) + ".pid",
+        std::to_string(::getpid()) + "\n");
 
     const auto start = Clock::now();
     auto wallTime = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
@@ -190,9 +253,9 @@ int Launcher::supervise()
     // functions.
     const std::string exe = selfExecutable();
     std::vector<std::string> baseEnv;
-    const char* overridden[]
-        = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-            "NODE_RANK", "SHARD_RDZV_TIMEOUT_S", "SHARD_RUN_DIR", "SHARD_LAUNCHED"};
+    const char* overridden[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "SHARD_RDZV_TIMEOUT_S", "SHARD_RUN_DIR",
+        "SHARD_LAUNCHED", kHeartbeatFdEnv};
     for (const auto& [key, value] : currentEnvironment()) {
         bool skip = false;
         for (const char* name : overridden)
@@ -208,6 +271,18 @@ int Launcher::supervise()
     baseEnv.push_back("SHARD_RDZV_TIMEOUT_S=" + std::to_string(o.rdzvTimeoutSec));
     baseEnv.push_back("SHARD_RUN_DIR=" + o.runDir);
     baseEnv.push_back("SHARD_LAUNCHED=1");
+    baseEnv.push_back(std::string(kHeartbeatFdEnv) + "=" + std::to_string(kRankHeartbeatFd));
+    auto setEnv = [&baseEnv](const std::string& name, double value) {
+        for (auto& e : baseEnv)
+            if (e.rfind(name + "=", 0) == 0)
+                e.clear();
+        baseEnv.push_back(name + "=" + std::to_string(value));
+    };
+    if (o.hangTimeoutSec >= 0)
+        setEnv(kHangTimeoutEnv, o.hangTimeoutSec);
+    if (o.collectiveTimeoutSec > 0)
+        setEnv("SHARD_COLLECTIVE_TIMEOUT_S", o.collectiveTimeoutSec);
+    baseEnv.erase(std::remove(baseEnv.begin(), baseEnv.end(), std::string()), baseEnv.end());
     if (!getenv("SHARD_NUM_THREADS")) {
         unsigned cores = std::thread::hardware_concurrency();
         int perRank = std::max(1, static_cast<int>(cores) / o.nprocPerNode);
@@ -248,6 +323,9 @@ int Launcher::supervise()
         const bool forwardStdout = r.globalRank == 0;
         if (forwardStdout && ::pipe2(pipeFds, O_CLOEXEC) != 0)
             throw std::runtime_error(std::string("launch: pipe failed: ") + std::strerror(errno));
+        int beatFds[2] = {-1, -1};
+        if (::pipe2(beatFds, O_CLOEXEC) != 0)
+            throw std::runtime_error(std::string("launch: pipe failed: ") + std::strerror(errno));
 
         pid_t pid = ::fork();
         if (pid < 0)
@@ -262,6 +340,10 @@ int Launcher::supervise()
             ::dup2(devNull, STDIN_FILENO);
             ::dup2(forwardStdout ? pipeFds[1] : logFd, STDOUT_FILENO);
             ::dup2(logFd, STDERR_FILENO);
+            if (beatFds[1] == kRankHeartbeatFd)
+                ::fcntl(kRankHeartbeatFd, F_SETFD, 0);
+            else
+                ::dup2(beatFds[1], kRankHeartbeatFd);
             ::execve(exe.c_str(), argv.data(), envp.data());
             const char msg[] = "launch: execve of the worker failed\n";
             ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -270,6 +352,9 @@ int Launcher::supervise()
         }
         ::setpgid(pid, pid); // also here, so the group exists before we ever signal it
         ::close(logFd);
+        ::close(beatFds[1]);
+        r.beatFd = beatFds[0];
+        ::fcntl(r.beatFd, F_SETFL, O_NONBLOCK);
         if (forwardStdout) {
             ::close(pipeFds[1]);
             stdoutPipe = pipeFds[0];
@@ -280,9 +365,16 @@ int Launcher::supervise()
     }
     ::close(devNull);
     {
-        std::ofstream pids(rankPidsFile(o.runDir, o.nodeRank), std::ios::trunc);
+        std::string pids;
         for (const auto& r : ranks)
-            pids << r.globalRank << " " << r.pid << "\n";
+            pids += std::to_string(r.globalRank) + " " + std::to_string(r.pid) + "\n";
+        try {
+            writeSmallFile(rankPidsFile(o.runDir, o.nodeRank), pids);
+        } catch (...) {
+            for (const auto& r : ranks)
+                protocol::signalGroup(r.pid, SIGKILL);
+            throw;
+        }
     }
     logger->info("started {} rank(s) {}..{} of {} (store {}:{}); logs in {}", o.nprocPerNode,
         ranks.front().globalRank, ranks.back().globalRank, o.worldSize(), o.masterAddr, storePort,
@@ -304,7 +396,7 @@ int Launcher::supervise()
             "{}; stopping the other ranks (SIGTERM, SIGKILL after {} s)", why, o.gracePeriodSec);
         for (auto& r : ranks)
             if (r.running)
-                ::kill(-r.pid, SIGTERM);
+                protocol::signalGroup(r.pid, SIGTERM);
         killDeadline = Clock::now()
             + std::chrono::milliseconds(static_cast<long long>(o.gracePeriodSec * 1000.0));
         if (rendezvous)
@@ -315,6 +407,46 @@ int Launcher::supervise()
         for (const auto& r : ranks)
             n += r.running ? 1 : 0;
         return n;
+    };
+    auto recordFailure = [&](const std::string& kind, int status, const std::string& message,
+                             nlohmann::json data) {
+        if (haveFailure)
+            return;
+        haveFailure = true;
+        exitStatus = status;
+        failure.kind = kind;
+        failure.message = message;
+        failure.data = std::move(data);
+    };
+    // Rank 0's stdout goes to ours (a log file, or the CLI); a full disk there stops the run.
+    auto forward = [&](const char* data, size_t size) {
+        const int err = writeAll(STDOUT_FILENO, data, size);
+        if (err == 0 || !diskError(err) || stopping)
+            return;
+        const std::string message
+            = std::string("launch: cannot write the run's output: ") + std::strerror(err);
+        recordFailure(
+            "error", kWriteFailedExit, message, {{"reason", "write_failed"}, {"node", o.nodeRank}});
+        beginStop(message);
+    };
+    // The message of an error event rank 0 wrote (it may not have reached events.jsonl on a
+    // full disk): the launcher's own error names it.
+    auto noteRankError = [&](const std::string& text, size_t size) {
+        size_t at = 0;
+        while (at < size) {
+            size_t eol = text.find('\n', at);
+            if (eol == std::string::npos || eol > size)
+                eol = size;
+            const std::string line = text.substr(at, eol - at);
+            at = eol + 1;
+            if (line.find("\"kind\":\"error\"") == std::string::npos)
+                continue;
+            const auto j = nlohmann::json::parse(line, nullptr, false);
+            if (j.is_object() && j.value("type", "") == "event" && j.value("kind", "") == "error")
+                for (auto& r : ranks)
+                    if (r.globalRank == 0 && r.error.empty())
+                        r.error = j.value("message", "");
+        }
     };
     auto drainStdout = [&](bool final) {
         if (stdoutPipe < 0)
@@ -335,14 +467,104 @@ int Launcher::supervise()
             // Forward whole lines only, so records never interleave with anything else.
             auto last = stdoutBuffer.rfind('\n');
             if (last != std::string::npos) {
-                writeAll(STDOUT_FILENO, stdoutBuffer.data(), last + 1);
+                noteRankError(stdoutBuffer, last + 1);
+                forward(stdoutBuffer.data(), last + 1);
                 stdoutBuffer.erase(0, last + 1);
             }
         }
         if (final && !stdoutBuffer.empty()) {
-            writeAll(STDOUT_FILENO, stdoutBuffer.data(), stdoutBuffer.size());
+            forward(stdoutBuffer.data(), stdoutBuffer.size());
             stdoutBuffer.clear();
         }
+    };
+    // Beats of every rank (rank_heartbeat.h): "<step> <phase> <timeout>" lines.
+    auto readBeats = [&](Rank& r, Clock::time_point now) {
+        char chunk[4096];
+        while (r.beatFd >= 0) {
+            ssize_t n = ::read(r.beatFd, chunk, sizeof chunk);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                if (n == 0) { // the rank exited (or closed it): nothing more to watch
+                    ::close(r.beatFd);
+                    r.beatFd = -1;
+                }
+                break;
+            }
+            r.beatBuffer.append(chunk, static_cast<size_t>(n));
+        }
+        size_t eol;
+        while ((eol = r.beatBuffer.find('\n')) != std::string::npos) {
+            std::istringstream line(r.beatBuffer.substr(0, eol));
+            r.beatBuffer.erase(0, eol + 1);
+            long long step = 0;
+            std::string phase;
+            double timeout = 0.0;
+            if (!(line >> step >> phase >> timeout))
+                continue;
+            const RankPhase p = phaseFromName(phase);
+            if (!r.beating || step != r.step || p != r.phase)
+                r.lastProgress = now;
+            if (p == RankPhase::Step && r.firstStep < 0)
+                r.firstStep = step;
+            r.beating = true;
+            r.lastBeat = now;
+            r.step = step;
+            r.phase = p;
+            r.hangTimeoutSec = timeout;
+        }
+    };
+    auto lastKnownStep = [&] {
+        int64_t step = -1;
+        for (const auto& r : ranks)
+            step = std::max(step, r.step);
+        return step;
+    };
+    // A rank that stopped making progress: the one silent longest (stopped, wedged) when its
+    // silence is more than a few beats, else the one whose progress is oldest. A healthy rank
+    // waiting in a collective for it keeps beating, so it is not the one named.
+    auto checkHung = [&](Clock::time_point now) {
+        const Rank* silent = nullptr;
+        const Rank* stalled = nullptr;
+        bool over = false;
+        for (const auto& r : ranks) {
+            if (!r.running || !r.beating || !(r.hangTimeoutSec > 0))
+                continue;
+            const double quiet = secondsSince(r.lastBeat, now);
+            const double still = secondsSince(r.lastProgress, now);
+            // Set-up (loading, rendezvous) has its own timeouts: there only silence counts.
+            const double limit = hangLimitSec(r);
+            // A beating rank without progress may only be slow (a loaded machine, a long step):
+            // it gets kStallFactor times as long.
+            over = over || quiet > limit
+                || (r.phase != RankPhase::Setup && still > kStallFactor * limit);
+            if (quiet > 3 * beatIntervalSec(r.hangTimeoutSec)
+                && (!silent || r.lastBeat < silent->lastBeat))
+                silent = &r;
+            if (!stalled || r.lastProgress < stalled->lastProgress)
+                stalled = &r;
+        }
+        if (!over)
+            return;
+        const Rank& r = silent ? *silent : *stalled;
+        const double quiet = secondsSince(r.lastBeat, now);
+        const double still = secondsSince(r.lastProgress, now);
+        char detail[160];
+        std::snprintf(detail, sizeof detail,
+            silent ? "no heartbeat for %.1f s" : "no progress for %.1f s", silent ? quiet : still);
+        std::string message = "rank " + std::to_string(r.globalRank) + " (pid "
+            + std::to_string(r.pid) + ") stopped making progress: " + detail + " (last at step "
+            + std::to_string(r.step) + ", phase " + phaseName(r.phase) + "; hang timeout "
+            + std::to_string(static_cast<long long>(r.hangTimeoutSec)) + " s); see "
+            + runDir.rankLog(r.globalRank);
+        recordFailure("error", 1, message,
+            {{"reason", "rank_hung"}, {"rank", r.globalRank}, {"local_rank", r.localRank},
+                {"node", o.nodeRank}, {"pid", r.pid}, {"phase", phaseName(r.phase)},
+                {"silent_sec", quiet}, {"stalled_sec", still},
+                {"hang_timeout_sec", r.hangTimeoutSec}});
+        // A stopped process takes no SIGTERM until it is continued: KILL it now.
+        protocol::signalGroup(r.pid, SIGKILL);
+        beginStop(message);
     };
     bool peersDone = !rendezvous || o.nodeRank != 0;
 
@@ -351,6 +573,10 @@ int Launcher::supervise()
         fds.push_back({sigFd, POLLIN, 0});
         if (stdoutPipe >= 0)
             fds.push_back({stdoutPipe, POLLIN, 0});
+        const size_t beatBase = fds.size();
+        for (const auto& r : ranks)
+            if (r.beatFd >= 0)
+                fds.push_back({r.beatFd, POLLIN, 0});
         const size_t peerBase = fds.size();
         if (rendezvous)
             for (auto& peer : rendezvous->peers())
@@ -372,15 +598,17 @@ int Launcher::supervise()
             int sig = static_cast<int>(info.ssi_signo);
             if (sig == SIGCHLD)
                 continue; // reaped below
-            if (!haveFailure) {
-                haveFailure = true;
-                exitStatus = 128 + sig;
-                failure.kind = "finish";
-                failure.message = "launcher received " + signalName(sig) + "; stopped all ranks";
-                failure.data = {{"reason", "stopped"}, {"signal", sig}, {"node", o.nodeRank}};
-            }
+            recordFailure("finish", 128 + sig,
+                "launcher received " + signalName(sig) + "; stopped all ranks",
+                {{"reason", "stopped"}, {"signal", sig}, {"node", o.nodeRank}});
             beginStop("launcher received " + signalName(sig));
         }
+
+        // Heartbeats (read before the exits below, so a rank's last beat counts).
+        const auto now = Clock::now();
+        for (auto& r : ranks)
+            readBeats(r, now);
+        (void)beatBase;
 
         // Exited ranks.
         while (true) {
@@ -393,16 +621,28 @@ int Launcher::supervise()
                     continue;
                 r.running = false;
                 r.status = status;
-                ::kill(-r.pid, SIGKILL); // anything the rank left in its group
-                if (failed(status) && !stopping) {
-                    haveFailure = true;
-                    exitStatus = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-                    failure.kind = "error";
-                    failure.message = "rank " + std::to_string(r.globalRank) + " (pid "
-                        + std::to_string(pid) + ") " + describeStatus(status) + "; see "
-                        + runDir.rankLog(r.globalRank);
-                    failure.data = {{"reason", "rank_failed"}, {"rank", r.globalRank},
-                        {"local_rank", r.localRank}, {"node", o.nodeRank}, {"pid", pid}};
+                protocol::signalGroup(r.pid, SIGKILL); // anything the rank left in its group
+                const bool writeFailed
+                    = WIFEXITED(status) && WEXITSTATUS(status) == kWriteFailedExit;
+                // A rank that could not write the run directory is the cause, also when a peer
+                // that gave up on it (a failed checkpoint agreement) was reaped first.
+                const bool betterCause = writeFailed && stopping && haveFailure
+                    && failure.data.value("reason", "") == "rank_failed";
+                if (failed(status) && (!stopping || betterCause)) {
+                    drainStdout(false); // its last records, an error event among them
+                    haveFailure = haveFailure && !betterCause;
+                    recordFailure("error",
+                        WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status),
+                        "rank " + std::to_string(r.globalRank) + " (pid " + std::to_string(pid)
+                            + ") " + describeStatus(status)
+                            + (writeFailed ? " (a write to the run directory failed)" : "")
+                            + (r.error.empty() ? "" : ": " + r.error) + "; see "
+                            + runDir.rankLog(r.globalRank),
+                        {{"reason", writeFailed ? "write_failed" : "rank_failed"},
+                            {"rank", r.globalRank}, {"local_rank", r.localRank},
+                            {"node", o.nodeRank}, {"pid", pid}});
+                    if (!r.error.empty())
+                        failure.data["rank_error"] = r.error;
                     if (WIFSIGNALED(status)) {
                         failure.data["signal"] = WTERMSIG(status);
                         failure.data["signal_name"] = signalName(WTERMSIG(status));
@@ -433,26 +673,17 @@ int Launcher::supervise()
                     if (line == "DONE")
                         peer.done = true;
                     else if (line.rfind("ABORT", 0) == 0 && !stopping) {
-                        if (!haveFailure) {
-                            haveFailure = true;
-                            exitStatus = 1;
-                            failure.kind = "error";
-                            failure.message = "node " + std::to_string(peer.nodeRank)
-                                + " stopped the run (one of its ranks failed)";
-                            failure.data = {{"reason", "node_failed"}, {"node", peer.nodeRank}};
-                        }
+                        recordFailure("error", 1,
+                            "node " + std::to_string(peer.nodeRank)
+                                + " stopped the run (one of its ranks failed)",
+                            {{"reason", "node_failed"}, {"node", peer.nodeRank}});
                         beginStop(failure.message);
                     }
                 }
                 if (peer.closed && !peer.done && !stopping) {
-                    if (!haveFailure) {
-                        haveFailure = true;
-                        exitStatus = 1;
-                        failure.kind = "error";
-                        failure.message
-                            = "lost the launcher of node " + std::to_string(peer.nodeRank);
-                        failure.data = {{"reason", "node_lost"}, {"node", peer.nodeRank}};
-                    }
+                    recordFailure("error", 1,
+                        "lost the launcher of node " + std::to_string(peer.nodeRank),
+                        {{"reason", "node_lost"}, {"node", peer.nodeRank}});
                     beginStop(failure.message);
                 }
             }
@@ -463,13 +694,28 @@ int Launcher::supervise()
             }
         }
 
+        if (!stopping) {
+            // Beats read just now: forwarding output above may have blocked on a slow reader,
+            // and what the ranks sent meanwhile is in the pipes, not lost.
+            const auto checkedAt = Clock::now();
+            for (auto& r : ranks)
+                readBeats(r, checkedAt);
+            checkHung(checkedAt);
+        }
+        if (!logError.empty() && !stopping) {
+            const std::string message = "launch: cannot write " + launcherLog + ": " + logError;
+            recordFailure("error", kWriteFailedExit, message,
+                {{"reason", "write_failed"}, {"node", o.nodeRank}});
+            beginStop(message);
+        }
+
         if (stopping && !killed && Clock::now() >= killDeadline) {
             killed = true;
             for (auto& r : ranks)
                 if (r.running) {
                     logger->warn("rank {} did not stop within {} s: SIGKILL", r.globalRank,
                         o.gracePeriodSec);
-                    ::kill(-r.pid, SIGKILL);
+                    protocol::signalGroup(r.pid, SIGKILL);
                 }
         }
         if (runningCount() == 0 && stdoutPipe >= 0 && stopping)
@@ -482,12 +728,17 @@ int Launcher::supervise()
     ::close(sigFd);
     sigprocmask(SIG_SETMASK, &original, nullptr);
 
+    for (auto& r : ranks)
+        if (r.beatFd >= 0)
+            ::close(r.beatFd);
     if (haveFailure) {
         failure.wallTimeSec = wallTime();
+        failure.step = lastKnownStep();
         appendEvent(runDir.eventsFile(), failure);
         if (failure.kind == "error") {
             protocol::EventRecord finish;
             finish.kind = "finish";
+            finish.step = failure.step;
             finish.wallTimeSec = wallTime();
             finish.message = "run failed: " + failure.message;
             finish.data = failure.data;
@@ -496,6 +747,9 @@ int Launcher::supervise()
             appendEvent(runDir.eventsFile(), finish);
         }
         logger->error("{}", failure.message);
+        // One line on stderr even when the log file cannot take it.
+        if (!logError.empty() || failure.data.value("reason", "") == "write_failed")
+            std::fprintf(stderr, "launch: %s\n", failure.message.c_str());
         return exitStatus == 0 ? 1 : exitStatus;
     }
     logger->info("all {} rank(s) exited 0 after {:.1f} s", o.nprocPerNode, wallTime());

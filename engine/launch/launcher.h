@@ -8,6 +8,10 @@
 
 #include "launch/launch_options.h"
 
+namespace shard::protocol {
+class RunLock;
+}
+
 namespace shard::launch {
 
 // Written next to launcher.pid: one line "rank pid" per rank of this node. Every rank leads
@@ -17,17 +21,21 @@ std::string rankPidsFile(const std::string& runDir, int nodeRank);
 class Launcher {
 public:
     explicit Launcher(LaunchOptions options);
+    ~Launcher();
 
     // Spawns the ranks and supervises them until they all exit or one fails. Returns the exit
     // status for the launcher: 0 when every rank exited 0; otherwise the failed rank's exit code,
     // 128 + signal for a rank killed by a signal (or for a launcher stopped by a signal), or 1.
-    // Throws std::runtime_error for set-up errors (busy port, rendezvous timeout, run dir).
+    // Throws std::runtime_error for set-up errors (busy port, rendezvous timeout, run dir, a run
+    // folder another launcher holds). A rank that exits with 74 failed to write the run
+    // directory (a full disk); the launcher returns 74 when its own writes there fail.
     int run();
 
 private:
     int supervise();
 
     LaunchOptions m_options;
+    std::unique_ptr<protocol::RunLock> m_lock; // the run folder's, for the run's lifetime
 };
 
 } // namespace shard::launch

@@ -107,8 +107,11 @@ MetricRecord metricFromJson(const nlohmann::json& j)
 
 nlohmann::json toJson(const EventRecord& e)
 {
-    return {{"v", kSchemaVersion}, {"type", "event"}, {"kind", e.kind},
-        {"wall_time", e.wallTimeSec}, {"step", e.step}, {"message", e.message}, {"data", e.data}};
+    nlohmann::json j = {{"v", kSchemaVersion}, {"type", "event"}, {"kind", e.kind},
+        {"wall_time", e.wallTimeSec}, {"message", e.message}, {"data", e.data}};
+    if (e.step >= 0) // no step known (a launcher before any rank reported one): none written
+        j["step"] = e.step;
+    return j;
 }
 
 EventRecord eventFromJson(const nlohmann::json& j)

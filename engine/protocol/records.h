@@ -44,7 +44,7 @@ struct MetricRecord {
 struct EventRecord {
     std::string kind; // start, checkpoint, eval, warning, error, finish
     double wallTimeSec = 0.0;
-    int64_t step = -1;
+    int64_t step = -1; // -1: unknown, not written
     std::string message;
     nlohmann::json data
         = nlohmann::json::object(); // e.g. {"reason":"completed"}, {"rank":1,"signal":9}

@@ -1,9 +1,19 @@
 // The layout of a run directory (docs/ARCHITECTURE.md); every path in one place.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 
 namespace shard::protocol {
+
+// The exit code of a worker or launcher that could not write the run directory (EX_IOERR).
+inline constexpr int kWriteFailedExitCode = 74;
+
+// A write to the run directory failed (a full disk): the run stops with kWriteFailedExitCode.
+class RunDirWriteError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
 
 class RunDir {
 public:
@@ -29,6 +39,8 @@ public:
         return checkpointsDir() + "/step-" + std::to_string(step);
     }
     std::string pidFile() const { return m_root + "/launcher.pid"; }
+    // Held (flock) by the run's launcher, or by a rank started without one (RunLock).
+    std::string lockFile() const { return m_root + "/run.lock"; }
     std::string modelOutDir() const { return m_root + "/model"; }
 
 private:

@@ -52,6 +52,7 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("keep_checkpoints", s.keepCheckpoints);
     f("resume", s.resume);
     f("threads", s.threads);
+    f("hang_timeout_sec", s.hangTimeoutSec);
 }
 
 void oneOf(const std::string& field, const std::string& value, std::set<std::string> allowed)
@@ -136,6 +137,8 @@ void validate(const RunSpec& s)
     oneOf("device", s.device, {"cpu", "cuda"});
     oneOf("data_format", s.dataFormat, {"auto", "text", "alpaca", "chat", "tokenized"});
     positive("micro_batch", static_cast<double>(s.microBatch));
+    if (!(s.hangTimeoutSec >= 0))
+        throw std::runtime_error("run spec: hang_timeout_sec must be 0 (off) or positive seconds");
     positive("seq_len", static_cast<double>(s.seqLen));
     positive("grad_accum", static_cast<double>(s.gradAccum));
     positive("nodes", s.nodes);

@@ -56,6 +56,9 @@ struct RunSpec {
     int64_t keepCheckpoints = 2;
     std::string resume; // "", "auto" or a checkpoint path
     int threads = 0;    // intra-op threads per rank; 0 = cores / local ranks
+    // A rank without progress this long is hung (the launcher stops the run); 0 = off.
+    // $SHARD_HANG_TIMEOUT_S (set by `launch --hang-timeout`) overrides it.
+    double hangTimeoutSec = 300.0;
 
     int worldSize() const { return nodes * procsPerNode; }
     // The sharding fields, typed; throws std::runtime_error on an unknown strategy name.

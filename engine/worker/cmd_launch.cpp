@@ -33,6 +33,16 @@ CommandRegistration registration([](CLI::App& app) {
         "seconds to wait for all nodes / ranks to join (default 60)");
     cmd->add_option("--grace-period", request->gracePeriodSec,
         "seconds between SIGTERM and SIGKILL when stopping ranks (default 5)");
+    auto hang = std::make_shared<double>(0.0);
+    auto* optHang = cmd->add_option("--hang-timeout", *hang,
+        "seconds without a heartbeat after which a rank counts as hung and the run is stopped "
+        "(5x as long for a rank that beats but makes no progress; 4x during set-up, the first "
+        "step and checkpoint writes; 0 = off; default: $SHARD_HANG_TIMEOUT_S, else the run "
+        "spec's hang_timeout_sec, 300)");
+    auto collective = std::make_shared<double>(0.0);
+    auto* optCollective = cmd->add_option("--collective-timeout", *collective,
+        "seconds one collective may wait for the other ranks (default: "
+        "$SHARD_COLLECTIVE_TIMEOUT_S, else 1800)");
     cmd->add_option("worker", request->workerArgs, "the worker command, after '--'");
     cmd->callback([=] {
         if (optNproc->count())
@@ -47,6 +57,10 @@ CommandRegistration registration([](CLI::App& app) {
             request->masterPort = *masterPort;
         if (optRunDir->count())
             request->runDir = *runDir;
+        if (optHang->count())
+            request->hangTimeoutSec = *hang;
+        if (optCollective->count())
+            request->collectiveTimeoutSec = *collective;
         auto options = launch::resolveLaunchOptions(*request, launch::currentEnvironment());
         exitCode() = launch::Launcher(options).run();
     });

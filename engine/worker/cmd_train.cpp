@@ -1,5 +1,7 @@
 // `shard-worker train ...`: one rank of a fine-tuning run (flags, or a JSON run spec with
 // --config; flags given explicitly override the spec's values).
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -10,6 +12,8 @@
 
 #include "command.h"
 #include "core/train/trainer.h"
+#include "launch/rank_heartbeat.h"
+#include "protocol/run_dir.h"
 #include "protocol/run_spec.h"
 #ifdef SHARD_HAVE_FSDP
 #include "fsdp/register_strategies.h"
@@ -33,6 +37,22 @@ struct TrainArgs {
     std::vector<std::pair<CLI::Option*, std::function<void(protocol::RunSpec&)>>> overrides;
 };
 
+// The heartbeat to the launcher (when there is one), from set-up on; the timeout is
+// $SHARD_HANG_TIMEOUT_S (`launch --hang-timeout`) or the spec's.
+void startHeartbeat(const protocol::RunSpec& spec)
+{
+    double timeout = spec.hangTimeoutSec;
+    if (const char* v = std::getenv(launch::kHangTimeoutEnv); v && *v) {
+        char* end = nullptr;
+        timeout = std::strtod(v, &end);
+        if (*end != '\0' || !(timeout >= 0))
+            throw std::runtime_error(std::string(launch::kHangTimeoutEnv) + "='" + v
+                + "' is not a number of seconds (0 = off)");
+    }
+    launch::RankHeartbeat::start(timeout);
+    launch::RankHeartbeat::report(0, launch::RankPhase::Setup);
+}
+
 void train(TrainArgs& a)
 {
     protocol::RunSpec spec;
@@ -55,6 +75,7 @@ void train(TrainArgs& a)
     for (auto& [opt, apply] : a.overrides)
         if (opt->count() > 0)
             apply(spec);
+    startHeartbeat(spec);
 #ifdef SHARD_HAVE_FSDP
     fsdp::registerStrategies();
 #endif
@@ -68,7 +89,13 @@ void train(TrainArgs& a)
             "and --resume");
 #endif
     engine::Trainer trainer(spec, options);
-    trainer.run();
+    try {
+        trainer.run();
+    } catch (const protocol::RunDirWriteError& e) {
+        // Its own exit status, so the launcher (and a script) can tell a full disk apart.
+        std::fprintf(stderr, "shard-worker: error: %s\n", e.what());
+        exitCode() = protocol::kWriteFailedExitCode;
+    }
 }
 
 template<typename T>
@@ -130,6 +157,9 @@ const CommandRegistration kRegistration([](CLI::App& app) {
         cmd, a, "--strategy", &protocol::RunSpec::strategy, "ddp, zero1, zero2, zero3, hybrid");
     bindOption(cmd, a, "--shard-group", &protocol::RunSpec::shardGroup, "Hybrid shard-group size");
     bindOption(cmd, a, "--threads", &protocol::RunSpec::threads, "Intra-op threads (0 = auto)");
+    bindOption(cmd, a, "--hang-timeout", &protocol::RunSpec::hangTimeoutSec,
+        "Seconds without progress before the launcher calls a rank hung (0 = off; default 300; "
+        "$SHARD_HANG_TIMEOUT_S wins)");
     bindOption(cmd, a, "--name", &protocol::RunSpec::name, "Run name");
     bindOption(cmd, a, "--nodes", &protocol::RunSpec::nodes, "Nodes in the run");
     bindOption(cmd, a, "--nproc-per-node", &protocol::RunSpec::procsPerNode, "Ranks per node");

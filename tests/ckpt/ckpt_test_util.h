@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_writer.h"
+#include "process_runner.h"
 
 namespace ckpt_test {
 
@@ -135,34 +136,8 @@ inline int runWorker(
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// The loss of every step in `run`/metrics.jsonl (a resumed run logs some steps twice: the later
-// record counts).
-inline std::map<int64_t, double> stepLosses(const std::string& run)
-{
-    std::map<int64_t, double> out;
-    std::ifstream in(run + "/metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-        const auto j = nlohmann::json::parse(line);
-        out[j["step"].get<int64_t>()] = j["loss"].get<double>();
-    }
-    return out;
-}
-
-// 64 pre-tokenized JSONL records (seeded): runs of consecutive ids below 256, 10 to
-// 10 + spread - 1 tokens long.
-inline void writeTokenRows(const std::string& path, int spread)
-{
-    std::ofstream out(path);
-    std::mt19937 rng(0);
-    for (int i = 0; i < 64; ++i) {
-        const int n = 10 + static_cast<int>(rng() % static_cast<unsigned>(spread));
-        const int s = static_cast<int>(rng() % 200);
-        std::vector<int> ids;
-        for (int k = 0; k < n; ++k)
-            ids.push_back((s + k) % 256);
-        out << nlohmann::json {{"input_ids", ids}}.dump() << "\n";
-    }
-}
+using shard::testing::stepLosses;
+using shard::testing::writeTokenRows;
 
 // What the worker-driven tests train on: root/model, a tiny-1m model (seed 1), and
 // root/data.jsonl (writeTokenRows). False when init-model failed (its log: root/init.log).

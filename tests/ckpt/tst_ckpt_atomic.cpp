@@ -13,6 +13,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_store.h"
 #include "ckpt_test_util.h"
+#include "protocol/process_signal.h"
 
 using namespace shard::ckpt;
 using namespace ckpt_test;
@@ -143,7 +144,7 @@ static void testKilledByParentMidWrite()
         }
         usleep(500);
     }
-    kill(pid, SIGKILL);
+    shard::protocol::signalProcess(pid, SIGKILL);
     const int status = waitChild(pid);
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
     std::printf("killed the writer %s writing its shard file\n", sawPartial ? "while" : "before");

@@ -1,20 +1,33 @@
 // Test helper: start a process with extra environment, capture stdout and stderr, wait with a
-// timeout. Only processes started here are ever signalled.
+// timeout. Only processes started here are ever signalled. Also what the launcher tests read
+// back: a run's events, its rank pids, and which of its processes remain.
 #pragma once
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <poll.h>
+#include <random>
+#include <sstream>
 #include <string>
+#include <sys/mount.h>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "protocol/process_signal.h"
 
 namespace shard::testing {
 
@@ -64,7 +77,7 @@ struct Process {
             + std::chrono::milliseconds(static_cast<long long>(timeoutSec * 1000));
         while (!pump(50)) {
             if (std::chrono::steady_clock::now() > deadline) {
-                ::kill(pid, SIGKILL);
+                shard::protocol::signalProcess(pid, SIGKILL);
                 ::waitpid(pid, &status, 0);
                 exited = true;
                 return false;
@@ -164,5 +177,170 @@ inline int g_failures = 0;
                 std::string(msg).c_str());                                                         \
         }                                                                                          \
     } while (0)
+
+using Clock = std::chrono::steady_clock;
+
+inline double since(Clock::time_point t)
+{
+    return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+inline std::string readFile(const std::string& path)
+{
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+inline std::vector<nlohmann::json> events(const std::string& dir)
+{
+    std::vector<nlohmann::json> out;
+    std::istringstream lines(readFile(dir + "/events.jsonl"));
+    std::string line;
+    while (std::getline(lines, line))
+        if (!line.empty())
+            out.push_back(nlohmann::json::parse(line, nullptr, false));
+    return out;
+}
+
+// (rank, pid) pairs from <run>/launcher-ranks.pids.
+inline std::vector<std::pair<int, pid_t>> rankPids(
+    const std::string& dir, double timeoutSec = 10, const std::string& file = "launcher-ranks.pids")
+{
+    auto deadline = Clock::now() + std::chrono::milliseconds(int(timeoutSec * 1000));
+    std::vector<std::pair<int, pid_t>> pids;
+    while (Clock::now() < deadline) {
+        pids.clear();
+        std::istringstream in(readFile(dir + "/" + file));
+        int rank;
+        long pid;
+        while (in >> rank >> pid)
+            pids.emplace_back(rank, static_cast<pid_t>(pid));
+        if (!pids.empty())
+            return pids;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return pids;
+}
+
+// Processes (other than zombies) whose environment names this run directory.
+inline std::vector<pid_t> processesOfRun(const std::string& dir)
+{
+    std::vector<pid_t> found;
+    const std::string needle = "SHARD_RUN_DIR=" + dir;
+    DIR* proc = opendir("/proc");
+    while (dirent* e = readdir(proc)) {
+        char* end = nullptr;
+        long pid = std::strtol(e->d_name, &end, 10);
+        if (!end || *end)
+            continue;
+        std::string env = readFile("/proc/" + std::string(e->d_name) + "/environ");
+        std::string stat = readFile("/proc/" + std::string(e->d_name) + "/stat");
+        auto close = stat.rfind(')');
+        const bool zombie
+            = close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+        std::string entry;
+        std::istringstream parts(env);
+        while (std::getline(parts, entry, '\0'))
+            if (entry == needle && !zombie)
+                found.push_back(static_cast<pid_t>(pid));
+    }
+    closedir(proc);
+    return found;
+}
+
+inline bool noneRemain(
+    const std::string& dir, const std::vector<std::pair<int, pid_t>>& pids, double withinSec)
+{
+    auto deadline = Clock::now() + std::chrono::milliseconds(int(withinSec * 1000));
+    while (true) {
+        bool any = !processesOfRun(dir).empty();
+        for (auto [rank, pid] : pids)
+            any = any || shard::protocol::signalGroup(pid, 0) == 0; // the rank's process group
+        if (!any)
+            return true;
+        if (Clock::now() > deadline)
+            return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+}
+
+// The loss of every step in `run`/metrics.jsonl (a resumed run logs some steps twice: the later
+// record counts).
+inline std::map<int64_t, double> stepLosses(const std::string& run)
+{
+    std::map<int64_t, double> out;
+    std::ifstream in(run + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+        const auto j = nlohmann::json::parse(line);
+        out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+    }
+    return out;
+}
+
+// 64 pre-tokenized JSONL records (seeded): runs of consecutive ids below 256, 10 to
+// 10 + spread - 1 tokens long.
+inline void writeTokenRows(const std::string& path, int spread)
+{
+    std::ofstream out(path);
+    std::mt19937 rng(0);
+    for (int i = 0; i < 64; ++i) {
+        const int n = 10 + static_cast<int>(rng() % static_cast<unsigned>(spread));
+        const int s = static_cast<int>(rng() % 200);
+        std::vector<int> ids;
+        for (int k = 0; k < n; ++k)
+            ids.push_back((s + k) % 256);
+        out << nlohmann::json {{"input_ids", ids}}.dump() << "\n";
+    }
+}
+
+// What the run tests train on: root/model (tiny-1m, seed 1) and root/data.jsonl
+// (writeTokenRows, spread 50). False after saying on stderr why init-model failed.
+inline bool makeTinyRunInputs(const std::string& root)
+{
+    writeTokenRows(root + "/data.jsonl", 50);
+    auto init = spawnProcess({workerPath(), "init-model", "--preset", "tiny-1m", "--out",
+        root + "/model", "--seed", "1"});
+    if (!init.wait(120) || init.exitCode() != 0) {
+        std::fprintf(stderr, "init-model failed: %s\n", init.err.c_str());
+        return false;
+    }
+    return true;
+}
+
+// Lines in a file (0 when it cannot be read).
+inline int countLines(const std::string& path)
+{
+    const std::string text = readFile(path);
+    return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+}
+
+// Mounts a tmpfs of `size` (e.g. "4m") at `dir` (created); false with the reason when this
+// process may not mount (not root, a container without CAP_SYS_ADMIN).
+inline bool mountTmpfs(const std::string& dir, const std::string& size, std::string* why)
+{
+    std::filesystem::create_directories(dir);
+    const std::string options = "size=" + size;
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) == 0)
+        return true;
+    *why = "cannot mount a tmpfs at " + dir + " (" + std::strerror(errno)
+        + "); run the test as root";
+    return false;
+}
+
+// Fills the file system holding `path` (a new file) until it reports ENOSPC.
+inline void fillDisk(const std::string& path)
+{
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    std::vector<char> chunk(1 << 16, 'x');
+    size_t size = chunk.size();
+    while (fd >= 0 && size > 0) {
+        if (::write(fd, chunk.data(), size) < 0)
+            size /= 2; // the last pages, in smaller pieces
+    }
+    if (fd >= 0)
+        ::close(fd);
+}
 
 } // namespace shard::testing

@@ -26,14 +26,6 @@ namespace {
 
 std::string g_dir;
 
-std::string readFile(const std::string& path)
-{
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
 struct Run {
     std::string dir;
     std::vector<double> losses;

@@ -118,6 +118,16 @@ int main()
         r = basic();
         r.workerArgs = {"launch", "--out", "x"};
         expectThrows(r, {}, "cannot be 'launch'");
+        r = basic();
+        r.hangTimeoutSec = -1;
+        expectThrows(r, {}, "--hang-timeout must be zero (off) or positive");
+        r = basic();
+        r.collectiveTimeoutSec = 0;
+        expectThrows(r, {}, "--collective-timeout must be positive");
+        r = basic();
+        r.hangTimeoutSec = 0; // off: passed on to the ranks as given
+        expect(resolveLaunchOptions(r, {}).hangTimeoutSec == 0, "--hang-timeout 0 kept");
+        expect(resolveLaunchOptions(basic(), {}).hangTimeoutSec < 0, "no --hang-timeout: unset");
         Environment badSlurm = {{"SLURM_JOB_ID", "1"}, {"SLURM_NNODES", "two"}};
         expectThrows(basic(), badSlurm, "SLURM_NNODES");
     }

@@ -14,97 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include "process_runner.h"
+#include "protocol/process_signal.h"
 
 using namespace shard::testing;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double since(Clock::time_point t)
-{
-    return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-std::string readFile(const std::string& path)
-{
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-std::vector<nlohmann::json> events(const std::string& dir)
-{
-    std::vector<nlohmann::json> out;
-    std::istringstream lines(readFile(dir + "/events.jsonl"));
-    std::string line;
-    while (std::getline(lines, line))
-        if (!line.empty())
-            out.push_back(nlohmann::json::parse(line, nullptr, false));
-    return out;
-}
-
-// (rank, pid) pairs from <run>/launcher-ranks.pids.
-std::vector<std::pair<int, pid_t>> rankPids(
-    const std::string& dir, double timeoutSec = 10, const std::string& file = "launcher-ranks.pids")
-{
-    auto deadline = Clock::now() + std::chrono::milliseconds(int(timeoutSec * 1000));
-    std::vector<std::pair<int, pid_t>> pids;
-    while (Clock::now() < deadline) {
-        pids.clear();
-        std::istringstream in(readFile(dir + "/" + file));
-        int rank;
-        long pid;
-        while (in >> rank >> pid)
-            pids.emplace_back(rank, static_cast<pid_t>(pid));
-        if (!pids.empty())
-            return pids;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return pids;
-}
-
-// Processes (other than zombies) whose environment names this run directory.
-std::vector<pid_t> processesOfRun(const std::string& dir)
-{
-    std::vector<pid_t> found;
-    const std::string needle = "SHARD_RUN_DIR=" + dir;
-    DIR* proc = opendir("/proc");
-    while (dirent* e = readdir(proc)) {
-        char* end = nullptr;
-        long pid = std::strtol(e->d_name, &end, 10);
-        if (!end || *end)
-            continue;
-        std::string env = readFile("/proc/" + std::string(e->d_name) + "/environ");
-        std::string stat = readFile("/proc/" + std::string(e->d_name) + "/stat");
-        auto close = stat.rfind(')');
-        const bool zombie
-            = close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
-        std::string entry;
-        std::istringstream parts(env);
-        while (std::getline(parts, entry, '\0'))
-            if (entry == needle && !zombie)
-                found.push_back(static_cast<pid_t>(pid));
-    }
-    closedir(proc);
-    return found;
-}
-
-bool noneRemain(
-    const std::string& dir, const std::vector<std::pair<int, pid_t>>& pids, double withinSec)
-{
-    auto deadline = Clock::now() + std::chrono::milliseconds(int(withinSec * 1000));
-    while (true) {
-        bool any = !processesOfRun(dir).empty();
-        for (auto [rank, pid] : pids)
-            any = any || ::kill(-pid, 0) == 0; // the rank's process group
-        if (!any)
-            return true;
-        if (Clock::now() > deadline)
-            return false;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-}
 
 Process startLoop(const std::string& dir, int nproc, std::vector<std::string> extra = {})
 {
@@ -138,7 +52,7 @@ void testRankKilled()
     SHARD_EXPECT(pids.size() == 3, "three rank pids recorded");
     std::this_thread::sleep_for(std::chrono::milliseconds(500)); // mid-collective
     const auto killedAt = Clock::now();
-    ::kill(pids.at(1).second, SIGKILL);
+    shard::protocol::signalProcess(pids.at(1).second, SIGKILL);
     SHARD_EXPECT(launcher.wait(30), "launcher did not exit");
     const double took = since(killedAt);
     SHARD_EXPECT(took < 10.0, "launcher took " + std::to_string(took) + " s");
@@ -189,7 +103,7 @@ void testLauncherSignalled(int sig)
     SHARD_EXPECT(launcher.waitForOutput("\"looping\"", 60), "ranks never started");
     auto pids = rankPids(dir);
     const auto at = Clock::now();
-    ::kill(launcher.pid, sig);
+    shard::protocol::signalProcess(launcher.pid, sig);
     SHARD_EXPECT(launcher.wait(30), "launcher did not exit");
     if (sig == SIGTERM) {
         SHARD_EXPECT(launcher.exitCode() == 128 + SIGTERM, "exit 143 after SIGTERM");

@@ -2,7 +2,8 @@
 # A small real workload with the `shard-worker launch` interface, for launcher tests while (or
 # where) the real engine is not built: node 0 writes metric and event records to the run
 # directory like rank 0 does; every node writes its pid and its arguments (one per line) so
-# tests can check what arrived. TERM ends it with a "stopped" finish event.
+# tests can check what arrived. TERM ends it with a "stopped" finish event. FAKE_HOLD_AT and
+# FAKE_HOLD_FILE hold it before a step until a file exists.
 set -u
 nproc=1; nnodes=1; node_rank=0; run_dir=""; steps=""; config=""; out=""
 args_file_lines=""
@@ -58,6 +59,10 @@ printf '{"v":1,"type":"event","kind":"start","step":0,"message":"fake run","data
 step=1
 while [ $step -le "$steps" ]; do
     sleep "$step_sec"
+    # FAKE_HOLD_AT=N FAKE_HOLD_FILE=F: before step N, wait until F exists (a test's cue).
+    if [ "$step" = "${FAKE_HOLD_AT:-}" ]; then
+        while [ ! -e "$FAKE_HOLD_FILE" ]; do sleep 0.05; done
+    fi
     mem=""
     r=0
     while [ $r -lt "$world" ]; do

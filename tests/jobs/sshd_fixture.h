@@ -17,6 +17,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "protocol/process_signal.h"
+
 // A loopback port bound without listening: connections to it are refused while it lives, and no
 // server (this test's or another's running alongside) can take it.
 class ClosedPort {
@@ -201,7 +203,7 @@ public:
                 continue;
             const QList<QByteArray> f = stat.mid(close + 2).split(' ');
             if (f.size() > 1 && f[1].toLongLong() == parent) {
-                ::kill(static_cast<pid_t>(pid), SIGKILL);
+                shard::protocol::signalProcess(static_cast<pid_t>(pid), SIGKILL);
                 ++killed;
             }
         }

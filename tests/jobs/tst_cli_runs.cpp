@@ -14,6 +14,7 @@
 #include "jobs/local_process.h"
 #include "jobs/run_store.h"
 #include "jobs_test_util.h"
+#include "protocol/process_signal.h"
 
 using namespace shard::jobs;
 
@@ -78,6 +79,28 @@ private Q_SLOTS:
         QVERIFY(QFile::exists(beta->runDir + "/launch-spec.json"));
     }
 
+    void hostileNameIsEscaped()
+    {
+        // A run name with terminal control sequences reaches the terminal escaped.
+        const QString name
+            = "evil\x1b[2J\x1b]0;title\x07\nfake line\r\x9b" + QString(QChar(0x202e));
+        auto o = shard({"run", "--name", name, "--env", "FAKE_STEP_SEC=0.01", "--", "--model", "m",
+            "--steps", "3"});
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        for (const QStringList& args : {QStringList {"runs", "list"},
+                 QStringList {"runs", "show", name}, QStringList {"attach", name}}) {
+            const Out out = shard(args);
+            for (const QString& text : {o.out, out.out}) {
+                QVERIFY2(!text.contains(QChar(0x1b)) && !text.contains(QChar(0x07))
+                        && !text.contains('\r') && !text.contains(QChar(0x9b))
+                        && !text.contains(QChar(0x202e)),
+                    qPrintable(args.join(' ') + ": " + text.toUtf8().toPercentEncoding(" \n")));
+                QVERIFY2(!text.contains("\nfake line"), qPrintable(text));
+            }
+            QVERIFY2(out.out.contains("evil\\x1b[2J"), qPrintable(args.join(' ') + ": " + out.out));
+        }
+    }
+
     void listShowCompareExport()
     {
         auto o = shard({"runs", "list", "--json"});
@@ -130,7 +153,9 @@ private Q_SLOTS:
         qint64 id = 0;
         QTRY_VERIFY_WITH_TIMEOUT((id = s.findRun("gamma").valueOr({}).id) > 0, 10000);
         QTRY_VERIFY_WITH_TIMEOUT(*s.metricCount(id) >= 5, 10000);
-        ::kill(static_cast<pid_t>(cli.processId()), SIGKILL); // the CLI dies mid-run
+        QVERIFY2(cli.state() == QProcess::Running, "the CLI ended before the test could kill it");
+        // The CLI dies mid-run.
+        QCOMPARE(shard::protocol::signalProcess(static_cast<pid_t>(cli.processId()), SIGKILL), 0);
         cli.waitForFinished();
         const RunRecord r = *s.run(id);
         QVERIFY(LocalProcess::isAlive(r.pid, 0)); // the run goes on

@@ -21,6 +21,7 @@
 #include "jobs/run_store.h"
 #include "jobs/ssh_client.h"
 #include "jobs_test_util.h"
+#include "protocol/process_signal.h"
 #include "sshd_fixture.h"
 
 using namespace shard::jobs;
@@ -64,17 +65,28 @@ class TestCliSsh : public QObject {
 
     // `shard run --host node0 --name NAME` in the foreground (in `cli`, run dir remoteDir(NAME)),
     // until the store holds `points` of its points; *id is its run id.
+    // The run holds before step points + 1 until holdFile(name) exists, so it cannot end before
+    // the test has done what it wants to the CLI (a short run used to end first on a slow
+    // machine: the CLI had exited and its pid was 0).
     void startForeground(QProcess& cli, RunStore& s, const QString& name, const QString& stepSec,
         const QString& steps, int points, qint64* id) const
     {
         cli.setProcessEnvironment(env());
         cli.start(kShard,
             {"run", "--host", "node0", "--name", name, "--worker", kFakeWorker, "--run-dir",
-                remoteDir(name), "--env", "FAKE_STEP_SEC=" + stepSec, "--", "--steps", steps});
+                remoteDir(name), "--env", "FAKE_STEP_SEC=" + stepSec, "--env",
+                QString("FAKE_HOLD_AT=%1").arg(points + 1), "--env",
+                "FAKE_HOLD_FILE=" + holdFile(name), "--", "--steps", steps});
         QVERIFY(cli.waitForStarted());
         QTRY_VERIFY_WITH_TIMEOUT((*id = s.findRun(name).valueOr({}).id) > 0, 10000);
         QTRY_VERIFY_WITH_TIMEOUT(*s.metricCount(*id) >= points, 10000);
+        QVERIFY2(cli.state() == QProcess::Running,
+            qPrintable("the CLI ended early: " + cli.readAllStandardError()));
     }
+
+    QString holdFile(const QString& name) const { return m_dir.filePath("hold-" + name); }
+
+    void release(const QString& name) const { SshdFixture::write(holdFile(name), "go\n"); }
 
     // The CLI's multiplexing masters (default control folder). The aliases noauth and badkey
     // name node0's host, port and user, so OpenSSH would reuse node0's (%C).
@@ -173,7 +185,7 @@ private Q_SLOTS:
             const QByteArray pid = SshdFixture::read(dir + "/launcher.pid").trimmed();
             if (!pid.isEmpty()
                 && SshdFixture::read("/proc/" + pid + "/cmdline").contains(dir.toUtf8()))
-                ::kill(static_cast<pid_t>(pid.toLongLong()), SIGKILL);
+                shard::protocol::signalProcess(static_cast<pid_t>(pid.toLongLong()), SIGKILL);
         }
         closeMaster(true);
         delete m_sshd;
@@ -374,10 +386,13 @@ private Q_SLOTS:
         startForeground(cli, s, "gamma", "0.03", "40", 5, &id);
         if (QTest::currentTestFailed())
             return;
-        ::kill(static_cast<pid_t>(cli.processId()), SIGKILL); // the CLI dies mid-run
+        // The CLI dies mid-run.
+        QCOMPARE(shard::protocol::signalProcess(static_cast<pid_t>(cli.processId()), SIGKILL), 0);
         cli.waitForFinished();
         const qint64 pid = s.run(id)->pid;
+        QTest::qWait(500); // long enough for anything that would take the run with the CLI
         QVERIFY(LocalProcess::isAlive(pid, 0)); // the run goes on
+        release("gamma");
         QTRY_VERIFY_WITH_TIMEOUT(!LocalProcess::isAlive(pid, 0), 20000);
         QCOMPARE(toString(s.run(id)->status), QString("running")); // nobody watched the end
         QVERIFY(*s.metricCount(id) < 40);
@@ -400,13 +415,14 @@ private Q_SLOTS:
         startForeground(cli, s, "delta", "0.05", "100000", 3, &id);
         if (QTest::currentTestFailed())
             return;
-        ::kill(static_cast<pid_t>(cli.processId()), SIGINT);
+        QCOMPARE(shard::protocol::signalProcess(static_cast<pid_t>(cli.processId()), SIGINT), 0);
         QVERIFY(cli.waitForFinished(10000));
         const QString out = QString::fromUtf8(cli.readAllStandardOutput());
         QCOMPARE(cli.exitCode(), 0);
         QVERIFY2(
             out.contains(QString("detached from run %1; it goes on").arg(id)), qPrintable(out));
         QVERIFY(LocalProcess::isAlive(s.run(id)->pid, 0));
+        release("delta");
         // The CLI ended its streams on the way out.
         QTRY_COMPARE_WITH_TIMEOUT(processesMentioning(dir + "/metrics.jsonl"), 0, 5000);
         auto o = shard({"stop", "delta", "--grace", "3"});
@@ -425,7 +441,7 @@ private Q_SLOTS:
         const qint64 id = startedId(o.out);
         const qint64 pid = s.run(id)->pid;
         QTRY_VERIFY_WITH_TIMEOUT(countLines(dir + "/metrics.jsonl") >= 3, 10000);
-        ::kill(static_cast<pid_t>(pid), SIGKILL); // no finish event
+        shard::protocol::signalProcess(static_cast<pid_t>(pid), SIGKILL); // no finish event
         QTRY_VERIFY_WITH_TIMEOUT(!LocalProcess::isAlive(pid, 0), 5000);
         o = shard({"attach", "epsilon"});
         QCOMPARE(o.code, 2);

@@ -14,6 +14,7 @@
 #include "jobs/local_process.h"
 #include "jobs/local_run_watcher.h"
 #include "jobs_test_util.h"
+#include "protocol/process_signal.h"
 
 using namespace shard::jobs;
 
@@ -135,7 +136,7 @@ private Q_SLOTS:
             QTRY_VERIFY_WITH_TIMEOUT(QFile(dead.runDir + "/metrics.jsonl").size() > 0, 5000);
         } // the "studio" exits; both runs go on
         // The dead one's launcher is killed without a chance to write a finish event.
-        QCOMPARE(::kill(static_cast<pid_t>(dead.pid), SIGKILL), 0);
+        QCOMPARE(shard::protocol::signalProcess(static_cast<pid_t>(dead.pid), SIGKILL), 0);
         QTRY_VERIFY_WITH_TIMEOUT(!LocalProcess::isAlive(dead.pid, 0), 5000);
 
         auto store = RunStore::open(path);

@@ -201,6 +201,54 @@ private Q_SLOTS:
         QVERIFY(!page.canResume());
     }
 
+    void reopenedWhileResumingIsNotInterruptedAgain()
+    {
+        // A killed run (start event, no finish, its launcher gone) is resumed; the studio opens
+        // the folder again when the queued launch reports back, which may come after the
+        // resume's own callback. Until the resumed start event is written the old pid file
+        // names a dead launcher: that must not show "ended early" again (it did: the second
+        // open forgot the resume).
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString run = tmp.filePath("run-k");
+        QVERIFY(QDir().mkpath(run + "/logs"));
+        writeFile(run + "/run.json", R"({"name":"tiny","steps":9,"strategy":"zero3"})");
+        writeFile(run + "/events.jsonl",
+            R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
+            "\n");
+        writeFile(run + "/launcher.pid", "99999999\n"); // above pid_max: never alive
+        const QString step3 = QString::fromStdString(
+            shard::ckpt::finalDirFor((run + "/checkpoints").toStdString(), 3));
+        QVERIFY(QDir().mkpath(step3));
+        writeFile(step3 + "/" + shard::ckpt::kManifestFile, R"({"version":1})");
+        writeFile(step3 + "/" + shard::ckpt::kDoneFile, "");
+
+        MonitorPage page;
+        page.setResumer([](const QString&) { return QString(); });
+        page.show();
+        auto* button = page.findChild<QPushButton*>("resumeButton");
+        QSignalSpy done(&page, &MonitorPage::resumeDone);
+        page.openRunDirectory(run);
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("ended early"), 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(button->isEnabled(), 5000);
+
+        QTest::mouseClick(button, Qt::LeftButton);
+        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 5000);
+        page.openRunDirectory(run); // the launch reporting back
+        QTest::qWait(2500);         // the follower asks about the launcher once a second
+        QVERIFY2(!page.messageText().contains("ended early"), qPrintable(page.messageText()));
+        QVERIFY(!page.finished());
+
+        // The resumed process's start event: live; then its launcher goes too: interrupted.
+        QFile events(run + "/events.jsonl");
+        QVERIFY(events.open(QIODevice::Append));
+        events.write(R"({"v":1,"type":"event","kind":"start","wall_time":10,"step":3,)"
+                     R"("message":"resumed"})"
+                     "\n");
+        events.close();
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("ended early"), 5000);
+    }
+
     void folderWithoutRunJsonShowsMessage()
     {
         QTemporaryDir tmp;

@@ -2,16 +2,20 @@
 #include "trainer.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <thread>
 
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -25,8 +29,10 @@
 #include "core/optim/lr_schedule.h"
 #include "core/train/data_loader_source.h"
 #include "core/train/model_runner.h"
+#include "launch/rank_heartbeat.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
+#include "protocol/run_lock.h"
 
 namespace shard::engine {
 
@@ -110,32 +116,76 @@ int configureThreads(int requested)
     return n;
 }
 
-// Record files of rank 0, flushed per record.
+// A record file of rank 0: one write(2) per line, checked. A line the disk could not take is
+// cut off again, so the file always ends in a whole record.
+struct RecordFile {
+    std::string path;
+    int fd = -1;
+
+    ~RecordFile()
+    {
+        if (fd >= 0)
+            ::close(fd);
+    }
+    void open(const std::string& p)
+    {
+        path = p;
+        fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0)
+            throw protocol::RunDirWriteError(p + ": cannot open (" + std::strerror(errno) + ")");
+    }
+    void append(const std::string& line)
+    {
+        if (fd < 0)
+            return;
+        const off_t before = ::lseek(fd, 0, SEEK_END);
+        size_t done = 0;
+        while (done < line.size()) {
+            const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                const std::string why = n < 0 ? std::strerror(errno) : "short write";
+                if (before >= 0) {
+                    // Cut the partial line off; should that fail too, readers skip a partial
+                    // last line.
+                    [[maybe_unused]] const int rc = ::ftruncate(fd, before);
+                }
+                throw protocol::RunDirWriteError(path + ": write failed (" + why + ")");
+            }
+            done += static_cast<size_t>(n);
+        }
+    }
+};
+
+// Record files of rank 0, written per record; the rank's logs. Every write is checked: a
+// failure stops the run (RunDirWriteError).
 struct Trainer::Io {
-    std::FILE* metrics = nullptr;
-    std::FILE* events = nullptr;
+    RecordFile metrics;
+    RecordFile events;
     bool toStdout = false;
+    bool stderrIsLog = false; // under the launcher this rank's stderr is its log file
     Clock::time_point start = Clock::now();
     std::shared_ptr<spdlog::logger> log;
+    std::string logError; // set by spdlog's error handler
 
-    ~Io()
-    {
-        if (metrics)
-            std::fclose(metrics);
-        if (events)
-            std::fclose(events);
-    }
-    void write(std::FILE* f, const nlohmann::json& j)
+    void write(RecordFile& f, const nlohmann::json& j)
     {
         const std::string line = protocol::encodeLine(j) + "\n";
-        if (f) {
-            std::fwrite(line.data(), 1, line.size(), f);
-            std::fflush(f);
-        }
+        // stdout first: the launcher learns an error's message even when the disk is full.
         if (toStdout) {
             std::fwrite(line.data(), 1, line.size(), stdout);
             std::fflush(stdout);
         }
+        f.append(line);
+    }
+    // The logs took every line so far (checked once per step).
+    void checkLogs()
+    {
+        if (!logError.empty())
+            throw protocol::RunDirWriteError("rank log: " + logError);
+        if (stderrIsLog && std::ferror(stderr))
+            throw protocol::RunDirWriteError("rank log (stderr): write failed");
     }
     void event(const std::string& kind, int64_t step, const std::string& message,
         nlohmann::json data = nlohmann::json::object())
@@ -220,6 +270,16 @@ TrainResult Trainer::run()
     const bool leader = m_strategy->rank() == 0;
     const protocol::RunDir dir(m_spec.outDir);
     CheckpointHooks* checkpoints = m_options.checkpoints.get();
+    const char* launched = std::getenv("SHARD_LAUNCHED");
+    const bool underLauncher = launched && std::string(launched) == "1";
+    // The run folder's lock, before anything in it is read or written (a resume of a live run
+    // stops here); the launcher holds it for launched ranks.
+    std::unique_ptr<protocol::RunLock> lock;
+    if (m_options.writeRunDir && leader && !underLauncher) {
+        std::error_code ec;
+        fs::create_directories(dir.root(), ec);
+        lock = protocol::RunLock::acquire(dir.lockFile());
+    }
     const bool resuming = checkpoints && checkpoints->resuming();
 
     // Logging: stderr plus <run>/logs/rank-<r>.log.
@@ -235,27 +295,43 @@ TrainResult Trainer::run()
             throw std::runtime_error("run directory '" + dir.root()
                 + "' already holds a run (metrics.jsonl is not empty); choose a new --out");
         // Under `shard-worker launch` this rank's stderr already goes to the same log file.
-        const char* launched = std::getenv("SHARD_LAUNCHED");
-        if (!launched || std::string(launched) != "1")
+        io.stderrIsLog = underLauncher;
+        if (!underLauncher)
             sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(
                 dir.rankLog(m_strategy->rank())));
     }
     io.log = std::make_shared<spdlog::logger>("engine.train", sinks.begin(), sinks.end());
     io.log->set_level(spdlog::level::info);
     io.log->flush_on(spdlog::level::info);
+    io.log->set_error_handler([&io](const std::string& msg) {
+        if (io.logError.empty())
+            io.logError = msg;
+    });
+    io.toStdout = leader && m_options.recordsToStdout;
     if (m_options.writeRunDir && leader) {
         if (!fs::exists(dir.specFile())) {
-            std::ofstream out(dir.specFile());
+            // Written whole or not at all: an empty or cut-off run.json is worse than none.
+            const std::string tmp = dir.specFile() + ".tmp";
+            std::ofstream out(tmp, std::ios::trunc);
             out << protocol::toJson(m_spec).dump(2) << "\n";
+            out.flush();
+            const bool ok = static_cast<bool>(out);
+            out.close();
+            std::error_code ec;
+            if (ok && out)
+                fs::rename(tmp, dir.specFile(), ec);
+            if (!ok || !out || ec) {
+                fs::remove(tmp, ec);
+                throw protocol::RunDirWriteError(dir.specFile() + ": cannot write the run spec ("
+                    + std::strerror(errno ? errno : EIO) + ")");
+            }
         }
-        io.metrics = std::fopen(dir.metricsFile().c_str(), "a");
-        io.events = std::fopen(dir.eventsFile().c_str(), "a");
-        if (!io.metrics || !io.events)
-            throw std::runtime_error("cannot write records in '" + dir.root() + "'");
+        io.metrics.open(dir.metricsFile());
+        io.events.open(dir.eventsFile());
     }
-    io.toStdout = leader && m_options.recordsToStdout;
 
     const int threads = configureThreads(m_spec.threads);
+    int64_t currentStep = 0; // for the error event
     at::manual_seed(m_spec.seed);
     auto& alloc = CountingAllocator::install();
 
@@ -341,7 +417,11 @@ TrainResult Trainer::run()
         int64_t timedTokens = 0;
         alloc.resetPeak();
         int64_t runPeak = alloc.peakBytes();
+        currentStep = firstStep;
         for (int64_t step = firstStep; step < m_steps; ++step) {
+            currentStep = step + 1;
+            launch::RankHeartbeat::report(step + 1, launch::RankPhase::Step);
+            io.checkLogs();
             const auto t0 = Clock::now();
             const double cpu0 = cpuSeconds();
             std::vector<std::vector<TrainRow>> micro;
@@ -448,10 +528,13 @@ TrainResult Trainer::run()
                 const CheckpointSaved saved
                     = checkpoints->afterStep(*m_model, *m_strategy, adamw, state, last);
                 if (saved.saved) {
+                    // The checkpoint's size: every rank's shard file (one small collective).
+                    const auto bytes = static_cast<int64_t>(
+                        m_strategy->allReduceSum(static_cast<double>(saved.bytes)));
                     io.log->info("checkpoint {} written in {:.2f} s", saved.dir, saved.seconds);
                     io.event("checkpoint", step + 1, "checkpoint written",
                         {{"action", "save"}, {"dir", saved.dir}, {"seconds", saved.seconds},
-                            {"bytes", saved.bytes}});
+                            {"bytes", bytes}});
                 }
             }
         }
@@ -462,7 +545,9 @@ TrainResult Trainer::run()
         result.cpuTokensPerSec = timedCpuSec > 0 ? timedTokens / timedCpuSec : 0.0;
         result.peakBytes = runPeak;
 
+        io.checkLogs();
         if (m_options.writeRunDir && m_options.saveModel) {
+            launch::RankHeartbeat::report(m_steps, launch::RankPhase::Final);
             NamedTensors tensors;
             m_strategy->exportParams(*m_model, [&](const std::string& name, const at::Tensor& t) {
                 tensors.push_back({name, t.detach().to(at::kFloat).contiguous().clone()});
@@ -472,8 +557,15 @@ TrainResult Trainer::run()
                 out.torchDtype = "float32";
                 const std::string tmp = dir.modelOutDir() + ".tmp";
                 fs::remove_all(tmp);
-                writeHfConfigAndTokenizer(tmp, out, m_modelDir);
-                writeSafetensorsFolder(tmp, tensors);
+                try {
+                    writeHfConfigAndTokenizer(tmp, out, m_modelDir);
+                    writeSafetensorsFolder(tmp, tensors);
+                } catch (const std::exception& e) {
+                    std::error_code ec;
+                    fs::remove_all(tmp, ec); // no half-written model left behind
+                    throw protocol::RunDirWriteError(
+                        std::string("writing the final model: ") + e.what());
+                }
                 fs::remove_all(dir.modelOutDir());
                 fs::rename(tmp, dir.modelOutDir());
                 result.modelDir = dir.modelOutDir();
@@ -487,8 +579,17 @@ TrainResult Trainer::run()
         return result;
     } catch (const std::exception& e) {
         io.log->error("{}", e.what());
-        io.event("error", -1, e.what());
-        io.event("finish", -1, "training failed", {{"reason", "error"}});
+        // Best effort on a full disk: the error still reaches stdout (the launcher) and stderr.
+        try {
+            io.event("error", currentStep, e.what(),
+                {{"reason",
+                    dynamic_cast<const protocol::RunDirWriteError*>(&e) ? "write_failed"
+                                                                        : "error"}});
+            io.event("finish", currentStep, "training failed", {{"reason", "error"}});
+        } catch (const protocol::RunDirWriteError& also) {
+            std::fprintf(
+                stderr, "shard-worker: the error event could not be recorded: %s\n", also.what());
+        }
         throw;
     }
 }
