@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct RunSpec {
     bool shuffle = true;
     bool skipBadLines = false;
     bool trainOnPrompt = false;
+    std::string chatTemplate; // llama3, chatml, llama2 or a template file; empty: the tokenizer's
     std::string outDir;
 
     std::string strategy = "zero3"; // ddp, zero1, zero2, zero3, hybrid
@@ -53,7 +55,9 @@ struct RunSpec {
     int64_t checkpointEvery = 0;
     int64_t keepCheckpoints = 2;
     std::string resume; // "", "auto" or a checkpoint path
-    int threads = 0;    // intra-op threads per rank; 0 = cores / local ranks
+    // A resume at another rank count may change the global batch (else it is kept or refused).
+    bool allowBatchChange = false;
+    int threads = 0; // intra-op threads per rank; 0 = cores / local ranks
 
     int worldSize() const { return nodes * procsPerNode; }
 };
@@ -63,5 +67,9 @@ nlohmann::json toJson(const RunSpec& s);
 RunSpec runSpecFromJson(const nlohmann::json& j);
 // Throws std::runtime_error describing the first invalid field and how to fix it.
 void validate(const RunSpec& s);
+
+// The value of `flag` in a worker command line ("--flag V" or "--flag=V"; the last one wins), or
+// nullopt when it is not there.
+std::optional<std::string> flagValue(const std::vector<std::string>& args, const std::string& flag);
 
 } // namespace shard::protocol
