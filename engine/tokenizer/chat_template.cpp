@@ -158,9 +158,9 @@ ChatTemplateKind chatTemplateFromOption(std::string_view option)
         return parseChatTemplateName(value);
     std::ifstream in(value, std::ios::binary);
     if (!in || std::filesystem::is_directory(value))
-        throw std::runtime_error("--chat-template '" + value
-            + "' is neither a built-in template (llama3, chatml, qwen, llama2) nor a readable "
-              "template file");
+        throw std::runtime_error("unknown chat template '" + value
+            + "': give a built-in (llama3, chatml, qwen, llama2) or a readable template file "
+              "(--chat-template FILE)");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     // tokenizer_config.json (or any JSON holding "chat_template"): the template inside it.
     const auto j = nlohmann::json::parse(text, nullptr, false);
