@@ -167,7 +167,8 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--store", o->store, "run store (default $SHARD_STORE or the app data folder)");
     cmd->add_option("--name", o->name, "run name");
     cmd->add_option("--run-dir", o->runDir, "run directory (on the target)");
-    cmd->add_option("--nproc", o->nproc, "ranks per node (default: the spec's procs_per_node, or the train flag --nproc-per-node)");
+    cmd->add_option("--nproc", o->nproc,
+        "ranks per node (default: the spec's procs_per_node, or the train flag --nproc-per-node)");
     cmd->add_option("--worker", o->worker, "shard-worker program (path or name on PATH)");
     cmd->add_option("--host", o->hosts, "SSH host [user@]host[:port]; repeat for more nodes")
         ->allow_extra_args(false);

@@ -2,8 +2,6 @@
 // silently: --threads above the cores, a micro-batch the data or the memory cannot hold, an
 // unknown chat template (and the --chat-template that fixes it), --skip-bad-lines (reported in
 // events.jsonl), and the rank count given to train instead of the launcher.
-#include <sys/wait.h>
-
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -21,28 +19,14 @@ namespace {
 
 std::string g_dir;
 
-struct Result {
-    int code = -1;
-    std::string output; // stdout + stderr
-};
+using Result = shard::test::CommandOutput;
 
 // Runs `shard-worker args` (killed after 120 s: a run that should have been refused must not
 // hang the test) and collects its output.
 Result worker(const std::string& args)
 {
-    const std::string cmd
-        = "timeout -s KILL 120 " + std::string(SHARD_WORKER) + " " + args + " 2>&1";
-    FILE* pipe = popen(cmd.c_str(), "r");
-    Result r;
-    if (!pipe)
-        return r;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0)
-        r.output.append(buf, n);
-    const int status = pclose(pipe);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    return shard::test::runCaptured(
+        "timeout -s KILL 120 " + std::string(SHARD_WORKER) + " " + args + " 2>&1");
 }
 
 bool contains(const Result& r, const std::string& part)
