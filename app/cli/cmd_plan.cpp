@@ -68,12 +68,6 @@ double parseGiB(const std::string& flag, const std::string& text, bool allowZero
     return v;
 }
 
-int64_t physicalMemoryBytes()
-{
-    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && size > 0 ? static_cast<int64_t>(pages) * size : (8LL << 30);
-}
-
 DeviceSpec deviceFor(const PlanOptions& o)
 {
     if (o.gpuMemory == "cpu" || o.gpuMemory == "CPU")

@@ -1,6 +1,7 @@
 // `shard run`: start a run locally, over SSH on one or more hosts, or through Slurm; record it
 // in the run store and follow it with a progress bar (or --detach).
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -74,15 +75,31 @@ int runCommand(const RunOptions& o)
     }
     req.name = QString::fromStdString(name.empty() ? "run" : name);
     req.runDir = QString::fromStdString(o.runDir);
-    req.procsPerNode = o.nproc > 0 ? o.nproc : (specProcs > 0 ? specProcs : 1);
-    if (o.nproc > 0 && !req.specJson.isEmpty()) {
+    // The rank count, given as --nproc or as the worker's --nproc-per-node, starts that many
+    // ranks either way; two different values are refused.
+    int nproc = o.nproc;
+    if (!specFile) {
+        if (const auto flag = protocol::flagValue(o.args, "--nproc-per-node")) {
+            const int given = std::atoi(flag->c_str());
+            if (given < 1)
+                throw std::runtime_error(
+                    "--nproc-per-node '" + *flag + "' is not a positive number of ranks");
+            if (nproc > 0 && nproc != given)
+                throw std::runtime_error("--nproc " + std::to_string(nproc)
+                    + " and the train flag --nproc-per-node " + *flag
+                    + " disagree; give the rank count once");
+            nproc = given;
+        }
+    }
+    req.procsPerNode = nproc > 0 ? nproc : (specProcs > 0 ? specProcs : 1);
+    if (nproc > 0 && !req.specJson.isEmpty()) {
         auto j = nlohmann::json::parse(req.specJson.toStdString());
-        j["procs_per_node"] = o.nproc;
+        j["procs_per_node"] = nproc;
         req.specJson = QByteArray::fromStdString(j.dump(2));
     }
     // The worker's run.json (and its hybrid-group check) must know the rank count too.
-    if (o.nproc > 0 && !req.trainArgs.isEmpty() && !req.trainArgs.contains("--nproc-per-node"))
-        req.trainArgs << "--nproc-per-node" << QString::number(o.nproc);
+    if (nproc > 0 && !req.trainArgs.isEmpty() && !req.trainArgs.contains("--nproc-per-node"))
+        req.trainArgs << "--nproc-per-node" << QString::number(nproc);
     req.masterPort = o.masterPort;
     for (const auto& e : o.env)
         req.env << QString::fromStdString(e);
@@ -151,7 +168,8 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--store", o->store, "run store (default $SHARD_STORE or the app data folder)");
     cmd->add_option("--name", o->name, "run name");
     cmd->add_option("--run-dir", o->runDir, "run directory (on the target)");
-    cmd->add_option("--nproc", o->nproc, "ranks per node (default: the spec's procs_per_node)");
+    cmd->add_option("--nproc", o->nproc,
+        "ranks per node (default: the spec's procs_per_node, or the train flag --nproc-per-node)");
     cmd->add_option("--worker", o->worker, "shard-worker program (path or name on PATH)");
     cmd->add_option("--host", o->hosts, "SSH host [user@]host[:port]; repeat for more nodes")
         ->allow_extra_args(false);

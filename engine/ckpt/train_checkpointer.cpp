@@ -63,8 +63,11 @@ TrainCheckpointer::TrainCheckpointer(protocol::RunSpec spec, std::string modelDi
     for (const char* k : {"resume", "steps", "epochs", "nodes", "procs_per_node", "strategy",
              "shard_group", "micro_batch", "grad_accum", "device", "precision", "checkpointing",
              "offload", "checkpoint_every", "keep_checkpoints", "threads", "log_every",
-             "eval_every", "name", "out", "model", "tokenizer"})
+             "eval_every", "name", "out", "model", "tokenizer", "allow_batch_change"})
         j.erase(k);
+    // Runs from before the field existed keep their id.
+    if (m_spec.chatTemplate.empty())
+        j.erase("chat_template");
     const std::string base = fs::path(m_spec.outDir).lexically_normal().filename().string();
     m_runId = (base.empty() ? std::string("run") : base) + "-" + configHash(j).substr(8, 8);
 }
@@ -140,6 +143,9 @@ engine::LoopState TrainCheckpointer::restore(
     state.wallTimeSec = ts.value("wall_time_sec", 0.0);
     state.dataPosition = ts.value("data_position", nlohmann::json::object());
     state.checkpointDir = reader.dir();
+    state.microBatch = ts.value("micro_batch", static_cast<int64_t>(0));
+    state.gradAccum = ts.value("grad_accum", static_cast<int64_t>(0));
+    state.worldSize = m.worldSize;
     // Every rank has its state before any of them goes on.
     if (!agreeAll(strategy, true))
         throw std::runtime_error("another rank failed to restore the checkpoint");
@@ -171,7 +177,8 @@ engine::CheckpointSaved TrainCheckpointer::afterStep(engine::LlamaModel& model,
     req.trainState = {{"step", state.step}, {"tokens_seen", state.tokensSeen},
         {"wall_time_sec", state.wallTimeSec}, {"data_position", state.dataPosition},
         {"optimizer_step", adamw.stepCount()}, {"lr_schedule", m_spec.schedule},
-        {"total_steps", m_spec.steps}};
+        {"total_steps", m_spec.steps}, {"micro_batch", state.microBatch},
+        {"grad_accum", state.gradAccum}};
     req.rankState = {{"rank", strategy.rank()}};
     {
         at::Generator gen = at::detail::getDefaultCPUGenerator();

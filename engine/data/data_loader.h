@@ -31,7 +31,7 @@ struct DataConfig {
     std::vector<std::string> validationFiles; // or a separate validation set
     bool skipBadLines = false;
     bool trainOnPrompt = false;
-    std::string chatTemplate; // llama3 | chatml | llama2; empty: from the tokenizer
+    std::string chatTemplate; // llama3 | chatml | llama2 | a template file; empty: tokenizer's
     int32_t padId = -1;       // -1: the tokenizer's pad id (0 without a tokenizer)
 };
 

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "protocol/run_spec.h"
+
 extern char** environ;
 
 namespace shard::launch {
@@ -77,7 +79,18 @@ LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environme
     LaunchOptions o;
     const bool slurm = lookup(env, "SLURM_JOB_ID").has_value();
 
-    o.nprocPerNode = request.nprocPerNode.value_or(1);
+    // The ranks per node: launch's flag, else the worker's own --nproc-per-node (so that one
+    // setting, given either way, starts that many ranks); both must agree.
+    const auto workerProcs = protocol::flagValue(request.workerArgs, "--nproc-per-node");
+    std::optional<int> fromWorker;
+    if (workerProcs)
+        fromWorker = parseInt(*workerProcs, "the worker's --nproc-per-node");
+    if (request.nprocPerNode && fromWorker && *fromWorker != *request.nprocPerNode)
+        throw std::invalid_argument("launch: --nproc-per-node "
+            + std::to_string(*request.nprocPerNode)
+            + " but the worker command says --nproc-per-node " + std::to_string(*fromWorker)
+            + "; give the rank count once (to launch)");
+    o.nprocPerNode = request.nprocPerNode.value_or(fromWorker.value_or(1));
     if (request.nnodes)
         o.nnodes = *request.nnodes;
     else if (slurm && lookup(env, "SLURM_NNODES"))
@@ -101,16 +114,10 @@ LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environme
     o.hangTimeoutSec = request.hangTimeoutSec.value_or(-1.0);
     o.collectiveTimeoutSec = request.collectiveTimeoutSec.value_or(-1.0);
 
-    if (request.runDir) {
+    if (request.runDir)
         o.runDir = *request.runDir;
-    } else {
-        for (size_t i = 0; i + 1 < o.workerArgs.size(); ++i)
-            if (o.workerArgs[i] == "--out")
-                o.runDir = o.workerArgs[i + 1];
-        for (const auto& a : o.workerArgs)
-            if (a.rfind("--out=", 0) == 0)
-                o.runDir = a.substr(6);
-    }
+    else
+        o.runDir = protocol::flagValue(o.workerArgs, "--out").value_or("");
 
     if (o.workerArgs.empty())
         throw std::invalid_argument(

@@ -7,6 +7,8 @@
 #include <map>
 #include <stdexcept>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 namespace shard::plan {
@@ -947,6 +949,12 @@ nlohmann::json toJson(const PlanResult& r)
         {"step_s", r.stepSeconds}, {"tokens_per_s", r.tokensPerSecond}};
     j["notes"] = r.notes;
     return j;
+}
+
+int64_t physicalMemoryBytes()
+{
+    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? static_cast<int64_t>(pages) * size : (8LL << 30);
 }
 
 std::string formatGiB(int64_t bytes)

@@ -172,6 +172,9 @@ MemoryBreakdown zeroPaperModelStates(Strategy s, double psi, int64_t n, double k
 nlohmann::json toJson(const MemoryBreakdown& m); // components + "total"
 nlohmann::json toJson(const PlanResult& r);
 
+// This host's physical RAM (8 GiB when the system does not say).
+int64_t physicalMemoryBytes();
+
 // "12.35 GiB"-style formatting with two decimals (binary units).
 std::string formatGiB(int64_t bytes);
 std::string formatBytes(int64_t bytes);

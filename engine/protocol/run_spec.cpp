@@ -23,6 +23,7 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("shuffle", s.shuffle);
     f("skip_bad_lines", s.skipBadLines);
     f("train_on_prompt", s.trainOnPrompt);
+    f("chat_template", s.chatTemplate);
     f("out", s.outDir);
     f("strategy", s.strategy);
     f("shard_group", s.shardGroup);
@@ -51,6 +52,7 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("checkpoint_every", s.checkpointEvery);
     f("keep_checkpoints", s.keepCheckpoints);
     f("resume", s.resume);
+    f("allow_batch_change", s.allowBatchChange);
     f("threads", s.threads);
     f("hang_timeout_sec", s.hangTimeoutSec);
 }
@@ -145,6 +147,8 @@ void validate(const RunSpec& s)
     positive("procs_per_node", s.procsPerNode);
     positive("lr", s.lr);
     positive("log_every", static_cast<double>(s.logEvery));
+    if (s.threads < 0)
+        throw std::runtime_error("run spec: threads must be >= 0 (0 = cores / ranks on the node)");
     if (s.steps <= 0 && s.epochs <= 0)
         throw std::runtime_error("run spec: give steps (--steps N) or epochs (--epochs N)");
     if (s.warmup < 0)
@@ -168,6 +172,18 @@ void validate(const RunSpec& s)
         throw std::runtime_error("run spec: no model given (--model DIR)");
     if (s.data.empty())
         throw std::runtime_error("run spec: no data given (--data FILE.jsonl)");
+}
+
+std::optional<std::string> flagValue(const std::vector<std::string>& args, const std::string& flag)
+{
+    std::optional<std::string> value;
+    for (size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == flag && i + 1 < args.size())
+            value = args[++i];
+        else if (args[i].rfind(flag + "=", 0) == 0)
+            value = args[i].substr(flag.size() + 1);
+    }
+    return value;
 }
 
 } // namespace shard::protocol

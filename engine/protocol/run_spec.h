@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct RunSpec {
     bool shuffle = true;
     bool skipBadLines = false;
     bool trainOnPrompt = false;
+    std::string chatTemplate; // llama3, chatml, llama2 or a template file; empty: the tokenizer's
     std::string outDir;
 
     std::string strategy = "zero3"; // ddp, zero1, zero2, zero3, hybrid
@@ -55,7 +57,9 @@ struct RunSpec {
     int64_t checkpointEvery = 0;
     int64_t keepCheckpoints = 2;
     std::string resume; // "", "auto" or a checkpoint path
-    int threads = 0;    // intra-op threads per rank; 0 = cores / local ranks
+    // A resume at another rank count may change the global batch (else it is kept or refused).
+    bool allowBatchChange = false;
+    int threads = 0; // intra-op threads per rank; 0 = cores / local ranks
     // A rank without progress this long is hung (the launcher stops the run); 0 = off.
     // $SHARD_HANG_TIMEOUT_S (set by `launch --hang-timeout`) overrides it.
     double hangTimeoutSec = 300.0;
@@ -79,5 +83,9 @@ nlohmann::json toJson(const RunSpec& s);
 RunSpec runSpecFromJson(const nlohmann::json& j);
 // Throws std::runtime_error describing the first invalid field and how to fix it.
 void validate(const RunSpec& s);
+
+// The value of `flag` in a worker command line ("--flag V" or "--flag=V"; the last one wins), or
+// nullopt when it is not there.
+std::optional<std::string> flagValue(const std::vector<std::string>& args, const std::string& flag);
 
 } // namespace shard::protocol

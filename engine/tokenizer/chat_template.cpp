@@ -2,7 +2,11 @@
 // answer segments for loss masking.
 #include "tokenizer/chat_template.h"
 
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
+
+#include <nlohmann/json.hpp>
 
 #include "tokenizer/tokenizer.h"
 
@@ -136,6 +140,49 @@ ChatTemplateKind parseChatTemplateName(std::string_view name)
         "unknown chat template '" + std::string(name) + "' (use llama3, chatml or llama2)");
 }
 
+std::optional<ChatTemplateKind> chatTemplateFromText(std::string_view t)
+{
+    if (t.find("<|start_header_id|>") != std::string::npos)
+        return ChatTemplateKind::Llama3;
+    if (t.find("<|im_start|>") != std::string::npos)
+        return ChatTemplateKind::ChatML;
+    if (t.find("[INST]") != std::string::npos && t.find("<<SYS>>") != std::string::npos)
+        return ChatTemplateKind::Llama2;
+    return std::nullopt;
+}
+
+ChatTemplateKind chatTemplateFromOption(std::string_view option)
+{
+    const std::string value(option);
+    if (value == "llama3" || value == "chatml" || value == "qwen" || value == "llama2")
+        return parseChatTemplateName(value);
+    std::ifstream in(value, std::ios::binary);
+    if (!in || std::filesystem::is_directory(value))
+        throw std::runtime_error("unknown chat template '" + value
+            + "': give a built-in (llama3, chatml, qwen, llama2) or a readable template file "
+              "(--chat-template FILE)");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // tokenizer_config.json (or any JSON holding "chat_template"): the template inside it.
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_object() && j.contains("chat_template")) {
+        const auto& c = j["chat_template"];
+        if (c.is_string()) {
+            text = c.get<std::string>();
+        } else if (c.is_array()) {
+            text.clear();
+            for (const auto& named : c)
+                if (named.is_object() && named.value("name", "") == "default")
+                    text = named.value("template", "");
+        }
+    }
+    if (auto kind = chatTemplateFromText(text))
+        return *kind;
+    throw std::runtime_error("--chat-template " + value
+        + ": the template is not one of the built-in families (Llama 3 <|start_header_id|>, "
+          "ChatML <|im_start|>, Llama 2 [INST] <<SYS>>); the engine renders only those: pass "
+          "llama3, chatml or llama2 for the closest one");
+}
+
 std::string chatTemplateName(ChatTemplateKind kind)
 {
     switch (kind) {
@@ -152,18 +199,15 @@ std::string chatTemplateName(ChatTemplateKind kind)
 ChatTemplateKind detectChatTemplate(const Tokenizer& tok, std::string_view override)
 {
     if (!override.empty())
-        return parseChatTemplateName(override);
+        return chatTemplateFromOption(override);
     const std::string& t = tok.chatTemplate();
     if (!t.empty()) {
-        if (t.find("<|start_header_id|>") != std::string::npos)
-            return ChatTemplateKind::Llama3;
-        if (t.find("<|im_start|>") != std::string::npos)
-            return ChatTemplateKind::ChatML;
-        if (t.find("[INST]") != std::string::npos && t.find("<<SYS>>") != std::string::npos)
-            return ChatTemplateKind::Llama2;
+        if (auto kind = chatTemplateFromText(t))
+            return *kind;
         throw std::runtime_error(
             "tokenizer_config.json: chat_template is not one of the known templates (Llama 3, "
-            "ChatML, Llama 2); pass --chat-template llama3|chatml|llama2 to choose one");
+            "ChatML, Llama 2); pass --chat-template llama3|chatml|llama2 (or a template file of "
+            "one of them) to choose one");
     }
     if (tok.tokenToId("<|start_header_id|>") >= 0 && tok.tokenToId("<|eot_id|>") >= 0)
         return ChatTemplateKind::Llama3;
@@ -181,7 +225,8 @@ ChatTemplateKind detectChatTemplate(const Tokenizer& tok, std::string_view overr
     throw std::runtime_error("tokenizer has no chat_template and its model type ('"
         + (tok.modelType().empty() ? std::string("unknown") : tok.modelType())
         + "') is not recognised; pass "
-          "--chat-template llama3|chatml|llama2 to choose one");
+          "--chat-template llama3|chatml|llama2 (or a template file of one of them) to choose "
+          "one");
 }
 
 std::vector<ChatSegment> renderChat(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,

@@ -3,6 +3,7 @@
 // tokenizer's special tokens and class, else named explicitly.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,8 +30,15 @@ struct ChatSegment {
 ChatTemplateKind parseChatTemplateName(std::string_view name);
 std::string chatTemplateName(ChatTemplateKind kind);
 
-// `override` (a name, may be empty) wins; otherwise detection from the tokenizer. Throws when
-// no template is recognised, naming the fix (--chat-template llama3|chatml|llama2).
+// The family a Jinja chat template text belongs to (by its markers), or nullopt.
+std::optional<ChatTemplateKind> chatTemplateFromText(std::string_view templateText);
+// What --chat-template names: a built-in (llama3, chatml, qwen, llama2) or a file holding a
+// template of one of them (a .jinja file, or JSON such as tokenizer_config.json with
+// "chat_template"). Throws naming the option and the fix.
+ChatTemplateKind chatTemplateFromOption(std::string_view option);
+
+// `override` (a chatTemplateFromOption value, may be empty) wins; otherwise detection from the
+// tokenizer. Throws when no template is recognised, naming the fix (--chat-template ...).
 ChatTemplateKind detectChatTemplate(const Tokenizer& tokenizer, std::string_view override = {});
 
 // Renders messages into segments. Special-token strings (e.g. "<|eot_id|>") appear as text and

@@ -34,6 +34,8 @@ struct TrainArgs {
     bool packing = false;
     bool skipBadLines = false;
     bool trainOnPrompt = false;
+    bool allowBatchChange = false;
+    CLI::Option* nprocOption = nullptr;
     std::vector<std::pair<CLI::Option*, std::function<void(protocol::RunSpec&)>>> overrides;
 };
 
@@ -51,6 +53,30 @@ void startHeartbeat(const protocol::RunSpec& spec)
     }
     launch::RankHeartbeat::start(timeout);
     launch::RankHeartbeat::report(0, launch::RankPhase::Setup);
+}
+
+int envCount(const char* name)
+{
+    const char* v = std::getenv(name);
+    return v && *v ? std::atoi(v) : 0;
+}
+
+// Under `shard-worker launch` the launcher's rank count is the run's: run.json records it and
+// the hybrid group is checked against it. An explicit --nproc-per-node that disagrees is refused
+// (the launcher, not this flag, decides how many ranks start).
+void takeLauncherRankCount(protocol::RunSpec& spec, bool explicitFlag)
+{
+    const int local = envCount("LOCAL_WORLD_SIZE");
+    const int world = envCount("WORLD_SIZE");
+    if (local < 1 || world < local || world % local != 0)
+        return;
+    if (explicitFlag && spec.procsPerNode != local)
+        throw std::runtime_error("train --nproc-per-node " + std::to_string(spec.procsPerNode)
+            + " but the launcher started " + std::to_string(local)
+            + " ranks on this node; give the rank count once, to the launcher (`shard run "
+              "--nproc N`, or `shard-worker launch --nproc-per-node N -- train ...`)");
+    spec.procsPerNode = local;
+    spec.nodes = world / local;
 }
 
 void train(TrainArgs& a)
@@ -76,6 +102,7 @@ void train(TrainArgs& a)
         if (opt->count() > 0)
             apply(spec);
     startHeartbeat(spec);
+    takeLauncherRankCount(spec, a.nprocOption->count() > 0);
 #ifdef SHARD_HAVE_FSDP
     fsdp::registerStrategies();
 #endif
@@ -99,11 +126,12 @@ void train(TrainArgs& a)
 }
 
 template<typename T>
-void bindOption(CLI::App* cmd, TrainArgs& a, const std::string& name, T protocol::RunSpec::*field,
-    const std::string& help)
+CLI::Option* bindOption(CLI::App* cmd, TrainArgs& a, const std::string& name,
+    T protocol::RunSpec::*field, const std::string& help)
 {
     auto* opt = cmd->add_option(name, a.flags.*field, help);
     a.overrides.push_back({opt, [&a, field](protocol::RunSpec& s) { s.*field = a.flags.*field; }});
+    return opt;
 }
 
 const CommandRegistration kRegistration([](CLI::App& app) {
@@ -134,6 +162,9 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     a.overrides.push_back({prompt, [](protocol::RunSpec& s) { s.trainOnPrompt = true; }});
     bindOption(cmd, a, "--data-format", &protocol::RunSpec::dataFormat,
         "auto, text, alpaca, chat or tokenized");
+    bindOption(cmd, a, "--chat-template", &protocol::RunSpec::chatTemplate,
+        "Chat data: llama3, chatml (qwen) or llama2, or a template file (.jinja / "
+        "tokenizer_config.json) of one of them (default: the tokenizer's)");
     bindOption(cmd, a, "--tokenizer", &protocol::RunSpec::tokenizer,
         "Folder with tokenizer.json (default: the model folder)");
     bindOption(cmd, a, "--precision", &protocol::RunSpec::precision, "fp32 or bf16-mixed");
@@ -162,7 +193,8 @@ const CommandRegistration kRegistration([](CLI::App& app) {
         "$SHARD_HANG_TIMEOUT_S wins)");
     bindOption(cmd, a, "--name", &protocol::RunSpec::name, "Run name");
     bindOption(cmd, a, "--nodes", &protocol::RunSpec::nodes, "Nodes in the run");
-    bindOption(cmd, a, "--nproc-per-node", &protocol::RunSpec::procsPerNode, "Ranks per node");
+    a.nprocOption = bindOption(cmd, a, "--nproc-per-node", &protocol::RunSpec::procsPerNode,
+        "Ranks per node (under a launcher: its count; a different value is refused)");
     bindOption(cmd, a, "--checkpoint-every", &protocol::RunSpec::checkpointEvery,
         "Save a sharded checkpoint every N steps and at the end (0 = none)");
     bindOption(cmd, a, "--keep-checkpoints", &protocol::RunSpec::keepCheckpoints,
@@ -174,6 +206,10 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     a.overrides.push_back({resume, [&a](protocol::RunSpec& s) {
                                s.resume = a.flags.resume.empty() ? "auto" : a.flags.resume;
                            }});
+    auto* batchChange = cmd->add_flag("--allow-batch-change", a.allowBatchChange,
+        "On a resume at another rank count, accept a new global batch when the checkpoint's "
+        "cannot be kept");
+    a.overrides.push_back({batchChange, [](protocol::RunSpec& s) { s.allowBatchChange = true; }});
     cmd->callback([args] { train(*args); });
 });
 

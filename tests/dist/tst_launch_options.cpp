@@ -131,6 +131,22 @@ int main()
         Environment badSlurm = {{"SLURM_JOB_ID", "1"}, {"SLURM_NNODES", "two"}};
         expectThrows(basic(), badSlurm, "SLURM_NNODES");
     }
+    // The worker's own --nproc-per-node sets the rank count when launch's is not given (it
+    // used to start 1 rank); two different counts are refused.
+    {
+        LaunchRequest r;
+        r.workerArgs = {"train", "--out", "/tmp/run1", "--nproc-per-node", "3"};
+        expect(resolveLaunchOptions(r, {}).nprocPerNode == 3, "ranks from the worker's flag");
+        r.workerArgs = {"train", "--out", "/tmp/run1", "--nproc-per-node=4"};
+        expect(resolveLaunchOptions(r, {}).nprocPerNode == 4, "ranks from --nproc-per-node=");
+        r.nprocPerNode = 4;
+        expect(resolveLaunchOptions(r, {}).nprocPerNode == 4, "the same count twice is fine");
+        r.nprocPerNode = 2;
+        expectThrows(r, {}, "--nproc-per-node 2 but the worker command says --nproc-per-node 4");
+        r.workerArgs = {"train", "--out", "/tmp/run1", "--nproc-per-node", "two"};
+        r.nprocPerNode.reset();
+        expectThrows(r, {}, "'two' is not an integer");
+    }
     if (failures == 0)
         std::printf("tst_launch_options: all passed\n");
     return failures == 0 ? 0 : 1;

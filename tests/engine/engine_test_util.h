@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace shard::test {
@@ -52,6 +53,28 @@ inline std::string tempDir(const std::string& name)
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     return dir.string();
+}
+
+// What a shell command printed on stdout (append " 2>&1" for stderr too) and its exit code
+// (-1 when it did not exit normally or could not start).
+struct CommandOutput {
+    int code = -1;
+    std::string output;
+};
+
+inline CommandOutput runCaptured(const std::string& shellCommand)
+{
+    CommandOutput r;
+    FILE* pipe = popen(shellCommand.c_str(), "r");
+    if (!pipe)
+        return r;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0)
+        r.output.append(buf, n);
+    const int status = pclose(pipe);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
 }
 
 inline int finish(const char* name)

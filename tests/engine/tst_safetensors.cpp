@@ -137,6 +137,16 @@ int main()
             {"bad12", "'a'", "before begin"}},
         {rawFile("{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1),
             {"bad13", "'a'", "not supported"}},
+        // The tensors must tile the data area: trailing bytes, a gap, a late start.
+        {rawFile("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8),
+            {"bad14", "4 bytes of the data area", "last tensor 'a'", "trailing"}},
+        {rawFile("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                 "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+             12),
+            {"bad15", "tensor 'b' starts at byte 8", "'a' ends at byte 4"}},
+        {rawFile("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8),
+            {"bad16", "tensor 'a' starts at byte 4", "starts at byte 0"}},
+        {rawFile("{}", 4), {"bad17", "4 bytes of the data area", "empty header"}},
     };
     for (size_t i = 0; i < bad.size(); ++i) {
         const std::string path = dir + "/bad" + std::to_string(i) + ".safetensors";
@@ -156,6 +166,24 @@ int main()
                 T_CHECK_MSG(msg.find(p) != std::string::npos,
                     "bad" + std::to_string(i) + ": '" + msg + "' lacks '" + p + "'");
         }
+    }
+    // A real file whose header length is shortened by 4 bytes (the JSON still parses: its
+    // padding spaces move into the data area) would load every weight shifted by 4 bytes.
+    {
+        std::string bytes = readFile(dir + "/one.safetensors");
+        uint64_t n = 0;
+        std::memcpy(&n, bytes.data(), 8);
+        // Widen the padding by 8 spaces so that 4 of them can be cut without touching the JSON.
+        bytes.insert(8 + n, 8, ' ');
+        n += 8;
+        std::memcpy(bytes.data(), &n, 8);
+        writeFile(dir + "/padded.safetensors", bytes);
+        T_CHECK(SafetensorsReader(dir + "/padded.safetensors").names().size() == 5);
+        n -= 4;
+        std::memcpy(bytes.data(), &n, 8);
+        writeFile(dir + "/shifted.safetensors", bytes);
+        EXPECT_THROW_WITH(SafetensorsReader(dir + "/shifted.safetensors"), "shifted.safetensors",
+            "4 bytes of the data area", "header length");
     }
     EXPECT_THROW_WITH(
         SafetensorsReader(dir + "/absent.safetensors"), "absent.safetensors", "cannot open");

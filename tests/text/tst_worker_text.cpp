@@ -1,11 +1,10 @@
 // The worker's text commands as a user runs them: `shard-worker tokenize` and
 // `shard-worker make-data`, including their error messages and exit codes.
-#include <sys/wait.h>
-
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
+#include "../engine/engine_test_util.h"
 #include "data/demo_task.h"
 #include "text_test_util.h"
 #include "tokenizer/demo_tokenizer.h"
@@ -15,26 +14,12 @@ using namespace shard::testing;
 
 namespace {
 
-struct Result {
-    int code = -1;
-    std::string output; // stdout, or stdout + stderr
-};
+using Result = shard::test::CommandOutput;
 
 Result run(const std::string& args, bool withStderr = false)
 {
-    const std::string cmd
-        = std::string(SHARD_WORKER) + " " + args + (withStderr ? " 2>&1" : " 2>/dev/null");
-    FILE* pipe = popen(cmd.c_str(), "r");
-    Result r;
-    if (!pipe)
-        return r;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0)
-        r.output.append(buf, n);
-    const int status = pclose(pipe);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    return shard::test::runCaptured(
+        std::string(SHARD_WORKER) + " " + args + (withStderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 std::string readFile(const std::filesystem::path& p)

@@ -248,13 +248,32 @@ StHeader parseSafetensorsHeader(
         [](const StTensorInfo& a, const StTensorInfo& b) {
             return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
         });
-    for (size_t i = 1; i < header.tensors.size(); ++i) {
-        const auto& prev = header.tensors[i - 1];
+    // As in the format's reference loader, the tensors must tile the data area exactly: a gap
+    // or trailing bytes mean the header length or an offset is wrong (weights would be shifted).
+    const std::string fix = "; the header length or the data_offsets are wrong (the tensors must "
+                            "cover the data area exactly, without gaps or trailing bytes)";
+    uint64_t covered = 0;
+    for (size_t i = 0; i < header.tensors.size(); ++i) {
         const auto& cur = header.tensors[i];
-        if (cur.begin < prev.end)
+        if (i > 0 && cur.begin < covered)
             throw std::runtime_error(fileName + ": tensor '" + cur.name + "' overlaps tensor '"
-                + prev.name + "' in the data area");
+                + header.tensors[i - 1].name + "' in the data area");
+        if (cur.begin > covered)
+            throw std::runtime_error(fileName + ": tensor '" + cur.name + "' starts at byte "
+                + std::to_string(cur.begin) + " of the data area, but "
+                + (i == 0 ? std::string("the data area starts at byte 0")
+                          : "tensor '" + header.tensors[i - 1].name + "' ends at byte "
+                            + std::to_string(covered))
+                + fix);
+        covered = cur.end;
     }
+    if (covered != header.dataBytes)
+        throw std::runtime_error(fileName + ": " + std::to_string(header.dataBytes - covered)
+            + " bytes of the data area (" + std::to_string(header.dataBytes) + " bytes) follow "
+            + (header.tensors.empty() ? std::string("an empty header")
+                                      : "the last tensor '" + header.tensors.back().name
+                        + "' (it ends at byte " + std::to_string(covered) + ")")
+            + fix);
     return header;
 }
 

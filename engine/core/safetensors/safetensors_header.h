@@ -58,8 +58,9 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
 // Parses and validates a header. `prefix` holds at least the first min(fileSize, 8 + N) bytes of
 // the file (the whole file is fine); `fileSize` is the full file size. Every check of the format
 // is made here: header length inside the file, well-formed JSON object, known dtypes, shapes of
-// non-negative integers, offsets inside the data area and not overlapping, byte length = numel x
-// dtype size. Throws std::runtime_error("<fileName>: ... tensor '<name>' ...") on the first fault.
+// non-negative integers, offsets that tile the data area exactly (no overlap, gap or trailing
+// bytes), byte length = numel x dtype size. Throws std::runtime_error("<fileName>: ... tensor
+// '<name>' ...") on the first fault.
 StHeader parseSafetensorsHeader(
     const uint8_t* prefix, size_t prefixBytes, uint64_t fileSize, const std::string& fileName);
 

@@ -31,6 +31,9 @@ public:
     // reach.
     virtual void setPosition(const nlohmann::json& position);
     virtual int64_t trainRecords() const = 0;
+    // Lines left out as bad (--skip-bad-lines) and the first few "file:line: reason".
+    virtual int64_t badLines() const { return 0; }
+    virtual std::vector<std::string> badLineReports() const { return {}; }
 };
 
 inline void BatchSource::setPosition(const nlohmann::json&)

@@ -24,6 +24,7 @@ DataLoaderSource::DataLoaderSource(
         dc.validationFiles = {spec.evalData};
     dc.skipBadLines = spec.skipBadLines;
     dc.trainOnPrompt = spec.trainOnPrompt;
+    dc.chatTemplate = spec.chatTemplate;
     for (const auto& f : spec.data)
         m_files += (m_files.empty() ? "" : ", ") + f;
 

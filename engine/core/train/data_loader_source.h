@@ -21,6 +21,8 @@ public:
     nlohmann::json position() const override;
     void setPosition(const nlohmann::json& position) override;
     int64_t trainRecords() const override { return m_loader->trainRecords(); }
+    int64_t badLines() const override { return m_loader->badLines(); }
+    std::vector<std::string> badLineReports() const override { return m_loader->badLineReports(); }
 
 private:
     std::vector<TrainRow> convert(std::vector<data::Sample> samples, const char* what) const;

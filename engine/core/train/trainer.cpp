@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
 #include "core/train/data_loader_source.h"
+#include "core/train/global_batch.h"
 #include "core/train/model_runner.h"
 #include "launch/rank_heartbeat.h"
 #include "protocol/records.h"
@@ -81,6 +83,29 @@ at::Tensor rowsTensor(const std::vector<TrainRow>& rows, int64_t begin, int64_t 
     return t;
 }
 
+// Replaces `path` atomically (readers never see a partial run.json).
+void writeSpecFile(const std::string& path, const protocol::RunSpec& spec)
+{
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream out(tmp);
+        out << protocol::toJson(spec).dump(2) << "\n";
+        out.flush();
+        if (!out)
+            throw std::runtime_error("cannot write " + tmp + " (is the disk full?)");
+    }
+    fs::rename(tmp, path);
+}
+
+// --steps, else the steps --epochs take at the spec's global batch.
+int64_t stepsFor(const protocol::RunSpec& spec, int64_t records, int worldSize)
+{
+    if (spec.steps > 0)
+        return spec.steps;
+    const int64_t perStep = spec.microBatch * spec.gradAccum * worldSize;
+    return std::max<int64_t>(1, (spec.epochs * records + perStep - 1) / perStep);
+}
+
 int64_t countTokens(const std::vector<TrainRow>& rows)
 {
     int64_t n = 0;
@@ -104,13 +129,32 @@ at::ScalarType computeDtypeFor(const std::string& precision)
     throw std::runtime_error("unknown precision '" + precision + "' (use fp32 or bf16-mixed)");
 }
 
+int usableCores()
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void checkThreads(int requested)
+{
+    const int cores = usableCores();
+    if (requested < 0 || requested > cores)
+        throw std::runtime_error("--threads " + std::to_string(requested) + " is outside 0.."
+            + std::to_string(cores) + " (this process may use " + std::to_string(cores)
+            + " cores); use --threads " + std::to_string(cores)
+            + " or less, or 0 for cores / ranks on the node");
+}
+
 int configureThreads(int requested)
 {
+    checkThreads(requested);
     int n = requested;
     if (n <= 0) {
-        const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         const int local = std::max(1, envInt("LOCAL_WORLD_SIZE", 1));
-        n = std::max(1, cores / local);
+        n = std::max(1, usableCores() / local);
     }
     at::set_num_threads(n);
     return n;
@@ -210,6 +254,7 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
     if (std::find(devices.begin(), devices.end(), m_spec.device) == devices.end())
         throw std::runtime_error("device '" + m_spec.device
             + "': this version of the engine trains on the CPU only; use --device cpu");
+    checkThreads(m_spec.threads);
     m_rank = envInt("RANK", 0);
     m_worldSize = std::max(1, envInt("WORLD_SIZE", 1));
     m_computeDtype = computeDtypeFor(m_spec.precision);
@@ -246,12 +291,10 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
         throw std::runtime_error("--eval-every needs held-out data (--eval-data FILE or "
                                  "--eval-fraction F)");
 
-    m_steps = m_spec.steps;
-    if (m_steps <= 0) {
-        const int64_t perStep = m_spec.microBatch * m_spec.gradAccum * m_worldSize;
-        m_steps = std::max<int64_t>(
-            1, (m_spec.epochs * m_data->trainRecords() + perStep - 1) / perStep);
-    }
+    checkMicroBatch(m_spec, ms, m_worldSize, std::max(1, envInt("LOCAL_WORLD_SIZE", 1)),
+        m_data->trainRecords());
+
+    m_steps = stepsFor(m_spec, m_data->trainRecords(), m_worldSize);
 
     StrategyOptions so;
     so.name = m_spec.strategy;
@@ -354,6 +397,17 @@ TrainResult Trainer::run()
         io.event("start", 0, "training started",
             {{"params", m_model->numParams()}, {"strategy", m_strategy->name()},
                 {"world_size", m_strategy->worldSize()}, {"threads", threads}, {"steps", m_steps}});
+        if (const int64_t bad = m_data->badLines(); bad > 0) {
+            const auto reports = m_data->badLineReports();
+            std::vector<std::string> first(
+                reports.begin(), reports.begin() + std::min<size_t>(reports.size(), 5));
+            io.log->warn("skipped {} bad data lines (--skip-bad-lines), first: {}", bad,
+                first.empty() ? std::string() : first.front());
+            io.event("data", 0,
+                "skipped " + std::to_string(bad) + " bad line" + (bad == 1 ? "" : "s")
+                    + " (--skip-bad-lines)" + (first.empty() ? "" : "; first: " + first.front()),
+                {{"skipped_lines", bad}, {"first", first}});
+        }
 
         ModelRunner runner(
             *m_model, *m_strategy, ForwardConfig {m_computeDtype, m_spec.checkpointing == "full"});
@@ -392,8 +446,8 @@ TrainResult Trainer::run()
         };
 
         TrainResult result;
-        const int K = static_cast<int>(m_spec.gradAccum);
-        const int64_t globalRows = m_spec.microBatch * m_strategy->worldSize();
+        int K = static_cast<int>(m_spec.gradAccum);
+        int64_t globalRows = m_spec.microBatch * m_strategy->worldSize();
         int64_t tokensSeen = 0;
         int64_t firstStep = 0;
         double wallOffsetSec = 0.0; // wall time of the run before this process (resume)
@@ -408,6 +462,28 @@ TrainResult Trainer::run()
             io.log->info("resumed from {} at step {}", state.checkpointDir, firstStep);
             io.event("checkpoint", firstStep, "resumed from " + state.checkpointDir,
                 {{"action", "resume"}, {"dir", state.checkpointDir}});
+            // Keep the checkpoint's global batch at another rank count (or refuse, or record
+            // the change the user asked for).
+            const ResumeBatch batch = resumeBatch(m_spec, m_strategy->worldSize(), state.microBatch,
+                state.gradAccum, state.worldSize);
+            if (!batch.message.empty()) {
+                m_spec.microBatch = batch.microBatch;
+                m_spec.gradAccum = batch.gradAccum;
+                K = static_cast<int>(m_spec.gradAccum);
+                globalRows = m_spec.microBatch * m_strategy->worldSize();
+                m_steps = stepsFor(m_spec, m_data->trainRecords(), m_strategy->worldSize());
+                schedule.totalSteps = m_steps;
+                io.log->info("{}", batch.message);
+                io.event("batch", firstStep, batch.message,
+                    {{"micro_batch", m_spec.microBatch}, {"grad_accum", m_spec.gradAccum},
+                        {"world_size", m_strategy->worldSize()}, {"global_batch", globalRows * K},
+                        {"checkpoint_global_batch",
+                            state.microBatch * state.gradAccum * state.worldSize},
+                        {"kept_global_batch", batch.changed}});
+            }
+            // run.json records what this run trains with now (rank count, batch split).
+            if (m_options.writeRunDir && leader)
+                writeSpecFile(dir.specFile(), m_spec);
             if (firstStep >= m_steps)
                 io.log->warn("the checkpoint is at step {} of {}: nothing left to train", firstStep,
                     m_steps);
@@ -525,6 +601,9 @@ TrainResult Trainer::run()
                 state.tokensSeen = tokensSeen;
                 state.wallTimeSec = seconds(io.start, Clock::now());
                 state.dataPosition = m_data->position();
+                state.microBatch = m_spec.microBatch;
+                state.gradAccum = m_spec.gradAccum;
+                state.worldSize = m_strategy->worldSize();
                 const CheckpointSaved saved
                     = checkpoints->afterStep(*m_model, *m_strategy, adamw, state, last);
                 if (saved.saved) {
@@ -575,7 +654,8 @@ TrainResult Trainer::run()
         io.event("finish", m_steps, "training finished",
             {{"reason", "completed"},
                 {"final_loss", result.losses.empty() ? 0.0 : result.losses.back()},
-                {"tokens_per_sec", result.tokensPerSec}, {"peak_bytes", result.peakBytes}});
+                {"tokens_per_sec", result.tokensPerSec}, {"peak_bytes", result.peakBytes},
+                {"skipped_lines", m_data->badLines()}});
         return result;
     } catch (const std::exception& e) {
         io.log->error("{}", e.what());

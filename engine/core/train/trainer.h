@@ -66,7 +66,11 @@ private:
     int m_worldSize = 1;
 };
 
-// Intra-op threads for a rank: `requested` if > 0, else hardware cores / ranks on this node
+// The cores this process may run on (its affinity mask; else the hardware's count).
+int usableCores();
+// Throws unless 0 <= requested <= usableCores() (more threads than cores only slows a rank down).
+void checkThreads(int requested);
+// Intra-op threads for a rank: `requested` if > 0, else usable cores / ranks on this node
 // (LOCAL_WORLD_SIZE), at least 1. Sets them and returns the count.
 int configureThreads(int requested);
 

@@ -1,0 +1,115 @@
+// Micro-batch limits (data, planner memory estimate) and the global batch across a resume.
+#include "core/train/global_batch.h"
+
+#include <stdexcept>
+
+#include "plan/planner.h"
+
+namespace shard::engine {
+
+namespace {
+
+std::string rowsText(int64_t micro, int64_t accum, int world)
+{
+    return std::to_string(micro * accum * world) + " rows (micro-batch " + std::to_string(micro)
+        + " x grad-accum " + std::to_string(accum) + " x " + std::to_string(world) + " ranks)";
+}
+
+} // namespace
+
+void checkMicroBatch(const protocol::RunSpec& spec, const plan::ModelSpec& model, int worldSize,
+    int localWorldSize, int64_t trainRecords)
+{
+    const int64_t W = std::max(1, worldSize);
+    const int64_t dataLimit = std::max<int64_t>(1, trainRecords / W);
+    plan::PlanInput in;
+    bool planned = spec.device == "cpu";
+    if (planned) {
+        try {
+            in.model = model;
+            in.strategy = plan::parseStrategy(spec.strategy);
+            in.shardGroup = spec.shardGroup;
+            in.precision = plan::parsePrecision(spec.precision);
+            in.checkpointing = plan::parseCheckpointing(spec.checkpointing);
+            in.offload = plan::parseOffload(spec.offload);
+            in.microBatch = spec.microBatch;
+            in.seqLen = spec.seqLen;
+            in.gradAccum = spec.gradAccum;
+            in.gpusPerNode = std::max(1, localWorldSize);
+            in.nodes = std::max<int64_t>(1, W / in.gpusPerNode);
+            in.device = plan::DeviceSpec::cpu(plan::physicalMemoryBytes());
+            plan::validate(in);
+        } catch (const std::exception&) {
+            planned = false; // a setting the planner does not model: the data bound still holds
+        }
+    }
+    auto largestText = [&] {
+        const int64_t largest = planned ? plan::largestMicroBatch(in, dataLimit) : dataLimit;
+        if (largest <= 0)
+            return std::string("; even micro-batch 1 does not fit: use fewer ranks per node, "
+                               "--checkpointing full or a shorter --seq-len");
+        return "; the largest micro-batch that fits is " + std::to_string(largest)
+            + " (--micro-batch " + std::to_string(largest) + ")";
+    };
+    if (spec.microBatch * W > trainRecords)
+        throw std::runtime_error("--micro-batch " + std::to_string(spec.microBatch) + " x "
+            + std::to_string(W) + " ranks needs " + std::to_string(spec.microBatch * W)
+            + " rows per micro-step but the training data has " + std::to_string(trainRecords)
+            + " records" + largestText());
+    if (!planned)
+        return;
+    const plan::PlanResult r = plan::plan(in);
+    if (!r.fits)
+        throw std::runtime_error("--micro-batch " + std::to_string(spec.microBatch)
+            + " does not fit in memory: the planner estimates "
+            + plan::formatGiB(r.perDevice.total()) + " per rank, " + std::to_string(in.gpusPerNode)
+            + " ranks sharing this host's " + plan::formatGiB(in.device.memoryBytes) + " of RAM"
+            + largestText());
+}
+
+ResumeBatch resumeBatch(const protocol::RunSpec& spec, int worldSize, int64_t savedMicroBatch,
+    int64_t savedGradAccum, int savedWorld)
+{
+    ResumeBatch out;
+    out.microBatch = spec.microBatch;
+    out.gradAccum = spec.gradAccum;
+    if (savedMicroBatch <= 0 || savedGradAccum <= 0 || savedWorld <= 0)
+        return out;
+    const int64_t global = savedMicroBatch * savedGradAccum * savedWorld;
+    const int64_t W = std::max(1, worldSize);
+    if (spec.microBatch * spec.gradAccum * W == global)
+        return out;
+    const std::string was = "the checkpoint's global batch is "
+        + rowsText(savedMicroBatch, savedGradAccum, savedWorld);
+    if (spec.allowBatchChange) {
+        out.message = was + "; --allow-batch-change: continuing with "
+            + rowsText(spec.microBatch, spec.gradAccum, worldSize);
+        return out;
+    }
+    if (global % W == 0) {
+        const int64_t perRank = global / W;
+        if (perRank % spec.gradAccum == 0) {
+            out.microBatch = perRank / spec.gradAccum;
+        } else if (perRank % spec.microBatch == 0) {
+            out.gradAccum = perRank / spec.microBatch;
+        } else {
+            out.microBatch = perRank;
+            out.gradAccum = 1;
+        }
+        out.changed = true;
+        out.message = was + "; kept at " + std::to_string(worldSize) + " ranks as "
+            + rowsText(out.microBatch, out.gradAccum, worldSize);
+        return out;
+    }
+    std::string divisors;
+    for (int64_t d = 1; d <= global && d <= 1024; ++d)
+        if (global % d == 0)
+            divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
+    throw std::runtime_error(was + ", which " + std::to_string(worldSize)
+        + " ranks cannot split evenly; resume at a rank count that divides it (" + divisors
+        + "), or pass --allow-batch-change to continue with "
+        + rowsText(spec.microBatch, spec.gradAccum, worldSize)
+        + " (the losses will differ from the uninterrupted run)");
+}
+
+} // namespace shard::engine

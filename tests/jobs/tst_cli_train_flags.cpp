@@ -1,0 +1,119 @@
+// `shard run -- <train flags>` with the real shard-worker: the rank count given as the worker's
+// --nproc-per-node starts that many ranks (it used to start 1 while the store said 2), a second,
+// different count is refused, and lines dropped by --skip-bad-lines reach the store and
+// `shard runs show`.
+#include <QDir>
+#include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include "jobs/run_store.h"
+#include "jobs_test_util.h"
+
+using namespace shard::jobs;
+
+namespace {
+
+const QString kWorker = QStringLiteral(SHARD_BINARY_DIR "/engine/worker/shard-worker");
+
+QJsonObject readJson(const QString& path)
+{
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? QJsonDocument::fromJson(f.readAll()).object()
+                                       : QJsonObject();
+}
+
+} // namespace
+
+class TestCliTrainFlags : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir m_dir;
+    QString m_model;
+    QString m_data;
+
+    QProcessEnvironment env() const
+    {
+        QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
+        e.insert("SHARD_STORE", m_dir.filePath("runs.sqlite"));
+        e.insert("SHARD_RUNS_DIR", m_dir.filePath("runs"));
+        e.insert("SHARD_WORKER", kWorker);
+        return e;
+    }
+
+    shard::test::CliOut shard(const QStringList& args) const
+    {
+        return shard::test::runShard(env(), args, 180000);
+    }
+
+    QStringList trainFlags(const QString& data) const
+    {
+        return {"--model", m_model, "--data", data, "--steps", "2", "--seq-len", "16",
+            "--micro-batch", "2", "--threads", "1", "--lr", "1e-3"};
+    }
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        if (!QFile::exists(kWorker))
+            QSKIP("shard-worker is not built here (SHARD_BUILD_ENGINE=OFF)");
+        m_model = m_dir.filePath("model");
+        QCOMPARE(QProcess::execute(kWorker,
+                     {"init-model", "--preset", "tiny-1m", "--out", m_model, "--seed", "1"}),
+            0);
+        m_data = m_dir.filePath("data.jsonl");
+        QFile f(m_data);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        for (int i = 0; i < 40; ++i)
+            f.write(i == 6 || i == 17 ? "not json\n"
+                                      : QString("{\"input_ids\":[%1,%2,%3,%4]}\n")
+                                            .arg(10 + i % 9)
+                                            .arg(11 + i % 9)
+                                            .arg(12 + i % 9)
+                                            .arg(13 + i % 9)
+                                            .toUtf8());
+    }
+
+    void rankCountAfterDashes()
+    {
+        auto o = shard(QStringList {"run", "--name", "two", "--"} + trainFlags(m_data)
+            + QStringList {"--skip-bad-lines", "--nproc-per-node", "2"});
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
+        auto run = store->findRun("two");
+        QVERIFY(run);
+        QCOMPARE(run->worldSize, 2);
+        // The engine ran 2 ranks and recorded them.
+        QVERIFY2(QFile::exists(run->runDir + "/logs/rank-1.log"), qPrintable(run->runDir));
+        QCOMPARE(readJson(run->runDir + "/run.json").value("procs_per_node").toInt(), 2);
+
+        // The skipped lines: an event in the store and in `shard runs show`.
+        auto events = store->events(run->id);
+        QVERIFY(events);
+        bool seen = false;
+        for (const auto& e : *events)
+            seen = seen || (e.kind == "data" && e.message.startsWith("skipped 2 bad lines"));
+        QVERIFY(seen);
+        o = shard({"runs", "show", "two"});
+        QCOMPARE(o.code, 0);
+        QVERIFY2(o.out.contains("skipped 2 bad lines"), qPrintable(o.out));
+        QVERIFY2(o.out.contains("\"skipped_lines\":2"), qPrintable(o.out));
+    }
+
+    void twoDifferentRankCountsAreRefused()
+    {
+        auto o = shard(QStringList {"run", "--name", "clash", "--nproc", "2", "--"}
+            + trainFlags(m_data) + QStringList {"--skip-bad-lines", "--nproc-per-node", "3"});
+        QVERIFY(o.code != 0);
+        QVERIFY2(o.err.contains("--nproc 2 and the train flag --nproc-per-node 3 disagree"),
+            qPrintable(o.err));
+        auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
+        QVERIFY(!store->findRun("clash"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCliTrainFlags)
+#include "tst_cli_train_flags.moc"
