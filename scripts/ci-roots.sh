@@ -13,7 +13,8 @@
 # ROOT is `trixie-cpu` (setup.sh's trixie packages: the README's commands on Debian 13) or
 # `trixie-cuda` (libtorch-cuda-dev, nvidia-cuda-toolkit, libnccl-dev; cuDNN replaced by a
 # placeholder, see make_cuda_root). In a root the clone is mounted read-only at /src, the build
-# is in /build (inside the unpacked root), the root's own ccache at /ccache (kept in the cache).
+# is in /build (inside the unpacked root, or SHARD_CI_BUILD_DIR on the host when set, kept between
+# runs), the root's own ccache at /ccache (kept in the cache).
 set -euo pipefail
 
 ROOTS_VERSION=1
@@ -182,10 +183,15 @@ run_in() {
     mount --bind "$SRC" "$dir/src"
     mount -o remount,bind,ro "$dir/src"
     mount --bind "$CACHE/ccache-$name" "$dir/ccache"
+    if [[ -n ${SHARD_CI_BUILD_DIR:-} ]]; then
+        # A developer's build folder kept between runs (the root itself is always fresh).
+        mkdir -p "$SHARD_CI_BUILD_DIR"
+        mount --bind "$SHARD_CI_BUILD_DIR" "$dir/build"
+    fi
     chroot "$dir" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         HOME=/root LC_ALL=C.UTF-8 TERM=dumb CCACHE_DIR=/ccache CCACHE_BASEDIR=/src \
         CCACHE_MAXSIZE=5G JOBS="$JOBS" SHARD_CI_ROOT="$name" \
-        bash -euo pipefail -c "cd /src; git config --global --add safe.directory /src; $cmd" || rc=$?
+        bash -euo pipefail -c "git config --global --add safe.directory /src; cd /src; $cmd" || rc=$?
     remove_root "$dir"
     trap - EXIT
     return $rc
