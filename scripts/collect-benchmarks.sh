@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
     echo "project's 2-core, 24 GiB CPU machine (no GPU), usually while other builds shared it: read the"
     echo "ratios measured side by side in one run, not absolute speeds. Regenerate this file with"
     echo "\`bash scripts/collect-benchmarks.sh\` after re-running a benchmark."
-    for area in plan engine tokenizer dist ckpt jobs studio; do
+    for area in plan engine tokenizer dist ckpt jobs studio platform; do
         f=bench/$area/RESULTS.md
         [[ -f $f ]] || continue
         echo

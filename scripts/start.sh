@@ -5,7 +5,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export CCACHE_BASEDIR="$PWD"
 cmake --preset release >/dev/null
-cmake --build --preset release
+# Only what the main job runs; scripts/test.sh builds the rest (tests, benchmarks).
+cmake --build --preset release --target shard shard-worker shard-studio
 bin=build/release
 if [[ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" && -x $bin/app/studio/shard-studio ]]; then
     exec $bin/app/studio/shard-studio

@@ -1,11 +1,46 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian 12 machine if needed, builds everything (Release, Ninja, ccache) and runs
-# every test through CTest. Extra arguments go to ctest (e.g. -L unit, -R tst_planner).
+# Sets up a fresh Debian 12 or 13 machine if needed, builds everything (Release, Ninja, ccache)
+# and runs every test through CTest. Extra arguments go to ctest (e.g. -L unit, -R tst_planner).
+# With --all-platforms first (what .ci/run does), it then also builds and tests in Debian 13
+# roots (scripts/ci-roots.sh): the whole project against LibTorch 2.6 (labels unit, engine,
+# multirank, gui) and the CUDA build gate of shard-worker. Needs root for the roots.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+all_platforms=0
+if [[ ${1:-} == --all-platforms ]]; then
+    all_platforms=1
+    shift
+fi
 bash scripts/setup.sh
 bash scripts/fetch-fixtures.sh
+
+prep_pids=()
+if ((all_platforms)); then
+    # Making a root mostly waits on the network: overlap it with the host's build.
+    mkdir -p build
+    for root in trixie-cpu trixie-cuda; do
+        bash scripts/ci-roots.sh prepare "$root" >"build/ci-roots-prepare-$root.log" 2>&1 &
+        prep_pids+=($!)
+    done
+fi
+
 export CCACHE_BASEDIR="$PWD" CCACHE_MAXSIZE=5G
 cmake --preset release >/dev/null
 cmake --build --preset release
 ctest --preset release "$@"
+
+if ((all_platforms)); then
+    i=0
+    for root in trixie-cpu trixie-cuda; do
+        if ! wait "${prep_pids[$i]}"; then
+            cat "build/ci-roots-prepare-$root.log" >&2
+            echo "test: the Debian 13 root $root could not be made (see above)" >&2
+            exit 1
+        fi
+        i=$((i + 1))
+    done
+    echo "test: Debian 13, LibTorch 2.6 (CPU): whole project, labels unit engine multirank gui"
+    bash scripts/ci-roots.sh cpu-suite
+    echo "test: Debian 13, CUDA build gate (shard-worker, CUDA LibTorch 2.6, NCCL backend)"
+    bash scripts/ci-roots.sh cuda-gate
+fi

@@ -5,8 +5,12 @@ modeling_llama does (eager attention, RMSNorm in fp32), AdamW, next-token cross 
 Prints one JSON object.
 
 usage: bench_eager.py --config CONFIG_JSON --batch 4 --seq 256 --steps 6 --threads 2
+                      [--precision fp32|bf16-mixed]
+bf16-mixed runs forward and loss under torch.autocast("cpu", torch.bfloat16) with fp32 weights,
+gradients and optimizer, as the engine's bf16-mixed does.
 """
 import argparse
+import contextlib
 import json
 import math
 import time
@@ -121,6 +125,7 @@ def main():
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16-mixed"])
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -133,6 +138,9 @@ def main():
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
     V = c["vocab_size"]
+    bf16 = a.precision == "bf16-mixed"
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 \
+        else contextlib.nullcontext
     times = []
     cpu = []
     phases = [0.0, 0.0, 0.0]
@@ -141,9 +149,10 @@ def main():
         ids = torch.randint(0, V, (a.batch, a.seq))
         t0 = time.perf_counter()
         c0 = time.process_time()
-        logits = model(ids)
-        loss = nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, V),
-                                           ids[:, 1:].reshape(-1), ignore_index=-100)
+        with autocast():
+            logits = model(ids)
+            loss = nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, V),
+                                               ids[:, 1:].reshape(-1), ignore_index=-100)
         c1 = time.process_time()
         loss.backward()
         c2 = time.process_time()
@@ -161,7 +170,8 @@ def main():
     tps = a.batch * a.seq * len(timed) / sum(timed)
     cpu_timed = cpu[1:] if len(cpu) > 1 else cpu
     cpu_tps = a.batch * a.seq * len(cpu_timed) / sum(cpu_timed)
-    print(json.dumps({"impl": "eager", "params": params, "batch": a.batch, "seq": a.seq,
+    print(json.dumps({"impl": "eager", "torch": torch.__version__, "precision": a.precision,
+                      "params": params, "batch": a.batch, "seq": a.seq,
                       "threads": torch.get_num_threads(), "tokens_per_sec": tps, "cpu_tokens_per_sec": cpu_tps,
                       "step_sec": sum(timed) / len(timed),
                       "phase_cpu_sec": {"forward": phases[0] / max(1, len(timed)),

@@ -12,6 +12,7 @@
 #include <string>
 
 #include <time.h>
+#include <unistd.h>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

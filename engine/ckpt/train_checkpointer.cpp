@@ -9,6 +9,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/zeros.h>
 
 #include "ckpt/checkpoint_reader.h"

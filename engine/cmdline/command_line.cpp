@@ -19,9 +19,13 @@ int& exitCode()
     return code;
 }
 
-int runCommandLine(CLI::App& app, const std::string& program, int argc, char** argv)
+int runCommandLine(
+    CLI::App& app, const std::string& program, int argc, char** argv, const std::string& buildInfo)
 {
-    app.set_version_flag("--version", program + " " + SHARD_VERSION + " (" + SHARD_GIT_REV + ")");
+    std::string version = program + " " + SHARD_VERSION + " (" + SHARD_GIT_REV + ")";
+    if (!buildInfo.empty())
+        version += "\n" + buildInfo;
+    app.set_version_flag("--version", version);
     app.require_subcommand(1);
     for (auto& setup : commandRegistry())
         setup(app);

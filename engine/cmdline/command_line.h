@@ -25,9 +25,11 @@ struct CommandRegistration {
     }
 };
 
-// Runs the command line: --version prints "<program> <version> (<git revision>)", exactly one
+// Runs the command line: --version prints "<program> <version> (<git revision>)" (then
+// `buildInfo` on a second line when given), exactly one
 // registered subcommand is required, a usage error exits as CLI11 reports it, an exception from
 // a command prints "<program>: error: <what>" and exits 1; otherwise the command's exitCode().
-int runCommandLine(CLI::App& app, const std::string& program, int argc, char** argv);
+int runCommandLine(CLI::App& app, const std::string& program, int argc, char** argv,
+    const std::string& buildInfo = {});
 
 } // namespace shard::cmdline

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/native/Resize.h>
 #include <spdlog/spdlog.h>
 

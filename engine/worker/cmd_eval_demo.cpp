@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include "command.h"

@@ -3,11 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include "command.h"
+#include "dist/build_info.h"
 
 int main(int argc, char** argv)
 {
     // Logs go to stderr: the worker's stdout carries protocol records only.
     spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
     CLI::App app {"shard-worker: the Shard Studio engine (one process per rank)"};
-    return shard::cmdline::runCommandLine(app, "shard-worker", argc, argv);
+    return shard::cmdline::runCommandLine(
+        app, "shard-worker", argc, argv, shard::dist::buildInfo());
 }

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_reader.h"

@@ -7,6 +7,7 @@
 #include <random>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "core/model/llama_model.h"
 #include "core/train/model_runner.h"

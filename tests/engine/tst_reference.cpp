@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include "core/model/hf_folder.h"

@@ -8,6 +8,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
+#include "core/torch_compat.h"
+
 namespace shard::engine {
 
 namespace {
@@ -41,7 +43,7 @@ public:
     {
     }
 
-    c10::DataPtr allocate(size_t n) const override
+    c10::DataPtr allocate(size_t n) SHARD_ALLOCATOR_CONST override
     {
         auto* base = static_cast<uint8_t*>(m_inner->raw_allocate(n + kHeader));
         const int64_t bytes = static_cast<int64_t>(n);
@@ -56,6 +58,8 @@ public:
     }
 
     c10::DeleterFnPtr raw_deleter() const override { return &countedDelete; }
+
+    SHARD_ALLOCATOR_COPY_DATA
 
 private:
     c10::Allocator* m_inner;

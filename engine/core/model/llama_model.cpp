@@ -7,6 +7,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+
+#include "core/torch_compat.h"
 
 namespace shard::engine {
 
@@ -270,19 +273,29 @@ at::Tensor LlamaModel::attention(
         k = k.unsqueeze(2).expand({b, KV, rep, s, D}).reshape({b, H, s, D});
         v = v.unsqueeze(2).expand({b, KV, rep, s, D}).reshape({b, H, s, D});
     }
-    at::Tensor scores
-        = at::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(D)));
     // Causal mask (and Mistral's sliding window): key j is visible from query i when
     // 0 <= i - j < window.
-    at::Tensor i = at::arange(s, at::kLong).unsqueeze(1);
-    at::Tensor j = at::arange(s, at::kLong).unsqueeze(0);
-    at::Tensor hidden = j > i;
-    if (m_spec.slidingWindow > 0 && m_spec.slidingWindow < s)
-        hidden = hidden.logical_or((i - j) >= m_spec.slidingWindow);
-    scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
+    const bool windowed = m_spec.slidingWindow > 0 && m_spec.slidingWindow < s;
+    auto hiddenKeys = [&] {
+        at::Tensor i = at::arange(s, at::kLong).unsqueeze(1);
+        at::Tensor j = at::arange(s, at::kLong).unsqueeze(0);
+        at::Tensor hidden = j > i;
+        return windowed ? hidden.logical_or((i - j) >= m_spec.slidingWindow) : hidden;
+    };
+#if SHARD_TORCH_HAS_SDPA
+    // One fused kernel (on the CPU a flash-attention loop in fp32 that never holds the scores).
+    at::Tensor out = windowed
+        ? at::scaled_dot_product_attention(q, k, v, hiddenKeys().logical_not())
+        : at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+#else
+    at::Tensor scores
+        = at::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(D)));
+    scores = scores.masked_fill(hiddenKeys(), -std::numeric_limits<double>::infinity());
     at::Tensor probs
         = at::softmax(scores, -1, atLeastFloat(scores.scalar_type())).to(q.scalar_type());
-    at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({b, s, H * D});
+    at::Tensor out = at::matmul(probs, v);
+#endif
+    out = out.transpose(1, 2).reshape({b, s, H * D});
     return linear(out, w, L.o, L.oBias);
 }
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "protocol/parallel_dims.h"
 

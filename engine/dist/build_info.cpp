@@ -1,0 +1,28 @@
+#include "dist/build_info.h"
+
+#include <torch/version.h>
+
+#ifdef SHARD_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+namespace shard::dist {
+
+std::string buildInfo()
+{
+    std::string info = std::string("LibTorch ") + TORCH_VERSION;
+#ifdef SHARD_TORCH_CUDA_VERSION
+    info += std::string(", built with CUDA ") + SHARD_TORCH_CUDA_VERSION;
+#else
+    info += ", built without CUDA";
+#endif
+#ifdef SHARD_HAVE_NCCL
+    info += ", NCCL backend on (NCCL " + std::to_string(NCCL_MAJOR) + "."
+        + std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH) + ")";
+#else
+    info += ", NCCL backend off";
+#endif
+    return info;
+}
+
+} // namespace shard::dist

@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Debian 13 build roots for CI and developers (needs root, debootstrap, zstd, network the first
+# time). A root is made once with debootstrap, kept as a tarball under $SHARD_CI_CACHE keyed by
+# a hash of its package list and this script's ROOTS_VERSION, and unpacked fresh for every run.
+#
+#   ci-roots.sh prepare ROOT        make the tarball if it is missing (fails without network)
+#   ci-roots.sh run ROOT CMD...     unpack ROOT, run CMD in it (bash -c), unpack removed after
+#   ci-roots.sh cpu-suite           build everything against LibTorch 2.6 (CPU), run the
+#                                   unit, engine, multirank and gui labels
+#   ci-roots.sh cuda-gate           build shard-worker against CUDA LibTorch 2.6 with the NCCL
+#                                   backend, fail unless --version shows CUDA and NCCL
+#
+# ROOT is `trixie-cpu` (setup.sh's trixie packages: the README's commands on Debian 13) or
+# `trixie-cuda` (libtorch-cuda-dev, nvidia-cuda-toolkit, libnccl-dev; cuDNN replaced by a
+# placeholder, see make_cuda_root). In a root the clone is mounted read-only at /src, the build
+# is in /build (inside the unpacked root, or SHARD_CI_BUILD_DIR on the host when set, kept between
+# runs), the root's own ccache at /ccache (kept in the cache).
+set -euo pipefail
+
+ROOTS_VERSION=1
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${SHARD_CI_CACHE:-/var/cache/shard-studio-ci}
+WORK=${SHARD_CI_WORK:-/var/tmp/shard-ci-roots}
+MIRROR=${SHARD_CI_MIRROR:-http://deb.debian.org/debian}
+JOBS=${SHARD_CI_JOBS:-2}
+SUITE_LABELS='^(unit|engine|multirank|gui)$'
+
+CUDA_PACKAGES=(
+    build-essential cmake ninja-build ccache git pkg-config file
+    libtorch-cuda-dev nvidia-cuda-toolkit libnccl-dev libgloo-cuda-dev
+    libspdlog-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev
+)
+# (libtorch-cuda-2.6 needs Gloo's CUDA build, in contrib, which conflicts with libgloo-dev.)
+# The placeholder for nvidia-cudnn (its real post-install script downloads cuDNN from NVIDIA).
+FAKE_CUDNN_VERSION=9.0.0.312~cuda12+fake1
+
+log() { echo "ci-roots: $*" >&2; }
+die() {
+    log "error: $*"
+    exit 1
+}
+
+packages_of() {
+    case $1 in
+    trixie-cpu) bash "$SRC/scripts/setup.sh" --list trixie ;;
+    trixie-cuda) printf '%s\n' "${CUDA_PACKAGES[@]}" ;;
+    *) die "unknown root '$1' (known: trixie-cpu, trixie-cuda)" ;;
+    esac
+}
+
+tarball_of() {
+    local key
+    key=$({
+        echo "roots-version $ROOTS_VERSION mirror $MIRROR fake-cudnn $FAKE_CUDNN_VERSION"
+        packages_of "$1"
+    } | sha256sum | cut -c1-16)
+    echo "$CACHE/$1-$key.tar.zst"
+}
+
+# chroot_in DIR CMD: a command in a root with /proc, /sys, /dev and a tmpfs /tmp mounted (they
+# stay until unmount_all DIR).
+mount_all() {
+    local dir=$1
+    mount -t proc proc "$dir/proc"
+    mount -t sysfs sysfs "$dir/sys"
+    mount --rbind /dev "$dir/dev"
+    mount --make-rslave "$dir/dev"
+    mount -t tmpfs -o size=8g tmpfs "$dir/tmp"
+}
+
+unmount_all() {
+    local dir=$1 m
+    # Deepest first; lazy as a last resort so an exiting test cannot keep a mount alive.
+    for m in $(findmnt -rn -o TARGET | grep -F "$dir/" | sort -r); do
+        umount "$m" 2>/dev/null || umount -R "$m" 2>/dev/null || umount -l "$m" || true
+    done
+}
+
+remove_root() {
+    local dir=$1
+    [[ -d $dir ]] || return 0
+    unmount_all "$dir"
+    if findmnt -rn -o TARGET | grep -qF "$dir/"; then
+        log "warning: mounts remain under $dir; not removing it"
+        return 0
+    fi
+    rm -rf --one-file-system "$dir"
+}
+
+apt_in() {
+    local dir=$1
+    shift
+    chroot "$dir" env DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 \
+        apt-get -o Acquire::Retries=3 -y -q --no-install-recommends "$@"
+}
+
+make_cpu_root() {
+    local dir=$1
+    cp "$SRC/scripts/setup.sh" "$dir/tmp/setup.sh"
+    chroot "$dir" env LC_ALL=C.UTF-8 bash /tmp/setup.sh
+}
+
+make_cuda_root() {
+    local dir=$1
+    echo "deb $MIRROR trixie main contrib non-free non-free-firmware" >"$dir/etc/apt/sources.list"
+    apt_in "$dir" update
+    apt_in "$dir" install equivs
+    # Placeholder nvidia-cudnn: apt is satisfied; no cuDNN library comes with it.
+    cat >"$dir/tmp/nvidia-cudnn.ctl" <<EOF
+Section: non-free/libs
+Package: nvidia-cudnn
+Version: $FAKE_CUDNN_VERSION
+Maintainer: Shard Studio CI <ci@localhost>
+Architecture: amd64
+Description: placeholder for cuDNN in the CUDA build gate (no library)
+EOF
+    chroot "$dir" sh -c 'cd /tmp && equivs-build nvidia-cudnn.ctl >/dev/null && dpkg -i nvidia-cudnn_*.deb'
+    apt_in "$dir" install "${CUDA_PACKAGES[@]}"
+    apt_in "$dir" purge equivs
+    apt_in "$dir" autoremove --purge
+    # libtorch_cuda needs libcudnn.so.9 to load. A stub with every cudnn* symbol it imports (each
+    # aborts when called) lets `shard-worker --version` run here; nothing in the gate calls cuDNN.
+    chroot "$dir" bash -euo pipefail -c '
+        lib=$(find /usr/lib -name "libtorch_cuda.so*" | head -1)
+        [[ -n $lib ]] || { echo "no libtorch_cuda.so in the root" >&2; exit 1; }
+        nm -D --undefined-only "$lib" | awk "/ cudnn/ {sub(/@.*/, \"\", \$2); print \$2}" |
+            sort -u | awk "{print \"void \" \$1 \"(void) { __builtin_trap(); }\"}" >/tmp/cudnn_stub.c
+        gcc -shared -fPIC -Wl,-soname,libcudnn.so.9 -o /usr/local/lib/libcudnn.so.9 /tmp/cudnn_stub.c
+        ldconfig'
+}
+
+prepare() {
+    local name=$1 tarball dir start
+    tarball=$(tarball_of "$name")
+    if [[ -f $tarball ]]; then
+        log "$name: cached ($tarball)"
+        return 0
+    fi
+    command -v debootstrap >/dev/null || die "debootstrap is missing (bash scripts/setup.sh)"
+    command -v zstd >/dev/null || die "zstd is missing (bash scripts/setup.sh)"
+    mkdir -p "$CACHE" "$WORK"
+    start=$SECONDS
+    dir=$(mktemp -d "$WORK/make-$name-XXXXXX")
+    chmod 755 "$dir" # a root's / (mktemp makes it 0700): service users must traverse it
+    # set -e stops at the first failing step; the message says what that means.
+    trap 'rc=$?; remove_root "'"$dir"'"; ((rc == 0)) || log "error: '"$name"': the root could not be made (no network to '"$MIRROR"'?): CI fails"' EXIT
+    log "$name: making the root with debootstrap from $MIRROR"
+    debootstrap --variant=minbase trixie "$dir" "$MIRROR" >"$dir.debootstrap.log" 2>&1 || {
+        tail -5 "$dir.debootstrap.log" >&2
+        die "$name: debootstrap failed (no network to $MIRROR?): the Debian 13 suite cannot run"
+    }
+    rm -f "$dir.debootstrap.log"
+    cp /etc/resolv.conf "$dir/etc/resolv.conf"
+    # Services installed in the root (sshd, slurm) must not start.
+    printf '#!/bin/sh\nexit 101\n' >"$dir/usr/sbin/policy-rc.d"
+    chmod +x "$dir/usr/sbin/policy-rc.d"
+    mount_all "$dir"
+    "make_${name#trixie-}_root" "$dir"
+    chroot "$dir" apt-get clean
+    unmount_all "$dir"
+    log "$name: packing $(du -sh --one-file-system "$dir" | cut -f1) into $tarball"
+    tar -C "$dir" --numeric-owner -cf - . | zstd -q -T0 -3 -o "$tarball.part"
+    mv "$tarball.part" "$tarball"
+    remove_root "$dir"
+    trap - EXIT
+    log "$name: made in $((SECONDS - start)) s"
+}
+
+# run ROOT CMD: CMD (a bash script) inside a fresh unpack of ROOT.
+run_in() {
+    local name=$1 cmd=$2 tarball dir start rc=0
+    prepare "$name"
+    tarball=$(tarball_of "$name")
+    mkdir -p "$WORK" "$CACHE/ccache-$name"
+    dir=$(mktemp -d "$WORK/$name-XXXXXX")
+    trap 'remove_root "'"$dir"'"' EXIT
+    start=$SECONDS
+    zstd -q -d -T0 -c "$tarball" | tar -C "$dir" --numeric-owner -xf -
+    chmod 755 "$dir" # tests run as other users too
+    log "$name: unpacked in $((SECONDS - start)) s"
+    mount_all "$dir"
+    mkdir -p "$dir/src" "$dir/ccache" "$dir/build"
+    mount --bind "$SRC" "$dir/src"
+    mount -o remount,bind,ro "$dir/src"
+    mount --bind "$CACHE/ccache-$name" "$dir/ccache"
+    if [[ -n ${SHARD_CI_BUILD_DIR:-} ]]; then
+        # A developer's build folder kept between runs (the root itself is always fresh).
+        mkdir -p "$SHARD_CI_BUILD_DIR"
+        mount --bind "$SHARD_CI_BUILD_DIR" "$dir/build"
+    fi
+    chroot "$dir" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        HOME=/root LC_ALL=C.UTF-8 TERM=dumb CCACHE_DIR=/ccache CCACHE_BASEDIR=/src \
+        CCACHE_MAXSIZE=5G JOBS="$JOBS" SHARD_CI_ROOT="$name" \
+        bash -euo pipefail -c "git config --global --add safe.directory /src; cd /src; $cmd" || rc=$?
+    remove_root "$dir"
+    trap - EXIT
+    return $rc
+}
+
+cpu_suite() {
+    run_in trixie-cpu "
+        cmake --preset release -B /build >/dev/null
+        cmake --build /build -j \$JOBS
+        ctest --test-dir /build -L '$SUITE_LABELS' -j \$JOBS --timeout 600 --output-on-failure
+        ccache -s | grep -E 'Hits|Misses' || true"
+}
+
+cuda_gate() {
+    run_in trixie-cuda '
+        cmake --preset worker-only -B /build -DSHARD_REQUIRE_CUDA=ON
+        cmake --build /build -j $JOBS --target shard-worker
+        v=$(/build/engine/worker/shard-worker --version)
+        echo "$v"
+        for want in "LibTorch 2\." "CUDA 12\." "NCCL 2\." "NCCL backend on"; do
+            grep -qE "$want" <<<"$v" ||
+                { echo "cuda-gate: shard-worker --version lacks /$want/: the CUDA path is off" >&2; exit 1; }
+        done
+        echo "cuda-gate: passed"'
+}
+
+[[ $(id -u) -eq 0 ]] || die "needs root (debootstrap, chroot, mount)"
+case ${1:-} in
+prepare) prepare "${2:?root name}" ;;
+run) run_in "${2:?root name}" "${*:3}" ;;
+cpu-suite) cpu_suite ;;
+cuda-gate) cuda_gate ;;
+*) die "usage: ci-roots.sh prepare|run ROOT [CMD] | cpu-suite | cuda-gate" ;;
+esac
