@@ -50,6 +50,8 @@ public:
     LivePlot* lossPlot() const { return m_loss; }
     LivePlot* memoryPlot() const { return m_memoryPlot; }
     QTableWidget* differencesTable() const { return m_diff; }
+    // The checked runs' sample completions: a row per prompt, a column per run.
+    QTableWidget* samplesTable() const { return m_samples; }
     QString messageText() const;
     void flushCharts();
     void restyle();
@@ -61,6 +63,7 @@ Q_SIGNALS:
 private:
     void rebuildPlots();
     void rebuildDifferences();
+    void rebuildSamples();
     void browse();
 
     std::vector<RunSeries> m_runs;
@@ -81,6 +84,7 @@ private:
     LivePlot* m_loss = nullptr;
     LivePlot* m_memoryPlot = nullptr;
     QTableWidget* m_diff = nullptr;
+    QTableWidget* m_samples = nullptr;
 };
 
 } // namespace shard::widgets

@@ -44,4 +44,13 @@ struct ConfigDifference {
 // Keys whose values are not all equal across the configs, sorted by key.
 std::vector<ConfigDifference> differingConfigValues(const std::vector<nlohmann::json>& configs);
 
+// Sample completions side by side: one row per prompt (in order of first appearance over the
+// runs), one completion per run (its latest for that prompt; empty where it has none).
+struct SampleComparison {
+    QString prompt;
+    QStringList completions;
+    QVector<qint64> steps; // the step of each completion (-1 where none)
+};
+std::vector<SampleComparison> compareSamples(const std::vector<const RunSeries*>& runs);
+
 } // namespace shard::widgets

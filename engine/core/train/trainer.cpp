@@ -24,6 +24,7 @@
 #include "core/optim/lr_schedule.h"
 #include "core/train/data_loader_source.h"
 #include "core/train/model_runner.h"
+#include "core/train/training_samples.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
 
@@ -190,6 +191,9 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
     if (m_spec.evalEvery > 0 && m_data->evalRows().empty())
         throw std::runtime_error("--eval-every needs held-out data (--eval-data FILE or "
                                  "--eval-fraction F)");
+
+    if (m_spec.sampleEvery > 0)
+        m_samples = std::make_unique<TrainingSamples>(m_spec, m_modelDir);
 
     m_steps = m_spec.steps;
     if (m_steps <= 0) {
@@ -409,6 +413,12 @@ TrainResult Trainer::run()
                 result.evalLosses.push_back({step + 1, ev});
                 io.log->info("step {} eval loss {:.6f}", step + 1, ev);
             }
+            if (m_samples && m_samples->due(step + 1, last))
+                for (const auto& sample :
+                    m_samples->run(*m_model, *m_strategy, m_computeDtype, step + 1))
+                    io.write(io.events,
+                        protocol::toJson(
+                            protocol::toEvent(sample, seconds(io.start, Clock::now()))));
             runPeak = std::max(runPeak, alloc.peakBytes());
             if ((step + 1) % m_spec.logEvery == 0 || last) {
                 m_strategy->barrier();
