@@ -447,6 +447,95 @@ void testWorker()
     T_CHECK(err.find("--top-p") != std::string::npos);
 }
 
+// The greedy token ids of a `shard-worker generate` run (its stdout).
+std::vector<int32_t> tokenIds(const std::string& out)
+{
+    std::vector<int32_t> ids;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+        const auto j = nlohmann::json::parse(line);
+        if (j["type"] == "token")
+            ids.push_back(protocol::genTokenFromJson(j).id);
+    }
+    return ids;
+}
+
+// Training writes sample events (one rank, and two ranks of zero3 in lockstep); a checkpoint
+// and the run folder generate like the exported model.
+void testTrainingSamplesAndCheckpoints()
+{
+    const std::string worker = SHARD_WORKER;
+    std::string out, err;
+    const std::string model = g_dir + "/tiny";
+    {
+        std::ofstream data(g_dir + "/copy.jsonl");
+        uint32_t rng = 5;
+        for (int i = 0; i < 64; ++i) {
+            std::string ids = "1";
+            for (int k = 0; k < 31; ++k) {
+                rng = rng * 1664525u + 1013904223u;
+                ids += ", " + std::to_string(10 + (rng >> 16) % 200);
+            }
+            data << "{\"input_ids\": [" << ids << "]}\n";
+        }
+        std::ofstream(g_dir + "/prompts.txt") << "ab\n\n{\"prompt\": \"ba\"}\n";
+    }
+    const std::string common = " --model " + model + " --data " + g_dir
+        + "/copy.jsonl --steps 4 --micro-batch 2 --seq-len 32 --lr 1e-3 --sample-every 2"
+          " --sample-prompts "
+        + g_dir + "/prompts.txt --sample-max-tokens 6";
+    auto samplesOf = [&](const std::string& run) {
+        std::vector<protocol::SampleEvent> v;
+        std::ifstream in(run + "/events.jsonl");
+        for (std::string line; std::getline(in, line);)
+            if (auto s
+                = protocol::sampleFromEvent(protocol::eventFromJson(nlohmann::json::parse(line))))
+                v.push_back(*s);
+        return v;
+    };
+    const std::string one = g_dir + "/run1";
+    T_CHECK_MSG(
+        runCommand(worker + " train" + common + " --checkpoint-every 4 --out " + one, &out, &err)
+            == 0,
+        err);
+    const auto s1 = samplesOf(one);
+    T_CHECK_MSG(s1.size() == 4, "sample events: " + std::to_string(s1.size()));
+    if (s1.size() == 4) {
+        T_CHECK(s1[0].step == 2 && s1[0].prompt == "ab" && s1[1].prompt == "ba");
+        T_CHECK(s1[3].step == 4);
+    }
+    // Two ranks (zero3 gathers each block inside the decode): the same samples, no deadlock.
+    const std::string two = g_dir + "/run2";
+    T_CHECK_MSG(runCommand(worker + " launch --nproc-per-node 2 -- train" + common
+                        + " --micro-batch 1 --strategy zero3 --nproc-per-node 2 --out " + two,
+                    &out, &err)
+            == 0,
+        err);
+    const auto s2 = samplesOf(two);
+    T_CHECK_MSG(s2.size() == 4, "2-rank sample events: " + std::to_string(s2.size()));
+    // A bad prompts file is refused before training starts.
+    T_CHECK(runCommand(worker + " train" + common + " --sample-prompts " + g_dir
+                    + "/none.txt --out " + g_dir + "/run3",
+                &out, &err)
+        == 1);
+    T_CHECK_MSG(err.find("none.txt") != std::string::npos, err);
+
+    // The checkpoint, the run folder and the exported model give the same greedy tokens.
+    const std::string args = " --prompt ab --max-new-tokens 12 --ignore-eos";
+    T_CHECK(runCommand(worker + " generate --model " + one + "/model" + args, &out, &err) == 0);
+    const auto exported = tokenIds(out);
+    T_CHECK(exported.size() == 12);
+    T_CHECK_MSG(runCommand(worker + " generate --checkpoint " + one + "/checkpoints/step-4" + args,
+                    &out, &err)
+            == 0,
+        err);
+    T_CHECK(tokenIds(out) == exported);
+    T_CHECK(runCommand(worker + " generate --model " + one + args, &out, &err) == 0);
+    T_CHECK(tokenIds(out) == exported);
+    T_CHECK(runCommand(worker + " generate --model " + model + args, &out, &err) == 0);
+    T_CHECK_MSG(tokenIds(out) != exported, "training changed nothing?");
+}
+
 } // namespace
 
 int main()
@@ -457,6 +546,7 @@ int main()
     testTinyPresets();
     testStories260k();
     testWorker();
+    testTrainingSamplesAndCheckpoints();
     std::filesystem::remove_all(g_dir);
     return test::finish("tst_generate");
 }
