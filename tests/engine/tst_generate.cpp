@@ -481,9 +481,8 @@ void testTrainingSamplesAndCheckpoints()
         std::ofstream(g_dir + "/prompts.txt") << "ab\n\n{\"prompt\": \"ba\"}\n";
     }
     const std::string common = " --model " + model + " --data " + g_dir
-        + "/copy.jsonl --steps 4 --micro-batch 2 --seq-len 32 --lr 1e-3 --sample-every 2"
-          " --sample-prompts "
-        + g_dir + "/prompts.txt --sample-max-tokens 6";
+        + "/copy.jsonl --steps 4 --seq-len 32 --lr 1e-3 --sample-every 2 --sample-max-tokens 6";
+    const std::string prompts = " --sample-prompts " + g_dir + "/prompts.txt";
     auto samplesOf = [&](const std::string& run) {
         std::vector<protocol::SampleEvent> v;
         std::ifstream in(run + "/events.jsonl");
@@ -494,8 +493,9 @@ void testTrainingSamplesAndCheckpoints()
         return v;
     };
     const std::string one = g_dir + "/run1";
-    T_CHECK_MSG(
-        runCommand(worker + " train" + common + " --checkpoint-every 4 --out " + one, &out, &err)
+    T_CHECK_MSG(runCommand(worker + " train" + common + prompts
+                        + " --micro-batch 2 --checkpoint-every 4 --out " + one,
+                    &out, &err)
             == 0,
         err);
     const auto s1 = samplesOf(one);
@@ -506,7 +506,7 @@ void testTrainingSamplesAndCheckpoints()
     }
     // Two ranks (zero3 gathers each block inside the decode): the same samples, no deadlock.
     const std::string two = g_dir + "/run2";
-    T_CHECK_MSG(runCommand(worker + " launch --nproc-per-node 2 -- train" + common
+    T_CHECK_MSG(runCommand(worker + " launch --nproc-per-node 2 -- train" + common + prompts
                         + " --micro-batch 1 --strategy zero3 --nproc-per-node 2 --out " + two,
                     &out, &err)
             == 0,
@@ -547,6 +547,7 @@ int main()
     testStories260k();
     testWorker();
     testTrainingSamplesAndCheckpoints();
-    std::filesystem::remove_all(g_dir);
+    if (test::failures() == 0)
+        std::filesystem::remove_all(g_dir);
     return test::finish("tst_generate");
 }
