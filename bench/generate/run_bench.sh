@@ -3,7 +3,8 @@
 # loop with a KV cache (eager_generate.py) on the same weights, batch 1, CPU, fp32 and bf16;
 # alternating engine / eager rounds in one run, medians. Prefill = prompt tokens per second of the
 # prompt's forward; decode = one-token steps per second after it (greedy, EOS ignored).
-# usage: bench/generate/run_bench.sh [BUILD_DIR] [THREADS] [ROUNDS]   (prints a Markdown table)
+# usage: bench/generate/run_bench.sh [BUILD_DIR] [THREADS] [ROUNDS]   (prints a Markdown table;
+# $BENCH_RESULTS_JSONL keeps the raw records, $TINY100M_NEW_TOKENS sets tiny-100m's decode length)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../common.sh"
@@ -12,10 +13,10 @@ threads=${2:-1}
 rounds=${3:-3}
 trap 'rm -rf "$out"' EXIT
 stories=$here/../../../shared/models/stories260k
-results=$out/results.jsonl
+results=${BENCH_RESULTS_JSONL:-$out/results.jsonl}
 : >"$results"
 "$worker" init-model --preset tiny-100m --out "$out/tiny-100m" --seed 1 >/dev/null 2>&1
-models=("tiny-100m $out/tiny-100m 64 32")
+models=("tiny-100m $out/tiny-100m 64 ${TINY100M_NEW_TOKENS:-16}")
 if [[ -f $stories/model.safetensors ]]; then
     models=("stories260k $stories 64 256" "${models[@]}")
 else
