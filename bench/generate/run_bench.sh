@@ -63,11 +63,11 @@ for model, dtype in keys:
         med[impl] = {f: statistics.median(r[f] for r in sel) for f in ("prefill_tokens_per_sec", "decode_tokens_per_sec")}
         n = sel[0]
     e, p = med["engine"], med["eager"]
-    print(f"| {model} | {dtype} | {n['prompt_tokens']} | {n['tokens']} | {e['prefill_tokens_per_sec']:.0f} | "
-          f"{p['prefill_tokens_per_sec']:.0f} | {e['decode_tokens_per_sec']:.1f} | {p['decode_tokens_per_sec']:.1f} | "
+    print(f"| {model} | {dtype} | {n['prompt_tokens']} | {n['tokens']} | {e['prefill_tokens_per_sec']:.3g} | "
+          f"{p['prefill_tokens_per_sec']:.3g} | {e['decode_tokens_per_sec']:.3g} | {p['decode_tokens_per_sec']:.3g} | "
           f"**{e['decode_tokens_per_sec'] / p['decode_tokens_per_sec']:.2f}** |")
 print("\nPer round (prefill, decode tok/s):\n")
 for r in rows:
     print(f"- {r['model']} {r['dtype']} {r['impl']} round {r['round']}: "
-          f"{r['prefill_tokens_per_sec']:.0f}, {r['decode_tokens_per_sec']:.1f}")
+          f"{r['prefill_tokens_per_sec']:.3g}, {r['decode_tokens_per_sec']:.3g}")
 PY
