@@ -17,6 +17,7 @@
 #include <QPushButton>
 #include <QSlider>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTableWidget>
 #include <QTextStream>
 #include <QVBoxLayout>
@@ -69,6 +70,12 @@ ComparePage::ComparePage(QWidget* parent)
     m_diff->setAlternatingRowColors(true);
     m_diff->verticalHeader()->setVisible(false);
     m_diff->setAccessibleName(tr("Config values that differ"));
+    m_samples = new QTableWidget(this);
+    m_samples->setObjectName("samples");
+    m_samples->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_samples->setWordWrap(true);
+    m_samples->verticalHeader()->setVisible(false);
+    m_samples->setAccessibleName(tr("Sample completions by prompt"));
 
     auto* controls = new QHBoxLayout;
     controls->addWidget(new QLabel(tr("&Smoothing"), this));
@@ -110,7 +117,10 @@ ComparePage::ComparePage(QWidget* parent)
     diffLayout->setContentsMargins(0, 0, 0, 0);
     diffLayout->addWidget(new QLabel(tr("Config values that differ"), diffBox));
     diffLayout->addWidget(m_diff);
-    right->addWidget(diffBox);
+    auto* bottom = new QTabWidget(this);
+    bottom->addTab(diffBox, tr("Settings"));
+    bottom->addTab(m_samples, tr("Samples"));
+    right->addWidget(bottom);
     right->setStretchFactor(0, 3);
     right->setStretchFactor(1, 1);
 
@@ -310,8 +320,36 @@ void ComparePage::rebuildPlots()
     }
 }
 
+void ComparePage::rebuildSamples()
+{
+    std::vector<const RunSeries*> runs;
+    QStringList names;
+    for (size_t i = 0; i < m_runs.size(); ++i)
+        if (m_checked[i]) {
+            runs.push_back(&m_runs[i]);
+            names << m_runs[i].name;
+        }
+    const auto rows = compareSamples(runs);
+    m_samples->clear();
+    m_samples->setColumnCount(int(names.size()) + 1);
+    m_samples->setHorizontalHeaderLabels(QStringList {tr("prompt")} + names);
+    m_samples->setRowCount(int(rows.size()));
+    for (int r = 0; r < int(rows.size()); ++r) {
+        const auto& row = rows[size_t(r)];
+        m_samples->setItem(r, 0, new QTableWidgetItem(row.prompt));
+        for (int c = 0; c < row.completions.size(); ++c) {
+            auto* item = new QTableWidgetItem(row.completions[c]);
+            if (row.steps[c] >= 0)
+                item->setToolTip(tr("step %1").arg(row.steps[c]));
+            m_samples->setItem(r, c + 1, item);
+        }
+    }
+    m_samples->resizeRowsToContents();
+}
+
 void ComparePage::rebuildDifferences()
 {
+    rebuildSamples();
     std::vector<nlohmann::json> configs;
     QStringList names;
     for (size_t i = 0; i < m_runs.size(); ++i) {

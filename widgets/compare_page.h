@@ -53,6 +53,8 @@ public:
     LivePlot* memoryPlot() const { return m_memoryPlot; }
     LivePlot* throughputPlot() const { return m_throughput; }
     QTableWidget* differencesTable() const { return m_diff; }
+    // The checked runs' sample completions: a row per prompt, a column per run.
+    QTableWidget* samplesTable() const { return m_samples; }
     QString messageText() const;
     void flushCharts();
     void restyle();
@@ -64,6 +66,7 @@ Q_SIGNALS:
 private:
     void rebuildPlots();
     void rebuildDifferences();
+    void rebuildSamples();
     void browse();
 
     std::vector<RunSeries> m_runs;
@@ -85,6 +88,7 @@ private:
     LivePlot* m_memoryPlot = nullptr;
     LivePlot* m_throughput = nullptr;
     QTableWidget* m_diff = nullptr;
+    QTableWidget* m_samples = nullptr;
 };
 
 } // namespace shard::widgets

@@ -28,6 +28,7 @@
 #include "widgets/memory_bar_chart.h"
 #include "widgets/monitor_page.h"
 #include "widgets/plan_page.h"
+#include "widgets/playground_page.h"
 #include "widgets/runs_page.h"
 #include "widgets/store_service.h"
 
@@ -48,6 +49,8 @@ QString pageName(Page page)
         return "compare";
     case Page::Hosts:
         return "hosts";
+    case Page::Playground:
+        return "playground";
     }
     return {};
 }
@@ -77,9 +80,11 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     m_runs = new RunsPage(this);
     m_compare = new ComparePage(this);
     m_hosts = new HostsPage(this);
-    const QStringList titles
-        = {tr("Plan"), tr("Launch"), tr("Monitor"), tr("Runs"), tr("Compare"), tr("Hosts")};
-    const QList<QWidget*> pages = {m_plan, m_launch, m_monitor, m_runs, m_compare, m_hosts};
+    m_playground = new PlaygroundPage(this);
+    const QStringList titles = {tr("Plan"), tr("Launch"), tr("Monitor"), tr("Runs"), tr("Compare"),
+        tr("Hosts"), tr("Playground")};
+    const QList<QWidget*> pages
+        = {m_plan, m_launch, m_monitor, m_runs, m_compare, m_hosts, m_playground};
     for (int i = 0; i < kPageCount; ++i) {
         auto* item = new QListWidgetItem(QString("%1   Ctrl+%2").arg(titles[i]).arg(i + 1), m_nav);
         item->setData(Qt::AccessibleTextRole, titles[i]);
@@ -242,13 +247,17 @@ void MainWindow::wirePages()
     });
     connect(m_store, &StoreService::runsListed, this, [this](const QVector<jobs::RunRecord>& r) {
         QVector<jobs::RunRecord> running;
+        QStringList dirs;
         for (const auto& run : r) {
-            if (!run.runDir.isEmpty())
+            if (!run.runDir.isEmpty()) {
                 m_runIdByDir.insert(QDir(run.runDir).absolutePath(), run.id);
+                dirs << run.runDir;
+            }
             if (run.status == jobs::RunStatus::Running || run.status == jobs::RunStatus::Queued)
                 running.push_back(run);
         }
         m_monitor->setRunningRuns(running);
+        m_playground->setRuns(dirs);
     });
     connect(
         m_store, &StoreService::launched, this, [this](qint64 id, const QString& dir, bool remote) {

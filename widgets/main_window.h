@@ -1,6 +1,6 @@
-// The studio's main window: a page list (Plan, Launch, Monitor, Runs, Compare, Hosts) beside a
-// stack of pages, keyboard navigation (Ctrl+1..6, Ctrl+O), light/dark palettes, and window
-// state plus last choices remembered in QSettings.
+// The studio's main window: a page list (Plan, Launch, Monitor, Runs, Compare, Hosts,
+// Playground) beside a stack of pages, keyboard navigation (Ctrl+1..7, Ctrl+O), light/dark
+// palettes, and window state plus last choices remembered in QSettings.
 #pragma once
 
 #include <optional>
@@ -20,11 +20,12 @@ class HostsPage;
 class LaunchPage;
 class MonitorPage;
 class PlanPage;
+class PlaygroundPage;
 class RunsPage;
 class StoreService;
 
-enum class Page { Plan, Launch, Monitor, Runs, Compare, Hosts };
-constexpr int kPageCount = 6;
+enum class Page { Plan, Launch, Monitor, Runs, Compare, Hosts, Playground };
+constexpr int kPageCount = 7;
 
 QString pageName(Page page); // "plan", "launch", ...
 std::optional<Page> pageFromName(const QString& name);
@@ -47,6 +48,7 @@ public:
     RunsPage* runsPage() const { return m_runs; }
     ComparePage* comparePage() const { return m_compare; }
     HostsPage* hostsPage() const { return m_hosts; }
+    PlaygroundPage* playgroundPage() const { return m_playground; }
     StoreService* store() const { return m_store; }
     // Opens a run in the Monitor: a run folder, or a run id of the store.
     void monitorRun(const QString& folderOrId);
@@ -79,6 +81,7 @@ private:
     RunsPage* m_runs = nullptr;
     ComparePage* m_compare = nullptr;
     HostsPage* m_hosts = nullptr;
+    PlaygroundPage* m_playground = nullptr;
     StoreService* m_store = nullptr;
     QHash<QString, qint64> m_runIdByDir;
     quint64 m_ticket = 0;

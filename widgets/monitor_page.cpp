@@ -150,6 +150,12 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_events->setHeaderLabels({tr("time"), tr("step"), tr("event"), tr("message")});
     m_events->setRootIsDecorated(false);
     m_events->header()->setStretchLastSection(true);
+    m_samples = new QTreeWidget(this);
+    m_samples->setObjectName("samples");
+    m_samples->setHeaderLabels({tr("step"), tr("prompt"), tr("completion")});
+    m_samples->setRootIsDecorated(false);
+    m_samples->setWordWrap(true);
+    m_samples->header()->setStretchLastSection(true);
 
     auto* top = new QHBoxLayout;
     top->addWidget(m_path, 1);
@@ -191,6 +197,7 @@ MonitorPage::MonitorPage(QWidget* parent)
     auto* tabs = new QTabWidget(this);
     tabs->addTab(logBox, tr("&Log"));
     tabs->addTab(m_events, tr("&Events"));
+    tabs->addTab(m_samples, tr("Sa&mples"));
     auto* split = new QSplitter(Qt::Vertical, this);
     split->addWidget(charts);
     split->addWidget(tabs);
@@ -395,6 +402,7 @@ void MonitorPage::reset()
         m_logRank->removeItem(1);
     m_logRank->setCurrentIndex(0);
     m_events->clear();
+    m_samples->clear();
     m_progress->setRange(0, 1);
     m_progress->setValue(0);
     m_eta->clear();
@@ -487,6 +495,10 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
                 QString::fromStdString(e.kind), QString::fromStdString(e.message)});
         if (e.kind == "error" || e.kind == "warning")
             item->setForeground(2, QColor(200, 40, 40));
+        if (const auto sample = protocol::sampleFromEvent(e))
+            new QTreeWidgetItem(m_samples,
+                {QString::number(sample->step), QString::fromStdString(sample->prompt),
+                    QString::fromStdString(sample->completion)});
         if (e.kind == "start")
             ++m_startsSeen;
         if (e.kind == "start" && !m_resumedDir.isEmpty() && m_startsSeen > m_resumedStarts)

@@ -73,6 +73,8 @@ public:
     LivePlot* gradNormPlot() const { return m_gradNorm; }
     LivePlot* throughputPlot() const { return m_throughput; }
     MemoryBarChart* memoryChart() const { return m_memory; }
+    // The run's sample completions (step, prompt, completion), as sample events arrive.
+    QTreeWidget* samplesView() const { return m_samples; }
     // Draws every chart now (screenshots).
     void flushCharts();
     void restyle();
@@ -143,6 +145,7 @@ private:
     QLabel* m_runningLabel = nullptr;
     QLabel* m_logLabel = nullptr;
     QTreeWidget* m_events = nullptr;
+    QTreeWidget* m_samples = nullptr;
 };
 
 QStringList memoryCategoryNames();

@@ -108,4 +108,32 @@ Result<RunSeries> loadRunDirectory(const QString& directory)
     return run;
 }
 
+std::vector<SampleComparison> compareSamples(const std::vector<const RunSeries*>& runs)
+{
+    std::vector<SampleComparison> rows;
+    std::map<std::string, size_t> rowOf;
+    for (size_t r = 0; r < runs.size(); ++r)
+        for (const auto& e : runs[r]->events) {
+            const auto sample = protocol::sampleFromEvent(e);
+            if (!sample)
+                continue;
+            auto [it, added] = rowOf.emplace(sample->prompt, rows.size());
+            if (added) {
+                SampleComparison row;
+                row.prompt = QString::fromStdString(sample->prompt);
+                for (size_t k = 0; k < runs.size(); ++k) {
+                    row.completions << QString();
+                    row.steps << -1;
+                }
+                rows.push_back(row);
+            }
+            SampleComparison& row = rows[it->second];
+            if (sample->step >= row.steps[qsizetype(r)]) {
+                row.completions[qsizetype(r)] = QString::fromStdString(sample->completion);
+                row.steps[qsizetype(r)] = sample->step;
+            }
+        }
+    return rows;
+}
+
 } // namespace shard::widgets

@@ -38,4 +38,13 @@ struct RunSeries {
 // A folder without run.json, or with a malformed one, is an error that says so.
 Result<RunSeries> loadRunDirectory(const QString& directory);
 
+// Sample completions side by side: one row per prompt (in order of first appearance over the
+// runs), one completion per run (its latest for that prompt; empty where it has none).
+struct SampleComparison {
+    QString prompt;
+    QStringList completions;
+    QVector<qint64> steps; // the step of each completion (-1 where none)
+};
+std::vector<SampleComparison> compareSamples(const std::vector<const RunSeries*>& runs);
+
 } // namespace shard::widgets

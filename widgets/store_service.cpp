@@ -21,6 +21,24 @@
 
 namespace shard::widgets {
 
+namespace {
+
+// An event row of the store as the record the run wrote.
+protocol::EventRecord eventFromRow(const jobs::EventRow& row)
+{
+    protocol::EventRecord e;
+    e.kind = row.kind.toStdString();
+    e.step = row.step;
+    e.wallTimeSec = row.wallTime;
+    e.message = row.message.toStdString();
+    e.data = nlohmann::json::parse(row.dataJson.toStdString(), nullptr, false);
+    if (!e.data.is_object())
+        e.data = nlohmann::json::object();
+    return e;
+}
+
+} // namespace
+
 class StoreWorker : public QObject {
     Q_OBJECT
 public:
@@ -116,6 +134,10 @@ public:
                 auto it = peakAt.find(step);
                 s.peakBytes.append(it == peakAt.end() ? 0.0 : it->second);
             }
+            // Events (sample completions, checkpoints...) as the run wrote them.
+            if (auto events = m_store->events(id))
+                for (const jobs::EventRow& row : events.value())
+                    s.events.push_back(eventFromRow(row));
             out.push_back(std::move(s));
         }
         Q_EMIT seriesLoaded(ticket, out);
@@ -559,14 +581,7 @@ private:
             u.metrics.push_back(std::move(r));
         }
         for (const jobs::EventRow& row : events.value()) {
-            protocol::EventRecord e;
-            e.kind = row.kind.toStdString();
-            e.step = row.step;
-            e.wallTimeSec = row.wallTime;
-            e.message = row.message.toStdString();
-            e.data = nlohmann::json::parse(row.dataJson.toStdString(), nullptr, false);
-            if (!e.data.is_object())
-                e.data = nlohmann::json::object();
+            protocol::EventRecord e = eventFromRow(row);
             if (e.kind == "checkpoint")
                 ++m_follow.checkpoints;
             m_follow.afterEventId = std::max(m_follow.afterEventId, row.id);

@@ -1,5 +1,6 @@
 // shard-studio: the desktop studio. `--screenshot FILE.png [--page P] [--run ID]` renders one
 // page offscreen to a PNG (for the docs and tests) and exits.
+#include <algorithm>
 #include <cstdio>
 
 #include <QApplication>
@@ -20,6 +21,7 @@
 #include "widgets/main_window.h"
 #include "widgets/monitor_page.h"
 #include "widgets/plan_page.h"
+#include "widgets/playground_page.h"
 #include "widgets/run_series.h"
 #include "widgets/runs_page.h"
 
@@ -93,6 +95,25 @@ int screenshot(
     case Page::Plan:
         waitUntil([&] { return !window.planPage()->results().empty(); }, 8000);
         break;
+    case Page::Playground:
+        // --run MODEL[,COMPARED]: both answer the same prompt with the same seed.
+        if (runs.isEmpty())
+            break;
+        {
+            PlaygroundPage* pg = window.playgroundPage();
+            for (int i = 0; i < std::min<int>(runs.size(), PlaygroundPage::kPanes); ++i)
+                pg->setModelPath(i, runs[i]);
+            pg->setPrompt(QStringLiteral("Once upon a time"));
+            pg->setSampling(0.8, 40, 0.95, 0.0, 7);
+            pg->setMaxNewTokens(120);
+            pg->generate();
+            waitUntil([&] { return !pg->isRunning(); }, 60000);
+            if (!pg->messageText().isEmpty()) {
+                failed = true;
+                why = pg->messageText();
+            }
+        }
+        break;
     default:
         break;
     }
@@ -136,10 +157,11 @@ int main(int argc, char** argv)
     QCommandLineOption shotOpt(
         "screenshot", "Render a page offscreen to FILE.png and exit.", "FILE.png");
     QCommandLineOption pageOpt("page",
-        "Page to show: plan, launch, monitor, runs, compare or hosts (default plan).", "PAGE");
+        "Page to show: plan, launch, monitor, runs, compare, hosts or playground (default plan).",
+        "PAGE");
     QCommandLineOption runOpt("run",
         "Run to open on monitor/compare: a run folder or a store id (repeat or comma-separate "
-        "for compare).",
+        "for compare); on playground, the model folder(s) to answer a sample prompt.",
         "ID");
     QCommandLineOption themeOpt("theme", "light or dark.", "THEME");
     QCommandLineOption sizeOpt(
@@ -156,8 +178,8 @@ int main(int argc, char** argv)
         page = pageFromName(parser.value(pageOpt));
         if (!page) {
             std::fprintf(stderr,
-                "shard-studio: unknown page '%s' (use plan, launch, monitor, runs, compare or "
-                "hosts)\n",
+                "shard-studio: unknown page '%s' (use plan, launch, monitor, runs, compare, "
+                "hosts or playground)\n",
                 qPrintable(parser.value(pageOpt)));
             return 2;
         }
@@ -190,6 +212,9 @@ int main(int argc, char** argv)
     if (!runs.isEmpty()) {
         if (page == Page::Compare)
             window.compareRuns(runs);
+        else if (page == Page::Playground)
+            for (int i = 0; i < std::min<int>(runs.size(), PlaygroundPage::kPanes); ++i)
+                window.playgroundPage()->setModelPath(i, runs[i]);
         else
             window.monitorRun(runs.front());
     }

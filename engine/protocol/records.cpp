@@ -127,6 +127,87 @@ EventRecord eventFromJson(const nlohmann::json& j)
     return e;
 }
 
+nlohmann::json toJson(const GenModelRecord& r)
+{
+    return {{"v", kSchemaVersion}, {"type", "model"}, {"model", r.model}, {"params", r.params},
+        {"dtype", r.dtype}, {"device", r.device}, {"load_sec", r.loadSec}};
+}
+
+nlohmann::json toJson(const GenTokenRecord& r)
+{
+    return {{"v", kSchemaVersion}, {"type", "token"}, {"index", r.index}, {"id", r.id},
+        {"text", r.text}};
+}
+
+nlohmann::json toJson(const GenSummaryRecord& r)
+{
+    return {{"v", kSchemaVersion}, {"type", "summary"}, {"tokens", r.tokens},
+        {"prompt_tokens", r.promptTokens}, {"prefill_sec", r.prefillSec},
+        {"decode_sec", r.decodeSec}, {"prefill_tokens_per_sec", r.prefillTokensPerSec},
+        {"decode_tokens_per_sec", r.decodeTokensPerSec}, {"stop_reason", r.stopReason},
+        {"text", r.text}, {"tail", r.tail}};
+}
+
+GenModelRecord genModelFromJson(const nlohmann::json& j)
+{
+    checkVersion(j, "model");
+    GenModelRecord r;
+    r.model = required<std::string>(j, "model", "model");
+    r.params = optional<int64_t>(j, "params", 0);
+    r.dtype = optional<std::string>(j, "dtype", "");
+    r.device = optional<std::string>(j, "device", "");
+    r.loadSec = optional<double>(j, "load_sec", 0.0);
+    return r;
+}
+
+GenTokenRecord genTokenFromJson(const nlohmann::json& j)
+{
+    checkVersion(j, "token");
+    GenTokenRecord r;
+    r.index = required<int64_t>(j, "index", "token");
+    r.id = required<int32_t>(j, "id", "token");
+    r.text = required<std::string>(j, "text", "token");
+    return r;
+}
+
+GenSummaryRecord genSummaryFromJson(const nlohmann::json& j)
+{
+    checkVersion(j, "summary");
+    GenSummaryRecord r;
+    r.tokens = required<int64_t>(j, "tokens", "summary");
+    r.promptTokens = required<int64_t>(j, "prompt_tokens", "summary");
+    r.stopReason = required<std::string>(j, "stop_reason", "summary");
+    r.prefillSec = optional<double>(j, "prefill_sec", 0.0);
+    r.decodeSec = optional<double>(j, "decode_sec", 0.0);
+    r.prefillTokensPerSec = optional<double>(j, "prefill_tokens_per_sec", 0.0);
+    r.decodeTokensPerSec = optional<double>(j, "decode_tokens_per_sec", 0.0);
+    r.text = optional<std::string>(j, "text", "");
+    r.tail = optional<std::string>(j, "tail", "");
+    return r;
+}
+
+EventRecord toEvent(const SampleEvent& s, double wallTimeSec)
+{
+    EventRecord e;
+    e.kind = kSampleEventKind;
+    e.step = s.step;
+    e.wallTimeSec = wallTimeSec;
+    e.message = "sample at step " + std::to_string(s.step);
+    e.data = {{"prompt", s.prompt}, {"completion", s.completion}};
+    return e;
+}
+
+std::optional<SampleEvent> sampleFromEvent(const EventRecord& e)
+{
+    if (e.kind != kSampleEventKind)
+        return std::nullopt;
+    SampleEvent s;
+    s.step = e.step;
+    s.prompt = optional<std::string>(e.data, "prompt", "");
+    s.completion = optional<std::string>(e.data, "completion", "");
+    return s;
+}
+
 std::string encodeLine(const nlohmann::json& j)
 {
     // Replace invalid UTF-8 instead of throwing: a log message must never stop a run.

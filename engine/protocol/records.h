@@ -42,13 +42,62 @@ struct MetricRecord {
 };
 
 struct EventRecord {
-    std::string kind; // start, checkpoint, eval, warning, error, finish
+    std::string kind; // start, checkpoint, eval, sample, warning, error, finish
     double wallTimeSec = 0.0;
     int64_t step = -1; // -1: unknown, not written
     std::string message;
     nlohmann::json data
         = nlohmann::json::object(); // e.g. {"reason":"completed"}, {"rank":1,"signal":9}
 };
+
+// A "sample" event (kind "sample"): a completion the model wrote during training, greedy from a
+// prompt of the run's sample prompts file, in data {"prompt", "completion"}.
+inline constexpr const char* kSampleEventKind = "sample";
+struct SampleEvent {
+    int64_t step = 0;
+    std::string prompt;
+    std::string completion;
+};
+
+// The records `shard-worker generate` streams on stdout, one JSON object per line: "model" once
+// loaded, a "token" per generated token, then "summary". The pieces of the token records plus
+// the summary's tail join to the summary's text.
+struct GenModelRecord {
+    std::string model; // the folder or checkpoint loaded
+    int64_t params = 0;
+    std::string dtype;  // fp32, bf16
+    std::string device; // cpu, cuda:0
+    double loadSec = 0.0;
+};
+
+struct GenTokenRecord {
+    int64_t index = 0; // 0-based among the generated tokens
+    int32_t id = 0;
+    std::string text; // the text this token releases (may be empty)
+};
+
+struct GenSummaryRecord {
+    int64_t tokens = 0; // generated (stop token excluded)
+    int64_t promptTokens = 0;
+    double prefillSec = 0.0;
+    double decodeSec = 0.0;
+    double prefillTokensPerSec = 0.0;
+    double decodeTokensPerSec = 0.0;
+    std::string stopReason; // eos, max_tokens, stop_string, context
+    std::string text;       // the whole generated text
+    std::string tail;       // text no token record carried (held back until the end)
+};
+
+nlohmann::json toJson(const GenModelRecord& r);
+nlohmann::json toJson(const GenTokenRecord& r);
+nlohmann::json toJson(const GenSummaryRecord& r);
+GenModelRecord genModelFromJson(const nlohmann::json& j);
+GenTokenRecord genTokenFromJson(const nlohmann::json& j);
+GenSummaryRecord genSummaryFromJson(const nlohmann::json& j);
+
+// The sample event as an event record, and back (nullopt when `e` is not a sample event).
+EventRecord toEvent(const SampleEvent& s, double wallTimeSec);
+std::optional<SampleEvent> sampleFromEvent(const EventRecord& e);
 
 nlohmann::json toJson(const RankMemory& m);
 nlohmann::json toJson(const MetricRecord& r);

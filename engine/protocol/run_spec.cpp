@@ -19,6 +19,9 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("eval_data", s.evalData);
     f("eval_fraction", s.evalFraction);
     f("eval_every", s.evalEvery);
+    f("sample_every", s.sampleEvery);
+    f("sample_prompts", s.samplePrompts);
+    f("sample_max_tokens", s.sampleMaxTokens);
     f("packing", s.packing);
     f("shuffle", s.shuffle);
     f("skip_bad_lines", s.skipBadLines);
@@ -155,6 +158,12 @@ void validate(const RunSpec& s)
         throw std::runtime_error("run spec: warmup must be >= 0");
     if (s.clip < 0)
         throw std::runtime_error("run spec: clip must be >= 0 (0 disables clipping)");
+    if (s.sampleEvery < 0)
+        throw std::runtime_error("run spec: sample_every must be >= 0 (0 = no samples)");
+    if (s.sampleEvery > 0 && s.samplePrompts.empty())
+        throw std::runtime_error("run spec: sample_every needs sample_prompts (--sample-prompts "
+                                 "FILE, one prompt a line)");
+    positive("sample_max_tokens", static_cast<double>(s.sampleMaxTokens));
     if (s.evalFraction < 0 || s.evalFraction >= 1)
         throw std::runtime_error("run spec: eval_fraction must be in [0, 1)");
     if (s.beta1 < 0 || s.beta1 >= 1 || s.beta2 < 0 || s.beta2 >= 1)

@@ -22,6 +22,9 @@ struct RunSpec {
     std::string evalData;            // file; or evalFraction > 0
     double evalFraction = 0.0;
     int64_t evalEvery = 0;
+    int64_t sampleEvery = 0;      // greedy sample completions every N steps (0 = none)
+    std::string samplePrompts;    // their prompts: one per line
+    int64_t sampleMaxTokens = 32; // tokens per completion
     bool packing = false;
     bool shuffle = true;
     bool skipBadLines = false;

@@ -1,6 +1,5 @@
 // shard-worker eval-demo: the accuracy of a model folder on held-out questions of a built-in demo
-// task, by greedy generation (the full forward is recomputed for every new token: the demo
-// models are tiny and the answers short).
+// task, by greedy generation.
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -12,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "core/generate/generation.h"
 #include "core/model/hf_folder.h"
 #include "core/model/llama_model.h"
 #include "data/demo_task.h"
@@ -28,48 +28,15 @@ struct EvalDemoOptions {
     bool json = false;
 };
 
-std::vector<at::Tensor> unitWeights(const shard::engine::Unit& unit)
-{
-    std::vector<at::Tensor> w;
-    w.reserve(unit.params.size());
-    for (const auto& p : unit.params)
-        w.push_back(p.value);
-    return w;
-}
-
-// The tokens that end an answer: EOS and the chat templates' end-of-turn markers.
-std::vector<int32_t> stopIds(const shard::tokenizer::Tokenizer& tok)
-{
-    std::vector<int32_t> ids;
-    if (tok.eosId() >= 0)
-        ids.push_back(tok.eosId());
-    for (const char* t : {"<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end|>", "</s>"})
-        if (const int32_t id = tok.tokenToId(t); id >= 0)
-            ids.push_back(id);
-    return ids;
-}
-
-// Greedy continuation of `prompt` until a stop token or `maxNew` tokens.
+// Greedy continuation of `prompt` until a stop token or `maxNew` tokens (KV-cache decoding).
 std::vector<int32_t> greedy(const shard::engine::LlamaModel& model,
-    const std::vector<int32_t>& prompt, int maxNew, const std::vector<int32_t>& stop)
+    const shard::tokenizer::Tokenizer& tok, const std::vector<int32_t>& prompt, int maxNew)
 {
-    std::vector<int64_t> ids(prompt.begin(), prompt.end());
-    std::vector<int32_t> out;
-    const auto root = unitWeights(model.unit(0));
-    for (int n = 0; n < maxNew; ++n) {
-        const at::Tensor input = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
-        const auto rope = model.rope(input.size(1), at::kFloat);
-        at::Tensor x = model.embed(root, input);
-        for (int u = 1; u < model.numUnits(); ++u)
-            x = model.block(unitWeights(model.unit(u)), x, rope);
-        const at::Tensor logits = model.head(root, x);
-        const auto next = static_cast<int32_t>(logits[0][-1].argmax().item<int64_t>());
-        if (std::find(stop.begin(), stop.end(), next) != stop.end())
-            break;
-        out.push_back(next);
-        ids.push_back(next);
-    }
-    return out;
+    shard::engine::Decoder decoder(model, shard::engine::modelWeights(model), at::kFloat, at::kCPU,
+        static_cast<int64_t>(prompt.size()) + maxNew);
+    shard::engine::GenerateOptions o;
+    o.maxNewTokens = maxNew;
+    return shard::engine::generate(decoder, tok, prompt, o).ids;
 }
 
 void runEvalDemo(const EvalDemoOptions& o)
@@ -92,12 +59,11 @@ void runEvalDemo(const EvalDemoOptions& o)
 
     at::NoGradGuard noGrad;
     const auto examples = shard::data::generateDemoExamples(task, o.count, o.seed);
-    const std::vector<int32_t> stop = stopIds(tok);
     std::vector<std::string> expected, outputs;
     nlohmann::json samples = nlohmann::json::array();
     for (const auto& ex : examples) {
         const auto prompt = shard::data::demoPromptIds(tok, ex, shard::data::DataFormat::Chat);
-        const auto answer = tok.decode(greedy(model, prompt, o.maxNewTokens, stop), true);
+        const auto answer = tok.decode(greedy(model, tok, prompt, o.maxNewTokens), true);
         expected.push_back(ex.answer);
         outputs.push_back(answer);
         if (samples.size() < 5)

@@ -183,6 +183,12 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     bindOption(cmd, a, "--eval-fraction", &protocol::RunSpec::evalFraction,
         "Hold out this fraction of --data");
     bindOption(cmd, a, "--eval-every", &protocol::RunSpec::evalEvery, "Evaluate every N steps");
+    bindOption(cmd, a, "--sample-every", &protocol::RunSpec::sampleEvery,
+        "Write greedy sample completions every N steps and at the end (0 = none)");
+    bindOption(cmd, a, "--sample-prompts", &protocol::RunSpec::samplePrompts,
+        "Prompts of the samples (one per line)");
+    bindOption(cmd, a, "--sample-max-tokens", &protocol::RunSpec::sampleMaxTokens,
+        "Tokens per sample completion (default 32)");
     bindOption(cmd, a, "--log-every", &protocol::RunSpec::logEvery, "Metric record every N steps");
     bindOption(
         cmd, a, "--strategy", &protocol::RunSpec::strategy, "ddp, zero1, zero2, zero3, hybrid");

@@ -47,6 +47,16 @@ QString writeRun(const QString& root, const QString& name, double lr, const char
     return dir;
 }
 
+// Appends sample events (step, prompt, completion) to a run's events.jsonl.
+void writeSamples(const QString& dir, const std::vector<protocol::SampleEvent>& samples)
+{
+    QFile events(dir + "/events.jsonl");
+    events.open(QIODevice::Append);
+    for (const auto& s : samples)
+        events.write(QByteArray::fromStdString(
+            protocol::encodeLine(protocol::toJson(protocol::toEvent(s, 1.0))) + "\n"));
+}
+
 } // namespace
 
 class TstComparePage : public QObject {
@@ -127,6 +137,38 @@ private Q_SLOTS:
         QVERIFY(all.width() >= page.lossPlot()->width() + page.memoryPlot()->width() - 2);
         QVERIFY(all.height() >= page.lossPlot()->height());
         QVERIFY(!page.exportCsv(tmp.filePath("no/such/dir/x.csv")).isEmpty());
+    }
+
+    void samplesSideBySide()
+    {
+        QTemporaryDir tmp;
+        const QString a = writeRun(tmp.path(), "base", 1e-3, "zero3", 10, 1.0);
+        const QString b = writeRun(tmp.path(), "tuned", 3e-4, "zero3", 10, 1.0);
+        writeSamples(a,
+            {{5, "Once upon", " a time"}, {10, "Once upon", " a time, a cat"},
+                {10, "The dog", " ran"}});
+        writeSamples(b, {{10, "Once upon", " a time there was"}, {10, "Hello", " world"}});
+        ComparePage page;
+        QSignalSpy added(&page, &ComparePage::runAdded);
+        page.addRunDirectory(a);
+        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 1, 5000);
+        page.addRunDirectory(b);
+        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 2, 5000);
+        QTableWidget* t = page.samplesTable();
+        QCOMPARE(t->columnCount(), 3);
+        QCOMPARE(t->rowCount(), 3);
+        QMap<QString, QStringList> byPrompt;
+        for (int r = 0; r < t->rowCount(); ++r)
+            byPrompt[t->item(r, 0)->text()]
+                = QStringList {t->item(r, 1)->text(), t->item(r, 2)->text()};
+        // The latest completion of each run for a prompt; empty where a run has none.
+        const int baseCol = t->horizontalHeaderItem(1)->text() == "base" ? 0 : 1;
+        QCOMPARE(byPrompt["Once upon"][baseCol], QString(" a time, a cat"));
+        QCOMPARE(byPrompt["Once upon"][1 - baseCol], QString(" a time there was"));
+        QCOMPARE(byPrompt["The dog"][1 - baseCol], QString());
+        QCOMPARE(byPrompt["Hello"][1 - baseCol], QString(" world"));
+        page.setRunChecked(1, false);
+        QCOMPARE(t->columnCount(), 2);
     }
 
     void folderWithoutRunJsonShowsMessage()

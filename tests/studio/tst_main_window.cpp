@@ -88,7 +88,8 @@ private Q_SLOTS:
     void screenshotsOfEveryPage()
     {
         QVERIFY2(QFileInfo::exists(kStudio), qPrintable(kStudio));
-        for (const char* page : {"plan", "launch", "monitor", "runs", "compare", "hosts"}) {
+        for (const char* page :
+            {"plan", "launch", "monitor", "runs", "compare", "hosts", "playground"}) {
             const QString png = m_tmp.filePath(QString("%1.png").arg(page));
             QProcess p;
             p.start(kStudio, {"--screenshot", png, "--page", page, "--size", "1000x700"});

@@ -10,6 +10,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QTemporaryDir>
+#include <QTreeWidget>
 
 #include "protocol/checkpoint_discovery.h"
 #include "protocol/run_dir.h"
@@ -67,6 +68,9 @@ private Q_SLOTS:
         writeFile(run + "/run.json", R"({"name":"tiny","steps":40,"strategy":"zero3"})");
         writeFile(run + "/events.jsonl",
             R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
+            "\n"
+            R"({"v":1,"type":"event","kind":"sample","wall_time":1,"step":20,"message":"s",)"
+            R"("data":{"prompt":"Once upon","completion":" a time"}})"
             "\n");
 
         MonitorPage page;
@@ -112,6 +116,10 @@ private Q_SLOTS:
         auto* log = page.findChild<QPlainTextEdit*>();
         QVERIFY(log->toPlainText().contains("[info] step 40"));
         QVERIFY(page.messageText().isEmpty());
+        // The sample event is listed with its step, prompt and completion.
+        QCOMPARE(page.samplesView()->topLevelItemCount(), 1);
+        QCOMPARE(page.samplesView()->topLevelItem(0)->text(0), QString("20"));
+        QCOMPARE(page.samplesView()->topLevelItem(0)->text(2), QString(" a time"));
     }
 
     void resumeFollowsCompleteCheckpointAndCallsResumer()

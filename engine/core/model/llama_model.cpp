@@ -312,6 +312,61 @@ at::Tensor LlamaModel::block(
     return h + mlp(w, rmsNorm(h, w[m_block.postNorm]));
 }
 
+at::Tensor LlamaModel::attentionCached(const std::vector<at::Tensor>& w, const at::Tensor& x,
+    const RopeTables& rope, int64_t pos, KvCache& cache) const
+{
+    const auto& L = m_block;
+    const int64_t b = x.size(0), s = x.size(1), total = pos + s;
+    const int64_t H = m_spec.numHeads, KV = m_spec.numKvHeads, D = m_spec.headDim, rep = H / KV;
+    if (total > cache.k.size(2))
+        throw std::runtime_error("KV cache holds " + std::to_string(cache.k.size(2))
+            + " positions; position " + std::to_string(total - 1) + " does not fit");
+    at::Tensor q = linear(x, w, L.q, L.qBias).view({b, s, H, D});
+    at::Tensor k = linear(x, w, L.k, L.kBias).view({b, s, KV, D});
+    at::Tensor v = linear(x, w, L.v, L.vBias).view({b, s, KV, D});
+    if (L.qNorm >= 0) {
+        q = rmsNorm(q, w[L.qNorm]);
+        k = rmsNorm(k, w[L.kNorm]);
+    }
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
+    v = v.transpose(1, 2);
+    const at::Tensor cos = rope.cos.narrow(0, pos, s);
+    const at::Tensor sin = rope.sin.narrow(0, pos, s);
+    q = q * cos + rotateHalf(q) * sin;
+    k = k * cos + rotateHalf(k) * sin;
+    cache.k.narrow(2, pos, s).copy_(k);
+    cache.v.narrow(2, pos, s).copy_(v);
+    const at::Tensor keys = cache.k.narrow(2, 0, total);
+    const at::Tensor values = cache.v.narrow(2, 0, total);
+    // The query heads sharing a KV head are stacked as rows (head h = kv * rep + r, as the
+    // training forward's expand orders them), so the cache is never copied per head.
+    at::Tensor qg = q.reshape({b, KV, rep * s, D});
+    at::Tensor scores
+        = at::matmul(qg, keys.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(D)));
+    // Row r * s + i is the query at position pos + i; key j is visible when
+    // 0 <= pos + i - j < window.
+    const auto longs = at::TensorOptions().dtype(at::kLong).device(x.device());
+    at::Tensor i = (at::arange(s, longs) + pos).repeat({rep}).unsqueeze(1);
+    at::Tensor j = at::arange(total, longs).unsqueeze(0);
+    at::Tensor hidden = j > i;
+    if (m_spec.slidingWindow > 0 && m_spec.slidingWindow < total)
+        hidden = hidden.logical_or((i - j) >= m_spec.slidingWindow);
+    scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
+    at::Tensor probs
+        = at::softmax(scores, -1, atLeastFloat(scores.scalar_type())).to(q.scalar_type());
+    at::Tensor out
+        = at::matmul(probs, values).view({b, H, s, D}).transpose(1, 2).reshape({b, s, H * D});
+    return linear(out, w, L.o, L.oBias);
+}
+
+at::Tensor LlamaModel::blockCached(const std::vector<at::Tensor>& w, const at::Tensor& x,
+    const RopeTables& rope, int64_t pos, KvCache& cache) const
+{
+    at::Tensor h = x + attentionCached(w, rmsNorm(x, w[m_block.inputNorm]), rope, pos, cache);
+    return h + mlp(w, rmsNorm(h, w[m_block.postNorm]));
+}
+
 at::Tensor LlamaModel::embed(const std::vector<at::Tensor>& root, const at::Tensor& ids) const
 {
     return at::embedding(root[m_root.embed], ids);

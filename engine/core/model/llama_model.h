@@ -45,6 +45,13 @@ struct RopeTables {
     at::Tensor sin;
 };
 
+// One block's keys and values for incremental decoding, (batch, kvHeads, capacity, headDim) in
+// the compute dtype; positions [0, length) are filled.
+struct KvCache {
+    at::Tensor k;
+    at::Tensor v;
+};
+
 class LlamaModel {
 public:
     // Builds the parameter table only; nothing is allocated. Throws when the architecture is one
@@ -88,6 +95,14 @@ public:
     at::Tensor attention(
         const std::vector<at::Tensor>& w, const at::Tensor& x, const RopeTables& rope) const;
     at::Tensor mlp(const std::vector<at::Tensor>& w, const at::Tensor& x) const;
+
+    // Incremental decoding: the block on x (batch, s, hidden) at positions [pos, pos + s),
+    // attending to the cache's positions [0, pos) and to these; writes this step's keys and
+    // values into the cache. `rope` covers at least pos + s positions.
+    at::Tensor blockCached(const std::vector<at::Tensor>& w, const at::Tensor& x,
+        const RopeTables& rope, int64_t pos, KvCache& cache) const;
+    at::Tensor attentionCached(const std::vector<at::Tensor>& w, const at::Tensor& x,
+        const RopeTables& rope, int64_t pos, KvCache& cache) const;
 
 private:
     plan::ModelSpec m_spec;

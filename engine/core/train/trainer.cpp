@@ -32,6 +32,7 @@
 #include "core/train/data_loader_source.h"
 #include "core/train/global_batch.h"
 #include "core/train/model_runner.h"
+#include "core/train/training_samples.h"
 #include "launch/rank_heartbeat.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
@@ -294,6 +295,9 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
 
     checkMicroBatch(m_spec, ms, m_worldSize, std::max(1, envInt("LOCAL_WORLD_SIZE", 1)),
         m_data->trainRecords());
+
+    if (m_spec.sampleEvery > 0)
+        m_samples = std::make_unique<TrainingSamples>(m_spec, m_modelDir);
 
     m_steps = stepsFor(m_spec, m_data->trainRecords(), m_worldSize);
 
@@ -571,6 +575,12 @@ TrainResult Trainer::run()
                 result.evalLosses.push_back({step + 1, ev});
                 io.log->info("step {} eval loss {:.6f}", step + 1, ev);
             }
+            if (m_samples && m_samples->due(step + 1, last))
+                for (const auto& sample :
+                    m_samples->run(*m_model, *m_strategy, m_computeDtype, step + 1))
+                    io.write(io.events,
+                        protocol::toJson(
+                            protocol::toEvent(sample, seconds(io.start, Clock::now()))));
             runPeak = std::max(runPeak, alloc.peakBytes());
             if ((step + 1) % m_spec.logEvery == 0 || last) {
                 m_strategy->barrier();

@@ -17,6 +17,8 @@
 
 namespace shard::engine {
 
+class TrainingSamples;
+
 struct TrainerOptions {
     bool recordsToStdout = true; // metric/event records also on stdout (for a launcher)
     bool saveModel = true;       // write <run>/model at the end
@@ -60,6 +62,7 @@ private:
     std::unique_ptr<Strategy> m_strategy;
     std::unique_ptr<BatchSource> m_data;
     std::unique_ptr<SafetensorsReader> m_weights;
+    std::unique_ptr<TrainingSamples> m_samples; // sample_every > 0
     at::ScalarType m_computeDtype = at::kFloat;
     int64_t m_steps = 0;
     int m_rank = 0;

@@ -1,0 +1,139 @@
+// PlaygroundPage with the real shard-worker (offscreen): answers stream token by token, two panes
+// with the same prompt and seed give the same text from the same model, Stop cancels a long
+// generation at once, and a bad model folder is a message on the page.
+#include <QDir>
+#include <QElapsedTimer>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "studio_test_util.h"
+#include "widgets/playground_page.h"
+
+using shard::widgets::PlaygroundPage;
+
+class TstPlaygroundPage : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_tmp;
+    QString m_worker;
+    QString m_model;
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QVERIFY(m_tmp.isValid());
+        m_worker = shard::test::findWorker();
+        if (m_worker.isEmpty())
+            QSKIP("shard-worker of this build not found (build the shard-worker target)");
+        shard::test::isolateSettings(m_tmp.path() + "/settings");
+        m_model = m_tmp.path() + "/model";
+        const QString error = shard::test::initTinyModel(m_worker, m_model);
+        QVERIFY2(error.isEmpty(), qPrintable(error));
+    }
+
+    void argumentsFollowTheForm()
+    {
+        PlaygroundPage page;
+        QVERIFY(page.workerArgs(0).isEmpty());
+        page.setModelPath(0, m_model);
+        page.setPrompt("Hello");
+        page.setChat(true, "Be brief.");
+        page.setSampling(0.5, 7, 0.9, 0.05, 3);
+        page.setMaxNewTokens(11);
+        const QStringList a = page.workerArgs(0);
+        QCOMPARE(a.value(a.indexOf("--model") + 1), m_model);
+        QCOMPARE(a.value(a.indexOf("--prompt") + 1), QString("Hello"));
+        QCOMPARE(a.value(a.indexOf("--top-k") + 1), QString("7"));
+        QCOMPARE(a.value(a.indexOf("--seed") + 1), QString("3"));
+        QCOMPARE(a.value(a.indexOf("--max-new-tokens") + 1), QString("11"));
+        QCOMPARE(a.value(a.indexOf("--system") + 1), QString("Be brief."));
+        QVERIFY(a.contains("--chat"));
+        QVERIFY(page.workerArgs(1).isEmpty());
+        // A checkpoint folder (it has a manifest) goes to --checkpoint.
+        QDir().mkpath(m_tmp.path() + "/step-1");
+        QFile manifest(m_tmp.path() + "/step-1/manifest.json");
+        QVERIFY(manifest.open(QIODevice::WriteOnly));
+        manifest.close();
+        page.setModelPath(1, m_tmp.path() + "/step-1");
+        QCOMPARE(page.workerArgs(1).value(0), QString("--checkpoint"));
+    }
+
+    void streamsSideBySide()
+    {
+        PlaygroundPage page;
+        page.setWorkerProgram(m_worker);
+        page.setModelPath(0, m_model);
+        page.setModelPath(1, m_model);
+        page.setPrompt("ab");
+        page.setSampling(1.0, 0, 1.0, 0.0, 42);
+        page.setMaxNewTokens(24);
+        page.setIgnoreEos(true);
+        QSignalSpy tokens(&page, &PlaygroundPage::tokenArrived);
+        QSignalSpy done(&page, &PlaygroundPage::allFinished);
+        page.generate();
+        QVERIFY(page.isRunning());
+        QVERIFY(done.wait(60000));
+        QCOMPARE(tokens.count(), 48); // one signal per token, both panes
+        QVERIFY2(page.messageText().isEmpty(), qPrintable(page.messageText()));
+        QVERIFY(!page.outputText(0).isEmpty());
+        // Same model, prompt and seed: the same answer.
+        QCOMPARE(page.outputText(1), page.outputText(0));
+        QVERIFY2(page.statusText(0).contains("24 tokens") && page.statusText(0).contains("tok/s"),
+            qPrintable(page.statusText(0)));
+        // Another seed, another answer (sampling at temperature 1 from a random model).
+        page.setSampling(1.0, 0, 1.0, 0.0, 43);
+        page.setModelPath(1, QString());
+        const QString first = page.outputText(0);
+        page.generate();
+        QVERIFY(done.wait(60000));
+        QVERIFY(page.outputText(0) != first);
+    }
+
+    void stopCancelsAtOnce()
+    {
+        // tiny-15m: long enough (2048 positions, a few ms a token) to still be running.
+        const QString big = m_tmp.path() + "/tiny-15m";
+        QProcess init;
+        init.start(m_worker, {"init-model", "--preset", "tiny-15m", "--out", big});
+        QVERIFY(init.waitForFinished(120000) && init.exitCode() == 0);
+        PlaygroundPage page;
+        page.setWorkerProgram(m_worker);
+        page.setModelPath(0, big);
+        page.setMaxNewTokens(1000000); // stops at the context (2048) unless cancelled
+        page.setIgnoreEos(true);
+        page.setSampling(1.0, 0, 1.0, 0.0, 1);
+        QSignalSpy tokens(&page, &PlaygroundPage::tokenArrived);
+        QSignalSpy finished(&page, &PlaygroundPage::paneFinished);
+        page.generate();
+        QVERIFY(tokens.wait(60000));
+        QElapsedTimer t;
+        t.start();
+        page.stop();
+        QTRY_VERIFY_WITH_TIMEOUT(!page.isRunning(), 3000);
+        QVERIFY2(t.elapsed() < 3000, "Stop did not end the worker promptly");
+        QCOMPARE(finished.count(), 1);
+        QCOMPARE(finished.at(0).at(2).toBool(), true); // cancelled
+        QVERIFY(page.statusText(0).contains("stopped"));
+        const int seen = tokens.count();
+        QTest::qWait(300);
+        QCOMPARE(tokens.count(), seen); // nothing after the stop
+        QVERIFY(seen < 2000);
+    }
+
+    void badModelIsAMessage()
+    {
+        PlaygroundPage page;
+        page.setWorkerProgram(m_worker);
+        page.setModelPath(0, m_tmp.path() + "/nowhere");
+        QSignalSpy done(&page, &PlaygroundPage::allFinished);
+        page.generate();
+        QVERIFY(done.wait(30000));
+        QVERIFY2(page.messageText().contains("no such folder"), qPrintable(page.messageText()));
+        PlaygroundPage empty;
+        empty.generate();
+        QVERIFY(empty.messageText().contains("Choose a model"));
+    }
+};
+
+QTEST_MAIN(TstPlaygroundPage)
+#include "tst_playground_page.moc"

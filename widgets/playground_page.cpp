@@ -1,0 +1,391 @@
+// PlaygroundPage: the form, one GenerateProcess per pane, text appended as token records arrive.
+#include "widgets/playground_page.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDateTime>
+#include <QDir>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFontDatabase>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QTextCursor>
+#include <QVBoxLayout>
+
+#include "jobs/generate_process.h"
+#include "widgets/message_bar.h"
+
+namespace shard::widgets {
+
+namespace {
+
+QDoubleSpinBox* doubleSpin(
+    QWidget* parent, double lo, double hi, double step, double value, const char* name)
+{
+    auto* s = new QDoubleSpinBox(parent);
+    s->setObjectName(name);
+    s->setRange(lo, hi);
+    s->setSingleStep(step);
+    s->setDecimals(2);
+    s->setValue(value);
+    return s;
+}
+
+QSpinBox* intSpin(QWidget* parent, int lo, int hi, int value, const char* name)
+{
+    auto* s = new QSpinBox(parent);
+    s->setObjectName(name);
+    s->setRange(lo, hi);
+    s->setValue(value);
+    return s;
+}
+
+QString number(double v)
+{
+    return QString::number(v, 'g', 6);
+}
+
+} // namespace
+
+PlaygroundPage::PlaygroundPage(QWidget* parent)
+    : QWidget(parent)
+{
+    const QStringList titles = {tr("Model"), tr("Compare with (optional)")};
+    const QStringList hints = {tr("model folder, run folder or checkpoint (…/checkpoints/step-N)"),
+        tr("e.g. the fine-tuned run, with the same prompt and seed")};
+    auto* models = new QFormLayout;
+    for (int i = 0; i < kPanes; ++i) {
+        Pane& p = m_panes[size_t(i)];
+        p.path = new QComboBox(this);
+        p.path->setEditable(true);
+        p.path->setObjectName(i == 0 ? "modelPath" : "compareModelPath");
+        p.path->lineEdit()->setPlaceholderText(hints[i]);
+        p.path->setInsertPolicy(QComboBox::NoInsert);
+        p.browse = new QPushButton(tr("Browse…"), this);
+        auto* row = new QHBoxLayout;
+        row->addWidget(p.path, 1);
+        row->addWidget(p.browse);
+        auto* label = new QLabel(titles[i], this);
+        label->setBuddy(p.path);
+        models->addRow(label, row);
+        connect(p.browse, &QPushButton::clicked, this, [this, i] { browse(i); });
+
+        p.box = new QGroupBox(i == 0 ? tr("Answer") : tr("Compared answer"), this);
+        p.output = new QPlainTextEdit(p.box);
+        p.output->setObjectName(i == 0 ? "output" : "compareOutput");
+        p.output->setReadOnly(true);
+        p.status = new QLabel(p.box);
+        p.status->setObjectName(i == 0 ? "status" : "compareStatus");
+        p.status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        auto* v = new QVBoxLayout(p.box);
+        v->addWidget(p.output, 1);
+        v->addWidget(p.status);
+
+        p.process = new jobs::GenerateProcess(this);
+        connect(p.process, &jobs::GenerateProcess::token, this,
+            [this, i](const protocol::GenTokenRecord& t) {
+                Pane& q = m_panes[size_t(i)];
+                ++q.tokens;
+                q.text += QString::fromStdString(t.text);
+                q.output->moveCursor(QTextCursor::End);
+                q.output->insertPlainText(QString::fromStdString(t.text));
+                const double sec
+                    = std::max<qint64>(1, QDateTime::currentMSecsSinceEpoch() - q.startedMs)
+                    / 1000.0;
+                q.status->setText(
+                    tr("%1 tokens, %2 tok/s so far").arg(q.tokens).arg(q.tokens / sec, 0, 'f', 1));
+                Q_EMIT tokenArrived(i);
+            });
+        connect(p.process, &jobs::GenerateProcess::modelLoaded, this,
+            [this, i](const protocol::GenModelRecord& m) {
+                m_panes[size_t(i)].status->setText(
+                    tr("loaded %1 (%2 parameters, %3) in %4 s")
+                        .arg(QFileInfo(QString::fromStdString(m.model)).fileName())
+                        .arg(m.params)
+                        .arg(QString::fromStdString(m.dtype))
+                        .arg(m.loadSec, 0, 'f', 2));
+            });
+        connect(p.process, &jobs::GenerateProcess::summary, this,
+            [this, i](const protocol::GenSummaryRecord& s) {
+                Pane& q = m_panes[size_t(i)];
+                const QString tail = QString::fromStdString(s.tail);
+                q.text += tail;
+                q.output->moveCursor(QTextCursor::End);
+                q.output->insertPlainText(tail);
+                q.status->setText(
+                    tr("%1 tokens (stop: %2) · prompt %3 tokens at %4 tok/s · decode %5 tok/s")
+                        .arg(s.tokens)
+                        .arg(QString::fromStdString(s.stopReason))
+                        .arg(s.promptTokens)
+                        .arg(s.prefillTokensPerSec, 0, 'f', 0)
+                        .arg(s.decodeTokensPerSec, 0, 'f', 1));
+            });
+        connect(p.process, &jobs::GenerateProcess::finished, this,
+            [this, i](bool ok, bool cancelled, const QString& message) {
+                onFinished(i, ok, cancelled, message);
+            });
+    }
+
+    m_prompt = new QPlainTextEdit(this);
+    m_prompt->setObjectName("prompt");
+    m_prompt->setPlaceholderText(tr("Prompt (empty: start from BOS)"));
+    m_prompt->setMaximumHeight(110);
+    m_chat = new QCheckBox(tr("&Chat (the tokenizer's chat template)"), this);
+    m_chat->setObjectName("chat");
+    m_system = new QLineEdit(this);
+    m_system->setObjectName("systemPrompt");
+    m_system->setPlaceholderText(tr("system prompt (chat)"));
+    m_system->setEnabled(false);
+    connect(m_chat, &QCheckBox::toggled, m_system, &QWidget::setEnabled);
+
+    m_temperature = doubleSpin(this, 0.0, 5.0, 0.1, 0.8, "temperature");
+    m_temperature->setSpecialValueText(tr("0 (greedy)"));
+    m_topK = intSpin(this, 0, 1000000, 40, "topK");
+    m_topK->setSpecialValueText(tr("off"));
+    m_topP = doubleSpin(this, 0.01, 1.0, 0.05, 0.95, "topP");
+    m_minP = doubleSpin(this, 0.0, 0.99, 0.01, 0.0, "minP");
+    m_minP->setSpecialValueText(tr("off"));
+    m_repetition = doubleSpin(this, 0.5, 3.0, 0.05, 1.0, "repetitionPenalty");
+    m_maxNew = intSpin(this, 1, 1 << 20, 200, "maxNewTokens");
+    m_seed = intSpin(this, 0, 2147483647, 0, "seed");
+    m_stops = new QLineEdit(this);
+    m_stops->setObjectName("stopStrings");
+    m_stops->setPlaceholderText(tr("stop strings, separated by |"));
+    m_dtype = new QComboBox(this);
+    m_dtype->setObjectName("dtype");
+    m_dtype->addItems({"fp32", "bf16"});
+    m_ignoreEos = new QCheckBox(tr("Ignore EOS"), this);
+    m_ignoreEos->setObjectName("ignoreEos");
+
+    m_generate = new QPushButton(tr("&Generate"), this);
+    m_generate->setObjectName("generate");
+    m_generate->setDefault(true);
+    m_stop = new QPushButton(tr("S&top"), this);
+    m_stop->setObjectName("stop");
+    m_message = new MessageBar(this);
+    connect(m_generate, &QPushButton::clicked, this, &PlaygroundPage::generate);
+    connect(m_stop, &QPushButton::clicked, this, &PlaygroundPage::stop);
+
+    auto* sampling = new QGroupBox(tr("Sampling"), this);
+    auto* grid = new QFormLayout(sampling);
+    grid->addRow(tr("Temperature"), m_temperature);
+    grid->addRow(tr("Top-k"), m_topK);
+    grid->addRow(tr("Top-p"), m_topP);
+    grid->addRow(tr("Min-p"), m_minP);
+    grid->addRow(tr("Repetition penalty"), m_repetition);
+    grid->addRow(tr("Max new tokens"), m_maxNew);
+    grid->addRow(tr("Seed"), m_seed);
+    grid->addRow(tr("Stop strings"), m_stops);
+    grid->addRow(tr("Precision"), m_dtype);
+    grid->addRow(QString(), m_ignoreEos);
+
+    auto* promptBox = new QGroupBox(tr("Prompt"), this);
+    auto* pv = new QVBoxLayout(promptBox);
+    pv->addWidget(m_prompt);
+    auto* chatRow = new QHBoxLayout;
+    chatRow->addWidget(m_chat);
+    chatRow->addWidget(m_system, 1);
+    pv->addLayout(chatRow);
+    auto* buttons = new QHBoxLayout;
+    buttons->addStretch(1);
+    buttons->addWidget(m_stop);
+    buttons->addWidget(m_generate);
+    pv->addLayout(buttons);
+
+    auto* left = new QVBoxLayout;
+    left->addLayout(models);
+    left->addWidget(promptBox);
+    auto* top = new QHBoxLayout;
+    top->addLayout(left, 3);
+    top->addWidget(sampling, 1);
+    auto* answers = new QHBoxLayout;
+    for (auto& p : m_panes)
+        answers->addWidget(p.box, 1);
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(top);
+    layout->addWidget(m_message);
+    layout->addLayout(answers, 1);
+    connect(m_panes[1].path, &QComboBox::editTextChanged, this, [this] { updateButtons(); });
+    updateButtons();
+}
+
+PlaygroundPage::~PlaygroundPage() = default;
+
+void PlaygroundPage::setModelPath(int pane, const QString& path)
+{
+    m_panes.at(size_t(pane)).path->setEditText(path);
+}
+
+QString PlaygroundPage::modelPath(int pane) const
+{
+    return m_panes.at(size_t(pane)).path->currentText().trimmed();
+}
+
+void PlaygroundPage::setPrompt(const QString& text)
+{
+    m_prompt->setPlainText(text);
+}
+
+void PlaygroundPage::setChat(bool on, const QString& system)
+{
+    m_chat->setChecked(on);
+    m_system->setText(system);
+}
+
+void PlaygroundPage::setMaxNewTokens(int n)
+{
+    m_maxNew->setValue(n);
+}
+
+void PlaygroundPage::setIgnoreEos(bool on)
+{
+    m_ignoreEos->setChecked(on);
+}
+
+void PlaygroundPage::setSampling(double temperature, int topK, double topP, double minP, int seed)
+{
+    m_temperature->setValue(temperature);
+    m_topK->setValue(topK);
+    m_topP->setValue(topP);
+    m_minP->setValue(minP);
+    m_seed->setValue(seed);
+}
+
+void PlaygroundPage::setRuns(const QStringList& runDirs)
+{
+    for (auto& p : m_panes) {
+        const QString current = p.path->currentText();
+        p.path->clear();
+        p.path->addItems(runDirs);
+        p.path->setEditText(current);
+    }
+}
+
+QStringList PlaygroundPage::workerArgs(int pane) const
+{
+    const QString path = modelPath(pane);
+    if (path.isEmpty())
+        return {};
+    // A checkpoint folder holds a manifest; model and run folders go to --model.
+    const bool checkpoint = QFileInfo::exists(QDir(path).filePath(QStringLiteral("manifest.json")));
+    QStringList a = {checkpoint ? QStringLiteral("--checkpoint") : QStringLiteral("--model"), path,
+        QStringLiteral("--prompt"), m_prompt->toPlainText(), QStringLiteral("--max-new-tokens"),
+        QString::number(m_maxNew->value()), QStringLiteral("--temperature"),
+        number(m_temperature->value()), QStringLiteral("--top-k"), QString::number(m_topK->value()),
+        QStringLiteral("--top-p"), number(m_topP->value()), QStringLiteral("--min-p"),
+        number(m_minP->value()), QStringLiteral("--repetition-penalty"),
+        number(m_repetition->value()), QStringLiteral("--seed"), QString::number(m_seed->value()),
+        QStringLiteral("--dtype"), m_dtype->currentText()};
+    if (m_chat->isChecked()) {
+        a << QStringLiteral("--chat");
+        if (!m_system->text().isEmpty())
+            a << QStringLiteral("--system") << m_system->text();
+    }
+    if (m_ignoreEos->isChecked())
+        a << QStringLiteral("--ignore-eos");
+    for (const QString& s : m_stops->text().split('|', Qt::SkipEmptyParts))
+        a << QStringLiteral("--stop") << s;
+    return a;
+}
+
+void PlaygroundPage::generate()
+{
+    if (isRunning())
+        return;
+    m_message->clearMessage();
+    if (modelPath(0).isEmpty()) {
+        m_message->showMessage(tr("Choose a model first: a model folder, a run folder or a "
+                                  "checkpoint folder."));
+        return;
+    }
+    for (int i = 0; i < kPanes; ++i) {
+        Pane& p = m_panes[size_t(i)];
+        p.output->clear();
+        p.text.clear();
+        p.tokens = 0;
+        const QStringList args = workerArgs(i);
+        if (args.isEmpty()) {
+            p.status->clear();
+            continue;
+        }
+        p.startedMs = QDateTime::currentMSecsSinceEpoch();
+        p.status->setText(tr("loading…"));
+        p.running = p.process->start(m_worker, args);
+        if (!p.running) {
+            p.status->setText(p.process->error());
+            m_message->showMessage(p.process->error());
+        }
+    }
+    updateButtons();
+}
+
+void PlaygroundPage::stop()
+{
+    for (auto& p : m_panes)
+        p.process->cancel();
+}
+
+bool PlaygroundPage::isRunning() const
+{
+    for (const auto& p : m_panes)
+        if (p.running)
+            return true;
+    return false;
+}
+
+QString PlaygroundPage::outputText(int pane) const
+{
+    return m_panes.at(size_t(pane)).text;
+}
+
+QString PlaygroundPage::statusText(int pane) const
+{
+    return m_panes.at(size_t(pane)).status->text();
+}
+
+QString PlaygroundPage::messageText() const
+{
+    return m_message->text();
+}
+
+void PlaygroundPage::onFinished(int pane, bool ok, bool cancelled, const QString& message)
+{
+    Pane& p = m_panes[size_t(pane)];
+    p.running = false;
+    if (cancelled)
+        p.status->setText(tr("stopped after %1 tokens").arg(p.tokens));
+    else if (!ok) {
+        p.status->setText(tr("failed"));
+        m_message->showMessage(message);
+    }
+    updateButtons();
+    Q_EMIT paneFinished(pane, ok, cancelled);
+    if (!isRunning())
+        Q_EMIT allFinished();
+}
+
+void PlaygroundPage::browse(int pane)
+{
+    const QString dir = QFileDialog::getExistingDirectory(
+        this, tr("A model folder, a run folder or a checkpoint folder"), modelPath(pane));
+    if (!dir.isEmpty())
+        setModelPath(pane, dir);
+}
+
+void PlaygroundPage::updateButtons()
+{
+    const bool running = isRunning();
+    m_generate->setEnabled(!running);
+    m_stop->setEnabled(running);
+    m_panes[1].box->setVisible(!modelPath(1).isEmpty());
+}
+
+} // namespace shard::widgets

@@ -1,0 +1,107 @@
+// Playground page: talk to a model. Pick a model folder, a run (its exported model or newest
+// checkpoint) or a checkpoint, optionally a second one to compare (base vs fine-tuned: the same
+// prompt and seed go to both), write a prompt (plain or chat), set the sampling, and watch the
+// answers stream with their tokens/s. Each answer comes from a `shard-worker generate` child
+// process (jobs::GenerateProcess), so the studio never links Torch and never blocks; Stop kills
+// the workers at once.
+#pragma once
+
+#include <array>
+
+#include <QStringList>
+#include <QWidget>
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QPushButton;
+class QSpinBox;
+class QGroupBox;
+
+namespace shard::jobs {
+class GenerateProcess;
+struct RunRecord;
+} // namespace shard::jobs
+
+namespace shard::widgets {
+
+class MessageBar;
+
+class PlaygroundPage : public QWidget {
+    Q_OBJECT
+public:
+    static constexpr int kPanes = 2; // 0 = the model, 1 = the one compared with it
+
+    explicit PlaygroundPage(QWidget* parent = nullptr);
+    ~PlaygroundPage() override;
+
+    // A model folder, a run folder or a checkpoint folder (RUN/checkpoints/step-N).
+    void setModelPath(int pane, const QString& path);
+    QString modelPath(int pane) const;
+    void setPrompt(const QString& text);
+    void setChat(bool on, const QString& system = {});
+    void setMaxNewTokens(int n);
+    void setIgnoreEos(bool on);
+    void setSampling(double temperature, int topK, double topP, double minP, int seed);
+    // The shard-worker program (default: found next to the studio or on PATH).
+    void setWorkerProgram(const QString& program) { m_worker = program; }
+    // Recent runs offered in the model pickers (their folders).
+    void setRuns(const QStringList& runDirs);
+
+    // The `shard-worker generate` arguments for a pane (empty when it has no model).
+    QStringList workerArgs(int pane) const;
+
+    void generate();
+    void stop();
+    bool isRunning() const;
+    QString outputText(int pane) const;
+    QString statusText(int pane) const;
+    QString messageText() const;
+
+Q_SIGNALS:
+    void tokenArrived(int pane);
+    // Once per pane per generate(): ok, or cancelled, or failed with a message.
+    void paneFinished(int pane, bool ok, bool cancelled);
+    void allFinished();
+
+private:
+    struct Pane {
+        QComboBox* path = nullptr;
+        QPushButton* browse = nullptr;
+        QGroupBox* box = nullptr;
+        QPlainTextEdit* output = nullptr;
+        QLabel* status = nullptr;
+        jobs::GenerateProcess* process = nullptr;
+        QString text;
+        qint64 tokens = 0;
+        qint64 startedMs = 0;
+        bool running = false;
+    };
+    void browse(int pane);
+    void updateButtons();
+    void onFinished(int pane, bool ok, bool cancelled, const QString& message);
+
+    std::array<Pane, kPanes> m_panes;
+    QString m_worker = QStringLiteral("shard-worker");
+    QPlainTextEdit* m_prompt = nullptr;
+    QCheckBox* m_chat = nullptr;
+    QLineEdit* m_system = nullptr;
+    QDoubleSpinBox* m_temperature = nullptr;
+    QSpinBox* m_topK = nullptr;
+    QDoubleSpinBox* m_topP = nullptr;
+    QDoubleSpinBox* m_minP = nullptr;
+    QDoubleSpinBox* m_repetition = nullptr;
+    QSpinBox* m_maxNew = nullptr;
+    QSpinBox* m_seed = nullptr;
+    QLineEdit* m_stops = nullptr;
+    QComboBox* m_dtype = nullptr;
+    QCheckBox* m_ignoreEos = nullptr;
+    QPushButton* m_generate = nullptr;
+    QPushButton* m_stop = nullptr;
+    MessageBar* m_message = nullptr;
+};
+
+} // namespace shard::widgets
