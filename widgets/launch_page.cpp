@@ -1,8 +1,6 @@
 // LaunchPage: form <-> RunSpec, preview through jobs::workerLaunchArgs, start via StoreService.
 #include "widgets/launch_page.h"
 
-#include <unistd.h>
-
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDateTime>
@@ -67,12 +65,6 @@ QComboBox* combo(QWidget* parent, const QStringList& items, const char* name)
     for (const QString& i : items)
         c->addItem(i, i);
     return c;
-}
-
-int64_t physicalMemoryBytes()
-{
-    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && size > 0 ? int64_t(pages) * size : int64_t(8) << 30;
 }
 
 QStringList qStrings(const std::vector<std::string>& v)
@@ -663,7 +655,7 @@ InputProblems LaunchPage::checkInputs() const
     if (p.model.isEmpty() && spec.device == "cpu") {
         try {
             const plan::PlanInput in
-                = plan::planInputFromSpec(spec, plan::DeviceSpec::cpu(physicalMemoryBytes()));
+                = plan::planInputFromSpec(spec, plan::DeviceSpec::cpu(plan::physicalMemoryBytes()));
             const plan::PlanResult r = plan::plan(in);
             if (!r.fits) {
                 const int64_t largest = plan::largestMicroBatch(in);

@@ -3,8 +3,6 @@
 
 #include <cmath>
 
-#include <unistd.h>
-
 #include <QComboBox>
 #include <QDir>
 #include <QDoubleSpinBox>
@@ -36,12 +34,6 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 const char* const kCustomDevice = "custom";
 const char* const kCpuDevice = "cpu";
-
-int64_t physicalMemoryBytes()
-{
-    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && size > 0 ? int64_t(pages) * size : int64_t(0);
-}
 
 QString gibNumber(int64_t bytes)
 {
@@ -138,7 +130,7 @@ PlanPage::PlanPage(QWidget* parent)
     m_hostGiB->setDecimals(0);
     m_hostGiB->setSuffix(" GiB");
     m_hostGiB->setSpecialValueText(tr("not checked"));
-    m_hostGiB->setValue(std::floor(double(physicalMemoryBytes()) / kGiB)); // this machine
+    m_hostGiB->setValue(std::floor(double(plan::physicalMemoryBytes()) / kGiB)); // this machine
     m_hostGiB->setToolTip(tr("Host RAM per node: offloaded state must fit in it"));
     m_mode = new QComboBox(this);
     m_mode->setObjectName("mode");
