@@ -46,7 +46,7 @@ std::string resolveResume(const std::string& arg, const std::string& runDir)
         throw std::runtime_error("--resume " + arg
             + ": no such directory (give a checkpoint folder, a run folder or 'auto')");
     if (fs::exists(fs::path(arg) / kManifestFile, ec)
-        || stepOf(fs::path(arg).filename().string())) {
+        || protocol::checkpointStepOf(fs::path(arg).filename().string())) {
         if (!isCompleteCheckpoint(arg))
             throw std::runtime_error("--resume " + arg
                 + ": checkpoint is incomplete (no DONE marker; it was interrupted while being "

@@ -11,9 +11,7 @@ namespace shard::protocol {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-std::optional<int64_t> stepOf(const std::string& name)
+std::optional<int64_t> checkpointStepOf(const std::string& name)
 {
     const std::string prefix = "step-";
     if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0)
@@ -27,8 +25,6 @@ std::optional<int64_t> stepOf(const std::string& name)
     return v;
 }
 
-} // namespace
-
 std::vector<CheckpointEntry> listCheckpoints(const std::string& checkpointsDir)
 {
     std::vector<CheckpointEntry> out;
@@ -38,7 +34,7 @@ std::vector<CheckpointEntry> listCheckpoints(const std::string& checkpointsDir)
     for (const auto& e : fs::directory_iterator(checkpointsDir, ec)) {
         if (!e.is_directory(ec))
             continue;
-        const auto step = stepOf(e.path().filename().string());
+        const auto step = checkpointStepOf(e.path().filename().string());
         if (!step)
             continue;
         out.push_back({*step, e.path().string(), isCompleteCheckpoint(e.path().string())});

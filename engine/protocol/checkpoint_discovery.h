@@ -19,6 +19,9 @@ struct CheckpointEntry {
     bool complete = false; // manifest and DONE marker present
 };
 
+// n for a directory named step-<n>; none for any other name.
+std::optional<int64_t> checkpointStepOf(const std::string& name);
+
 // The step-<n> directories of `checkpointsDir`, ascending by step (missing folder = none).
 std::vector<CheckpointEntry> listCheckpoints(const std::string& checkpointsDir);
 bool isCompleteCheckpoint(const std::string& dir);
