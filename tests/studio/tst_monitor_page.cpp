@@ -225,11 +225,11 @@ private Q_SLOTS:
             R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
             "\n");
         writeFile(run + "/launcher.pid", "99999999\n"); // above pid_max: never alive
-        const QString step3 = QString::fromStdString(
-            shard::ckpt::finalDirFor((run + "/checkpoints").toStdString(), 3));
+        const QString step3
+            = QString::fromStdString(shard::protocol::RunDir(run.toStdString()).checkpointDir(3));
         QVERIFY(QDir().mkpath(step3));
-        writeFile(step3 + "/" + shard::ckpt::kManifestFile, R"({"version":1})");
-        writeFile(step3 + "/" + shard::ckpt::kDoneFile, "");
+        writeFile(step3 + "/" + shard::protocol::kCheckpointManifestFile, R"({"version":1})");
+        writeFile(step3 + "/" + shard::protocol::kCheckpointDoneFile, "");
 
         MonitorPage page;
         page.setResumer([](const QString&) { return QString(); });
