@@ -16,9 +16,12 @@
 
 #include <csignal>
 
+#include <nlohmann/json.hpp>
+
 #include "widgets/launch_page.h"
 #include "widgets/main_window.h"
 #include "widgets/monitor_page.h"
+#include "widgets/store_service.h"
 
 #include "studio_test_util.h"
 
@@ -74,14 +77,18 @@ private Q_SLOTS:
         QVERIFY(QDir().mkpath(m_tmp.filePath("empty-model")));
         MainWindow window(m_tmp.filePath("store.sqlite"));
         window.show();
-        LaunchPage* launch = window.launchPage();
-        launch->setModelFolder(m_tmp.filePath("empty-model"));
-        launch->setDataFiles({m_tmp.filePath("copy.jsonl")});
-        launch->setRunsRoot(m_tmp.filePath("runs"));
-        launch->setRunName("fails-at-start");
-        launch->setSteps(3);
-        QSignalSpy launched(launch, &LaunchPage::launched);
-        launch->start();
+        // Launched through the store as the Launch page does (the page itself refuses an empty
+        // model folder before Start; a run started elsewhere, or one whose folder changed after
+        // the check, fails in the worker).
+        shard::jobs::LaunchRequest request;
+        request.name = "fails-at-start";
+        request.runDir = m_tmp.filePath("runs/fails-at-start");
+        request.specJson = QByteArray::fromStdString(nlohmann::json {{"name", "fails-at-start"},
+            {"model", m_tmp.filePath("empty-model").toStdString()},
+            {"data", {m_tmp.filePath("copy.jsonl").toStdString()}},
+            {"steps", 3}}.dump());
+        QSignalSpy launched(window.store(), &StoreService::launched);
+        window.store()->launch(request);
         QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, 20000);
         QElapsedTimer since;
         since.start();
