@@ -408,9 +408,14 @@ int Launcher::supervise()
             n += r.running ? 1 : 0;
         return n;
     };
+    // A rank that could not write the run directory is the cause, also when a peer that lost it
+    // (a closed connection, a failed checkpoint agreement) exited first.
+    auto peerFailureFirst
+        = [&] { return haveFailure && failure.data.value("reason", "") == "rank_failed"; };
     auto recordFailure = [&](const std::string& kind, int status, const std::string& message,
                              nlohmann::json data) {
-        if (haveFailure)
+        const bool writeFailed = data.value("reason", "") == "write_failed";
+        if (haveFailure && !(writeFailed && peerFailureFirst()))
             return;
         haveFailure = true;
         exitStatus = status;
@@ -442,10 +447,25 @@ int Launcher::supervise()
             if (line.find("\"kind\":\"error\"") == std::string::npos)
                 continue;
             const auto j = nlohmann::json::parse(line, nullptr, false);
-            if (j.is_object() && j.value("type", "") == "event" && j.value("kind", "") == "error")
-                for (auto& r : ranks)
-                    if (r.globalRank == 0 && r.error.empty())
-                        r.error = j.value("message", "");
+            if (!j.is_object() || j.value("type", "") != "event" || j.value("kind", "") != "error")
+                continue;
+            for (auto& r : ranks) {
+                if (r.globalRank != 0 || !r.error.empty())
+                    continue;
+                r.error = j.value("message", "");
+                const auto data = j.value("data", nlohmann::json::object());
+                if (data.is_object() && data.value("reason", "") == "write_failed") {
+                    // Known now, before the rank is reaped: its peers may exit first (their
+                    // connection to it closes) and the stop may end it by SIGTERM.
+                    recordFailure("error", kWriteFailedExit,
+                        "rank 0 (pid " + std::to_string(r.pid)
+                            + ") could not write the run directory: " + r.error + "; see "
+                            + runDir.rankLog(0),
+                        {{"reason", "write_failed"}, {"rank", 0}, {"local_rank", r.localRank},
+                            {"node", o.nodeRank}, {"pid", r.pid}, {"rank_error", r.error}});
+                    beginStop("rank 0 could not write the run directory");
+                }
+            }
         }
     };
     auto drainStdout = [&](bool final) {
@@ -495,8 +515,14 @@ int Launcher::supervise()
         }
         size_t eol;
         while ((eol = r.beatBuffer.find('\n')) != std::string::npos) {
-            std::istringstream line(r.beatBuffer.substr(0, eol));
+            const std::string text = r.beatBuffer.substr(0, eol);
             r.beatBuffer.erase(0, eol + 1);
+            if (text.rfind("error ", 0) == 0) { // why it is about to fail (reportError)
+                if (r.error.empty())
+                    r.error = text.substr(6);
+                continue;
+            }
+            std::istringstream line(text);
             long long step = 0;
             std::string phase;
             double timeout = 0.0;
@@ -624,13 +650,12 @@ int Launcher::supervise()
                 protocol::signalGroup(r.pid, SIGKILL); // anything the rank left in its group
                 const bool writeFailed
                     = WIFEXITED(status) && WEXITSTATUS(status) == kWriteFailedExit;
-                // A rank that could not write the run directory is the cause, also when a peer
-                // that gave up on it (a failed checkpoint agreement) was reaped first.
-                const bool betterCause = writeFailed && stopping && haveFailure
-                    && failure.data.value("reason", "") == "rank_failed";
+                const bool betterCause = writeFailed && stopping && peerFailureFirst();
                 if (failed(status) && (!stopping || betterCause)) {
                     drainStdout(false); // its last records, an error event among them
-                    haveFailure = haveFailure && !betterCause;
+                    readBeats(r, now);  // its error line, written just before it exited
+                    if (haveFailure && !betterCause)
+                        continue; // rank 0's write error, read from its stdout just now
                     recordFailure("error",
                         WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status),
                         "rank " + std::to_string(r.globalRank) + " (pid " + std::to_string(pid)

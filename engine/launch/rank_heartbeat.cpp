@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +54,20 @@ public:
             m_dirty = true;
         }
         m_cv.notify_all();
+    }
+
+    void reportError(std::string message)
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        if (m_fd < 0)
+            return;
+        for (char& c : message)
+            if (c == '\n' || c == '\r')
+                c = ' ';
+        // One write of at most PIPE_BUF bytes: the pipe takes it whole, no beat cuts into it.
+        const std::string line = "error " + message.substr(0, PIPE_BUF - 8) + "\n";
+        ssize_t w = ::write(m_fd, line.data(), line.size());
+        (void)w;
     }
 
 private:
@@ -138,6 +153,11 @@ void RankHeartbeat::start(double hangTimeoutSec)
 void RankHeartbeat::report(int64_t step, RankPhase phase)
 {
     beater().report(step, phase);
+}
+
+void RankHeartbeat::reportError(const std::string& message)
+{
+    beater().reportError(message);
 }
 
 } // namespace shard::launch

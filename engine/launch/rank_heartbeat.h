@@ -36,6 +36,9 @@ public:
     static void start(double hangTimeoutSec);
     // Progress: the step being run (0 before the first) and the phase. Beats go out at once.
     static void report(int64_t step, RankPhase phase);
+    // Why the rank is about to fail, as one "error <message>" line on the same pipe: the
+    // launcher names it even when the rank's log cannot be written (a full disk).
+    static void reportError(const std::string& message);
 };
 
 } // namespace shard::launch

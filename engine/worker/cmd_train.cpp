@@ -119,9 +119,17 @@ void train(TrainArgs& a)
     try {
         trainer.run();
     } catch (const protocol::RunDirWriteError& e) {
-        // Its own exit status, so the launcher (and a script) can tell a full disk apart.
+        launch::RankHeartbeat::reportError(e.what());
+        // Its own exit status, so the launcher (and a script) can tell a full disk apart. Out
+        // at once: tearing the trainer down first would let the peers, whose connections to
+        // this rank close meanwhile, exit first, and the launcher's stop end this rank by
+        // SIGTERM before it tells why (every record was written, or failed, synchronously).
         std::fprintf(stderr, "shard-worker: error: %s\n", e.what());
-        exitCode() = protocol::kWriteFailedExitCode;
+        std::fflush(nullptr);
+        std::_Exit(protocol::kWriteFailedExitCode);
+    } catch (const std::exception& e) {
+        launch::RankHeartbeat::reportError(e.what());
+        throw;
     }
 }
 

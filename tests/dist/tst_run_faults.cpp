@@ -162,20 +162,10 @@ void testDiskFills()
     SHARD_EXPECT(p.wait(60), "the run went on with a full disk");
     const double took = since(at);
     SHARD_EXPECT(took < 10, "stopped " + std::to_string(took) + " s after the disk filled");
-    // Rank 0's records fail first in most runs: exit 74 and the reason on stderr. When another
-    // rank's write fails first, the launcher reports that rank's failure (see its log).
-    const bool rank0First = p.exitCode() == 74;
-    std::string rankLogs;
-    for (int r = 0; r < 2; ++r)
-        rankLogs += readFile(dir + "/logs/rank-" + std::to_string(r) + ".log");
-    SHARD_EXPECT(rank0First || (p.exitCode() != 0 && p.err.find("rank 1") != std::string::npos),
-        "launcher exit 74 (write failed) or rank 1's failure, got " + std::to_string(p.exitCode())
-            + ": " + p.err);
-    if (rank0First)
-        SHARD_EXPECT(p.err.find("No space left on device") != std::string::npos,
-            "the launcher's stderr says why: " + p.err);
-    else // a known gap: another rank's write error is not yet exit 74 with the reason
-        std::printf("disk full hit rank 1 first; its log:\n%s\n", rankLogs.c_str());
+    SHARD_EXPECT(p.exitCode() == 74,
+        "launcher exit 74 (write failed), got " + std::to_string(p.exitCode()) + ": " + p.err);
+    SHARD_EXPECT(p.err.find("No space left on device") != std::string::npos,
+        "the launcher's stderr says why: " + p.err);
     SHARD_EXPECT(noneRemain(dir, pids, 10), "processes of the run remain");
     const std::string after = readFile(dir + "/metrics.jsonl");
     SHARD_EXPECT(after.compare(0, before.size(), before) == 0, "metrics written before were lost");
@@ -206,6 +196,34 @@ void testDiskFills()
     ::umount2(mnt.c_str(), MNT_DETACH);
 }
 
+// A write error on a rank other than 0 (its log; the records are rank 0's): the run stops with
+// exit 74 and the launcher says which rank and why, though that rank's log took nothing.
+void testRankLogFails()
+{
+    const std::string dir = g_root + "/rank1-log";
+    fs::create_directories(dir + "/logs");
+    std::error_code ec;
+    fs::create_symlink("/dev/full", dir + "/logs/rank-1.log", ec);
+    if (ec) {
+        std::printf("SKIP rank log write error: %s\n", ec.message().c_str());
+        return;
+    }
+    auto p = launch(2, trainArgs(dir, "100000", {"--log-every", "1"}));
+    SHARD_EXPECT(p.wait(120), "the run went on though rank 1 cannot write its log");
+    SHARD_EXPECT(p.exitCode() == 74,
+        "launcher exit 74 (write failed), got " + std::to_string(p.exitCode()) + ": " + p.err);
+    SHARD_EXPECT(p.err.find("rank 1") != std::string::npos
+            && p.err.find("No space left on device") != std::string::npos,
+        "the launcher names rank 1 and the reason: " + p.err);
+    const auto ev = events(dir);
+    const auto* failed = findEvent(ev, "error", "write_failed");
+    SHARD_EXPECT(failed && (*failed)["data"].value("rank", -1) == 1
+            && failed->value("message", "").find("No space left on device") != std::string::npos,
+        "events.jsonl names rank 1's write error: " + readFile(dir + "/events.jsonl"));
+    if (failed)
+        std::printf("rank 1's log fails: %s\n", failed->value("message", "").c_str());
+}
+
 } // namespace
 
 int main()
@@ -216,6 +234,7 @@ int main()
     testSecondStartRefused();
     testHungRank();
     testDiskFills();
+    testRankLogFails();
     if (g_failures == 0)
         removeTempDirs();
     std::printf("%s\n", g_failures ? "FAILED" : "all run fault checks passed");

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -21,6 +22,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -116,6 +118,28 @@ int64_t countTokens(const std::vector<TrainRow>& rows)
             n += r.labels[i] != -100;
     return n;
 }
+
+// A rank's stderr when it is the rank's log (under the launcher): every write checked, and a
+// failure reported with its reason (stdio's stderr keeps only an error flag).
+class CheckedStderrSink : public spdlog::sinks::base_sink<std::mutex> {
+protected:
+    void sink_it_(const spdlog::details::log_msg& msg) override
+    {
+        spdlog::memory_buf_t line;
+        formatter_->format(msg, line);
+        size_t done = 0;
+        while (done < line.size()) {
+            const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                throw spdlog::spdlog_ex(std::string("write failed (")
+                    + (n < 0 ? std::strerror(errno) : "nothing written") + ")");
+            done += static_cast<size_t>(n);
+        }
+    }
+    void flush_() override { }
+};
 
 } // namespace
 
@@ -331,7 +355,9 @@ TrainResult Trainer::run()
     const bool resuming = checkpoints && checkpoints->resuming();
 
     // Logging: stderr plus <run>/logs/rank-<r>.log.
-    std::vector<spdlog::sink_ptr> sinks {std::make_shared<spdlog::sinks::stderr_color_sink_mt>()};
+    std::vector<spdlog::sink_ptr> sinks {underLauncher
+            ? spdlog::sink_ptr(std::make_shared<CheckedStderrSink>())
+            : spdlog::sink_ptr(std::make_shared<spdlog::sinks::stderr_color_sink_mt>())};
     if (m_options.writeRunDir) {
         std::error_code ec;
         fs::create_directories(dir.logsDir(), ec);
