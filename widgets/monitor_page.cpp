@@ -525,6 +525,10 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
         if (e.kind == "error")
             m_message->showMessage(
                 tr("The run reported an error: %1").arg(QString::fromStdString(e.message)));
+        else if (e.kind == "data" && e.data.value("skipped_lines", int64_t(0)) > 0)
+            m_message->showMessage(tr("The training data had bad lines that were skipped: %1")
+                                       .arg(QString::fromStdString(e.message)),
+                MessageBar::Kind::Info);
     }
     if (!u.endedWithoutFinish.isEmpty() && !m_finished && m_startsSeen >= m_startsBeforeLive)
         endWithoutFinish(u.endedWithoutFinish);

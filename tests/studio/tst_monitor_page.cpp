@@ -257,6 +257,26 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("ended early"), 5000);
     }
 
+    void skippedDataLinesAreShown()
+    {
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString run = tmp.filePath("run-skip");
+        QVERIFY(QDir().mkpath(run + "/logs"));
+        writeFile(run + "/run.json", R"({"name":"tiny","steps":4,"strategy":"zero3"})");
+        writeFile(run + "/events.jsonl",
+            R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
+            "\n"
+            R"({"v":1,"type":"event","kind":"data","wall_time":0,"step":0,)"
+            R"("message":"skipped 24 bad lines (--skip-bad-lines); first: line 7: not JSON",)"
+            R"("data":{"skipped_lines":24,"first":["line 7: not JSON"]}})"
+            "\n");
+        MonitorPage page;
+        page.openRunDirectory(run);
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("skipped 24 bad lines"), 5000);
+        QVERIFY2(page.messageText().contains("line 7"), qPrintable(page.messageText()));
+    }
+
     void folderWithoutRunJsonShowsMessage()
     {
         QTemporaryDir tmp;
