@@ -9,9 +9,12 @@
 #                                   unit, engine, multirank and gui labels
 #   ci-roots.sh cuda-gate           build shard-worker against CUDA LibTorch 2.6 with the NCCL
 #                                   backend, fail unless --version shows CUDA and NCCL
+#   ci-roots.sh fresh-ci RELEASE    a clean clone of this repository in a bare debootstrapped
+#                                   root of RELEASE (bookworm or trixie): `bash .ci/run` there,
+#                                   set-up from nothing included (what "a fresh machine" means)
 #
-# ROOT is `trixie-cpu` (setup.sh's trixie packages: the README's commands on Debian 13) or
-# `trixie-cuda` (libtorch-cuda-dev, nvidia-cuda-toolkit, libnccl-dev; cuDNN replaced by a
+# ROOT is `bookworm-bare` or `trixie-bare` (debootstrap minbase, nothing added), `trixie-cpu`
+# (setup.sh's trixie packages: the README's commands on Debian 13) or `trixie-cuda` (libtorch-cuda-dev, nvidia-cuda-toolkit, libnccl-dev; cuDNN replaced by a
 # placeholder, see make_cuda_root). In a root the clone is mounted read-only at /src, the build
 # is in /build (inside the unpacked root, or SHARD_CI_BUILD_DIR on the host when set, kept between
 # runs), the root's own ccache at /ccache (kept in the cache).
@@ -42,9 +45,10 @@ die() {
 
 packages_of() {
     case $1 in
+    bookworm-bare | trixie-bare) echo "minbase" ;;
     trixie-cpu) bash "$SRC/scripts/setup.sh" --list trixie ;;
     trixie-cuda) printf '%s\n' "${CUDA_PACKAGES[@]}" ;;
-    *) die "unknown root '$1' (known: trixie-cpu, trixie-cuda)" ;;
+    *) die "unknown root '$1' (known: bookworm-bare, trixie-bare, trixie-cpu, trixie-cuda)" ;;
     esac
 }
 
@@ -92,6 +96,10 @@ apt_in() {
     shift
     chroot "$dir" env DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 \
         apt-get -o Acquire::Retries=3 -y -q --no-install-recommends "$@"
+}
+
+make_bare_root() {
+    : # debootstrap's minbase as it is: the README's set-up installs everything else
 }
 
 make_cpu_root() {
@@ -145,9 +153,9 @@ prepare() {
     # set -e stops at the first failing step; the message says what that means.
     trap 'rc=$?; remove_root "'"$dir"'"; ((rc == 0)) || log "error: '"$name"': the root could not be made (no network to '"$MIRROR"'?): CI fails"' EXIT
     log "$name: making the root with debootstrap from $MIRROR"
-    debootstrap --variant=minbase trixie "$dir" "$MIRROR" >"$dir.debootstrap.log" 2>&1 || {
+    debootstrap --variant=minbase "${name%%-*}" "$dir" "$MIRROR" >"$dir.debootstrap.log" 2>&1 || {
         tail -5 "$dir.debootstrap.log" >&2
-        die "$name: debootstrap failed (no network to $MIRROR?): the Debian 13 suite cannot run"
+        die "$name: debootstrap failed (no network to $MIRROR?): the root cannot be made"
     }
     rm -f "$dir.debootstrap.log"
     cp /etc/resolv.conf "$dir/etc/resolv.conf"
@@ -155,7 +163,7 @@ prepare() {
     printf '#!/bin/sh\nexit 101\n' >"$dir/usr/sbin/policy-rc.d"
     chmod +x "$dir/usr/sbin/policy-rc.d"
     mount_all "$dir"
-    "make_${name#trixie-}_root" "$dir"
+    "make_${name#*-}_root" "$dir"
     chroot "$dir" apt-get clean
     unmount_all "$dir"
     log "$name: packing $(du -sh --one-file-system "$dir" | cut -f1) into $tarball"
@@ -182,7 +190,13 @@ run_in() {
     mkdir -p "$dir/src" "$dir/ccache" "$dir/build"
     mount --bind "$SRC" "$dir/src"
     mount -o remount,bind,ro "$dir/src"
-    mount --bind "$CACHE/ccache-$name" "$dir/ccache"
+    # SHARD_CI_CCACHE: a ccache folder of the host's to use instead of the root's own (the same
+    # compiler packages hit it).
+    mount --bind "${SHARD_CI_CCACHE:-$CACHE/ccache-$name}" "$dir/ccache"
+    if ((${SHARD_CI_CLONE:-0})); then
+        # A clean clone made by the host's git (a bare root has none), owned by root there.
+        git clone -q "$SRC" "$dir/root/clone"
+    fi
     if [[ -n ${SHARD_CI_BUILD_DIR:-} ]]; then
         # A developer's build folder kept between runs (the root itself is always fresh).
         mkdir -p "$SHARD_CI_BUILD_DIR"
@@ -218,11 +232,23 @@ cuda_gate() {
         echo "cuda-gate: passed"'
 }
 
+# fresh-ci RELEASE: `bash .ci/run` on a clean clone in a bare root, as on a fresh machine.
+fresh_ci() {
+    local release=$1
+    [[ $release == bookworm || $release == trixie ]] ||
+        die "fresh-ci: unknown release '$release' (bookworm or trixie)"
+    SHARD_CI_CLONE=1 run_in "$release-bare" '
+        cd /root/clone
+        export CCACHE_DIR=/ccache
+        bash .ci/run'
+}
+
 [[ $(id -u) -eq 0 ]] || die "needs root (debootstrap, chroot, mount)"
 case ${1:-} in
 prepare) prepare "${2:?root name}" ;;
 run) run_in "${2:?root name}" "${*:3}" ;;
 cpu-suite) cpu_suite ;;
 cuda-gate) cuda_gate ;;
-*) die "usage: ci-roots.sh prepare|run ROOT [CMD] | cpu-suite | cuda-gate" ;;
+fresh-ci) fresh_ci "${2:?release: bookworm or trixie}" ;;
+*) die "usage: ci-roots.sh prepare|run ROOT [CMD] | cpu-suite | cuda-gate | fresh-ci RELEASE" ;;
 esac
