@@ -205,7 +205,7 @@ run_in() {
     chroot "$dir" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         HOME=/root LC_ALL=C.UTF-8 TERM=dumb CCACHE_DIR=/ccache CCACHE_BASEDIR=/src \
         CCACHE_MAXSIZE=5G JOBS="$JOBS" SHARD_CI_ROOT="$name" \
-        bash -euo pipefail -c "git config --global --add safe.directory /src; cd /src; $cmd" || rc=$?
+        bash -euo pipefail -c "! command -v git >/dev/null || git config --global --add safe.directory /src; cd /src; $cmd" || rc=$?
     remove_root "$dir"
     trap - EXIT
     return $rc
