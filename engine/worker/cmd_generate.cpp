@@ -11,6 +11,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_store.h"

@@ -16,6 +16,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <sys/wait.h>
 
 #include "core/generate/generation.h"

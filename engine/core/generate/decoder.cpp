@@ -6,6 +6,7 @@
 #include <string>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 namespace shard::engine {
 

@@ -3,6 +3,7 @@
 #include "model_runner.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
