@@ -202,8 +202,11 @@ run_in() {
         mkdir -p "$SHARD_CI_BUILD_DIR"
         mount --bind "$SHARD_CI_BUILD_DIR" "$dir/build"
     fi
+    # The host's trust anchors (a network that inspects TLS needs them; npm and git read them).
+    cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/host-ca-certificates.crt" 2>/dev/null || true
     chroot "$dir" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         HOME=/root LC_ALL=C.UTF-8 TERM=dumb CCACHE_DIR=/ccache CCACHE_BASEDIR=/src \
+        NODE_EXTRA_CA_CERTS=/etc/ssl/host-ca-certificates.crt \
         CCACHE_MAXSIZE=5G JOBS="$JOBS" SHARD_CI_ROOT="$name" \
         bash -euo pipefail -c "! command -v git >/dev/null || git config --global --add safe.directory /src; cd /src; $cmd" || rc=$?
     remove_root "$dir"
