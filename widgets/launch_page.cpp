@@ -465,29 +465,27 @@ protocol::RunSpec LaunchPage::fieldsSpec() const
     return s;
 }
 
-Result<protocol::RunSpec> LaunchPage::spec() const
+jobs::Result<protocol::RunSpec> LaunchPage::spec() const
 {
     protocol::RunSpec s = fieldsSpec();
     if (s.name.empty())
-        return Result<protocol::RunSpec>::failure(tr("Give the run a name."));
+        return jobs::fail(tr("Give the run a name."));
     if (s.model.empty())
-        return Result<protocol::RunSpec>::failure(
-            tr("Choose a model folder (a Hugging Face folder with config.json)."));
+        return jobs::fail(tr("Choose a model folder (a Hugging Face folder with config.json)."));
     if (s.data.empty())
-        return Result<protocol::RunSpec>::failure(tr("Choose at least one data file."));
+        return jobs::fail(tr("Choose at least one data file."));
     bool ok = false;
     s.lr = m_lr->text().trimmed().toDouble(&ok);
     if (!ok)
-        return Result<protocol::RunSpec>::failure(
-            tr("Learning rate '%1' is not a number (e.g. 3e-4).").arg(m_lr->text()));
+        return jobs::fail(tr("Learning rate '%1' is not a number (e.g. 3e-4).").arg(m_lr->text()));
     s.weightDecay = m_weightDecay->text().trimmed().toDouble(&ok);
     if (!ok || s.weightDecay < 0)
-        return Result<protocol::RunSpec>::failure(
+        return jobs::fail(
             tr("Weight decay '%1' is not a number >= 0 (e.g. 0.1).").arg(m_weightDecay->text()));
     try {
         protocol::validate(s);
     } catch (const std::exception& e) {
-        return Result<protocol::RunSpec>::failure(QString::fromUtf8(e.what()));
+        return jobs::fail(QString::fromUtf8(e.what()));
     }
     return s;
 }
@@ -503,13 +501,13 @@ QString LaunchPage::cannotRunHere() const
     return {};
 }
 
-Result<jobs::LaunchRequest> LaunchPage::request() const
+jobs::Result<jobs::LaunchRequest> LaunchPage::request() const
 {
     auto s = spec();
     if (!s)
-        return Result<jobs::LaunchRequest>::failure(s.error());
+        return jobs::fail(s.error());
     if (const QString why = cannotRunHere(); !why.isEmpty())
-        return Result<jobs::LaunchRequest>::failure(why);
+        return jobs::fail(why);
     jobs::LaunchRequest r;
     r.name = QString::fromStdString(s.value().name);
     r.spec = s.value();
