@@ -157,9 +157,7 @@ Result<IngestStats> Ingestor::ingestRunDir(qint64 runId, const QString& runDir)
     }
     // The engine writes the resolved spec; keep it when the launcher had none.
     auto rec = m_store.run(runId);
-    if (rec
-        && (rec->specJson.isEmpty() || rec->specJson == "{}"
-            || rec->specJson.startsWith("{\"args\""))) {
+    if (rec && (rec->specJson.isEmpty() || rec->specJson == "{}")) {
         QFile spec(runDir + QStringLiteral("/run.json"));
         if (spec.open(QIODevice::ReadOnly)) {
             const QByteArray json = spec.readAll();

@@ -1,20 +1,23 @@
-// LaunchRequest: what to start (a run spec or the worker's train flags), where its run
-// directory goes, and how many ranks per node; shared by the local, SSH and Slurm launchers.
+// LaunchRequest: the typed run spec to start, where its run directory goes and with which
+// worker; shared by the local, SSH and Slurm launchers. The spec travels as
+// <run>/launch-spec.json and the node launcher's command line is protocol::LaunchArgs, so what
+// the Launch page previews is what runs (docs/ARCHITECTURE.md, "From a plan to the ranks").
 #pragma once
 
 #include <QByteArray>
 #include <QString>
 #include <QStringList>
-#include <nlohmann/json.hpp>
+
+#include "jobs/result.h"
+#include "protocol/run_spec.h"
 
 namespace shard::jobs {
 
 struct LaunchRequest {
-    QString name;          // shown in the store; free text (never used unquoted in a shell)
-    QByteArray specJson;   // a run spec (run.json); uploaded as <run>/launch-spec.json
-    QStringList trainArgs; // or: the worker's `train` flags (used when specJson is empty)
-    QString runDir;        // the run directory on the target; empty: a default under runs/
-    int procsPerNode = 1;  // ranks per node (from the spec's procs_per_node when it has one)
+    QString name;           // shown in the store; free text (never used unquoted in a shell)
+    protocol::RunSpec spec; // what runs (spec.procsPerNode ranks per node); uploaded as
+                            // <run>/launch-spec.json with "out" set to the run directory
+    QString runDir;         // the run directory on the target; empty: a default under runs/
     QString workerProgram = QStringLiteral("shard-worker"); // path or name on PATH (per target)
     int masterPort = 0;                                     // rendezvous port; 0: pick one
     QString masterAddr;  // rendezvous address; empty: node 0's address
@@ -25,26 +28,23 @@ struct LaunchRequest {
     bool copyInputs = false;
 };
 
-// The `shard-worker launch ...` arguments for one node (without the program itself).
-// nnodes == 1 leaves out the multi-node flags. The train part is `--config <run>/launch-spec.json`
-// for a spec, else the train flags plus `--out <run>` unless they name --out already.
+// The `shard-worker launch ... -- train --config <runDir>/launch-spec.json` arguments for one
+// node (without the program itself), written by protocol::LaunchArgs::toArgv. nnodes == 1
+// leaves out the multi-node flags.
 QStringList workerLaunchArgs(const LaunchRequest& request, const QString& runDir,
     const QString& nodeRunDir, int nnodes, int nodeRank, const QString& masterAddr, int masterPort);
 
-// The spec with "out" set to the run directory (so the engine writes where we read).
-QByteArray specWithOut(const QByteArray& specJson, const QString& runDir);
+// <run>/launch-spec.json: the spec with "out" set to the run directory (so the engine writes
+// where we read).
+QByteArray launchSpecJson(const protocol::RunSpec& spec, const QString& runDir);
 
-// What the store records for a run started from train flags: {"args": [...]} plus the keys it
-// can read from them (steps, strategy, model), until the engine's run.json replaces it.
-QByteArray specForTrainArgs(const QStringList& trainArgs);
+// What the store records for a request: its spec as run.json spells it.
+QByteArray recordedSpecJson(const protocol::RunSpec& spec);
 
-// What starts a run again in `runDir` from its latest complete checkpoint: `spec` (a JSON object)
-// with "resume": "auto", or, for a run started from the worker's flags (a spec {"args": [...]},
-// see specForTrainArgs), the same flags with --resume auto.
-LaunchRequest resumeRequest(nlohmann::json spec, const QString& name, const QString& runDir);
-
-// procs_per_node from the spec, or `fallback`.
-int specProcsPerNode(const QByteArray& specJson, int fallback);
+// What starts a run again in `runDir` from its latest complete checkpoint: its recorded spec
+// (run.json) with resume "auto". A spec that is not a run spec is a clear error.
+Result<LaunchRequest> resumeRequest(
+    const QByteArray& specJson, const QString& name, const QString& runDir);
 
 // A directory-name-safe version of a run name ([A-Za-z0-9._-], at most 60 chars).
 QString safeDirName(const QString& name);

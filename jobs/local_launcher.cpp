@@ -80,18 +80,15 @@ Result<qint64> LocalLauncher::start(const LaunchRequest& request)
         return fail(QStringLiteral("cannot create the run directory %1 (check permissions and "
                                    "free space)")
                         .arg(runDir));
-    LaunchRequest req = request;
-    if (!req.specJson.isEmpty()) {
-        req.procsPerNode = specProcsPerNode(req.specJson, req.procsPerNode);
-        QFile spec(runDir + QStringLiteral("/launch-spec.json"));
-        if (!spec.open(QIODevice::WriteOnly) || spec.write(specWithOut(req.specJson, runDir)) < 0)
-            return fail(
-                QStringLiteral("cannot write %1: %2").arg(spec.fileName(), spec.errorString()));
-    }
+    const LaunchRequest& req = request;
+    QFile spec(runDir + QStringLiteral("/launch-spec.json"));
+    if (!spec.open(QIODevice::WriteOnly) || spec.write(launchSpecJson(req.spec, runDir)) < 0)
+        return fail(QStringLiteral("cannot write %1: %2").arg(spec.fileName(), spec.errorString()));
+    spec.close();
 
     NewRun nr;
     nr.name = name;
-    nr.specJson = req.specJson.isEmpty() ? specForTrainArgs(req.trainArgs) : req.specJson;
+    nr.specJson = recordedSpecJson(req.spec);
     nr.target = QStringLiteral("local");
     nr.runDir = runDir;
     auto id = req.resume ? m_store.reopenOrCreateRun(nr) : m_store.createRun(nr);

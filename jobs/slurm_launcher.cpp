@@ -207,20 +207,17 @@ Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOp
         return fail(QStringLiteral("cannot create the run directory %1 on %2: %3")
                         .arg(runDir, where, QString::fromLocal8Bit(prep->err).trimmed()));
 
-    LaunchRequest req = request;
-    if (!req.specJson.isEmpty())
-        req.procsPerNode = specProcsPerNode(req.specJson, req.procsPerNode);
+    const LaunchRequest& req = request;
     auto script = sbatchScript(req, o, absDir);
     if (!script)
         return fail(script.error());
-    const QByteArray spec
-        = req.specJson.isEmpty() ? QByteArray() : specWithOut(req.specJson, absDir);
+    const QByteArray spec = launchSpecJson(req.spec, absDir);
     const QString scriptPath = absDir + QStringLiteral("/job.sbatch");
     auto written
         = shell(o, QStringLiteral("cat > %1").arg(Q::shellQuote(scriptPath)), script->toUtf8());
     if (!written || written->exitCode != 0)
         return fail(QStringLiteral("cannot write %1 on %2").arg(scriptPath, where));
-    if (!spec.isEmpty()) {
+    {
         auto s = shell(
             o, QStringLiteral("cat > %1").arg(Q::shellQuote(absDir + "/launch-spec.json")), spec);
         if (!s || s->exitCode != 0)
@@ -230,7 +227,7 @@ Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOp
 
     NewRun nr;
     nr.name = name;
-    nr.specJson = req.specJson.isEmpty() ? specForTrainArgs(req.trainArgs) : req.specJson;
+    nr.specJson = recordedSpecJson(req.spec);
     nr.target = QStringLiteral("slurm");
     nr.host = o.via;
     nr.runDir = absDir;

@@ -70,7 +70,9 @@ QStringList SshClient::sshArgs(const SshHost& host) const
     QStringList args;
     if (!m_options.configFile.isEmpty())
         args << QStringLiteral("-F") << m_options.configFile;
+    // Never a prompt, and never a host key accepted on the user's behalf.
     args << QStringLiteral("-o") << QStringLiteral("BatchMode=yes") << QStringLiteral("-o")
+         << QStringLiteral("StrictHostKeyChecking=yes") << QStringLiteral("-o")
          << QStringLiteral("ConnectTimeout=%1").arg(m_options.connectTimeoutSec)
          << QStringLiteral("-o") << QStringLiteral("ControlMaster=auto") << QStringLiteral("-o")
          << QStringLiteral("ControlPath=%1/%C").arg(controlDir) << QStringLiteral("-o")
@@ -81,9 +83,7 @@ QStringList SshClient::sshArgs(const SshHost& host) const
         args << QStringLiteral("-o") << o;
     if (host.port > 0)
         args << QStringLiteral("-p") << QString::number(host.port);
-    if (!host.user.isEmpty())
-        args << QStringLiteral("-l") << host.user;
-    args << QStringLiteral("--") << host.host;
+    args << QStringLiteral("--") << (host.user.isEmpty() ? host.host : host.user + '@' + host.host);
     return args;
 }
 
@@ -199,13 +199,16 @@ QString SshClient::describeFailure(const SshHost& host, int exitCode, const QByt
             .arg(h);
     if (e.contains(QLatin1String("Permission denied"))
         || e.contains(QLatin1String("Too many authentication failures")))
-        return QStringLiteral("ssh %1: authentication refused (%2); load your key into ssh-agent "
-                              "or set IdentityFile in ~/.ssh/config (no password prompts here)")
+        return QStringLiteral("ssh %1: authentication refused (%2): %1 refused authentication; "
+                              "load your key into ssh-agent or copy it with ssh-copy-id, check "
+                              "the user name, or set IdentityFile in ~/.ssh/config (no password "
+                              "prompts here)")
             .arg(h, last);
     // A refused connection is an answer (nothing listens on that port), not an unreachable host.
     if (e.contains(QLatin1String("Connection refused")))
-        return QStringLiteral("ssh %1: connection refused (%2); no SSH server listens there: check "
-                              "the port and that sshd runs on the host")
+        return QStringLiteral("ssh %1: connection refused (%2): %1 refused the connection, so no "
+                              "SSH server listens there; check the address and port, and that "
+                              "sshd runs on the host")
             .arg(h, last);
     if (e.contains(QLatin1String("Could not resolve hostname")))
         return QStringLiteral("ssh %1: unknown host name (%2); check the spelling or add it to "

@@ -74,40 +74,53 @@ QList<SshHost> SshLauncher::hostsOf(const RunRecord& run)
     return hosts;
 }
 
-Result<QByteArray> SshLauncher::copyInputs(
-    const QList<SshHost>& hosts, const QString& absDir, const QByteArray& specJson)
+Result<protocol::RunSpec> SshLauncher::copyInputs(
+    const QList<SshHost>& hosts, const QString& absDir, protocol::RunSpec spec)
 {
-    auto spec = nlohmann::json::parse(specJson.toStdString(), nullptr, false);
-    if (!spec.is_object())
-        return fail(QStringLiteral("the run spec is not a JSON object"));
     const QString inputs = absDir + QStringLiteral("/inputs");
     // Each local path goes to inputs/<its name> on every host; the spec names the copy.
-    auto copy = [&](const std::string& local) -> Result<std::string> {
-        const QString path = QString::fromStdString(local);
+    auto copy = [&](std::string& field) -> Status {
+        if (field.empty())
+            return {};
+        const QString path = QString::fromStdString(field);
         for (const SshHost& host : hosts)
             if (auto s = m_ssh.upload(host, path, inputs); !s)
                 return fail(s.error());
-        return (inputs + '/' + QFileInfo(path).fileName()).toStdString();
+        field = (inputs + '/' + QFileInfo(path).fileName()).toStdString();
+        return {};
     };
-    for (const char* key : {"model", "tokenizer", "eval_data"}) {
-        const std::string local = spec.value(key, std::string());
-        if (local.empty())
-            continue;
-        auto remote = copy(local);
-        if (!remote)
-            return fail(remote.error());
-        spec[key] = *remote;
-    }
-    if (spec.contains("data") && spec["data"].is_array())
-        for (auto& d : spec["data"]) {
-            if (!d.is_string())
-                continue;
-            auto remote = copy(d.get<std::string>());
-            if (!remote)
-                return fail(remote.error());
-            d = *remote;
-        }
-    return QByteArray::fromStdString(spec.dump(2));
+    for (std::string* field : {&spec.model, &spec.tokenizer, &spec.evalData})
+        if (auto s = copy(*field); !s)
+            return fail(s.error());
+    for (std::string& d : spec.data)
+        if (auto s = copy(d); !s)
+            return fail(s.error());
+    return spec;
+}
+
+QString SshLauncher::nodeScript(const LaunchRequest& req, const QString& absDir, int nnodes,
+    int nodeRank, const QString& masterAddr, int port)
+{
+    // One run directory for every node: the launcher names its per-node files (pid, log) by
+    // node rank, and node 0's records are the run's.
+    const QString nodeDir = absDir;
+    const QStringList args
+        = workerLaunchArgs(req, absDir, nodeDir, nnodes, nodeRank, masterAddr, port);
+    QString env;
+    for (const QString& kv : req.env)
+        if (kv.indexOf('=') > 0)
+            env += QStringLiteral("export %1; ").arg(Q::shellQuote(kv));
+    // Fully detached from the SSH session: its own session (setsid, no controlling terminal),
+    // SIGHUP ignored (nohup), no stdin, output to a file. The session's end, or the death of the
+    // CLI that opened it, reaches nothing of the run. Its stdin is the launch spec.
+    return QStringLiteral(
+        "w=%1; command -v \"$w\" >/dev/null 2>&1 || { echo \"shard-worker not found: $w\" "
+        ">&2; exit 127; }; mkdir -p -- %2/logs %3/logs || exit 1; cd -- %2 || exit 1; "
+        "cat > launch-spec.json || exit 1; "
+        "%4 setsid nohup \"$w\" %5 > %6 2>&1 < /dev/null & echo \"PID=$!\"")
+        .arg(Q::shellQuote(req.workerProgram), Q::shellQuote(absDir), Q::shellQuote(nodeDir), env,
+            Q::shellJoin(args),
+            Q::shellQuote(nodeDir + QStringLiteral("/logs/launcher-node-%1.out").arg(nodeRank)));
 }
 
 Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchRequest& request)
@@ -122,8 +135,6 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
         runDir = QStringLiteral("shard-runs/") + safeDirName(name) + '-'
             + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
     LaunchRequest req = request;
-    if (!req.specJson.isEmpty())
-        req.procsPerNode = specProcsPerNode(req.specJson, req.procsPerNode);
 
     // Node 0: make the directory, refuse one that holds a run (unless resuming it), learn its
     // absolute path.
@@ -146,11 +157,11 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
             QStringLiteral("cannot create the run directory %1 on %2: %3")
                 .arg(runDir, first.toString(), QString::fromLocal8Bit(prep->err).trimmed()));
 
-    if (req.copyInputs && !req.specJson.isEmpty()) {
-        auto copied = copyInputs(hosts, absDir, req.specJson);
+    if (req.copyInputs) {
+        auto copied = copyInputs(hosts, absDir, req.spec);
         if (!copied)
             return fail(copied.error());
-        req.specJson = *copied;
+        req.spec = *copied;
     }
 
     QString masterAddr = req.masterAddr;
@@ -168,7 +179,7 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
         hostNames << h.toString();
     NewRun nr;
     nr.name = name;
-    nr.specJson = req.specJson.isEmpty() ? specForTrainArgs(req.trainArgs) : req.specJson;
+    nr.specJson = recordedSpecJson(req.spec);
     nr.target = QStringLiteral("ssh");
     nr.host = hostNames.join(',');
     nr.runDir = absDir;
@@ -184,33 +195,12 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
         (void)m_store.setStatus(*id, RunStatus::Failed, why);
         return fail(why);
     };
-    const QByteArray spec
-        = req.specJson.isEmpty() ? QByteArray() : specWithOut(req.specJson, absDir);
+    const QByteArray spec = launchSpecJson(req.spec, absDir);
     for (int i = 0; i < hosts.size(); ++i) {
         const SshHost& host = hosts[i];
-        // One run directory for every node: the launcher names its per-node files (pid, log)
-        // by node rank, and node 0's records are the run's.
         const QString nodeDir = absDir;
-        const QStringList args = workerLaunchArgs(
-            req, absDir, nodeDir, static_cast<int>(hosts.size()), i, masterAddr, port);
-        QString env;
-        for (const QString& kv : req.env)
-            if (kv.indexOf('=') > 0)
-                env += QStringLiteral("export %1; ").arg(Q::shellQuote(kv));
-        // Fully detached from the SSH session: its own session (setsid, no controlling
-        // terminal), SIGHUP ignored (nohup), no stdin, output to a file. The session's end, or
-        // the death of the CLI that opened it, reaches nothing of the run.
         const QString script
-            = QStringLiteral(
-                "w=%1; command -v \"$w\" >/dev/null 2>&1 || { echo \"shard-worker not found: $w\" "
-                ">&2; exit 127; }; mkdir -p -- %2/logs %3/logs || exit 1; cd -- %2 || exit 1; %4"
-                "%5 setsid nohup \"$w\" %6 > %7 2>&1 < /dev/null & echo \"PID=$!\"")
-                  .arg(Q::shellQuote(req.workerProgram), Q::shellQuote(absDir),
-                      Q::shellQuote(nodeDir),
-                      spec.isEmpty() ? QString()
-                                     : QStringLiteral("cat > launch-spec.json || exit 1; "),
-                      env, Q::shellJoin(args),
-                      Q::shellQuote(nodeDir + QStringLiteral("/logs/launcher-node-%1.out").arg(i)));
+            = nodeScript(req, absDir, static_cast<int>(hosts.size()), i, masterAddr, port);
         auto r = m_ssh.run(host, script, spec);
         if (!r)
             return abort(r.error());
@@ -267,9 +257,10 @@ Status SshLauncher::stop(qint64 runId, int graceMs)
     return markStoppedOnRequest(m_store, runId);
 }
 
-Result<QString> SshLauncher::checkHost(const SshHost& host, const QString& workerProgram)
+Result<QString> SshLauncher::checkHost(
+    const SshClient& ssh, const SshHost& host, const QString& workerProgram)
 {
-    auto r = m_ssh.run(host,
+    auto r = ssh.run(host,
         QStringLiteral("w=%1; command -v \"$w\" >/dev/null 2>&1 || exit 127; \"$w\" --version")
             .arg(Q::shellQuote(workerProgram)),
         {}, 30000);

@@ -39,7 +39,18 @@ public:
     // For a Hosts page's "test connection": connects (BatchMode) and runs `<worker> --version`.
     // Returns the version line, or the one-line reason (unreachable, auth refused, host key,
     // shard-worker not installed). Blocking: call it off the UI thread.
-    Result<QString> checkHost(const SshHost& host, const QString& workerProgram = "shard-worker");
+    Result<QString> checkHost(const SshHost& host, const QString& workerProgram = "shard-worker")
+    {
+        return checkHost(m_ssh, host, workerProgram);
+    }
+    // The same with a given client (the Hosts page's Test, which has no run store).
+    static Result<QString> checkHost(
+        const SshClient& ssh, const SshHost& host, const QString& workerProgram = "shard-worker");
+
+    // The shell script that starts node `nodeRank`'s launcher on its host, detached, reading the
+    // launch spec from its stdin: exactly what start() runs there (the Launch page shows it).
+    static QString nodeScript(const LaunchRequest& request, const QString& absDir, int nnodes,
+        int nodeRank, const QString& masterAddr, int port);
 
     // The nodes recorded for an SSH run.
     static QList<RemoteNode> nodesOf(const RunRecord& run);
@@ -51,8 +62,8 @@ public:
 private:
     // request.copyInputs: the spec's model, tokenizer, eval and data files copied to
     // <run>/inputs/ on every host; returns the spec naming the copies.
-    Result<QByteArray> copyInputs(
-        const QList<SshHost>& hosts, const QString& absDir, const QByteArray& specJson);
+    Result<protocol::RunSpec> copyInputs(
+        const QList<SshHost>& hosts, const QString& absDir, protocol::RunSpec spec);
 
     RunStore& m_store;
     SshClient m_ssh;

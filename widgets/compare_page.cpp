@@ -210,7 +210,7 @@ void ComparePage::addRunDirectory(const QString& directory)
     m_message->showMessage(tr("Loading %1…").arg(directory), MessageBar::Kind::Info);
     runInBackground(
         this, [directory] { return loadRunDirectory(directory); },
-        [this](Result<RunSeries> result) {
+        [this](jobs::Result<RunSeries> result) {
             --m_loading;
             if (!result) {
                 m_message->showMessage(result.error());
@@ -218,7 +218,7 @@ void ComparePage::addRunDirectory(const QString& directory)
                 return;
             }
             m_message->clearMessage();
-            addRun(result.take());
+            addRun(std::move(result).value());
         });
 }
 

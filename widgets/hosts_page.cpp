@@ -1,4 +1,4 @@
-// HostsPage: host list, edit form, asynchronous connection tests through QProcess.
+// HostsPage: host list, edit form, connection tests on a pool thread through the SSH launcher.
 #include "widgets/hosts_page.h"
 
 #include <QComboBox>
@@ -7,13 +7,16 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QProcess>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
 
+#include "jobs/ssh_launcher.h"
 #include "widgets/message_bar.h"
 
 namespace shard::widgets {
@@ -213,22 +216,38 @@ HostEntry HostsPage::formEntry() const
     return e;
 }
 
+jobs::SshHost HostsPage::sshHost(const HostEntry& host)
+{
+    jobs::SshHost h;
+    h.user = host.user;
+    h.host = host.address;
+    h.port = host.port != 22 ? host.port : 0;
+    return h;
+}
+
+namespace {
+
+jobs::SshClient testClient()
+{
+    jobs::SshOptions o = jobs::SshOptions::fromEnvironment();
+    o.connectTimeoutSec = kConnectTimeoutSec;
+    return jobs::SshClient(o);
+}
+
+const QString kSinfo = QStringLiteral("sinfo -h -o %P");
+
+} // namespace
+
 QStringList HostsPage::testCommand(const HostEntry& host)
 {
     // What a launch needs: the host answers, and shard-worker (or sinfo) is there.
-    const QString remote = host.kind == "slurm"
-        ? QStringLiteral("sinfo -h -o %P")
-        : QStringLiteral("command -v shard-worker >/dev/null || echo 'shard-worker: not found "
-                         "on PATH' >&2; command -v shard-worker >/dev/null");
     if (host.kind == "slurm" && host.address.isEmpty())
         return {"sinfo", "-h", "-o", "%P"};
-    QStringList args = {"ssh", "-o", "BatchMode=yes", "-o",
-        QString("ConnectTimeout=%1").arg(kConnectTimeoutSec), "-o", "StrictHostKeyChecking=yes"};
-    if (host.port != 22)
-        args << "-p" << QString::number(host.port);
-    args << (host.user.isEmpty() ? host.address : host.user + "@" + host.address);
-    args << "--" << remote;
-    return args;
+    const QString remote = host.kind == "slurm"
+        ? kSinfo
+        : QStringLiteral("w=shard-worker; command -v \"$w\" >/dev/null 2>&1 || exit 127; \"$w\" "
+                         "--version");
+    return QStringList {QStringLiteral("ssh")} + testClient().sshArgs(sshHost(host)) << remote;
 }
 
 QString HostsPage::explainFailure(const HostEntry& host, int exitCode, const QString& err)
@@ -236,43 +255,52 @@ QString HostsPage::explainFailure(const HostEntry& host, int exitCode, const QSt
     const QString where = host.address.isEmpty()
         ? tr("this machine")
         : (host.port != 22 ? QString("%1:%2").arg(host.address).arg(host.port) : host.address);
-    if (err.contains("Connection refused"))
-        return tr("%1 refused the connection: no SSH server listens there. Check the address "
-                  "and port, and that sshd runs on the host.")
-            .arg(where);
-    if (err.contains("Could not resolve hostname"))
-        return tr("%1: unknown host name. Check the spelling or add it to ~/.ssh/config.")
-            .arg(where);
-    if (err.contains("timed out") || err.contains("No route to host")
-        || err.contains("Network is unreachable"))
-        return tr("%1 is unreachable (no answer within %2 s). Check the network, VPN or "
-                  "ProxyJump.")
-            .arg(where)
-            .arg(kConnectTimeoutSec);
-    if (err.contains("Permission denied"))
-        return tr("%1 refused authentication. Load your key into ssh-agent or copy it with "
-                  "ssh-copy-id, and check the user name.")
-            .arg(where);
-    if (err.contains("Host key verification failed") || err.contains("REMOTE HOST IDENTIFICATION"))
-        return tr("%1: the host key is unknown or has changed. Connect once with ssh in a "
-                  "terminal to check and accept it; the studio never accepts keys itself.")
-            .arg(where);
-    if (err.contains("shard-worker: not found"))
-        return tr("%1 answers, but shard-worker is not installed there (not on PATH). Install "
-                  "Shard Studio's worker on the host.")
-            .arg(where);
     if (host.kind == "slurm" && (exitCode == 127 || err.contains("not found")))
         return tr("Slurm is not available on %1 (sinfo not found).").arg(where);
-    if (host.kind == "slurm" && !err.isEmpty())
+    if (host.kind == "slurm" && exitCode != 255 && !err.isEmpty())
         return tr("Slurm on %1 did not answer: %2").arg(where, err.trimmed().section('\n', 0, 0));
-    const QString first = err.trimmed().section('\n', 0, 0);
-    return first.isEmpty() ? tr("%1: the test failed (exit code %2).").arg(where).arg(exitCode)
-                           : tr("%1: %2").arg(where, first);
+    if (host.kind == "ssh" && err.contains("shard-worker: not found"))
+        return tr("%1 answers, but shard-worker is not installed there (not on the PATH of a "
+                  "non-interactive shell). Install Shard Studio's worker on the host.")
+            .arg(where);
+    return jobs::SshClient::describeFailure(sshHost(host), exitCode, err.toLocal8Bit());
+}
+
+jobs::Result<QString> HostsPage::runTest(const HostEntry& host)
+{
+    if (host.kind == "ssh")
+        return jobs::SshLauncher::checkHost(testClient(), sshHost(host));
+    jobs::SshResult r;
+    if (host.address.isEmpty()) {
+        QProcess p;
+        p.start(QStringLiteral("sinfo"), {"-h", "-o", "%P"});
+        if (!p.waitForStarted(5000))
+            return jobs::fail(tr("Could not run sinfo: is it installed? (testing a local Slurm "
+                                 "needs Slurm's tools on this machine)"));
+        if (!p.waitForFinished(kConnectTimeoutSec * 4000)) {
+            p.kill();
+            p.waitForFinished(2000);
+            return jobs::fail(tr("Slurm on this machine did not answer within %1 s.")
+                                  .arg(kConnectTimeoutSec * 4));
+        }
+        r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+        r.out = p.readAllStandardOutput();
+        r.err = p.readAllStandardError();
+    } else {
+        auto ran = testClient().run(sshHost(host), kSinfo, {}, kConnectTimeoutSec * 4000);
+        if (!ran)
+            return jobs::fail(ran.error());
+        r = ran.value();
+    }
+    if (r.exitCode != 0)
+        return jobs::fail(explainFailure(host, r.exitCode, QString::fromLocal8Bit(r.err)));
+    return tr("Slurm answers; partitions: %1")
+        .arg(QString::fromLocal8Bit(r.out).simplified().replace(' ', ", "));
 }
 
 void HostsPage::testSelected()
 {
-    if (m_process)
+    if (m_watcher)
         return;
     HostEntry host = formEntry();
     const int row = m_table->currentRow();
@@ -284,42 +312,27 @@ void HostsPage::testSelected()
         return;
     }
     m_testing = host;
-    const QStringList cmd = testCommand(host);
-    m_process = new QProcess(this);
-    m_process->setProgram(cmd.front());
-    m_process->setArguments(cmd.mid(1));
-    connect(m_process, &QProcess::finished, this, &HostsPage::onFinished);
-    connect(m_process, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
-        if (e != QProcess::FailedToStart || !m_process)
-            return;
-        const QString program = m_process->program();
-        m_process->deleteLater();
-        m_process = nullptr;
-        m_busy->setVisible(false);
-        m_cancel->setEnabled(false);
-        m_test->setEnabled(true);
-        m_message->showMessage(tr("Could not run %1: is it installed? (%2 needs the OpenSSH "
-                                  "client or Slurm's tools on this machine)")
-                                   .arg(program, program));
-        Q_EMIT testFinished(false, messageText());
-    });
+    m_watcher = new QFutureWatcher<jobs::Result<QString>>(this);
+    connect(m_watcher, &QFutureWatcherBase::finished, this, &HostsPage::onFinished);
+    m_watcher->setFuture(QtConcurrent::run([host] { return runTest(host); }));
     m_message->showMessage(tr("Testing %1…").arg(host.name.isEmpty() ? host.address : host.name),
         MessageBar::Kind::Info);
     m_busy->setVisible(true);
     m_cancel->setEnabled(true);
     m_test->setEnabled(false);
-    m_process->start();
 }
 
 void HostsPage::cancelTest()
 {
-    if (!m_process)
+    if (!m_watcher)
         return;
-    QProcess* p = m_process;
-    m_process = nullptr;
-    p->disconnect(this);
-    p->kill();
-    connect(p, &QProcess::finished, p, &QObject::deleteLater);
+    // The check ends on its own within its timeouts; its answer is no longer wanted.
+    QFutureWatcher<jobs::Result<QString>>* w = m_watcher;
+    m_watcher = nullptr;
+    w->disconnect(this);
+    connect(w, &QFutureWatcherBase::finished, w, &QObject::deleteLater);
+    if (w->isFinished())
+        w->deleteLater();
     m_busy->setVisible(false);
     m_cancel->setEnabled(false);
     m_test->setEnabled(true);
@@ -327,29 +340,26 @@ void HostsPage::cancelTest()
     Q_EMIT testFinished(false, messageText());
 }
 
-void HostsPage::onFinished(int exitCode, QProcess::ExitStatus status)
+void HostsPage::onFinished()
 {
-    if (!m_process)
+    if (!m_watcher)
         return;
-    const QString err = QString::fromLocal8Bit(m_process->readAllStandardError());
-    const QString out = QString::fromLocal8Bit(m_process->readAllStandardOutput());
-    m_process->deleteLater();
-    m_process = nullptr;
+    const jobs::Result<QString> r = m_watcher->result();
+    m_watcher->deleteLater();
+    m_watcher = nullptr;
     m_busy->setVisible(false);
     m_cancel->setEnabled(false);
     m_test->setEnabled(true);
-    const bool ok = status == QProcess::NormalExit && exitCode == 0;
-    if (ok) {
+    const QString name = m_testing.name.isEmpty() ? m_testing.address : m_testing.name;
+    if (r) {
         const QString what = m_testing.kind == "slurm"
-            ? tr("Slurm answers; partitions: %1").arg(out.simplified().replace(' ', ", "))
-            : tr("connected, shard-worker found");
-        m_message->showMessage(
-            tr("%1: %2").arg(m_testing.name.isEmpty() ? m_testing.address : m_testing.name, what),
-            MessageBar::Kind::Info);
+            ? r.value()
+            : tr("connected, shard-worker found (%1)").arg(r.value());
+        m_message->showMessage(tr("%1: %2").arg(name, what), MessageBar::Kind::Info);
     } else {
-        m_message->showMessage(explainFailure(m_testing, exitCode, err));
+        m_message->showMessage(r.error());
     }
-    Q_EMIT testFinished(ok, messageText());
+    Q_EMIT testFinished(r.ok(), messageText());
 }
 
 void HostsPage::saveSettings() const

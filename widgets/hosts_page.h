@@ -1,10 +1,14 @@
 // Hosts page: SSH hosts and Slurm clusters the studio can launch on, kept in QSettings, each with
-// a connection test that runs the system OpenSSH client (or sinfo) asynchronously, cancellable,
-// and explains failures in words.
+// a connection test off the UI thread, cancellable. An SSH host is tested by
+// jobs::SshLauncher::checkHost, the check a launch makes, and its failures are
+// jobs::SshClient::describeFailure's words: a host that passes here is one a launch reaches.
 #pragma once
 
-#include <QProcess>
+#include <QFutureWatcher>
 #include <QWidget>
+
+#include "jobs/result.h"
+#include "jobs/ssh_client.h"
 
 class QComboBox;
 class QLineEdit;
@@ -38,13 +42,18 @@ public:
     // Tests the selected host; the result arrives through testFinished.
     void testSelected();
     void cancelTest();
-    bool testing() const { return m_process != nullptr; }
+    bool testing() const { return m_watcher != nullptr; }
     QString messageText() const;
 
-    // The program and arguments a test runs (shown to the user and used by the test).
+    // The program and arguments a test runs: jobs::SshClient's ssh command line (or sinfo).
     static QStringList testCommand(const HostEntry& host);
-    // Turns OpenSSH / Slurm stderr into one readable sentence.
+    // The host as the SSH launcher names it ([user@]address[:port]).
+    static jobs::SshHost sshHost(const HostEntry& host);
+    // Turns OpenSSH / Slurm stderr into one readable sentence (SSH: SshClient::describeFailure).
     static QString explainFailure(const HostEntry& host, int exitCode, const QString& stderrText);
+    // Runs the test (blocking; the page calls it on a pool thread): the worker's version line or
+    // Slurm's partitions, else the reason.
+    static jobs::Result<QString> runTest(const HostEntry& host);
 
     void saveSettings() const;
     void loadSettings();
@@ -57,10 +66,10 @@ private:
     void refreshTable();
     void fillForm(int row);
     HostEntry formEntry() const;
-    void onFinished(int exitCode, QProcess::ExitStatus status);
+    void onFinished();
 
     QList<HostEntry> m_hosts;
-    QProcess* m_process = nullptr;
+    QFutureWatcher<jobs::Result<QString>>* m_watcher = nullptr;
     HostEntry m_testing;
 
     QTableWidget* m_table = nullptr;

@@ -1,4 +1,5 @@
-// LaunchPage: form <-> RunSpec, preview through jobs::workerLaunchArgs, start via StoreService.
+// LaunchPage: form <-> RunSpec, a preview of exactly what runs (the launchers' own command line
+// and scripts), start via StoreService.
 #include "widgets/launch_page.h"
 
 #include <QCheckBox>
@@ -22,6 +23,7 @@
 
 #include "jobs/local_launcher.h"
 #include "jobs/slurm_launcher.h"
+#include "jobs/ssh_launcher.h"
 #include "plan/run_spec_bridge.h"
 
 #include "widgets/message_bar.h"
@@ -463,29 +465,27 @@ protocol::RunSpec LaunchPage::fieldsSpec() const
     return s;
 }
 
-Result<protocol::RunSpec> LaunchPage::spec() const
+jobs::Result<protocol::RunSpec> LaunchPage::spec() const
 {
     protocol::RunSpec s = fieldsSpec();
     if (s.name.empty())
-        return Result<protocol::RunSpec>::failure(tr("Give the run a name."));
+        return jobs::fail(tr("Give the run a name."));
     if (s.model.empty())
-        return Result<protocol::RunSpec>::failure(
-            tr("Choose a model folder (a Hugging Face folder with config.json)."));
+        return jobs::fail(tr("Choose a model folder (a Hugging Face folder with config.json)."));
     if (s.data.empty())
-        return Result<protocol::RunSpec>::failure(tr("Choose at least one data file."));
+        return jobs::fail(tr("Choose at least one data file."));
     bool ok = false;
     s.lr = m_lr->text().trimmed().toDouble(&ok);
     if (!ok)
-        return Result<protocol::RunSpec>::failure(
-            tr("Learning rate '%1' is not a number (e.g. 3e-4).").arg(m_lr->text()));
+        return jobs::fail(tr("Learning rate '%1' is not a number (e.g. 3e-4).").arg(m_lr->text()));
     s.weightDecay = m_weightDecay->text().trimmed().toDouble(&ok);
     if (!ok || s.weightDecay < 0)
-        return Result<protocol::RunSpec>::failure(
+        return jobs::fail(
             tr("Weight decay '%1' is not a number >= 0 (e.g. 0.1).").arg(m_weightDecay->text()));
     try {
         protocol::validate(s);
     } catch (const std::exception& e) {
-        return Result<protocol::RunSpec>::failure(QString::fromUtf8(e.what()));
+        return jobs::fail(QString::fromUtf8(e.what()));
     }
     return s;
 }
@@ -501,18 +501,17 @@ QString LaunchPage::cannotRunHere() const
     return {};
 }
 
-Result<jobs::LaunchRequest> LaunchPage::request() const
+jobs::Result<jobs::LaunchRequest> LaunchPage::request() const
 {
     auto s = spec();
     if (!s)
-        return Result<jobs::LaunchRequest>::failure(s.error());
+        return jobs::fail(s.error());
     if (const QString why = cannotRunHere(); !why.isEmpty())
-        return Result<jobs::LaunchRequest>::failure(why);
+        return jobs::fail(why);
     jobs::LaunchRequest r;
     r.name = QString::fromStdString(s.value().name);
-    r.specJson = QByteArray::fromStdString(protocol::toJson(s.value()).dump(2));
+    r.spec = s.value();
     r.runDir = runDirectory();
-    r.procsPerNode = s.value().procsPerNode;
     r.masterPort = m_masterPort;
     r.workerProgram = m_workerProgram;
     r.copyInputs = copiesInputs();
@@ -536,7 +535,7 @@ void LaunchPage::updatePreview()
     }
     const jobs::LaunchRequest& req = r.value();
     const LaunchTarget t = target();
-    const QByteArray specJson = jobs::specWithOut(req.specJson, req.runDir);
+    const QByteArray specJson = jobs::launchSpecJson(req.spec, req.runDir);
     QString text;
     if (t.kind == "slurm") {
         jobs::SlurmOptions options;
@@ -552,30 +551,31 @@ void LaunchPage::updatePreview()
         text = tr("# Submitted with sbatch %1as %2/job.sbatch:\n")
                    .arg(t.sshHost.isEmpty() ? QString() : tr("on %1 ").arg(t.sshHost), req.runDir)
             + script.value();
+    } else if (t.kind == "ssh") {
+        // The script SshLauncher::start runs on the host (its stdin is the launch spec below).
+        text = tr("# Runs on %1 over SSH, detached (it outlives the connection); this script, "
+                  "with the launch spec below on its stdin:\n")
+                   .arg(t.sshHost)
+            + (req.copyInputs
+                    ? tr("# First the model folder and data files are copied to %1/inputs/ "
+                         "there, and the spec names the copies.\n")
+                          .arg(req.runDir)
+                    : tr("# The model folder and data files must be on %1 at these paths.\n")
+                          .arg(t.sshHost))
+            + jobs::SshLauncher::nodeScript(req, req.runDir, 1, 0, {}, req.masterPort);
     } else {
+        // What LocalLauncher::start spawns.
         QString worker = req.workerProgram;
-        if (t.kind == "local") {
-            const QString found = jobs::LocalLauncher::findWorker(req.workerProgram);
-            if (!found.isEmpty())
-                worker = found;
-        }
+        const QString found = jobs::LocalLauncher::findWorker(req.workerProgram);
+        if (!found.isEmpty())
+            worker = found;
         QStringList cmd = {worker};
         cmd << jobs::workerLaunchArgs(req, req.runDir, req.runDir, 1, 0, {}, req.masterPort);
         QStringList quoted;
         for (const QString& a : cmd)
             quoted << shellQuote(a);
-        text = (t.kind == "ssh"
-                       ? tr("# Runs on %1 over SSH, detached (it outlives the connection):\n")
-                               .arg(t.sshHost)
-                           + (req.copyInputs
-                                   ? tr("# First the model folder and data files are copied to "
-                                        "%1/inputs/ there, and the spec names the copies.\n")
-                                         .arg(req.runDir)
-                                   : tr("# The model folder and data files must be on %1 at "
-                                        "these paths.\n")
-                                         .arg(t.sshHost))
-                       : tr("# Runs on this machine, detached (it outlives the studio):\n"))
-            + quoted.join(' ');
+        text
+            = tr("# Runs on this machine, detached (it outlives the studio):\n") + quoted.join(' ');
     }
     m_preview->setPlainText(
         text + "\n\n# " + req.runDir + "/launch-spec.json\n" + QString::fromUtf8(specJson));

@@ -7,10 +7,10 @@
 #include <QWidget>
 
 #include "jobs/launch_request.h"
+#include "jobs/result.h"
 #include "plan/planner.h"
 #include "protocol/run_spec.h"
 #include "widgets/hosts_page.h"
-#include "widgets/result.h"
 #include "widgets/store_service.h"
 
 class QCheckBox;
@@ -60,7 +60,7 @@ public:
     void applyPlan(const plan::PlanInput& input, const QString& modelSource);
 
     // The run spec the fields describe, validated; or what is wrong.
-    Result<protocol::RunSpec> spec() const;
+    jobs::Result<protocol::RunSpec> spec() const;
     // The fields as a spec, unchecked (what applyPlan edits).
     protocol::RunSpec fieldsSpec() const;
     // Why a valid spec cannot run with this engine (a device it does not train on); empty when
@@ -70,7 +70,7 @@ public:
     // start (files only on this machine's target).
     InputProblems checkInputs() const;
     // What start() will hand the launcher (run directory and port fixed by the preview).
-    Result<jobs::LaunchRequest> request() const;
+    jobs::Result<jobs::LaunchRequest> request() const;
     QString commandPreview() const;
     void start();
 

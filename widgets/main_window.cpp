@@ -237,12 +237,16 @@ void MainWindow::wirePages()
             return tr("cannot read %1: %2; only a run started from a run spec can be resumed "
                       "here (use `shard run --resume auto` otherwise).")
                 .arg(file.fileName(), file.errorString());
-        nlohmann::json spec = nlohmann::json::parse(file.readAll().toStdString(), nullptr, false);
+        const QByteArray json = file.readAll();
+        nlohmann::json spec = nlohmann::json::parse(json.toStdString(), nullptr, false);
         if (!spec.is_object())
             return tr("%1 is not a JSON object; fix or restore it, then resume.")
                 .arg(file.fileName());
         const QString name = QString::fromStdString(spec.value("name", std::string("resumed run")));
-        store->launch(jobs::resumeRequest(std::move(spec), name, QDir(dir).absolutePath()));
+        auto request = jobs::resumeRequest(json, name, QDir(dir).absolutePath());
+        if (!request)
+            return request.error();
+        store->launch(request.value());
         return {};
     });
     connect(m_store, &StoreService::runsListed, this, [this](const QVector<jobs::RunRecord>& r) {

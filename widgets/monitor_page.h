@@ -9,6 +9,8 @@
 
 #include <QWidget>
 
+#include "jobs/format_bytes.h"
+
 #include "jobs/run_store.h"
 #include "widgets/run_dir_follower.h"
 #include "widgets/run_series.h"
@@ -153,6 +155,6 @@ std::vector<double> memoryByCategory(const protocol::RankMemory& m);
 QString formatDuration(double seconds);
 // Whether Resume has work: a complete checkpoint before the run spec's last step. Reads files.
 bool hasStepsLeftToResume(const std::string& runDir);
-QString formatBytes(double bytes);
+using jobs::formatBytes; // the one byte formatter (jobs/format_bytes.h)
 
 } // namespace shard::widgets

@@ -19,13 +19,13 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include "jobs/result.h"
 #include "plan/device_catalog.h"
 #include "plan/run_spec_bridge.h"
 #include "protocol/run_spec.h"
 #include "widgets/background.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/message_bar.h"
-#include "widgets/result.h"
 
 namespace shard::widgets {
 
@@ -327,21 +327,21 @@ void PlanPage::setModel(const QString& presetOrFolder)
     m_message->showMessage(tr("Reading %1…").arg(presetOrFolder), MessageBar::Kind::Info);
     runInBackground(
         this,
-        [source]() -> Result<plan::ModelSpec> {
+        [source]() -> jobs::Result<plan::ModelSpec> {
             try {
                 return plan::resolveModel(source);
             } catch (const std::exception& e) {
-                return Result<plan::ModelSpec>::failure(QString::fromUtf8(e.what()));
+                return jobs::fail(QString::fromUtf8(e.what()));
             }
         },
-        [this, presetOrFolder](Result<plan::ModelSpec> result) {
+        [this, presetOrFolder](jobs::Result<plan::ModelSpec> result) {
             if (!result) {
                 m_modelError = tr("Cannot use this model: %1").arg(result.error());
                 m_message->showMessage(m_modelError);
                 Q_EMIT modelFailed(result.error());
                 return;
             }
-            m_model = result.take();
+            m_model = std::move(result).value();
             m_modelSource = presetOrFolder;
             m_modelError.clear();
             // The box names what is planned: the folder, not the last preset.

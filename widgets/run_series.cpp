@@ -48,15 +48,15 @@ const QVector<double>& RunSeries::xColumn(XAxisKind kind) const
     return step;
 }
 
-Result<RunSeries> loadRunDirectory(const QString& directory)
+jobs::Result<RunSeries> loadRunDirectory(const QString& directory)
 {
     const QFileInfo info(directory);
     if (!info.exists())
-        return Result<RunSeries>::failure(
+        return jobs::fail(
             QObject::tr("%1: no such folder; pick the folder a run wrote (it holds run.json)")
                 .arg(directory));
     if (!info.isDir())
-        return Result<RunSeries>::failure(
+        return jobs::fail(
             QObject::tr("%1: not a folder; pick the run's folder, which holds run.json")
                 .arg(directory));
     const protocol::RunDir dir(QDir(directory).absolutePath().toStdString());
@@ -65,20 +65,19 @@ Result<RunSeries> loadRunDirectory(const QString& directory)
     run.id = run.directory;
     std::ifstream specIn(dir.specFile());
     if (!specIn)
-        return Result<RunSeries>::failure(
+        return jobs::fail(
             QObject::tr("%1: no run.json, so this is not a run folder; pick the folder given "
                         "to --out when the run started")
                 .arg(directory));
     try {
         specIn >> run.config;
     } catch (const std::exception& e) {
-        return Result<RunSeries>::failure(
+        return jobs::fail(
             QObject::tr("%1/run.json is not valid JSON (%2); the run folder is damaged")
                 .arg(directory, QString::fromUtf8(e.what())));
     }
     if (!run.config.is_object())
-        return Result<RunSeries>::failure(
-            QObject::tr("%1/run.json must hold a JSON object").arg(directory));
+        return jobs::fail(QObject::tr("%1/run.json must hold a JSON object").arg(directory));
     run.name = run.config.contains("name") && run.config["name"].is_string()
             && !run.config["name"].get<std::string>().empty()
         ? QString::fromStdString(run.config["name"].get<std::string>())

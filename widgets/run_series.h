@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "jobs/result.h"
 #include "protocol/records.h"
 #include "widgets/live_plot.h"
-#include "widgets/result.h"
 
 namespace shard::widgets {
 
@@ -36,7 +36,7 @@ struct RunSeries {
 
 // Reads <dir>/run.json, metrics.jsonl and events.jsonl. Blocking: call it off the UI thread.
 // A folder without run.json, or with a malformed one, is an error that says so.
-Result<RunSeries> loadRunDirectory(const QString& directory);
+jobs::Result<RunSeries> loadRunDirectory(const QString& directory);
 
 // Sample completions side by side: one row per prompt (in order of first appearance over the
 // runs), one completion per run (its latest for that prompt; empty where it has none).

@@ -493,10 +493,10 @@ private:
     // The same run again, in its directory and with its worker, from its latest checkpoint.
     static jobs::Result<jobs::LaunchRequest> resumeRequest(const jobs::RunRecord& run)
     {
-        auto spec = nlohmann::json::parse(run.specJson.toStdString(), nullptr, false);
-        if (!spec.is_object())
-            return jobs::fail(tr("its recorded spec is not a JSON object"));
-        jobs::LaunchRequest r = jobs::resumeRequest(std::move(spec), run.name, run.runDir);
+        auto resumed = jobs::resumeRequest(run.specJson, run.name, run.runDir);
+        if (!resumed)
+            return jobs::fail(resumed.error());
+        jobs::LaunchRequest r = std::move(resumed).value();
         const auto info = nlohmann::json::parse(run.launchInfo.toStdString(), nullptr, false);
         if (info.is_object() && info.contains("worker") && run.target != "local")
             r.workerProgram = QString::fromStdString(info.value("worker", "shard-worker"));

@@ -13,6 +13,7 @@
 
 #include "command.h"
 #include "protocol/records.h"
+#include "protocol/run_spec.h"
 #include "run_follow.h"
 
 namespace shard::cli {
@@ -138,8 +139,7 @@ int demoCommand(const DemoOptions& o)
         {"v", 1}};
     jobs::LaunchRequest req;
     req.name = QStringLiteral("demo");
-    req.specJson = QByteArray::fromStdString(spec.dump(2));
-    req.procsPerNode = o.ranks;
+    req.spec = protocol::runSpecFromJson(spec);
     req.runDir = root + QStringLiteral("/run");
     req.workerProgram = worker;
     auto id = jobs::LocalLauncher(store).start(req);

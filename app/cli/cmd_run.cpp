@@ -7,6 +7,7 @@
 
 #include "command.h"
 #include "protocol/run_spec.h"
+#include "protocol/train_flags.h"
 #include "run_follow.h"
 #include "terminal_text.h"
 
@@ -33,7 +34,7 @@ struct RunOptions {
     std::vector<std::string> args;
 };
 
-QByteArray readSpec(const std::string& path, std::string* name, int* procs)
+protocol::RunSpec readSpec(const std::string& path)
 {
     std::ifstream in(path);
     if (!in)
@@ -46,10 +47,7 @@ QByteArray readSpec(const std::string& path, std::string* name, int* procs)
     try {
         protocol::RunSpec spec = protocol::runSpecFromJson(j);
         protocol::validate(spec);
-        if (name->empty())
-            *name = spec.name;
-        *procs = spec.procsPerNode;
-        return QByteArray::fromStdString(protocol::toJson(spec).dump(2));
+        return spec;
     } catch (const std::exception& e) {
         throw std::runtime_error(path + ": " + e.what());
     }
@@ -60,46 +58,35 @@ int runCommand(const RunOptions& o)
     if (!o.sshConfig.empty())
         qputenv("SHARD_SSH_CONFIG", QByteArray::fromStdString(o.sshConfig));
     jobs::LaunchRequest req;
-    std::string name = o.name;
-    int specProcs = 0;
     const bool specFile = o.args.size() == 1 && o.args[0].size() > 5
         && o.args[0].compare(o.args[0].size() - 5, 5, ".json") == 0;
     if (o.args.empty())
         throw std::runtime_error("give a run spec (run.json) or the worker's train flags after "
                                  "`--` (see `shard run --help`)");
-    if (specFile) {
-        req.specJson = readSpec(o.args[0], &name, &specProcs);
-    } else {
-        for (const auto& a : o.args)
-            req.trainArgs << QString::fromStdString(a);
-    }
-    req.name = QString::fromStdString(name.empty() ? "run" : name);
-    req.runDir = QString::fromStdString(o.runDir);
+    // Either way the launch carries a typed spec: a spec file as it is, train flags read by the
+    // same table the worker's `train` reads them with.
+    if (specFile)
+        req.spec = readSpec(o.args[0]);
+    else
+        protocol::applyTrainFlags(req.spec, o.args);
     // The rank count, given as --nproc or as the worker's --nproc-per-node, starts that many
     // ranks either way; two different values are refused.
-    int nproc = o.nproc;
     if (!specFile) {
         if (const auto flag = protocol::flagValue(o.args, "--nproc-per-node")) {
-            const int given = std::atoi(flag->c_str());
-            if (given < 1)
+            if (req.spec.procsPerNode < 1)
                 throw std::runtime_error(
                     "--nproc-per-node '" + *flag + "' is not a positive number of ranks");
-            if (nproc > 0 && nproc != given)
-                throw std::runtime_error("--nproc " + std::to_string(nproc)
+            if (o.nproc > 0 && o.nproc != req.spec.procsPerNode)
+                throw std::runtime_error("--nproc " + std::to_string(o.nproc)
                     + " and the train flag --nproc-per-node " + *flag
                     + " disagree; give the rank count once");
-            nproc = given;
         }
     }
-    req.procsPerNode = nproc > 0 ? nproc : (specProcs > 0 ? specProcs : 1);
-    if (nproc > 0 && !req.specJson.isEmpty()) {
-        auto j = nlohmann::json::parse(req.specJson.toStdString());
-        j["procs_per_node"] = nproc;
-        req.specJson = QByteArray::fromStdString(j.dump(2));
-    }
-    // The worker's run.json (and its hybrid-group check) must know the rank count too.
-    if (nproc > 0 && !req.trainArgs.isEmpty() && !req.trainArgs.contains("--nproc-per-node"))
-        req.trainArgs << "--nproc-per-node" << QString::number(nproc);
+    if (o.nproc > 0)
+        req.spec.procsPerNode = o.nproc;
+    const std::string name = !o.name.empty() ? o.name : req.spec.name;
+    req.name = QString::fromStdString(name.empty() ? "run" : name);
+    req.runDir = QString::fromStdString(o.runDir);
     req.masterPort = o.masterPort;
     for (const auto& e : o.env)
         req.env << QString::fromStdString(e);

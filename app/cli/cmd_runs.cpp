@@ -350,7 +350,7 @@ void listRuns(const RunsOptions& o)
             qPrintable(jobs::toString(r.status)), qPrintable(r.target),
             qPrintable(r.strategy.isEmpty() ? QStringLiteral("-") : r.strategy), r.worldSize,
             qPrintable(steps), qPrintable(lossText(r.finalLoss)), qPrintable(lossText(r.bestLoss)),
-            r.meanTokensPerSec, qPrintable(humanBytes(double(r.peakMemoryBytes()))),
+            r.meanTokensPerSec, qPrintable(jobs::formatBytes(double(r.peakMemoryBytes()))),
             qPrintable(r.startedAt.isValid() ? r.startedAt.toString("yyyy-MM-dd HH:mm")
                                              : QStringLiteral("-")));
     }
@@ -370,7 +370,7 @@ void showRun(const RunsOptions& o)
         std::printf("  launcher pid %lld\n", static_cast<long long>(r.pid));
     for (int rank = 0; rank < r.peakMemoryPerRank.size(); ++rank)
         std::printf("  rank %d peak memory %s\n", rank,
-            qPrintable(humanBytes(double(r.peakMemoryPerRank[rank]))));
+            qPrintable(jobs::formatBytes(double(r.peakMemoryPerRank[rank]))));
     auto events = store.events(r.id);
     if (events && !events->isEmpty()) {
         std::printf("  events:\n");
@@ -401,7 +401,7 @@ void compareRuns(const RunsOptions& o)
         std::printf("%5lld  %-24s %-11s %9s %9s %9.0f %10s\n", static_cast<long long>(r.id),
             terminalText(r.name.left(24)).constData(), qPrintable(jobs::toString(r.status)),
             qPrintable(lossText(r.finalLoss)), qPrintable(lossText(r.bestLoss)), r.meanTokensPerSec,
-            qPrintable(humanBytes(double(r.peakMemoryBytes()))));
+            qPrintable(jobs::formatBytes(double(r.peakMemoryBytes()))));
     auto diff = store.compareConfigs(ids);
     if (!diff)
         throw std::runtime_error(diff.error().toStdString());

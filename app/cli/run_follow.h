@@ -15,6 +15,7 @@
 #include <QEventLoop>
 #include <QTimer>
 
+#include "jobs/format_bytes.h"
 #include "jobs/local_launcher.h"
 #include "jobs/local_run_watcher.h"
 #include "jobs/remote_run_watcher.h"
@@ -54,17 +55,6 @@ inline jobs::RunRecord findRun(jobs::RunStore& store, const std::string& idOrNam
     if (!r)
         throw std::runtime_error(r.error().toStdString());
     return *r;
-}
-
-inline QString humanBytes(double bytes)
-{
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024.0 && u < 4) {
-        bytes /= 1024.0;
-        ++u;
-    }
-    return QString::number(bytes, 'f', u == 0 ? 0 : 1) + ' ' + units[u];
 }
 
 inline QString humanDuration(qint64 ms)
@@ -189,7 +179,7 @@ inline void printSummary(const jobs::RunRecord& r)
                 "rank (max), %s\n",
         static_cast<long long>(r.lastStep), qPrintable(lossText(r.finalLoss)),
         qPrintable(lossText(r.bestLoss)), r.meanTokensPerSec,
-        qPrintable(humanBytes(double(r.peakMemoryBytes()))),
+        qPrintable(jobs::formatBytes(double(r.peakMemoryBytes()))),
         qPrintable(humanDuration(r.durationMs())));
     std::printf("  run directory: %s%s\n",
         qPrintable(r.host.isEmpty() ? QString() : r.host.section(',', 0, 0) + ':'),

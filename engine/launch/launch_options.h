@@ -7,22 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "protocol/launch_args.h"
+
 namespace shard::launch {
 
-// The flags as the user gave them; unset fields are filled from Slurm or defaults.
-struct LaunchRequest {
-    std::optional<int> nprocPerNode;
-    std::optional<int> nnodes;
-    std::optional<int> nodeRank;
-    std::optional<std::string> masterAddr;
-    std::optional<int> masterPort;
-    std::optional<std::string> runDir;
-    double rdzvTimeoutSec = 60.0;
-    double gracePeriodSec = 5.0;
-    std::vector<std::string> workerArgs;
-    std::optional<double> hangTimeoutSec;
-    std::optional<double> collectiveTimeoutSec;
-};
+// The flags as the user gave them (the one `launch` command line, protocol::LaunchArgs); unset
+// fields are filled from Slurm or defaults.
+using LaunchRequest = protocol::LaunchArgs;
 
 struct LaunchOptions {
     int nprocPerNode = 1;

@@ -2,6 +2,7 @@
 // --config; flags given explicitly override the spec's values).
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "launch/rank_heartbeat.h"
 #include "protocol/run_dir.h"
 #include "protocol/run_spec.h"
+#include "protocol/train_flags.h"
 #ifdef SHARD_HAVE_FSDP
 #include "fsdp/register_strategies.h"
 #endif
@@ -28,13 +30,7 @@ namespace {
 
 struct TrainArgs {
     std::string config;
-    protocol::RunSpec flags;
-    std::string data;
-    bool noShuffle = false;
-    bool packing = false;
-    bool skipBadLines = false;
-    bool trainOnPrompt = false;
-    bool allowBatchChange = false;
+    std::deque<std::string> values; // one per protocol::trainFlags() entry (stable addresses)
     CLI::Option* nprocOption = nullptr;
     std::vector<std::pair<CLI::Option*, std::function<void(protocol::RunSpec&)>>> overrides;
 };
@@ -133,97 +129,27 @@ void train(TrainArgs& a)
     }
 }
 
-template<typename T>
-CLI::Option* bindOption(CLI::App* cmd, TrainArgs& a, const std::string& name,
-    T protocol::RunSpec::*field, const std::string& help)
-{
-    auto* opt = cmd->add_option(name, a.flags.*field, help);
-    a.overrides.push_back({opt, [&a, field](protocol::RunSpec& s) { s.*field = a.flags.*field; }});
-    return opt;
-}
-
 const CommandRegistration kRegistration([](CLI::App& app) {
     auto args = std::make_shared<TrainArgs>();
     TrainArgs& a = *args;
     auto* cmd = app.add_subcommand("train", "Fine-tune a model (one rank of a run)");
     cmd->add_option("--config", a.config, "JSON run spec (run.json); flags override its values");
-    bindOption(cmd, a, "--model", &protocol::RunSpec::model, "Hugging Face model folder");
-    auto* data = cmd->add_option("--data", a.data, "Training data (JSONL)");
-    a.overrides.push_back({data, [&a](protocol::RunSpec& s) { s.data = {a.data}; }});
-    bindOption(cmd, a, "--out", &protocol::RunSpec::outDir, "Run directory");
-    bindOption(cmd, a, "--steps", &protocol::RunSpec::steps, "Optimizer steps");
-    bindOption(
-        cmd, a, "--epochs", &protocol::RunSpec::epochs, "Epochs (when --steps is not given)");
-    bindOption(
-        cmd, a, "--micro-batch", &protocol::RunSpec::microBatch, "Rows per rank per micro-step");
-    bindOption(cmd, a, "--seq-len", &protocol::RunSpec::seqLen, "Sequence length");
-    bindOption(cmd, a, "--lr", &protocol::RunSpec::lr, "Peak learning rate");
-    bindOption(cmd, a, "--seed", &protocol::RunSpec::seed, "Seed (data order, init)");
-    auto* noShuffle = cmd->add_flag("--no-shuffle", a.noShuffle, "Keep the file order");
-    a.overrides.push_back({noShuffle, [](protocol::RunSpec& s) { s.shuffle = false; }});
-    auto* packing = cmd->add_flag("--packing", a.packing, "Pack several records per row");
-    a.overrides.push_back({packing, [](protocol::RunSpec& s) { s.packing = true; }});
-    auto* skip = cmd->add_flag("--skip-bad-lines", a.skipBadLines, "Skip (and count) bad lines");
-    a.overrides.push_back({skip, [](protocol::RunSpec& s) { s.skipBadLines = true; }});
-    auto* prompt = cmd->add_flag("--train-on-prompt", a.trainOnPrompt,
-        "Also train on prompt tokens of instruction and chat data");
-    a.overrides.push_back({prompt, [](protocol::RunSpec& s) { s.trainOnPrompt = true; }});
-    bindOption(cmd, a, "--data-format", &protocol::RunSpec::dataFormat,
-        "auto, text, alpaca, chat or tokenized");
-    bindOption(cmd, a, "--chat-template", &protocol::RunSpec::chatTemplate,
-        "Chat data: llama3, chatml (qwen) or llama2, or a template file (.jinja / "
-        "tokenizer_config.json) of one of them (default: the tokenizer's)");
-    bindOption(cmd, a, "--tokenizer", &protocol::RunSpec::tokenizer,
-        "Folder with tokenizer.json (default: the model folder)");
-    bindOption(cmd, a, "--precision", &protocol::RunSpec::precision, "fp32 or bf16-mixed");
-    bindOption(cmd, a, "--checkpointing", &protocol::RunSpec::checkpointing,
-        "Activation checkpointing: none or full");
-    bindOption(
-        cmd, a, "--grad-accum", &protocol::RunSpec::gradAccum, "Gradient accumulation steps");
-    bindOption(cmd, a, "--warmup", &protocol::RunSpec::warmup, "Warmup steps");
-    bindOption(cmd, a, "--schedule", &protocol::RunSpec::schedule, "constant, linear or cosine");
-    bindOption(cmd, a, "--min-lr-ratio", &protocol::RunSpec::minLrRatio, "Floor of the decay");
-    bindOption(cmd, a, "--clip", &protocol::RunSpec::clip, "Global gradient-norm clip (0 = off)");
-    bindOption(cmd, a, "--weight-decay", &protocol::RunSpec::weightDecay, "AdamW weight decay");
-    bindOption(cmd, a, "--beta1", &protocol::RunSpec::beta1, "AdamW beta1");
-    bindOption(cmd, a, "--beta2", &protocol::RunSpec::beta2, "AdamW beta2");
-    bindOption(cmd, a, "--eval-data", &protocol::RunSpec::evalData, "Held-out data (JSONL)");
-    bindOption(cmd, a, "--eval-fraction", &protocol::RunSpec::evalFraction,
-        "Hold out this fraction of --data");
-    bindOption(cmd, a, "--eval-every", &protocol::RunSpec::evalEvery, "Evaluate every N steps");
-    bindOption(cmd, a, "--sample-every", &protocol::RunSpec::sampleEvery,
-        "Write greedy sample completions every N steps and at the end (0 = none)");
-    bindOption(cmd, a, "--sample-prompts", &protocol::RunSpec::samplePrompts,
-        "Prompts of the samples (one per line)");
-    bindOption(cmd, a, "--sample-max-tokens", &protocol::RunSpec::sampleMaxTokens,
-        "Tokens per sample completion (default 32)");
-    bindOption(cmd, a, "--log-every", &protocol::RunSpec::logEvery, "Metric record every N steps");
-    bindOption(
-        cmd, a, "--strategy", &protocol::RunSpec::strategy, "ddp, zero1, zero2, zero3, hybrid");
-    bindOption(cmd, a, "--shard-group", &protocol::RunSpec::shardGroup, "Hybrid shard-group size");
-    bindOption(cmd, a, "--threads", &protocol::RunSpec::threads, "Intra-op threads (0 = auto)");
-    bindOption(cmd, a, "--hang-timeout", &protocol::RunSpec::hangTimeoutSec,
-        "Seconds without progress before the launcher calls a rank hung (0 = off; default 300; "
-        "$SHARD_HANG_TIMEOUT_S wins)");
-    bindOption(cmd, a, "--name", &protocol::RunSpec::name, "Run name");
-    bindOption(cmd, a, "--nodes", &protocol::RunSpec::nodes, "Nodes in the run");
-    a.nprocOption = bindOption(cmd, a, "--nproc-per-node", &protocol::RunSpec::procsPerNode,
-        "Ranks per node (under a launcher: its count; a different value is refused)");
-    bindOption(cmd, a, "--checkpoint-every", &protocol::RunSpec::checkpointEvery,
-        "Save a sharded checkpoint every N steps and at the end (0 = none)");
-    bindOption(cmd, a, "--keep-checkpoints", &protocol::RunSpec::keepCheckpoints,
-        "Complete checkpoints kept (0 = all)");
-    auto* resume = cmd->add_option("--resume", a.flags.resume,
-        "Continue from a checkpoint: auto (the run's newest complete one; the default when no "
-        "value is given), a checkpoint folder or a run folder");
-    resume->expected(0, 1);
-    a.overrides.push_back({resume, [&a](protocol::RunSpec& s) {
-                               s.resume = a.flags.resume.empty() ? "auto" : a.flags.resume;
-                           }});
-    auto* batchChange = cmd->add_flag("--allow-batch-change", a.allowBatchChange,
-        "On a resume at another rank count, accept a new global batch when the checkpoint's "
-        "cannot be kept");
-    a.overrides.push_back({batchChange, [](protocol::RunSpec& s) { s.allowBatchChange = true; }});
+    // The flags and the fields they set are listed once, in protocol::trainFlags().
+    for (const protocol::TrainFlag& flag : protocol::trainFlags()) {
+        std::string& value = a.values.emplace_back();
+        CLI::Option* opt = nullptr;
+        if (flag.kind == protocol::TrainFlag::Kind::Switch) {
+            opt = cmd->add_flag(flag.name, flag.help);
+        } else {
+            opt = cmd->add_option(flag.name, value, flag.help);
+            if (flag.kind == protocol::TrainFlag::Kind::OptionalValue)
+                opt->expected(0, 1);
+        }
+        if (std::string(flag.name) == "--nproc-per-node")
+            a.nprocOption = opt;
+        a.overrides.push_back(
+            {opt, [apply = flag.apply, &value](protocol::RunSpec& s) { apply(s, value); }});
+    }
     cmd->callback([args] { train(*args); });
 });
 

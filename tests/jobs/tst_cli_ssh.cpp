@@ -230,10 +230,12 @@ private Q_SLOTS:
         QCOMPARE(*s.ingestOffset(id, "metrics"), QFile(dir + "/metrics.jsonl").size());
         QCOMPARE(*s.ingestOffset(id, "events"), QFile(dir + "/events.jsonl").size());
         QCOMPARE(s.run(id)->peakMemoryPerRank.size(), 2);
-        // The worker got the flags the CLI was given.
+        // The worker got what the CLI was given: the rank count, and the train flags in its spec.
         const QByteArray args = SshdFixture::read(dir + "/args-node-0.txt");
         QVERIFY2(args.contains("--nproc-per-node\n2\n"), args.constData());
-        QVERIFY(args.contains("--model\nm\n"));
+        const auto sent
+            = nlohmann::json::parse(SshdFixture::read(dir + "/launch-spec.json").toStdString());
+        QCOMPARE(QString::fromStdString(sent["model"].get<std::string>()), QString("m"));
 
         o = shard({"attach", QString::number(id)}); // an ended run: nothing twice
         QVERIFY2(o.code == 0, qPrintable(o.out + o.err));

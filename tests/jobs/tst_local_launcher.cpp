@@ -28,8 +28,10 @@ LaunchRequest request(const QString& runDir, int steps, double stepSec = 0.02)
     r.name = "local-test";
     r.runDir = runDir;
     r.workerProgram = kFakeWorker;
-    r.procsPerNode = 2;
-    r.trainArgs = {"--model", "m", "--data", "d.jsonl", "--steps", QString::number(steps)};
+    r.spec.procsPerNode = 2;
+    r.spec.model = "m";
+    r.spec.data = {"d.jsonl"};
+    r.spec.steps = steps;
     r.env = {QString("FAKE_STEP_SEC=%1").arg(stepSec)};
     return r;
 }
@@ -93,12 +95,16 @@ private Q_SLOTS:
         QCOMPARE(*store->metricCount(*id), qint64(15));
         QCOMPARE(run->peakMemoryPerRank.size(), 2);
         QCOMPARE(run->peakMemoryPerRank[1], qint64(6000 + 15 + 1));
-        // The worker got the train flags and the run directory.
+        // The worker got the rank count, and its spec names the run directory.
         QFile args(run->runDir + "/args-node-0.txt");
         QVERIFY(args.open(QIODevice::ReadOnly));
         const QByteArray a = args.readAll();
         QVERIFY(a.contains("--nproc-per-node\n2\n"));
-        QVERIFY(a.contains("--out\n" + run->runDir.toUtf8() + "\n"));
+        QVERIFY(a.contains("--config\n" + run->runDir.toUtf8() + "/launch-spec.json\n"));
+        QFile sent(run->runDir + "/launch-spec.json");
+        QVERIFY(sent.open(QIODevice::ReadOnly));
+        const auto spec = nlohmann::json::parse(sent.readAll().toStdString());
+        QCOMPARE(QString::fromStdString(spec["out"].get<std::string>()), run->runDir);
     }
 
     void stopOnRequest()

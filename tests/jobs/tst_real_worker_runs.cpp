@@ -23,16 +23,18 @@ namespace {
 
 const QString kWorker = QStringLiteral(SHARD_BINARY_DIR "/engine/worker/shard-worker");
 
-QByteArray spec(const QString& model, const QString& data, int steps, int nodes, int procs)
+shard::protocol::RunSpec spec(
+    const QString& model, const QString& data, int steps, int nodes, int procs)
 {
-    return QString(R"({"name":"real","model":"%1","data":["%2"],"data_format":"tokenized",
+    return shard::protocol::runSpecFromJson(nlohmann::json::parse(
+        QString(R"({"name":"real","model":"%1","data":["%2"],"data_format":"tokenized",
         "strategy":"zero3","nodes":%3,"procs_per_node":%4,"steps":%5,"micro_batch":2,
         "seq_len":32,"lr":0.003,"schedule":"constant","log_every":1,"threads":1})")
-        .arg(model, data)
-        .arg(nodes)
-        .arg(procs)
-        .arg(steps)
-        .toUtf8();
+            .arg(model, data)
+            .arg(nodes)
+            .arg(procs)
+            .arg(steps)
+            .toStdString()));
 }
 
 } // namespace
@@ -71,7 +73,7 @@ private Q_SLOTS:
         LocalLauncher launcher(*store);
         LaunchRequest req;
         req.name = "local-real";
-        req.specJson = spec(m_model, m_data, 12, 1, 2);
+        req.spec = spec(m_model, m_data, 12, 1, 2);
         req.runDir = m_dir.filePath("local-run");
         req.workerProgram = kWorker;
         auto id = launcher.start(req);
@@ -100,7 +102,7 @@ private Q_SLOTS:
         LocalLauncher launcher(*store);
         LaunchRequest req;
         req.name = "local-stop";
-        req.specJson = spec(m_model, m_data, 100000, 1, 2);
+        req.spec = spec(m_model, m_data, 100000, 1, 2);
         req.runDir = m_dir.filePath("stop-run");
         req.workerProgram = kWorker;
         auto id = launcher.start(req);
@@ -155,7 +157,7 @@ private Q_SLOTS:
         SlurmLauncher launcher(*store);
         LaunchRequest req;
         req.name = "slurm-real";
-        req.specJson = spec(m_model, m_data, 8, 1, 2);
+        req.spec = spec(m_model, m_data, 8, 1, 2);
         req.runDir = m_dir.filePath("slurm-run");
         req.workerProgram = kWorker;
         auto id = launcher.submit(req, {});
@@ -184,7 +186,7 @@ private Q_SLOTS:
         SshLauncher launcher(*store, SshClient(opts));
         LaunchRequest req;
         req.name = "ssh-real";
-        req.specJson = spec(m_model, m_data, 8, 2, 1);
+        req.spec = spec(m_model, m_data, 8, 2, 1);
         req.runDir = m_dir.filePath("ssh-run");
         req.workerProgram = kWorker;
         auto id = launcher.start({*SshHost::parse("node0"), *SshHost::parse("node1")}, req);

@@ -23,7 +23,8 @@ LaunchRequest request(const QString& runDir, int steps, double stepSec)
     r.name = "slurm-test";
     r.runDir = runDir;
     r.workerProgram = kFakeWorker;
-    r.trainArgs = {"--model", "m", "--steps", QString::number(steps)};
+    r.spec.model = "m";
+    r.spec.steps = steps;
     r.env = {QString("FAKE_STEP_SEC=%1").arg(stepSec)};
     return r;
 }
@@ -50,7 +51,7 @@ private Q_SLOTS:
     void script()
     {
         LaunchRequest req = request("/scratch/run 1", 5, 0.1);
-        req.procsPerNode = 4;
+        req.spec.procsPerNode = 4;
         SlurmOptions o;
         o.nodes = 2;
         o.gpusPerNode = 4;
@@ -68,7 +69,9 @@ private Q_SLOTS:
             QVERIFY2(s->contains(line), line);
         QVERIFY(s->contains("srun --kill-on-bad-exit=1 bash -c"));
         QVERIFY(s->contains("--nproc-per-node 4 --nnodes 2 --node-rank @SHARD_NODE_RANK@"));
-        QVERIFY(s->contains("--out '/scratch/run 1'"));
+        // The run directory, quoted, for the launcher and (in the launch spec's path) the ranks.
+        QVERIFY(s->contains("--run-dir '/scratch/run 1'"));
+        QVERIFY(s->contains("train --config '/scratch/run 1/launch-spec.json'"));
         o.time = "1 day";
         auto bad = SlurmLauncher::sbatchScript(req, o, "/r");
         QVERIFY(!bad);

@@ -65,9 +65,11 @@ private Q_SLOTS:
         LaunchRequest req;
         req.name = "two-nodes";
         req.workerProgram = kFakeWorker;
-        req.procsPerNode = 2;
+        req.spec.procsPerNode = 2;
         req.runDir = m_work.filePath("remote/two-nodes");
-        req.trainArgs = {"--model", "m", "--data", "d.jsonl", "--steps", "150"};
+        req.spec.model = "m";
+        req.spec.data = {"d.jsonl"};
+        req.spec.steps = 150;
         req.env = {"FAKE_STEP_SEC=0.05"};
         auto id = launcher.start({host("node0"), host("node1")}, req);
         QVERIFY2(id, qPrintable(id.error()));
@@ -137,10 +139,9 @@ private Q_SLOTS:
         req.workerProgram = kFakeWorker;
         req.runDir = m_work.filePath("remote/copied");
         req.copyInputs = true;
-        req.specJson = QByteArray::fromStdString(nlohmann::json {
-            {"model", (local + "/my model").toStdString()},
-            {"data", {(local + "/train data.jsonl").toStdString()}},
-            {"steps", 3}}.dump());
+        req.spec.model = (local + "/my model").toStdString();
+        req.spec.data = {(local + "/train data.jsonl").toStdString()};
+        req.spec.steps = 3;
         auto id = launcher.start({host("node0"), host("node1")}, req);
         QVERIFY2(id, qPrintable(id.error()));
         const QString inputs = store->run(*id)->runDir + "/inputs";
@@ -153,8 +154,9 @@ private Q_SLOTS:
             inputs + "/train data.jsonl");
         // A missing input is a clear error before anything starts.
         req.runDir = m_work.filePath("remote/not-copied");
-        req.specJson = QByteArray::fromStdString(nlohmann::json {{"model", "/no/such/model"},
-            {"data", {"d.jsonl"}}, {"steps", 1}}.dump());
+        req.spec.model = "/no/such/model";
+        req.spec.data = {"d.jsonl"};
+        req.spec.steps = 1;
         auto missing = launcher.start({host("node0")}, req);
         QVERIFY(!missing);
         QVERIFY2(missing.error().contains("/no/such/model: no such file or folder"),
@@ -169,7 +171,7 @@ private Q_SLOTS:
         req.name = "to-stop";
         req.workerProgram = kFakeWorker;
         req.runDir = m_work.filePath("remote/to-stop");
-        req.trainArgs = {"--steps", "100000"};
+        req.spec.steps = 100000;
         req.env = {"FAKE_STEP_SEC=0.05"};
         auto id = launcher.start({host("node0"), host("node1")}, req);
         QVERIFY2(id, qPrintable(id.error()));
@@ -194,9 +196,10 @@ private Q_SLOTS:
         req.name = hostile;
         req.workerProgram = kFakeWorker;
         req.runDir = m_work.filePath("remote/") + hostile;
-        req.trainArgs = {"--steps", "3", "--data", "$(touch " + pwned + ")", "--note", hostile};
+        req.spec.steps = 3;
+        req.spec.data = {("$(touch " + pwned + ")").toStdString()};
+        req.spec.name = hostile.toStdString();
         req.env = {"FAKE_STEP_SEC=0.01", "SHARD_NOTE=" + hostile};
-        req.specJson.clear();
         auto id = launcher.start({host("node0")}, req);
         QVERIFY2(id, qPrintable(id.error()));
         auto run = store->run(*id);
@@ -207,8 +210,12 @@ private Q_SLOTS:
         QVERIFY(!QFile::exists(pwned));
         const QByteArray args = SshdFixture::read(req.runDir + "/args-node-0.txt");
         QVERIFY(args.contains(("--run-dir\n" + req.runDir + "\n").toUtf8()));
-        QVERIFY(args.contains(("--note\n" + hostile + "\n").toUtf8()));
-        QVERIFY(args.contains(("$(touch " + pwned + ")\n").toUtf8()));
+        // The hostile values travel in the launch spec and arrive literally.
+        const auto sent = nlohmann::json::parse(
+            SshdFixture::read(req.runDir + "/launch-spec.json").toStdString());
+        QCOMPARE(QString::fromStdString(sent["name"].get<std::string>()), hostile);
+        QCOMPARE(
+            QString::fromStdString(sent["data"][0].get<std::string>()), "$(touch " + pwned + ")");
         auto caught = RemoteRunWatcher::catchUp(
             *store, *id, SshClient(m_options), host("node0"), run->runDir);
         QVERIFY2(caught, qPrintable(caught.error()));
@@ -228,7 +235,7 @@ private Q_SLOTS:
         LaunchRequest req;
         req.workerProgram = kFakeWorker;
         req.runDir = m_work.filePath("remote/elsewhere");
-        req.trainArgs = {"--steps", "5"};
+        req.spec.steps = 5;
         req.env = {"FAKE_STEP_SEC=0.01"};
         QVERIFY(a.start({host("node0")}, req));
         QTRY_VERIFY_WITH_TIMEOUT(
@@ -276,7 +283,7 @@ private Q_SLOTS:
         LaunchRequest req;
         req.workerProgram = worker;
         req.runDir = dir.filePath("r");
-        req.trainArgs = {"--steps", "1"};
+        req.spec.steps = 1;
         auto id = launcher.start({*SshHost::parse(hostName)}, req);
         SshClient(opts).closeMaster(*SshHost::parse(hostName));
         QVERIFY(!id);

@@ -14,6 +14,8 @@
 
 #include <QLabel>
 
+#include "jobs/slurm_launcher.h"
+#include "jobs/ssh_launcher.h"
 #include "plan/model_spec.h"
 #include "widgets/launch_page.h"
 #include "widgets/store_service.h"
@@ -62,7 +64,7 @@ private Q_SLOTS:
         QVERIFY(text.contains("b c.jsonl"));
         auto request = page.request();
         QVERIFY(request);
-        QCOMPARE(request.value().procsPerNode, 2);
+        QCOMPARE(request.value().spec.procsPerNode, 2);
         QVERIFY(text.contains(QString::number(request.value().masterPort)));
     }
 
@@ -220,9 +222,32 @@ private Q_SLOTS:
         QVERIFY2(page.commandPreview().contains("srun"), qPrintable(page.commandPreview()));
         QVERIFY(page.commandPreview().contains("debug"));
         QCOMPARE(page.target().kind, QString("slurm"));
+        {
+            // The preview is the script the Slurm launcher writes, and its launch spec.
+            const auto req = page.request().value();
+            shard::jobs::SlurmOptions options;
+            options.partition = "debug";
+            const QString script
+                = shard::jobs::SlurmLauncher::sbatchScript(req, options, req.runDir).value();
+            // (the rendezvous port is random per script on one node: compare all but that)
+            QVERIFY(script.contains("train --config " + req.runDir + "/launch-spec.json"));
+            for (const QString& line : script.split('\n'))
+                if (!line.contains("--master-port"))
+                    QVERIFY2(page.commandPreview().contains(line), qPrintable(line));
+            QVERIFY(page.commandPreview().contains(
+                QString::fromUtf8(shard::jobs::launchSpecJson(req.spec, req.runDir))));
+        }
         page.setTarget(1);
         QTRY_VERIFY(page.commandPreview().contains("over SSH"));
         QCOMPARE(page.target().sshHost, QString("nobody@127.0.0.1:%1").arg(port));
+        {
+            // The preview is the script SshLauncher::start runs on the host.
+            const auto req = page.request().value();
+            const QString script
+                = shard::jobs::SshLauncher::nodeScript(req, req.runDir, 1, 0, {}, req.masterPort);
+            QVERIFY2(page.commandPreview().contains(script), qPrintable(page.commandPreview()));
+            QVERIFY(script.contains("setsid nohup"));
+        }
         // Where model and data come from is the user's choice, said in the preview.
         auto* inputs = page.findChild<QComboBox*>("inputs");
         QVERIFY(inputs && !inputs->isHidden());

@@ -83,10 +83,9 @@ private Q_SLOTS:
         shard::jobs::LaunchRequest request;
         request.name = "fails-at-start";
         request.runDir = m_tmp.filePath("runs/fails-at-start");
-        request.specJson = QByteArray::fromStdString(nlohmann::json {{"name", "fails-at-start"},
+        request.spec = shard::protocol::runSpecFromJson(nlohmann::json {{"name", "fails-at-start"},
             {"model", m_tmp.filePath("empty-model").toStdString()},
-            {"data", {m_tmp.filePath("copy.jsonl").toStdString()}},
-            {"steps", 3}}.dump());
+            {"data", {m_tmp.filePath("copy.jsonl").toStdString()}}, {"steps", 3}});
         QSignalSpy launched(window.store(), &StoreService::launched);
         window.store()->launch(request);
         QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, 20000);

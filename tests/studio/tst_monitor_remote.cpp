@@ -59,7 +59,7 @@ private Q_SLOTS:
                 {"seq_len", 32}, {"micro_batch", 2}, {"checkpoint_every", 5}, {"lr", 3e-3}};
         shard::jobs::LaunchRequest request;
         request.name = "remote-e2e";
-        request.specJson = QByteArray::fromStdString(spec.dump());
+        request.spec = shard::protocol::runSpecFromJson(spec);
         request.runDir = m_tmp.filePath("remote-run");
         request.workerProgram = m_worker;
         LaunchTarget target;

@@ -1,0 +1,150 @@
+// The `train` flags and the spec fields they set (see train_flags.h).
+#include "protocol/train_flags.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace shard::protocol {
+
+namespace {
+
+using Kind = TrainFlag::Kind;
+
+template<typename T> T parseNumber(const char* flag, const std::string& v)
+{
+    if constexpr (std::is_same_v<T, std::string>) {
+        return v;
+    } else if constexpr (std::is_floating_point_v<T>) {
+        char* end = nullptr;
+        const double d = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end != '\0')
+            throw std::runtime_error(std::string(flag) + ": '" + v + "' is not a number");
+        return static_cast<T>(d);
+    } else {
+        char* end = nullptr;
+        errno = 0;
+        const long long n = std::strtoll(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || errno == ERANGE || (std::is_unsigned_v<T> && n < 0))
+            throw std::runtime_error(std::string(flag) + ": '" + v + "' is not an integer");
+        return static_cast<T>(n);
+    }
+}
+
+#define SHARD_FLAG(NAME, FIELD, HELP)                                                              \
+    TrainFlag                                                                                      \
+    {                                                                                              \
+        NAME, HELP, Kind::Value, [](RunSpec& s, const std::string& v) {                            \
+            s.FIELD = parseNumber<decltype(RunSpec::FIELD)>(NAME, v);                              \
+        }                                                                                          \
+    }
+#define SHARD_SWITCH(NAME, FIELD, VALUE, HELP)                                                     \
+    TrainFlag                                                                                      \
+    {                                                                                              \
+        NAME, HELP, Kind::Switch, [](RunSpec& s, const std::string&) { s.FIELD = VALUE; }          \
+    }
+
+} // namespace
+
+const std::vector<TrainFlag>& trainFlags()
+{
+    static const std::vector<TrainFlag> flags = {
+        SHARD_FLAG("--model", model, "Hugging Face model folder"),
+        TrainFlag {"--data", "Training data (JSONL)", Kind::Value,
+            [](RunSpec& s, const std::string& v) { s.data = {v}; }},
+        SHARD_FLAG("--out", outDir, "Run directory"),
+        SHARD_FLAG("--steps", steps, "Optimizer steps"),
+        SHARD_FLAG("--epochs", epochs, "Epochs (when --steps is not given)"),
+        SHARD_FLAG("--micro-batch", microBatch, "Rows per rank per micro-step"),
+        SHARD_FLAG("--seq-len", seqLen, "Sequence length"),
+        SHARD_FLAG("--lr", lr, "Peak learning rate"),
+        SHARD_FLAG("--seed", seed, "Seed (data order, init)"),
+        SHARD_SWITCH("--no-shuffle", shuffle, false, "Keep the file order"),
+        SHARD_SWITCH("--packing", packing, true, "Pack several records per row"),
+        SHARD_SWITCH("--skip-bad-lines", skipBadLines, true, "Skip (and count) bad lines"),
+        SHARD_SWITCH("--train-on-prompt", trainOnPrompt, true,
+            "Also train on prompt tokens of instruction and chat data"),
+        SHARD_FLAG("--data-format", dataFormat, "auto, text, alpaca, chat or tokenized"),
+        SHARD_FLAG("--chat-template", chatTemplate,
+            "Chat data: llama3, chatml (qwen) or llama2, or a template file (.jinja / "
+            "tokenizer_config.json) of one of them (default: the tokenizer's)"),
+        SHARD_FLAG(
+            "--tokenizer", tokenizer, "Folder with tokenizer.json (default: the model folder)"),
+        SHARD_FLAG("--precision", precision, "fp32 or bf16-mixed"),
+        SHARD_FLAG("--checkpointing", checkpointing, "Activation checkpointing: none or full"),
+        SHARD_FLAG("--grad-accum", gradAccum, "Gradient accumulation steps"),
+        SHARD_FLAG("--warmup", warmup, "Warmup steps"),
+        SHARD_FLAG("--schedule", schedule, "constant, linear or cosine"),
+        SHARD_FLAG("--min-lr-ratio", minLrRatio, "Floor of the decay"),
+        SHARD_FLAG("--clip", clip, "Global gradient-norm clip (0 = off)"),
+        SHARD_FLAG("--weight-decay", weightDecay, "AdamW weight decay"),
+        SHARD_FLAG("--beta1", beta1, "AdamW beta1"),
+        SHARD_FLAG("--beta2", beta2, "AdamW beta2"),
+        SHARD_FLAG("--eval-data", evalData, "Held-out data (JSONL)"),
+        SHARD_FLAG("--eval-fraction", evalFraction, "Hold out this fraction of --data"),
+        SHARD_FLAG("--eval-every", evalEvery, "Evaluate every N steps"),
+        SHARD_FLAG("--sample-every", sampleEvery,
+            "Write greedy sample completions every N steps and at the end (0 = none)"),
+        SHARD_FLAG("--sample-prompts", samplePrompts, "Prompts of the samples (one per line)"),
+        SHARD_FLAG(
+            "--sample-max-tokens", sampleMaxTokens, "Tokens per sample completion (default 32)"),
+        SHARD_FLAG("--log-every", logEvery, "Metric record every N steps"),
+        SHARD_FLAG("--strategy", strategy, "ddp, zero1, zero2, zero3, hybrid"),
+        SHARD_FLAG("--shard-group", shardGroup, "Hybrid shard-group size"),
+        SHARD_FLAG("--threads", threads, "Intra-op threads (0 = auto)"),
+        SHARD_FLAG("--hang-timeout", hangTimeoutSec,
+            "Seconds without progress before the launcher calls a rank hung (0 = off; default "
+            "300; $SHARD_HANG_TIMEOUT_S wins)"),
+        SHARD_FLAG("--name", name, "Run name"),
+        SHARD_FLAG("--nodes", nodes, "Nodes in the run"),
+        SHARD_FLAG("--nproc-per-node", procsPerNode,
+            "Ranks per node (under a launcher: its count; a different value is refused)"),
+        SHARD_FLAG("--checkpoint-every", checkpointEvery,
+            "Save a sharded checkpoint every N steps and at the end (0 = none)"),
+        SHARD_FLAG("--keep-checkpoints", keepCheckpoints, "Complete checkpoints kept (0 = all)"),
+        TrainFlag {"--resume",
+            "Continue from a checkpoint: auto (the run's newest complete one; the default when no "
+            "value is given), a checkpoint folder or a run folder",
+            Kind::OptionalValue,
+            [](RunSpec& s, const std::string& v) { s.resume = v.empty() ? "auto" : v; }},
+        SHARD_SWITCH("--allow-batch-change", allowBatchChange, true,
+            "On a resume at another rank count, accept a new global batch when the checkpoint's "
+            "cannot be kept"),
+    };
+    return flags;
+}
+
+#undef SHARD_FLAG
+#undef SHARD_SWITCH
+
+void applyTrainFlags(RunSpec& spec, const std::vector<std::string>& args)
+{
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string& word = args[i];
+        const auto eq = word.find('=');
+        const std::string name = word.substr(0, eq);
+        const TrainFlag* flag = nullptr;
+        for (const TrainFlag& f : trainFlags())
+            if (name == f.name)
+                flag = &f;
+        if (!flag)
+            throw std::runtime_error("unknown train flag '" + word
+                + "' (check the spelling; see `shard-worker train --help`)");
+        std::string value;
+        if (eq != std::string::npos) {
+            if (flag->kind == Kind::Switch)
+                throw std::runtime_error(name + " takes no value (got '" + word + "')");
+            value = word.substr(eq + 1);
+        } else if (flag->kind == Kind::Value) {
+            if (i + 1 >= args.size())
+                throw std::runtime_error(name + " needs a value");
+            value = args[++i];
+        } else if (flag->kind == Kind::OptionalValue && i + 1 < args.size()
+            && args[i + 1].rfind("--", 0) != 0) {
+            value = args[++i];
+        }
+        flag->apply(spec, value);
+    }
+}
+
+} // namespace shard::protocol
