@@ -3,7 +3,9 @@
 // usage: bench_engine_train --preset tiny-15m --batch 4 --seq 256 --steps 6 --threads 2
 //        [--precision fp32|bf16-mixed] [--checkpointing none|full] [--layers N] [--vocab V]
 //        [--profile-steps N] (self time per ATen op over N extra steps, in "profile")
-//        [--config-out DIR] (only writes the model's config.json there, for bench_eager.py)
+//        [--model-out DIR] (only writes the model folder there: config.json for bench_eager.py,
+//        seeded weights for shard-worker train)
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -34,7 +36,7 @@ using namespace shard::engine;
 int main(int argc, char** argv)
 {
     std::string preset = "tiny-15m", precision = "fp32", checkpointing = "none";
-    std::string configOut;
+    std::filesystem::path modelOut;
     int64_t batch = 4, seq = 256, steps = 6, layers = 0, vocab = 0, profileSteps = 0;
     int threads = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -59,8 +61,8 @@ int main(int argc, char** argv)
             vocab = std::stoll(v);
         else if (k == "--profile-steps")
             profileSteps = std::stoll(v);
-        else if (k == "--config-out")
-            configOut = v;
+        else if (k == "--model-out")
+            modelOut = v;
         else {
             std::fprintf(stderr, "unknown option %s\n", k.c_str());
             return 2;
@@ -78,10 +80,6 @@ int main(int argc, char** argv)
             spec->numLayers = layers;
         if (vocab > 0)
             spec->vocabSize = vocab;
-        if (!configOut.empty()) {
-            writeHfConfigAndTokenizer(configOut, *spec, {});
-            return 0;
-        }
         {
             LlamaModel model(*spec);
             NamedTensors tensors;
@@ -89,6 +87,14 @@ int main(int argc, char** argv)
                 tensors.push_back({p->info.name, LlamaModel::initialValue(*p, 1)});
             writeHfConfigAndTokenizer(dir.string(), *spec, {});
             writeSafetensorsFolder(dir.string(), tensors);
+        }
+        if (!modelOut.empty()) {
+            std::filesystem::create_directories(modelOut);
+            for (const auto& e : std::filesystem::directory_iterator(dir))
+                std::filesystem::copy(e.path(), modelOut / e.path().filename(),
+                    std::filesystem::copy_options::overwrite_existing);
+            std::filesystem::remove_all(dir);
+            return 0;
         }
         {
             std::ofstream data(dir / "data.jsonl");
@@ -126,10 +132,10 @@ int main(int argc, char** argv)
         at::Tensor ids = at::randint(0, spec->vocabSize, {batch, seq}, at::kLong);
         AdamW adamw(AdamWConfig {});
         double fwd = 0, bwd = 0, opt = 0;
-        const int phaseReps = 2;
+        const int phaseReps = profileSteps > 0 ? 2 : 0;
         bench::OpProfile profiler;
         double profiledSec = 0.0;
-        for (int r = 0; r <= phaseReps + profileSteps; ++r) { // round 0 warms up
+        for (int r = 0; r <= phaseReps + profileSteps && phaseReps > 0; ++r) { // 0 warms up
             const bool profiling = r > phaseReps;
             if (profiling && r == phaseReps + 1)
                 profiler.start();
@@ -184,7 +190,7 @@ int main(int argc, char** argv)
         };
         double matmulCpuFlops = 0, bf16MatmulCpuFlops = 0;
         const double matmulFlops = mmRate(at::kFloat, 5, &matmulCpuFlops);
-        const double bf16MatmulFlops = mmRate(at::kBFloat16, 2, &bf16MatmulCpuFlops);
+        const double bf16MatmulFlops = mmRate(at::kBFloat16, 1, &bf16MatmulCpuFlops);
         const double flopsPerToken = 6.0 * params + 12.0 * spec->numLayers * spec->hiddenSize * seq;
         nlohmann::json out = {{"impl", "engine"}, {"preset", preset}, {"params", params},
             {"batch", batch}, {"seq", seq}, {"threads", at::get_num_threads()},
@@ -195,8 +201,9 @@ int main(int argc, char** argv)
             {"matmul_cpu_flops", matmulCpuFlops}, {"bf16_matmul_flops", bf16MatmulFlops},
             {"bf16_matmul_cpu_flops", bf16MatmulCpuFlops}, {"profile", profile},
             {"phase_cpu_sec",
-                {{"forward", fwd / phaseReps}, {"backward", bwd / phaseReps},
-                    {"optimizer", opt / phaseReps}}},
+                {{"forward", fwd / std::max(1, phaseReps)},
+                    {"backward", bwd / std::max(1, phaseReps)},
+                    {"optimizer", opt / std::max(1, phaseReps)}}},
             {"peak_bytes", result.peakBytes}, {"losses", result.losses}};
         std::printf("%s\n", out.dump().c_str());
         std::filesystem::remove_all(dir);
