@@ -88,14 +88,6 @@ int main(int argc, char** argv)
             writeHfConfigAndTokenizer(dir.string(), *spec, {});
             writeSafetensorsFolder(dir.string(), tensors);
         }
-        if (!modelOut.empty()) {
-            std::filesystem::create_directories(modelOut);
-            for (const auto& e : std::filesystem::directory_iterator(dir))
-                std::filesystem::copy(e.path(), modelOut / e.path().filename(),
-                    std::filesystem::copy_options::overwrite_existing);
-            std::filesystem::remove_all(dir);
-            return 0;
-        }
         {
             std::ofstream data(dir / "data.jsonl");
             std::mt19937 rng(3);
@@ -105,6 +97,14 @@ int main(int argc, char** argv)
                     id = static_cast<int>(rng() % spec->vocabSize);
                 data << nlohmann::json {{"input_ids", ids}}.dump() << "\n";
             }
+        }
+        if (!modelOut.empty()) {
+            std::filesystem::create_directories(modelOut);
+            for (const auto& e : std::filesystem::directory_iterator(dir))
+                std::filesystem::copy(e.path(), modelOut / e.path().filename(),
+                    std::filesystem::copy_options::overwrite_existing);
+            std::filesystem::remove_all(dir);
+            return 0;
         }
         protocol::RunSpec rs;
         rs.model = dir.string();

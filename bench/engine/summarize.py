@@ -125,7 +125,9 @@ if profs:
             table[f][v] += sec
     order = sorted(table, key=lambda f: -max(table[f].values()))
     for f in order:
-        L.append("| %s | " % f + " | ".join("%.2f" % table[f].get(v, 0.0) for v, _ in profs) + " |")
+        L.append("| %s | " % f + " | ".join("%.2f (%.0f%%)" % (
+            table[f].get(v, 0.0), 100 * table[f].get(v, 0.0) / p["wall_per_step"])
+            for v, p in profs) + " |")
     L.append("| **step (wall)** | " + " | ".join("%.2f" % p["wall_per_step"] for _, p in profs) + " |")
     L.append("")
 
