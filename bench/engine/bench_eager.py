@@ -126,6 +126,8 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16-mixed"])
+    ap.add_argument("--profile-steps", type=int, default=0,
+                    help="self CPU time per op over N extra steps (torch.profiler), in 'profile'")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -166,6 +168,34 @@ def main():
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         losses.append(loss.item())
+    profile = {}
+    if a.profile_steps > 0:
+        from torch.profiler import ProfilerActivity, profile as prof
+        ids = torch.randint(0, V, (a.batch, a.seq))
+        wall = time.perf_counter()
+        for _ in range(a.profile_steps):
+            parts = []
+            with prof(activities=[ProfilerActivity.CPU]) as pf:
+                with autocast():
+                    logits = model(ids)
+                    loss = nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, V),
+                                                       ids[:, 1:].reshape(-1), ignore_index=-100)
+            parts.append(("fwd", pf))
+            with prof(activities=[ProfilerActivity.CPU]) as pb:
+                loss.backward()
+            parts.append(("bwd", pb))
+            with prof(activities=[ProfilerActivity.CPU]) as po:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            parts.append(("opt", po))
+            for tag, p in parts:
+                for e in p.key_averages():
+                    key = ("bwd|" if tag == "bwd" else "fwd|") + e.key
+                    if tag == "opt" and not e.key.startswith("Optimizer"):
+                        key = "fwd|shard::optimizer_step"  # the same family as the engine's
+                    profile[key] = profile.get(key, 0.0) + e.self_cpu_time_total / 1e6 / a.profile_steps
+        profile["wall_per_step"] = (time.perf_counter() - wall) / a.profile_steps
     timed = times[1:] if len(times) > 1 else times
     tps = a.batch * a.seq * len(timed) / sum(timed)
     cpu_timed = cpu[1:] if len(cpu) > 1 else cpu
@@ -176,7 +206,8 @@ def main():
                       "step_sec": sum(timed) / len(timed),
                       "phase_cpu_sec": {"forward": phases[0] / max(1, len(timed)),
                                         "backward": phases[1] / max(1, len(timed)),
-                                        "optimizer": phases[2] / max(1, len(timed))}, "losses": losses}))
+                                        "optimizer": phases[2] / max(1, len(timed))}, "losses": losses,
+                      "profile": profile}))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
 // Training throughput of the engine on a preset (seeded random weights, random tokens), plus a
 // large fp32 matmul's FLOP/s with the same thread count. Prints one JSON object.
 // usage: bench_engine_train --preset tiny-15m --batch 4 --seq 256 --steps 6 --threads 2
-//        [--precision fp32|bf16-mixed] [--checkpointing none|full]
+//        [--precision fp32|bf16-mixed] [--checkpointing none|full] [--layers N] [--vocab V]
+//        [--profile-steps N] (self time per ATen op over N extra steps, in "profile")
+//        [--model-out DIR] (only writes the model folder there: config.json for bench_eager.py,
+//        seeded weights for shard-worker train)
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +20,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <nlohmann/json.hpp>
 
 #include "core/model/hf_folder.h"
@@ -23,6 +28,7 @@
 #include "core/optim/adamw.h"
 #include "core/train/model_runner.h"
 #include "core/train/trainer.h"
+#include "op_profile.h"
 
 using namespace shard;
 using namespace shard::engine;
@@ -30,7 +36,8 @@ using namespace shard::engine;
 int main(int argc, char** argv)
 {
     std::string preset = "tiny-15m", precision = "fp32", checkpointing = "none";
-    int64_t batch = 4, seq = 256, steps = 6;
+    std::filesystem::path modelOut;
+    int64_t batch = 4, seq = 256, steps = 6, layers = 0, vocab = 0, profileSteps = 0;
     int threads = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -48,6 +55,14 @@ int main(int argc, char** argv)
             precision = v;
         else if (k == "--checkpointing")
             checkpointing = v;
+        else if (k == "--layers")
+            layers = std::stoll(v);
+        else if (k == "--vocab")
+            vocab = std::stoll(v);
+        else if (k == "--profile-steps")
+            profileSteps = std::stoll(v);
+        else if (k == "--model-out")
+            modelOut = v;
         else {
             std::fprintf(stderr, "unknown option %s\n", k.c_str());
             return 2;
@@ -61,6 +76,10 @@ int main(int argc, char** argv)
             / ("bench-engine-" + preset + "-" + std::to_string(::getpid()));
         std::filesystem::create_directories(dir);
         spec->torchDtype = "float32";
+        if (layers > 0)
+            spec->numLayers = layers;
+        if (vocab > 0)
+            spec->vocabSize = vocab;
         {
             LlamaModel model(*spec);
             NamedTensors tensors;
@@ -78,6 +97,14 @@ int main(int argc, char** argv)
                     id = static_cast<int>(rng() % spec->vocabSize);
                 data << nlohmann::json {{"input_ids", ids}}.dump() << "\n";
             }
+        }
+        if (!modelOut.empty()) {
+            std::filesystem::create_directories(modelOut);
+            for (const auto& e : std::filesystem::directory_iterator(dir))
+                std::filesystem::copy(e.path(), modelOut / e.path().filename(),
+                    std::filesystem::copy_options::overwrite_existing);
+            std::filesystem::remove_all(dir);
+            return 0;
         }
         protocol::RunSpec rs;
         rs.model = dir.string();
@@ -105,41 +132,65 @@ int main(int argc, char** argv)
         at::Tensor ids = at::randint(0, spec->vocabSize, {batch, seq}, at::kLong);
         AdamW adamw(AdamWConfig {});
         double fwd = 0, bwd = 0, opt = 0;
-        const int phaseReps = 2;
-        for (int r = 0; r <= phaseReps; ++r) { // round 0 warms up (AdamW state allocation)
+        const int phaseReps = profileSteps > 0 ? 2 : 0;
+        bench::OpProfile profiler;
+        double profiledSec = 0.0;
+        for (int r = 0; r <= phaseReps + profileSteps && phaseReps > 0; ++r) { // 0 warms up
+            const bool profiling = r > phaseReps;
+            if (profiling && r == phaseReps + 1)
+                profiler.start();
+            const auto w0 = std::chrono::steady_clock::now();
             const double c0 = cpuNow();
             LossSum ls = runner.lossSum(ids, ids);
             const double c1 = cpuNow();
             (ls.sum / static_cast<double>(ls.tokens)).backward();
             const double c2 = cpuNow();
-            auto targets = trainer.strategy().optimizerTargets();
-            const double norm = std::sqrt(trainer.strategy().globalGradSquaredNorm(targets));
-            adamw.step(targets, 1e-5, norm > 1.0 ? 1.0 / (norm + 1e-6) : 1.0);
-            trainer.strategy().zeroGrad();
+            {
+                RECORD_USER_SCOPE("shard::optimizer_step");
+                auto targets = trainer.strategy().optimizerTargets();
+                const double norm = std::sqrt(trainer.strategy().globalGradSquaredNorm(targets));
+                adamw.step(targets, 1e-5, norm > 1.0 ? 1.0 / (norm + 1e-6) : 1.0);
+                trainer.strategy().zeroGrad();
+            }
             const double c3 = cpuNow();
-            if (r == 0)
+            if (profiling)
+                profiledSec
+                    += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+            if (r == 0 || profiling)
                 continue;
             fwd += c1 - c0;
             bwd += c2 - c1;
             opt += c3 - c2;
         }
+        nlohmann::json profile = nlohmann::json::object();
+        if (profileSteps > 0) {
+            for (const auto& [name, sec] : profiler.stop())
+                profile[name] = sec / profileSteps;
+            profile["wall_per_step"] = profiledSec / profileSteps;
+        }
 
-        // A large matmul with the same threads: the machine's practical fp32 peak.
+        // A large matmul with the same threads, in fp32 and in bf16 (at::mm): the machine's
+        // practical peaks for MFU.
         at::set_num_threads(threads);
         const int64_t n = 2048;
-        at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
-        at::mm(a, b);
-        const int reps = 5;
-        const auto t0 = std::chrono::steady_clock::now();
-        const double cpu0 = cpuNow();
-        for (int i = 0; i < reps; ++i)
+        auto mmRate = [&](at::ScalarType dtype, int reps, double* cpuRate) {
+            at::Tensor a = at::randn({n, n}).to(dtype), b = at::randn({n, n}).to(dtype);
             at::mm(a, b);
-        const double cpuSec = cpuNow() - cpu0;
-        const double sec
-            = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const double matmulFlops = reps * 2.0 * n * n * n / sec;
-        // Per CPU-second, comparable with cpu_tokens_per_sec on a loaded machine.
-        const double matmulCpuFlops = reps * 2.0 * n * n * n / cpuSec;
+            const auto t0 = std::chrono::steady_clock::now();
+            const double cpu0 = cpuNow();
+            for (int i = 0; i < reps; ++i)
+                at::mm(a, b);
+            const double cpuSec = cpuNow() - cpu0;
+            const double sec
+                = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            // Per CPU-second, comparable with cpu_tokens_per_sec on a loaded machine.
+            if (cpuRate)
+                *cpuRate = reps * 2.0 * n * n * n / cpuSec;
+            return reps * 2.0 * n * n * n / sec;
+        };
+        double matmulCpuFlops = 0, bf16MatmulCpuFlops = 0;
+        const double matmulFlops = mmRate(at::kFloat, 5, &matmulCpuFlops);
+        const double bf16MatmulFlops = mmRate(at::kBFloat16, 1, &bf16MatmulCpuFlops);
         const double flopsPerToken = 6.0 * params + 12.0 * spec->numLayers * spec->hiddenSize * seq;
         nlohmann::json out = {{"impl", "engine"}, {"preset", preset}, {"params", params},
             {"batch", batch}, {"seq", seq}, {"threads", at::get_num_threads()},
@@ -147,10 +198,12 @@ int main(int argc, char** argv)
             {"cpu_tokens_per_sec", result.cpuTokensPerSec}, {"step_sec", result.meanStepSec},
             {"flops_per_token", flopsPerToken},
             {"achieved_flops", result.tokensPerSec * flopsPerToken}, {"matmul_flops", matmulFlops},
-            {"matmul_cpu_flops", matmulCpuFlops},
+            {"matmul_cpu_flops", matmulCpuFlops}, {"bf16_matmul_flops", bf16MatmulFlops},
+            {"bf16_matmul_cpu_flops", bf16MatmulCpuFlops}, {"profile", profile},
             {"phase_cpu_sec",
-                {{"forward", fwd / phaseReps}, {"backward", bwd / phaseReps},
-                    {"optimizer", opt / phaseReps}}},
+                {{"forward", fwd / std::max(1, phaseReps)},
+                    {"backward", bwd / std::max(1, phaseReps)},
+                    {"optimizer", opt / std::max(1, phaseReps)}}},
             {"peak_bytes", result.peakBytes}, {"losses", result.losses}};
         std::printf("%s\n", out.dump().c_str());
         std::filesystem::remove_all(dir);

@@ -1,9 +1,16 @@
-// Counting wrapper around the default CPU allocator (sizes kept in a header before each block).
+// Counting wrapper around the default CPU allocator (sizes kept in a header before each block),
+// with a cache of large freed blocks by exact size (docs/ARCHITECTURE.md, "Engine speed on the
+// CPU"): glibc serves blocks over its mmap threshold with a fresh mmap each time, and the kernel
+// zeroes every page of it again on first touch; a training step allocates the same sizes every
+// step, so reusing them removes that system time.
 #include "counting_allocator.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -25,6 +32,56 @@ std::atomic<bool> g_installed {false};
 constexpr size_t kHeader = 64;
 c10::DeleterFnPtr g_innerRawDelete = nullptr;
 
+// Freed blocks of at least kCacheMinBytes, by exact size, up to a cap on their total
+// (SHARD_ALLOC_CACHE_MB, default 1024; 0 turns the cache off). Never destroyed: tensors may be
+// freed during static destruction.
+constexpr size_t kCacheMinBytes = size_t(1) << 20;
+
+struct BlockCache {
+    std::mutex mutex;
+    std::unordered_map<size_t, std::vector<void*>> free;
+    size_t cachedBytes = 0;
+    size_t capBytes = 0;
+
+    BlockCache()
+    {
+        size_t mb = 1024;
+        if (const char* v = std::getenv("SHARD_ALLOC_CACHE_MB"); v && *v)
+            mb = static_cast<size_t>(std::strtoull(v, nullptr, 10));
+        capBytes = mb << 20;
+    }
+    void* take(size_t size)
+    {
+        if (size < kCacheMinBytes || capBytes == 0)
+            return nullptr;
+        std::lock_guard<std::mutex> lock(mutex);
+        auto it = free.find(size);
+        if (it == free.end() || it->second.empty())
+            return nullptr;
+        void* p = it->second.back();
+        it->second.pop_back();
+        cachedBytes -= size;
+        return p;
+    }
+    bool put(void* base, size_t size)
+    {
+        if (size < kCacheMinBytes || capBytes == 0)
+            return false;
+        std::lock_guard<std::mutex> lock(mutex);
+        if (cachedBytes + size > capBytes)
+            return false;
+        free[size].push_back(base);
+        cachedBytes += size;
+        return true;
+    }
+};
+
+BlockCache& blockCache()
+{
+    static BlockCache* cache = new BlockCache();
+    return *cache;
+}
+
 void countedDelete(void* data)
 {
     if (!data)
@@ -33,7 +90,8 @@ void countedDelete(void* data)
     int64_t bytes = 0;
     std::memcpy(&bytes, base, sizeof bytes);
     g_current.fetch_sub(bytes, std::memory_order_relaxed);
-    g_innerRawDelete(base);
+    if (!blockCache().put(base, static_cast<size_t>(bytes) + kHeader))
+        g_innerRawDelete(base);
 }
 
 class Counting final : public c10::Allocator {
@@ -45,7 +103,9 @@ public:
 
     c10::DataPtr allocate(size_t n) SHARD_ALLOCATOR_CONST override
     {
-        auto* base = static_cast<uint8_t*>(m_inner->raw_allocate(n + kHeader));
+        auto* base = static_cast<uint8_t*>(blockCache().take(n + kHeader));
+        if (!base)
+            base = static_cast<uint8_t*>(m_inner->raw_allocate(n + kHeader));
         const int64_t bytes = static_cast<int64_t>(n);
         std::memcpy(base, &bytes, sizeof bytes);
         const int64_t now = g_current.fetch_add(bytes, std::memory_order_relaxed) + bytes;

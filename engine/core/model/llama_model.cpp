@@ -9,6 +9,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 
+#include "core/model/fused_ops.h"
 #include "core/torch_compat.h"
 
 namespace shard::engine {
@@ -227,10 +228,10 @@ RopeTables LlamaModel::rope(int64_t seqLen, at::ScalarType dtype) const
 
 at::Tensor LlamaModel::rmsNorm(const at::Tensor& x, const at::Tensor& weight) const
 {
-    at::Tensor h = x.to(atLeastFloat(x.scalar_type()));
+    at::Tensor h = fused::cast(x, atLeastFloat(x.scalar_type()));
     at::Tensor var = h.pow(2).mean(-1, /*keepdim=*/true);
     h = h * at::rsqrt(var + m_spec.rmsNormEps);
-    return weight * h.to(x.scalar_type());
+    return weight * fused::cast(h, x.scalar_type());
 }
 
 namespace {
@@ -243,7 +244,7 @@ at::Tensor rotateHalf(const at::Tensor& x)
 
 at::Tensor linear(const at::Tensor& x, const std::vector<at::Tensor>& w, int weight, int bias)
 {
-    return bias >= 0 ? at::linear(x, w[weight], w[bias]) : at::linear(x, w[weight]);
+    return fused::linear(x, w[weight], bias >= 0 ? w[bias] : at::Tensor());
 }
 
 } // namespace
@@ -289,11 +290,11 @@ at::Tensor LlamaModel::attention(
         : at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 #else
     at::Tensor scores
-        = at::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(D)));
+        = fused::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(D)));
     scores = scores.masked_fill(hiddenKeys(), -std::numeric_limits<double>::infinity());
     at::Tensor probs
-        = at::softmax(scores, -1, atLeastFloat(scores.scalar_type())).to(q.scalar_type());
-    at::Tensor out = at::matmul(probs, v);
+        = fused::cast(at::softmax(scores, -1, atLeastFloat(scores.scalar_type())), q.scalar_type());
+    at::Tensor out = fused::matmul(probs, v);
 #endif
     out = out.transpose(1, 2).reshape({b, s, H * D});
     return linear(out, w, L.o, L.oBias);
@@ -302,7 +303,8 @@ at::Tensor LlamaModel::attention(
 at::Tensor LlamaModel::mlp(const std::vector<at::Tensor>& w, const at::Tensor& x) const
 {
     const auto& L = m_block;
-    return at::linear(at::silu(at::linear(x, w[L.gate])) * at::linear(x, w[L.up]), w[L.down]);
+    return fused::linear(
+        at::silu(fused::linear(x, w[L.gate])) * fused::linear(x, w[L.up]), w[L.down]);
 }
 
 at::Tensor LlamaModel::block(
@@ -343,7 +345,7 @@ at::Tensor LlamaModel::attentionCached(const std::vector<at::Tensor>& w, const a
     // training forward's expand orders them), so the cache is never copied per head.
     at::Tensor qg = q.reshape({b, KV, rep * s, D});
     at::Tensor scores
-        = at::matmul(qg, keys.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(D)));
+        = fused::matmul(qg, keys.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(D)));
     // Row r * s + i is the query at position pos + i; key j is visible when
     // 0 <= pos + i - j < window.
     const auto longs = at::TensorOptions().dtype(at::kLong).device(x.device());
@@ -354,9 +356,9 @@ at::Tensor LlamaModel::attentionCached(const std::vector<at::Tensor>& w, const a
         hidden = hidden.logical_or((i - j) >= m_spec.slidingWindow);
     scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
     at::Tensor probs
-        = at::softmax(scores, -1, atLeastFloat(scores.scalar_type())).to(q.scalar_type());
+        = fused::cast(at::softmax(scores, -1, atLeastFloat(scores.scalar_type())), q.scalar_type());
     at::Tensor out
-        = at::matmul(probs, values).view({b, H, s, D}).transpose(1, 2).reshape({b, s, H * D});
+        = fused::matmul(probs, values).view({b, H, s, D}).transpose(1, 2).reshape({b, s, H * D});
     return linear(out, w, L.o, L.oBias);
 }
 
@@ -375,14 +377,14 @@ at::Tensor LlamaModel::embed(const std::vector<at::Tensor>& root, const at::Tens
 at::Tensor LlamaModel::head(const std::vector<at::Tensor>& root, const at::Tensor& x) const
 {
     at::Tensor h = rmsNorm(x, root[m_root.norm]);
-    return at::linear(h, root[m_root.lmHead >= 0 ? m_root.lmHead : m_root.embed]);
+    return fused::linear(h, root[m_root.lmHead >= 0 ? m_root.lmHead : m_root.embed]);
 }
 
 LossSum nextTokenLossSum(const at::Tensor& logits, const at::Tensor& labels)
 {
     const int64_t s = logits.size(1), V = logits.size(2);
-    at::Tensor l
-        = logits.narrow(1, 0, s - 1).to(atLeastFloat(logits.scalar_type())).reshape({-1, V});
+    at::Tensor l = fused::cast(logits.narrow(1, 0, s - 1), atLeastFloat(logits.scalar_type()))
+                       .reshape({-1, V});
     at::Tensor t = labels.narrow(1, 1, s - 1).reshape({-1}).to(at::kLong);
     LossSum out;
     out.sum = at::cross_entropy_loss(l, t, {}, at::Reduction::Sum, -100);

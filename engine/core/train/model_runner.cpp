@@ -7,6 +7,8 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "core/model/fused_ops.h"
+
 namespace shard::engine {
 
 namespace {
@@ -24,7 +26,7 @@ struct BlockCall : torch::CustomClassHolder {
         std::vector<at::Tensor> w;
         w.reserve(weights.size());
         for (const auto& t : weights)
-            w.push_back(t.scalar_type() == dtype ? t : t.to(dtype));
+            w.push_back(fused::cast(t, dtype));
         return model->block(w, x, *rope);
     }
 };
@@ -126,8 +128,7 @@ c10::intrusive_ptr<HookCall> hookCall(Strategy& s, int unit)
 std::vector<at::Tensor> cast(std::vector<at::Tensor> w, at::ScalarType dtype)
 {
     for (auto& t : w)
-        if (t.scalar_type() != dtype)
-            t = t.to(dtype);
+        t = fused::cast(t, dtype);
     return w;
 }
 

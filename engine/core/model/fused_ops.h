@@ -1,0 +1,28 @@
+// Matrix products of the model's forward with a CPU-specific path for bf16 (docs/ARCHITECTURE.md,
+// "Engine speed on the CPU"). On a CPU without AVX-512 LibTorch 1.13 has no oneDNN bf16 GEMM and
+// multiplies bf16 matrices with a scalar loop (~4 GFLOP/s on 2 cores, 25-40x slower than its fp32
+// GEMM); there these functions widen the bf16 operands to fp32 (exactly), multiply with the fp32
+// GEMM (fp32 accumulation, as a bf16 GEMM accumulates) and round the product to bf16 once, in the
+// forward and in the backward. The result equals a bf16 GEMM's up to summation order. Elsewhere
+// (fp32, fp64, or a CPU with oneDNN bf16) they are at::linear and at::matmul.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace shard::engine::fused {
+
+// True when bf16 products go through the fp32 GEMM on this machine: no AVX-512 (the condition
+// under which LibTorch 1.13 uses oneDNN for bf16). SHARD_BF16_GEMM=native or =fp32 overrides.
+bool bf16GemmThroughFp32();
+
+// t in `dtype`, differentiable (the gradient is converted back to t's dtype). bf16 <-> fp32 goes
+// through one vectorizable pass (widening is exact, narrowing rounds to nearest even as
+// c10::BFloat16 does); LibTorch 1.13's conversion copy is several times slower here.
+at::Tensor cast(const at::Tensor& t, at::ScalarType dtype);
+
+// x (..., in) times w (out, in) transposed, plus bias (out) when defined.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {});
+// a (..., n, k) times b (..., k, m), the same batch shape.
+at::Tensor matmul(const at::Tensor& a, const at::Tensor& b);
+
+} // namespace shard::engine::fused
