@@ -30,10 +30,11 @@ struct ShardedStrategy::ParamSlot {
 };
 
 struct ShardedStrategy::UnitState {
+    bool frozen = false; // LoRA base: master in the compute dtype, no gradient
     std::vector<ParamSlot> params;
     int64_t shardNumel = 0;
     int64_t gatheredNumel = 0;
-    at::Tensor master;    // fp32 [shardNumel], padding zero
+    at::Tensor master;    // fp32 (frozen: compute dtype) [shardNumel], padding zero
     at::Tensor shardGrad; // fp32 [shardNumel] or undefined
     at::Tensor gathered;  // compute dtype [gatheredNumel]; its storage is freed when resharded
     bool aliased = false; // gathered is master (one shard rank, fp32 compute)
@@ -129,14 +130,22 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
     const int64_t ws = m_shard->worldSize();
     const int64_t me = m_shard->rank();
     const at::ScalarType compute = m_options.computeDtype;
+    m_numUnits = model.numUnits();
     m_units.clear();
-    m_units.resize(static_cast<size_t>(model.numUnits()));
+    m_units.resize(static_cast<size_t>(2 * m_numUnits));
+    m_order.assign(static_cast<size_t>(m_numUnits), {});
     std::map<std::string, std::pair<int, int>> where;
-    for (int u = 0; u < model.numUnits(); ++u) {
-        UnitState& s = m_units[static_cast<size_t>(u)];
+    for (int st = 0; st < 2 * m_numUnits; ++st) {
+        UnitState& s = m_units[static_cast<size_t>(st)];
+        s.frozen = st >= m_numUnits;
+        const int u = st % m_numUnits;
         const auto& params = model.unit(u).params;
+        m_order[static_cast<size_t>(u)].resize(params.size());
         for (size_t i = 0; i < params.size(); ++i) {
+            if (params[i].frozen != s.frozen)
+                continue;
             const auto& info = params[i].info;
+            m_order[static_cast<size_t>(u)][i] = {st, static_cast<int>(s.params.size())};
             ParamSlot p;
             p.name = info.name;
             p.shape = info.shape;
@@ -152,22 +161,24 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
             p.decay = !info.isNormOrBias;
             s.shardNumel += p.shardNumel;
             s.gatheredNumel += ws * p.shardNumel;
+            where[p.name] = {st, static_cast<int>(s.params.size())};
             s.params.push_back(p);
-            where[p.name] = {u, static_cast<int>(i)};
         }
-        s.master = at::zeros({s.shardNumel}, at::kFloat);
-        s.aliased = ws == 1 && compute == at::kFloat;
+        const at::ScalarType masterDtype = s.frozen ? compute : at::kFloat;
+        s.master = at::zeros({s.shardNumel}, masterDtype);
+        s.aliased = ws == 1 && compute == masterDtype;
         s.gathered = s.aliased ? s.master : at::zeros({s.gatheredNumel}, compute);
         for (const auto& p : s.params) {
             at::Tensor leaf = s.gathered.narrow(0, p.gatheredOffset, p.d0 * p.rowNumel)
                                   .view(p.shape)
                                   .variable_data();
-            leaf.requires_grad_(true);
+            leaf.requires_grad_(!s.frozen);
             s.leaves.push_back(leaf);
         }
     }
 
-    // Rank 0 reads one full tensor at a time and broadcasts it; every rank keeps its rows.
+    // Rank 0 reads one full tensor at a time and broadcasts it (fp32); every rank keeps its rows
+    // (a frozen weight converted to the compute dtype).
     at::NoGradGuard noGrad;
     for (engine::Param* param : model.params()) {
         auto [u, i] = where.at(param->info.name);
@@ -236,8 +247,8 @@ void ShardedStrategy::waitGather(int unit)
 
 void ShardedStrategy::ensureGathered(int unit)
 {
-    issueGather(unit);
-    waitGather(unit);
+    issueUnit(unit);
+    waitUnit(unit);
 }
 
 void ShardedStrategy::releaseGathered(int unit)
@@ -250,41 +261,62 @@ void ShardedStrategy::releaseGathered(int unit)
     resizeStorage(s.gathered, 0);
 }
 
+void ShardedStrategy::issueUnit(int unit)
+{
+    for (int st : statesOf(unit))
+        issueGather(st);
+}
+
+void ShardedStrategy::waitUnit(int unit)
+{
+    for (int st : statesOf(unit))
+        waitGather(st);
+}
+
+void ShardedStrategy::releaseUnit(int unit)
+{
+    for (int st : statesOf(unit))
+        releaseGathered(st);
+}
+
 std::vector<at::Tensor> ShardedStrategy::unitWeights(int unit)
 {
     ensureGathered(unit);
-    return m_units.at(static_cast<size_t>(unit)).leaves;
+    std::vector<at::Tensor> out;
+    for (const auto& [st, slot] : m_order.at(static_cast<size_t>(unit)))
+        out.push_back(m_units.at(static_cast<size_t>(st)).leaves.at(static_cast<size_t>(slot)));
+    return out;
 }
 
 void ShardedStrategy::preForward(int unit)
 {
     // Prefetch: the next unit's gather is issued before this one is waited on (two in flight).
-    issueGather(unit);
-    if (m_paramsSharded && unit + 1 < static_cast<int>(m_units.size()))
-        issueGather(unit + 1);
-    waitGather(unit);
+    issueUnit(unit);
+    if (m_paramsSharded && unit + 1 < m_numUnits)
+        issueUnit(unit + 1);
+    waitUnit(unit);
 }
 
 void ShardedStrategy::postForward(int unit)
 {
     if (m_reshardAfterForward && unit != 0)
-        releaseGathered(unit); // the root stays gathered until after the optimizer step
+        releaseUnit(unit); // the root stays gathered until after the optimizer step
 }
 
 void ShardedStrategy::preBackward(int unit)
 {
     if (!m_paramsSharded)
         return;
-    const int last = static_cast<int>(m_units.size()) - 1;
+    const int last = m_numUnits - 1;
     if (unit == 0) {
         if (last >= 1)
-            issueGather(last); // the first block to run backward
+            issueUnit(last); // the first block to run backward
         return;
     }
-    issueGather(unit);
+    issueUnit(unit);
     if (unit - 1 >= 1)
-        issueGather(unit - 1);
-    waitGather(unit);
+        issueUnit(unit - 1);
+    waitUnit(unit);
 }
 
 void ShardedStrategy::postBackward(int unit)
@@ -292,7 +324,7 @@ void ShardedStrategy::postBackward(int unit)
     const bool sync = m_micro == m_numMicro - 1;
     if (unit != 0) {
         if (m_reshardAfterForward)
-            releaseGathered(unit);
+            releaseUnit(unit);
         if (sync && !m_reduceAtEnd)
             reduceUnit(unit);
         return;
@@ -301,7 +333,7 @@ void ShardedStrategy::postBackward(int unit)
     if (!sync)
         return; // no-sync micro-step: the unsharded gradients keep accumulating
     if (m_reduceAtEnd)
-        for (int u = static_cast<int>(m_units.size()) - 1; u >= 1; --u)
+        for (int u = m_numUnits - 1; u >= 1; --u)
             reduceUnit(u);
     reduceUnit(0);
     finishReduces();
@@ -315,7 +347,10 @@ void ShardedStrategy::beginMicroStep(int micro, int numMicro)
 
 void ShardedStrategy::reduceUnit(int unit)
 {
+    // Only the trainable group is reduced (a frozen base has no gradient).
     UnitState& s = m_units.at(static_cast<size_t>(unit));
+    if (s.params.empty())
+        return;
     const int64_t ws = m_shard->worldSize();
     const at::ScalarType reduce = m_options.reduceDtype;
     at::NoGradGuard noGrad;
@@ -358,6 +393,8 @@ std::vector<engine::OptimTarget> ShardedStrategy::optimizerTargets()
     std::vector<engine::OptimTarget> out;
     for (auto& s : m_units)
         for (const auto& p : s.params) {
+            if (s.frozen)
+                continue;
             engine::OptimTarget t;
             t.name = p.name;
             t.master = s.master.narrow(0, p.offset, p.shardNumel).view(p.chunkShape);
@@ -394,7 +431,7 @@ void ShardedStrategy::afterOptimizerStep()
     for (int u = 0; u < static_cast<int>(m_units.size()); ++u) {
         if (m_paramsSharded)
             releaseGathered(u); // gathered next time it is used, from the updated masters
-        else {
+        else if (!m_units[static_cast<size_t>(u)].frozen) { // a frozen base stays gathered
             m_units[static_cast<size_t>(u)].valid = m_units[static_cast<size_t>(u)].aliased;
             issueGather(u); // ZeRO-1/2, DDP: all-gather the updated shards now
         }
@@ -416,7 +453,7 @@ engine::MemoryBreakdown ShardedStrategy::memory() const
 {
     engine::MemoryBreakdown m;
     for (const auto& s : m_units) {
-        m.shardedParams += bytesOf(s.master);
+        (s.frozen ? m.frozenParams : m.shardedParams) += bytesOf(s.master);
         if (!s.aliased)
             m.gatheredParams += storageBytes(s.gathered);
         m.grads += bytesOf(s.shardGrad);
@@ -463,9 +500,11 @@ std::vector<protocol::RankMemory> ShardedStrategy::gatherMemory(const protocol::
     at::Tensor row
         = at::tensor(std::vector<int64_t> {mine.rank, mine.shardedParamBytes,
                          mine.gatheredParamBytes, mine.gradBytes, mine.optimizerBytes,
-                         mine.activationBytes, mine.otherBytes, mine.currentBytes, mine.peakBytes},
+                         mine.activationBytes, mine.otherBytes, mine.currentBytes, mine.peakBytes,
+                         mine.frozenParamBytes},
             at::kLong);
-    at::Tensor all = at::empty({w * 9}, at::kLong);
+    constexpr int kFields = 10;
+    at::Tensor all = at::empty({w * kFields}, at::kLong);
     m_world->allGather(all, row)->wait();
     if (rank() != 0)
         return {mine};
@@ -473,15 +512,16 @@ std::vector<protocol::RankMemory> ShardedStrategy::gatherMemory(const protocol::
     auto a = all.accessor<int64_t, 1>();
     for (int r = 0; r < w; ++r) {
         protocol::RankMemory m;
-        m.rank = static_cast<int>(a[r * 9 + 0]);
-        m.shardedParamBytes = a[r * 9 + 1];
-        m.gatheredParamBytes = a[r * 9 + 2];
-        m.gradBytes = a[r * 9 + 3];
-        m.optimizerBytes = a[r * 9 + 4];
-        m.activationBytes = a[r * 9 + 5];
-        m.otherBytes = a[r * 9 + 6];
-        m.currentBytes = a[r * 9 + 7];
-        m.peakBytes = a[r * 9 + 8];
+        m.rank = static_cast<int>(a[r * kFields + 0]);
+        m.shardedParamBytes = a[r * kFields + 1];
+        m.gatheredParamBytes = a[r * kFields + 2];
+        m.gradBytes = a[r * kFields + 3];
+        m.optimizerBytes = a[r * kFields + 4];
+        m.activationBytes = a[r * kFields + 5];
+        m.otherBytes = a[r * kFields + 6];
+        m.currentBytes = a[r * kFields + 7];
+        m.peakBytes = a[r * kFields + 8];
+        m.frozenParamBytes = a[r * kFields + 9];
         out.push_back(m);
     }
     return out;
@@ -502,7 +542,7 @@ void ShardedStrategy::exportParams(engine::LlamaModel& model,
             for (const auto& p : s.params) {
                 if (p.name != param->info.name)
                     continue;
-                at::Tensor full = at::empty({ws * p.shardNumel}, at::kFloat);
+                at::Tensor full = at::empty({ws * p.shardNumel}, s.master.scalar_type());
                 m_shard->allGather(full, s.master.narrow(0, p.offset, p.shardNumel))->wait();
                 if (rank() == 0)
                     sink(p.name, full.narrow(0, 0, p.d0 * p.rowNumel).view(p.shape));

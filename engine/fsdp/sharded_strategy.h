@@ -59,10 +59,16 @@ private:
     struct ParamSlot;
     struct UnitState;
 
-    void issueGather(int unit);
-    void waitGather(int unit);
+    // A model unit's parameter groups: trainable (state u) and frozen LoRA base (state N + u),
+    // each with its own flat buffers (the frozen one in the compute dtype, never reduced).
+    std::vector<int> statesOf(int unit) const { return {unit, m_numUnits + unit}; }
+    void issueGather(int state);
+    void waitGather(int state);
     void ensureGathered(int unit);
-    void releaseGathered(int unit);
+    void releaseGathered(int state);
+    void issueUnit(int unit);
+    void waitUnit(int unit);
+    void releaseUnit(int unit);
     void reduceUnit(int unit);
     void finishReduces();
     int64_t totalCommBytes() const;
@@ -74,7 +80,10 @@ private:
     std::shared_ptr<dist::Communicator> m_world;
     std::shared_ptr<dist::Communicator> m_shard;
     std::shared_ptr<dist::Communicator> m_replicate; // null when there is one replica
-    std::vector<UnitState> m_units;
+    std::vector<UnitState> m_units; // 2 * m_numUnits states (see statesOf)
+    int m_numUnits = 0;
+    // Per model unit, where each of its parameters lives: (state, slot).
+    std::vector<std::vector<std::pair<int, int>>> m_order;
     std::vector<int> m_pendingReduce;
     int m_micro = 0;
     int m_numMicro = 1;

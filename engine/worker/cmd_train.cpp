@@ -35,6 +35,7 @@ struct TrainArgs {
     bool skipBadLines = false;
     bool trainOnPrompt = false;
     bool allowBatchChange = false;
+    bool loraRslora = false;
     CLI::Option* nprocOption = nullptr;
     std::vector<std::pair<CLI::Option*, std::function<void(protocol::RunSpec&)>>> overrides;
 };
@@ -172,6 +173,21 @@ const CommandRegistration kRegistration([](CLI::App& app) {
         "Activation checkpointing: none or full");
     bindOption(
         cmd, a, "--grad-accum", &protocol::RunSpec::gradAccum, "Gradient accumulation steps");
+    bindOption(cmd, a, "--method", &protocol::RunSpec::method,
+        "full (every weight), lora (low-rank adapters on a frozen base) or qlora (adapters on "
+        "an NF4 base)");
+    bindOption(cmd, a, "--lora-rank", &protocol::RunSpec::loraRank, "LoRA rank r (default 8)");
+    bindOption(cmd, a, "--lora-alpha", &protocol::RunSpec::loraAlpha,
+        "LoRA alpha: the adapter term is scaled by alpha / r (default 16)");
+    bindOption(cmd, a, "--lora-dropout", &protocol::RunSpec::loraDropout,
+        "Dropout on the adapter's input (default 0)");
+    bindOption(cmd, a, "--lora-targets", &protocol::RunSpec::loraTargets,
+        "Adapted projections, any of q,k,v,o,gate,up,down (default q,k,v,o)");
+    auto* rslora = cmd->add_flag("--lora-rslora", a.loraRslora, "Scale by alpha / sqrt(r)");
+    a.overrides.push_back({rslora, [](protocol::RunSpec& s) { s.loraRslora = true; }});
+    bindOption(cmd, a, "--lora-init", &protocol::RunSpec::loraInit,
+        "Continue training a PEFT adapter folder (adapter_config.json, "
+        "adapter_model.safetensors)");
     bindOption(cmd, a, "--warmup", &protocol::RunSpec::warmup, "Warmup steps");
     bindOption(cmd, a, "--schedule", &protocol::RunSpec::schedule, "constant, linear or cosine");
     bindOption(cmd, a, "--min-lr-ratio", &protocol::RunSpec::minLrRatio, "Floor of the decay");

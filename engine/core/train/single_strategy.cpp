@@ -89,9 +89,10 @@ void SingleStrategy::setup(LlamaModel& model, const ParamSource& source)
     m_model = &model;
     at::NoGradGuard noGrad;
     for (Param* p : model.params()) {
-        p->value = at::empty(p->info.shape, at::kFloat);
+        // A frozen (LoRA base) weight is kept in the compute dtype and has no gradient.
+        p->value = at::empty(p->info.shape, p->frozen ? m_options.computeDtype : at::kFloat);
         p->value.copy_(source(*p));
-        p->value.requires_grad_(true);
+        p->value.requires_grad_(!p->frozen);
     }
 }
 
@@ -107,14 +108,16 @@ std::vector<OptimTarget> SingleStrategy::optimizerTargets()
 {
     std::vector<OptimTarget> out;
     for (Param* p : m_model->params())
-        out.push_back({p->info.name, p->value, p->value.grad(), !p->info.isNormOrBias});
+        if (!p->frozen)
+            out.push_back({p->info.name, p->value, p->value.grad(), !p->info.isNormOrBias});
     return out;
 }
 
 void SingleStrategy::zeroGrad()
 {
     for (Param* p : m_model->params())
-        p->value.mutable_grad() = at::Tensor();
+        if (!p->frozen)
+            p->value.mutable_grad() = at::Tensor();
 }
 
 MemoryBreakdown SingleStrategy::memory() const
@@ -123,7 +126,7 @@ MemoryBreakdown SingleStrategy::memory() const
     if (!m_model)
         return m;
     for (Param* p : const_cast<LlamaModel*>(m_model)->params()) {
-        m.shardedParams += bytesOf(p->value);
+        (p->frozen ? m.frozenParams : m.shardedParams) += bytesOf(p->value);
         if (p->value.defined())
             m.grads += bytesOf(p->value.grad());
     }
