@@ -16,6 +16,7 @@
 #include "ckpt/checkpoint_store.h"
 #include "core/model/hf_folder.h"
 #include "core/model/lora.h"
+#include "core/model/nf4.h"
 #include "core/model/peft_folder.h"
 #include "core/safetensors/safetensors_file.h"
 #include "plan/model_spec.h"
@@ -87,8 +88,17 @@ ExportResult exportLora(const CheckpointReader& reader, plan::ModelSpec spec,
             + "', which is not available here; export the adapter without --merge");
     engine::HfModelFolder base = engine::openHfModelFolder(m.modelSource);
     engine::NamedTensors all;
-    for (const auto& info : plan::parameterTable(base.spec))
-        all.push_back({info.name, base.weights->tensor(info.name).to(at::kFloat)});
+    // QLoRA trained its adapters against the NF4 base: merge onto the dequantised projections.
+    const bool qlora = l.value("method", std::string("lora")) == "qlora";
+    for (const auto& info : plan::parameterTable(base.spec)) {
+        at::Tensor w = base.weights->tensor(info.name).to(at::kFloat);
+        if (qlora && info.layer >= 0 && info.shape.size() == 2
+            && info.name.find("_proj.weight") != std::string::npos) {
+            const engine::nf4::Rows q = engine::nf4::quantizeRows(w);
+            w = engine::nf4::dequantizeRows(q.packed, q.absmax, at::kFloat);
+        }
+        all.push_back({info.name, w});
+    }
     for (auto& a : adapters)
         all.push_back(a);
     engine::lora::mergeInto(all, cfg);
@@ -106,6 +116,7 @@ ExportResult exportLora(const CheckpointReader& reader, plan::ModelSpec spec,
     result.weightFiles = engine::writeSafetensorsFolder(tmp, all, options.maxShardBytes);
     writeFileDurable((fs::path(tmp) / "README.md").string(),
         "# Merged LoRA model\n\nThe base model " + m.modelSource
+            + (qlora ? " (its projections NF4-quantised and dequantised, as QLoRA trained on)" : "")
             + " with the LoRA adapters of checkpoint " + reader.dir()
             + " merged in: W + scale * B A (scale " + std::to_string(cfg.scale())
             + "), computed in float64 and stored as " + spec.torchDtype + ".\n");

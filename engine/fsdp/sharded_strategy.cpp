@@ -11,6 +11,7 @@
 #include <ATen/native/Resize.h>
 #include <spdlog/spdlog.h>
 
+#include "core/model/nf4.h"
 #include "dist/rank_env.h"
 #include "protocol/parallel_dims.h"
 
@@ -30,7 +31,8 @@ struct ShardedStrategy::ParamSlot {
 };
 
 struct ShardedStrategy::UnitState {
-    bool frozen = false; // LoRA base: master in the compute dtype, no gradient
+    bool frozen = false; // LoRA base (any frozen group): no gradient, never reduced
+    int group = 0;       // ShardedStrategy::Group
     std::vector<ParamSlot> params;
     int64_t shardNumel = 0;
     int64_t gatheredNumel = 0;
@@ -132,29 +134,39 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
     const at::ScalarType compute = m_options.computeDtype;
     m_numUnits = model.numUnits();
     m_units.clear();
-    m_units.resize(static_cast<size_t>(2 * m_numUnits));
+    m_units.resize(static_cast<size_t>(kGroups * m_numUnits));
     m_order.assign(static_cast<size_t>(m_numUnits), {});
     std::map<std::string, std::pair<int, int>> where;
-    for (int st = 0; st < 2 * m_numUnits; ++st) {
+    for (int st = 0; st < kGroups * m_numUnits; ++st) {
         UnitState& s = m_units[static_cast<size_t>(st)];
-        s.frozen = st >= m_numUnits;
+        s.group = st / m_numUnits;
+        s.frozen = s.group != kTrainable;
         const int u = st % m_numUnits;
         const auto& params = model.unit(u).params;
         m_order[static_cast<size_t>(u)].resize(params.size());
         for (size_t i = 0; i < params.size(); ++i) {
-            if (params[i].frozen != s.frozen)
+            const engine::Param& prm = params[i];
+            const int group = !prm.frozen ? kTrainable
+                : prm.quantized           ? (s.group == kAbsmax ? kAbsmax : kPacked)
+                                          : kFrozen;
+            if (group != s.group)
                 continue;
-            const auto& info = params[i].info;
-            m_order[static_cast<size_t>(u)][i] = {st, static_cast<int>(s.params.size())};
+            const auto& info = prm.info;
+            if (s.group != kAbsmax) // the packed slot stands for a quantized parameter
+                m_order[static_cast<size_t>(u)][i] = {st, static_cast<int>(s.params.size())};
             ParamSlot p;
-            p.name = info.name;
+            p.name = s.group == kAbsmax ? info.name + "#absmax" : info.name;
             p.shape = info.shape;
-            p.d0 = info.shape.empty() ? 1 : info.shape[0];
-            for (size_t d = 1; d < info.shape.size(); ++d)
-                p.rowNumel *= info.shape[d];
+            if (s.group == kPacked)
+                p.shape = {info.shape.at(0), info.shape.at(1) / 2};
+            else if (s.group == kAbsmax)
+                p.shape = {info.shape.at(0), info.shape.at(1) / engine::nf4::kBlockSize};
+            p.d0 = p.shape.empty() ? 1 : p.shape[0];
+            for (size_t d = 1; d < p.shape.size(); ++d)
+                p.rowNumel *= p.shape[d];
             p.chunkRows = (p.d0 + ws - 1) / ws;
             p.shardNumel = p.chunkRows * p.rowNumel;
-            p.chunkShape = info.shape.empty() ? std::vector<int64_t> {1} : info.shape;
+            p.chunkShape = p.shape.empty() ? std::vector<int64_t> {1} : p.shape;
             p.chunkShape[0] = p.chunkRows;
             p.offset = s.shardNumel;
             p.gatheredOffset = s.gatheredNumel;
@@ -164,10 +176,14 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
             where[p.name] = {st, static_cast<int>(s.params.size())};
             s.params.push_back(p);
         }
-        const at::ScalarType masterDtype = s.frozen ? compute : at::kFloat;
+        const at::ScalarType masterDtype = s.group == kTrainable ? at::kFloat
+            : s.group == kFrozen                                 ? compute
+            : s.group == kPacked                                 ? at::kByte
+                                                                 : at::kFloat;
+        const at::ScalarType gatheredDtype = s.group == kTrainable ? compute : masterDtype;
         s.master = at::zeros({s.shardNumel}, masterDtype);
-        s.aliased = ws == 1 && compute == masterDtype;
-        s.gathered = s.aliased ? s.master : at::zeros({s.gatheredNumel}, compute);
+        s.aliased = ws == 1 && gatheredDtype == masterDtype;
+        s.gathered = s.aliased ? s.master : at::zeros({s.gatheredNumel}, gatheredDtype);
         for (const auto& p : s.params) {
             at::Tensor leaf = s.gathered.narrow(0, p.gatheredOffset, p.d0 * p.rowNumel)
                                   .view(p.shape)
@@ -187,18 +203,32 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
         at::Tensor full;
         if (m_world->rank() == 0) {
             full = source(*param).to(at::kFloat).contiguous();
-            if (full.sizes().vec() != p.shape && !(p.shape.empty() && full.numel() == 1))
+            const auto& shape = param->info.shape;
+            if (full.sizes().vec() != shape && !(shape.empty() && full.numel() == 1))
                 throw std::runtime_error("parameter " + p.name + " has the wrong shape");
             full = full.clone(); // never write into a memory-mapped source
         } else {
-            full = at::empty(p.shape, at::kFloat);
+            full = at::empty(param->info.shape, at::kFloat);
         }
         m_world->broadcast(full, 0)->wait();
-        const int64_t begin = std::min(me * p.chunkRows, p.d0);
-        const int64_t rows = std::min(p.chunkRows, p.d0 - begin);
-        if (rows > 0)
-            s.master.narrow(0, p.offset, rows * p.rowNumel)
-                .copy_(full.reshape({-1}).narrow(0, begin * p.rowNumel, rows * p.rowNumel));
+        auto keepRows = [&](UnitState& st, const ParamSlot& slot, const at::Tensor& value) {
+            const int64_t begin = std::min(me * slot.chunkRows, slot.d0);
+            const int64_t rows = std::min(slot.chunkRows, slot.d0 - begin);
+            if (rows > 0)
+                st.master.narrow(0, slot.offset, rows * slot.rowNumel)
+                    .copy_(
+                        value.reshape({-1}).narrow(0, begin * slot.rowNumel, rows * slot.rowNumel));
+        };
+        if (param->quantized) {
+            // Every rank quantizes the same tensor the same way and keeps its rows of the bytes.
+            const engine::nf4::Rows q = engine::nf4::quantizeRows(full);
+            keepRows(s, p, q.packed);
+            auto [ua, ia] = where.at(param->info.name + "#absmax");
+            UnitState& sa = m_units[static_cast<size_t>(ua)];
+            keepRows(sa, sa.params[static_cast<size_t>(ia)], q.absmax);
+        } else {
+            keepRows(s, p, full);
+        }
     }
     for (int u = 0; u < static_cast<int>(m_units.size()); ++u) {
         if (m_paramsSharded)
@@ -283,8 +313,17 @@ std::vector<at::Tensor> ShardedStrategy::unitWeights(int unit)
 {
     ensureGathered(unit);
     std::vector<at::Tensor> out;
-    for (const auto& [st, slot] : m_order.at(static_cast<size_t>(unit)))
-        out.push_back(m_units.at(static_cast<size_t>(st)).leaves.at(static_cast<size_t>(slot)));
+    for (const auto& [st, slot] : m_order.at(static_cast<size_t>(unit))) {
+        const UnitState& s = m_units.at(static_cast<size_t>(st));
+        const at::Tensor& leaf = s.leaves.at(static_cast<size_t>(slot));
+        if (s.group == kPacked) // QLoRA: dequantized just in time, freed with the graph
+            out.push_back(engine::nf4::dequantizeRows(leaf,
+                m_units.at(static_cast<size_t>(st + m_numUnits))
+                    .leaves.at(static_cast<size_t>(slot)),
+                m_options.computeDtype));
+        else
+            out.push_back(leaf);
+    }
     return out;
 }
 
@@ -497,12 +536,11 @@ std::vector<protocol::RankMemory> ShardedStrategy::gatherMemory(const protocol::
     const int w = worldSize();
     if (w == 1)
         return {mine};
-    at::Tensor row
-        = at::tensor(std::vector<int64_t> {mine.rank, mine.shardedParamBytes,
-                         mine.gatheredParamBytes, mine.gradBytes, mine.optimizerBytes,
-                         mine.activationBytes, mine.otherBytes, mine.currentBytes, mine.peakBytes,
-                         mine.frozenParamBytes},
-            at::kLong);
+    at::Tensor row = at::tensor(
+        std::vector<int64_t> {mine.rank, mine.shardedParamBytes, mine.gatheredParamBytes,
+            mine.gradBytes, mine.optimizerBytes, mine.activationBytes, mine.otherBytes,
+            mine.currentBytes, mine.peakBytes, mine.frozenParamBytes},
+        at::kLong);
     constexpr int kFields = 10;
     at::Tensor all = at::empty({w * kFields}, at::kLong);
     m_world->allGather(all, row)->wait();
@@ -542,10 +580,21 @@ void ShardedStrategy::exportParams(engine::LlamaModel& model,
             for (const auto& p : s.params) {
                 if (p.name != param->info.name)
                     continue;
-                at::Tensor full = at::empty({ws * p.shardNumel}, s.master.scalar_type());
-                m_shard->allGather(full, s.master.narrow(0, p.offset, p.shardNumel))->wait();
+                auto gatherFull = [&](const UnitState& st, const ParamSlot& slot) {
+                    at::Tensor full = at::empty({ws * slot.shardNumel}, st.master.scalar_type());
+                    m_shard->allGather(full, st.master.narrow(0, slot.offset, slot.shardNumel))
+                        ->wait();
+                    return full.narrow(0, 0, slot.d0 * slot.rowNumel).view(slot.shape);
+                };
+                at::Tensor full = gatherFull(s, p);
+                if (s.group == kPacked) { // QLoRA: the dequantized base
+                    const UnitState& sa
+                        = m_units.at(static_cast<size_t>(&s - m_units.data()) + m_numUnits);
+                    const ParamSlot& pa = sa.params.at(static_cast<size_t>(&p - s.params.data()));
+                    full = engine::nf4::dequantizeRows(full, gatherFull(sa, pa), at::kFloat);
+                }
                 if (rank() == 0)
-                    sink(p.name, full.narrow(0, 0, p.d0 * p.rowNumel).view(p.shape));
+                    sink(p.name, full);
             }
     }
 }

@@ -162,8 +162,8 @@ void validateLora(const RunSpec& s)
             + std::to_string(s.loraRank) + "); typical values are 8 to 64");
     positive("lora_alpha", s.loraAlpha);
     if (!(s.loraDropout >= 0 && s.loraDropout < 1))
-        throw std::runtime_error("run spec: lora_dropout must be in [0, 1) (got "
-            + std::to_string(s.loraDropout) + ")");
+        throw std::runtime_error(
+            "run spec: lora_dropout must be in [0, 1) (got " + std::to_string(s.loraDropout) + ")");
     const auto& names = loraTargetNames();
     std::string item;
     size_t count = 0;

@@ -3,6 +3,7 @@
 // loss and 1e-4 (L2 relative) in the exported adapters; the frozen base is reported as its own
 // memory category and zero3 shards it (1/N); a LoRA run killed with SIGKILL after a checkpoint
 // and resumed gives bit-identical losses and adapters; the checkpoint holds the adapters only.
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -73,8 +74,10 @@ std::vector<std::string> trainArgs(const std::string& out, const std::vector<std
 {
     std::vector<std::string> args = {"train", "--model", g_dir + "/model", "--data",
         g_dir + "/data.jsonl", "--steps", "10", "--seq-len", "32", "--lr", "1e-2", "--seed", "3",
-        "--clip", "1.0", "--weight-decay", "0.1", "--threads", "1", "--out", out, "--method",
-        "lora", "--lora-rank", "4", "--lora-alpha", "8", "--lora-targets", "q,k,v,o,gate"};
+        "--clip", "1.0", "--weight-decay", "0.1", "--threads", "1", "--out", out, "--lora-rank",
+        "4", "--lora-alpha", "8", "--lora-targets", "q,k,v,o,gate"};
+    if (std::find(extra.begin(), extra.end(), "--method") == extra.end())
+        args.insert(args.end(), {"--method", "lora"});
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
 }
@@ -154,10 +157,22 @@ void testEquivalence()
     runs["zero3-4"] = train("zero3-4", 4, {"--micro-batch", "1", "--strategy", "zero3"});
     for (const auto& [name, run] : runs) {
         const Diff d = compare(single, run);
-        std::printf("LoRA %-8s vs 1 rank: loss max rel %.3g, adapters L2 rel %.3g\n",
-            name.c_str(), d.loss, d.weightL2);
+        std::printf("LoRA %-8s vs 1 rank: loss max rel %.3g, adapters L2 rel %.3g\n", name.c_str(),
+            d.loss, d.weightL2);
         SHARD_EXPECT(d.loss <= 1e-5 && d.weightL2 <= 1e-4, name + " matches the 1-rank LoRA run");
     }
+    // QLoRA (NF4 base): zero3 gathers the packed bytes; it matches its 1-rank run.
+    Run qsingle = train("qlora-single", 1, {"--micro-batch", "4", "--method", "qlora"});
+    Run qz3 = train("qlora-zero3-2", 2,
+        {"--micro-batch", "2", "--strategy", "zero3", "--method", "qlora", "--checkpointing",
+            "full"});
+    const Diff dq = compare(qsingle, qz3);
+    std::printf(
+        "QLoRA zero3-2 vs 1 rank: loss max rel %.3g, adapters L2 rel %.3g\n", dq.loss, dq.weightL2);
+    SHARD_EXPECT(dq.loss <= 1e-5 && dq.weightL2 <= 1e-4, "QLoRA zero3-2 matches its 1-rank run");
+    SHARD_EXPECT(
+        memoryField(qz3, 1, "frozen_params") < memoryField(runs["zero3-2"], 1, "frozen_params") / 2,
+        "the NF4 base takes less than half the fp32 base's bytes");
     // The frozen base is its own category; zero3 holds 1/N of it, ddp all of it.
     const int64_t base1 = memoryField(single, 0, "frozen_params");
     const int64_t ddp = memoryField(runs["ddp-2"], 1, "frozen_params");
@@ -196,7 +211,8 @@ void testResume()
     for (const auto& a : trainArgs(out, ck))
         argv.push_back(a);
     auto p = spawnProcess(argv);
-    SHARD_EXPECT(killWhen(p, out + "/checkpoints/step-4/DONE"), "killed after the step-4 checkpoint");
+    SHARD_EXPECT(
+        killWhen(p, out + "/checkpoints/step-4/DONE"), "killed after the step-4 checkpoint");
     // The checkpoint holds the adapters only (no base weight in the manifest).
     const std::string manifest = readFile(out + "/checkpoints/step-4/manifest.json");
     SHARD_EXPECT(manifest.find("lora_A.weight") != std::string::npos
@@ -212,6 +228,30 @@ void testResume()
     SHARD_EXPECT(a.size() == 10 && a == b, "resumed LoRA losses are bit-identical");
     SHARD_EXPECT(!resumed.adapterBytes.empty() && resumed.adapterBytes == reference.adapterBytes,
         "resumed adapters are bit-identical");
+
+    // Export of the final checkpoint: the PEFT folder holds the trained adapters, --merge the
+    // model the run wrote at its end (both merged in float64 from the same fp32 tensors).
+    const std::string ckpt = out + "/checkpoints/step-10";
+    auto e1 = spawnProcess(
+        {workerPath(), "export", "--checkpoint", ckpt, "--out", g_dir + "/peft-export"});
+    SHARD_EXPECT(e1.wait(120) && e1.exitCode() == 0, "export: " + e1.err);
+    SHARD_EXPECT(
+        readF32(g_dir + "/peft-export/adapter_model.safetensors", nullptr) == resumed.adapters,
+        "the exported PEFT adapter is the trained one");
+    const auto cfg = nlohmann::json::parse(
+        readFile(g_dir + "/peft-export/adapter_config.json"), nullptr, false);
+    SHARD_EXPECT(!cfg.is_discarded() && cfg.value("r", 0) == 4
+            && cfg.value("peft_type", "") == "LORA" && cfg["target_modules"].size() == 5,
+        "adapter_config.json: " + cfg.dump());
+    auto e2 = spawnProcess({workerPath(), "export", "--checkpoint", ckpt, "--out",
+        g_dir + "/merged-export", "--merge"});
+    SHARD_EXPECT(e2.wait(120) && e2.exitCode() == 0, "export --merge: " + e2.err);
+    const auto merged = readF32(g_dir + "/merged-export/model.safetensors", nullptr);
+    const auto runModel = readF32(out + "/model/model.safetensors", nullptr);
+    SHARD_EXPECT(!merged.empty() && merged == runModel,
+        "export --merge equals the merged model the run wrote");
+    SHARD_EXPECT(readFile(g_dir + "/merged-export/README.md").find("merged") != std::string::npos,
+        "the merged folder says what it is");
 }
 
 } // namespace

@@ -23,10 +23,11 @@ enum class Target;
 } // namespace lora
 
 struct Param {
-    plan::ParamInfo info; // HF name, shape, layer (-1 = root), isNormOrBias (no weight decay)
-    int index = 0;        // position in the HF state dict order (parameterTable)
-    at::Tensor value;     // undefined until materialized or placed by a strategy
-    bool frozen = false;  // LoRA base weight: no gradient, no optimizer state (core/model/lora.h)
+    plan::ParamInfo info;   // HF name, shape, layer (-1 = root), isNormOrBias (no weight decay)
+    int index = 0;          // position in the HF state dict order (parameterTable)
+    at::Tensor value;       // undefined until materialized or placed by a strategy
+    bool frozen = false;    // LoRA base weight: no gradient, no optimizer state (core/model/lora.h)
+    bool quantized = false; // QLoRA: a frozen projection stored as NF4 (core/model/nf4.h)
 };
 
 struct Unit {

@@ -10,6 +10,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "core/model/llama_model.h"
+#include "core/model/nf4.h"
 
 namespace shard::engine::lora {
 
@@ -87,7 +88,8 @@ const char* targetShortModule(Target t)
 
 double LoraConfig::scale() const
 {
-    return rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank);
+    return rslora ? alpha / std::sqrt(static_cast<double>(rank))
+                  : alpha / static_cast<double>(rank);
 }
 
 bool LoraConfig::has(Target t) const
@@ -180,7 +182,7 @@ at::Tensor Adapters::apply(
     return y + at::linear(at::linear(in, w[a[i]]), w[b[i]]) * m_scale;
 }
 
-void attach(LlamaModel& model, const LoraConfig& config)
+void attach(LlamaModel& model, const LoraConfig& config, bool quantizeBase)
 {
     if (model.adapters())
         throw std::runtime_error("LoRA adapters are already attached");
@@ -192,6 +194,19 @@ void attach(LlamaModel& model, const LoraConfig& config)
     for (Param* p : model.params())
         p->frozen = true;
     const BlockLayout& L = model.blockLayout();
+    if (quantizeBase)
+        for (int u = 1; u < model.numUnits(); ++u)
+            for (int t = 0; t < kTargetCount; ++t) {
+                const int slot = weightSlot(L, static_cast<Target>(t));
+                if (slot < 0)
+                    continue;
+                Param& p = model.unit(u).params.at(slot);
+                if (p.info.shape.at(1) % nf4::kBlockSize != 0)
+                    throw std::runtime_error("qlora: " + p.info.name + " has "
+                        + std::to_string(p.info.shape.at(1)) + " inputs, not a multiple of "
+                        + std::to_string(nf4::kBlockSize) + " (NF4 blocks); use --method lora");
+                p.quantized = true;
+            }
     const int64_t r = config.rank;
     for (int u = 1; u < model.numUnits(); ++u) {
         const int layer = u - 1;
@@ -206,8 +221,8 @@ void attach(LlamaModel& model, const LoraConfig& config)
             if (r > std::min(in, out))
                 throw std::runtime_error("lora rank " + std::to_string(r) + " exceeds "
                     + targetModule(t) + "'s dimensions (" + std::to_string(out) + " x "
-                    + std::to_string(in) + "); use --lora-rank "
-                    + std::to_string(std::min(in, out)) + " or less");
+                    + std::to_string(in) + "); use --lora-rank " + std::to_string(std::min(in, out))
+                    + " or less");
             const std::string prefix
                 = "model.layers." + std::to_string(layer) + "." + targetModule(t);
             plan::ParamInfo ia;

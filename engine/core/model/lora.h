@@ -88,7 +88,10 @@ private:
 // Appends the adapters of every targeted projection to each block's unit (after the base
 // weights, indices after every base parameter), marks every base parameter frozen and installs
 // the Adapters on the model. Throws when the rank exceeds a projection's dimensions.
-void attach(LlamaModel& model, const LoraConfig& config);
+// quantizeBase (QLoRA): every block projection is also marked quantized (stored as NF4 by the
+// strategy); embeddings, norms and the LM head are not. Throws when a projection's input size is
+// not a multiple of the NF4 block.
+void attach(LlamaModel& model, const LoraConfig& config, bool quantizeBase = false);
 
 // PEFT's initial value of an adapter parameter, fp32: A ~ U(-1/sqrt(in), 1/sqrt(in)) (Kaiming
 // uniform with a = sqrt(5)) from a generator seeded by (seed, parameter index); B zero.

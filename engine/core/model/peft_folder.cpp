@@ -32,18 +32,17 @@ std::string numberText(double v)
 
 } // namespace
 
-void writePeftFolder(const std::string& dir, const LoraConfig& config,
-    const std::string& baseModel, const NamedTensors& adapters)
+void writePeftFolder(const std::string& dir, const LoraConfig& config, const std::string& baseModel,
+    const NamedTensors& adapters)
 {
     nlohmann::json targets = nlohmann::json::array();
     for (Target t : config.targets)
         targets.push_back(targetShortModule(t));
     nlohmann::json j = {{"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"r", config.rank},
-        {"lora_alpha", config.alpha}, {"lora_dropout", config.dropout},
-        {"target_modules", targets}, {"use_rslora", config.rslora}, {"bias", "none"},
-        {"base_model_name_or_path", baseModel}, {"fan_in_fan_out", false},
-        {"init_lora_weights", true}, {"inference_mode", true}, {"modules_to_save", nullptr},
-        {"use_dora", false}};
+        {"lora_alpha", config.alpha}, {"lora_dropout", config.dropout}, {"target_modules", targets},
+        {"use_rslora", config.rslora}, {"bias", "none"}, {"base_model_name_or_path", baseModel},
+        {"fan_in_fan_out", false}, {"init_lora_weights", true}, {"inference_mode", true},
+        {"modules_to_save", nullptr}, {"use_dora", false}};
     const std::string tmp = dir + ".tmp";
     std::error_code ec;
     fs::remove_all(tmp, ec);
@@ -53,7 +52,8 @@ void writePeftFolder(const std::string& dir, const LoraConfig& config,
         out << j.dump(2) << "\n";
         out.flush();
         if (!out)
-            throw std::runtime_error(tmp + "/" + kConfigFile + ": write failed (is the disk full?)");
+            throw std::runtime_error(
+                tmp + "/" + kConfigFile + ": write failed (is the disk full?)");
     }
     NamedTensors keyed;
     for (const auto& [name, t] : adapters)
@@ -68,7 +68,8 @@ LoraConfig readPeftConfig(const std::string& dir)
     const std::string path = (fs::path(dir) / kConfigFile).string();
     std::ifstream in(path);
     if (!in)
-        throw std::runtime_error(path + ": cannot open (give a PEFT adapter folder to --lora-init)");
+        throw std::runtime_error(
+            path + ": cannot open (give a PEFT adapter folder to --lora-init)");
     nlohmann::json j;
     try {
         j = nlohmann::json::parse(in);
@@ -77,11 +78,11 @@ LoraConfig readPeftConfig(const std::string& dir)
     }
     try {
         if (j.value("peft_type", std::string()) != "LORA")
-            throw std::runtime_error("peft_type is '" + j.value("peft_type", std::string())
-                + "', not LORA");
+            throw std::runtime_error(
+                "peft_type is '" + j.value("peft_type", std::string()) + "', not LORA");
         if (j.value("bias", std::string("none")) != "none")
-            throw std::runtime_error("bias '" + j.value("bias", std::string())
-                + "' is not supported (only bias none)");
+            throw std::runtime_error(
+                "bias '" + j.value("bias", std::string()) + "' is not supported (only bias none)");
         if (j.value("use_dora", false))
             throw std::runtime_error("DoRA adapters (use_dora) are not supported");
         LoraConfig c;

@@ -20,8 +20,8 @@ namespace lora {
 // Writes `dir` (replaced whole): adapter_config.json (peft_type LORA, r, lora_alpha,
 // lora_dropout, target_modules, use_rslora, bias none, base_model_name_or_path) and
 // adapter_model.safetensors with `adapters` (engine names) under PEFT's keys, in fp32.
-void writePeftFolder(const std::string& dir, const LoraConfig& config,
-    const std::string& baseModel, const NamedTensors& adapters);
+void writePeftFolder(const std::string& dir, const LoraConfig& config, const std::string& baseModel,
+    const NamedTensors& adapters);
 
 // The LoRA settings of a PEFT folder's adapter_config.json (throws naming the file and field).
 LoraConfig readPeftConfig(const std::string& dir);

@@ -279,12 +279,9 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
             + std::to_string(ms.maxPositionEmbeddings) + "); use --seq-len "
             + std::to_string(ms.maxPositionEmbeddings) + " or less");
     m_model = std::make_unique<LlamaModel>(ms);
-    if (m_spec.method == "qlora")
-        throw std::runtime_error("--method qlora (an NF4 base) is not trained by this engine yet; "
-                                 "use --method lora");
     if (m_spec.usesLora()) {
         const lora::LoraConfig lc = lora::configFromSpec(m_spec);
-        lora::attach(*m_model, lc);
+        lora::attach(*m_model, lc, m_spec.method == "qlora");
         m_adapters = std::make_unique<lora::AdapterSource>(lc, m_spec.loraInit, m_spec.seed);
     }
 
@@ -409,8 +406,9 @@ TrainResult Trainer::run()
         const auto& ms = m_model->spec();
         io.log->info("model {} ({} parameters, {} trained, {} layers), strategy {} rank {}/{}, "
                      "{} threads, precision {}, checkpointing {}",
-            ms.name, m_model->numParams(), m_model->numTrainableParams(), ms.numLayers, m_strategy->name(), m_strategy->rank(),
-            m_strategy->worldSize(), threads, m_spec.precision, m_spec.checkpointing);
+            ms.name, m_model->numParams(), m_model->numTrainableParams(), ms.numLayers,
+            m_strategy->name(), m_strategy->rank(), m_strategy->worldSize(), threads,
+            m_spec.precision, m_spec.checkpointing);
         io.event("start", 0, "training started",
             {{"params", m_model->numParams()}, {"strategy", m_strategy->name()},
                 {"world_size", m_strategy->worldSize()}, {"threads", threads}, {"steps", m_steps}});

@@ -65,7 +65,7 @@ private:
     std::unique_ptr<Strategy> m_strategy;
     std::unique_ptr<BatchSource> m_data;
     std::unique_ptr<SafetensorsReader> m_weights;
-    std::unique_ptr<TrainingSamples> m_samples; // sample_every > 0
+    std::unique_ptr<TrainingSamples> m_samples;      // sample_every > 0
     std::unique_ptr<lora::AdapterSource> m_adapters; // method lora: the adapters' first values
     at::ScalarType m_computeDtype = at::kFloat;
     int64_t m_steps = 0;
