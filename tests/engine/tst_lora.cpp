@@ -363,8 +363,7 @@ void testQlora(const std::string& model, const std::string& data)
     q.steps = 12;
     Trainer qt(q, TrainerOptions {false, false, false});
     const TrainResult qr = qt.run();
-    std::printf("QLoRA step-1 loss %.17g, dequantised base %.17g
-", qr.losses.at(0), reference);
+    std::printf("QLoRA step-1 loss %.17g, dequantised base %.17g\n", qr.losses.at(0), reference);
     T_CHECK_MSG(qr.losses.at(0) == reference, "QLoRA step 1 != the dequantised base's loss");
     const Param& w = qt.model().param("model.layers.0.mlp.up_proj.weight");
     T_CHECK(w.quantized && w.frozen && !w.value.defined());
@@ -380,14 +379,14 @@ void testQlora(const std::string& model, const std::string& data)
     const int64_t qBytes = qt.strategy().memory().frozenParams;
     const int64_t lBytes = lt.strategy().memory().frozenParams;
     std::printf("12 steps: LoRA %.4f -> %.4f (-%.4f), QLoRA %.4f -> %.4f (-%.4f); frozen base "
-                "%lld bytes (LoRA fp32 %lld)
-",
+                "%lld bytes (LoRA fp32 %lld)\n",
         lr.losses.front(), lr.losses.back(), dl, qr.losses.front(), qr.losses.back(), dq,
         static_cast<long long>(qBytes), static_cast<long long>(lBytes));
-    // NF4 moves each base weight by at most 0.14 of its block's absmax, a small change next to
-    // what the adapters learn on this task: the loss falls by the same amount within a quarter.
+    // Both learn, on the same batches, and end within 1% of each other: NF4 moves each base
+    // weight by at most 0.15 of its block's absmax, which shifts step 1's loss by about 0.1%
+    // here, while the per-batch losses of one run spread by about 1% on this task.
     T_CHECK(dl > 0 && dq > 0);
-    T_CHECK(std::abs(dq - dl) <= 0.25 * dl);
+    T_CHECK(std::abs(qr.losses.back() - lr.losses.back()) <= 0.01 * lr.losses.back());
     T_CHECK(qBytes < lBytes / 2);
 }
 
