@@ -14,6 +14,10 @@
 
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_store.h"
+#include "core/model/hf_folder.h"
+#include "core/model/lora.h"
+#include "core/model/nf4.h"
+#include "core/model/peft_folder.h"
 #include "core/safetensors/safetensors_file.h"
 #include "plan/model_spec.h"
 
@@ -55,6 +59,74 @@ struct File {
     }
 };
 
+// A LoRA checkpoint: the PEFT folder, or the base with the adapters merged (W + s B A in fp64).
+ExportResult exportLora(const CheckpointReader& reader, plan::ModelSpec spec,
+    const std::string& outDir, const ExportOptions& options, at::ScalarType dtype)
+{
+    const Manifest& m = reader.manifest();
+    const nlohmann::json& l = m.trainState.at("lora");
+    engine::lora::LoraConfig cfg;
+    cfg.rank = l.at("r").get<int64_t>();
+    cfg.alpha = l.at("alpha").get<double>();
+    cfg.dropout = l.value("dropout", 0.0);
+    cfg.rslora = l.value("rslora", false);
+    cfg.targets = engine::lora::parseTargets(l.at("targets").get<std::string>());
+    ExportResult result;
+    engine::NamedTensors adapters;
+    for (const auto& t : m.tensors) {
+        adapters.push_back({t.name, reader.readFull(kParam, t.name)});
+        result.bytes += t.numel() * 4;
+    }
+    if (!options.merge) {
+        engine::lora::writePeftFolder(outDir, cfg, m.modelSource, adapters);
+        result.weightFiles = {"adapter_model.safetensors"};
+        return result;
+    }
+    std::error_code ec;
+    if (!fs::is_directory(m.modelSource, ec))
+        throw std::runtime_error("--merge needs the run's base model, '" + m.modelSource
+            + "', which is not available here; export the adapter without --merge");
+    engine::HfModelFolder base = engine::openHfModelFolder(m.modelSource);
+    engine::NamedTensors all;
+    // QLoRA trained its adapters against the NF4 base: merge onto the dequantised projections.
+    const bool qlora = l.value("method", std::string("lora")) == "qlora";
+    for (const auto& info : plan::parameterTable(base.spec)) {
+        at::Tensor w = base.weights->tensor(info.name).to(at::kFloat);
+        if (qlora && info.layer >= 0 && info.shape.size() == 2
+            && info.name.find("_proj.weight") != std::string::npos) {
+            const engine::nf4::Rows q = engine::nf4::quantizeRows(w);
+            w = engine::nf4::dequantizeRows(q.packed, q.absmax, at::kFloat);
+        }
+        all.push_back({info.name, w});
+    }
+    for (auto& a : adapters)
+        all.push_back(a);
+    engine::lora::mergeInto(all, cfg);
+    result.bytes = 0;
+    for (auto& [name, t] : all) {
+        t = t.to(dtype).contiguous();
+        result.bytes += t.numel() * t.element_size();
+    }
+    const std::string tmp = fs::path(outDir).lexically_normal().string() + ".tmp";
+    fs::remove_all(tmp, ec);
+    const std::string tokDir = options.tokenizerDir.empty()
+        ? (m.tokenizerSource.empty() ? m.modelSource : m.tokenizerSource)
+        : options.tokenizerDir;
+    engine::writeHfConfigAndTokenizer(tmp, spec, tokDir);
+    result.weightFiles = engine::writeSafetensorsFolder(tmp, all, options.maxShardBytes);
+    writeFileDurable((fs::path(tmp) / "README.md").string(),
+        "# Merged LoRA model\n\nThe base model " + m.modelSource
+            + (qlora ? " (its projections NF4-quantised and dequantised, as QLoRA trained on)" : "")
+            + " with the LoRA adapters of checkpoint " + reader.dir()
+            + " merged in: W + scale * B A (scale " + std::to_string(cfg.scale())
+            + "), computed in float64 and stored as " + spec.torchDtype + ".\n");
+    fs::remove(outDir, ec); // empty, checked by the caller
+    fs::rename(tmp, outDir, ec);
+    if (ec)
+        throw std::runtime_error(outDir + ": cannot rename into place (" + ec.message() + ")");
+    return result;
+}
+
 } // namespace
 
 ExportResult exportHuggingFace(
@@ -92,6 +164,11 @@ ExportResult exportHuggingFace(
             + ": the manifest's model config is not usable: " + e.what());
     }
     spec.torchDtype = torchDtype;
+    if (m.trainState.contains("lora"))
+        return exportLora(reader, spec, outDir, options, dtype);
+    if (options.merge)
+        throw std::runtime_error("checkpoint " + checkpointDir
+            + " is a full fine-tuning checkpoint: there are no adapters to merge (drop --merge)");
 
     const std::string tmp = fs::path(outDir).lexically_normal().string() + ".tmp";
     fs::remove_all(tmp, ec);

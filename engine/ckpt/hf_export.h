@@ -14,6 +14,9 @@ struct ExportOptions {
     std::string dtype = "fp32";          // fp32 or bf16 (round to nearest even)
     uint64_t maxShardBytes = 5ull << 30; // split into shards above this size
     std::string tokenizerDir;            // "" = the manifest's tokenizer / model folder
+    // LoRA checkpoints: false writes the PEFT adapter folder; true a full model folder with the
+    // adapters merged into the base (read from the manifest's model folder).
+    bool merge = false;
 };
 
 struct ExportResult {
@@ -28,6 +31,8 @@ struct ExportResult {
 const std::vector<std::string>& tokenizerFileNames();
 
 // Writes `outDir` (created; it must not exist or be empty) atomically through `<outDir>.tmp`.
+// A LoRA checkpoint (its train state names the adapters' settings) exports as a PEFT adapter
+// folder, or with options.merge as the merged model.
 ExportResult exportHuggingFace(
     const std::string& checkpointDir, const std::string& outDir, const ExportOptions& options);
 

@@ -69,6 +69,13 @@ TrainCheckpointer::TrainCheckpointer(protocol::RunSpec spec, std::string modelDi
     // Runs from before the field existed keep their id.
     if (m_spec.chatTemplate.empty())
         j.erase("chat_template");
+    // Full fine-tuning runs keep the id they had before LoRA existed; the adapters a LoRA run
+    // started from are in its checkpoints, so --lora-init does not matter on a resume.
+    j.erase("lora_init");
+    if (!m_spec.usesLora())
+        for (const char* k :
+            {"method", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "lora_rslora"})
+            j.erase(k);
     const std::string base = fs::path(m_spec.outDir).lexically_normal().filename().string();
     m_runId = (base.empty() ? std::string("run") : base) + "-" + configHash(j).substr(8, 8);
 }
@@ -104,7 +111,8 @@ engine::LoopState TrainCheckpointer::restore(
     expect.data = dataSpec();
     expect.runId = m_runId;
     for (engine::Param* p : model.params())
-        expect.tensors.push_back({p->info.name, p->info.shape, !p->info.isNormOrBias});
+        if (!p->frozen) // a LoRA checkpoint holds the adapters only
+            expect.tensors.push_back({p->info.name, p->info.shape, !p->info.isNormOrBias});
     reader.checkCompatible(expect);
 
     const ShardPlacement placement = placementOf(strategy, m_spec);
@@ -180,6 +188,11 @@ engine::CheckpointSaved TrainCheckpointer::afterStep(engine::LlamaModel& model,
         {"optimizer_step", adamw.stepCount()}, {"lr_schedule", m_spec.schedule},
         {"total_steps", m_spec.steps}, {"micro_batch", state.microBatch},
         {"grad_accum", state.gradAccum}};
+    if (m_spec.usesLora())
+        // What export needs to write the PEFT folder; the base is req.modelSource.
+        req.trainState["lora"] = {{"r", m_spec.loraRank}, {"alpha", m_spec.loraAlpha},
+            {"dropout", m_spec.loraDropout}, {"targets", m_spec.loraTargets},
+            {"rslora", m_spec.loraRslora}, {"method", m_spec.method}};
     req.rankState = {{"rank", strategy.rank()}};
     {
         at::Generator gen = at::detail::getDefaultCPUGenerator();

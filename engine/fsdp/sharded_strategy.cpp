@@ -11,6 +11,7 @@
 #include <ATen/native/Resize.h>
 #include <spdlog/spdlog.h>
 
+#include "core/model/nf4.h"
 #include "dist/rank_env.h"
 #include "protocol/parallel_dims.h"
 
@@ -30,10 +31,12 @@ struct ShardedStrategy::ParamSlot {
 };
 
 struct ShardedStrategy::UnitState {
+    bool frozen = false; // LoRA base (any frozen group): no gradient, never reduced
+    int group = 0;       // ShardedStrategy::Group
     std::vector<ParamSlot> params;
     int64_t shardNumel = 0;
     int64_t gatheredNumel = 0;
-    at::Tensor master;    // fp32 [shardNumel], padding zero
+    at::Tensor master;    // fp32 (frozen: compute dtype) [shardNumel], padding zero
     at::Tensor shardGrad; // fp32 [shardNumel] or undefined
     at::Tensor gathered;  // compute dtype [gatheredNumel]; its storage is freed when resharded
     bool aliased = false; // gathered is master (one shard rank, fp32 compute)
@@ -129,45 +132,69 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
     const int64_t ws = m_shard->worldSize();
     const int64_t me = m_shard->rank();
     const at::ScalarType compute = m_options.computeDtype;
+    m_numUnits = model.numUnits();
     m_units.clear();
-    m_units.resize(static_cast<size_t>(model.numUnits()));
+    m_units.resize(static_cast<size_t>(kGroups * m_numUnits));
+    m_order.assign(static_cast<size_t>(m_numUnits), {});
     std::map<std::string, std::pair<int, int>> where;
-    for (int u = 0; u < model.numUnits(); ++u) {
-        UnitState& s = m_units[static_cast<size_t>(u)];
+    for (int st = 0; st < kGroups * m_numUnits; ++st) {
+        UnitState& s = m_units[static_cast<size_t>(st)];
+        s.group = st / m_numUnits;
+        s.frozen = s.group != kTrainable;
+        const int u = st % m_numUnits;
         const auto& params = model.unit(u).params;
+        m_order[static_cast<size_t>(u)].resize(params.size());
         for (size_t i = 0; i < params.size(); ++i) {
-            const auto& info = params[i].info;
+            const engine::Param& prm = params[i];
+            const int group = !prm.frozen ? kTrainable
+                : prm.quantized           ? (s.group == kAbsmax ? kAbsmax : kPacked)
+                                          : kFrozen;
+            if (group != s.group)
+                continue;
+            const auto& info = prm.info;
+            if (s.group != kAbsmax) // the packed slot stands for a quantized parameter
+                m_order[static_cast<size_t>(u)][i] = {st, static_cast<int>(s.params.size())};
             ParamSlot p;
-            p.name = info.name;
+            p.name = s.group == kAbsmax ? info.name + "#absmax" : info.name;
             p.shape = info.shape;
-            p.d0 = info.shape.empty() ? 1 : info.shape[0];
-            for (size_t d = 1; d < info.shape.size(); ++d)
-                p.rowNumel *= info.shape[d];
+            if (s.group == kPacked)
+                p.shape = {info.shape.at(0), info.shape.at(1) / 2};
+            else if (s.group == kAbsmax)
+                p.shape = {info.shape.at(0), info.shape.at(1) / engine::nf4::kBlockSize};
+            p.d0 = p.shape.empty() ? 1 : p.shape[0];
+            for (size_t d = 1; d < p.shape.size(); ++d)
+                p.rowNumel *= p.shape[d];
             p.chunkRows = (p.d0 + ws - 1) / ws;
             p.shardNumel = p.chunkRows * p.rowNumel;
-            p.chunkShape = info.shape.empty() ? std::vector<int64_t> {1} : info.shape;
+            p.chunkShape = p.shape.empty() ? std::vector<int64_t> {1} : p.shape;
             p.chunkShape[0] = p.chunkRows;
             p.offset = s.shardNumel;
             p.gatheredOffset = s.gatheredNumel;
             p.decay = !info.isNormOrBias;
             s.shardNumel += p.shardNumel;
             s.gatheredNumel += ws * p.shardNumel;
+            where[p.name] = {st, static_cast<int>(s.params.size())};
             s.params.push_back(p);
-            where[p.name] = {u, static_cast<int>(i)};
         }
-        s.master = at::zeros({s.shardNumel}, at::kFloat);
-        s.aliased = ws == 1 && compute == at::kFloat;
-        s.gathered = s.aliased ? s.master : at::zeros({s.gatheredNumel}, compute);
+        const at::ScalarType masterDtype = s.group == kTrainable ? at::kFloat
+            : s.group == kFrozen                                 ? compute
+            : s.group == kPacked                                 ? at::kByte
+                                                                 : at::kFloat;
+        const at::ScalarType gatheredDtype = s.group == kTrainable ? compute : masterDtype;
+        s.master = at::zeros({s.shardNumel}, masterDtype);
+        s.aliased = ws == 1 && gatheredDtype == masterDtype;
+        s.gathered = s.aliased ? s.master : at::zeros({s.gatheredNumel}, gatheredDtype);
         for (const auto& p : s.params) {
             at::Tensor leaf = s.gathered.narrow(0, p.gatheredOffset, p.d0 * p.rowNumel)
                                   .view(p.shape)
                                   .variable_data();
-            leaf.requires_grad_(true);
+            leaf.requires_grad_(!s.frozen);
             s.leaves.push_back(leaf);
         }
     }
 
-    // Rank 0 reads one full tensor at a time and broadcasts it; every rank keeps its rows.
+    // Rank 0 reads one full tensor at a time and broadcasts it (fp32); every rank keeps its rows
+    // (a frozen weight converted to the compute dtype).
     at::NoGradGuard noGrad;
     for (engine::Param* param : model.params()) {
         auto [u, i] = where.at(param->info.name);
@@ -176,18 +203,32 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
         at::Tensor full;
         if (m_world->rank() == 0) {
             full = source(*param).to(at::kFloat).contiguous();
-            if (full.sizes().vec() != p.shape && !(p.shape.empty() && full.numel() == 1))
+            const auto& shape = param->info.shape;
+            if (full.sizes().vec() != shape && !(shape.empty() && full.numel() == 1))
                 throw std::runtime_error("parameter " + p.name + " has the wrong shape");
             full = full.clone(); // never write into a memory-mapped source
         } else {
-            full = at::empty(p.shape, at::kFloat);
+            full = at::empty(param->info.shape, at::kFloat);
         }
         m_world->broadcast(full, 0)->wait();
-        const int64_t begin = std::min(me * p.chunkRows, p.d0);
-        const int64_t rows = std::min(p.chunkRows, p.d0 - begin);
-        if (rows > 0)
-            s.master.narrow(0, p.offset, rows * p.rowNumel)
-                .copy_(full.reshape({-1}).narrow(0, begin * p.rowNumel, rows * p.rowNumel));
+        auto keepRows = [&](UnitState& st, const ParamSlot& slot, const at::Tensor& value) {
+            const int64_t begin = std::min(me * slot.chunkRows, slot.d0);
+            const int64_t rows = std::min(slot.chunkRows, slot.d0 - begin);
+            if (rows > 0)
+                st.master.narrow(0, slot.offset, rows * slot.rowNumel)
+                    .copy_(
+                        value.reshape({-1}).narrow(0, begin * slot.rowNumel, rows * slot.rowNumel));
+        };
+        if (param->quantized) {
+            // Every rank quantizes the same tensor the same way and keeps its rows of the bytes.
+            const engine::nf4::Rows q = engine::nf4::quantizeRows(full);
+            keepRows(s, p, q.packed);
+            auto [ua, ia] = where.at(param->info.name + "#absmax");
+            UnitState& sa = m_units[static_cast<size_t>(ua)];
+            keepRows(sa, sa.params[static_cast<size_t>(ia)], q.absmax);
+        } else {
+            keepRows(s, p, full);
+        }
     }
     for (int u = 0; u < static_cast<int>(m_units.size()); ++u) {
         if (m_paramsSharded)
@@ -236,8 +277,8 @@ void ShardedStrategy::waitGather(int unit)
 
 void ShardedStrategy::ensureGathered(int unit)
 {
-    issueGather(unit);
-    waitGather(unit);
+    issueUnit(unit);
+    waitUnit(unit);
 }
 
 void ShardedStrategy::releaseGathered(int unit)
@@ -250,41 +291,71 @@ void ShardedStrategy::releaseGathered(int unit)
     resizeStorage(s.gathered, 0);
 }
 
+void ShardedStrategy::issueUnit(int unit)
+{
+    for (int st : statesOf(unit))
+        issueGather(st);
+}
+
+void ShardedStrategy::waitUnit(int unit)
+{
+    for (int st : statesOf(unit))
+        waitGather(st);
+}
+
+void ShardedStrategy::releaseUnit(int unit)
+{
+    for (int st : statesOf(unit))
+        releaseGathered(st);
+}
+
 std::vector<at::Tensor> ShardedStrategy::unitWeights(int unit)
 {
     ensureGathered(unit);
-    return m_units.at(static_cast<size_t>(unit)).leaves;
+    std::vector<at::Tensor> out;
+    for (const auto& [st, slot] : m_order.at(static_cast<size_t>(unit))) {
+        const UnitState& s = m_units.at(static_cast<size_t>(st));
+        const at::Tensor& leaf = s.leaves.at(static_cast<size_t>(slot));
+        if (s.group == kPacked) // QLoRA: dequantized just in time, freed with the graph
+            out.push_back(engine::nf4::dequantizeRows(leaf,
+                m_units.at(static_cast<size_t>(st + m_numUnits))
+                    .leaves.at(static_cast<size_t>(slot)),
+                m_options.computeDtype));
+        else
+            out.push_back(leaf);
+    }
+    return out;
 }
 
 void ShardedStrategy::preForward(int unit)
 {
     // Prefetch: the next unit's gather is issued before this one is waited on (two in flight).
-    issueGather(unit);
-    if (m_paramsSharded && unit + 1 < static_cast<int>(m_units.size()))
-        issueGather(unit + 1);
-    waitGather(unit);
+    issueUnit(unit);
+    if (m_paramsSharded && unit + 1 < m_numUnits)
+        issueUnit(unit + 1);
+    waitUnit(unit);
 }
 
 void ShardedStrategy::postForward(int unit)
 {
     if (m_reshardAfterForward && unit != 0)
-        releaseGathered(unit); // the root stays gathered until after the optimizer step
+        releaseUnit(unit); // the root stays gathered until after the optimizer step
 }
 
 void ShardedStrategy::preBackward(int unit)
 {
     if (!m_paramsSharded)
         return;
-    const int last = static_cast<int>(m_units.size()) - 1;
+    const int last = m_numUnits - 1;
     if (unit == 0) {
         if (last >= 1)
-            issueGather(last); // the first block to run backward
+            issueUnit(last); // the first block to run backward
         return;
     }
-    issueGather(unit);
+    issueUnit(unit);
     if (unit - 1 >= 1)
-        issueGather(unit - 1);
-    waitGather(unit);
+        issueUnit(unit - 1);
+    waitUnit(unit);
 }
 
 void ShardedStrategy::postBackward(int unit)
@@ -292,7 +363,7 @@ void ShardedStrategy::postBackward(int unit)
     const bool sync = m_micro == m_numMicro - 1;
     if (unit != 0) {
         if (m_reshardAfterForward)
-            releaseGathered(unit);
+            releaseUnit(unit);
         if (sync && !m_reduceAtEnd)
             reduceUnit(unit);
         return;
@@ -301,7 +372,7 @@ void ShardedStrategy::postBackward(int unit)
     if (!sync)
         return; // no-sync micro-step: the unsharded gradients keep accumulating
     if (m_reduceAtEnd)
-        for (int u = static_cast<int>(m_units.size()) - 1; u >= 1; --u)
+        for (int u = m_numUnits - 1; u >= 1; --u)
             reduceUnit(u);
     reduceUnit(0);
     finishReduces();
@@ -315,7 +386,10 @@ void ShardedStrategy::beginMicroStep(int micro, int numMicro)
 
 void ShardedStrategy::reduceUnit(int unit)
 {
+    // Only the trainable group is reduced (a frozen base has no gradient).
     UnitState& s = m_units.at(static_cast<size_t>(unit));
+    if (s.params.empty())
+        return;
     const int64_t ws = m_shard->worldSize();
     const at::ScalarType reduce = m_options.reduceDtype;
     at::NoGradGuard noGrad;
@@ -358,6 +432,8 @@ std::vector<engine::OptimTarget> ShardedStrategy::optimizerTargets()
     std::vector<engine::OptimTarget> out;
     for (auto& s : m_units)
         for (const auto& p : s.params) {
+            if (s.frozen)
+                continue;
             engine::OptimTarget t;
             t.name = p.name;
             t.master = s.master.narrow(0, p.offset, p.shardNumel).view(p.chunkShape);
@@ -394,7 +470,7 @@ void ShardedStrategy::afterOptimizerStep()
     for (int u = 0; u < static_cast<int>(m_units.size()); ++u) {
         if (m_paramsSharded)
             releaseGathered(u); // gathered next time it is used, from the updated masters
-        else {
+        else if (!m_units[static_cast<size_t>(u)].frozen) { // a frozen base stays gathered
             m_units[static_cast<size_t>(u)].valid = m_units[static_cast<size_t>(u)].aliased;
             issueGather(u); // ZeRO-1/2, DDP: all-gather the updated shards now
         }
@@ -416,7 +492,7 @@ engine::MemoryBreakdown ShardedStrategy::memory() const
 {
     engine::MemoryBreakdown m;
     for (const auto& s : m_units) {
-        m.shardedParams += bytesOf(s.master);
+        (s.frozen ? m.frozenParams : m.shardedParams) += bytesOf(s.master);
         if (!s.aliased)
             m.gatheredParams += storageBytes(s.gathered);
         m.grads += bytesOf(s.shardGrad);
@@ -460,12 +536,13 @@ std::vector<protocol::RankMemory> ShardedStrategy::gatherMemory(const protocol::
     const int w = worldSize();
     if (w == 1)
         return {mine};
-    at::Tensor row
-        = at::tensor(std::vector<int64_t> {mine.rank, mine.shardedParamBytes,
-                         mine.gatheredParamBytes, mine.gradBytes, mine.optimizerBytes,
-                         mine.activationBytes, mine.otherBytes, mine.currentBytes, mine.peakBytes},
-            at::kLong);
-    at::Tensor all = at::empty({w * 9}, at::kLong);
+    at::Tensor row = at::tensor(
+        std::vector<int64_t> {mine.rank, mine.shardedParamBytes, mine.gatheredParamBytes,
+            mine.gradBytes, mine.optimizerBytes, mine.activationBytes, mine.otherBytes,
+            mine.currentBytes, mine.peakBytes, mine.frozenParamBytes},
+        at::kLong);
+    constexpr int kFields = 10;
+    at::Tensor all = at::empty({w * kFields}, at::kLong);
     m_world->allGather(all, row)->wait();
     if (rank() != 0)
         return {mine};
@@ -473,15 +550,16 @@ std::vector<protocol::RankMemory> ShardedStrategy::gatherMemory(const protocol::
     auto a = all.accessor<int64_t, 1>();
     for (int r = 0; r < w; ++r) {
         protocol::RankMemory m;
-        m.rank = static_cast<int>(a[r * 9 + 0]);
-        m.shardedParamBytes = a[r * 9 + 1];
-        m.gatheredParamBytes = a[r * 9 + 2];
-        m.gradBytes = a[r * 9 + 3];
-        m.optimizerBytes = a[r * 9 + 4];
-        m.activationBytes = a[r * 9 + 5];
-        m.otherBytes = a[r * 9 + 6];
-        m.currentBytes = a[r * 9 + 7];
-        m.peakBytes = a[r * 9 + 8];
+        m.rank = static_cast<int>(a[r * kFields + 0]);
+        m.shardedParamBytes = a[r * kFields + 1];
+        m.gatheredParamBytes = a[r * kFields + 2];
+        m.gradBytes = a[r * kFields + 3];
+        m.optimizerBytes = a[r * kFields + 4];
+        m.activationBytes = a[r * kFields + 5];
+        m.otherBytes = a[r * kFields + 6];
+        m.currentBytes = a[r * kFields + 7];
+        m.peakBytes = a[r * kFields + 8];
+        m.frozenParamBytes = a[r * kFields + 9];
         out.push_back(m);
     }
     return out;
@@ -502,10 +580,21 @@ void ShardedStrategy::exportParams(engine::LlamaModel& model,
             for (const auto& p : s.params) {
                 if (p.name != param->info.name)
                     continue;
-                at::Tensor full = at::empty({ws * p.shardNumel}, at::kFloat);
-                m_shard->allGather(full, s.master.narrow(0, p.offset, p.shardNumel))->wait();
+                auto gatherFull = [&](const UnitState& st, const ParamSlot& slot) {
+                    at::Tensor full = at::empty({ws * slot.shardNumel}, st.master.scalar_type());
+                    m_shard->allGather(full, st.master.narrow(0, slot.offset, slot.shardNumel))
+                        ->wait();
+                    return full.narrow(0, 0, slot.d0 * slot.rowNumel).view(slot.shape);
+                };
+                at::Tensor full = gatherFull(s, p);
+                if (s.group == kPacked) { // QLoRA: the dequantized base
+                    const UnitState& sa
+                        = m_units.at(static_cast<size_t>(&s - m_units.data()) + m_numUnits);
+                    const ParamSlot& pa = sa.params.at(static_cast<size_t>(&p - s.params.data()));
+                    full = engine::nf4::dequantizeRows(full, gatherFull(sa, pa), at::kFloat);
+                }
                 if (rank() == 0)
-                    sink(p.name, full.narrow(0, 0, p.d0 * p.rowNumel).view(p.shape));
+                    sink(p.name, full);
             }
     }
 }

@@ -59,10 +59,22 @@ private:
     struct ParamSlot;
     struct UnitState;
 
-    void issueGather(int unit);
-    void waitGather(int unit);
+    // A model unit's parameter groups, each with its own flat buffers: trainable (state u),
+    // the frozen LoRA base in the compute dtype (N + u), and QLoRA's NF4 base as packed bytes
+    // (2N + u, uint8 [out, in / 2]) and block absmax (3N + u, fp32 [out, in / 64]); frozen
+    // groups are gathered in their own dtype and never reduced.
+    enum Group { kTrainable = 0, kFrozen = 1, kPacked = 2, kAbsmax = 3, kGroups = 4 };
+    std::vector<int> statesOf(int unit) const
+    {
+        return {unit, m_numUnits + unit, 2 * m_numUnits + unit, 3 * m_numUnits + unit};
+    }
+    void issueGather(int state);
+    void waitGather(int state);
     void ensureGathered(int unit);
-    void releaseGathered(int unit);
+    void releaseGathered(int state);
+    void issueUnit(int unit);
+    void waitUnit(int unit);
+    void releaseUnit(int unit);
     void reduceUnit(int unit);
     void finishReduces();
     int64_t totalCommBytes() const;
@@ -74,7 +86,10 @@ private:
     std::shared_ptr<dist::Communicator> m_world;
     std::shared_ptr<dist::Communicator> m_shard;
     std::shared_ptr<dist::Communicator> m_replicate; // null when there is one replica
-    std::vector<UnitState> m_units;
+    std::vector<UnitState> m_units;                  // kGroups * m_numUnits states (see statesOf)
+    int m_numUnits = 0;
+    // Per model unit, where each of its parameters lives: (state, slot).
+    std::vector<std::vector<std::pair<int, int>>> m_order;
     std::vector<int> m_pendingReduce;
     int m_micro = 0;
     int m_numMicro = 1;

@@ -48,10 +48,13 @@ void checkVersion(const nlohmann::json& j, const char* what)
 
 nlohmann::json toJson(const RankMemory& m)
 {
-    return {{"rank", m.rank}, {"sharded_params", m.shardedParamBytes},
+    nlohmann::json j = {{"rank", m.rank}, {"sharded_params", m.shardedParamBytes},
         {"gathered_params", m.gatheredParamBytes}, {"grads", m.gradBytes},
         {"optimizer", m.optimizerBytes}, {"activations", m.activationBytes},
         {"other", m.otherBytes}, {"current", m.currentBytes}, {"peak", m.peakBytes}};
+    if (m.frozenParamBytes > 0) // LoRA runs only: full fine-tuning records are unchanged
+        j["frozen_params"] = m.frozenParamBytes;
+    return j;
 }
 
 RankMemory rankMemoryFromJson(const nlohmann::json& j)
@@ -66,6 +69,7 @@ RankMemory rankMemoryFromJson(const nlohmann::json& j)
     m.otherBytes = optional<int64_t>(j, "other", 0);
     m.currentBytes = optional<int64_t>(j, "current", 0);
     m.peakBytes = optional<int64_t>(j, "peak", 0);
+    m.frozenParamBytes = optional<int64_t>(j, "frozen_params", 0);
     return m;
 }
 

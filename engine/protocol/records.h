@@ -23,8 +23,9 @@ struct RankMemory {
     int64_t optimizerBytes = 0;
     int64_t activationBytes = 0;
     int64_t otherBytes = 0;
-    int64_t currentBytes = 0; // allocator: live now
-    int64_t peakBytes = 0;    // allocator: peak since the previous record
+    int64_t currentBytes = 0;     // allocator: live now
+    int64_t peakBytes = 0;        // allocator: peak since the previous record
+    int64_t frozenParamBytes = 0; // LoRA: the frozen base (compute dtype) this rank holds
 };
 
 struct MetricRecord {

@@ -42,6 +42,8 @@ public:
     // Held (flock) by the run's launcher, or by a rank started without one (RunLock).
     std::string lockFile() const { return m_root + "/run.lock"; }
     std::string modelOutDir() const { return m_root + "/model"; }
+    // LoRA runs: the PEFT adapter folder (the merged model is modelOutDir()).
+    std::string adapterOutDir() const { return m_root + "/adapter"; }
 
 private:
     std::string m_root;

@@ -2,6 +2,7 @@
 // encoder, the decoder and the unknown-key check cannot drift apart.
 #include "run_spec.h"
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 
@@ -36,6 +37,13 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("precision", s.precision);
     f("checkpointing", s.checkpointing);
     f("offload", s.offload);
+    f("method", s.method);
+    f("lora_rank", s.loraRank);
+    f("lora_alpha", s.loraAlpha);
+    f("lora_dropout", s.loraDropout);
+    f("lora_targets", s.loraTargets);
+    f("lora_rslora", s.loraRslora);
+    f("lora_init", s.loraInit);
     f("steps", s.steps);
     f("epochs", s.epochs);
     f("micro_batch", s.microBatch);
@@ -132,8 +140,57 @@ const std::vector<std::string>& trainablePrecisions()
     return precisions;
 }
 
+const std::vector<std::string>& loraTargetNames()
+{
+    static const std::vector<std::string> names {"q", "k", "v", "o", "gate", "up", "down"};
+    return names;
+}
+
+namespace {
+
+void validateLora(const RunSpec& s)
+{
+    oneOf("method", s.method, {"full", "lora", "qlora"});
+    if (!s.usesLora()) {
+        if (!s.loraInit.empty())
+            throw std::runtime_error(
+                "run spec: lora_init needs method lora or qlora (--method lora)");
+        return;
+    }
+    if (s.loraRank < 1)
+        throw std::runtime_error("run spec: lora_rank must be at least 1 (got "
+            + std::to_string(s.loraRank) + "); typical values are 8 to 64");
+    positive("lora_alpha", s.loraAlpha);
+    if (!(s.loraDropout >= 0 && s.loraDropout < 1))
+        throw std::runtime_error(
+            "run spec: lora_dropout must be in [0, 1) (got " + std::to_string(s.loraDropout) + ")");
+    const auto& names = loraTargetNames();
+    std::string item;
+    size_t count = 0;
+    for (size_t i = 0; i <= s.loraTargets.size(); ++i) {
+        if (i < s.loraTargets.size() && s.loraTargets[i] != ',') {
+            if (s.loraTargets[i] != ' ')
+                item += s.loraTargets[i];
+            continue;
+        }
+        const std::string full = item.size() > 5 && item.substr(item.size() - 5) == "_proj"
+            ? item.substr(0, item.size() - 5)
+            : item;
+        if (std::find(names.begin(), names.end(), full) == names.end())
+            throw std::runtime_error("run spec: lora_targets entry '" + item
+                + "' is not one of q, k, v, o, gate, up, down (comma-separated)");
+        ++count;
+        item.clear();
+    }
+    if (count == 0)
+        throw std::runtime_error("run spec: lora_targets is empty (e.g. q,k,v,o)");
+}
+
+} // namespace
+
 void validate(const RunSpec& s)
 {
+    validateLora(s);
     oneOf("strategy", s.strategy, {strategyNames().begin(), strategyNames().end()});
     oneOf("precision", s.precision, {"fp32", "bf16-mixed", "bf16", "fp16-mixed"});
     oneOf("checkpointing", s.checkpointing, {"none", "full"});

@@ -41,6 +41,15 @@ struct RunSpec {
     std::string checkpointing = "none"; // none, full
     std::string offload = "none";       // none, optimizer, params+optimizer
 
+    // Parameter-efficient fine-tuning (engine/core/model/lora.h): full, lora or qlora.
+    std::string method = "full";
+    int64_t loraRank = 8;
+    double loraAlpha = 16.0;
+    double loraDropout = 0.0;
+    std::string loraTargets = "q,k,v,o"; // any of q,k,v,o,gate,up,down
+    bool loraRslora = false;             // scale alpha / sqrt(r) instead of alpha / r
+    std::string loraInit;                // a PEFT adapter folder to continue training
+
     int64_t steps = 0;
     int64_t epochs = 0;
     int64_t microBatch = 1;
@@ -68,6 +77,7 @@ struct RunSpec {
     double hangTimeoutSec = 300.0;
 
     int worldSize() const { return nodes * procsPerNode; }
+    bool usesLora() const { return method == "lora" || method == "qlora"; }
     // The sharding fields, typed; throws std::runtime_error on an unknown strategy name.
     ParallelDims parallelDims() const
     {
@@ -80,6 +90,8 @@ struct RunSpec {
 // validate() accepts more (cuda, bf16, fp16-mixed) because a spec also describes plans.
 const std::vector<std::string>& trainableDevices();
 const std::vector<std::string>& trainablePrecisions();
+// The --lora-targets vocabulary: q, k, v, o, gate, up, down.
+const std::vector<std::string>& loraTargetNames();
 
 nlohmann::json toJson(const RunSpec& s);
 // Unknown keys are an error (a typo in a config must not be silently ignored).

@@ -18,6 +18,7 @@ struct ExportArgs {
     std::string dtype = "fp32";
     std::string tokenizer;
     int64_t maxShardMiB = 5 * 1024;
+    bool merge = false;
 };
 
 const shard::worker::CommandRegistration kRegistration([](CLI::App& app) {
@@ -32,6 +33,9 @@ const shard::worker::CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--tokenizer", a->tokenizer,
         "Folder with the tokenizer files (default: the run's model folder)");
     cmd->add_option("--max-shard-mib", a->maxShardMiB, "Largest safetensors shard (MiB)");
+    cmd->add_flag("--merge", a->merge,
+        "LoRA checkpoints: write the base with the adapters merged (W + scale B A) instead of the "
+        "PEFT adapter folder");
     cmd->callback([a] {
         if (a->maxShardMiB <= 0)
             throw std::runtime_error("--max-shard-mib must be positive");
@@ -39,6 +43,7 @@ const shard::worker::CommandRegistration kRegistration([](CLI::App& app) {
         shard::ckpt::ExportOptions o;
         o.dtype = a->dtype;
         o.tokenizerDir = a->tokenizer;
+        o.merge = a->merge;
         o.maxShardBytes = static_cast<uint64_t>(a->maxShardMiB) << 20;
         const auto r = shard::ckpt::exportHuggingFace(dir, a->out, o);
         if (!r.warning.empty())

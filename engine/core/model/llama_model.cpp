@@ -10,6 +10,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "core/model/fused_ops.h"
+#include "core/model/lora.h"
 #include "core/torch_compat.h"
 
 namespace shard::engine {
@@ -138,6 +139,33 @@ int64_t LlamaModel::numParams() const
     return n;
 }
 
+int64_t LlamaModel::numTrainableParams() const
+{
+    int64_t n = 0;
+    for (const auto& u : m_units)
+        for (const auto& p : u.params)
+            n += p.frozen ? 0 : p.info.numel();
+    return n;
+}
+
+Param& LlamaModel::addParam(int unit, plan::ParamInfo info)
+{
+    if (m_byName.count(info.name))
+        throw std::runtime_error("model '" + m_spec.name + "' already has '" + info.name + "'");
+    Param p;
+    p.info = std::move(info);
+    p.index = static_cast<int>(m_byName.size());
+    auto& params = m_units.at(unit).params;
+    m_byName[p.info.name] = {unit, static_cast<int>(params.size())};
+    params.push_back(std::move(p));
+    return params.back();
+}
+
+void LlamaModel::setAdapters(std::shared_ptr<const lora::Adapters> adapters)
+{
+    m_adapters = std::move(adapters);
+}
+
 void LlamaModel::materialize(at::ScalarType dtype)
 {
     for (auto& u : m_units)
@@ -242,12 +270,14 @@ at::Tensor rotateHalf(const at::Tensor& x)
     return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-at::Tensor linear(const at::Tensor& x, const std::vector<at::Tensor>& w, int weight, int bias)
-{
-    return fused::linear(x, w[weight], bias >= 0 ? w[bias] : at::Tensor());
-}
-
 } // namespace
+
+at::Tensor LlamaModel::proj(const at::Tensor& x, const std::vector<at::Tensor>& w, lora::Target t,
+    int weight, int bias) const
+{
+    at::Tensor y = fused::linear(x, w[weight], bias >= 0 ? w[bias] : at::Tensor());
+    return m_adapters ? m_adapters->apply(y, x, w, t) : y;
+}
 
 at::Tensor LlamaModel::attention(
     const std::vector<at::Tensor>& w, const at::Tensor& x, const RopeTables& rope) const
@@ -255,9 +285,9 @@ at::Tensor LlamaModel::attention(
     const auto& L = m_block;
     const int64_t b = x.size(0), s = x.size(1);
     const int64_t H = m_spec.numHeads, KV = m_spec.numKvHeads, D = m_spec.headDim;
-    at::Tensor q = linear(x, w, L.q, L.qBias).view({b, s, H, D});
-    at::Tensor k = linear(x, w, L.k, L.kBias).view({b, s, KV, D});
-    at::Tensor v = linear(x, w, L.v, L.vBias).view({b, s, KV, D});
+    at::Tensor q = proj(x, w, lora::Target::Q, L.q, L.qBias).view({b, s, H, D});
+    at::Tensor k = proj(x, w, lora::Target::K, L.k, L.kBias).view({b, s, KV, D});
+    at::Tensor v = proj(x, w, lora::Target::V, L.v, L.vBias).view({b, s, KV, D});
     if (L.qNorm >= 0) {
         q = rmsNorm(q, w[L.qNorm]);
         k = rmsNorm(k, w[L.kNorm]);
@@ -297,14 +327,15 @@ at::Tensor LlamaModel::attention(
     at::Tensor out = fused::matmul(probs, v);
 #endif
     out = out.transpose(1, 2).reshape({b, s, H * D});
-    return linear(out, w, L.o, L.oBias);
+    return proj(out, w, lora::Target::O, L.o, L.oBias);
 }
 
 at::Tensor LlamaModel::mlp(const std::vector<at::Tensor>& w, const at::Tensor& x) const
 {
     const auto& L = m_block;
-    return fused::linear(
-        at::silu(fused::linear(x, w[L.gate])) * fused::linear(x, w[L.up]), w[L.down]);
+    const at::Tensor h
+        = at::silu(proj(x, w, lora::Target::Gate, L.gate)) * proj(x, w, lora::Target::Up, L.up);
+    return proj(h, w, lora::Target::Down, L.down);
 }
 
 at::Tensor LlamaModel::block(
@@ -323,9 +354,9 @@ at::Tensor LlamaModel::attentionCached(const std::vector<at::Tensor>& w, const a
     if (total > cache.k.size(2))
         throw std::runtime_error("KV cache holds " + std::to_string(cache.k.size(2))
             + " positions; position " + std::to_string(total - 1) + " does not fit");
-    at::Tensor q = linear(x, w, L.q, L.qBias).view({b, s, H, D});
-    at::Tensor k = linear(x, w, L.k, L.kBias).view({b, s, KV, D});
-    at::Tensor v = linear(x, w, L.v, L.vBias).view({b, s, KV, D});
+    at::Tensor q = proj(x, w, lora::Target::Q, L.q, L.qBias).view({b, s, H, D});
+    at::Tensor k = proj(x, w, lora::Target::K, L.k, L.kBias).view({b, s, KV, D});
+    at::Tensor v = proj(x, w, lora::Target::V, L.v, L.vBias).view({b, s, KV, D});
     if (L.qNorm >= 0) {
         q = rmsNorm(q, w[L.qNorm]);
         k = rmsNorm(k, w[L.kNorm]);
@@ -359,7 +390,7 @@ at::Tensor LlamaModel::attentionCached(const std::vector<at::Tensor>& w, const a
         = fused::cast(at::softmax(scores, -1, atLeastFloat(scores.scalar_type())), q.scalar_type());
     at::Tensor out
         = fused::matmul(probs, values).view({b, H, s, D}).transpose(1, 2).reshape({b, s, H * D});
-    return linear(out, w, L.o, L.oBias);
+    return proj(out, w, lora::Target::O, L.o, L.oBias);
 }
 
 at::Tensor LlamaModel::blockCached(const std::vector<at::Tensor>& w, const at::Tensor& x,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,10 +17,17 @@
 
 namespace shard::engine {
 
+namespace lora {
+class Adapters;
+enum class Target;
+} // namespace lora
+
 struct Param {
-    plan::ParamInfo info; // HF name, shape, layer (-1 = root), isNormOrBias (no weight decay)
-    int index = 0;        // position in the HF state dict order (parameterTable)
-    at::Tensor value;     // undefined until materialized or placed by a strategy
+    plan::ParamInfo info;   // HF name, shape, layer (-1 = root), isNormOrBias (no weight decay)
+    int index = 0;          // position in the HF state dict order (parameterTable)
+    at::Tensor value;       // undefined until materialized or placed by a strategy
+    bool frozen = false;    // LoRA base weight: no gradient, no optimizer state (core/model/lora.h)
+    bool quantized = false; // QLoRA: a frozen projection stored as NF4 (core/model/nf4.h)
 };
 
 struct Unit {
@@ -67,6 +75,12 @@ public:
     Param& param(const std::string& name);
     std::vector<Param*> params();
     int64_t numParams() const;
+    int64_t numTrainableParams() const;
+    // LoRA (core/model/lora.h): an extra parameter of a unit, indexed after all others, and the
+    // adapters the forward applies to the projections.
+    Param& addParam(int unit, plan::ParamInfo info);
+    void setAdapters(std::shared_ptr<const lora::Adapters> adapters);
+    const lora::Adapters* adapters() const { return m_adapters.get(); }
 
     // Allocates every parameter (uninitialized) in `dtype`.
     void materialize(at::ScalarType dtype = at::kFloat);
@@ -105,11 +119,15 @@ public:
         const RopeTables& rope, int64_t pos, KvCache& cache) const;
 
 private:
+    at::Tensor proj(const at::Tensor& x, const std::vector<at::Tensor>& w, lora::Target t,
+        int weight, int bias = -1) const;
+
     plan::ModelSpec m_spec;
     std::vector<Unit> m_units;
     std::map<std::string, std::pair<int, int>> m_byName; // name -> (unit, position)
     BlockLayout m_block;
     RootLayout m_root;
+    std::shared_ptr<const lora::Adapters> m_adapters;
 };
 
 // Sum of the next-token cross entropy over positions whose label is not -100, in fp32, with the

@@ -2,12 +2,16 @@
 // "Measured on Debian's LibTorch 1.13": nested torch::autograd::grad in backward works).
 #include "model_runner.h"
 
+#include <mutex>
+
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "core/model/fused_ops.h"
+#include "core/model/lora.h"
 
 namespace shard::engine {
 
@@ -20,14 +24,21 @@ struct BlockCall : torch::CustomClassHolder {
     const LlamaModel* model = nullptr;
     const RopeTables* rope = nullptr;
     at::ScalarType dtype = at::kFloat;
+    lora::Adapters::Context dropout; // the forward's LoRA dropout context, again in a recompute
 
     at::Tensor run(const at::Tensor& x, const std::vector<at::Tensor>& weights) const
     {
+        const lora::Adapters* adapters = model->adapters();
+        if (adapters)
+            adapters->setContext(dropout);
         std::vector<at::Tensor> w;
         w.reserve(weights.size());
         for (const auto& t : weights)
             w.push_back(fused::cast(t, dtype));
-        return model->block(w, x, *rope);
+        at::Tensor y = model->block(w, x, *rope);
+        if (adapters)
+            adapters->setContext({});
+        return y;
     }
 };
 
@@ -158,6 +169,16 @@ at::Tensor ModelRunner::logits(const at::Tensor& ids)
     const RopeTables& rope = ropeFor(ids.size(1));
     if (hooks)
         m_strategy.preForward(0);
+    // LoRA dropout: one seed per training forward from the default generator (which checkpoints
+    // save), so a resumed run draws the masks the uninterrupted one drew.
+    const lora::Adapters* adapters = m_model.adapters();
+    lora::Adapters::Context dropout;
+    dropout.training = grad;
+    if (adapters && grad && adapters->config().dropout > 0) {
+        at::Generator gen = at::detail::getDefaultCPUGenerator();
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        dropout.seed = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
+    }
     std::vector<at::Tensor> root = cast(m_strategy.unitWeights(0), m_config.computeDtype);
     at::Tensor x = m_model.embed(root, ids);
     for (int u = 1; u < m_model.numUnits(); ++u) {
@@ -166,11 +187,15 @@ at::Tensor ModelRunner::logits(const at::Tensor& ids)
         if (hooks)
             m_strategy.preForward(u);
         std::vector<at::Tensor> w = m_strategy.unitWeights(u);
+        dropout.layer = u - 1;
+        if (adapters)
+            adapters->setContext(dropout);
         if (m_config.checkpointing && grad) {
             auto call = c10::make_intrusive<BlockCall>();
             call->model = &m_model;
             call->rope = &m_rope;
             call->dtype = m_config.computeDtype;
+            call->dropout = dropout;
             x = CheckpointedBlock::apply(x, at::TensorList(w), call);
         } else {
             x = m_model.block(cast(std::move(w), m_config.computeDtype), x, rope);
@@ -180,6 +205,8 @@ at::Tensor ModelRunner::logits(const at::Tensor& ids)
         if (hooks && grad)
             x = PreBackwardMarker::apply(x, hookCall(m_strategy, u));
     }
+    if (adapters)
+        adapters->setContext({}); // no dropout outside this forward (generation, evaluation)
     at::Tensor out = m_model.head(root, x);
     if (hooks)
         m_strategy.postForward(0);

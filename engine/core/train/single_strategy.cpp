@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include "core/model/nf4.h"
 #include "protocol/parallel_dims.h"
 
 namespace shard::engine {
@@ -88,18 +89,32 @@ void SingleStrategy::setup(LlamaModel& model, const ParamSource& source)
 {
     m_model = &model;
     at::NoGradGuard noGrad;
+    m_nf4.clear();
     for (Param* p : model.params()) {
-        p->value = at::empty(p->info.shape, at::kFloat);
+        if (p->quantized) {
+            const nf4::Rows q = nf4::quantizeRows(source(*p).to(at::kFloat));
+            m_nf4[p->index] = {q.packed.contiguous(), q.absmax.contiguous()};
+            p->value = at::Tensor();
+            continue;
+        }
+        // A frozen (LoRA base) weight is kept in the compute dtype and has no gradient.
+        p->value = at::empty(p->info.shape, p->frozen ? m_options.computeDtype : at::kFloat);
         p->value.copy_(source(*p));
-        p->value.requires_grad_(true);
+        p->value.requires_grad_(!p->frozen);
     }
 }
 
 std::vector<at::Tensor> SingleStrategy::unitWeights(int unit)
 {
     std::vector<at::Tensor> out;
-    for (const auto& p : m_model->unit(unit).params)
-        out.push_back(p.value);
+    for (const auto& p : m_model->unit(unit).params) {
+        if (p.quantized) {
+            const auto& q = m_nf4.at(p.index);
+            out.push_back(nf4::dequantizeRows(q.first, q.second, m_options.computeDtype));
+        } else {
+            out.push_back(p.value);
+        }
+    }
     return out;
 }
 
@@ -107,14 +122,16 @@ std::vector<OptimTarget> SingleStrategy::optimizerTargets()
 {
     std::vector<OptimTarget> out;
     for (Param* p : m_model->params())
-        out.push_back({p->info.name, p->value, p->value.grad(), !p->info.isNormOrBias});
+        if (!p->frozen)
+            out.push_back({p->info.name, p->value, p->value.grad(), !p->info.isNormOrBias});
     return out;
 }
 
 void SingleStrategy::zeroGrad()
 {
     for (Param* p : m_model->params())
-        p->value.mutable_grad() = at::Tensor();
+        if (!p->frozen && p->value.defined())
+            p->value.mutable_grad() = at::Tensor();
 }
 
 MemoryBreakdown SingleStrategy::memory() const
@@ -123,7 +140,11 @@ MemoryBreakdown SingleStrategy::memory() const
     if (!m_model)
         return m;
     for (Param* p : const_cast<LlamaModel*>(m_model)->params()) {
-        m.shardedParams += bytesOf(p->value);
+        (p->frozen ? m.frozenParams : m.shardedParams) += bytesOf(p->value);
+        if (p->quantized) {
+            const auto& q = m_nf4.at(p->index);
+            m.frozenParams += bytesOf(q.first) + bytesOf(q.second);
+        }
         if (p->value.defined())
             m.grads += bytesOf(p->value.grad());
     }
@@ -133,8 +154,14 @@ MemoryBreakdown SingleStrategy::memory() const
 void SingleStrategy::exportParams(
     LlamaModel& model, const std::function<void(const std::string&, const at::Tensor&)>& sink)
 {
-    for (Param* p : model.params())
-        sink(p->info.name, p->value.detach());
+    for (Param* p : model.params()) {
+        if (p->quantized) {
+            const auto& q = m_nf4.at(p->index);
+            sink(p->info.name, nf4::dequantizeRows(q.first, q.second, at::kFloat));
+        } else {
+            sink(p->info.name, p->value.detach());
+        }
+    }
 }
 
 } // namespace shard::engine

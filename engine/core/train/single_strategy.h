@@ -2,6 +2,9 @@
 // accumulate in place across micro-steps; nothing is communicated.
 #pragma once
 
+#include <map>
+#include <utility>
+
 #include "core/train/strategy.h"
 
 namespace shard::engine {
@@ -24,6 +27,9 @@ public:
 private:
     StrategyOptions m_options;
     LlamaModel* m_model = nullptr;
+    // QLoRA: the NF4 form of each quantized parameter, by Param::index (its value stays
+    // undefined; the forward dequantizes it to the compute dtype when the unit runs).
+    std::map<int, std::pair<at::Tensor, at::Tensor>> m_nf4;
 };
 
 } // namespace shard::engine

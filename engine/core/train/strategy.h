@@ -41,6 +41,7 @@ namespace shard::engine {
 struct MemoryBreakdown {
     int64_t shardedParams = 0;  // persistent parameter storage (fp32 masters or their shards)
     int64_t gatheredParams = 0; // unsharded / compute-dtype copies alive now
+    int64_t frozenParams = 0;   // LoRA: the frozen base (compute dtype), or its shards
     int64_t grads = 0;
     int64_t optimizer = 0;   // filled by the loop (AdamW m and v)
     int64_t activations = 0; // filled by the loop (measured around the forward)
@@ -97,7 +98,8 @@ public:
     virtual void beginMicroStep(int /*micro*/, int /*numMicro*/) { }
     virtual void endMicroStep(int /*micro*/, int /*numMicro*/) { }
 
-    // After the last micro-step: the fp32 tensors AdamW updates and their fp32 gradients.
+    // After the last micro-step: the fp32 tensors AdamW updates and their fp32 gradients (frozen
+    // parameters are not among them).
     virtual std::vector<OptimTarget> optimizerTargets() = 0;
     // Squared L2 norm of the whole model's gradient (e.g. local sum all-reduced; a replicated
     // gradient counted once).

@@ -29,6 +29,8 @@
 
 #include "core/memory/counting_allocator.h"
 #include "core/model/hf_folder.h"
+#include "core/model/lora.h"
+#include "core/model/peft_folder.h"
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
 #include "core/train/data_loader_source.h"
@@ -301,6 +303,11 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
             + std::to_string(ms.maxPositionEmbeddings) + "); use --seq-len "
             + std::to_string(ms.maxPositionEmbeddings) + " or less");
     m_model = std::make_unique<LlamaModel>(ms);
+    if (m_spec.usesLora()) {
+        const lora::LoraConfig lc = lora::configFromSpec(m_spec);
+        lora::attach(*m_model, lc, m_spec.method == "qlora");
+        m_adapters = std::make_unique<lora::AdapterSource>(lc, m_spec.loraInit, m_spec.seed);
+    }
 
     LrSchedule probe;
     probe.kind = m_spec.schedule;
@@ -414,17 +421,20 @@ TrainResult Trainer::run()
         // (When resuming, the checkpoint fills the parameters: the weights are not read.)
         const SafetensorsReader& weights = *m_weights;
         m_strategy->setup(*m_model, [&](const Param& p) {
-            if (resuming)
+            if (resuming && !p.frozen) // a LoRA base is not in the checkpoint
                 return at::zeros(p.info.shape, at::kFloat);
+            if (m_adapters && lora::isAdapterName(p.info.name))
+                return m_adapters->value(p);
             at::Tensor t = weights.tensor(p.info.name);
             return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
         });
         m_weights.reset(); // unmap
         const auto& ms = m_model->spec();
-        io.log->info("model {} ({} parameters, {} layers), strategy {} rank {}/{}, {} threads, "
-                     "precision {}, checkpointing {}",
-            ms.name, m_model->numParams(), ms.numLayers, m_strategy->name(), m_strategy->rank(),
-            m_strategy->worldSize(), threads, m_spec.precision, m_spec.checkpointing);
+        io.log->info("model {} ({} parameters, {} trained, {} layers), strategy {} rank {}/{}, "
+                     "{} threads, precision {}, checkpointing {}",
+            ms.name, m_model->numParams(), m_model->numTrainableParams(), ms.numLayers,
+            m_strategy->name(), m_strategy->rank(), m_strategy->worldSize(), threads,
+            m_spec.precision, m_spec.checkpointing);
         io.event("start", 0, "training started",
             {{"params", m_model->numParams()}, {"strategy", m_strategy->name()},
                 {"world_size", m_strategy->worldSize()}, {"threads", threads}, {"steps", m_steps}});
@@ -615,6 +625,7 @@ TrainResult Trainer::run()
                 mine.rank = m_strategy->rank();
                 mine.shardedParamBytes = mb.shardedParams;
                 mine.gatheredParamBytes = mb.gatheredParams;
+                mine.frozenParamBytes = mb.frozenParams;
                 mine.gradBytes = mb.grads;
                 mine.optimizerBytes = adamw.stateBytes() + mb.optimizer;
                 mine.activationBytes = activationBytes + mb.activations;
@@ -622,7 +633,7 @@ TrainResult Trainer::run()
                 mine.peakBytes = alloc.peakBytes();
                 mine.otherBytes = std::max<int64_t>(0,
                     mine.currentBytes - mine.shardedParamBytes - mine.gatheredParamBytes
-                        - mine.gradBytes - mine.optimizerBytes);
+                        - mine.frozenParamBytes - mine.gradBytes - mine.optimizerBytes);
                 rec.memory = m_strategy->gatherMemory(mine);
                 alloc.resetPeak();
                 if (leader)
@@ -668,6 +679,13 @@ TrainResult Trainer::run()
             m_strategy->exportParams(*m_model, [&](const std::string& name, const at::Tensor& t) {
                 tensors.push_back({name, t.detach().to(at::kFloat).contiguous().clone()});
             });
+            // LoRA: the PEFT adapter folder next to the merged model.
+            const NamedTensors adapters = m_model->adapters()
+                ? lora::mergeInto(tensors, m_model->adapters()->config())
+                : NamedTensors {};
+            if (leader && !adapters.empty())
+                lora::writePeftFolder(dir.adapterOutDir(), m_model->adapters()->config(),
+                    fs::absolute(m_modelDir).lexically_normal().string(), adapters);
             if (leader) {
                 plan::ModelSpec out = m_model->spec();
                 out.torchDtype = "float32";

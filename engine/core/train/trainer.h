@@ -18,6 +18,9 @@
 namespace shard::engine {
 
 class TrainingSamples;
+namespace lora {
+class AdapterSource;
+}
 
 struct TrainerOptions {
     bool recordsToStdout = true; // metric/event records also on stdout (for a launcher)
@@ -62,7 +65,8 @@ private:
     std::unique_ptr<Strategy> m_strategy;
     std::unique_ptr<BatchSource> m_data;
     std::unique_ptr<SafetensorsReader> m_weights;
-    std::unique_ptr<TrainingSamples> m_samples; // sample_every > 0
+    std::unique_ptr<TrainingSamples> m_samples;      // sample_every > 0
+    std::unique_ptr<lora::AdapterSource> m_adapters; // method lora: the adapters' first values
     at::ScalarType m_computeDtype = at::kFloat;
     int64_t m_steps = 0;
     int m_rank = 0;

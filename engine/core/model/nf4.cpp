@@ -1,0 +1,100 @@
+// NF4 quantisation with ATen ops: bucketize against the midpoints of the code table, pack pairs
+// of codes into bytes; dequantisation is a table lookup times the block's absmax.
+#include "core/model/nf4.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+
+namespace shard::engine::nf4 {
+
+const std::array<float, 16>& codeTable()
+{
+    static const std::array<float, 16> table {-1.0f, -0.6961928009986877f, -0.5250730514526367f,
+        -0.39491748809814453f, -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f,
+        0.0f, 0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f,
+        0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+    return table;
+}
+
+namespace {
+
+at::Tensor tableTensor(at::ScalarType dtype)
+{
+    const auto& t = codeTable();
+    return at::tensor(std::vector<float>(t.begin(), t.end()), at::kFloat).to(dtype);
+}
+
+} // namespace
+
+Packed quantize(const at::Tensor& values)
+{
+    Packed q;
+    q.shape = values.sizes().vec();
+    q.numel = values.numel();
+    const int64_t blocks = std::max<int64_t>(1, (q.numel + kBlockSize - 1) / kBlockSize);
+    at::Tensor flat = at::zeros({blocks * kBlockSize}, at::kFloat);
+    flat.narrow(0, 0, q.numel).copy_(values.reshape({-1}).to(at::kFloat));
+    at::Tensor b = flat.view({blocks, kBlockSize});
+    q.absmax = std::get<0>(b.abs().max(1));
+    // An all-zero block keeps absmax 0; its values normalise to 0 (code 7).
+    at::Tensor normed = b / at::where(q.absmax > 0, q.absmax, at::ones_like(q.absmax)).unsqueeze(1);
+    const auto& t = codeTable();
+    std::vector<double> mids;
+    for (size_t i = 0; i + 1 < t.size(); ++i)
+        mids.push_back((static_cast<double>(t[i]) + static_cast<double>(t[i + 1])) / 2.0);
+    // right = false: a value equal to a midpoint gets the lower code.
+    at::Tensor codes = at::bucketize(
+        normed.to(at::kDouble), at::tensor(mids, at::kDouble), /*out_int32=*/false, false)
+                           .to(at::kByte)
+                           .view({-1, 2});
+    q.data = (codes.select(1, 0) * 16 + codes.select(1, 1)).to(at::kByte).contiguous();
+    return q;
+}
+
+at::Tensor dequantize(const Packed& q, at::ScalarType dtype)
+{
+    if (!q.data.defined() || q.data.scalar_type() != at::kByte)
+        throw std::runtime_error("nf4: packed data must be uint8");
+    at::Tensor hi = at::floor_divide(q.data, 16).to(at::kLong);
+    at::Tensor lo = at::remainder(q.data, 16).to(at::kLong);
+    at::Tensor codes = at::stack({hi, lo}, 1).reshape({-1});
+    at::Tensor v
+        = at::index_select(tableTensor(at::kFloat), 0, codes).view({q.absmax.size(0), kBlockSize})
+        * q.absmax.unsqueeze(1);
+    return v.reshape({-1}).narrow(0, 0, q.numel).view(q.shape).to(dtype);
+}
+
+Rows quantizeRows(const at::Tensor& matrix)
+{
+    if (matrix.dim() != 2 || matrix.size(1) % kBlockSize != 0)
+        throw std::runtime_error("nf4: row form needs a matrix whose rows are whole blocks of "
+            + std::to_string(kBlockSize) + " values");
+    const int64_t rows = matrix.size(0), cols = matrix.size(1);
+    const Packed q = quantize(matrix);
+    return {q.data.view({rows, cols / 2}), q.absmax.view({rows, cols / kBlockSize})};
+}
+
+at::Tensor dequantizeRows(const at::Tensor& packed, const at::Tensor& absmax, at::ScalarType dtype)
+{
+    const int64_t rows = packed.size(0), cols = packed.size(1) * 2;
+    at::Tensor hi = at::floor_divide(packed, 16).to(at::kLong);
+    at::Tensor lo = at::remainder(packed, 16).to(at::kLong);
+    at::Tensor codes = at::stack({hi, lo}, -1).reshape({-1});
+    at::Tensor v = at::index_select(tableTensor(at::kFloat), 0, codes)
+                       .view({rows, cols / kBlockSize, kBlockSize})
+        * absmax.to(at::kFloat).unsqueeze(-1);
+    return v.view({rows, cols}).to(dtype);
+}
+
+double maxRelativeError()
+{
+    const auto& t = codeTable();
+    double gap = 0;
+    for (size_t i = 0; i + 1 < t.size(); ++i)
+        gap = std::max(gap, static_cast<double>(t[i + 1]) - static_cast<double>(t[i]));
+    return gap / 2.0;
+}
+
+} // namespace shard::engine::nf4
