@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include "core/model/hf_folder.h"
