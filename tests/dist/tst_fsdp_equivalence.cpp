@@ -19,6 +19,7 @@
 
 #include "plan/planner.h"
 #include "process_runner.h"
+#include "run_outputs.h"
 
 using namespace shard::testing;
 
@@ -38,30 +39,10 @@ Run loadRun(const std::string& dir)
 {
     Run r;
     r.dir = dir;
-    std::istringstream lines(readFile(dir + "/metrics.jsonl"));
-    std::string line;
-    while (std::getline(lines, line)) {
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        if (!j.is_discarded() && j.value("type", "") == "metric") {
-            r.losses.push_back(j.value("loss", 0.0));
-            r.metrics.push_back(j);
-        }
-    }
-    const std::string st = readFile(dir + "/model/model.safetensors");
-    if (st.size() < 8)
-        return r;
-    uint64_t n = 0;
-    std::memcpy(&n, st.data(), 8);
-    auto header = nlohmann::json::parse(st.substr(8, n), nullptr, false);
-    const char* data = st.data() + 8 + n;
-    for (auto& [name, meta] : header.items()) {
-        if (name == "__metadata__" || meta.value("dtype", "") != "F32")
-            continue;
-        const size_t b = meta["data_offsets"][0], e = meta["data_offsets"][1];
-        std::vector<float> v((e - b) / 4);
-        std::memcpy(v.data(), data + b, e - b);
-        r.weights[name] = std::move(v);
-    }
+    r.metrics = metricRecords(dir);
+    for (const auto& j : r.metrics)
+        r.losses.push_back(j.value("loss", 0.0));
+    r.weights = f32Tensors(dir + "/model/model.safetensors");
     r.ok = !r.losses.empty() && !r.weights.empty();
     return r;
 }

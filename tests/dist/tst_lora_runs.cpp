@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "process_runner.h"
+#include "run_outputs.h"
 
 using namespace shard::testing;
 namespace fs = std::filesystem;
@@ -30,42 +31,13 @@ struct Run {
     bool ok = false;
 };
 
-std::map<std::string, std::vector<float>> readF32(const std::string& path, std::string* bytes)
-{
-    std::map<std::string, std::vector<float>> out;
-    const std::string st = readFile(path);
-    if (bytes)
-        *bytes = st;
-    if (st.size() < 8)
-        return out;
-    uint64_t n = 0;
-    std::memcpy(&n, st.data(), 8);
-    auto header = nlohmann::json::parse(st.substr(8, n), nullptr, false);
-    const char* data = st.data() + 8 + n;
-    for (auto& [name, meta] : header.items()) {
-        if (name == "__metadata__" || meta.value("dtype", "") != "F32")
-            continue;
-        const size_t b = meta["data_offsets"][0], e = meta["data_offsets"][1];
-        std::vector<float> v((e - b) / 4);
-        std::memcpy(v.data(), data + b, e - b);
-        out[name] = std::move(v);
-    }
-    return out;
-}
-
 Run loadRun(const std::string& dir)
 {
     Run r;
-    std::istringstream lines(readFile(dir + "/metrics.jsonl"));
-    std::string line;
-    while (std::getline(lines, line)) {
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        if (!j.is_discarded() && j.value("type", "") == "metric") {
-            r.losses.push_back(j.value("loss", 0.0));
-            r.metrics.push_back(j);
-        }
-    }
-    r.adapters = readF32(dir + "/adapter/adapter_model.safetensors", &r.adapterBytes);
+    r.metrics = metricRecords(dir);
+    for (const auto& j : r.metrics)
+        r.losses.push_back(j.value("loss", 0.0));
+    r.adapters = f32Tensors(dir + "/adapter/adapter_model.safetensors", &r.adapterBytes);
     r.ok = !r.losses.empty() && !r.adapters.empty();
     return r;
 }
@@ -235,8 +207,7 @@ void testResume()
     auto e1 = spawnProcess(
         {workerPath(), "export", "--checkpoint", ckpt, "--out", g_dir + "/peft-export"});
     SHARD_EXPECT(e1.wait(120) && e1.exitCode() == 0, "export: " + e1.err);
-    SHARD_EXPECT(
-        readF32(g_dir + "/peft-export/adapter_model.safetensors", nullptr) == resumed.adapters,
+    SHARD_EXPECT(f32Tensors(g_dir + "/peft-export/adapter_model.safetensors") == resumed.adapters,
         "the exported PEFT adapter is the trained one");
     const auto cfg = nlohmann::json::parse(
         readFile(g_dir + "/peft-export/adapter_config.json"), nullptr, false);
@@ -246,8 +217,8 @@ void testResume()
     auto e2 = spawnProcess({workerPath(), "export", "--checkpoint", ckpt, "--out",
         g_dir + "/merged-export", "--merge"});
     SHARD_EXPECT(e2.wait(120) && e2.exitCode() == 0, "export --merge: " + e2.err);
-    const auto merged = readF32(g_dir + "/merged-export/model.safetensors", nullptr);
-    const auto runModel = readF32(out + "/model/model.safetensors", nullptr);
+    const auto merged = f32Tensors(g_dir + "/merged-export/model.safetensors");
+    const auto runModel = f32Tensors(out + "/model/model.safetensors");
     SHARD_EXPECT(!merged.empty() && merged == runModel,
         "export --merge equals the merged model the run wrote");
     SHARD_EXPECT(readFile(g_dir + "/merged-export/README.md").find("merged") != std::string::npos,

@@ -13,6 +13,7 @@
 #include "core/train/trainer.h"
 #include "engine_test_util.h"
 #include "protocol/records.h"
+#include "tiny_run_inputs.h"
 #include "tokenizer/demo_tokenizer.h"
 
 using namespace shard;
@@ -28,32 +29,12 @@ std::string makeModel(const std::string& name)
     auto spec = *plan::findPreset("tiny-1m");
     spec.name = name;
     spec.torchDtype = "float32";
-    LlamaModel model(spec);
-    NamedTensors tensors;
-    for (Param* p : model.params())
-        tensors.push_back({p->info.name, LlamaModel::initialValue(*p, 5)});
-    const std::string dir = g_dir + "/" + name;
-    writeHfConfigAndTokenizer(dir, spec, {});
-    writeSafetensorsFolder(dir, tensors);
-    tokenizer::writeDemoTokenizer(dir, static_cast<int>(spec.vocabSize));
-    return dir;
+    return test::writeTinyModel(g_dir + "/" + name, spec);
 }
 
 std::string makeData(const std::string& name, int rows, int vocab, unsigned seed)
 {
-    const std::string path = g_dir + "/" + name;
-    std::ofstream out(path);
-    std::mt19937 rng(seed);
-    for (int r = 0; r < rows; ++r) {
-        const int n = 10 + static_cast<int>(rng() % 30);
-        std::vector<int> ids;
-        // A learnable pattern: counting sequences from a random start.
-        const int start = static_cast<int>(rng() % vocab);
-        for (int i = 0; i < n; ++i)
-            ids.push_back((start + i) % vocab);
-        out << json {{"input_ids", ids}}.dump() << "\n";
-    }
-    return path;
+    return test::writeCountingData(g_dir + "/" + name, rows, vocab, seed);
 }
 
 protocol::RunSpec baseSpec(

@@ -30,15 +30,6 @@ bool endsWith(const std::string& s, const std::string& suffix)
         && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-uint64_t mixSeed(uint64_t seed, uint64_t index)
-{
-    // splitmix64 of the pair: independent streams per parameter.
-    uint64_t z = seed * 0x9E3779B97F4A7C15ull + index + 0x632BE59BD9B4E019ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 } // namespace
 
 LlamaModel::LlamaModel(plan::ModelSpec spec)
@@ -171,6 +162,14 @@ void LlamaModel::materialize(at::ScalarType dtype)
     for (auto& u : m_units)
         for (auto& p : u.params)
             p.value = at::empty(p.info.shape, at::TensorOptions().dtype(dtype));
+}
+
+uint64_t LlamaModel::mixSeed(uint64_t seed, uint64_t index)
+{
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + index + 0x632BE59BD9B4E019ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
 }
 
 at::Tensor LlamaModel::initialValue(const Param& p, uint64_t seed)

@@ -88,6 +88,9 @@ public:
     // biases); every tensor has its own generator seeded from (seed, index), so the values do not
     // depend on how parameters are placed or sharded.
     static at::Tensor initialValue(const Param& p, uint64_t seed);
+    // A seed for one of many independent streams (splitmix64 of the pair): per parameter here,
+    // per adapter and per dropout mask in LoRA.
+    static uint64_t mixSeed(uint64_t seed, uint64_t index);
     void initRandom(uint64_t seed);
     // Copies every parameter from `weights` tensor by tensor (shapes are checked, dtypes
     // converted).

@@ -40,15 +40,6 @@ bool endsWith(const std::string& s, const std::string& suffix)
         && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-uint64_t mix(uint64_t a, uint64_t b)
-{
-    // splitmix64 of the pair (independent streams per key).
-    uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x2545F4914F6CDD1Dull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 int weightSlot(const BlockLayout& L, Target t)
 {
     switch (t) {
@@ -174,8 +165,8 @@ at::Tensor Adapters::apply(
     if (p > 0 && m_context.training) {
         // A generator per (forward, layer, target): the recompute of a checkpointed block
         // draws the mask its forward drew.
-        auto gen = at::make_generator<at::CPUGeneratorImpl>(
-            mix(mix(m_context.seed, static_cast<uint64_t>(m_context.layer)), i));
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(LlamaModel::mixSeed(
+            LlamaModel::mixSeed(m_context.seed, static_cast<uint64_t>(m_context.layer)), i));
         at::Tensor keep = at::empty(x.sizes(), x.options().device(at::kCPU).dtype(at::kFloat));
         keep.bernoulli_(1.0 - p, gen);
         in = x * (keep.to(x.options()) * (1.0 / (1.0 - p)));
@@ -254,7 +245,7 @@ at::Tensor initialValue(const Param& p, uint64_t seed)
         // = 1 / sqrt(fan_in).
         const double bound = 1.0 / std::sqrt(static_cast<double>(p.info.shape.at(1)));
         auto gen = at::make_generator<at::CPUGeneratorImpl>(
-            mix(seed ^ 0x4C6F5241ull, static_cast<uint64_t>(p.index)));
+            LlamaModel::mixSeed(seed ^ 0x4C6F5241ull, static_cast<uint64_t>(p.index)));
         t.uniform_(-bound, bound, gen);
     }
     return t;
