@@ -184,8 +184,8 @@ std::vector<bool> parseLoraTargets(const std::string& list)
                 on[i] = found = any = true;
             }
         if (!found)
-            throw std::runtime_error("unknown LoRA target '" + item
-                + "' in '" + list + "' (use a comma-separated list of q, k, v, o, gate, up, down)");
+            throw std::runtime_error("unknown LoRA target '" + item + "' in '" + list
+                + "' (use a comma-separated list of q, k, v, o, gate, up, down)");
         if (comma == std::string::npos)
             break;
         start = comma + 1;
@@ -572,9 +572,9 @@ Internal paperModelStates(const PlanInput& in, const ModelShapes& shapes, int64_
 
 // Padded element counts over a shard degree S (each tensor split on dim 0, docs/ARCHITECTURE.md).
 struct LoraSizes {
-    double frozen = 0, frozenRoot = 0, frozenBlock = 0;    // compute-dtype frozen base
-    double quantized = 0, quantizedBlock = 0;              // NF4 projections (elements)
-    double quantizedExact = 0, quantizedBlockExact = 0;    // unpadded (dequantised copies)
+    double frozen = 0, frozenRoot = 0, frozenBlock = 0;       // compute-dtype frozen base
+    double quantized = 0, quantizedBlock = 0;                 // NF4 projections (elements)
+    double quantizedExact = 0, quantizedBlockExact = 0;       // unpadded (dequantised copies)
     double adapters = 0, adaptersExact = 0, adapterBlock = 0; // trainable adapters
 };
 
@@ -603,7 +603,8 @@ LoraSizes loraSizes(const PlanInput& in, int64_t S)
                 frozenBlocks[p.layer] += padded;
         }
         if (proj >= 0 && on[static_cast<size_t>(proj)]) {
-            const double out = static_cast<double>(p.shape[0]), inDim = static_cast<double>(p.shape[1]);
+            const double out = static_cast<double>(p.shape[0]),
+                         inDim = static_cast<double>(p.shape[1]);
             const double a = static_cast<double>(padRows(in.loraRank, S)) * inDim
                 + static_cast<double>(padRows(p.shape[0], S)) * r;
             z.adapters += a;
@@ -659,8 +660,8 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
     m.adapters = toBytes(mb * owned + (aliased ? 0.0 : c * z.adapters));
     // The sharded (or replicated) gradient, the unsharded leaf gradients and, on more than one
     // rank, the reduce input and output.
-    m.adapterGrads = toBytes(gb * owned + c * z.adaptersExact
-        + (W > 1 ? r * z.adapters * (1.0 + 1.0 / Sd) : 0.0));
+    m.adapterGrads = toBytes(
+        gb * owned + c * z.adaptersExact + (W > 1 ? r * z.adapters * (1.0 + 1.0 / Sd) : 0.0));
     m.adapterOptimizer = toBytes(ob * owned);
     o.endMem = m;
     o.hasEnd = false;
@@ -682,7 +683,8 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
     case Strategy::Zero3:
     case Strategy::Hybrid: {
         o.reduceBytes = ring * r * z.adapters;
-        const double blocks = c * (z.frozen - z.frozenRoot) + nf4Bytes(z.quantized) + c * z.adapters;
+        const double blocks
+            = c * (z.frozen - z.frozenRoot) + nf4Bytes(z.quantized) + c * z.adapters;
         o.gatherBytes = K * ring * (2.0 * blocks + c * z.frozenRoot);
         if (in.strategy == Strategy::Hybrid)
             o.reduceBytes += 2.0 * ringFraction(W / S) * r * z.adapters / Sd;
@@ -705,7 +707,7 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     const bool paper = in.mode == AccountingMode::ZeroPaper;
     const bool gpu = in.device.kind == DeviceKind::Gpu;
 
-    Internal st = paper   ? paperModelStates(in, shapes, res.shardDegree)
+    Internal st = paper ? paperModelStates(in, shapes, res.shardDegree)
         : in.usesLora() ? engineLoraStates(in, res.shardDegree)
                         : engineModelStates(in, shapes, res.shardDegree);
     ActivationBytes act
@@ -975,14 +977,15 @@ void validate(const PlanInput& in)
                 + " is a mixture-of-experts model: LoRA / QLoRA are planned for dense models "
                   "only; use --method full");
         if (in.loraRank <= 0)
-            throw std::runtime_error("LoRA rank must be a positive integer (got "
-                + std::to_string(in.loraRank) + ")");
+            throw std::runtime_error(
+                "LoRA rank must be a positive integer (got " + std::to_string(in.loraRank) + ")");
         if (in.loraDropout < 0 || in.loraDropout >= 1)
             throw std::runtime_error("LoRA dropout must be in [0, 1)");
         parseLoraTargets(in.loraTargets);
         if (in.mode == AccountingMode::ZeroPaper)
             throw std::runtime_error("zero-paper accounting describes full fine-tuning only; use "
-                                     "--mode engine with --method " + toString(in.method));
+                                     "--mode engine with --method "
+                + toString(in.method));
         if (in.offload != Offload::None)
             throw std::runtime_error("offload is not planned with --method " + toString(in.method)
                 + " (the adapters' optimizer state is small); use offload none");
@@ -990,8 +993,8 @@ void validate(const PlanInput& in)
             for (const ParamInfo& p : parameterTable(s))
                 if (projectionOf(p) >= 0 && p.shape[1] % 64 != 0)
                     throw std::runtime_error("QLoRA needs every projection's input size to be a "
-                        "multiple of the NF4 block of 64; " + p.name + " has "
-                        + std::to_string(p.shape[1]) + "; use --method lora");
+                                             "multiple of the NF4 block of 64; "
+                        + p.name + " has " + std::to_string(p.shape[1]) + "; use --method lora");
     }
     if (in.device.kind == DeviceKind::Cpu && in.offload != Offload::None)
         throw std::runtime_error("offload '" + toString(in.offload)
@@ -1106,8 +1109,7 @@ int64_t fewestGpus(const PlanInput& in, int64_t limitGpus)
     return nodes > maxNodes ? 0 : nodes * in.gpusPerNode;
 }
 
-int64_t loraAdapterParameterCount(
-    const ModelSpec& spec, int64_t rank, const std::string& targets)
+int64_t loraAdapterParameterCount(const ModelSpec& spec, int64_t rank, const std::string& targets)
 {
     const std::vector<bool> on = parseLoraTargets(targets);
     int64_t n = 0;
@@ -1194,8 +1196,7 @@ nlohmann::json toJson(const PlanResult& r)
     if (in.usesLora()) {
         j["lora"] = {{"rank", in.loraRank}, {"alpha", in.loraAlpha}, {"dropout", in.loraDropout},
             {"targets", in.loraTargets}, {"rslora", in.loraRslora},
-            {"adapter_params",
-                loraAdapterParameterCount(in.model, in.loraRank, in.loraTargets)}};
+            {"adapter_params", loraAdapterParameterCount(in.model, in.loraRank, in.loraTargets)}};
         if (in.method == Method::Qlora)
             j["lora"]["quantized_params"] = quantizedParameterCount(in.model);
     }

@@ -191,8 +191,7 @@ int64_t fewestGpus(const PlanInput& in, int64_t limitGpus = 65536);
 
 // LoRA's trained parameters: rank * (in + out) per targeted projection per block
 // (A is rank x in, B is out x rank). `targets` as --lora-targets; throws naming a bad entry.
-int64_t loraAdapterParameterCount(
-    const ModelSpec& spec, int64_t rank, const std::string& targets);
+int64_t loraAdapterParameterCount(const ModelSpec& spec, int64_t rank, const std::string& targets);
 // QLoRA's quantised parameters: every block projection (q, k, v, o, gate, up, down) weight.
 int64_t quantizedParameterCount(const ModelSpec& spec);
 // Bytes of n NF4-quantised parameters: n / 2 packed + 4 per block of 64 (fp32 absmax).

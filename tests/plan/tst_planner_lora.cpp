@@ -142,8 +142,8 @@ void testStrategies()
     CHECK_EQ(ddp.adapterGrads, 4 * A + 2 * A + 4 * A * 2);
 
     const MemoryBreakdown z2 = plan(eightB(Method::Lora, Strategy::Zero2, 8)).perDevice;
-    CHECK_EQ(z2.frozenBase, 2 * P / 8);     // this rank's rows
-    CHECK_EQ(z2.gatheredParams, 2 * P);     // kept gathered whole
+    CHECK_EQ(z2.frozenBase, 2 * P / 8);       // this rank's rows
+    CHECK_EQ(z2.gatheredParams, 2 * P);       // kept gathered whole
     CHECK_EQ(z2.adapterOptimizer, 8 * A / 8); // sharded
     CHECK_EQ(z2.adapters, 4 * A / 8 + 2 * A);
 
