@@ -399,6 +399,13 @@ void LaunchPage::applyPlan(const plan::PlanInput& in, const QString& modelSource
     if (preset)
         s.model.clear(); // a preset is an architecture without weights: nothing to train
     toFields(s, /*keepBase=*/true);
+    // The form has no LoRA fields yet: the plan's method and adapter settings ride in the base.
+    m_base.method = s.method;
+    m_base.loraRank = s.loraRank;
+    m_base.loraAlpha = s.loraAlpha;
+    m_base.loraDropout = s.loraDropout;
+    m_base.loraTargets = s.loraTargets;
+    m_base.loraRslora = s.loraRslora;
     updatePreview();
     QStringList notes;
     if (preset)
