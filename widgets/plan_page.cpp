@@ -14,6 +14,8 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QSpinBox>
 #include <QTableWidget>
@@ -257,6 +259,16 @@ PlanPage::PlanPage(QWidget* parent)
     auto* leftWidget = new QWidget(this);
     leftWidget->setLayout(left);
     leftWidget->setMaximumWidth(400);
+    // The form scrolls when the window is short (it is taller than the chart needs).
+    auto* leftScroll = new QScrollArea(this);
+    leftScroll->setObjectName("planFieldsScroll");
+    leftScroll->setWidget(leftWidget);
+    leftScroll->setWidgetResizable(true);
+    leftScroll->setFrameShape(QFrame::NoFrame);
+    leftScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    leftScroll->setMinimumWidth(
+        leftWidget->sizeHint().width() + leftScroll->verticalScrollBar()->sizeHint().width());
+    leftScroll->setMaximumWidth(400 + leftScroll->verticalScrollBar()->sizeHint().width());
 
     auto* right = new QVBoxLayout;
     right->addWidget(m_message);
@@ -272,7 +284,7 @@ PlanPage::PlanPage(QWidget* parent)
     right->addLayout(actions);
 
     auto* layout = new QHBoxLayout(this);
-    layout->addWidget(leftWidget);
+    layout->addWidget(leftScroll);
     layout->addLayout(right, 1);
 
     // Tab order follows the form top to bottom.
