@@ -643,6 +643,14 @@ void PlanPage::fillTable()
             m_table->item(row, c)->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
     }
     m_table->setHorizontalHeaderLabels(columns);
+    // Categories no strategy uses (the LoRA ones under full fine-tuning, the full-model
+    // gradients and optimizer under LoRA) take no row.
+    for (int row = 0; row < names.size(); ++row) {
+        bool used = false;
+        for (const plan::PlanResult& r : m_results)
+            used = used || planCategoryBytes(r.perDevice)[size_t(row)] > 0;
+        m_table->setRowHidden(row, !used);
+    }
 }
 
 void PlanPage::saveSettings() const

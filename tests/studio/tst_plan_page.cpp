@@ -174,6 +174,10 @@ private Q_SLOTS:
         selectData(field<QComboBox>(page, "method"), "qlora");
         QTRY_VERIFY(page.chosen() && page.chosen()->input.method == plan::Method::Qlora);
         QVERIFY(page.chosen()->perDevice.quantizedBase > 0);
+        // The table hides what no strategy uses: the full-model optimizer row under QLoRA.
+        auto* table = field<QTableWidget>(page, "components");
+        QVERIFY(table->isRowHidden(int(planCategoryNames().indexOf("optimizer"))));
+        QVERIFY(!table->isRowHidden(int(planCategoryNames().indexOf("NF4 base"))));
         QVERIFY(page.chosen()->fits);
         QVERIFY(total(page.chosen()) < loraTotal);
 
