@@ -139,6 +139,11 @@ private:
     QSpinBox* m_keepCheckpoints = nullptr;
     QComboBox* m_precision = nullptr;
     QComboBox* m_checkpointing = nullptr;
+    QComboBox* m_method = nullptr; // full, lora, qlora
+    QSpinBox* m_loraRank = nullptr;
+    QLineEdit* m_loraAlpha = nullptr;
+    QLineEdit* m_loraDropout = nullptr;
+    QLineEdit* m_loraTargets = nullptr;
     QComboBox* m_target = nullptr;
     QComboBox* m_inputs = nullptr;
     QLabel* m_inputsLabel = nullptr;

@@ -12,7 +12,10 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
 #include <QPushButton>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QSpinBox>
 #include <QTableWidget>
@@ -68,7 +71,9 @@ QStringList planCategoryNames()
 {
     return {QObject::tr("sharded params"), QObject::tr("gathered params"), QObject::tr("grads"),
         QObject::tr("optimizer"), QObject::tr("activations"), QObject::tr("logits"),
-        QObject::tr("comm buffers"), QObject::tr("overhead")};
+        QObject::tr("comm buffers"), QObject::tr("overhead"), QObject::tr("frozen base"),
+        QObject::tr("NF4 base"), QObject::tr("adapters"), QObject::tr("adapter grads"),
+        QObject::tr("adapter optimizer")};
 }
 
 std::optional<double> predictedBytesPerRank(const nlohmann::json& runSpec)
@@ -179,6 +184,26 @@ PlanPage::PlanPage(QWidget* parent)
     m_gradAccum = new QSpinBox(this);
     m_gradAccum->setObjectName("gradAccum");
     m_gradAccum->setRange(1, 65536);
+    m_method = new QComboBox(this);
+    m_method->setObjectName("method");
+    m_method->addItem(tr("full fine-tuning"), "full");
+    m_method->addItem(tr("LoRA (frozen base)"), "lora");
+    m_method->addItem(tr("QLoRA (NF4 base)"), "qlora");
+    m_loraRank = new QSpinBox(this);
+    m_loraRank->setObjectName("loraRank");
+    m_loraRank->setRange(1, 4096);
+    m_loraRank->setValue(8);
+    m_loraAlpha = new QDoubleSpinBox(this);
+    m_loraAlpha->setObjectName("loraAlpha");
+    m_loraAlpha->setRange(0.01, 1e6);
+    m_loraAlpha->setValue(16);
+    m_loraDropout = new QDoubleSpinBox(this);
+    m_loraDropout->setObjectName("loraDropout");
+    m_loraDropout->setRange(0, 0.99);
+    m_loraDropout->setSingleStep(0.05);
+    m_loraTargets = new QLineEdit("q,k,v,o", this);
+    m_loraTargets->setObjectName("loraTargets");
+    m_loraTargets->setToolTip(tr("Adapted projections: any of q,k,v,o,gate,up,down"));
     m_toLaunch = new QPushButton(tr("Launch with these settings →"), this);
     m_toLaunch->setObjectName("toLaunch");
     m_message = new MessageBar(this);
@@ -220,6 +245,11 @@ PlanPage::PlanPage(QWidget* parent)
     trainForm->addRow(tr("Se&quence length"), m_seqLen);
     trainForm->addRow(tr("Gradient &accumulation"), m_gradAccum);
     trainForm->addRow(tr("Acco&unting"), m_mode);
+    trainForm->addRow(tr("Me&thod"), m_method);
+    trainForm->addRow(tr("LoRA ran&k"), m_loraRank);
+    trainForm->addRow(tr("LoRA a&lpha"), m_loraAlpha);
+    trainForm->addRow(tr("LoRA dr&opout"), m_loraDropout);
+    trainForm->addRow(tr("LoRA &targets"), m_loraTargets);
 
     auto* left = new QVBoxLayout;
     left->addWidget(modelBox);
@@ -229,6 +259,16 @@ PlanPage::PlanPage(QWidget* parent)
     auto* leftWidget = new QWidget(this);
     leftWidget->setLayout(left);
     leftWidget->setMaximumWidth(400);
+    // The form scrolls when the window is short (it is taller than the chart needs).
+    auto* leftScroll = new QScrollArea(this);
+    leftScroll->setObjectName("planFieldsScroll");
+    leftScroll->setWidget(leftWidget);
+    leftScroll->setWidgetResizable(true);
+    leftScroll->setFrameShape(QFrame::NoFrame);
+    leftScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    leftScroll->setMinimumWidth(
+        leftWidget->sizeHint().width() + leftScroll->verticalScrollBar()->sizeHint().width());
+    leftScroll->setMaximumWidth(400 + leftScroll->verticalScrollBar()->sizeHint().width());
 
     auto* right = new QVBoxLayout;
     right->addWidget(m_message);
@@ -244,13 +284,14 @@ PlanPage::PlanPage(QWidget* parent)
     right->addLayout(actions);
 
     auto* layout = new QHBoxLayout(this);
-    layout->addWidget(leftWidget);
+    layout->addWidget(leftScroll);
     layout->addLayout(right, 1);
 
     // Tab order follows the form top to bottom.
     QWidget* order[] = {m_modelBox, m_openFolder, m_gpus, m_nodes, m_device, m_customGiB, m_hostGiB,
         m_strategy, m_shardGroup, m_precision, m_checkpointing, m_offload, m_microBatch, m_seqLen,
-        m_gradAccum, m_mode, m_toLaunch};
+        m_gradAccum, m_mode, m_method, m_loraRank, m_loraAlpha, m_loraDropout, m_loraTargets,
+        m_toLaunch};
     for (size_t i = 1; i < std::size(order); ++i)
         setTabOrder(order[i - 1], order[i]);
 
@@ -265,12 +306,23 @@ PlanPage::PlanPage(QWidget* parent)
         if (m_input)
             Q_EMIT launchRequested(*m_input, m_modelSource);
     });
-    for (QSpinBox* s : {m_gpus, m_nodes, m_shardGroup, m_microBatch, m_seqLen, m_gradAccum})
+    connect(m_loraTargets, &QLineEdit::textChanged, this, &PlanPage::scheduleRecompute);
+    auto loraEnabled = [this] {
+        const bool on = m_method->currentData().toString() != "full";
+        for (QWidget* w :
+            std::initializer_list<QWidget*> {m_loraRank, m_loraAlpha, m_loraDropout, m_loraTargets})
+            w->setEnabled(on);
+    };
+    connect(m_method, qOverload<int>(&QComboBox::currentIndexChanged), this, loraEnabled);
+    loraEnabled();
+    for (QSpinBox* s :
+        {m_gpus, m_nodes, m_shardGroup, m_microBatch, m_seqLen, m_gradAccum, m_loraRank})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, &PlanPage::scheduleRecompute);
-    for (QDoubleSpinBox* s : {m_customGiB, m_hostGiB})
+    for (QDoubleSpinBox* s : {m_customGiB, m_hostGiB, m_loraAlpha, m_loraDropout})
         connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this,
             &PlanPage::scheduleRecompute);
-    for (QComboBox* c : {m_device, m_strategy, m_precision, m_checkpointing, m_offload, m_mode})
+    for (QComboBox* c :
+        {m_device, m_strategy, m_precision, m_checkpointing, m_offload, m_mode, m_method})
         connect(
             c, qOverload<int>(&QComboBox::currentIndexChanged), this, &PlanPage::scheduleRecompute);
     connect(m_device, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
@@ -387,6 +439,7 @@ std::optional<plan::PlanInput> PlanPage::readFields(QString* error) const
         in.checkpointing
             = plan::parseCheckpointing(m_checkpointing->currentData().toString().toStdString());
         in.offload = plan::parseOffload(m_offload->currentData().toString().toStdString());
+        in.method = plan::parseMethod(m_method->currentData().toString().toStdString());
     } catch (const std::exception& e) {
         *error = QString::fromUtf8(e.what());
         return std::nullopt;
@@ -395,6 +448,10 @@ std::optional<plan::PlanInput> PlanPage::readFields(QString* error) const
     in.microBatch = m_microBatch->value();
     in.seqLen = m_seqLen->value();
     in.gradAccum = m_gradAccum->value();
+    in.loraRank = m_loraRank->value();
+    in.loraAlpha = m_loraAlpha->value();
+    in.loraDropout = m_loraDropout->value();
+    in.loraTargets = m_loraTargets->text().remove(' ').toStdString();
     in.gpusPerNode = m_gpus->value();
     in.nodes = m_nodes->value();
     const QString device = m_device->currentData().toString();
@@ -586,6 +643,14 @@ void PlanPage::fillTable()
             m_table->item(row, c)->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
     }
     m_table->setHorizontalHeaderLabels(columns);
+    // Categories no strategy uses (the LoRA ones under full fine-tuning, the full-model
+    // gradients and optimizer under LoRA) take no row.
+    for (int row = 0; row < names.size(); ++row) {
+        bool used = false;
+        for (const plan::PlanResult& r : m_results)
+            used = used || planCategoryBytes(r.perDevice)[size_t(row)] > 0;
+        m_table->setRowHidden(row, !used);
+    }
 }
 
 void PlanPage::saveSettings() const

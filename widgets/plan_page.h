@@ -18,6 +18,7 @@ class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
 class QPushButton;
+class QLineEdit;
 class QSpinBox;
 class QTableWidget;
 class QTimer;
@@ -94,6 +95,11 @@ private:
     QSpinBox* m_microBatch = nullptr;
     QSpinBox* m_seqLen = nullptr;
     QSpinBox* m_gradAccum = nullptr;
+    QComboBox* m_method = nullptr; // full, lora, qlora
+    QSpinBox* m_loraRank = nullptr;
+    QDoubleSpinBox* m_loraAlpha = nullptr;
+    QDoubleSpinBox* m_loraDropout = nullptr;
+    QLineEdit* m_loraTargets = nullptr;
     MessageBar* m_message = nullptr;
     MemoryBarChart* m_chart = nullptr;
     QLabel* m_verdict = nullptr;

@@ -90,7 +90,8 @@ QColor Theme::categoryColor(int index)
 {
     static const QColor colors[] = {QColor(78, 121, 167), QColor(160, 203, 232),
         QColor(242, 142, 43), QColor(225, 87, 89), QColor(118, 183, 178), QColor(89, 161, 79),
-        QColor(237, 201, 72), QColor(176, 122, 161), QColor(156, 117, 95), QColor(186, 176, 172)};
+        QColor(237, 201, 72), QColor(176, 122, 161), QColor(156, 117, 95), QColor(186, 176, 172),
+        QColor(31, 119, 180), QColor(214, 39, 40), QColor(44, 160, 44)};
     constexpr int n = int(sizeof(colors) / sizeof(colors[0]));
     return colors[((index % n) + n) % n];
 }

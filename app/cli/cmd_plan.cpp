@@ -40,6 +40,11 @@ struct PlanOptions {
     std::string overhead;
     std::string mode = "engine";
     std::string calibration;
+    std::string method = "full";
+    std::string loraRank = "8";
+    std::string loraAlpha = "16";
+    std::string loraDropout = "0";
+    std::string loraTargets = "q,k,v,o";
     bool json = false;
     bool showCalibration = false;
 };
@@ -65,6 +70,16 @@ double parseGiB(const std::string& flag, const std::string& text, bool allowZero
         throw std::runtime_error(flag + ": '" + text + "' is not a number of GiB");
     if (v < 0 || (!allowZero && v == 0))
         throw std::runtime_error(flag + " must be a positive number of GiB (got " + text + ")");
+    return v;
+}
+
+double parseNumber(const std::string& flag, const std::string& text)
+{
+    errno = 0;
+    char* end = nullptr;
+    double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+        throw std::runtime_error(flag + ": '" + text + "' is not a number");
     return v;
 }
 
@@ -125,6 +140,11 @@ PlanInput buildInput(const PlanOptions& o)
         in.shardGroup = parseCount("--shard-group", o.shardGroup);
     }
     in.device = deviceFor(o);
+    in.method = parseMethod(o.method);
+    in.loraRank = parseCount("--lora-rank", o.loraRank);
+    in.loraAlpha = parseNumber("--lora-alpha", o.loraAlpha);
+    in.loraDropout = parseNumber("--lora-dropout", o.loraDropout);
+    in.loraTargets = o.loraTargets;
     if (!o.overhead.empty())
         in.device.overheadBytes = static_cast<int64_t>(
             std::llround(parseGiB("--overhead", o.overhead, true) * 1024.0 * 1024 * 1024));
@@ -200,9 +220,21 @@ void printHuman(const PlanInput& in, const std::vector<PlanResult>& all, const P
     std::printf("Setup   %s, %s, checkpointing %s, offload %s\n", where.c_str(),
         toString(in.precision).c_str(), toString(in.checkpointing).c_str(),
         toString(in.offload).c_str());
-    std::printf("Batch   micro-batch %lld x %lld tokens, grad-accum %lld; %s accounting\n\n",
+    std::printf("Batch   micro-batch %lld x %lld tokens, grad-accum %lld; %s accounting\n",
         static_cast<long long>(in.microBatch), static_cast<long long>(in.seqLen),
         static_cast<long long>(in.gradAccum), toString(in.mode).c_str());
+    if (in.usesLora()) {
+        const int64_t a = loraAdapterParameterCount(in.model, in.loraRank, in.loraTargets);
+        std::printf("Method  %s, rank %lld, alpha %g, targets %s: %s = %s adapter parameters",
+            toString(in.method).c_str(), static_cast<long long>(in.loraRank), in.loraAlpha,
+            in.loraTargets.c_str(), formatParamCount(a).c_str(), withCommas(a).c_str());
+        if (in.method == Method::Qlora)
+            std::printf(", %s NF4", formatParamCount(quantizedParameterCount(in.model)).c_str());
+        std::printf("\n");
+    } else {
+        std::printf("Method  full fine-tuning\n");
+    }
+    std::printf("\n");
 
     const int labelWidth = 24, colWidth = 12;
     std::string header = std::string("Memory per ") + unit + " (GiB)";
@@ -217,8 +249,17 @@ void printHuman(const PlanInput& in, const std::vector<PlanResult>& all, const P
     const std::vector<std::pair<std::string, std::string>> labels = {
         {"sharded_params", "params (own shard)"}, {"gathered_params", "params (gathered)"},
         {"grads", "gradients"}, {"optimizer", "optimizer (AdamW)"}, {"activations", "activations"},
-        {"logits", "logits + grad"}, {"comm_buffers", "comm buffers"}, {"overhead", "overhead"}};
+        {"logits", "logits + grad"}, {"comm_buffers", "comm buffers"}, {"overhead", "overhead"},
+        {"frozen_base", "frozen base (own)"}, {"quantized_base", "NF4 base (own)"},
+        {"adapters", "adapters"}, {"adapter_grads", "adapter gradients"},
+        {"adapter_optimizer", "adapter AdamW"}};
+    const bool nf4 = in.method == Method::Qlora;
     for (const auto& [key, label] : labels) {
+        const bool loraRow = key == "frozen_base" || key == "quantized_base" || key == "adapters"
+            || key == "adapter_grads" || key == "adapter_optimizer";
+        if ((loraRow && !in.usesLora()) || (key == "quantized_base" && !nf4)
+            || (in.usesLora() && (key == "sharded_params" || key == "grads" || key == "optimizer")))
+            continue;
         std::printf("  %-*s", labelWidth - 2, label.c_str());
         for (const auto& r : all)
             for (const auto& [k, v] : r.perDevice.components())
@@ -371,6 +412,15 @@ const CommandRegistration kPlan([](CLI::App& app) {
             ->type_name("L"),
         sub->add_option("--grad-accum", o->gradAccum, "Micro-steps per optimizer step")
             ->type_name("K"),
+        sub->add_option("--method", o->method, "full (default), lora or qlora (NF4 base)")
+            ->type_name("M"),
+        sub->add_option("--lora-rank", o->loraRank, "LoRA rank r (default 8)")->type_name("R"),
+        sub->add_option("--lora-alpha", o->loraAlpha, "LoRA alpha (default 16)")->type_name("A"),
+        sub->add_option("--lora-dropout", o->loraDropout, "LoRA dropout (default 0)")
+            ->type_name("P"),
+        sub->add_option("--lora-targets", o->loraTargets,
+               "Adapted projections: any of q,k,v,o,gate,up,down (default q,k,v,o)")
+            ->type_name("LIST"),
     };
     for (CLI::Option* opt : fromSpec)
         spec->excludes(opt);

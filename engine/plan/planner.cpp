@@ -48,6 +48,8 @@ const NameTable<Checkpointing> kCheckpointing {
 const NameTable<Offload> kOffload {{{Offload::None, "none"}, {Offload::Optimizer, "optimizer"},
                                        {Offload::ParamsAndOptimizer, "params+optimizer"}},
     "offload"};
+const NameTable<Method> kMethods {
+    {{Method::Full, "full"}, {Method::Lora, "lora"}, {Method::Qlora, "qlora"}}, "method"};
 const NameTable<AccountingMode> kModes {
     {{AccountingMode::Engine, "engine"}, {AccountingMode::ZeroPaper, "zero-paper"}}, "mode"};
 
@@ -146,6 +148,69 @@ Dims layerDims(const ModelSpec& s, int64_t layer)
         static_cast<double>(s.intermediateSize)};
 }
 
+// LoRA / QLoRA. The engine (engine/core/model/lora.h, engine/fsdp/sharded_strategy.cpp) appends
+// each block's adapters (A: rank x in, B: out x rank) to its unit as ordinary trainable
+// parameters: fp32 masters, gradients and AdamW state sharded like any weight under zero1-3,
+// replicated under ddp. The frozen base is a separate group: each rank keeps its rows (compute
+// dtype, or NF4 packed bytes + fp32 absmax for QLoRA's block projections); zero3 / hybrid gather a
+// block at a time and free it, ddp / zero1 / zero2 keep it gathered whole. On one rank the frozen
+// shard is the gathered copy (no second copy).
+struct LoraTarget {
+    const char* flag;   // --lora-targets entry
+    const char* module; // Hugging Face parameter name fragment
+};
+const LoraTarget kLoraTargets[] = {{"q", ".self_attn.q_proj.weight"},
+    {"k", ".self_attn.k_proj.weight"}, {"v", ".self_attn.v_proj.weight"},
+    {"o", ".self_attn.o_proj.weight"}, {"gate", ".mlp.gate_proj.weight"},
+    {"up", ".mlp.up_proj.weight"}, {"down", ".mlp.down_proj.weight"}};
+
+bool endsWith(const std::string& s, const char* tail)
+{
+    const std::string t(tail);
+    return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+std::vector<bool> parseLoraTargets(const std::string& list)
+{
+    std::vector<bool> on(std::size(kLoraTargets), false);
+    size_t start = 0;
+    bool any = false;
+    while (start <= list.size()) {
+        size_t comma = list.find(',', start);
+        std::string item = list.substr(start, comma == std::string::npos ? comma : comma - start);
+        bool found = false;
+        for (size_t i = 0; i < std::size(kLoraTargets); ++i)
+            if (item == kLoraTargets[i].flag) {
+                on[i] = found = any = true;
+            }
+        if (!found)
+            throw std::runtime_error("unknown LoRA target '" + item + "' in '" + list
+                + "' (use a comma-separated list of q, k, v, o, gate, up, down)");
+        if (comma == std::string::npos)
+            break;
+        start = comma + 1;
+    }
+    if (!any)
+        throw std::runtime_error("no LoRA targets given (use e.g. q,k,v,o)");
+    return on;
+}
+
+// Which projection a block parameter is: its kLoraTargets index, or -1.
+int projectionOf(const ParamInfo& p)
+{
+    if (p.layer < 0 || p.shape.size() != 2)
+        return -1;
+    for (size_t i = 0; i < std::size(kLoraTargets); ++i)
+        if (endsWith(p.name, kLoraTargets[i].module))
+            return static_cast<int>(i);
+    return -1;
+}
+
+int64_t padRows(int64_t rows, int64_t s)
+{
+    return (rows + s - 1) / s * s;
+}
+
 struct ActivationBytes {
     double activations = 0;
     double logits = 0;
@@ -190,6 +255,21 @@ ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
             + maxBlock + root + transient;
     else
         a.activations = sumBlocks + root + transient;
+    if (in.usesLora()) {
+        // Each adapted projection saves A's output (T x rank) for B's backward and, with dropout,
+        // the dropped input (T x in); checkpointing keeps one block's.
+        const std::vector<bool> on = parseLoraTargets(in.loraTargets);
+        double perBlock = 0;
+        for (const ParamInfo& p : parameterTable(s))
+            if (p.layer == 0 && projectionOf(p) >= 0 && on[static_cast<size_t>(projectionOf(p))])
+                perBlock += T * c
+                    * (static_cast<double>(in.loraRank)
+                        + (in.loraDropout > 0 ? static_cast<double>(p.shape[1]) : 0.0));
+        const double blocks
+            = in.checkpointing == Checkpointing::Full ? 1.0 : static_cast<double>(s.numLayers);
+        a.activations += blocks * perBlock;
+        a.largestBlock += in.checkpointing == Checkpointing::Full ? 0.0 : perBlock;
+    }
     const double V = static_cast<double>(s.vocabSize);
     a.logits = T * V * (4.0 * k.logitsFp32Copies + (c != 4 ? c * k.logitsComputeCopies : 0.0));
     return a;
@@ -490,6 +570,130 @@ Internal paperModelStates(const PlanInput& in, const ModelShapes& shapes, int64_
     return o;
 }
 
+// Padded element counts over a shard degree S (each tensor split on dim 0, docs/ARCHITECTURE.md).
+struct LoraSizes {
+    double frozen = 0, frozenRoot = 0, frozenBlock = 0;       // compute-dtype frozen base
+    double quantized = 0, quantizedBlock = 0;                 // NF4 projections (elements)
+    double quantizedExact = 0, quantizedBlockExact = 0;       // unpadded (dequantised copies)
+    double adapters = 0, adaptersExact = 0, adapterBlock = 0; // trainable adapters
+};
+
+LoraSizes loraSizes(const PlanInput& in, int64_t S)
+{
+    const std::vector<bool> on = parseLoraTargets(in.loraTargets);
+    const bool q = in.method == Method::Qlora;
+    const double r = static_cast<double>(in.loraRank);
+    LoraSizes z;
+    std::map<int64_t, double> frozenBlocks, quantBlocks, quantBlocksExact, adapterBlocks;
+    for (const ParamInfo& p : parameterTable(in.model)) {
+        const int64_t rows = p.shape.empty() ? 1 : p.shape[0];
+        const double perRow = rows ? static_cast<double>(p.numel() / rows) : 0.0;
+        const double padded = static_cast<double>(padRows(rows, S)) * perRow;
+        const int proj = projectionOf(p);
+        if (q && proj >= 0) {
+            z.quantized += padded;
+            z.quantizedExact += static_cast<double>(p.numel());
+            quantBlocks[p.layer] += padded;
+            quantBlocksExact[p.layer] += static_cast<double>(p.numel());
+        } else {
+            z.frozen += padded;
+            if (p.layer < 0)
+                z.frozenRoot += padded;
+            else
+                frozenBlocks[p.layer] += padded;
+        }
+        if (proj >= 0 && on[static_cast<size_t>(proj)]) {
+            const double out = static_cast<double>(p.shape[0]),
+                         inDim = static_cast<double>(p.shape[1]);
+            const double a = static_cast<double>(padRows(in.loraRank, S)) * inDim
+                + static_cast<double>(padRows(p.shape[0], S)) * r;
+            z.adapters += a;
+            z.adaptersExact += r * (inDim + out);
+            adapterBlocks[p.layer] += a;
+        }
+    }
+    for (const auto& [l, n] : frozenBlocks)
+        z.frozenBlock = std::max(z.frozenBlock, n);
+    for (const auto& [l, n] : quantBlocks)
+        z.quantizedBlock = std::max(z.quantizedBlock, n);
+    for (const auto& [l, n] : quantBlocksExact)
+        z.quantizedBlockExact = std::max(z.quantizedBlockExact, n);
+    for (const auto& [l, n] : adapterBlocks)
+        z.adapterBlock = std::max(z.adapterBlock, n);
+    return z;
+}
+
+// Model states of a LoRA / QLoRA step (one moment: they change little over the step; the
+// activations and logits decide the peak as for full fine-tuning).
+Internal engineLoraStates(const PlanInput& in, int64_t S)
+{
+    const DtypeBytes d = dtypeBytes(in.precision);
+    const double c = d.compute, mb = d.master, gb = d.grad, ob = d.optimizer, r = d.reduce;
+    const LoraSizes z = loraSizes(in, S);
+    const double Sd = static_cast<double>(S);
+    const int64_t W = in.worldSize();
+    const bool zero3 = in.strategy == Strategy::Zero3 || in.strategy == Strategy::Hybrid;
+    const double inFlight = in.calibration.gatheredUnitsInFlight;
+
+    Internal o;
+    MemoryBreakdown& m = o.mem;
+    m.frozenBase = toBytes(c * z.frozen / Sd);
+    m.quantizedBase = toBytes(nf4Bytes(z.quantized) / Sd);
+    double gathered = 0;
+    if (S > 1) {
+        if (zero3)
+            gathered = std::min(c * z.frozen, c * (z.frozenRoot + inFlight * z.frozenBlock))
+                + std::min(nf4Bytes(z.quantized), inFlight * nf4Bytes(z.quantizedBlock));
+        else
+            gathered = c * z.frozen + nf4Bytes(z.quantized);
+    }
+    // QLoRA: each projection is dequantised to the compute dtype when used and autograd keeps it
+    // for the input gradient: every block's until backward, or one block's (the recomputed one)
+    // under activation checkpointing.
+    if (in.method == Method::Qlora)
+        gathered += c
+            * (in.checkpointing == Checkpointing::Full ? z.quantizedBlockExact : z.quantizedExact);
+    m.gatheredParams = toBytes(gathered);
+
+    const double owned = in.strategy == Strategy::Ddp ? z.adaptersExact : z.adapters / Sd;
+    const bool aliased = S == 1 && c == mb;
+    m.adapters = toBytes(mb * owned + (aliased ? 0.0 : c * z.adapters));
+    // The sharded (or replicated) gradient, the unsharded leaf gradients and, on more than one
+    // rank, the reduce input and output.
+    m.adapterGrads = toBytes(
+        gb * owned + c * z.adaptersExact + (W > 1 ? r * z.adapters * (1.0 + 1.0 / Sd) : 0.0));
+    m.adapterOptimizer = toBytes(ob * owned);
+    o.endMem = m;
+    o.hasEnd = false;
+    o.hasMid = false;
+
+    // Traffic: only the adapters' gradients are reduced; zero3 gathers the frozen base (its
+    // packed bytes under QLoRA) and the adapters twice per micro-step, zero1 / zero2 gather the
+    // updated adapters once per step.
+    const double ring = ringFraction(S), K = static_cast<double>(in.gradAccum);
+    switch (in.strategy) {
+    case Strategy::Ddp:
+        o.reduceBytes = 2.0 * ringFraction(W) * r * z.adaptersExact;
+        break;
+    case Strategy::Zero1:
+    case Strategy::Zero2:
+        o.reduceBytes = ring * r * z.adapters;
+        o.gatherBytes = ring * c * z.adapters;
+        break;
+    case Strategy::Zero3:
+    case Strategy::Hybrid: {
+        o.reduceBytes = ring * r * z.adapters;
+        const double blocks
+            = c * (z.frozen - z.frozenRoot) + nf4Bytes(z.quantized) + c * z.adapters;
+        o.gatherBytes = K * ring * (2.0 * blocks + c * z.frozenRoot);
+        if (in.strategy == Strategy::Hybrid)
+            o.reduceBytes += 2.0 * ringFraction(W / S) * r * z.adapters / Sd;
+        break;
+    }
+    }
+    return o;
+}
+
 PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
 {
     validate(in);
@@ -504,6 +708,7 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     const bool gpu = in.device.kind == DeviceKind::Gpu;
 
     Internal st = paper ? paperModelStates(in, shapes, res.shardDegree)
+        : in.usesLora() ? engineLoraStates(in, res.shardDegree)
                         : engineModelStates(in, shapes, res.shardDegree);
     ActivationBytes act
         = paper ? paperActivations(in, in.microBatch) : engineActivations(in, in.microBatch);
@@ -618,6 +823,11 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
         res.notes.push_back("ZeRO-paper accounting: 16-bit parameters and gradients, K="
             + std::to_string(static_cast<int>(k.zeroPaperK))
             + " optimizer bytes per parameter, Korthikanti activations");
+    if (in.method == Method::Qlora)
+        res.notes.push_back(in.checkpointing == Checkpointing::Full
+                ? "QLoRA: one block's dequantised projections are alive at a time (checkpointing)"
+                : "QLoRA: autograd keeps every block's dequantised projections until backward; "
+                  "activation checkpointing keeps one block's");
     if (s.slidingWindow > 0 && in.seqLen > s.slidingWindow)
         res.notes.push_back("sequence longer than the sliding window ("
             + std::to_string(s.slidingWindow) + "): planned as full attention");
@@ -645,6 +855,14 @@ std::string toString(Offload o)
 std::string toString(AccountingMode m)
 {
     return kModes.name(m);
+}
+std::string toString(Method m)
+{
+    return kMethods.name(m);
+}
+Method parseMethod(const std::string& s)
+{
+    return kMethods.parse(s);
 }
 std::string toString(DeviceKind k)
 {
@@ -711,15 +929,16 @@ DeviceSpec DeviceSpec::cpu(int64_t memoryBytes)
 
 int64_t MemoryBreakdown::total() const
 {
-    return shardedParams + gatheredParams + grads + optimizer + activations + logits + commBuffers
-        + overhead;
+    return modelStates() + activations + logits + commBuffers + overhead;
 }
 
 std::vector<std::pair<std::string, int64_t>> MemoryBreakdown::components() const
 {
     return {{"sharded_params", shardedParams}, {"gathered_params", gatheredParams},
         {"grads", grads}, {"optimizer", optimizer}, {"activations", activations},
-        {"logits", logits}, {"comm_buffers", commBuffers}, {"overhead", overhead}};
+        {"logits", logits}, {"comm_buffers", commBuffers}, {"overhead", overhead},
+        {"frozen_base", frozenBase}, {"quantized_base", quantizedBase}, {"adapters", adapters},
+        {"adapter_grads", adapterGrads}, {"adapter_optimizer", adapterOptimizer}};
 }
 
 void validate(const PlanInput& in)
@@ -752,6 +971,31 @@ void validate(const PlanInput& in)
     if (in.device.peakFlops16 <= 0 || in.device.peakFlops32 <= 0
         || in.device.intraNodeBytesPerSec <= 0 || in.device.interNodeBytesPerSec <= 0)
         throw std::runtime_error("device peak FLOP/s and link bandwidths must be positive");
+    if (in.usesLora()) {
+        if (s.isMoe())
+            throw std::runtime_error(s.name
+                + " is a mixture-of-experts model: LoRA / QLoRA are planned for dense models "
+                  "only; use --method full");
+        if (in.loraRank <= 0)
+            throw std::runtime_error(
+                "LoRA rank must be a positive integer (got " + std::to_string(in.loraRank) + ")");
+        if (in.loraDropout < 0 || in.loraDropout >= 1)
+            throw std::runtime_error("LoRA dropout must be in [0, 1)");
+        parseLoraTargets(in.loraTargets);
+        if (in.mode == AccountingMode::ZeroPaper)
+            throw std::runtime_error("zero-paper accounting describes full fine-tuning only; use "
+                                     "--mode engine with --method "
+                + toString(in.method));
+        if (in.offload != Offload::None)
+            throw std::runtime_error("offload is not planned with --method " + toString(in.method)
+                + " (the adapters' optimizer state is small); use offload none");
+        if (in.method == Method::Qlora)
+            for (const ParamInfo& p : parameterTable(s))
+                if (projectionOf(p) >= 0 && p.shape[1] % 64 != 0)
+                    throw std::runtime_error("QLoRA needs every projection's input size to be a "
+                                             "multiple of the NF4 block of 64; "
+                        + p.name + " has " + std::to_string(p.shape[1]) + "; use --method lora");
+    }
     if (in.device.kind == DeviceKind::Cpu && in.offload != Offload::None)
         throw std::runtime_error("offload '" + toString(in.offload)
             + "' means nothing on a CPU device (all state already lives in "
@@ -865,6 +1109,32 @@ int64_t fewestGpus(const PlanInput& in, int64_t limitGpus)
     return nodes > maxNodes ? 0 : nodes * in.gpusPerNode;
 }
 
+int64_t loraAdapterParameterCount(const ModelSpec& spec, int64_t rank, const std::string& targets)
+{
+    const std::vector<bool> on = parseLoraTargets(targets);
+    int64_t n = 0;
+    for (const ParamInfo& p : parameterTable(spec)) {
+        const int proj = projectionOf(p);
+        if (proj >= 0 && on[static_cast<size_t>(proj)])
+            n += rank * (p.shape[0] + p.shape[1]);
+    }
+    return n;
+}
+
+int64_t quantizedParameterCount(const ModelSpec& spec)
+{
+    int64_t n = 0;
+    for (const ParamInfo& p : parameterTable(spec))
+        if (projectionOf(p) >= 0)
+            n += p.numel();
+    return n;
+}
+
+double nf4Bytes(double n)
+{
+    return n / 2.0 + 4.0 * n / 64.0;
+}
+
 MemoryBreakdown zeroPaperModelStates(Strategy s, double psi, int64_t n, double k)
 {
     const double N = static_cast<double>(std::max<int64_t>(1, n));
@@ -922,6 +1192,14 @@ nlohmann::json toJson(const PlanResult& r)
     j["precision"] = toString(in.precision);
     j["checkpointing"] = toString(in.checkpointing);
     j["offload"] = toString(in.offload);
+    j["method"] = toString(in.method);
+    if (in.usesLora()) {
+        j["lora"] = {{"rank", in.loraRank}, {"alpha", in.loraAlpha}, {"dropout", in.loraDropout},
+            {"targets", in.loraTargets}, {"rslora", in.loraRslora},
+            {"adapter_params", loraAdapterParameterCount(in.model, in.loraRank, in.loraTargets)}};
+        if (in.method == Method::Qlora)
+            j["lora"]["quantized_params"] = quantizedParameterCount(in.model);
+    }
     j["micro_batch"] = in.microBatch;
     j["seq_len"] = in.seqLen;
     j["grad_accum"] = in.gradAccum;

@@ -28,6 +28,9 @@ enum class Checkpointing { None, Full };
 enum class Offload { None, Optimizer, ParamsAndOptimizer };
 enum class AccountingMode { Engine, ZeroPaper };
 enum class DeviceKind { Gpu, Cpu };
+// Full fine-tuning, LoRA (frozen base in the compute dtype + trained adapters) or QLoRA (the
+// block projections stored as NF4, engine/core/model/nf4.h).
+enum class Method { Full, Lora, Qlora };
 
 // Names as the CLI and JSON spell them: "ddp", "zero1", "zero2", "zero3", "hybrid"; "fp32",
 // "bf16-mixed", "bf16", "fp16-mixed"; "none", "full"; "none", "optimizer", "params+optimizer";
@@ -44,6 +47,8 @@ Precision parsePrecision(const std::string& s);
 Checkpointing parseCheckpointing(const std::string& s);
 Offload parseOffload(const std::string& s);
 AccountingMode parseAccountingMode(const std::string& s);
+std::string toString(Method m); // "full", "lora", "qlora"
+Method parseMethod(const std::string& s);
 using protocol::allStrategies; // ddp, zero1, zero2, zero3, hybrid
 
 // Bytes per element of each kind of state for a precision.
@@ -91,7 +96,15 @@ struct PlanInput {
     DeviceSpec device;
     AccountingMode mode = AccountingMode::Engine;
     Calibration calibration;
+    // LoRA / QLoRA (engine/core/model/lora.h); ignored under Method::Full.
+    Method method = Method::Full;
+    int64_t loraRank = 8;
+    double loraAlpha = 16.0;
+    double loraDropout = 0.0;
+    std::string loraTargets = "q,k,v,o"; // any of q,k,v,o,gate,up,down
+    bool loraRslora = false;
 
+    bool usesLora() const { return method != Method::Full; }
     int64_t worldSize() const { return gpusPerNode * nodes; }
     protocol::ParallelDims parallelDims() const
     {
@@ -109,11 +122,23 @@ struct MemoryBreakdown {
     int64_t logits = 0;         // logits and their gradient
     int64_t commBuffers = 0;    // flat reduce / receive buffers
     int64_t overhead = 0;       // fixed overhead + fragmentation
+    // LoRA / QLoRA (zero under full fine-tuning). The gathered frozen base and, under QLoRA, the
+    // dequantised projections autograd keeps for backward are in gatheredParams.
+    int64_t frozenBase = 0;       // this rank's frozen base in the compute dtype (not quantised)
+    int64_t quantizedBase = 0;    // this rank's NF4 bytes: 0.5 B/param + 4 B absmax per 64
+    int64_t adapters = 0;         // adapter masters (+ their compute-dtype copies)
+    int64_t adapterGrads = 0;     // adapter gradients (sharded + unsharded + reduce buffers)
+    int64_t adapterOptimizer = 0; // AdamW m and v of the adapters
 
-    int64_t modelStates() const { return shardedParams + gatheredParams + grads + optimizer; }
+    int64_t modelStates() const
+    {
+        return shardedParams + gatheredParams + grads + optimizer + frozenBase + quantizedBase
+            + adapters + adapterGrads + adapterOptimizer;
+    }
     int64_t total() const;
     // (key, bytes) in display order; keys as in JSON: "sharded_params", "gathered_params",
-    // "grads", "optimizer", "activations", "logits", "comm_buffers", "overhead".
+    // "grads", "optimizer", "activations", "logits", "comm_buffers", "overhead", "frozen_base",
+    // "quantized_base", "adapters", "adapter_grads", "adapter_optimizer".
     std::vector<std::pair<std::string, int64_t>> components() const;
 };
 
@@ -163,6 +188,14 @@ int64_t largestMicroBatch(const PlanInput& in, int64_t limit = 65536);
 // Fewest GPUs (1..gpusPerNode, then whole nodes; hybrid: multiples of the group) that fit,
 // 0 when none up to `limitGpus`.
 int64_t fewestGpus(const PlanInput& in, int64_t limitGpus = 65536);
+
+// LoRA's trained parameters: rank * (in + out) per targeted projection per block
+// (A is rank x in, B is out x rank). `targets` as --lora-targets; throws naming a bad entry.
+int64_t loraAdapterParameterCount(const ModelSpec& spec, int64_t rank, const std::string& targets);
+// QLoRA's quantised parameters: every block projection (q, k, v, o, gate, up, down) weight.
+int64_t quantizedParameterCount(const ModelSpec& spec);
+// Bytes of n NF4-quantised parameters: n / 2 packed + 4 per block of 64 (fp32 absmax).
+double nf4Bytes(double n);
 
 // The ZeRO paper's model states per device for psi parameters over n ranks with K optimizer
 // bytes per parameter: DDP (2+2+K)psi, ZeRO-1 4psi + K psi/n, ZeRO-2 2psi + (2+K)psi/n,

@@ -43,6 +43,12 @@ PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& dev
     in.gpusPerNode = spec.procsPerNode;
     in.nodes = spec.nodes;
     in.device = device;
+    in.method = parseMethod(spec.method);
+    in.loraRank = spec.loraRank;
+    in.loraAlpha = spec.loraAlpha;
+    in.loraDropout = spec.loraDropout;
+    in.loraTargets = spec.loraTargets;
+    in.loraRslora = spec.loraRslora;
     return in;
 }
 
@@ -60,6 +66,12 @@ void applyPlanToSpec(const PlanInput& in, const std::string& modelSource, protoc
     spec.microBatch = in.microBatch;
     spec.seqLen = in.seqLen;
     spec.gradAccum = in.gradAccum;
+    spec.method = toString(in.method);
+    spec.loraRank = in.loraRank;
+    spec.loraAlpha = in.loraAlpha;
+    spec.loraDropout = in.loraDropout;
+    spec.loraTargets = in.loraTargets;
+    spec.loraRslora = in.loraRslora;
 }
 
 } // namespace shard::plan

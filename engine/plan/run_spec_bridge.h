@@ -1,6 +1,7 @@
 // The one mapping between a plan and a run spec: every field both describe (model or preset,
 // device, GPUs per node, nodes, strategy, shard group, precision, checkpointing, offload,
-// micro-batch, sequence length, gradient accumulation) carried both ways. Used by the Plan page,
+// micro-batch, sequence length, gradient accumulation, method and the LoRA rank, alpha, dropout,
+// targets and rsLoRA) carried both ways. Used by the Plan page,
 // the Launch page, the Monitor's prediction and `shard plan --spec`.
 #pragma once
 

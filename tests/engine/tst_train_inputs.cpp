@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/train/global_batch.h"
 #include "core/train/trainer.h"
 #include "engine_test_util.h"
 #include "plan/planner.h"
@@ -227,6 +228,52 @@ void rankCount()
 }
 
 } // namespace
+// The engine's memory check plans a LoRA / QLoRA run as one (frozen base + adapters), not as full
+// fine-tuning: Llama-3.1-8B QLoRA fits a host on which its full fine-tuning does not.
+void loraMemoryCheck()
+{
+    const shard::plan::ModelSpec model = *shard::plan::findPreset("llama-3.1-8b");
+    shard::protocol::RunSpec spec;
+    spec.device = "cpu";
+    spec.strategy = "zero3";
+    spec.precision = "bf16-mixed";
+    spec.checkpointing = "full";
+    spec.microBatch = 1;
+    spec.seqLen = 128;
+    auto total = [&](const std::string& method) {
+        shard::plan::PlanInput in;
+        in.model = model;
+        in.precision = shard::plan::Precision::Bf16Mixed;
+        in.checkpointing = shard::plan::Checkpointing::Full;
+        in.seqLen = 128;
+        in.gpusPerNode = 1;
+        in.method = shard::plan::parseMethod(method);
+        in.device = shard::plan::DeviceSpec::cpu(shard::plan::physicalMemoryBytes());
+        return shard::plan::plan(in).perDevice.total();
+    };
+    const int64_t ram = shard::plan::physicalMemoryBytes();
+    if (total("qlora") > ram || total("full") <= ram) {
+        std::printf(
+            "skipping the LoRA memory case: %lld bytes of RAM here\n", static_cast<long long>(ram));
+        return;
+    }
+    bool fullRefused = false;
+    try {
+        shard::engine::checkMicroBatch(spec, model, 1, 1, 64);
+    } catch (const std::exception& e) {
+        fullRefused = std::string(e.what()).find("does not fit in memory") != std::string::npos;
+    }
+    T_CHECK(fullRefused);
+    spec.method = "qlora";
+    bool qloraAccepted = true;
+    try {
+        shard::engine::checkMicroBatch(spec, model, 1, 1, 64);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qlora refused: %s\n", e.what());
+        qloraAccepted = false;
+    }
+    T_CHECK(qloraAccepted);
+}
 
 int main()
 {
@@ -241,6 +288,7 @@ int main()
     writeTokenData(g_data, 64);
     threads();
     microBatch();
+    loraMemoryCheck();
     chatTemplate();
     skippedLines();
     rankCount();

@@ -565,7 +565,7 @@ void testCalibrationAndJson()
         if (k != "total")
             sum += v.get<int64_t>();
     CHECK_EQ(sum, out["per_device"]["total"].get<int64_t>());
-    CHECK_EQ(out["per_device"].size(), size_t(9));
+    CHECK_EQ(out["per_device"].size(), size_t(14)); // 13 components + total
     CHECK(out["fits"].is_boolean());
     CHECK_EQ(formatGiB(int64_t(3) << 29), std::string("1.50 GiB"));
 }

@@ -193,6 +193,46 @@ void testModels()
     CHECK(found);
 }
 
+// --method lora / qlora: the new rows and JSON categories; full fine-tuning shows none of them.
+void testLora()
+{
+    const std::string base = "plan --model llama-3.1-8b --gpus 1 --strategy ddp --gpu-memory 24 "
+                             "--micro-batch 2 --seq-len 2048 --checkpointing full";
+    Result full = shard(base);
+    CHECK_EQ(full.code, 0);
+    CHECK(full.out.find("frozen base") == std::string::npos);
+    CHECK(full.out.find("Method  full fine-tuning") != std::string::npos);
+    Result q = shard(base + " --method qlora --lora-rank 16 --lora-targets q,k,v,o,gate,up,down");
+    CHECK_EQ(q.code, 0);
+    for (const char* s : {"Method  qlora, rank 16", "41,943,040 adapter parameters",
+             "frozen base (own)", "NF4 base (own)", "adapters", "adapter gradients",
+             "adapter AdamW", "Verdict: ddp FITS"})
+        if (q.out.find(s) == std::string::npos)
+            shard::plan::test::fail(
+                __FILE__, __LINE__, std::string("qlora table lacks '") + s + "'");
+    Result j = shard(base + " --method lora --json");
+    CHECK_EQ(j.code, 0);
+    json p = json::parse(j.out, nullptr, false);
+    CHECK(!p.is_discarded());
+    if (p.is_discarded())
+        return;
+    CHECK_EQ(p["method"].get<std::string>(), std::string("lora"));
+    CHECK_EQ(p["lora"]["adapter_params"].get<int64_t>(), int64_t(6815744));
+    CHECK_EQ(p["per_device"]["frozen_base"].get<int64_t>(), int64_t(2) * 8030261248);
+    CHECK_EQ(p["per_device"]["adapter_optimizer"].get<int64_t>(), int64_t(8) * 6815744);
+    int64_t sum = 0;
+    for (auto& [k, v] : p["per_device"].items())
+        if (k != "total")
+            sum += v.get<int64_t>();
+    CHECK_EQ(sum, p["per_device"]["total"].get<int64_t>());
+    // zero3 shards the frozen base, ddp keeps it whole.
+    CHECK(p["strategies"]["zero3"]["per_device"]["frozen_base"].get<int64_t>()
+        == p["strategies"]["ddp"]["per_device"]["frozen_base"].get<int64_t>()); // one GPU
+    expectError(base + " --method dora", "unknown method 'dora'");
+    expectError(base + " --method lora --lora-targets q,gatee", "unknown LoRA target 'gatee'");
+    expectError(base + " --method lora --lora-rank 0", "--lora-rank must be a positive integer");
+}
+
 void testErrors()
 {
     expectError("plan --model llama2-7b --gpus 8", "did you mean llama-2-7b");
@@ -248,6 +288,7 @@ int main()
     testModels();
     testHfFolder();
     testCalibration();
+    testLora();
     testErrors();
     fs::remove_all(tempDir());
     return shard::plan::test::finish("tst_shard_plan_cli");

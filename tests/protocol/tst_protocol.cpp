@@ -175,6 +175,26 @@ private Q_SLOTS:
             }
         QVERIFY(differingConfigValues({terse}).empty());
     }
+
+    // Compare's config diff shows the method and the LoRA rank of runs that differ in them; a
+    // full run and one that states method full with the default rank do not differ.
+    void configDifferencesShowMethodAndRank()
+    {
+        const nlohmann::json full = {{"model", "m"}, {"data", {"a.jsonl"}}, {"steps", 10}};
+        nlohmann::json lora = full;
+        lora["method"] = "lora";
+        lora["lora_rank"] = 16;
+        nlohmann::json statedFull = full;
+        statedFull["method"] = "full";
+        QVERIFY(differingConfigValues({full, statedFull}).empty());
+        const auto d = differingConfigValues({full, lora});
+        QStringList keys;
+        for (const auto& x : d)
+            keys << QString::fromStdString(x.key);
+        QCOMPARE(keys, (QStringList {"lora_rank", "method"}));
+        QCOMPARE(d.at(0).values, (std::vector<std::string> {"8", "16"}));
+        QCOMPARE(d.at(1).values, (std::vector<std::string> {"full", "lora"}));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestProtocol)

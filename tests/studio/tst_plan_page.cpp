@@ -8,6 +8,7 @@
 #include <QDoubleSpinBox>
 #include <QFile>
 #include <QLabel>
+#include <QLineEdit>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -18,6 +19,7 @@
 #include "plan/model_spec.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/plan_page.h"
+#include "widgets/theme.h"
 
 using namespace shard::widgets;
 namespace plan = shard::plan;
@@ -128,6 +130,70 @@ private Q_SLOTS:
         selectData(field<QComboBox>(page, "precision"), "fp32");
         QTRY_VERIFY(page.chosen() && page.chosen()->input.precision == plan::Precision::Fp32);
         QVERIFY(double(page.chosen()->perDevice.gatheredParams) > 1.9 * gathered16);
+    }
+
+    // Method, rank, alpha, dropout and targets reach the planner; the chart carries the frozen
+    // base, NF4 base and adapter categories in their own colours; Launch gets them in its spec.
+    void loraFieldsChangeThePlan()
+    {
+        PlanPage page;
+        page.show();
+        page.setModel("llama-3.1-8b");
+        selectData(field<QComboBox>(page, "device"), "rtx-4090");
+        selectData(field<QComboBox>(page, "strategy"), "ddp");
+        field<QSpinBox>(page, "gpus")->setValue(1);
+        field<QSpinBox>(page, "microBatch")->setValue(2);
+        field<QSpinBox>(page, "seqLen")->setValue(2048);
+        selectData(field<QComboBox>(page, "checkpointing"), "full");
+        QTRY_VERIFY(page.chosen() && page.chosen()->worldSize == 1
+            && page.chosen()->input.seqLen == 2048 && page.chosen()->input.microBatch == 2
+            && page.chosen()->input.checkpointing == plan::Checkpointing::Full);
+        QVERIFY(!field<QSpinBox>(page, "loraRank")->isEnabled());
+        const double fullTotal = total(page.chosen());
+        QVERIFY(!page.chosen()->fits);
+
+        selectData(field<QComboBox>(page, "method"), "lora");
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.method == plan::Method::Lora);
+        QVERIFY(field<QSpinBox>(page, "loraRank")->isEnabled());
+        const int64_t P = page.chosen()->params;
+        QCOMPARE(page.chosen()->perDevice.frozenBase, 2 * P);
+        QCOMPARE(page.chosen()->perDevice.adapterOptimizer, int64_t(8) * 6815744);
+        const double loraTotal = total(page.chosen());
+        QVERIFY(loraTotal < fullTotal / 4);
+
+        field<QSpinBox>(page, "loraRank")->setValue(16);
+        field<QLineEdit>(page, "loraTargets")->setText("q,k,v,o,gate,up,down");
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.loraRank == 16
+            && page.chosen()->input.loraTargets == "q,k,v,o,gate,up,down");
+        QCOMPARE(page.chosen()->perDevice.adapterOptimizer, int64_t(8) * 41943040);
+        field<QDoubleSpinBox>(page, "loraAlpha")->setValue(32);
+        field<QDoubleSpinBox>(page, "loraDropout")->setValue(0.1);
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.loraDropout > 0.05);
+        QCOMPARE(page.chosen()->input.loraAlpha, 32.0);
+
+        selectData(field<QComboBox>(page, "method"), "qlora");
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.method == plan::Method::Qlora);
+        QVERIFY(page.chosen()->perDevice.quantizedBase > 0);
+        // The table hides what no strategy uses: the full-model optimizer row under QLoRA.
+        auto* table = field<QTableWidget>(page, "components");
+        QVERIFY(table->isRowHidden(int(planCategoryNames().indexOf("optimizer"))));
+        QVERIFY(!table->isRowHidden(int(planCategoryNames().indexOf("NF4 base"))));
+        QVERIFY(page.chosen()->fits);
+        QVERIFY(total(page.chosen()) < loraTotal);
+
+        // A bad target: a message, no plan.
+        field<QLineEdit>(page, "loraTargets")->setText("q,x");
+        QTRY_VERIFY(!page.chosen());
+
+        // The categories: each its own colour, one value per category in every bar.
+        const QStringList names = planCategoryNames();
+        QCOMPARE(names.size(), int(plan::MemoryBreakdown {}.components().size()));
+        QVERIFY(names.contains("frozen base") && names.contains("NF4 base")
+            && names.contains("adapters") && names.contains("adapter optimizer"));
+        QSet<QRgb> colours;
+        for (int i = 0; i < names.size(); ++i)
+            colours.insert(Theme::categoryColor(i).rgb());
+        QCOMPARE(colours.size(), names.size());
     }
 
     void huggingFaceFolderIsPlanned()

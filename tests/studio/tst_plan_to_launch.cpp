@@ -7,6 +7,7 @@
 #include <QComboBox>
 #include <QDir>
 #include <QFile>
+#include <QLineEdit>
 #include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
@@ -163,6 +164,51 @@ private Q_SLOTS:
         QVERIFY2(s, qPrintable(s.error()));
         QCOMPARE(s.value().shardGroup, 3);
         QVERIFY(l.cannotRunHere().isEmpty());
+    }
+
+    // The plan's method and LoRA settings reach the Launch page's run spec.
+    void loraPlanReachesTheSpec()
+    {
+        PlanPage p;
+        p.setModel("tiny-1m");
+        field<QSpinBox>(p, "seqLen")->setValue(512);
+        selectData(field<QComboBox>(p, "method"), "qlora");
+        field<QSpinBox>(p, "loraRank")->setValue(4);
+        p.findChild<QLineEdit*>("loraTargets")->setText("q,v,down");
+        p.recompute();
+        QVERIFY(p.input());
+        QVERIFY(p.input()->method == plan::Method::Qlora);
+        LaunchPage l;
+        l.applyPlan(*p.input(), "tiny-1m");
+        l.setModelFolder(m_tmp.filePath("model"));
+        l.setDataFiles({m_tmp.filePath("train.jsonl")});
+        selectData(field<QComboBox>(l, "device"), "cpu");
+        auto s = l.spec();
+        QVERIFY2(s, qPrintable(s.error()));
+        QCOMPARE(s.value().method, std::string("qlora"));
+        QCOMPARE(s.value().loraRank, int64_t(4));
+        QCOMPARE(s.value().loraTargets, std::string("q,v,down"));
+        QVERIFY(s.value().usesLora());
+        // The Launch form shows them, and what it shows is what the spec gets.
+        QCOMPARE(field<QComboBox>(l, "method")->currentData().toString(), QString("qlora"));
+        QCOMPARE(field<QSpinBox>(l, "loraRank")->value(), 4);
+        field<QSpinBox>(l, "loraRank")->setValue(32);
+        l.findChild<QLineEdit*>("loraAlpha")->setText("64");
+        l.findChild<QLineEdit*>("loraDropout")->setText("0.05");
+        selectData(field<QComboBox>(l, "method"), "lora");
+        s = l.spec();
+        QVERIFY2(s, qPrintable(s.error()));
+        QCOMPARE(s.value().method, std::string("lora"));
+        QCOMPARE(s.value().loraRank, int64_t(32));
+        QCOMPARE(s.value().loraAlpha, 64.0);
+        QCOMPARE(s.value().loraDropout, 0.05);
+        l.findChild<QLineEdit*>("loraDropout")->setText("1.5");
+        QVERIFY(!l.spec());
+        l.findChild<QLineEdit*>("loraDropout")->setText("0");
+        l.findChild<QLineEdit*>("loraTargets")->setText("q,zz");
+        QVERIFY(!l.spec()); // the run spec's own check names the bad target
+        selectData(field<QComboBox>(l, "method"), "full");
+        QVERIFY(!field<QSpinBox>(l, "loraRank")->isEnabled());
     }
 
 private:

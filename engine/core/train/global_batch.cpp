@@ -35,6 +35,12 @@ void checkMicroBatch(const protocol::RunSpec& spec, const plan::ModelSpec& model
             in.microBatch = spec.microBatch;
             in.seqLen = spec.seqLen;
             in.gradAccum = spec.gradAccum;
+            in.method = plan::parseMethod(spec.method); // LoRA / QLoRA: frozen base + adapters
+            in.loraRank = spec.loraRank;
+            in.loraAlpha = spec.loraAlpha;
+            in.loraDropout = spec.loraDropout;
+            in.loraTargets = spec.loraTargets;
+            in.loraRslora = spec.loraRslora;
             in.gpusPerNode = std::max(1, localWorldSize);
             in.nodes = std::max<int64_t>(1, W / in.gpusPerNode);
             in.device = plan::DeviceSpec::cpu(plan::physicalMemoryBytes());
