@@ -46,8 +46,8 @@ RunStatus Ingestor::statusForFinish(const QString& reason)
     return RunStatus::Failed;
 }
 
-Result<IngestStats> Ingestor::ingestChunk(
-    qint64 runId, IngestFile file, const std::string& chunk, qint64 chunkOffset, qint64* consumed)
+Result<IngestStats> Ingestor::ingestChunk(qint64 runId, IngestFile file, const std::string& chunk,
+    qint64 chunkOffset, qint64* consumed, const MetricsCatchUp& catchUp)
 {
     IngestStats stats;
     std::vector<protocol::MetricRecord> metrics;
@@ -97,6 +97,16 @@ Result<IngestStats> Ingestor::ingestChunk(
             return fail(s.error());
         stats.metrics = static_cast<qint64>(metrics.size());
     } else {
+        if (catchUp && stats.status && isTerminal(*stats.status)) {
+            auto caught = catchUp();
+            if (!caught)
+                return fail(caught.error());
+            stats.metrics += caught->metrics;
+            stats.badLines += caught->badLines;
+            stats.lastStep = std::max(stats.lastStep, caught->lastStep);
+            if (!caught->lastBadLine.isEmpty())
+                stats.lastBadLine = caught->lastBadLine;
+        }
         if (auto s = m_store.appendEvents(runId, events, newOffset); !s)
             return fail(s.error());
         stats.events = static_cast<qint64>(events.size());
@@ -115,45 +125,58 @@ Result<IngestStats> Ingestor::ingestChunk(
     return stats;
 }
 
-Result<IngestStats> Ingestor::ingestRunDir(qint64 runId, const QString& runDir)
+Result<IngestStats> Ingestor::ingestFile(
+    qint64 runId, const QString& runDir, IngestFile file, const MetricsCatchUp& catchUp)
 {
     IngestStats total;
-    // Events first: the finish event follows the last metric, so metrics read after it are
-    // complete (metrics first could end a run without the points written between the reads).
-    for (IngestFile file : {IngestFile::Events, IngestFile::Metrics}) {
-        const QString path = runDir + QLatin1Char('/') + fileName(file);
-        auto offset = m_store.ingestOffset(runId, fileKey(file));
-        if (!offset)
-            return fail(offset.error());
-        qint64 at = *offset;
-        for (;;) {
-            std::ifstream in(path.toStdString(), std::ios::binary);
-            if (!in)
-                break; // not written yet
-            in.seekg(0, std::ios::end);
-            const qint64 size = static_cast<qint64>(in.tellg());
-            if (at >= size)
-                break;
-            const qint64 n = std::min(size - at, m_maxBatchBytes);
-            std::string buf(static_cast<size_t>(n), '\0');
-            in.seekg(at);
-            in.read(buf.data(), n);
-            buf.resize(static_cast<size_t>(in.gcount()));
-            qint64 consumed = 0;
-            auto stats = ingestChunk(runId, file, buf, at, &consumed);
-            if (!stats)
-                return fail(stats.error());
-            total.add(*stats);
-            if (consumed == 0) {
-                if (n == m_maxBatchBytes) // one line longer than a batch: skip it as bad
-                    return fail(QStringLiteral("%1: a line at byte %2 is longer than %3 bytes")
-                                    .arg(path)
-                                    .arg(at)
-                                    .arg(m_maxBatchBytes));
-                break; // only a half-written line is left
-            }
-            at += consumed;
+    const QString path = runDir + QLatin1Char('/') + fileName(file);
+    auto offset = m_store.ingestOffset(runId, fileKey(file));
+    if (!offset)
+        return fail(offset.error());
+    qint64 at = *offset;
+    for (;;) {
+        std::ifstream in(path.toStdString(), std::ios::binary);
+        if (!in)
+            break; // not written yet
+        in.seekg(0, std::ios::end);
+        const qint64 size = static_cast<qint64>(in.tellg());
+        if (at >= size)
+            break;
+        const qint64 n = std::min(size - at, m_maxBatchBytes);
+        std::string buf(static_cast<size_t>(n), '\0');
+        in.seekg(at);
+        in.read(buf.data(), n);
+        buf.resize(static_cast<size_t>(in.gcount()));
+        qint64 consumed = 0;
+        auto stats = ingestChunk(runId, file, buf, at, &consumed, catchUp);
+        if (!stats)
+            return fail(stats.error());
+        total.add(*stats);
+        if (consumed == 0) {
+            if (n == m_maxBatchBytes) // one line longer than a batch: skip it as bad
+                return fail(QStringLiteral("%1: a line at byte %2 is longer than %3 bytes")
+                                .arg(path)
+                                .arg(at)
+                                .arg(m_maxBatchBytes));
+            break; // only a half-written line is left
         }
+        at += consumed;
+    }
+    return total;
+}
+
+Result<IngestStats> Ingestor::ingestRunDir(qint64 runId, const QString& runDir)
+{
+    // Events first: the finish event follows the last metric, so metrics read after it are
+    // complete; and an events chunk that ends the run stores those metrics before itself, so
+    // a reader of the store never sees a run that ended without all of its points.
+    auto metrics = [&] { return ingestFile(runId, runDir, IngestFile::Metrics, {}); };
+    IngestStats total;
+    for (IngestFile file : {IngestFile::Events, IngestFile::Metrics}) {
+        auto stats = ingestFile(runId, runDir, file, metrics);
+        if (!stats)
+            return fail(stats.error());
+        total.add(*stats);
     }
     // The engine writes the resolved spec; keep it when the launcher had none.
     auto rec = m_store.run(runId);
@@ -169,8 +192,8 @@ Result<IngestStats> Ingestor::ingestRunDir(qint64 runId, const QString& runDir)
     return total;
 }
 
-Result<IngestStats> Ingestor::ingestBytes(
-    qint64 runId, IngestFile file, const QByteArray& data, qint64 startOffset, qint64* consumed)
+Result<IngestStats> Ingestor::ingestBytes(qint64 runId, IngestFile file, const QByteArray& data,
+    qint64 startOffset, qint64* consumed, const MetricsCatchUp& catchUp)
 {
     *consumed = 0;
     auto stored = m_store.ingestOffset(runId, fileKey(file));
@@ -191,7 +214,7 @@ Result<IngestStats> Ingestor::ingestBytes(
         const qint64 n = std::min<qint64>(data.size() - pos, m_maxBatchBytes);
         const std::string chunk(data.constData() + pos, static_cast<size_t>(n));
         qint64 used = 0;
-        auto stats = ingestChunk(runId, file, chunk, at, &used);
+        auto stats = ingestChunk(runId, file, chunk, at, &used, catchUp);
         if (!stats)
             return fail(stats.error());
         total.add(*stats);

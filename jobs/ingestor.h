@@ -3,6 +3,8 @@
 // a half-written last line (left for the next read), batched (one transaction per chunk).
 #pragma once
 
+#include <functional>
+
 #include <QByteArray>
 #include <QString>
 
@@ -26,6 +28,11 @@ struct IngestStats {
     void add(const IngestStats& other);
 };
 
+// Stores the rest of metrics.jsonl (the bytes after its stored offset). The ingestor calls it
+// before it stores an events chunk that ends the run: the worker writes its finish event after
+// its last metric, so a store whose run has ended then holds every point of that run.
+using MetricsCatchUp = std::function<Result<IngestStats>()>;
+
 class Ingestor {
 public:
     explicit Ingestor(RunStore& store, qint64 maxBatchBytes = 8 << 20)
@@ -41,8 +48,10 @@ public:
     // Feeds bytes of `file` that start at byte `startOffset` (a remote `tail -c +N` stream).
     // Consumes complete lines only; bytes before the stored offset are skipped (a reconnect may
     // resend them). *consumed = bytes of `data` that are now stored (the caller keeps the rest).
+    // An events chunk that ends the run calls `catchUp` first (when given), so the metrics
+    // stream, which arrives on its own, cannot lag behind the end of the run in the store.
     Result<IngestStats> ingestBytes(qint64 runId, IngestFile file, const QByteArray& data,
-        qint64 startOffset, qint64* consumed);
+        qint64 startOffset, qint64* consumed, const MetricsCatchUp& catchUp = {});
 
     // The status a finish event means: completed -> finished; stopped/terminated/cancelled ->
     // stopped; anything else -> failed.
@@ -50,7 +59,10 @@ public:
 
 private:
     Result<IngestStats> ingestChunk(qint64 runId, IngestFile file, const std::string& chunk,
-        qint64 chunkOffset, qint64* consumed);
+        qint64 chunkOffset, qint64* consumed, const MetricsCatchUp& catchUp);
+    // Everything new in one file of the run directory, from its stored offset.
+    Result<IngestStats> ingestFile(
+        qint64 runId, const QString& runDir, IngestFile file, const MetricsCatchUp& catchUp);
 
     RunStore& m_store;
     qint64 m_maxBatchBytes;

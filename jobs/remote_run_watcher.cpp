@@ -98,7 +98,10 @@ void RemoteRunWatcher::onData(Stream& s)
 {
     s.pending += s.process->readAllStandardOutput();
     qint64 consumed = 0;
-    auto stats = m_ingestor.ingestBytes(m_runId, s.file, s.pending, s.pendingOffset, &consumed);
+    // The two files stream apart: an events chunk that ends the run first stores the metrics
+    // the stream of metrics.jsonl may not have brought yet.
+    auto stats = m_ingestor.ingestBytes(m_runId, s.file, s.pending, s.pendingOffset, &consumed,
+        metricsCatchUp(m_store, m_ingestor, m_runId, m_ssh, m_host, m_runDir));
     if (!stats) {
         Q_EMIT errorOccurred(m_runId, stats.error());
         return;
@@ -208,26 +211,46 @@ void RemoteRunWatcher::finish(RunStatus status, const QString& message)
     Q_EMIT finished(m_runId, final);
 }
 
+namespace {
+
+// The bytes of one run file after its stored offset, read once over SSH and stored.
+Result<IngestStats> catchUpFile(RunStore& store, Ingestor& ingestor, qint64 runId, IngestFile file,
+    const SshClient& ssh, const SshHost& host, const QString& runDir, const MetricsCatchUp& metrics)
+{
+    auto offset = store.ingestOffset(runId, fileKey(file));
+    if (!offset)
+        return fail(offset.error());
+    auto r = ssh.run(host,
+        QStringLiteral("[ -f %1 ] || exit 0; ")
+                .arg(SshClient::shellQuote(runDir + '/' + fileName(file)))
+            + tailScript(runDir, file, *offset, false));
+    if (!r)
+        return fail(r.error());
+    qint64 consumed = 0;
+    return ingestor.ingestBytes(runId, file, r->out, *offset, &consumed, metrics);
+}
+
+} // namespace
+
+MetricsCatchUp RemoteRunWatcher::metricsCatchUp(RunStore& store, Ingestor& ingestor, qint64 runId,
+    const SshClient& ssh, const SshHost& host, const QString& runDir)
+{
+    return [&store, &ingestor, runId, &ssh, &host, runDir] {
+        return catchUpFile(store, ingestor, runId, IngestFile::Metrics, ssh, host, runDir, {});
+    };
+}
+
 Result<IngestStats> RemoteRunWatcher::catchUp(
     RunStore& store, qint64 runId, const SshClient& ssh, const SshHost& host, const QString& runDir)
 {
     Ingestor ingestor(store);
+    const MetricsCatchUp metrics = metricsCatchUp(store, ingestor, runId, ssh, host, runDir);
     IngestStats total;
     // Events first: the worker writes its finish event after its last metric, so metrics read
     // after the events hold every point of a run those events end. (Metrics first lost the
     // points written between the two reads whenever the run ended in between.)
     for (IngestFile file : {IngestFile::Events, IngestFile::Metrics}) {
-        auto offset = store.ingestOffset(runId, fileKey(file));
-        if (!offset)
-            return fail(offset.error());
-        auto r = ssh.run(host,
-            QStringLiteral("[ -f %1 ] || exit 0; ")
-                    .arg(SshClient::shellQuote(runDir + '/' + fileName(file)))
-                + tailScript(runDir, file, *offset, false));
-        if (!r)
-            return fail(r.error());
-        qint64 consumed = 0;
-        auto stats = ingestor.ingestBytes(runId, file, r->out, *offset, &consumed);
+        auto stats = catchUpFile(store, ingestor, runId, file, ssh, host, runDir, metrics);
         if (!stats)
             return fail(stats.error());
         total.add(*stats);

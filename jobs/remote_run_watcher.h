@@ -50,6 +50,9 @@ private:
     void checkAlive();
     void finish(RunStatus status, const QString& message);
     void handleStats(const IngestStats& stats);
+    // Reads and stores metrics.jsonl after its stored offset, over SSH, when called.
+    static MetricsCatchUp metricsCatchUp(RunStore& store, Ingestor& ingestor, qint64 runId,
+        const SshClient& ssh, const SshHost& host, const QString& runDir);
 
     RunStore& m_store;
     Ingestor m_ingestor;

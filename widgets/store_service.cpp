@@ -529,9 +529,11 @@ private:
                 u.spec["steps"] = run->totalSteps;
             u.specChanged = true;
         }
+        // Events first: the store holds a run's points before the event that ends it, so
+        // metrics read after the events hold every point of a run those events end.
+        auto events = m_store->events(id, m_follow.afterEventId);
         auto metrics = m_store->metricSeries(id, m_follow.afterStep);
         auto memory = m_store->memorySeries(id, m_follow.afterStep);
-        auto events = m_store->events(id, m_follow.afterEventId);
         if (!metrics || !memory || !events) {
             if (!m_follow.reportedError)
                 Q_EMIT errorOccurred(tr("Run %1: %2")

@@ -1,5 +1,6 @@
 // Ingestor: offset-based, idempotent ingestion of metrics.jsonl / events.jsonl, half-written
-// lines, bad lines, remote byte streams that resend bytes, status from finish events.
+// lines, bad lines, remote byte streams that resend bytes, status from finish events, a run
+// that ends only with all of its points.
 #include <QFile>
 #include <QSignalSpy>
 #include <QTemporaryDir>
@@ -157,6 +158,57 @@ private Q_SLOTS:
         QCOMPARE(toString(store->run(id)->status), status);
         QVERIFY(store->run(id)->endedAt.isValid());
         QCOMPARE(store->events(id)->size(), 2);
+    }
+
+    // The worker writes its finish event after its last metric, but a remote watcher streams
+    // the two files apart: an events chunk that ends the run stores the missing metrics first,
+    // so no reader of the store sees an ended run without all of its points.
+    void runEndsOnlyWithAllItsPoints()
+    {
+        QTemporaryDir dir;
+        auto store = RunStore::open(dir.filePath("runs.sqlite"));
+        const qint64 id = *store->createRun({});
+        const QByteArray metrics = metricLine(1, 3.0) + metricLine(2, 2.0) + metricLine(3, 1.0);
+        const QByteArray events = eventLine("start") + eventLine("finish", "completed");
+        Ingestor ingestor(*store);
+        int calls = 0;
+        auto catchUp = [&]() -> Result<IngestStats> {
+            ++calls;
+            // Called before the chunk that ends the run is stored: only the start is there.
+            if (isTerminal(store->run(id)->status) || store->events(id)->size() != 1)
+                return fail(QStringLiteral("the run ended before its metrics were caught up"));
+            qint64 used = 0;
+            return ingestor.ingestBytes(id, IngestFile::Metrics, metrics, 0, &used);
+        };
+        qint64 used = 0;
+        // A chunk that does not end the run does not ask for the metrics.
+        auto s
+            = ingestor.ingestBytes(id, IngestFile::Events, eventLine("start"), 0, &used, catchUp);
+        QVERIFY2(s, qPrintable(s.error()));
+        QCOMPARE(calls, 0);
+        s = ingestor.ingestBytes(id, IngestFile::Events, events, 0, &used, catchUp);
+        QVERIFY2(s, qPrintable(s.error()));
+        QCOMPARE(calls, 1);
+        QCOMPARE(s->metrics, qint64(3));
+        QCOMPARE(s->lastStep, qint64(3));
+        QCOMPARE(*store->metricCount(id), qint64(3));
+        QCOMPARE(toString(store->run(id)->status), QString("finished"));
+        // The metrics stream then resends the same bytes: nothing is stored twice.
+        s = ingestor.ingestBytes(id, IngestFile::Metrics, metrics, 0, &used);
+        QCOMPARE(s->metrics, qint64(0));
+        QCOMPARE(*store->metricCount(id), qint64(3));
+
+        // A run folder read in one go counts each point once.
+        const qint64 local = *store->createRun({});
+        QTemporaryDir runDir;
+        append(runDir.filePath("metrics.jsonl"), metrics);
+        append(runDir.filePath("events.jsonl"), events);
+        auto all = ingestor.ingestRunDir(local, runDir.path());
+        QVERIFY2(all, qPrintable(all.error()));
+        QCOMPARE(all->metrics, qint64(3));
+        QCOMPARE(all->events, qint64(2));
+        QCOMPARE(*store->metricCount(local), qint64(3));
+        QCOMPARE(toString(store->run(local)->status), QString("finished"));
     }
 
     void specFromRunJson()
