@@ -8,9 +8,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
-#include <ATen/native/Resize.h>
 #include <spdlog/spdlog.h>
 
+#include "core/memory/storage.h"
 #include "core/model/nf4.h"
 #include "dist/rank_env.h"
 #include "protocol/parallel_dims.h"
@@ -53,18 +53,6 @@ namespace {
 int64_t bytesOf(const at::Tensor& t)
 {
     return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
-
-int64_t storageBytes(const at::Tensor& t)
-{
-    return t.defined() ? static_cast<int64_t>(t.storage().nbytes()) : 0;
-}
-
-void resizeStorage(const at::Tensor& t, int64_t bytes)
-{
-    // Views keep pointing at the same StorageImpl, so refilled storage is seen by every leaf
-    // (docs/ARCHITECTURE.md: free after forward, refill before backward).
-    at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), static_cast<size_t>(bytes));
 }
 
 } // namespace
@@ -136,6 +124,7 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
     m_units.clear();
     m_units.resize(static_cast<size_t>(kGroups * m_numUnits));
     m_order.assign(static_cast<size_t>(m_numUnits), {});
+    m_dequant.assign(static_cast<size_t>(m_numUnits), {});
     std::map<std::string, std::pair<int, int>> where;
     for (int st = 0; st < kGroups * m_numUnits; ++st) {
         UnitState& s = m_units[static_cast<size_t>(st)];
@@ -251,8 +240,8 @@ void ShardedStrategy::issueGather(int unit)
         s.valid = true;
         return;
     }
-    if (storageBytes(s.gathered) == 0)
-        resizeStorage(s.gathered, bytesOf(s.gathered));
+    if (engine::memory::storageBytes(s.gathered) == 0)
+        engine::memory::resizeStorage(s.gathered, bytesOf(s.gathered));
     const int64_t ws = m_shard->worldSize();
     const int64_t me = m_shard->rank();
     at::NoGradGuard noGrad;
@@ -288,7 +277,7 @@ void ShardedStrategy::releaseGathered(int unit)
     if (s.aliased)
         return;
     s.valid = false;
-    resizeStorage(s.gathered, 0);
+    engine::memory::resizeStorage(s.gathered, 0);
 }
 
 void ShardedStrategy::issueUnit(int unit)
@@ -309,20 +298,36 @@ void ShardedStrategy::releaseUnit(int unit)
         releaseGathered(st);
 }
 
+std::vector<at::Tensor> ShardedStrategy::dequantized(int unit)
+{
+    std::vector<at::Tensor> out;
+    const auto& order = m_order.at(static_cast<size_t>(unit));
+    engine::nf4::Dequantized& copies = m_dequant.at(static_cast<size_t>(unit));
+    for (size_t i = 0; i < order.size(); ++i) {
+        const auto& [st, slot] = order[i];
+        const UnitState& s = m_units.at(static_cast<size_t>(st));
+        if (s.group != kPacked) {
+            out.emplace_back();
+            continue;
+        }
+        const UnitState& scales = m_units.at(static_cast<size_t>(st + m_numUnits));
+        out.push_back(copies.get(i, s.leaves.at(static_cast<size_t>(slot)),
+            scales.leaves.at(static_cast<size_t>(slot)), m_options.computeDtype));
+    }
+    return out;
+}
+
 std::vector<at::Tensor> ShardedStrategy::unitWeights(int unit)
 {
     ensureGathered(unit);
-    std::vector<at::Tensor> out;
-    for (const auto& [st, slot] : m_order.at(static_cast<size_t>(unit))) {
-        const UnitState& s = m_units.at(static_cast<size_t>(st));
-        const at::Tensor& leaf = s.leaves.at(static_cast<size_t>(slot));
-        if (s.group == kPacked) // QLoRA: dequantized just in time, freed with the graph
-            out.push_back(engine::nf4::dequantizeRows(leaf,
-                m_units.at(static_cast<size_t>(st + m_numUnits))
-                    .leaves.at(static_cast<size_t>(slot)),
-                m_options.computeDtype));
-        else
-            out.push_back(leaf);
+    // QLoRA: the NF4 weights dequantised just in time; their storage is freed after the unit's
+    // forward (postForward) and refilled before its backward (preBackward).
+    std::vector<at::Tensor> out = dequantized(unit);
+    const auto& order = m_order.at(static_cast<size_t>(unit));
+    for (size_t i = 0; i < order.size(); ++i) {
+        const auto& [st, slot] = order[i];
+        if (!out[i].defined())
+            out[i] = m_units.at(static_cast<size_t>(st)).leaves.at(static_cast<size_t>(slot));
     }
     return out;
 }
@@ -338,30 +343,32 @@ void ShardedStrategy::preForward(int unit)
 
 void ShardedStrategy::postForward(int unit)
 {
+    m_dequant.at(static_cast<size_t>(unit)).release();
     if (m_reshardAfterForward && unit != 0)
         releaseUnit(unit); // the root stays gathered until after the optimizer step
 }
 
 void ShardedStrategy::preBackward(int unit)
 {
-    if (!m_paramsSharded)
-        return;
     const int last = m_numUnits - 1;
-    if (unit == 0) {
-        if (last >= 1)
-            issueUnit(last); // the first block to run backward
+    if (m_paramsSharded && unit == 0 && last >= 1)
+        issueUnit(last); // the first block to run backward
+    if (unit == 0)
         return;
+    if (m_paramsSharded) {
+        issueUnit(unit);
+        if (unit - 1 >= 1)
+            issueUnit(unit - 1);
+        waitUnit(unit);
     }
-    issueUnit(unit);
-    if (unit - 1 >= 1)
-        issueUnit(unit - 1);
-    waitUnit(unit);
+    dequantized(unit); // QLoRA: what the saved graph of this unit points at, again
 }
 
 void ShardedStrategy::postBackward(int unit)
 {
     const bool sync = m_micro == m_numMicro - 1;
     if (unit != 0) {
+        m_dequant.at(static_cast<size_t>(unit)).release();
         if (m_reshardAfterForward)
             releaseUnit(unit);
         if (sync && !m_reduceAtEnd)
@@ -494,12 +501,14 @@ engine::MemoryBreakdown ShardedStrategy::memory() const
     for (const auto& s : m_units) {
         (s.frozen ? m.frozenParams : m.shardedParams) += bytesOf(s.master);
         if (!s.aliased)
-            m.gatheredParams += storageBytes(s.gathered);
+            m.gatheredParams += engine::memory::storageBytes(s.gathered);
         m.grads += bytesOf(s.shardGrad);
         for (const auto& leaf : s.leaves)
             m.grads += bytesOf(leaf.grad());
         m.other += bytesOf(s.reduceIn) + bytesOf(s.reduceOut);
     }
+    for (const auto& copies : m_dequant)
+        m.gatheredParams += copies.bytes();
     return m;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model/nf4.h"
 #include "core/train/strategy.h"
 #include "dist/communicator.h"
 
@@ -75,6 +76,8 @@ private:
     void issueUnit(int unit);
     void waitUnit(int unit);
     void releaseUnit(int unit);
+    // The unit's NF4 weights in the compute dtype, by position in m_order (others undefined).
+    std::vector<at::Tensor> dequantized(int unit);
     void reduceUnit(int unit);
     void finishReduces();
     int64_t totalCommBytes() const;
@@ -90,6 +93,9 @@ private:
     int m_numUnits = 0;
     // Per model unit, where each of its parameters lives: (state, slot).
     std::vector<std::vector<std::pair<int, int>>> m_order;
+    // QLoRA: per model unit, the compute-dtype copies of its NF4 weights (freed after the
+    // unit's forward and its backward, refilled before its backward).
+    std::vector<engine::nf4::Dequantized> m_dequant;
     std::vector<int> m_pendingReduce;
     int m_micro = 0;
     int m_numMicro = 1;

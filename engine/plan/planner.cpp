@@ -572,9 +572,9 @@ Internal paperModelStates(const PlanInput& in, const ModelShapes& shapes, int64_
 
 // Padded element counts over a shard degree S (each tensor split on dim 0, docs/ARCHITECTURE.md).
 struct LoraSizes {
-    double frozen = 0, frozenRoot = 0, frozenBlock = 0;       // compute-dtype frozen base
-    double quantized = 0, quantizedBlock = 0;                 // NF4 projections (elements)
-    double quantizedExact = 0, quantizedBlockExact = 0;       // unpadded (dequantised copies)
+    double frozen = 0, frozenRoot = 0, frozenBlock = 0; // compute-dtype frozen base
+    double quantized = 0, quantizedBlock = 0;           // NF4 projections (elements)
+    double quantizedBlockExact = 0; // unpadded: the running block's dequantised copies
     double adapters = 0, adaptersExact = 0, adapterBlock = 0; // trainable adapters
 };
 
@@ -592,7 +592,6 @@ LoraSizes loraSizes(const PlanInput& in, int64_t S)
         const int proj = projectionOf(p);
         if (q && proj >= 0) {
             z.quantized += padded;
-            z.quantizedExact += static_cast<double>(p.numel());
             quantBlocks[p.layer] += padded;
             quantBlocksExact[p.layer] += static_cast<double>(p.numel());
         } else {
@@ -647,12 +646,11 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
         else
             gathered = c * z.frozen + nf4Bytes(z.quantized);
     }
-    // QLoRA: each projection is dequantised to the compute dtype when used and autograd keeps it
-    // for the input gradient: every block's until backward, or one block's (the recomputed one)
-    // under activation checkpointing.
+    // QLoRA: each projection is dequantised to the compute dtype when its block runs; the copy's
+    // storage is freed after the block's forward and refilled before its backward (what autograd
+    // saved points at it), so one block's copies are alive at a time.
     if (in.method == Method::Qlora)
-        gathered += c
-            * (in.checkpointing == Checkpointing::Full ? z.quantizedBlockExact : z.quantizedExact);
+        gathered += c * z.quantizedBlockExact;
     m.gatheredParams = toBytes(gathered);
 
     const double owned = in.strategy == Strategy::Ddp ? z.adaptersExact : z.adapters / Sd;
@@ -824,10 +822,8 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
             + std::to_string(static_cast<int>(k.zeroPaperK))
             + " optimizer bytes per parameter, Korthikanti activations");
     if (in.method == Method::Qlora)
-        res.notes.push_back(in.checkpointing == Checkpointing::Full
-                ? "QLoRA: one block's dequantised projections are alive at a time (checkpointing)"
-                : "QLoRA: autograd keeps every block's dequantised projections until backward; "
-                  "activation checkpointing keeps one block's");
+        res.notes.push_back("QLoRA: one block's dequantised projections are alive at a time "
+                            "(freed after its forward, dequantised again for its backward)");
     if (s.slidingWindow > 0 && in.seqLen > s.slidingWindow)
         res.notes.push_back("sequence longer than the sliding window ("
             + std::to_string(s.slidingWindow) + "): planned as full attention");

@@ -123,7 +123,7 @@ struct MemoryBreakdown {
     int64_t commBuffers = 0;    // flat reduce / receive buffers
     int64_t overhead = 0;       // fixed overhead + fragmentation
     // LoRA / QLoRA (zero under full fine-tuning). The gathered frozen base and, under QLoRA, the
-    // dequantised projections autograd keeps for backward are in gatheredParams.
+    // running block's dequantised projections are in gatheredParams.
     int64_t frozenBase = 0;       // this rank's frozen base in the compute dtype (not quantised)
     int64_t quantizedBase = 0;    // this rank's NF4 bytes: 0.5 B/param + 4 B absmax per 64
     int64_t adapters = 0;         // adapter masters (+ their compute-dtype copies)

@@ -76,7 +76,7 @@ bool near(double measured, double planned)
     return planned > 0 && std::fabs(measured / planned - 1.0) <= 0.01;
 }
 
-void compare(
+Measured compare(
     const std::string& dir, const std::string& method, const std::string& strategy, int ranks)
 {
     const Measured m = train(dir, method, strategy, ranks);
@@ -108,6 +108,7 @@ void compare(
     SHARD_EXPECT(near(m.frozen, frozen), what + ": frozen base within 1%");
     SHARD_EXPECT(near(m.optimizer, opt), what + ": adapter AdamW within 1%");
     SHARD_EXPECT(near(m.masters, opt / 2), what + ": adapter masters within 1%");
+    return m;
 }
 
 } // namespace
@@ -130,10 +131,24 @@ int main()
             data << "]}\n";
         }
     }
-    for (const char* method : {"lora", "qlora"}) {
-        compare(dir, method, "zero3", 1);
-        compare(dir, method, "ddp", 2);
-        compare(dir, method, "zero3", 2);
+    // QLoRA keeps its projections as NF4 and dequantises one block's at a time (freed after the
+    // block's forward, refilled before its backward), so its peak is below LoRA's by most of
+    // what quantising saved: (4 - nf4) bytes per projection weight at fp32, less one block's
+    // copies. Were every block's copies kept until backward, QLoRA's peak would be above LoRA's.
+    const shard::plan::ModelSpec spec = shard::plan::loadHfConfig(dir + "/model");
+    const double q = static_cast<double>(shard::plan::quantizedParameterCount(spec));
+    const double saved = (4.0 - (0.5 + 4.0 / 64.0)) * q;
+    for (const auto& [strategy, ranks] :
+        {std::pair<const char*, int> {"zero3", 1}, {"ddp", 2}, {"zero3", 2}}) {
+        const Measured lora = compare(dir, "lora", strategy, ranks);
+        const Measured qlora = compare(dir, "qlora", strategy, ranks);
+        const double below = static_cast<double>(lora.peak - qlora.peak);
+        std::printf("  qlora peak below lora's by %.0f bytes (quantising saved %.0f)\n", below,
+            saved / (std::string(strategy) == "zero3" ? ranks : 1));
+        SHARD_EXPECT(lora.peak > 0 && qlora.peak > 0, "peaks measured");
+        SHARD_EXPECT(below >= 0.5 * saved / (std::string(strategy) == "zero3" ? ranks : 1),
+            std::string(strategy) + " at " + std::to_string(ranks)
+                + ": QLoRA's peak is below LoRA's by at least half of what NF4 saved");
     }
     if (g_failures == 0)
         removeTempDirs();

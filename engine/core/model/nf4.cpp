@@ -6,6 +6,9 @@
 #include <stdexcept>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "core/memory/storage.h"
 
 namespace shard::engine::nf4 {
 
@@ -95,6 +98,39 @@ double maxRelativeError()
     for (size_t i = 0; i + 1 < t.size(); ++i)
         gap = std::max(gap, static_cast<double>(t[i + 1]) - static_cast<double>(t[i]));
     return gap / 2.0;
+}
+
+const at::Tensor& Dequantized::get(
+    size_t i, const at::Tensor& packed, const at::Tensor& absmax, at::ScalarType dtype)
+{
+    if (m_copies.size() <= i)
+        m_copies.resize(i + 1);
+    at::Tensor& copy = m_copies[i];
+    at::NoGradGuard noGrad; // a frozen weight: no graph through the dequantisation
+    if (!copy.defined() || copy.scalar_type() != dtype) {
+        copy = dequantizeRows(packed, absmax, dtype);
+    } else if (memory::storageBytes(copy) == 0) {
+        memory::resizeStorage(copy, copy.numel() * static_cast<int64_t>(copy.element_size()));
+        // A new version counter: the refill restores what autograd saved, not an in-place
+        // change of it (the sharded engine's gathered buffers are refilled the same way).
+        copy.variable_data().copy_(dequantizeRows(packed, absmax, dtype));
+    }
+    return copy;
+}
+
+void Dequantized::release()
+{
+    for (const at::Tensor& c : m_copies)
+        if (c.defined())
+            memory::resizeStorage(c, 0);
+}
+
+int64_t Dequantized::bytes() const
+{
+    int64_t n = 0;
+    for (const at::Tensor& c : m_copies)
+        n += memory::storageBytes(c);
+    return n;
 }
 
 } // namespace shard::engine::nf4

@@ -45,4 +45,24 @@ at::Tensor dequantizeRows(const at::Tensor& packed, const at::Tensor& absmax, at
 // gap between neighbouring codes.
 double maxRelativeError();
 
+// The compute-dtype copies of one unit's NF4 weights, made when the unit runs. release() frees
+// their storage but keeps the tensors, which autograd (or a checkpointed block) saved for the
+// input gradient; get() before the unit's backward dequantises into the same storage again, as
+// bitsandbytes dequantises again in backward. So one block's copies are alive at a time, not
+// every block's until backward.
+class Dequantized {
+public:
+    // The copy of slot `i` of (packed, absmax) in the row form, made or refilled when it holds
+    // no storage.
+    const at::Tensor& get(
+        size_t i, const at::Tensor& packed, const at::Tensor& absmax, at::ScalarType dtype);
+    // Frees the storage of every copy.
+    void release();
+    // Storage bytes the copies hold now.
+    int64_t bytes() const;
+
+private:
+    std::vector<at::Tensor> m_copies;
+};
+
 } // namespace shard::engine::nf4

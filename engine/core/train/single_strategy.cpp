@@ -90,6 +90,7 @@ void SingleStrategy::setup(LlamaModel& model, const ParamSource& source)
     m_model = &model;
     at::NoGradGuard noGrad;
     m_nf4.clear();
+    m_dequant.assign(static_cast<size_t>(model.numUnits()), {});
     for (Param* p : model.params()) {
         if (p->quantized) {
             const nf4::Rows q = nf4::quantizeRows(source(*p).to(at::kFloat));
@@ -107,15 +108,33 @@ void SingleStrategy::setup(LlamaModel& model, const ParamSource& source)
 std::vector<at::Tensor> SingleStrategy::unitWeights(int unit)
 {
     std::vector<at::Tensor> out;
-    for (const auto& p : m_model->unit(unit).params) {
+    const auto& params = m_model->unit(unit).params;
+    for (size_t i = 0; i < params.size(); ++i) {
+        const Param& p = params[i];
         if (p.quantized) {
             const auto& q = m_nf4.at(p.index);
-            out.push_back(nf4::dequantizeRows(q.first, q.second, m_options.computeDtype));
+            out.push_back(m_dequant.at(static_cast<size_t>(unit))
+                              .get(i, q.first, q.second, m_options.computeDtype));
         } else {
             out.push_back(p.value);
         }
     }
     return out;
+}
+
+void SingleStrategy::postForward(int unit)
+{
+    m_dequant.at(static_cast<size_t>(unit)).release();
+}
+
+void SingleStrategy::preBackward(int unit)
+{
+    unitWeights(unit); // refills what the unit's saved graph points at
+}
+
+void SingleStrategy::postBackward(int unit)
+{
+    m_dequant.at(static_cast<size_t>(unit)).release();
 }
 
 std::vector<OptimTarget> SingleStrategy::optimizerTargets()
@@ -148,6 +167,8 @@ MemoryBreakdown SingleStrategy::memory() const
         if (p->value.defined())
             m.grads += bytesOf(p->value.grad());
     }
+    for (const auto& copies : m_dequant)
+        m.gatheredParams += copies.bytes();
     return m;
 }
 

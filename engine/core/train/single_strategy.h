@@ -5,6 +5,7 @@
 #include <map>
 #include <utility>
 
+#include "core/model/nf4.h"
 #include "core/train/strategy.h"
 
 namespace shard::engine {
@@ -18,6 +19,12 @@ public:
     std::string name() const override { return "single"; }
     void setup(LlamaModel& model, const ParamSource& source) override;
     std::vector<at::Tensor> unitWeights(int unit) override;
+    // QLoRA: the hooks free each unit's dequantised weights after its forward and its backward
+    // and refill them before its backward.
+    bool wantsUnitHooks() const override { return !m_nf4.empty(); }
+    void postForward(int unit) override;
+    void preBackward(int unit) override;
+    void postBackward(int unit) override;
     std::vector<OptimTarget> optimizerTargets() override;
     void zeroGrad() override;
     MemoryBreakdown memory() const override;
@@ -30,6 +37,7 @@ private:
     // QLoRA: the NF4 form of each quantized parameter, by Param::index (its value stays
     // undefined; the forward dequantizes it to the compute dtype when the unit runs).
     std::map<int, std::pair<at::Tensor, at::Tensor>> m_nf4;
+    std::vector<nf4::Dequantized> m_dequant; // per unit, by position in Unit::params
 };
 
 } // namespace shard::engine
