@@ -265,10 +265,26 @@ ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
                 perBlock += T * c
                     * (static_cast<double>(in.loraRank)
                         + (in.loraDropout > 0 ? static_cast<double>(p.shape[1]) : 0.0));
+        // A frozen weight needs no input for its gradient, so autograd does not save what only
+        // a base weight's gradient would have used: each RMSNorm's x̂ (its weight is frozen),
+        // the input of a projection no adapter reads (o_proj's: the attention output;
+        // down_proj's: silu(gate) * up; the normed x when none of q, k, v, or of gate, up, is
+        // adapted) and the LM head's input.
+        enum { kQ, kK, kV, kO, kGate, kUp, kDown };
+        double unsaved = 0, largestUnsaved = 0;
+        for (int64_t l = 0; l < s.numLayers; ++l) {
+            const Dims d = layerDims(s, l);
+            const double perToken = 2.0 * h + (on[kQ] || on[kK] || on[kV] ? 0.0 : h)
+                + (on[kO] ? 0.0 : d.q) + (on[kGate] || on[kUp] ? 0.0 : h)
+                + (on[kDown] ? 0.0 : d.inter);
+            unsaved += T * c * perToken;
+            largestUnsaved = std::max(largestUnsaved, T * c * perToken);
+        }
         const double blocks
             = in.checkpointing == Checkpointing::Full ? 1.0 : static_cast<double>(s.numLayers);
-        a.activations += blocks * perBlock;
-        a.largestBlock += in.checkpointing == Checkpointing::Full ? 0.0 : perBlock;
+        a.activations += blocks * perBlock
+            - (in.checkpointing == Checkpointing::Full ? largestUnsaved : unsaved) - T * c * h;
+        a.largestBlock += in.checkpointing == Checkpointing::Full ? 0.0 : perBlock - largestUnsaved;
     }
     const double V = static_cast<double>(s.vocabSize);
     a.logits = T * V * (4.0 * k.logitsFp32Copies + (c != 4 ? c * k.logitsComputeCopies : 0.0));
@@ -646,11 +662,6 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
         else
             gathered = c * z.frozen + nf4Bytes(z.quantized);
     }
-    // QLoRA: each projection is dequantised to the compute dtype when its block runs; the copy's
-    // storage is freed after the block's forward and refilled before its backward (what autograd
-    // saved points at it), so one block's copies are alive at a time.
-    if (in.method == Method::Qlora)
-        gathered += c * z.quantizedBlockExact;
     m.gatheredParams = toBytes(gathered);
 
     const double owned = in.strategy == Strategy::Ddp ? z.adaptersExact : z.adapters / Sd;
@@ -664,6 +675,15 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
     o.endMem = m;
     o.hasEnd = false;
     o.hasMid = false;
+    // QLoRA: each projection is dequantised to the compute dtype when its block runs; the copy's
+    // storage is freed after the block's forward and refilled before its backward (what autograd
+    // saved points at it), so one block's copies are alive at a time, and none at backward
+    // start (the head's backward): they count inside the blocks' backward, with the logits gone.
+    if (in.method == Method::Qlora) {
+        o.midMem = m;
+        o.midMem.gatheredParams = toBytes(gathered + c * z.quantizedBlockExact);
+        o.hasMid = true;
+    }
 
     // Traffic: only the adapters' gradients are reduced; zero3 gathers the frozen base (its
     // packed bytes under QLoRA) and the adapters twice per micro-step, zero1 / zero2 gather the

@@ -94,6 +94,21 @@ int main()
         T_CHECK(bitEqual(fused::linear(af, wf), at::linear(af, wf)));
     }
     {
+        // A frozen weight (LoRA's base) keeps no input alive for backward, as at::linear's
+        // autograd: changing the input in place after the forward is then no error.
+        at::Tensor a = at::randn({37, 48}).to(at::kBFloat16).requires_grad_(true);
+        at::Tensor w = at::randn({29, 48}).to(at::kBFloat16);
+        at::Tensor g = at::randn({37, 29}).to(at::kBFloat16);
+        at::Tensor x = a * 1.0;
+        at::Tensor y = fused::linear(x, w);
+        {
+            at::NoGradGuard noGrad;
+            x.add_(1.0);
+        }
+        y.backward(g);
+        T_CHECK(roundedOnce(a.grad(), at::mm(d64(g), d64(w))));
+    }
+    {
         at::Tensor q = at::randn({2, 3, 19, 8}).to(at::kBFloat16).requires_grad_(true);
         at::Tensor k = at::randn({2, 3, 8, 23}).to(at::kBFloat16).requires_grad_(true);
         at::Tensor g = at::randn({2, 3, 19, 23}).to(at::kBFloat16);

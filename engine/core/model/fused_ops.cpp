@@ -123,16 +123,25 @@ at::Tensor wideLinearForward(const at::Tensor& x, const at::Tensor& w, const at:
     return bf16(y).view(shape);
 }
 
+// What the gradients need, as autograd's own linear keeps it: x only for w's gradient (a frozen
+// weight keeps no input alive), w only for x's.
+void saveForLinear(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w)
+{
+    ctx->saved_data["x_shape"] = x.sizes().vec();
+    const bool keepX = w.requires_grad();
+    ctx->save_for_backward({keepX ? x : at::Tensor(), x.requires_grad() ? w : at::Tensor()});
+}
+
 // Gradients of x and w (and of the bias when `withBias`), each rounded to bf16 once.
 variable_list wideLinearBackward(AutogradContext* ctx, const at::Tensor& gradOut, bool withBias)
 {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& w = saved[1];
-    const at::Tensor g = f32(gradOut).reshape({-1, w.size(0)});
+    const at::Tensor& x = saved[0]; // undefined unless w needs a gradient
+    const at::Tensor& w = saved[1]; // undefined unless x needs a gradient
+    const at::Tensor g = f32(gradOut).reshape({-1, gradOut.size(-1)});
     variable_list out(withBias ? 3 : 2);
     if (ctx->needs_input_grad(0))
-        out[0] = bf16(at::mm(g, f32(w))).view(x.sizes());
+        out[0] = bf16(at::mm(g, f32(w))).view(ctx->saved_data["x_shape"].toIntVector());
     if (ctx->needs_input_grad(1))
         out[1] = bf16(at::mm(g.t(), f32(x).reshape({-1, x.size(-1)})));
     if (withBias && ctx->needs_input_grad(2))
@@ -143,7 +152,7 @@ variable_list wideLinearBackward(AutogradContext* ctx, const at::Tensor& gradOut
 struct WideLinear : torch::autograd::Function<WideLinear> {
     static at::Tensor forward(AutogradContext* ctx, at::Tensor x, at::Tensor w)
     {
-        ctx->save_for_backward({x, w});
+        saveForLinear(ctx, x, w);
         return wideLinearForward(x, w, {});
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads)
@@ -155,7 +164,7 @@ struct WideLinear : torch::autograd::Function<WideLinear> {
 struct WideLinearBias : torch::autograd::Function<WideLinearBias> {
     static at::Tensor forward(AutogradContext* ctx, at::Tensor x, at::Tensor w, at::Tensor bias)
     {
-        ctx->save_for_backward({x, w});
+        saveForLinear(ctx, x, w);
         return wideLinearForward(x, w, bias);
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads)
