@@ -66,7 +66,9 @@ tarball_of() {
 mount_all() {
     local dir=$1
     mount -t proc proc "$dir/proc"
-    mount -t sysfs sysfs "$dir/sys"
+    # The host's /sys with its cgroup mounts, as on a booted machine (slurmd needs the cgroups).
+    mount --rbind /sys "$dir/sys"
+    mount --make-rslave "$dir/sys"
     mount --rbind /dev "$dir/dev"
     mount --make-rslave "$dir/dev"
     mount -t tmpfs -o size=8g tmpfs "$dir/tmp"

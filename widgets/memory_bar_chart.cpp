@@ -259,10 +259,6 @@ void MemoryBarChart::rebuild()
     if (m_restOfPeak) {
         m_restOfPeak->setData(ticks, rest, true);
         m_restOfPeak->setVisible(anyPeak);
-        if (anyPeak && !m_plot->legend->hasItemWithPlottable(m_restOfPeak))
-            m_restOfPeak->addToLegend();
-        else if (!anyPeak)
-            m_restOfPeak->removeFromLegend();
     }
     if (anyPrediction && !m_prediction) {
         m_prediction = new QCPGraph(m_plot->xAxis, m_plot->yAxis);
@@ -282,11 +278,26 @@ void MemoryBarChart::rebuild()
         }
         m_prediction->setData(px, py, true);
         m_prediction->setVisible(!px.isEmpty());
-        if (px.isEmpty())
-            m_prediction->removeFromLegend();
-        else if (!m_plot->legend->hasItemWithPlottable(m_prediction))
-            m_prediction->addToLegend();
     }
+    // The legend names only the categories some bar holds (LoRA's with a LoRA plan, full
+    // fine-tuning's with a full one), in stack order, then the peak and prediction marks.
+    for (QCPBars* bars : m_stack)
+        bars->removeFromLegend();
+    for (QCPAbstractPlottable* mark : {static_cast<QCPAbstractPlottable*>(m_restOfPeak),
+             static_cast<QCPAbstractPlottable*>(m_prediction)})
+        if (mark)
+            mark->removeFromLegend();
+    for (int c = 0; c < int(m_stack.size()); ++c) {
+        const bool used = std::any_of(m_bars.begin(), m_bars.end(), [c](const MemoryBar& bar) {
+            return size_t(c) < bar.bytes.size() && bar.bytes[size_t(c)] > 0;
+        });
+        if (used || m_bars.empty())
+            m_stack[size_t(c)]->addToLegend();
+    }
+    if (m_restOfPeak && anyPeak)
+        m_restOfPeak->addToLegend();
+    if (m_prediction && m_prediction->visible())
+        m_prediction->addToLegend();
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
     for (int b = 0; b < int(m_bars.size()); ++b) {
         // Qt's rich text is not available in tick labels: mark the chosen bar with brackets.
@@ -308,6 +319,15 @@ void MemoryBarChart::rebuild()
     m_title->setText(titleText());
     m_plot->yAxis->setRange(0, top > 0 ? top * 1.12 : 1.0);
     m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+QStringList MemoryBarChart::legendEntries() const
+{
+    QStringList names;
+    for (int i = 0; i < m_plot->legend->itemCount(); ++i)
+        if (auto* item = qobject_cast<QCPPlottableLegendItem*>(m_plot->legend->item(i)))
+            names << item->plottable()->name();
+    return names;
 }
 
 void MemoryBarChart::flushNow()

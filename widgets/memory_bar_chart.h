@@ -49,6 +49,9 @@ public:
     // What the hover tooltip says for bar `index` (0-based): categories, total, peak, prediction.
     QString describeBar(int index) const;
     QString title() const;
+    // The legend's entries in order: the categories some bar holds, then the measured-peak and
+    // prediction marks when shown.
+    QStringList legendEntries() const;
     // Draws now instead of at the next event-loop turn (screenshots, tests).
     void flushNow();
     void restyle();

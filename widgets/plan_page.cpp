@@ -672,6 +672,11 @@ void PlanPage::saveSettings() const
     s.setValue("microBatch", m_microBatch->value());
     s.setValue("seqLen", m_seqLen->value());
     s.setValue("gradAccum", m_gradAccum->value());
+    s.setValue("method", m_method->currentData());
+    s.setValue("loraRank", m_loraRank->value());
+    s.setValue("loraAlpha", m_loraAlpha->value());
+    s.setValue("loraDropout", m_loraDropout->value());
+    s.setValue("loraTargets", m_loraTargets->text());
     s.endGroup();
 }
 
@@ -698,6 +703,11 @@ void PlanPage::loadSettings()
     m_microBatch->setValue(s.value("microBatch", m_microBatch->value()).toInt());
     m_seqLen->setValue(s.value("seqLen", m_seqLen->value()).toInt());
     m_gradAccum->setValue(s.value("gradAccum", m_gradAccum->value()).toInt());
+    setCombo(m_method, "method");
+    m_loraRank->setValue(s.value("loraRank", m_loraRank->value()).toInt());
+    m_loraAlpha->setValue(s.value("loraAlpha", m_loraAlpha->value()).toDouble());
+    m_loraDropout->setValue(s.value("loraDropout", m_loraDropout->value()).toDouble());
+    m_loraTargets->setText(s.value("loraTargets", m_loraTargets->text()).toString());
     const QString model = s.value("model").toString();
     s.endGroup();
     if (!model.isEmpty())

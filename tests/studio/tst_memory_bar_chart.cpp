@@ -60,6 +60,25 @@ private Q_SLOTS:
         QVERIFY(!line->visible());
     }
 
+    // The legend names only what some bar holds, in stack order: a full fine-tuning plan does not
+    // list LoRA's categories, a LoRA plan does not list full fine-tuning's gradients.
+    void legendListsOnlyUsedCategories()
+    {
+        MemoryBarChart chart("memory");
+        chart.resize(700, 400);
+        chart.show();
+        chart.setCategories({"params", "grads", "frozen base", "adapters"});
+        chart.setBars({{"ddp", {8 * kGiB, 8 * kGiB, 0, 0}, 20 * kGiB, false},
+            {"zero3", {1 * kGiB, 1 * kGiB, 0, 0}, std::nullopt, true}});
+        chart.flushNow();
+        QCOMPARE(chart.legendEntries(), (QStringList {"params", "grads", "predicted"}));
+        chart.setBars({{"ddp", {0, 0, 14 * kGiB, 0.1 * kGiB}, std::nullopt, true}});
+        chart.flushNow();
+        QCOMPARE(chart.legendEntries(), (QStringList {"frozen base", "adapters"}));
+        chart.setBars({{"ddp", {1 * kGiB, 0, 14 * kGiB, 0.1 * kGiB}, std::nullopt, true}});
+        QCOMPARE(chart.legendEntries(), (QStringList {"params", "frozen base", "adapters"}));
+    }
+
     // The Monitor's bars reach the measured peak (what the categories miss is its own segment),
     // the labels read measured vs predicted, hovering gives the numbers, and the capacity is named
     // in the title instead of being drawn over the bars.

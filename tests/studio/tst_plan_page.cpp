@@ -9,6 +9,7 @@
 #include <QFile>
 #include <QLabel>
 #include <QLineEdit>
+#include <QSettings>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -194,6 +195,36 @@ private Q_SLOTS:
         for (int i = 0; i < names.size(); ++i)
             colours.insert(Theme::categoryColor(i).rgb());
         QCOMPARE(colours.size(), names.size());
+    }
+
+    // The method and the LoRA fields come back after a restart, as every other field does.
+    void loraFieldsSurviveARestart()
+    {
+        QTemporaryDir settings;
+        QCoreApplication::setOrganizationName("ShardStudioTest");
+        QSettings::setDefaultFormat(QSettings::IniFormat);
+        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, settings.path());
+        {
+            PlanPage page;
+            page.setModel("llama-2-7b");
+            selectData(field<QComboBox>(page, "method"), "qlora");
+            field<QSpinBox>(page, "loraRank")->setValue(32);
+            field<QDoubleSpinBox>(page, "loraAlpha")->setValue(64);
+            field<QDoubleSpinBox>(page, "loraDropout")->setValue(0.05);
+            field<QLineEdit>(page, "loraTargets")->setText("q,v,down");
+            page.saveSettings();
+        }
+        PlanPage again;
+        again.loadSettings();
+        QCOMPARE(field<QComboBox>(again, "method")->currentData().toString(), QString("qlora"));
+        QCOMPARE(field<QSpinBox>(again, "loraRank")->value(), 32);
+        QCOMPARE(field<QDoubleSpinBox>(again, "loraAlpha")->value(), 64.0);
+        QCOMPARE(field<QDoubleSpinBox>(again, "loraDropout")->value(), 0.05);
+        QCOMPARE(field<QLineEdit>(again, "loraTargets")->text(), QString("q,v,down"));
+        again.recompute();
+        QVERIFY(again.chosen());
+        QCOMPARE(again.chosen()->input.loraRank, int64_t(32));
+        QVERIFY(again.chosen()->perDevice.quantizedBase > 0);
     }
 
     void huggingFaceFolderIsPlanned()
