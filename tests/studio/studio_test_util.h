@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include <QComboBox>
 #include <QCoreApplication>
 #include <QFile>
 #include <QFileInfo>
@@ -12,6 +13,8 @@
 #include <QSettings>
 #include <QString>
 #include <QStringList>
+#include <QTest>
+#include <QWidget>
 
 namespace shard::test {
 
@@ -29,6 +32,23 @@ inline QString findWorker()
         return {};
     const QByteArray help = p.readAllStandardOutput();
     return help.contains(" launch") && help.contains(" train") ? w : QString();
+}
+
+// The page's child widget of that object name and type; the test stops when it is missing.
+template<class T> T* field(QWidget& page, const char* name)
+{
+    auto* w = page.findChild<T*>(name);
+    if (!w)
+        qFatal("no field %s", name);
+    return w;
+}
+
+// Selects the entry whose data is `data` (a failed check when there is none).
+inline void selectData(QComboBox* box, const QString& data)
+{
+    const int i = box->findData(data);
+    QVERIFY2(i >= 0, qPrintable(data));
+    box->setCurrentIndex(i);
 }
 
 // QSettings of the window under test go to `dir`, never to the user's.

@@ -18,29 +18,17 @@
 
 #include "plan/device_catalog.h"
 #include "plan/model_spec.h"
+#include "studio_test_util.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/plan_page.h"
 #include "widgets/theme.h"
 
 using namespace shard::widgets;
+using shard::test::field;
+using shard::test::selectData;
 namespace plan = shard::plan;
 
 namespace {
-
-template<class T> T* field(PlanPage& page, const char* name)
-{
-    auto* w = page.findChild<T*>(name);
-    if (!w)
-        qFatal("no field %s", name);
-    return w;
-}
-
-void selectData(QComboBox* box, const QString& data)
-{
-    const int i = box->findData(data);
-    QVERIFY2(i >= 0, qPrintable(data));
-    box->setCurrentIndex(i);
-}
 
 double total(const plan::PlanResult* r)
 {
@@ -201,9 +189,7 @@ private Q_SLOTS:
     void loraFieldsSurviveARestart()
     {
         QTemporaryDir settings;
-        QCoreApplication::setOrganizationName("ShardStudioTest");
-        QSettings::setDefaultFormat(QSettings::IniFormat);
-        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, settings.path());
+        shard::test::isolateSettings(settings.path());
         {
             PlanPage page;
             page.setModel("llama-2-7b");

@@ -17,29 +17,17 @@
 
 #include "plan/model_spec.h"
 #include "protocol/run_spec.h"
+#include "studio_test_util.h"
 #include "widgets/launch_page.h"
 #include "widgets/main_window.h"
 #include "widgets/plan_page.h"
 
 using namespace shard::widgets;
+using shard::test::field;
+using shard::test::selectData;
 namespace plan = shard::plan;
 
 namespace {
-
-template<class T> T* field(QWidget& page, const char* name)
-{
-    auto* w = page.findChild<T*>(name);
-    if (!w)
-        qFatal("no field %s", name);
-    return w;
-}
-
-void selectData(QComboBox* box, const QString& data)
-{
-    const int i = box->findData(data);
-    QVERIFY2(i >= 0, qPrintable(data));
-    box->setCurrentIndex(i);
-}
 
 QStringList itemData(QComboBox* box)
 {
@@ -56,9 +44,7 @@ class TstPlanToLaunch : public QObject {
 private Q_SLOTS:
     void initTestCase()
     {
-        QCoreApplication::setOrganizationName("ShardStudioTest");
-        QSettings::setDefaultFormat(QSettings::IniFormat);
-        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, m_settings.path());
+        shard::test::isolateSettings(m_settings.path());
         QVERIFY(QDir().mkpath(m_tmp.filePath("model")));
         QFile config(m_tmp.filePath("model/config.json"));
         QVERIFY(config.open(QIODevice::WriteOnly));
