@@ -39,8 +39,10 @@ struct ShardedStrategy::UnitState {
     at::Tensor master;    // fp32 (frozen: compute dtype) [shardNumel], padding zero
     at::Tensor shardGrad; // fp32 [shardNumel] or undefined
     at::Tensor gathered;  // compute dtype [gatheredNumel]; its storage is freed when resharded
-    bool aliased = false; // gathered is master (one shard rank, fp32 compute)
-    bool valid = false;   // gathered holds the current parameters
+    // gathered is master: one shard rank with master dtype = compute dtype, or a frozen group
+    // that stays gathered (ddp, zero1, zero2)
+    bool aliased = false;
+    bool valid = false;             // gathered holds the current parameters
     std::vector<at::Tensor> leaves; // unsharded parameters: views of gathered, requires grad
     std::vector<dist::WorkPtr> gatherWork;
     std::vector<dist::WorkPtr> reduceWork;
@@ -228,6 +230,15 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
     for (int u = 0; u < static_cast<int>(m_units.size()); ++u)
         if (!m_paramsSharded)
             waitGather(u);
+    // ddp / zero1 / zero2 keep the frozen base gathered for the whole run and never update it:
+    // its rows would be a second copy of what the gathered buffer holds, so the gathered buffer
+    // becomes the only one (as a one-rank shard group's frozen base always is).
+    if (!m_paramsSharded)
+        for (UnitState& s : m_units)
+            if (s.frozen && !s.aliased) {
+                s.master = s.gathered;
+                s.aliased = true;
+            }
     m_commReported = totalCommBytes(); // loading traffic is not a training step's
 }
 
@@ -590,6 +601,8 @@ void ShardedStrategy::exportParams(engine::LlamaModel& model,
                 if (p.name != param->info.name)
                     continue;
                 auto gatherFull = [&](const UnitState& st, const ParamSlot& slot) {
+                    if (st.frozen && st.aliased) // the whole frozen value is here already
+                        return st.leaves.at(static_cast<size_t>(&slot - st.params.data()));
                     at::Tensor full = at::empty({ws * slot.shardNumel}, st.master.scalar_type());
                     m_shard->allGather(full, st.master.narrow(0, slot.offset, slot.shardNumel))
                         ->wait();

@@ -652,16 +652,15 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
 
     Internal o;
     MemoryBreakdown& m = o.mem;
-    m.frozenBase = toBytes(c * z.frozen / Sd);
-    m.quantizedBase = toBytes(nf4Bytes(z.quantized) / Sd);
+    // zero3 / hybrid keep 1/S of the frozen base and gather it unit by unit; ddp / zero1 /
+    // zero2 keep it gathered for the whole run, and that one copy is all they hold of it.
+    const double frozenShare = zero3 ? Sd : 1.0;
+    m.frozenBase = toBytes(c * z.frozen / frozenShare);
+    m.quantizedBase = toBytes(nf4Bytes(z.quantized) / frozenShare);
     double gathered = 0;
-    if (S > 1) {
-        if (zero3)
-            gathered = std::min(c * z.frozen, c * (z.frozenRoot + inFlight * z.frozenBlock))
-                + std::min(nf4Bytes(z.quantized), inFlight * nf4Bytes(z.quantizedBlock));
-        else
-            gathered = c * z.frozen + nf4Bytes(z.quantized);
-    }
+    if (S > 1 && zero3)
+        gathered = std::min(c * z.frozen, c * (z.frozenRoot + inFlight * z.frozenBlock))
+            + std::min(nf4Bytes(z.quantized), inFlight * nf4Bytes(z.quantizedBlock));
     m.gatheredParams = toBytes(gathered);
 
     const double owned = in.strategy == Strategy::Ddp ? z.adaptersExact : z.adapters / Sd;

@@ -1,9 +1,9 @@
 // The planner's LoRA / QLoRA model states against the real engine: tiny-15m, fp32, 2 steps, at 1
-// rank and under ddp and zero3 at 2 ranks (Gloo over loopback). The engine reports each rank's
-// frozen base (frozen_params: compute-dtype rows, NF4 packed bytes and absmax), the adapters'
-// fp32 masters (sharded_params) and their AdamW state (optimizer) in metrics.jsonl; the plan of
-// the same settings must give the same bytes (frozen_base + quantized_base, adapter AdamW and
-// masters = half the AdamW bytes) within 1%.
+// rank and under ddp, zero2 and zero3 at 2 ranks (Gloo over loopback). The engine reports each
+// rank's frozen base (frozen_params: compute-dtype rows, NF4 packed bytes and absmax), the
+// adapters' fp32 masters (sharded_params) and their AdamW state (optimizer) in metrics.jsonl; the
+// plan of the same settings must give the same bytes (frozen_base + quantized_base, adapter AdamW
+// and masters = half the AdamW bytes) within 1%.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -143,7 +143,7 @@ int main()
     const double q = static_cast<double>(shard::plan::quantizedParameterCount(spec));
     const double saved = (4.0 - (0.5 + 4.0 / 64.0)) * q;
     for (const auto& [strategy, ranks] :
-        {std::pair<const char*, int> {"zero3", 1}, {"ddp", 2}, {"zero3", 2}}) {
+        {std::pair<const char*, int> {"zero3", 1}, {"ddp", 2}, {"zero2", 2}, {"zero3", 2}}) {
         const Measured lora = compare(dir, "lora", strategy, ranks);
         const Measured qlora = compare(dir, "qlora", strategy, ranks);
         const double below = static_cast<double>(lora.peak - qlora.peak);
