@@ -101,11 +101,7 @@ Result<IngestStats> Ingestor::ingestChunk(qint64 runId, IngestFile file, const s
             auto caught = catchUp();
             if (!caught)
                 return fail(caught.error());
-            stats.metrics += caught->metrics;
-            stats.badLines += caught->badLines;
-            stats.lastStep = std::max(stats.lastStep, caught->lastStep);
-            if (!caught->lastBadLine.isEmpty())
-                stats.lastBadLine = caught->lastBadLine;
+            stats.add(*caught); // metrics only: it sets no status
         }
         if (auto s = m_store.appendEvents(runId, events, newOffset); !s)
             return fail(s.error());

@@ -27,6 +27,7 @@ RemoteRunWatcher::RemoteRunWatcher(RunStore& store, qint64 runId, SshHost host, 
     , m_host(std::move(host))
     , m_runDir(std::move(runDir))
     , m_ssh(std::move(options))
+    , m_metricsCatchUp(metricsCatchUp(m_store, m_ingestor, m_runId, m_ssh, m_host, m_runDir))
 {
     m_streams[0].file = IngestFile::Metrics;
     m_streams[1].file = IngestFile::Events;
@@ -100,8 +101,8 @@ void RemoteRunWatcher::onData(Stream& s)
     qint64 consumed = 0;
     // The two files stream apart: an events chunk that ends the run first stores the metrics
     // the stream of metrics.jsonl may not have brought yet.
-    auto stats = m_ingestor.ingestBytes(m_runId, s.file, s.pending, s.pendingOffset, &consumed,
-        metricsCatchUp(m_store, m_ingestor, m_runId, m_ssh, m_host, m_runDir));
+    auto stats = m_ingestor.ingestBytes(
+        m_runId, s.file, s.pending, s.pendingOffset, &consumed, m_metricsCatchUp);
     if (!stats) {
         Q_EMIT errorOccurred(m_runId, stats.error());
         return;

@@ -60,6 +60,8 @@ private:
     SshHost m_host;
     QString m_runDir;
     SshClient m_ssh;
+    // Stores the rest of metrics.jsonl over SSH before an events chunk that ends the run.
+    MetricsCatchUp m_metricsCatchUp;
     qint64 m_pid = 0;
     Stream m_streams[2];
     QTimer m_aliveTimer;
