@@ -151,14 +151,16 @@ Dims layerDims(const ModelSpec& s, int64_t layer)
 // LoRA / QLoRA. The engine (engine/core/model/lora.h, engine/fsdp/sharded_strategy.cpp) appends
 // each block's adapters (A: rank x in, B: out x rank) to its unit as ordinary trainable
 // parameters: fp32 masters, gradients and AdamW state sharded like any weight under zero1-3,
-// replicated under ddp. The frozen base is a separate group: each rank keeps its rows (compute
-// dtype, or NF4 packed bytes + fp32 absmax for QLoRA's block projections); zero3 / hybrid gather a
-// block at a time and free it, ddp / zero1 / zero2 keep it gathered whole. On one rank the frozen
-// shard is the gathered copy (no second copy).
+// replicated under ddp. The frozen base is a separate group (compute dtype, or NF4 packed bytes +
+// fp32 absmax for QLoRA's block projections): under zero3 / hybrid each rank keeps its rows and
+// gathers a block at a time; ddp / zero1 / zero2 keep it gathered whole, and that copy is the only
+// one (no rows besides).
 struct LoraTarget {
     const char* flag;   // --lora-targets entry
     const char* module; // Hugging Face parameter name fragment
 };
+// kLoraTargets' order: the index parseLoraTargets and projectionOf use.
+enum LoraProjection { kQ, kK, kV, kO, kGate, kUp, kDown };
 const LoraTarget kLoraTargets[] = {{"q", ".self_attn.q_proj.weight"},
     {"k", ".self_attn.k_proj.weight"}, {"v", ".self_attn.v_proj.weight"},
     {"o", ".self_attn.o_proj.weight"}, {"gate", ".mlp.gate_proj.weight"},
@@ -270,7 +272,6 @@ ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
         // the input of a projection no adapter reads (o_proj's: the attention output;
         // down_proj's: silu(gate) * up; the normed x when none of q, k, v, or of gate, up, is
         // adapted) and the LM head's input.
-        enum { kQ, kK, kV, kO, kGate, kUp, kDown };
         double unsaved = 0, largestUnsaved = 0;
         for (int64_t l = 0; l < s.numLayers; ++l) {
             const Dims d = layerDims(s, l);
