@@ -309,6 +309,31 @@ inline bool makeTinyRunInputs(const std::string& root)
     return true;
 }
 
+// What the planner-against-engine tests train on: root/model (`preset`, seed 1) and
+// root/data.jsonl, 32 records of `seqLen` ids below 4096 from a fixed LCG (every row full length,
+// so the plan's sequence length is the one trained). False after saying on stderr why init-model
+// failed.
+inline bool makeFullLengthRunInputs(const std::string& root, const std::string& preset, int seqLen)
+{
+    auto init = spawnProcess(
+        {workerPath(), "init-model", "--preset", preset, "--out", root + "/model", "--seed", "1"});
+    if (!init.wait(60) || init.exitCode() != 0) {
+        std::fprintf(stderr, "init-model failed: %s\n", init.err.c_str());
+        return false;
+    }
+    std::ofstream data(root + "/data.jsonl");
+    uint64_t x = 777;
+    for (int line = 0; line < 32; ++line) {
+        data << "{\"input_ids\":[";
+        for (int i = 0; i < seqLen; ++i) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            data << (i ? "," : "") << (x >> 33) % 4096;
+        }
+        data << "]}\n";
+    }
+    return true;
+}
+
 // Lines in a file (0 when it cannot be read).
 inline int countLines(const std::string& path)
 {

@@ -120,21 +120,7 @@ Measured compare(
 int main()
 {
     const std::string dir = makeTempDir("plan-vs-engine-lora");
-    {
-        auto p = spawnProcess({workerPath(), "init-model", "--preset", "tiny-15m", "--out",
-            dir + "/model", "--seed", "1"});
-        SHARD_EXPECT(p.wait(60) && p.exitCode() == 0, "init-model: " + p.err);
-        std::ofstream data(dir + "/data.jsonl");
-        uint64_t x = 777;
-        for (int line = 0; line < 32; ++line) {
-            data << "{\"input_ids\":[";
-            for (int i = 0; i < kSeq; ++i) {
-                x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-                data << (i ? "," : "") << (x >> 33) % 4096;
-            }
-            data << "]}\n";
-        }
-    }
+    SHARD_EXPECT(makeFullLengthRunInputs(dir, "tiny-15m", kSeq), "init-model");
     // QLoRA keeps its projections as NF4 and dequantises one block's at a time (freed after the
     // block's forward, refilled before its backward), so its peak is below LoRA's by most of
     // what quantising saved: (4 - nf4) bytes per projection weight at fp32, less one block's
