@@ -45,6 +45,7 @@ struct PlanOptions {
     std::string loraAlpha = "16";
     std::string loraDropout = "0";
     std::string loraTargets = "q,k,v,o";
+    bool noDoubleQuant = false;
     bool json = false;
     bool showCalibration = false;
 };
@@ -145,6 +146,7 @@ PlanInput buildInput(const PlanOptions& o)
     in.loraAlpha = parseNumber("--lora-alpha", o.loraAlpha);
     in.loraDropout = parseNumber("--lora-dropout", o.loraDropout);
     in.loraTargets = o.loraTargets;
+    in.qloraDoubleQuant = !o.noDoubleQuant;
     if (!o.overhead.empty())
         in.device.overheadBytes = static_cast<int64_t>(
             std::llround(parseGiB("--overhead", o.overhead, true) * 1024.0 * 1024 * 1024));
@@ -229,7 +231,8 @@ void printHuman(const PlanInput& in, const std::vector<PlanResult>& all, const P
             toString(in.method).c_str(), static_cast<long long>(in.loraRank), in.loraAlpha,
             in.loraTargets.c_str(), formatParamCount(a).c_str(), withCommas(a).c_str());
         if (in.method == Method::Qlora)
-            std::printf(", %s NF4", formatParamCount(quantizedParameterCount(in.model)).c_str());
+            std::printf(", %s NF4%s", formatParamCount(quantizedParameterCount(in.model)).c_str(),
+                in.qloraDoubleQuant ? " (8-bit block scales)" : " (fp32 block scales)");
         std::printf("\n");
     } else {
         std::printf("Method  full fine-tuning\n");
@@ -421,6 +424,8 @@ const CommandRegistration kPlan([](CLI::App& app) {
         sub->add_option("--lora-targets", o->loraTargets,
                "Adapted projections: any of q,k,v,o,gate,up,down (default q,k,v,o)")
             ->type_name("LIST"),
+        sub->add_flag("--no-double-quant", o->noDoubleQuant,
+            "QLoRA: fp32 block scales (default: double-quantised to 8 bits)"),
     };
     for (CLI::Option* opt : fromSpec)
         spec->excludes(opt);

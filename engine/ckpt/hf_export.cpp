@@ -90,12 +90,13 @@ ExportResult exportLora(const CheckpointReader& reader, plan::ModelSpec spec,
     engine::NamedTensors all;
     // QLoRA trained its adapters against the NF4 base: merge onto the dequantised projections.
     const bool qlora = l.value("method", std::string("lora")) == "qlora";
+    const bool doubleQuant = l.value("double_quant", false);
     for (const auto& info : plan::parameterTable(base.spec)) {
         at::Tensor w = base.weights->tensor(info.name).to(at::kFloat);
         if (qlora && info.layer >= 0 && info.shape.size() == 2
             && info.name.find("_proj.weight") != std::string::npos) {
-            const engine::nf4::Rows q = engine::nf4::quantizeRows(w);
-            w = engine::nf4::dequantizeRows(q.packed, q.absmax, at::kFloat);
+            const engine::nf4::Rows q = engine::nf4::quantizeRows(w, doubleQuant);
+            w = engine::nf4::dequantizeRows(q.packed, q.absmax, at::kFloat, q.nested);
         }
         all.push_back({info.name, w});
     }
@@ -116,7 +117,10 @@ ExportResult exportLora(const CheckpointReader& reader, plan::ModelSpec spec,
     result.weightFiles = engine::writeSafetensorsFolder(tmp, all, options.maxShardBytes);
     writeFileDurable((fs::path(tmp) / "README.md").string(),
         "# Merged LoRA model\n\nThe base model " + m.modelSource
-            + (qlora ? " (its projections NF4-quantised and dequantised, as QLoRA trained on)" : "")
+            + (qlora ? std::string(" (its projections NF4-quantised")
+                        + (doubleQuant ? ", their block scales double-quantised," : "")
+                        + " and dequantised, as QLoRA trained on)"
+                     : std::string())
             + " with the LoRA adapters of checkpoint " + reader.dir()
             + " merged in: W + scale * B A (scale " + std::to_string(cfg.scale())
             + "), computed in float64 and stored as " + spec.torchDtype + ".\n");

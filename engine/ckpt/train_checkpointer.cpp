@@ -76,6 +76,8 @@ TrainCheckpointer::TrainCheckpointer(protocol::RunSpec spec, std::string modelDi
         for (const char* k :
             {"method", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "lora_rslora"})
             j.erase(k);
+    if (m_spec.method != "qlora")
+        j.erase("qlora_double_quant");
     const std::string base = fs::path(m_spec.outDir).lexically_normal().filename().string();
     m_runId = (base.empty() ? std::string("run") : base) + "-" + configHash(j).substr(8, 8);
 }
@@ -192,7 +194,8 @@ engine::CheckpointSaved TrainCheckpointer::afterStep(engine::LlamaModel& model,
         // What export needs to write the PEFT folder; the base is req.modelSource.
         req.trainState["lora"] = {{"r", m_spec.loraRank}, {"alpha", m_spec.loraAlpha},
             {"dropout", m_spec.loraDropout}, {"targets", m_spec.loraTargets},
-            {"rslora", m_spec.loraRslora}, {"method", m_spec.method}};
+            {"rslora", m_spec.loraRslora}, {"method", m_spec.method},
+            {"double_quant", m_spec.method == "qlora" && m_spec.qloraDoubleQuant}};
     req.rankState = {{"rank", strategy.rank()}};
     {
         at::Generator gen = at::detail::getDefaultCPUGenerator();

@@ -28,6 +28,7 @@ struct ShardedStrategy::ParamSlot {
     int64_t offset = 0;         // in the unit's shard buffers
     int64_t gatheredOffset = 0; // in the unit's gathered buffer (Ws * shardNumel each)
     bool decay = true;
+    engine::nf4::NestedScales nested; // a double-quantised absmax slot: its scales, whole here
 };
 
 struct ShardedStrategy::UnitState {
@@ -167,10 +168,11 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
             where[p.name] = {st, static_cast<int>(s.params.size())};
             s.params.push_back(p);
         }
-        const at::ScalarType masterDtype = s.group == kTrainable ? at::kFloat
-            : s.group == kFrozen                                 ? compute
-            : s.group == kPacked                                 ? at::kByte
-                                                                 : at::kFloat;
+        // The absmax group holds fp32 scales, or their 8-bit codes under double quantisation.
+        const at::ScalarType masterDtype = s.group == kTrainable    ? at::kFloat
+            : s.group == kFrozen                                    ? compute
+            : s.group == kPacked || m_options.spec.qloraDoubleQuant ? at::kByte
+                                                                    : at::kFloat;
         const at::ScalarType gatheredDtype = s.group == kTrainable ? compute : masterDtype;
         s.master = at::zeros({s.shardNumel}, masterDtype);
         s.aliased = ws == 1 && gatheredDtype == masterDtype;
@@ -212,11 +214,14 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
         };
         if (param->quantized) {
             // Every rank quantizes the same tensor the same way and keeps its rows of the bytes.
-            const engine::nf4::Rows q = engine::nf4::quantizeRows(full);
+            const engine::nf4::Rows q
+                = engine::nf4::quantizeRows(full, m_options.spec.qloraDoubleQuant);
             keepRows(s, p, q.packed);
             auto [ua, ia] = where.at(param->info.name + "#absmax");
             UnitState& sa = m_units[static_cast<size_t>(ua)];
-            keepRows(sa, sa.params[static_cast<size_t>(ia)], q.absmax);
+            ParamSlot& pa = sa.params[static_cast<size_t>(ia)];
+            keepRows(sa, pa, q.absmax);
+            pa.nested = q.nested;
         } else {
             keepRows(s, p, full);
         }
@@ -323,7 +328,8 @@ std::vector<at::Tensor> ShardedStrategy::dequantized(int unit)
         }
         const UnitState& scales = m_units.at(static_cast<size_t>(st + m_numUnits));
         out.push_back(copies.get(i, s.leaves.at(static_cast<size_t>(slot)),
-            scales.leaves.at(static_cast<size_t>(slot)), m_options.computeDtype));
+            scales.leaves.at(static_cast<size_t>(slot)), m_options.computeDtype,
+            scales.params.at(static_cast<size_t>(slot)).nested));
     }
     return out;
 }
@@ -517,6 +523,8 @@ engine::MemoryBreakdown ShardedStrategy::memory() const
         for (const auto& leaf : s.leaves)
             m.grads += bytesOf(leaf.grad());
         m.other += bytesOf(s.reduceIn) + bytesOf(s.reduceOut);
+        for (const auto& p : s.params)
+            m.frozenParams += bytesOf(p.nested.scale);
     }
     for (const auto& copies : m_dequant)
         m.gatheredParams += copies.bytes();
@@ -613,7 +621,8 @@ void ShardedStrategy::exportParams(engine::LlamaModel& model,
                     const UnitState& sa
                         = m_units.at(static_cast<size_t>(&s - m_units.data()) + m_numUnits);
                     const ParamSlot& pa = sa.params.at(static_cast<size_t>(&p - s.params.data()));
-                    full = engine::nf4::dequantizeRows(full, gatherFull(sa, pa), at::kFloat);
+                    full = engine::nf4::dequantizeRows(
+                        full, gatherFull(sa, pa), at::kFloat, pa.nested);
                 }
                 if (rank() == 0)
                     sink(p.name, full);

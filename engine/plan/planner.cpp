@@ -657,11 +657,12 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
     // zero2 keep it gathered for the whole run, and that one copy is all they hold of it.
     const double frozenShare = zero3 ? Sd : 1.0;
     m.frozenBase = toBytes(c * z.frozen / frozenShare);
-    m.quantizedBase = toBytes(nf4Bytes(z.quantized) / frozenShare);
+    const bool dq = in.qloraDoubleQuant;
+    m.quantizedBase = toBytes(nf4Bytes(z.quantized, dq) / frozenShare);
     double gathered = 0;
     if (S > 1 && zero3)
         gathered = std::min(c * z.frozen, c * (z.frozenRoot + inFlight * z.frozenBlock))
-            + std::min(nf4Bytes(z.quantized), inFlight * nf4Bytes(z.quantizedBlock));
+            + std::min(nf4Bytes(z.quantized, dq), inFlight * nf4Bytes(z.quantizedBlock, dq));
     m.gatheredParams = toBytes(gathered);
 
     const double owned = in.strategy == Strategy::Ddp ? z.adaptersExact : z.adapters / Sd;
@@ -701,8 +702,8 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
     case Strategy::Zero3:
     case Strategy::Hybrid: {
         o.reduceBytes = ring * r * z.adapters;
-        const double blocks
-            = c * (z.frozen - z.frozenRoot) + nf4Bytes(z.quantized) + c * z.adapters;
+        const double blocks = c * (z.frozen - z.frozenRoot)
+            + nf4Bytes(z.quantized, in.qloraDoubleQuant) + c * z.adapters;
         o.gatherBytes = K * ring * (2.0 * blocks + c * z.frozenRoot);
         if (in.strategy == Strategy::Hybrid)
             o.reduceBytes += 2.0 * ringFraction(W / S) * r * z.adapters / Sd;
@@ -1146,9 +1147,9 @@ int64_t quantizedParameterCount(const ModelSpec& spec)
     return n;
 }
 
-double nf4Bytes(double n)
+double nf4Bytes(double n, bool doubleQuant)
 {
-    return n / 2.0 + 4.0 * n / 64.0;
+    return n / 2.0 + (doubleQuant ? n / 64.0 + 4.0 * n / (64.0 * 256.0) : 4.0 * n / 64.0);
 }
 
 MemoryBreakdown zeroPaperModelStates(Strategy s, double psi, int64_t n, double k)
@@ -1213,8 +1214,10 @@ nlohmann::json toJson(const PlanResult& r)
         j["lora"] = {{"rank", in.loraRank}, {"alpha", in.loraAlpha}, {"dropout", in.loraDropout},
             {"targets", in.loraTargets}, {"rslora", in.loraRslora},
             {"adapter_params", loraAdapterParameterCount(in.model, in.loraRank, in.loraTargets)}};
-        if (in.method == Method::Qlora)
+        if (in.method == Method::Qlora) {
             j["lora"]["quantized_params"] = quantizedParameterCount(in.model);
+            j["lora"]["double_quant"] = in.qloraDoubleQuant;
+        }
     }
     j["micro_batch"] = in.microBatch;
     j["seq_len"] = in.seqLen;

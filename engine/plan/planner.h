@@ -103,6 +103,7 @@ struct PlanInput {
     double loraDropout = 0.0;
     std::string loraTargets = "q,k,v,o"; // any of q,k,v,o,gate,up,down
     bool loraRslora = false;
+    bool qloraDoubleQuant = true; // QLoRA: 8-bit block scales (see nf4Bytes)
 
     bool usesLora() const { return method != Method::Full; }
     int64_t worldSize() const { return gpusPerNode * nodes; }
@@ -125,7 +126,7 @@ struct MemoryBreakdown {
     // LoRA / QLoRA (zero under full fine-tuning). The gathered frozen base and, under QLoRA, the
     // running block's dequantised projections are in gatheredParams.
     int64_t frozenBase = 0;       // this rank's frozen base in the compute dtype (not quantised)
-    int64_t quantizedBase = 0;    // this rank's NF4 bytes: 0.5 B/param + 4 B absmax per 64
+    int64_t quantizedBase = 0;    // this rank's NF4 bytes (nf4Bytes)
     int64_t adapters = 0;         // adapter masters (+ their compute-dtype copies)
     int64_t adapterGrads = 0;     // adapter gradients (sharded + unsharded + reduce buffers)
     int64_t adapterOptimizer = 0; // AdamW m and v of the adapters
@@ -194,8 +195,10 @@ int64_t fewestGpus(const PlanInput& in, int64_t limitGpus = 65536);
 int64_t loraAdapterParameterCount(const ModelSpec& spec, int64_t rank, const std::string& targets);
 // QLoRA's quantised parameters: every block projection (q, k, v, o, gate, up, down) weight.
 int64_t quantizedParameterCount(const ModelSpec& spec);
-// Bytes of n NF4-quantised parameters: n / 2 packed + 4 per block of 64 (fp32 absmax).
-double nf4Bytes(double n);
+// Bytes of n NF4-quantised parameters: n / 2 packed + 4 per block of 64 (fp32 absmax), or with
+// double quantisation 1 per block of 64 (8-bit absmax code) + 4 per 256 such blocks (their
+// fp32 scale).
+double nf4Bytes(double n, bool doubleQuant);
 
 // The ZeRO paper's model states per device for psi parameters over n ranks with K optimizer
 // bytes per parameter: DDP (2+2+K)psi, ZeRO-1 4psi + K psi/n, ZeRO-2 2psi + (2+K)psi/n,

@@ -49,6 +49,7 @@ PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& dev
     in.loraDropout = spec.loraDropout;
     in.loraTargets = spec.loraTargets;
     in.loraRslora = spec.loraRslora;
+    in.qloraDoubleQuant = spec.qloraDoubleQuant;
     return in;
 }
 
@@ -72,6 +73,7 @@ void applyPlanToSpec(const PlanInput& in, const std::string& modelSource, protoc
     spec.loraDropout = in.loraDropout;
     spec.loraTargets = in.loraTargets;
     spec.loraRslora = in.loraRslora;
+    spec.qloraDoubleQuant = in.qloraDoubleQuant;
 }
 
 } // namespace shard::plan

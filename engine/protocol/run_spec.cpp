@@ -44,6 +44,7 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("lora_targets", s.loraTargets);
     f("lora_rslora", s.loraRslora);
     f("lora_init", s.loraInit);
+    f("qlora_double_quant", s.qloraDoubleQuant);
     f("steps", s.steps);
     f("epochs", s.epochs);
     f("micro_batch", s.microBatch);

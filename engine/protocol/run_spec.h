@@ -49,6 +49,7 @@ struct RunSpec {
     std::string loraTargets = "q,k,v,o"; // any of q,k,v,o,gate,up,down
     bool loraRslora = false;             // scale alpha / sqrt(r) instead of alpha / r
     std::string loraInit;                // a PEFT adapter folder to continue training
+    bool qloraDoubleQuant = true;        // QLoRA: the NF4 absmax double-quantised (bitsandbytes')
 
     int64_t steps = 0;
     int64_t epochs = 0;

@@ -83,6 +83,9 @@ const std::vector<TrainFlag>& trainFlags()
         SHARD_FLAG("--lora-targets", loraTargets,
             "Adapted projections, any of q,k,v,o,gate,up,down (default q,k,v,o)"),
         SHARD_SWITCH("--lora-rslora", loraRslora, true, "Scale by alpha / sqrt(r)"),
+        SHARD_SWITCH("--no-double-quant", qloraDoubleQuant, false,
+            "QLoRA: keep the NF4 base's block scales in fp32 (default: double-quantised to 8 "
+            "bits, as bitsandbytes' bnb_4bit_use_double_quant)"),
         SHARD_FLAG("--lora-init", loraInit,
             "Continue training a PEFT adapter folder (adapter_config.json, "
             "adapter_model.safetensors)"),

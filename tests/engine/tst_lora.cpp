@@ -316,17 +316,18 @@ void testExport(const std::string& model, const std::string& data)
 // NF4's bytes.
 void testQlora(const std::string& model, const std::string& data)
 {
-    // The dequantised base as a model folder.
-    const std::string deq = g_dir + "/dequantised";
-    {
+    // The dequantised base as a model folder, with the block scales double-quantised (the
+    // default) or kept in fp32.
+    auto dequantisedBase = [&](bool doubleQuant) {
+        const std::string deq = g_dir + (doubleQuant ? "/dequantised-dq" : "/dequantised");
         SafetensorsReader base(model);
         NamedTensors tensors;
         int quantized = 0;
         for (const auto& name : base.names()) {
             at::Tensor t = base.tensor(name).to(at::kFloat);
             if (name.find("_proj.weight") != std::string::npos) {
-                const nf4::Rows q = nf4::quantizeRows(t);
-                t = nf4::dequantizeRows(q.packed, q.absmax, at::kFloat);
+                const nf4::Rows q = nf4::quantizeRows(t, doubleQuant);
+                t = nf4::dequantizeRows(q.packed, q.absmax, at::kFloat, q.nested);
                 ++quantized;
             }
             tensors.push_back({name, t.contiguous()});
@@ -334,11 +335,13 @@ void testQlora(const std::string& model, const std::string& data)
         T_CHECK(quantized == 7 * tinySpec().numLayers);
         writeHfConfigAndTokenizer(deq, tinySpec(), model);
         writeSafetensorsFolder(deq, tensors);
-    }
-    auto full = loraSpec(deq, data, g_dir + "/deq-full");
-    full.method = "full";
-    full.steps = 1;
-    const double reference = train(full).losses.at(0);
+        auto full = loraSpec(deq, data, deq + "-full");
+        full.method = "full";
+        full.steps = 1;
+        return train(full).losses.at(0);
+    };
+    const double reference = dequantisedBase(true);
+    const double referencePlain = dequantisedBase(false);
     auto q = loraSpec(model, data, g_dir + "/qlora");
     q.method = "qlora";
     q.loraTargets = "q,k,v,o,gate,up,down";
@@ -347,6 +350,28 @@ void testQlora(const std::string& model, const std::string& data)
     const TrainResult qr = qt.run();
     std::printf("QLoRA step-1 loss %.17g, dequantised base %.17g\n", qr.losses.at(0), reference);
     T_CHECK_MSG(qr.losses.at(0) == reference, "QLoRA step 1 != the dequantised base's loss");
+    auto plain = q;
+    plain.qloraDoubleQuant = false;
+    plain.steps = 1;
+    plain.outDir = g_dir + "/qlora-fp32-scales";
+    Trainer pt(plain, TrainerOptions {false, false, false});
+    const double plainLoss = pt.run().losses.at(0);
+    std::printf("QLoRA with fp32 block scales: step-1 loss %.17g, dequantised base %.17g\n",
+        plainLoss, referencePlain);
+    T_CHECK_MSG(plainLoss == referencePlain, "QLoRA (fp32 scales) step 1 != its base's loss");
+    // Double quantisation keeps one byte per block of 64 instead of four, plus a scale per 256.
+    int64_t quantizedParams = 0, quantizedTensors = 0;
+    for (const Param* p : qt.model().params())
+        if (p->quantized) {
+            quantizedParams += p->info.shape.at(0) * p->info.shape.at(1);
+            ++quantizedTensors;
+        }
+    const int64_t saved = pt.strategy().memory().frozenParams - qt.strategy().memory().frozenParams;
+    std::printf("double quantisation saves %lld bytes of %lld NF4 parameters\n",
+        static_cast<long long>(saved), static_cast<long long>(quantizedParams));
+    T_CHECK(saved <= 3 * quantizedParams / 64);
+    T_CHECK(
+        saved >= 3 * quantizedParams / 64 - 4 * (quantizedParams / (64 * 256) + quantizedTensors));
     const Param& w = qt.model().param("model.layers.0.mlp.up_proj.weight");
     T_CHECK(w.quantized && w.frozen && !w.value.defined());
     T_CHECK(!qt.model().param("model.embed_tokens.weight").quantized);

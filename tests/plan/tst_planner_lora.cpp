@@ -47,7 +47,10 @@ void testAdapterCounts()
     const int64_t h = t.hiddenSize, q = t.qDim(), kv = t.kvDim(), in = t.intermediateSize;
     CHECK_EQ(loraAdapterParameterCount(t, 4, "q,v"), t.numLayers * 4 * ((h + q) + (h + kv)));
     CHECK_EQ(quantizedParameterCount(t), t.numLayers * (h * q + 2 * h * kv + q * h + 3 * h * in));
-    CHECK_EQ(nf4Bytes(64.0), 36.0); // 32 packed bytes + one fp32 absmax
+    CHECK_EQ(nf4Bytes(64.0, false), 36.0); // 32 packed bytes + one fp32 absmax
+    // Double quantisation: 32 packed bytes + one 8-bit code per block, one fp32 scale per 256
+    // blocks.
+    CHECK_EQ(nf4Bytes(64.0 * 256, true), 256 * 33.0 + 4.0);
 }
 
 PlanInput eightB(Method method, Strategy s, int64_t gpus)
@@ -113,7 +116,16 @@ void testCategoriesOneGpu()
     const int64_t block = 4096LL * 4096 * 2 + 2 * 4096LL * 1024 + 3 * 4096LL * 14336;
     CHECK_EQ(Q, 32 * block);
     const PlanResult ql = plan(eightB(Method::Qlora, Strategy::Ddp, 1));
-    CHECK_EQ(ql.perDevice.quantizedBase, Q / 2 + 4 * Q / 64);
+    // Double quantisation (the default): an 8-bit code per block of 64, an fp32 scale per 256
+    // codes; without it an fp32 absmax per block.
+    const int64_t nf4dq = Q / 2 + Q / 64 + 4 * Q / (64 * 256);
+    CHECK_EQ(ql.perDevice.quantizedBase, nf4dq);
+    PlanInput fp32Scales = eightB(Method::Qlora, Strategy::Ddp, 1);
+    fp32Scales.qloraDoubleQuant = false;
+    const PlanResult qlPlain = plan(fp32Scales);
+    CHECK_EQ(qlPlain.perDevice.quantizedBase, Q / 2 + 4 * Q / 64);
+    // (the total by more: the fragmentation overhead is a share of what is allocated)
+    CHECK(qlPlain.perDevice.total() - ql.perDevice.total() >= 3 * Q / 64 - 4 * Q / (64 * 256));
     CHECK_EQ(ql.perDevice.frozenBase, 2 * (P - Q));
     // At backward start (the head's backward) no block's copies are alive; inside the blocks'
     // backward one block's are, with the logits gone: the logits (T x V fp32, twice) decide.
@@ -129,7 +141,9 @@ void testCategoriesOneGpu()
     CHECK_EQ(j["method"].get<std::string>(), std::string("qlora"));
     CHECK_EQ(j["lora"]["adapter_params"].get<int64_t>(), A);
     CHECK_EQ(j["lora"]["quantized_params"].get<int64_t>(), Q);
-    CHECK_EQ(j["per_device"]["quantized_base"].get<int64_t>(), Q / 2 + 4 * Q / 64);
+    CHECK_EQ(j["per_device"]["quantized_base"].get<int64_t>(), nf4dq);
+    CHECK(j["lora"]["double_quant"].get<bool>());
+    CHECK(!toJson(qlPlain)["lora"]["double_quant"].get<bool>());
     CHECK_EQ(j["per_device"]["total"].get<int64_t>(), ql.perDevice.total());
 }
 
@@ -171,7 +185,7 @@ void testStrategies()
 
     const MemoryBreakdown q3 = plan(eightB(Method::Qlora, Strategy::Zero3, 8)).perDevice;
     const int64_t Q = quantizedParameterCount(m);
-    CHECK_EQ(q3.quantizedBase, (Q / 2 + 4 * Q / 64) / 8);
+    CHECK_EQ(q3.quantizedBase, (Q / 2 + Q / 64 + 4 * Q / (64 * 256)) / 8);
     CHECK_EQ(q3.frozenBase, 2 * (P - Q) / 8);
 }
 
@@ -207,7 +221,9 @@ void testBridge()
     spec.loraDropout = 0.1;
     spec.loraTargets = "q,v,down";
     spec.loraRslora = true;
+    spec.qloraDoubleQuant = false;
     PlanInput in = planInputFromSpec(spec, DeviceSpec::cpu(int64_t(16) << 30));
+    CHECK(!in.qloraDoubleQuant);
     CHECK(in.method == Method::Qlora);
     CHECK_EQ(in.loraRank, int64_t(16));
     CHECK_EQ(in.loraAlpha, 32.0);
@@ -224,6 +240,7 @@ void testBridge()
     CHECK_EQ(back.loraDropout, 0.1);
     CHECK_EQ(back.loraTargets, std::string("q,v,down"));
     CHECK(back.loraRslora);
+    CHECK(!back.qloraDoubleQuant);
     CHECK(back.usesLora());
 }
 

@@ -1,9 +1,12 @@
 // NF4 quantisation with ATen ops: bucketize against the midpoints of the code table, pack pairs
-// of codes into bytes; dequantisation is a table lookup times the block's absmax.
+// of codes into bytes; dequantisation is a table lookup times the block's absmax. Double
+// quantisation does the same to the absmax with the 256-value dynamic map.
 #include "core/model/nf4.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -29,7 +32,97 @@ at::Tensor tableTensor(at::ScalarType dtype)
     return at::tensor(std::vector<float>(t.begin(), t.end()), at::kFloat).to(dtype);
 }
 
+// Codes of `normed` (values in [-1, 1]): the nearest entry of the ascending `table`, a value
+// exactly between two entries taking the lower one.
+template<size_t N>
+at::Tensor nearestCodes(const at::Tensor& normed, const std::array<float, N>& table)
+{
+    std::vector<double> mids;
+    for (size_t i = 0; i + 1 < N; ++i)
+        mids.push_back((static_cast<double>(table[i]) + static_cast<double>(table[i + 1])) / 2.0);
+    // right = false: a value equal to a midpoint gets the lower code.
+    return at::bucketize(normed.to(at::kDouble), at::tensor(mids, at::kDouble).to(normed.device()),
+        /*out_int32=*/false, false)
+        .to(at::kByte);
+}
+
+template<size_t N> double halfWidestGap(const std::array<float, N>& table)
+{
+    double gap = 0;
+    for (size_t i = 0; i + 1 < N; ++i)
+        gap = std::max(gap, static_cast<double>(table[i + 1]) - static_cast<double>(table[i]));
+    return gap / 2.0;
+}
+
 } // namespace
+
+const std::array<float, 256>& dynamicMap()
+{
+    // The same ATen ops, in the same dtype, as bitsandbytes' construction in PyTorch: float32
+    // linspace, midpoints, times the power of ten.
+    static const std::array<float, 256> table = [] {
+        std::vector<float> v;
+        for (int i = 0; i < 7; ++i) {
+            const int64_t n = (int64_t(1) << i) + 1;
+            at::Tensor b = at::linspace(0.1, 1.0, n, at::kFloat);
+            at::Tensor means = (b.narrow(0, 0, n - 1) + b.narrow(0, 1, n - 1)) / 2.0;
+            at::Tensor scaled = (means * std::pow(10.0, i - 6)).contiguous();
+            const float* d = scaled.data_ptr<float>();
+            for (int64_t k = 0; k < n - 1; ++k) {
+                v.push_back(d[k]);
+                v.push_back(-d[k]);
+            }
+        }
+        v.push_back(0.0f);
+        v.push_back(1.0f);
+        std::sort(v.begin(), v.end());
+        std::array<float, 256> out {};
+        if (v.size() != out.size())
+            throw std::logic_error(
+                "nf4: the dynamic map has " + std::to_string(v.size()) + " values");
+        std::copy(v.begin(), v.end(), out.begin());
+        return out;
+    }();
+    return table;
+}
+
+std::pair<at::Tensor, NestedScales> quantizeNested(const at::Tensor& absmax)
+{
+    at::Tensor a = absmax.to(at::kFloat).reshape({-1});
+    const int64_t n = a.numel();
+    NestedScales nested;
+    nested.offset = n > 0 ? a.mean().item<float>() : 0.0f;
+    const int64_t blocks = std::max<int64_t>(1, (n + kNestedBlockSize - 1) / kNestedBlockSize);
+    at::Tensor flat = at::zeros({blocks * kNestedBlockSize}, a.options());
+    flat.narrow(0, 0, n).copy_(a - nested.offset);
+    at::Tensor b = flat.view({blocks, kNestedBlockSize});
+    nested.scale = std::get<0>(b.abs().max(1));
+    at::Tensor normed
+        = b / at::where(nested.scale > 0, nested.scale, at::ones_like(nested.scale)).unsqueeze(1);
+    at::Tensor codes = nearestCodes(normed, dynamicMap()).reshape({-1}).narrow(0, 0, n);
+    return {codes.view(absmax.sizes()).contiguous(), nested};
+}
+
+at::Tensor absmaxOf(const at::Tensor& absmax, const NestedScales& nested)
+{
+    if (!nested.defined())
+        return absmax;
+    if (absmax.scalar_type() != at::kByte)
+        throw std::runtime_error("nf4: a double-quantised absmax must be uint8 codes");
+    const auto& map = dynamicMap();
+    const int64_t n = absmax.numel();
+    at::Tensor table
+        = at::tensor(std::vector<float>(map.begin(), map.end()), at::kFloat).to(absmax.device());
+    at::Tensor v = at::index_select(table, 0, absmax.reshape({-1}).to(at::kLong));
+    at::Tensor scale
+        = nested.scale.to(absmax.device()).repeat_interleave(kNestedBlockSize).narrow(0, 0, n);
+    return (v * scale + nested.offset).view(absmax.sizes());
+}
+
+double maxNestedError()
+{
+    return halfWidestGap(dynamicMap());
+}
 
 Packed quantize(const at::Tensor& values)
 {
@@ -43,15 +136,7 @@ Packed quantize(const at::Tensor& values)
     q.absmax = std::get<0>(b.abs().max(1));
     // An all-zero block keeps absmax 0; its values normalise to 0 (code 7).
     at::Tensor normed = b / at::where(q.absmax > 0, q.absmax, at::ones_like(q.absmax)).unsqueeze(1);
-    const auto& t = codeTable();
-    std::vector<double> mids;
-    for (size_t i = 0; i + 1 < t.size(); ++i)
-        mids.push_back((static_cast<double>(t[i]) + static_cast<double>(t[i + 1])) / 2.0);
-    // right = false: a value equal to a midpoint gets the lower code.
-    at::Tensor codes = at::bucketize(
-        normed.to(at::kDouble), at::tensor(mids, at::kDouble), /*out_int32=*/false, false)
-                           .to(at::kByte)
-                           .view({-1, 2});
+    at::Tensor codes = nearestCodes(normed, codeTable()).view({-1, 2});
     q.data = (codes.select(1, 0) * 16 + codes.select(1, 1)).to(at::kByte).contiguous();
     return q;
 }
@@ -69,17 +154,21 @@ at::Tensor dequantize(const Packed& q, at::ScalarType dtype)
     return v.reshape({-1}).narrow(0, 0, q.numel).view(q.shape).to(dtype);
 }
 
-Rows quantizeRows(const at::Tensor& matrix)
+Rows quantizeRows(const at::Tensor& matrix, bool doubleQuant)
 {
     if (matrix.dim() != 2 || matrix.size(1) % kBlockSize != 0)
         throw std::runtime_error("nf4: row form needs a matrix whose rows are whole blocks of "
             + std::to_string(kBlockSize) + " values");
     const int64_t rows = matrix.size(0), cols = matrix.size(1);
     const Packed q = quantize(matrix);
-    return {q.data.view({rows, cols / 2}), q.absmax.view({rows, cols / kBlockSize})};
+    Rows r {q.data.view({rows, cols / 2}), q.absmax.view({rows, cols / kBlockSize}), {}};
+    if (doubleQuant) // the NF4 codes above were chosen with the exact absmax, as bitsandbytes does
+        std::tie(r.absmax, r.nested) = quantizeNested(r.absmax);
+    return r;
 }
 
-at::Tensor dequantizeRows(const at::Tensor& packed, const at::Tensor& absmax, at::ScalarType dtype)
+at::Tensor dequantizeRows(const at::Tensor& packed, const at::Tensor& absmax, at::ScalarType dtype,
+    const NestedScales& nested)
 {
     const int64_t rows = packed.size(0), cols = packed.size(1) * 2;
     at::Tensor hi = at::floor_divide(packed, 16).to(at::kLong);
@@ -87,33 +176,29 @@ at::Tensor dequantizeRows(const at::Tensor& packed, const at::Tensor& absmax, at
     at::Tensor codes = at::stack({hi, lo}, -1).reshape({-1});
     at::Tensor v = at::index_select(tableTensor(at::kFloat), 0, codes)
                        .view({rows, cols / kBlockSize, kBlockSize})
-        * absmax.to(at::kFloat).unsqueeze(-1);
+        * absmaxOf(absmax, nested).to(at::kFloat).unsqueeze(-1);
     return v.view({rows, cols}).to(dtype);
 }
 
 double maxRelativeError()
 {
-    const auto& t = codeTable();
-    double gap = 0;
-    for (size_t i = 0; i + 1 < t.size(); ++i)
-        gap = std::max(gap, static_cast<double>(t[i + 1]) - static_cast<double>(t[i]));
-    return gap / 2.0;
+    return halfWidestGap(codeTable());
 }
 
-const at::Tensor& Dequantized::get(
-    size_t i, const at::Tensor& packed, const at::Tensor& absmax, at::ScalarType dtype)
+const at::Tensor& Dequantized::get(size_t i, const at::Tensor& packed, const at::Tensor& absmax,
+    at::ScalarType dtype, const NestedScales& nested)
 {
     if (m_copies.size() <= i)
         m_copies.resize(i + 1);
     at::Tensor& copy = m_copies[i];
     at::NoGradGuard noGrad; // a frozen weight: no graph through the dequantisation
     if (!copy.defined() || copy.scalar_type() != dtype) {
-        copy = dequantizeRows(packed, absmax, dtype);
+        copy = dequantizeRows(packed, absmax, dtype, nested);
     } else if (memory::storageBytes(copy) == 0) {
         memory::resizeStorage(copy, copy.numel() * static_cast<int64_t>(copy.element_size()));
         // A new version counter: the refill restores what autograd saved, not an in-place
         // change of it (the sharded engine's gathered buffers are refilled the same way).
-        copy.variable_data().copy_(dequantizeRows(packed, absmax, dtype));
+        copy.variable_data().copy_(dequantizeRows(packed, absmax, dtype, nested));
     }
     return copy;
 }

@@ -93,8 +93,11 @@ void SingleStrategy::setup(LlamaModel& model, const ParamSource& source)
     m_dequant.assign(static_cast<size_t>(model.numUnits()), {});
     for (Param* p : model.params()) {
         if (p->quantized) {
-            const nf4::Rows q = nf4::quantizeRows(source(*p).to(at::kFloat));
-            m_nf4[p->index] = {q.packed.contiguous(), q.absmax.contiguous()};
+            nf4::Rows q
+                = nf4::quantizeRows(source(*p).to(at::kFloat), m_options.spec.qloraDoubleQuant);
+            q.packed = q.packed.contiguous();
+            q.absmax = q.absmax.contiguous();
+            m_nf4[p->index] = q;
             p->value = at::Tensor();
             continue;
         }
@@ -114,7 +117,7 @@ std::vector<at::Tensor> SingleStrategy::unitWeights(int unit)
         if (p.quantized) {
             const auto& q = m_nf4.at(p.index);
             out.push_back(m_dequant.at(static_cast<size_t>(unit))
-                              .get(i, q.first, q.second, m_options.computeDtype));
+                              .get(i, q.packed, q.absmax, m_options.computeDtype, q.nested));
         } else {
             out.push_back(p.value);
         }
@@ -162,7 +165,7 @@ MemoryBreakdown SingleStrategy::memory() const
         (p->frozen ? m.frozenParams : m.shardedParams) += bytesOf(p->value);
         if (p->quantized) {
             const auto& q = m_nf4.at(p->index);
-            m.frozenParams += bytesOf(q.first) + bytesOf(q.second);
+            m.frozenParams += bytesOf(q.packed) + bytesOf(q.absmax) + bytesOf(q.nested.scale);
         }
         if (p->value.defined())
             m.grads += bytesOf(p->value.grad());
@@ -178,7 +181,7 @@ void SingleStrategy::exportParams(
     for (Param* p : model.params()) {
         if (p->quantized) {
             const auto& q = m_nf4.at(p->index);
-            sink(p->info.name, nf4::dequantizeRows(q.first, q.second, at::kFloat));
+            sink(p->info.name, nf4::dequantizeRows(q.packed, q.absmax, at::kFloat, q.nested));
         } else {
             sink(p->info.name, p->value.detach());
         }

@@ -36,7 +36,7 @@ private:
     LlamaModel* m_model = nullptr;
     // QLoRA: the NF4 form of each quantized parameter, by Param::index (its value stays
     // undefined; the forward dequantizes it to the compute dtype when the unit runs).
-    std::map<int, std::pair<at::Tensor, at::Tensor>> m_nf4;
+    std::map<int, nf4::Rows> m_nf4;
     std::vector<nf4::Dequantized> m_dequant; // per unit, by position in Unit::params
 };
 
