@@ -26,6 +26,7 @@
 #include "jobs/ssh_launcher.h"
 #include "plan/run_spec_bridge.h"
 
+#include "widgets/lora_fields.h"
 #include "widgets/message_bar.h"
 #include "widgets/store_service.h"
 #include <nlohmann/json.hpp>
@@ -151,17 +152,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_keepCheckpoints = spin(this, 0, 1000000, 2, "keepCheckpoints");
     m_keepCheckpoints->setSpecialValueText(tr("all"));
     m_checkpointing = combo(this, {"none", "full"}, "checkpointing");
-    m_method = combo(this, {"full", "lora", "qlora"}, "method");
-    m_method->setToolTip(tr("full fine-tuning, LoRA adapters on a frozen base, or QLoRA (the "
-                            "base's projections in 4-bit NF4)"));
-    m_loraRank = spin(this, 1, 4096, 8, "loraRank");
-    m_loraAlpha = new QLineEdit("16", this);
-    m_loraAlpha->setObjectName("loraAlpha");
-    m_loraDropout = new QLineEdit("0", this);
-    m_loraDropout->setObjectName("loraDropout");
-    m_loraTargets = new QLineEdit("q,k,v,o", this);
-    m_loraTargets->setObjectName("loraTargets");
-    m_loraTargets->setToolTip(tr("Adapted projections: any of q,k,v,o,gate,up,down"));
+    m_lora = new LoraFields(this);
     m_inputs = new QComboBox(this);
     m_inputs->setObjectName("inputs");
     m_inputs->addItem(tr("are on the host already"), "host");
@@ -247,11 +238,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     shardForm->addRow(tr("O&ffload"), m_offload);
     shardForm->addRow(tr("Pre&cision"), m_precision);
     shardForm->addRow(tr("Activation chec&kpointing"), m_checkpointing);
-    shardForm->addRow(tr("&Method"), m_method);
-    shardForm->addRow(tr("LoRA rank"), m_loraRank);
-    shardForm->addRow(tr("LoRA alpha"), m_loraAlpha);
-    shardForm->addRow(tr("LoRA dropout"), m_loraDropout);
-    shardForm->addRow(tr("LoRA targets"), m_loraTargets);
+    m_lora->addRows(shardForm);
     shardForm->addRow(tr("Tar&get"), m_target);
     m_inputsLabel = new QLabel(tr("Model and data"), this);
     m_inputsLabel->setBuddy(m_inputs);
@@ -290,13 +277,14 @@ LaunchPage::LaunchPage(QWidget* parent)
     layout->addWidget(m_message);
     layout->addWidget(m_preview, 1);
 
-    QWidget* order[] = {m_name, m_model, browseModel, m_data, browseData, m_format, m_packing,
+    QList<QWidget*> order = {m_name, m_model, browseModel, m_data, browseData, m_format, m_packing,
         m_skipBadLines, m_evalData, m_evalEvery, m_out, m_lr, m_weightDecay, m_schedule, m_warmup,
         m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints, m_seed, m_microBatch, m_seqLen,
         m_gradAccum, m_device, m_strategy, m_shardGroup, m_ranks, m_nodes, m_offload, m_precision,
-        m_checkpointing, m_method, m_loraRank, m_loraAlpha, m_loraDropout, m_loraTargets, m_target,
-        m_presets, m_loadPreset, m_savePreset, m_start, m_preview};
-    for (size_t i = 1; i < std::size(order); ++i)
+        m_checkpointing};
+    order << m_lora->widgets()
+          << QList<QWidget*> {m_target, m_presets, m_loadPreset, m_savePreset, m_start, m_preview};
+    for (qsizetype i = 1; i < order.size(); ++i)
         setTabOrder(order[i - 1], order[i]);
 
     m_debounce = new QTimer(this);
@@ -304,24 +292,15 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_debounce->setInterval(30);
     connect(m_debounce, &QTimer::timeout, this, &LaunchPage::updatePreview);
     auto changed = [this] { m_debounce->start(); };
-    for (QLineEdit* e : {m_name, m_model, m_data, m_out, m_lr, m_evalData, m_weightDecay,
-             m_loraAlpha, m_loraDropout, m_loraTargets})
+    for (QLineEdit* e : {m_name, m_model, m_data, m_out, m_lr, m_evalData, m_weightDecay})
         connect(e, &QLineEdit::textChanged, this, changed);
     for (QComboBox* c : {m_format, m_schedule, m_strategy, m_precision, m_checkpointing, m_target,
-             m_device, m_offload, m_inputs, m_method})
+             m_device, m_offload, m_inputs})
         connect(c, qOverload<int>(&QComboBox::currentIndexChanged), this, changed);
-    for (QSpinBox* s :
-        {m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen, m_gradAccum,
-            m_ranks, m_nodes, m_shardGroup, m_evalEvery, m_keepCheckpoints, m_loraRank})
+    for (QSpinBox* s : {m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen,
+             m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_evalEvery, m_keepCheckpoints})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, changed);
-    auto loraEnabled = [this] {
-        const bool on = m_method->currentData().toString() != "full";
-        for (QWidget* w :
-            std::initializer_list<QWidget*> {m_loraRank, m_loraAlpha, m_loraDropout, m_loraTargets})
-            w->setEnabled(on);
-    };
-    connect(m_method, qOverload<int>(&QComboBox::currentIndexChanged), this, loraEnabled);
-    loraEnabled();
+    connect(m_lora, &LoraFields::changed, this, changed);
     for (QCheckBox* b : {m_packing, m_skipBadLines})
         connect(b, &QCheckBox::toggled, this, changed);
     connect(m_strategy, qOverload<int>(&QComboBox::currentIndexChanged), this,
@@ -426,7 +405,6 @@ void LaunchPage::applyPlan(const plan::PlanInput& in, const QString& modelSource
     if (preset)
         s.model.clear(); // a preset is an architecture without weights: nothing to train
     toFields(s, /*keepBase=*/true);
-    m_base.loraRslora = s.loraRslora; // the form has no rsLoRA switch: it rides in the base
     updatePreview();
     QStringList notes;
     if (preset)
@@ -490,13 +468,7 @@ protocol::RunSpec LaunchPage::fieldsSpec() const
     s.offload = m_offload->currentData().toString().toStdString();
     s.precision = m_precision->currentData().toString().toStdString();
     s.checkpointing = m_checkpointing->currentData().toString().toStdString();
-    s.method = m_method->currentData().toString().toStdString();
-    s.loraRank = m_loraRank->value();
-    if (const double a = m_loraAlpha->text().trimmed().toDouble(&ok); ok)
-        s.loraAlpha = a;
-    if (const double d = m_loraDropout->text().trimmed().toDouble(&ok); ok)
-        s.loraDropout = d;
-    s.loraTargets = m_loraTargets->text().remove(' ').toStdString();
+    m_lora->writeTo(s);
     return s;
 }
 
@@ -517,16 +489,6 @@ jobs::Result<protocol::RunSpec> LaunchPage::spec() const
     if (!ok || s.weightDecay < 0)
         return jobs::fail(
             tr("Weight decay '%1' is not a number >= 0 (e.g. 0.1).").arg(m_weightDecay->text()));
-    if (s.usesLora()) {
-        s.loraAlpha = m_loraAlpha->text().trimmed().toDouble(&ok);
-        if (!ok || s.loraAlpha <= 0)
-            return jobs::fail(
-                tr("LoRA alpha '%1' is not a number > 0 (e.g. 16).").arg(m_loraAlpha->text()));
-        s.loraDropout = m_loraDropout->text().trimmed().toDouble(&ok);
-        if (!ok || s.loraDropout < 0 || s.loraDropout >= 1)
-            return jobs::fail(tr("LoRA dropout '%1' is not a number in [0, 1) (e.g. 0.05).")
-                                  .arg(m_loraDropout->text()));
-    }
     try {
         protocol::validate(s);
     } catch (const std::exception& e) {
@@ -790,11 +752,7 @@ void LaunchPage::toFields(const protocol::RunSpec& s, bool keepBase)
     setCombo(m_offload, s.offload);
     setCombo(m_precision, s.precision);
     setCombo(m_checkpointing, s.checkpointing);
-    setCombo(m_method, s.method);
-    m_loraRank->setValue(int(s.loraRank));
-    m_loraAlpha->setText(QString::number(s.loraAlpha, 'g', 6));
-    m_loraDropout->setText(QString::number(s.loraDropout, 'g', 6));
-    m_loraTargets->setText(QString::fromStdString(s.loraTargets));
+    m_lora->show(s);
 }
 
 bool LaunchPage::loadRunSpec(const nlohmann::json& runJson)

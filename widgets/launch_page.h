@@ -25,6 +25,7 @@ class QTimer;
 
 namespace shard::widgets {
 
+class LoraFields;
 class MessageBar;
 class StoreService;
 
@@ -139,11 +140,7 @@ private:
     QSpinBox* m_keepCheckpoints = nullptr;
     QComboBox* m_precision = nullptr;
     QComboBox* m_checkpointing = nullptr;
-    QComboBox* m_method = nullptr; // full, lora, qlora
-    QSpinBox* m_loraRank = nullptr;
-    QLineEdit* m_loraAlpha = nullptr;
-    QLineEdit* m_loraDropout = nullptr;
-    QLineEdit* m_loraTargets = nullptr;
+    LoraFields* m_lora = nullptr;
     QComboBox* m_target = nullptr;
     QComboBox* m_inputs = nullptr;
     QLabel* m_inputsLabel = nullptr;

@@ -27,6 +27,7 @@
 #include "plan/run_spec_bridge.h"
 #include "protocol/run_spec.h"
 #include "widgets/background.h"
+#include "widgets/lora_fields.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/message_bar.h"
 
@@ -184,26 +185,7 @@ PlanPage::PlanPage(QWidget* parent)
     m_gradAccum = new QSpinBox(this);
     m_gradAccum->setObjectName("gradAccum");
     m_gradAccum->setRange(1, 65536);
-    m_method = new QComboBox(this);
-    m_method->setObjectName("method");
-    m_method->addItem(tr("full fine-tuning"), "full");
-    m_method->addItem(tr("LoRA (frozen base)"), "lora");
-    m_method->addItem(tr("QLoRA (NF4 base)"), "qlora");
-    m_loraRank = new QSpinBox(this);
-    m_loraRank->setObjectName("loraRank");
-    m_loraRank->setRange(1, 4096);
-    m_loraRank->setValue(8);
-    m_loraAlpha = new QDoubleSpinBox(this);
-    m_loraAlpha->setObjectName("loraAlpha");
-    m_loraAlpha->setRange(0.01, 1e6);
-    m_loraAlpha->setValue(16);
-    m_loraDropout = new QDoubleSpinBox(this);
-    m_loraDropout->setObjectName("loraDropout");
-    m_loraDropout->setRange(0, 0.99);
-    m_loraDropout->setSingleStep(0.05);
-    m_loraTargets = new QLineEdit("q,k,v,o", this);
-    m_loraTargets->setObjectName("loraTargets");
-    m_loraTargets->setToolTip(tr("Adapted projections: any of q,k,v,o,gate,up,down"));
+    m_lora = new LoraFields(this);
     m_toLaunch = new QPushButton(tr("Launch with these settings →"), this);
     m_toLaunch->setObjectName("toLaunch");
     m_message = new MessageBar(this);
@@ -245,11 +227,7 @@ PlanPage::PlanPage(QWidget* parent)
     trainForm->addRow(tr("Se&quence length"), m_seqLen);
     trainForm->addRow(tr("Gradient &accumulation"), m_gradAccum);
     trainForm->addRow(tr("Acco&unting"), m_mode);
-    trainForm->addRow(tr("Me&thod"), m_method);
-    trainForm->addRow(tr("LoRA ran&k"), m_loraRank);
-    trainForm->addRow(tr("LoRA a&lpha"), m_loraAlpha);
-    trainForm->addRow(tr("LoRA dr&opout"), m_loraDropout);
-    trainForm->addRow(tr("LoRA &targets"), m_loraTargets);
+    m_lora->addRows(trainForm);
 
     auto* left = new QVBoxLayout;
     left->addWidget(modelBox);
@@ -288,11 +266,11 @@ PlanPage::PlanPage(QWidget* parent)
     layout->addLayout(right, 1);
 
     // Tab order follows the form top to bottom.
-    QWidget* order[] = {m_modelBox, m_openFolder, m_gpus, m_nodes, m_device, m_customGiB, m_hostGiB,
-        m_strategy, m_shardGroup, m_precision, m_checkpointing, m_offload, m_microBatch, m_seqLen,
-        m_gradAccum, m_mode, m_method, m_loraRank, m_loraAlpha, m_loraDropout, m_loraTargets,
-        m_toLaunch};
-    for (size_t i = 1; i < std::size(order); ++i)
+    QList<QWidget*> order = {m_modelBox, m_openFolder, m_gpus, m_nodes, m_device, m_customGiB,
+        m_hostGiB, m_strategy, m_shardGroup, m_precision, m_checkpointing, m_offload, m_microBatch,
+        m_seqLen, m_gradAccum, m_mode};
+    order << m_lora->widgets() << m_toLaunch;
+    for (qsizetype i = 1; i < order.size(); ++i)
         setTabOrder(order[i - 1], order[i]);
 
     m_debounce = new QTimer(this);
@@ -306,23 +284,13 @@ PlanPage::PlanPage(QWidget* parent)
         if (m_input)
             Q_EMIT launchRequested(*m_input, m_modelSource);
     });
-    connect(m_loraTargets, &QLineEdit::textChanged, this, &PlanPage::scheduleRecompute);
-    auto loraEnabled = [this] {
-        const bool on = m_method->currentData().toString() != "full";
-        for (QWidget* w :
-            std::initializer_list<QWidget*> {m_loraRank, m_loraAlpha, m_loraDropout, m_loraTargets})
-            w->setEnabled(on);
-    };
-    connect(m_method, qOverload<int>(&QComboBox::currentIndexChanged), this, loraEnabled);
-    loraEnabled();
-    for (QSpinBox* s :
-        {m_gpus, m_nodes, m_shardGroup, m_microBatch, m_seqLen, m_gradAccum, m_loraRank})
+    connect(m_lora, &LoraFields::changed, this, &PlanPage::scheduleRecompute);
+    for (QSpinBox* s : {m_gpus, m_nodes, m_shardGroup, m_microBatch, m_seqLen, m_gradAccum})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, &PlanPage::scheduleRecompute);
-    for (QDoubleSpinBox* s : {m_customGiB, m_hostGiB, m_loraAlpha, m_loraDropout})
+    for (QDoubleSpinBox* s : {m_customGiB, m_hostGiB})
         connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this,
             &PlanPage::scheduleRecompute);
-    for (QComboBox* c :
-        {m_device, m_strategy, m_precision, m_checkpointing, m_offload, m_mode, m_method})
+    for (QComboBox* c : {m_device, m_strategy, m_precision, m_checkpointing, m_offload, m_mode})
         connect(
             c, qOverload<int>(&QComboBox::currentIndexChanged), this, &PlanPage::scheduleRecompute);
     connect(m_device, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
@@ -439,7 +407,7 @@ std::optional<plan::PlanInput> PlanPage::readFields(QString* error) const
         in.checkpointing
             = plan::parseCheckpointing(m_checkpointing->currentData().toString().toStdString());
         in.offload = plan::parseOffload(m_offload->currentData().toString().toStdString());
-        in.method = plan::parseMethod(m_method->currentData().toString().toStdString());
+        m_lora->writeTo(in);
     } catch (const std::exception& e) {
         *error = QString::fromUtf8(e.what());
         return std::nullopt;
@@ -448,10 +416,6 @@ std::optional<plan::PlanInput> PlanPage::readFields(QString* error) const
     in.microBatch = m_microBatch->value();
     in.seqLen = m_seqLen->value();
     in.gradAccum = m_gradAccum->value();
-    in.loraRank = m_loraRank->value();
-    in.loraAlpha = m_loraAlpha->value();
-    in.loraDropout = m_loraDropout->value();
-    in.loraTargets = m_loraTargets->text().remove(' ').toStdString();
     in.gpusPerNode = m_gpus->value();
     in.nodes = m_nodes->value();
     const QString device = m_device->currentData().toString();
@@ -672,11 +636,7 @@ void PlanPage::saveSettings() const
     s.setValue("microBatch", m_microBatch->value());
     s.setValue("seqLen", m_seqLen->value());
     s.setValue("gradAccum", m_gradAccum->value());
-    s.setValue("method", m_method->currentData());
-    s.setValue("loraRank", m_loraRank->value());
-    s.setValue("loraAlpha", m_loraAlpha->value());
-    s.setValue("loraDropout", m_loraDropout->value());
-    s.setValue("loraTargets", m_loraTargets->text());
+    m_lora->save(s);
     s.endGroup();
 }
 
@@ -703,11 +663,7 @@ void PlanPage::loadSettings()
     m_microBatch->setValue(s.value("microBatch", m_microBatch->value()).toInt());
     m_seqLen->setValue(s.value("seqLen", m_seqLen->value()).toInt());
     m_gradAccum->setValue(s.value("gradAccum", m_gradAccum->value()).toInt());
-    setCombo(m_method, "method");
-    m_loraRank->setValue(s.value("loraRank", m_loraRank->value()).toInt());
-    m_loraAlpha->setValue(s.value("loraAlpha", m_loraAlpha->value()).toDouble());
-    m_loraDropout->setValue(s.value("loraDropout", m_loraDropout->value()).toDouble());
-    m_loraTargets->setText(s.value("loraTargets", m_loraTargets->text()).toString());
+    m_lora->restore(s);
     const QString model = s.value("model").toString();
     s.endGroup();
     if (!model.isEmpty())

@@ -25,6 +25,7 @@ class QTimer;
 
 namespace shard::widgets {
 
+class LoraFields;
 class MemoryBarChart;
 class MessageBar;
 
@@ -95,11 +96,7 @@ private:
     QSpinBox* m_microBatch = nullptr;
     QSpinBox* m_seqLen = nullptr;
     QSpinBox* m_gradAccum = nullptr;
-    QComboBox* m_method = nullptr; // full, lora, qlora
-    QSpinBox* m_loraRank = nullptr;
-    QDoubleSpinBox* m_loraAlpha = nullptr;
-    QDoubleSpinBox* m_loraDropout = nullptr;
-    QLineEdit* m_loraTargets = nullptr;
+    LoraFields* m_lora = nullptr;
     MessageBar* m_message = nullptr;
     MemoryBarChart* m_chart = nullptr;
     QLabel* m_verdict = nullptr;

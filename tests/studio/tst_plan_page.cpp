@@ -3,6 +3,7 @@
 // settings show a message.
 #include <QtTest>
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
 #include <QDoubleSpinBox>
@@ -169,6 +170,15 @@ private Q_SLOTS:
         QVERIFY(!table->isRowHidden(int(planCategoryNames().indexOf("NF4 base"))));
         QVERIFY(page.chosen()->fits);
         QVERIFY(total(page.chosen()) < loraTotal);
+        // Double quantisation (on by default) keeps 8-bit block scales: turning it off adds
+        // three bytes per 64 NF4 parameters.
+        QVERIFY(field<QCheckBox>(page, "doubleQuant")->isChecked());
+        const int64_t nf4Dq = page.chosen()->perDevice.quantizedBase;
+        field<QCheckBox>(page, "doubleQuant")->setChecked(false);
+        QTRY_VERIFY(page.chosen() && !page.chosen()->input.qloraDoubleQuant);
+        const int64_t Q = plan::quantizedParameterCount(page.chosen()->input.model);
+        QCOMPARE(page.chosen()->perDevice.quantizedBase - nf4Dq, 3 * Q / 64 - 4 * Q / (64 * 256));
+        field<QCheckBox>(page, "doubleQuant")->setChecked(true);
 
         // A bad target: a message, no plan.
         field<QLineEdit>(page, "loraTargets")->setText("q,x");
@@ -198,6 +208,8 @@ private Q_SLOTS:
             field<QDoubleSpinBox>(page, "loraAlpha")->setValue(64);
             field<QDoubleSpinBox>(page, "loraDropout")->setValue(0.05);
             field<QLineEdit>(page, "loraTargets")->setText("q,v,down");
+            field<QCheckBox>(page, "loraRslora")->setChecked(true);
+            field<QCheckBox>(page, "doubleQuant")->setChecked(false);
             page.saveSettings();
         }
         PlanPage again;
@@ -207,6 +219,8 @@ private Q_SLOTS:
         QCOMPARE(field<QDoubleSpinBox>(again, "loraAlpha")->value(), 64.0);
         QCOMPARE(field<QDoubleSpinBox>(again, "loraDropout")->value(), 0.05);
         QCOMPARE(field<QLineEdit>(again, "loraTargets")->text(), QString("q,v,down"));
+        QVERIFY(field<QCheckBox>(again, "loraRslora")->isChecked());
+        QVERIFY(!field<QCheckBox>(again, "doubleQuant")->isChecked());
         again.recompute();
         QVERIFY(again.chosen());
         QCOMPARE(again.chosen()->input.loraRank, int64_t(32));

@@ -4,8 +4,10 @@
 // offers only what the engine trains and says why a GPU spec cannot start here.
 #include <QtTest>
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
+#include <QDoubleSpinBox>
 #include <QFile>
 #include <QLineEdit>
 #include <QPushButton>
@@ -161,9 +163,13 @@ private Q_SLOTS:
         selectData(field<QComboBox>(p, "method"), "qlora");
         field<QSpinBox>(p, "loraRank")->setValue(4);
         p.findChild<QLineEdit*>("loraTargets")->setText("q,v,down");
+        QVERIFY(field<QCheckBox>(p, "doubleQuant")->isEnabled());
+        field<QCheckBox>(p, "doubleQuant")->setChecked(false);
+        field<QCheckBox>(p, "loraRslora")->setChecked(true);
         p.recompute();
         QVERIFY(p.input());
         QVERIFY(p.input()->method == plan::Method::Qlora);
+        QVERIFY(!p.input()->qloraDoubleQuant && p.input()->loraRslora);
         LaunchPage l;
         l.applyPlan(*p.input(), "tiny-1m");
         l.setModelFolder(m_tmp.filePath("model"));
@@ -174,23 +180,29 @@ private Q_SLOTS:
         QCOMPARE(s.value().method, std::string("qlora"));
         QCOMPARE(s.value().loraRank, int64_t(4));
         QCOMPARE(s.value().loraTargets, std::string("q,v,down"));
+        QVERIFY(!s.value().qloraDoubleQuant);
+        QVERIFY(s.value().loraRslora);
         QVERIFY(s.value().usesLora());
+        QVERIFY(!field<QCheckBox>(l, "doubleQuant")->isChecked());
         // The Launch form shows them, and what it shows is what the spec gets.
         QCOMPARE(field<QComboBox>(l, "method")->currentData().toString(), QString("qlora"));
         QCOMPARE(field<QSpinBox>(l, "loraRank")->value(), 4);
         field<QSpinBox>(l, "loraRank")->setValue(32);
-        l.findChild<QLineEdit*>("loraAlpha")->setText("64");
-        l.findChild<QLineEdit*>("loraDropout")->setText("0.05");
+        field<QDoubleSpinBox>(l, "loraAlpha")->setValue(64);
+        field<QDoubleSpinBox>(l, "loraDropout")->setValue(0.05);
         selectData(field<QComboBox>(l, "method"), "lora");
+        QVERIFY(!field<QCheckBox>(l, "doubleQuant")->isEnabled()); // QLoRA's only
         s = l.spec();
         QVERIFY2(s, qPrintable(s.error()));
         QCOMPARE(s.value().method, std::string("lora"));
         QCOMPARE(s.value().loraRank, int64_t(32));
         QCOMPARE(s.value().loraAlpha, 64.0);
         QCOMPARE(s.value().loraDropout, 0.05);
-        l.findChild<QLineEdit*>("loraDropout")->setText("1.5");
-        QVERIFY(!l.spec());
-        l.findChild<QLineEdit*>("loraDropout")->setText("0");
+        // The form offers only what the engine takes: a dropout below 1.
+        field<QDoubleSpinBox>(l, "loraDropout")->setValue(1.5);
+        QVERIFY(field<QDoubleSpinBox>(l, "loraDropout")->value() < 1);
+        s = l.spec();
+        QVERIFY2(s, qPrintable(s.error()));
         l.findChild<QLineEdit*>("loraTargets")->setText("q,zz");
         QVERIFY(!l.spec()); // the run spec's own check names the bad target
         selectData(field<QComboBox>(l, "method"), "full");

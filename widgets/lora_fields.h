@@ -1,0 +1,60 @@
+// The fine-tuning method and its LoRA / QLoRA fields, shared by the Plan and Launch pages:
+// method, rank, alpha, dropout, targets, rsLoRA and QLoRA's double quantisation. The LoRA fields
+// are enabled only for LoRA and QLoRA, double quantisation only for QLoRA. The ranges are the
+// engine's (rank >= 1, dropout in [0, 1)), so the form offers nothing the engine refuses; the
+// targets are checked by the run spec's validation where the page shows its errors.
+#pragma once
+
+#include <QList>
+#include <QObject>
+
+#include "plan/planner.h"
+#include "protocol/run_spec.h"
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QFormLayout;
+class QLineEdit;
+class QSettings;
+class QSpinBox;
+class QWidget;
+
+namespace shard::widgets {
+
+class LoraFields : public QObject {
+    Q_OBJECT
+public:
+    // The fields are children of `parent` (object names method, loraRank, loraAlpha,
+    // loraDropout, loraTargets, loraRslora, doubleQuant).
+    explicit LoraFields(QWidget* parent);
+
+    // Adds a row per field to `form`, the method first.
+    void addRows(QFormLayout* form) const;
+    // In tab order.
+    QList<QWidget*> widgets() const;
+
+    void writeTo(protocol::RunSpec& spec) const;
+    void writeTo(plan::PlanInput& in) const;
+    void show(const protocol::RunSpec& spec);
+
+    // Keys method, loraRank, ... in the settings' current group.
+    void save(QSettings& settings) const;
+    void restore(const QSettings& settings);
+
+Q_SIGNALS:
+    void changed();
+
+private:
+    void updateEnabled();
+
+    QComboBox* m_method = nullptr; // full, lora, qlora
+    QSpinBox* m_rank = nullptr;
+    QDoubleSpinBox* m_alpha = nullptr;
+    QDoubleSpinBox* m_dropout = nullptr;
+    QLineEdit* m_targets = nullptr;
+    QCheckBox* m_rslora = nullptr;
+    QCheckBox* m_doubleQuant = nullptr;
+};
+
+} // namespace shard::widgets
