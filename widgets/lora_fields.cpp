@@ -44,7 +44,7 @@ LoraFields::LoraFields(QWidget* parent)
     m_rslora = new QCheckBox(tr("Scale by alpha / √rank (rsLoRA)"), parent);
     m_rslora->setObjectName("loraRslora");
     m_rslora->setChecked(defaults.loraRslora);
-    m_doubleQuant = new QCheckBox(tr("Double-quantise the NF4 block scales"), parent);
+    m_doubleQuant = new QCheckBox(tr("Double-quantise NF4 scales"), parent);
     m_doubleQuant->setObjectName("doubleQuant");
     m_doubleQuant->setChecked(defaults.qloraDoubleQuant);
     m_doubleQuant->setToolTip(tr("8-bit block scales instead of fp32 (bitsandbytes' double "

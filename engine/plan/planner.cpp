@@ -659,10 +659,18 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
     m.frozenBase = toBytes(c * z.frozen / frozenShare);
     const bool dq = in.qloraDoubleQuant;
     m.quantizedBase = toBytes(nf4Bytes(z.quantized, dq) / frozenShare);
-    double gathered = 0;
-    if (S > 1 && zero3)
-        gathered = std::min(c * z.frozen, c * (z.frozenRoot + inFlight * z.frozenBlock))
-            + std::min(nf4Bytes(z.quantized, dq), inFlight * nf4Bytes(z.quantizedBlock, dq));
+    // zero3 / hybrid gather the root and `blocks` blocks (packed under QLoRA).
+    auto gatheredWith = [&](double blocks) {
+        if (S == 1 || !zero3)
+            return 0.0;
+        return std::min(c * z.frozen, c * (z.frozenRoot + blocks * z.frozenBlock))
+            + std::min(nf4Bytes(z.quantized, dq), blocks * nf4Bytes(z.quantizedBlock, dq));
+    };
+    // At backward start (the head's backward, the logits alive) only the root is gathered: the
+    // last block's gather is issued when the head's backward is done (the root unit's
+    // pre-backward hook runs at its input); inside the blocks' backward `inFlight` are.
+    const double gathered = gatheredWith(0.0);
+    const double gatheredMid = gatheredWith(inFlight);
     m.gatheredParams = toBytes(gathered);
 
     const double owned = in.strategy == Strategy::Ddp ? z.adaptersExact : z.adapters / Sd;
@@ -676,13 +684,18 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
     o.endMem = m;
     o.hasEnd = false;
     o.hasMid = false;
+    o.midMem = m;
+    // More blocks in flight inside the blocks' backward than at its start: a phase of its own.
+    if (gatheredMid > gathered) {
+        o.midMem.gatheredParams = toBytes(gatheredMid);
+        o.hasMid = true;
+    }
     // QLoRA: each projection is dequantised to the compute dtype when its block runs; the copy's
     // storage is freed after the block's forward and refilled before its backward (what autograd
     // saved points at it), so one block's copies are alive at a time, and none at backward
     // start (the head's backward): they count inside the blocks' backward, with the logits gone.
     if (in.method == Method::Qlora) {
-        o.midMem = m;
-        o.midMem.gatheredParams = toBytes(gathered + c * z.quantizedBlockExact);
+        o.midMem.gatheredParams = toBytes(gatheredMid + c * z.quantizedBlockExact);
         o.hasMid = true;
     }
 

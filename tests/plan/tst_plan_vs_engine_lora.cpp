@@ -101,14 +101,14 @@ Measured compare(
         method.c_str(), strategy.c_str(), ranks, static_cast<long long>(m.frozen), frozen,
         static_cast<long long>(m.optimizer), opt, static_cast<long long>(m.masters), opt / 2);
     // The peak: the activation coefficients are full fine-tuning's, less what only a frozen
-    // weight's gradient would need (ACCOUNTING.md). The plan may be above the measurement by
-    // what the model does not resolve (small eager temporaries), and below it only by run-to-run
-    // noise (Gloo buffers).
+    // weight's gradient would need (ACCOUNTING.md); under zero3 only the root is gathered at
+    // the head's backward. Within the 5% the planner promises on the CPU (the zero3 peaks also
+    // move by about 1.5% from run to run with Gloo's buffers).
     const double ratio = static_cast<double>(m.peak) / static_cast<double>(p.total());
     std::printf("  peak %lld measured / %lld planned (%.3f)\n", static_cast<long long>(m.peak),
         static_cast<long long>(p.total()), ratio);
     const std::string what = method + " " + strategy + " at " + std::to_string(ranks);
-    SHARD_EXPECT(ratio >= 0.88 && ratio <= 1.03, what + ": peak within -12% .. +3% of the plan");
+    SHARD_EXPECT(ratio >= 0.95 && ratio <= 1.05, what + ": peak within 5% of the plan");
     SHARD_EXPECT(near(m.frozen, frozen), what + ": frozen base within 1%");
     SHARD_EXPECT(near(m.optimizer, opt), what + ": adapter AdamW within 1%");
     SHARD_EXPECT(near(m.masters, opt / 2), what + ": adapter masters within 1%");

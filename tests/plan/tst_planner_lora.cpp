@@ -172,7 +172,16 @@ void testStrategies()
     const PlanResult z3r = plan(eightB(Method::Lora, Strategy::Zero3, 8));
     const MemoryBreakdown& z3 = z3r.perDevice;
     CHECK_EQ(z3.frozenBase, 2 * P / 8);
-    CHECK_EQ(z3.gatheredParams, 2 * (root + 2 * block)); // root + two blocks in flight
+    // The peak is the head's backward, the logits alive: only the root is gathered then (the
+    // last block's gather is issued when the head's backward is done).
+    CHECK_EQ(z3r.peakPhase, std::string("backward start"));
+    CHECK_EQ(z3.gatheredParams, 2 * root);
+    // Inside the blocks' backward two are in flight: with the logits small that is the peak.
+    PlanInput shortRows = eightB(Method::Lora, Strategy::Zero3, 8);
+    shortRows.seqLen = 128;
+    const PlanResult mid = plan(shortRows);
+    CHECK_EQ(mid.peakPhase, std::string("mid backward"));
+    CHECK_EQ(mid.perDevice.gatheredParams, 2 * (root + 2 * block));
     CHECK_EQ(z3.adapterOptimizer, A);
     CHECK(z3.total() < z2.total());
     CHECK(z3.total() < ddp.total());
