@@ -9,6 +9,8 @@
 #include <QSettings>
 #include <QSpinBox>
 
+#include "plan/run_spec_bridge.h"
+
 namespace shard::widgets {
 
 LoraFields::LoraFields(QWidget* parent)
@@ -104,13 +106,7 @@ void LoraFields::writeTo(plan::PlanInput& in) const
     // Through the run spec's fields, so both take the same values.
     protocol::RunSpec s;
     writeTo(s);
-    in.method = plan::parseMethod(s.method);
-    in.loraRank = s.loraRank;
-    in.loraAlpha = s.loraAlpha;
-    in.loraDropout = s.loraDropout;
-    in.loraTargets = s.loraTargets;
-    in.loraRslora = s.loraRslora;
-    in.qloraDoubleQuant = s.qloraDoubleQuant;
+    plan::applyLoraFieldsOf(s, in);
 }
 
 void LoraFields::show(const protocol::RunSpec& spec)

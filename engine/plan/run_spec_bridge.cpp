@@ -43,6 +43,12 @@ PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& dev
     in.gpusPerNode = spec.procsPerNode;
     in.nodes = spec.nodes;
     in.device = device;
+    applyLoraFieldsOf(spec, in);
+    return in;
+}
+
+void applyLoraFieldsOf(const protocol::RunSpec& spec, PlanInput& in)
+{
     in.method = parseMethod(spec.method);
     in.loraRank = spec.loraRank;
     in.loraAlpha = spec.loraAlpha;
@@ -50,7 +56,6 @@ PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& dev
     in.loraTargets = spec.loraTargets;
     in.loraRslora = spec.loraRslora;
     in.qloraDoubleQuant = spec.qloraDoubleQuant;
-    return in;
 }
 
 void applyPlanToSpec(const PlanInput& in, const std::string& modelSource, protocol::RunSpec& spec)

@@ -1,7 +1,7 @@
 // The one mapping between a plan and a run spec: every field both describe (model or preset,
 // device, GPUs per node, nodes, strategy, shard group, precision, checkpointing, offload,
 // micro-batch, sequence length, gradient accumulation, method and the LoRA rank, alpha, dropout,
-// targets and rsLoRA) carried both ways. Used by the Plan page,
+// targets, rsLoRA and QLoRA's double quantisation) carried both ways. Used by the Plan page,
 // the Launch page, the Monitor's prediction and `shard plan --spec`.
 #pragma once
 
@@ -16,6 +16,10 @@ namespace shard::plan {
 // read: call it off a UI thread). `device` gives the capacity; its kind must be spec.device's
 // (cuda = GPU), else std::runtime_error. Throws what resolveModel and the name parsers throw.
 PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& device);
+
+// The method and LoRA fields of a spec (method, rank, alpha, dropout, targets, rsLoRA, double
+// quantisation) into `in`: the part of planInputFromSpec the pages' LoRA fields use.
+void applyLoraFieldsOf(const protocol::RunSpec& spec, PlanInput& in);
 
 // The device a spec runs on with the planner's defaults for its capacity: an 80 GiB GPU for
 // cuda, `hostMemoryBytes` of RAM shared by the node's ranks for cpu.

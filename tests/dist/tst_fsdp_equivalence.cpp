@@ -54,57 +54,17 @@ Run train(const std::string& tag, int ranks, const std::vector<std::string>& ext
         g_dir + "/data.jsonl", "--steps", "10", "--seq-len", "32", "--lr", "1e-3", "--seed", "3",
         "--clip", "1.0", "--weight-decay", "0.1", "--threads", "1", "--out", out};
     args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<std::string> argv = {workerPath()};
-    if (ranks > 1) {
-        for (const char* a : {"launch", "--nproc-per-node"})
-            argv.push_back(a);
-        argv.push_back(std::to_string(ranks));
-        argv.push_back("--");
-        args.push_back("--nproc-per-node");
-        args.push_back(std::to_string(ranks));
-    }
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto p = spawnProcess(argv);
-    const bool done = p.wait(180);
-    SHARD_EXPECT(done && p.exitCode() == 0,
-        tag + " failed: " + p.err.substr(p.err.size() > 1500 ? p.err.size() - 1500 : 0)
-            + readFile(out + "/logs/rank-0.log").substr(0, 3000));
+    trainWithWorker(tag, ranks, args, out, 180);
     Run r = loadRun(out);
     SHARD_EXPECT(r.ok, tag + ": no metrics or weights");
     return r;
 }
 
-struct Diff {
-    double loss = 0, weightMax = 0, weightL2 = 0;
-};
+using Diff = RunDiff;
 
 Diff compare(const Run& a, const Run& b)
 {
-    Diff d;
-    if (a.losses.size() != b.losses.size() || a.weights.size() != b.weights.size()) {
-        d.loss = d.weightMax = d.weightL2 = INFINITY;
-        return d;
-    }
-    for (size_t i = 0; i < a.losses.size(); ++i)
-        d.loss = std::max(d.loss, std::abs(a.losses[i] - b.losses[i]) / std::abs(a.losses[i]));
-    for (const auto& [name, x] : a.weights) {
-        auto it = b.weights.find(name);
-        if (it == b.weights.end() || it->second.size() != x.size()) {
-            d.weightMax = d.weightL2 = INFINITY;
-            continue;
-        }
-        double diff2 = 0, norm2 = 0, maxAbs = 0, maxDiff = 0;
-        for (size_t i = 0; i < x.size(); ++i) {
-            const double e = double(x[i]) - double(it->second[i]);
-            diff2 += e * e;
-            norm2 += double(x[i]) * x[i];
-            maxAbs = std::max(maxAbs, std::abs(double(x[i])));
-            maxDiff = std::max(maxDiff, std::abs(e));
-        }
-        d.weightL2 = std::max(d.weightL2, std::sqrt(diff2 / std::max(norm2, 1e-30)));
-        d.weightMax = std::max(d.weightMax, maxDiff / std::max(maxAbs, 1e-30));
-    }
-    return d;
+    return compareRuns(a.losses, b.losses, a.weights, b.weights);
 }
 
 void report(const std::string& what, const Diff& d)

@@ -57,54 +57,15 @@ std::vector<std::string> trainArgs(const std::string& out, const std::vector<std
 Run train(const std::string& tag, int ranks, const std::vector<std::string>& extra)
 {
     const std::string out = g_dir + "/" + tag;
-    std::vector<std::string> args = trainArgs(out, extra);
-    std::vector<std::string> argv = {workerPath()};
-    if (ranks > 1) {
-        for (const char* a : {"launch", "--nproc-per-node"})
-            argv.push_back(a);
-        argv.push_back(std::to_string(ranks));
-        argv.push_back("--");
-    }
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto p = spawnProcess(argv);
-    const bool done = p.wait(200);
-    SHARD_EXPECT(done && p.exitCode() == 0,
-        tag + " failed: " + p.err.substr(p.err.size() > 1500 ? p.err.size() - 1500 : 0)
-            + readFile(out + "/logs/rank-0.log").substr(0, 3000));
+    trainWithWorker(tag, ranks, trainArgs(out, extra), out, 200);
     Run r = loadRun(out);
     SHARD_EXPECT(r.ok, tag + ": no metrics or adapters");
     return r;
 }
 
-struct Diff {
-    double loss = 0, weightL2 = 0;
-};
-
-Diff compare(const Run& a, const Run& b)
+RunDiff compare(const Run& a, const Run& b)
 {
-    Diff d;
-    if (a.losses.size() != b.losses.size() || a.adapters.size() != b.adapters.size()
-        || a.losses.empty()) {
-        d.loss = d.weightL2 = INFINITY;
-        return d;
-    }
-    for (size_t i = 0; i < a.losses.size(); ++i)
-        d.loss = std::max(d.loss, std::abs(a.losses[i] - b.losses[i]) / std::abs(a.losses[i]));
-    for (const auto& [name, x] : a.adapters) {
-        auto it = b.adapters.find(name);
-        if (it == b.adapters.end() || it->second.size() != x.size()) {
-            d.weightL2 = INFINITY;
-            continue;
-        }
-        double diff2 = 0, norm2 = 0;
-        for (size_t i = 0; i < x.size(); ++i) {
-            const double e = double(x[i]) - double(it->second[i]);
-            diff2 += e * e;
-            norm2 += double(x[i]) * x[i];
-        }
-        d.weightL2 = std::max(d.weightL2, std::sqrt(diff2 / std::max(norm2, 1e-30)));
-    }
-    return d;
+    return compareRuns(a.losses, b.losses, a.adapters, b.adapters);
 }
 
 int64_t memoryField(const Run& r, int rank, const char* field)
@@ -128,7 +89,7 @@ void testEquivalence()
             = train(std::string(s) + "-2", 2, {"--micro-batch", "2", "--strategy", s});
     runs["zero3-4"] = train("zero3-4", 4, {"--micro-batch", "1", "--strategy", "zero3"});
     for (const auto& [name, run] : runs) {
-        const Diff d = compare(single, run);
+        const RunDiff d = compare(single, run);
         std::printf("LoRA %-8s vs 1 rank: loss max rel %.3g, adapters L2 rel %.3g\n", name.c_str(),
             d.loss, d.weightL2);
         SHARD_EXPECT(d.loss <= 1e-5 && d.weightL2 <= 1e-4, name + " matches the 1-rank LoRA run");
@@ -138,7 +99,7 @@ void testEquivalence()
     Run qz3 = train("qlora-zero3-2", 2,
         {"--micro-batch", "2", "--strategy", "zero3", "--method", "qlora", "--checkpointing",
             "full"});
-    const Diff dq = compare(qsingle, qz3);
+    const RunDiff dq = compare(qsingle, qz3);
     std::printf(
         "QLoRA zero3-2 vs 1 rank: loss max rel %.3g, adapters L2 rel %.3g\n", dq.loss, dq.weightL2);
     SHARD_EXPECT(dq.loss <= 1e-5 && dq.weightL2 <= 1e-4, "QLoRA zero3-2 matches its 1-rank run");
