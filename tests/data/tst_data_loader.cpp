@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/data_loader.h"
-#include "text_test_util.h"
+#include "tokenizer/text_test_util.h"
 #include "tokenizer/demo_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
