@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "data/data_loader.h"
-#include "tokenizer/text_test_util.h"
 #include "tokenizer/demo_tokenizer.h"
+#include "tokenizer/text_test_util.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace shard::testing;
