@@ -11,33 +11,11 @@
 #include <QTimer>
 
 #include "jobs/local_process.h"
+#include "jobs/log_tail.h"
 #include "protocol/jsonl_reader.h"
 #include "protocol/run_dir.h"
 
 namespace shard::widgets {
-
-QStringList takeCompleteLines(const QByteArray& data, qint64 dataOffset, qint64* offset)
-{
-    QStringList lines;
-    const qsizetype end = data.lastIndexOf('\n');
-    if (end < 0)
-        return lines;
-    *offset = dataOffset + end + 1;
-    for (const QByteArray& line : data.left(end).split('\n'))
-        lines.append(QString::fromUtf8(line));
-    return lines;
-}
-
-QStringList readLogTail(const QString& path, qint64* offset)
-{
-    QFile log(path);
-    if (!log.open(QIODevice::ReadOnly))
-        return {};
-    qint64 from = *offset > log.size() ? 0 : *offset;
-    from = std::max(from, log.size() - kLogTailBytes);
-    log.seek(from);
-    return takeCompleteLines(log.readAll(), from, offset);
-}
 
 class RunDirFollowerWorker : public QObject {
     Q_OBJECT
@@ -190,7 +168,7 @@ private:
             u.logReset = true;
         }
         u.logRank = rank;
-        u.logLines = readLogTail(QString::fromStdString(m_dir.rankLog(rank)), &m_logOffset);
+        u.logLines = jobs::readLogTail(QString::fromStdString(m_dir.rankLog(rank)), &m_logOffset);
         if (!u.endedWithoutFinish.isEmpty() || u.specChanged || !u.metrics.empty()
             || !u.events.empty() || !u.logLines.isEmpty() || u.badLines > 0 || u.logReset
             || !u.logRanks.isEmpty())

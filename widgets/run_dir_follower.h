@@ -49,15 +49,6 @@ struct FollowUpdate {
     std::optional<StoreState> store;
 };
 
-// A rank's log is shown by its tail: at most this many of its last bytes.
-inline constexpr qint64 kLogTailBytes = 64 << 10;
-// The complete lines of `data`, a log's bytes from `dataOffset`; *offset moves past the last of
-// them (a partial last line is read again next time).
-QStringList takeCompleteLines(const QByteArray& data, qint64 dataOffset, qint64* offset);
-// What is new in a local log since *offset: at most its last kLogTailBytes, and from its start
-// again when it shrank (truncated or replaced).
-QStringList readLogTail(const QString& path, qint64* offset);
-
 class RunDirFollowerWorker;
 
 class RunDirFollower : public QObject {

@@ -3,16 +3,17 @@
 
 #include <limits>
 #include <map>
+#include <memory>
 
 #include <QDir>
 #include <QFileInfo>
 #include <QHash>
-#include <QProcess>
 #include <QTimer>
 
 #include "jobs/ingestor.h"
 #include "jobs/local_launcher.h"
 #include "jobs/local_run_watcher.h"
+#include "jobs/log_tail.h"
 #include "jobs/slurm_launcher.h"
 #include "jobs/ssh_launcher.h"
 #include "jobs/watch_run.h"
@@ -264,8 +265,12 @@ public:
         m_follow = Follow {};
         m_follow.runId = runId;
         m_follow.ticket = ticket;
-        if (auto host = remoteHostOf(run.value()))
-            m_follow.logHost = *host;
+        m_follow.logHost = remoteHostOf(run.value());
+        // Rank 0's log: from the file for a local run, over SSH for a remote one.
+        m_logTail = std::make_unique<jobs::LogTail>(
+            QString::fromStdString(protocol::RunDir(run->runDir.toStdString()).rankLog(0)),
+            m_follow.logHost);
+        connect(m_logTail.get(), &jobs::LogTail::lines, this, &StoreWorker::emitLog);
         if (!jobs::isTerminal(run->status) && !m_store->isReadOnly())
             watch(runId);
         if (!m_followTimer) {
@@ -281,13 +286,7 @@ public:
     {
         if (m_followTimer)
             m_followTimer->stop();
-        if (m_logFetch) {
-            m_logFetch->disconnect(this);
-            m_logFetch->kill();
-            m_logFetch->waitForFinished(1000);
-            m_logFetch->deleteLater();
-            m_logFetch = nullptr;
-        }
+        m_logTail.reset(); // a fetch in flight is killed: its lines belong to the old run
         m_follow = Follow {};
     }
 
@@ -606,51 +605,11 @@ private:
         if (u.specChanged || !u.metrics.empty() || !u.events.empty() || stateChanged)
             Q_EMIT runFollowed(m_follow.ticket, u);
         // The log tail: while the run lives, and once more when it has ended.
-        if (!m_follow.logDone && (++m_follow.ticks % 2 == 1 || st.ended)) {
+        if (!m_follow.logDone && m_logTail && (++m_follow.ticks % 2 == 1 || st.ended)) {
             if (st.ended)
                 m_follow.logDone = true;
-            fetchLog(run.value());
+            m_logTail->fetch();
         }
-    }
-
-    // Rank 0's log from the stored offset (at most its last 64 KiB): over SSH for a remote run,
-    // from the file for a local one. Only complete lines are passed on.
-    void fetchLog(const jobs::RunRecord& run)
-    {
-        const QString file
-            = QString::fromStdString(protocol::RunDir(run.runDir.toStdString()).rankLog(0));
-        if (!m_follow.logHost) {
-            emitLog(readLogTail(file, &m_follow.logOffset));
-            return;
-        }
-        if (m_logFetch)
-            return; // the previous fetch is still on its way
-        const QString script = QStringLiteral(
-            "f=%1; s=$(stat -c %s -- \"$f\" 2>/dev/null) || exit 0; o=%2; "
-            "[ \"$s\" -lt \"$o\" ] && o=0; [ $((s - o)) -gt %3 ] && o=$((s - %3)); "
-            "echo \"OFF=$o\"; tail -c +$((o + 1)) -- \"$f\" | head -c $((s - o))")
-                                   .arg(jobs::SshClient::shellQuote(file))
-                                   .arg(m_follow.logOffset)
-                                   .arg(kLogTailBytes);
-        m_logFetch = new QProcess(this);
-        const quint64 ticket = m_follow.ticket;
-        connect(m_logFetch, &QProcess::finished, this, [this, ticket] {
-            QProcess* p = m_logFetch;
-            m_logFetch = nullptr;
-            p->deleteLater();
-            const QByteArray out = p->readAllStandardOutput();
-            if (p->exitStatus() != QProcess::NormalExit || p->exitCode() != 0
-                || !out.startsWith("OFF="))
-                return; // no log yet, or SSH trouble (the watcher reports that)
-            if (ticket != m_follow.ticket)
-                return; // another run is followed now
-            const qsizetype nl = out.indexOf('\n');
-            emitLog(takeCompleteLines(
-                out.mid(nl + 1), out.mid(4, nl - 4).toLongLong(), &m_follow.logOffset));
-        });
-        m_logFetch->start(QStringLiteral("ssh"),
-            jobs::SshClient(jobs::SshOptions::fromEnvironment()).sshArgs(*m_follow.logHost)
-                << script);
     }
 
     void emitLog(const QStringList& lines)
@@ -674,7 +633,6 @@ private:
         int checkpoints = 0;
         std::optional<FollowUpdate::StoreState> lastState;
         std::optional<jobs::SshHost> logHost;
-        qint64 logOffset = 0;
         quint64 ticks = 0;
         bool logDone = false;
         bool reportedError = false;
@@ -683,7 +641,7 @@ private:
     std::unique_ptr<jobs::RunStore> m_store;
     Follow m_follow;
     QTimer* m_followTimer = nullptr;
-    QProcess* m_logFetch = nullptr;
+    std::unique_ptr<jobs::LogTail> m_logTail; // rank 0's log of the followed run
     QHash<qint64, jobs::RunWatcher*> m_watchers;
 };
 
