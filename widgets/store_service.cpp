@@ -229,15 +229,24 @@ public:
         Q_EMIT launched(id.value(), run->runDir, remoteHostOf(run.value()).has_value());
     }
 
-    void stopRun(qint64 runId)
+    // The run to change, or nothing after saying why (a read-only store, an unknown id).
+    std::optional<jobs::RunRecord> writableRun(qint64 runId)
     {
         if (!writable())
-            return;
+            return std::nullopt;
         auto run = m_store->run(runId);
         if (!run) {
             Q_EMIT errorOccurred(run.error());
-            return;
+            return std::nullopt;
         }
+        return std::move(run.value());
+    }
+
+    void stopRun(qint64 runId)
+    {
+        const std::optional<jobs::RunRecord> run = writableRun(runId);
+        if (!run)
+            return;
         jobs::Status status;
         if (run->target == "ssh")
             status = jobs::SshLauncher(*m_store).stop(runId);
@@ -312,13 +321,9 @@ public:
 
     void deleteRun(qint64 runId, bool removeFolder)
     {
-        if (!writable())
+        const std::optional<jobs::RunRecord> run = writableRun(runId);
+        if (!run)
             return;
-        auto run = m_store->run(runId);
-        if (!run) {
-            Q_EMIT errorOccurred(run.error());
-            return;
-        }
         if (!jobs::isTerminal(run->status)) {
             Q_EMIT errorOccurred(tr("Run %1 (%2) is still %3: stop it on the Monitor page "
                                     "before deleting it.")
