@@ -10,6 +10,7 @@
 #include <limits>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "core/model/fused_ops.h"
 #include "engine_test_util.h"
