@@ -111,7 +111,15 @@ void train(TrainArgs& a)
             "this build lacks checkpoints (shard_ckpt); drop --checkpoint-every "
             "and --resume");
 #endif
-    engine::Trainer trainer(spec, options);
+    // A set-up error (device, memory limit, data, ...) reaches the launcher's error event too.
+    std::unique_ptr<engine::Trainer> made;
+    try {
+        made = std::make_unique<engine::Trainer>(spec, options);
+    } catch (const std::exception& e) {
+        launch::RankHeartbeat::reportError(e.what());
+        throw;
+    }
+    engine::Trainer& trainer = *made;
     try {
         trainer.run();
     } catch (const protocol::RunDirWriteError& e) {

@@ -94,12 +94,16 @@ void SingleStrategy::setup(LlamaModel& model, const ParamSource& source)
     for (Param* p : model.params()) {
         if (p->quantized) {
             const nf4::Rows q = nf4::quantizeRows(source(*p).to(at::kFloat));
-            m_nf4[p->index] = {q.packed.contiguous(), q.absmax.contiguous()};
+            m_nf4[p->index] = {q.packed.to(m_options.device).contiguous(),
+                q.absmax.to(m_options.device).contiguous()};
             p->value = at::Tensor();
             continue;
         }
         // A frozen (LoRA base) weight is kept in the compute dtype and has no gradient.
-        p->value = at::empty(p->info.shape, p->frozen ? m_options.computeDtype : at::kFloat);
+        p->value = at::empty(p->info.shape,
+            at::TensorOptions()
+                .dtype(p->frozen ? m_options.computeDtype : at::kFloat)
+                .device(m_options.device));
         p->value.copy_(source(*p));
         p->value.requires_grad_(!p->frozen);
     }
