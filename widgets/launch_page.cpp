@@ -136,6 +136,9 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_device->addItem(tr("Auto (GPU if the node has one)"), "auto");
     m_device->addItem(tr("CPU"), "cpu");
     m_device->addItem(tr("CUDA GPU"), "cuda");
+    // The page checks a CPU run's fit against this machine's RAM, so a new form starts on the
+    // CPU; a spec or plan that says auto or cuda selects that.
+    m_device->setCurrentIndex(m_device->findData("cpu"));
     m_offload = combo(this, {"none", "optimizer", "params+optimizer"}, "offload");
     // Only what the engine trains (protocol::trainablePrecisions).
     m_precision = combo(this, qStrings(protocol::trainablePrecisions()), "precision");
