@@ -31,7 +31,8 @@ c10::Device chooseDevice(const std::string& requested, int localRank, int visibl
             + "own: this node shows " + std::to_string(visibleGpus) + " GPU"
             + (visibleGpus == 1 ? "" : "s") + " and the engine runs one rank per GPU; start at "
             + "most " + std::to_string(visibleGpus) + " ranks per node (--nproc-per-node "
-            + std::to_string(visibleGpus) + ") or check CUDA_VISIBLE_DEVICES");
+            + std::to_string(visibleGpus) + ") or check CUDA_VISIBLE_DEVICES"
+            + (requested == "auto" ? " (--device cpu trains on the CPU instead)" : ""));
     return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(localRank));
 }
 

@@ -131,6 +131,12 @@ void train(TrainArgs& a)
         std::fprintf(stderr, "shard-worker: error: %s\n", e.what());
         std::fflush(nullptr);
         std::_Exit(protocol::kWriteFailedExitCode);
+    } catch (const engine::OutOfMemory& e) {
+        // Out at once, as above: the strategy's collectives in flight are not waited for.
+        launch::RankHeartbeat::reportError(e.what());
+        std::fprintf(stderr, "shard-worker: error: %s\n", e.what());
+        std::fflush(nullptr);
+        std::_Exit(1);
     } catch (const std::exception& e) {
         launch::RankHeartbeat::reportError(e.what());
         throw;

@@ -49,7 +49,8 @@ void choice()
     T_CHECK(chooseDevice("cuda", 0, 1) == c10::Device(c10::DeviceType::CUDA, 0));
     EXPECT_THROW_WITH(
         chooseDevice("cuda", 2, 2), "local rank 2 has no GPU", "2 GPUs", "--nproc-per-node 2");
-    EXPECT_THROW_WITH(chooseDevice("auto", 1, 1), "local rank 1 has no GPU", "1 GPU ");
+    EXPECT_THROW_WITH(chooseDevice("auto", 1, 1), "local rank 1 has no GPU", "1 GPU ",
+        "--device cpu trains on the CPU instead");
     EXPECT_THROW_WITH(chooseDevice("cuda", 0, 0), "--device cuda: no CUDA GPU",
         shard::dist::buildInfo(), "use --device cpu");
     EXPECT_THROW_WITH(chooseDevice("gpu", 0, 4), "--device 'gpu' is not one of: auto, cuda, cpu");

@@ -863,7 +863,7 @@ TrainResult Trainer::run()
                 stderr, "shard-worker: the error event could not be recorded: %s\n", also.what());
         }
         if (oom)
-            throw std::runtime_error(message);
+            throw OutOfMemory(message);
         throw;
     }
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,13 @@ struct TrainResult {
     double cpuTokensPerSec = 0.0; // the same per second of process CPU time (robust to load)
     int64_t peakBytes = 0;        // counting allocator, whole run
     std::string modelDir;         // where the HF folder was written ("" if not)
+};
+
+// What Trainer::run throws when this rank ran out of memory (the message says the rank, the
+// bytes asked for and what to change). The worker exits at once on it: a gather or reduce may
+// still be in flight, and tearing the strategy down would wait for peers that are stopping too.
+struct OutOfMemory : std::runtime_error {
+    using std::runtime_error::runtime_error;
 };
 
 // Parses precision names: fp32 -> kFloat, bf16-mixed -> kBFloat16 (fp32 masters). Throws for
