@@ -133,8 +133,13 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_nodes = spin(this, 1, 4096, 1, "nodes");
     m_device = new QComboBox(this);
     m_device->setObjectName("device");
+    // protocol::trainableDevices: auto (a GPU where the node has one), the CPU, a CUDA GPU.
+    m_device->addItem(tr("Auto (GPU if the node has one)"), "auto");
     m_device->addItem(tr("CPU"), "cpu");
     m_device->addItem(tr("CUDA GPU"), "cuda");
+    // The page checks a CPU run's fit against this machine's RAM, so a new form starts on the
+    // CPU; a spec or plan that says auto or cuda selects that.
+    m_device->setCurrentIndex(m_device->findData("cpu"));
     m_offload = combo(this, {"none", "optimizer", "params+optimizer"}, "offload");
     // Only what the engine trains (protocol::trainablePrecisions).
     m_precision = combo(this, qStrings(protocol::trainablePrecisions()), "precision");
@@ -502,9 +507,13 @@ QString LaunchPage::cannotRunHere() const
     const std::string device = m_device->currentData().toString().toStdString();
     const auto& devices = protocol::trainableDevices();
     if (std::find(devices.begin(), devices.end(), device) == devices.end())
-        return tr("This version of the engine trains on %1 only; the GPU engine is not built "
-                  "yet. Choose Device: CPU.")
+        return tr("This version of the engine trains on %1 only. Choose one of them as Device.")
             .arg(qStrings(devices).join(", ").toUpper());
+    const std::string offload = m_offload->currentData().toString().toStdString();
+    const auto& offloads = protocol::trainableOffloads();
+    if (std::find(offloads.begin(), offloads.end(), offload) == offloads.end())
+        return tr("This version of the engine does not offload yet (masters and optimizer state "
+                  "stay on the training device, GPU or CPU). Choose Offload: none.");
     return {};
 }
 

@@ -103,7 +103,8 @@ PlanInput inputFromSpecFile(const PlanOptions& o)
     } catch (const std::exception& e) {
         throw std::runtime_error(o.spec + ": " + e.what());
     }
-    const DeviceSpec device = deviceKindOf(spec.device) == DeviceKind::Cpu
+    // auto: the device --gpu-memory describes (the node decides where it runs).
+    const DeviceSpec device = spec.device != "auto" && deviceKindOf(spec.device) == DeviceKind::Cpu
         ? DeviceSpec::cpu(physicalMemoryBytes())
         : deviceFor(o);
     return planInputFromSpec(spec, device);

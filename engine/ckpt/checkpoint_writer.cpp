@@ -56,7 +56,9 @@ at::Tensor storedRows(const LocalTensor& t, const char* kind, const at::Tensor& 
             + t.name + "' as " + c10::toString(buffer.scalar_type())
             + shapeText(buffer.sizes().vec()) + ", but strategy " + req.strategy + " at "
             + std::to_string(req.worldSize) + " ranks places Float" + shapeText(want) + " there");
-    return buffer.detach().narrow(0, 0, rows.rows());
+    // A device buffer is copied to the host here, one tensor at a time (.cpu() is a no-op on
+    // the CPU).
+    return buffer.detach().narrow(0, 0, rows.rows()).cpu();
 }
 
 } // namespace

@@ -131,8 +131,10 @@ engine::LoopState TrainCheckpointer::restore(
         at::Tensor master = t.master;
         reader.readRowsInto(kParam, t.name, rows, master);
         engine::AdamW::State st;
-        st.m = reader.readRows(kExpAvg, t.name, rows).view(t.master.sizes());
-        st.v = reader.readRows(kExpAvgSq, t.name, rows).view(t.master.sizes());
+        // Read on the host, kept where the masters are (a GPU run's state lives on its GPU).
+        st.m = reader.readRows(kExpAvg, t.name, rows).view(t.master.sizes()).to(t.master.device());
+        st.v
+            = reader.readRows(kExpAvgSq, t.name, rows).view(t.master.sizes()).to(t.master.device());
         adamw.state()[t.name] = st;
     }
     const nlohmann::json& ts = m.trainState;

@@ -71,11 +71,18 @@ ShardedStrategy::ShardedStrategy(engine::StrategyOptions options)
 
     if (m_options.spec.offload != "none")
         throw std::runtime_error("--offload " + m_options.spec.offload
-            + " moves state from GPU memory to host memory; these ranks compute on the CPU, "
-              "where it means nothing: use --offload none");
+            + (m_options.device.is_cuda()
+                    ? " is not in this version of the engine yet (optimizer state and masters "
+                      "stay in GPU memory): use --offload none"
+                    : " moves state from GPU memory to host memory; these ranks compute on the "
+                      "CPU, where it means nothing: use --offload none"));
     const dist::RankEnv env = dist::RankEnv::fromEnvironment();
+    // NCCL for CUDA tensors, Gloo for CPU ones; SHARD_DIST_BACKEND overrides (a backend that
+    // does not take this device's tensors says so at the first collective).
     const char* backendEnv = std::getenv("SHARD_DIST_BACKEND");
-    const std::string backend = backendEnv && *backendEnv ? backendEnv : "gloo";
+    const std::string backend = backendEnv && *backendEnv ? backendEnv
+        : m_options.device.is_cuda()                      ? "nccl"
+                                                          : "gloo";
     m_world = dist::createCommunicator(backend, env);
     if (n == "ddp") {
         dist::RankEnv solo = env; // this rank alone, on its own device
@@ -123,6 +130,7 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
     const int64_t ws = m_shard->worldSize();
     const int64_t me = m_shard->rank();
     const at::ScalarType compute = m_options.computeDtype;
+    const at::TensorOptions on = at::TensorOptions().device(m_options.device);
     m_numUnits = model.numUnits();
     m_units.clear();
     m_units.resize(static_cast<size_t>(kGroups * m_numUnits));
@@ -174,9 +182,9 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
             : s.group == kPacked || m_options.spec.qloraDoubleQuant ? at::kByte
                                                                     : at::kFloat;
         const at::ScalarType gatheredDtype = s.group == kTrainable ? compute : masterDtype;
-        s.master = at::zeros({s.shardNumel}, masterDtype);
+        s.master = at::zeros({s.shardNumel}, on.dtype(masterDtype));
         s.aliased = ws == 1 && gatheredDtype == masterDtype;
-        s.gathered = s.aliased ? s.master : at::zeros({s.gatheredNumel}, gatheredDtype);
+        s.gathered = s.aliased ? s.master : at::zeros({s.gatheredNumel}, on.dtype(gatheredDtype));
         for (const auto& p : s.params) {
             at::Tensor leaf = s.gathered.narrow(0, p.gatheredOffset, p.d0 * p.rowNumel)
                                   .view(p.shape)
@@ -186,8 +194,9 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
         }
     }
 
-    // Rank 0 reads one full tensor at a time and broadcasts it (fp32); every rank keeps its rows
-    // (a frozen weight converted to the compute dtype).
+    // Rank 0 reads one full tensor at a time and broadcasts it (fp32, on the device: one full
+    // tensor on a GPU at a time); every rank keeps its rows (a frozen weight converted to the
+    // compute dtype).
     at::NoGradGuard noGrad;
     for (engine::Param* param : model.params()) {
         auto [u, i] = where.at(param->info.name);
@@ -199,9 +208,10 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
             const auto& shape = param->info.shape;
             if (full.sizes().vec() != shape && !(shape.empty() && full.numel() == 1))
                 throw std::runtime_error("parameter " + p.name + " has the wrong shape");
-            full = full.clone(); // never write into a memory-mapped source
+            // A copy either way: never write into a memory-mapped source.
+            full = m_options.device.is_cpu() ? full.clone() : full.to(m_options.device);
         } else {
-            full = at::empty(param->info.shape, at::kFloat);
+            full = at::empty(param->info.shape, on.dtype(at::kFloat));
         }
         m_world->broadcast(full, 0)->wait();
         auto keepRows = [&](UnitState& st, const ParamSlot& slot, const at::Tensor& value) {
@@ -417,8 +427,9 @@ void ShardedStrategy::reduceUnit(int unit)
     const int64_t ws = m_shard->worldSize();
     const at::ScalarType reduce = m_options.reduceDtype;
     at::NoGradGuard noGrad;
-    s.reduceIn = at::zeros({s.gatheredNumel}, reduce);
-    s.reduceOut = at::empty({s.shardNumel}, reduce);
+    const at::TensorOptions opts = at::TensorOptions().dtype(reduce).device(m_options.device);
+    s.reduceIn = at::zeros({s.gatheredNumel}, opts);
+    s.reduceOut = at::empty({s.shardNumel}, opts);
     for (size_t i = 0; i < s.params.size(); ++i) {
         const ParamSlot& p = s.params[i];
         at::Tensor& leaf = s.leaves[i];
@@ -444,7 +455,8 @@ void ShardedStrategy::finishReduces()
         if (m_replicate)
             m_replicate->allReduce(s.reduceOut)->wait();
         if (!s.shardGrad.defined())
-            s.shardGrad = at::zeros({s.shardNumel}, at::kFloat);
+            s.shardGrad = at::zeros(
+                {s.shardNumel}, at::TensorOptions().dtype(at::kFloat).device(m_options.device));
         s.shardGrad.add_(s.reduceOut.to(at::kFloat));
         s.reduceOut = at::Tensor();
     }
@@ -477,14 +489,16 @@ double ShardedStrategy::globalGradSquaredNorm(const std::vector<engine::OptimTar
     for (const auto& t : targets)
         if (t.grad.defined())
             local += t.grad.to(at::kDouble).pow(2).sum().item<double>();
-    at::Tensor v = at::full({1}, local, at::kDouble);
+    at::Tensor v
+        = at::full({1}, local, at::TensorOptions().dtype(at::kDouble).device(m_options.device));
     m_shard->allReduce(v)->wait();
     return v.item<double>();
 }
 
 double ShardedStrategy::allReduceSum(double local)
 {
-    at::Tensor v = at::full({1}, local, at::kDouble);
+    at::Tensor v
+        = at::full({1}, local, at::TensorOptions().dtype(at::kDouble).device(m_options.device));
     m_world->allReduce(v)->wait();
     return v.item<double>();
 }
@@ -567,13 +581,18 @@ std::vector<protocol::RankMemory> ShardedStrategy::gatherMemory(const protocol::
     at::Tensor row = at::tensor(
         std::vector<int64_t> {mine.rank, mine.shardedParamBytes, mine.gatheredParamBytes,
             mine.gradBytes, mine.optimizerBytes, mine.activationBytes, mine.otherBytes,
-            mine.currentBytes, mine.peakBytes, mine.frozenParamBytes},
-        at::kLong);
-    constexpr int kFields = 10;
-    at::Tensor all = at::empty({w * kFields}, at::kLong);
+            mine.currentBytes, mine.peakBytes, mine.frozenParamBytes, mine.cuda ? 1 : 0,
+            mine.cudaAllocatedBytes, mine.cudaAllocatedPeakBytes, mine.cudaReservedBytes,
+            mine.cudaReservedPeakBytes, mine.cudaAllocRetries, mine.cudaOoms},
+        at::kLong)
+                         .to(m_options.device);
+    constexpr int kFields = 17;
+    at::Tensor all
+        = at::empty({w * kFields}, at::TensorOptions().dtype(at::kLong).device(m_options.device));
     m_world->allGather(all, row)->wait();
     if (rank() != 0)
         return {mine};
+    all = all.cpu();
     std::vector<protocol::RankMemory> out;
     auto a = all.accessor<int64_t, 1>();
     for (int r = 0; r < w; ++r) {
@@ -588,6 +607,13 @@ std::vector<protocol::RankMemory> ShardedStrategy::gatherMemory(const protocol::
         m.currentBytes = a[r * kFields + 7];
         m.peakBytes = a[r * kFields + 8];
         m.frozenParamBytes = a[r * kFields + 9];
+        m.cuda = a[r * kFields + 10] != 0;
+        m.cudaAllocatedBytes = a[r * kFields + 11];
+        m.cudaAllocatedPeakBytes = a[r * kFields + 12];
+        m.cudaReservedBytes = a[r * kFields + 13];
+        m.cudaReservedPeakBytes = a[r * kFields + 14];
+        m.cudaAllocRetries = a[r * kFields + 15];
+        m.cudaOoms = a[r * kFields + 16];
         out.push_back(m);
     }
     return out;
@@ -611,7 +637,8 @@ void ShardedStrategy::exportParams(engine::LlamaModel& model,
                 auto gatherFull = [&](const UnitState& st, const ParamSlot& slot) {
                     if (st.frozen && st.aliased) // the whole frozen value is here already
                         return st.leaves.at(static_cast<size_t>(&slot - st.params.data()));
-                    at::Tensor full = at::empty({ws * slot.shardNumel}, st.master.scalar_type());
+                    // One parameter at a time on the device; the sink copies it to the host.
+                    at::Tensor full = at::empty({ws * slot.shardNumel}, st.master.options());
                     m_shard->allGather(full, st.master.narrow(0, slot.offset, slot.shardNumel))
                         ->wait();
                     return full.narrow(0, 0, slot.d0 * slot.rowNumel).view(slot.shape);

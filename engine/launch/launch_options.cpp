@@ -1,7 +1,9 @@
 // Resolution and validation of the launcher's options (flags, Slurm environment, defaults).
 #include "launch/launch_options.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 
 #include "protocol/run_spec.h"
@@ -74,6 +76,40 @@ std::string firstSlurmHost(const std::string& nodeList)
     return item.substr(0, open) + first + item.substr(close + 1);
 }
 
+int visibleGpuCount(const Environment& env, const std::string& driverGpus)
+{
+    auto it = env.find("CUDA_VISIBLE_DEVICES");
+    if (it != env.end()) {
+        // Comma-separated indices or GPU-/MIG- UUIDs; the runtime stops at the first entry it
+        // cannot read (so "-1" hides every GPU).
+        int n = 0;
+        size_t begin = 0;
+        const std::string& v = it->second;
+        while (begin < v.size()) {
+            size_t end = v.find(',', begin);
+            if (end == std::string::npos)
+                end = v.size();
+            std::string item = v.substr(begin, end - begin);
+            while (!item.empty() && item.front() == ' ')
+                item.erase(0, 1);
+            const bool index
+                = !item.empty() && item.find_first_not_of("0123456789") == std::string::npos;
+            const bool uuid = item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0;
+            if (!index && !uuid)
+                break;
+            ++n;
+            begin = end + 1;
+        }
+        return n;
+    }
+    std::error_code ec;
+    int n = 0;
+    for (std::filesystem::directory_iterator d(driverGpus, ec), end; !ec && d != end;
+         d.increment(ec))
+        ++n;
+    return n;
+}
+
 LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environment& env)
 {
     LaunchOptions o;
@@ -90,7 +126,10 @@ LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environme
             + std::to_string(*request.nprocPerNode)
             + " but the worker command says --nproc-per-node " + std::to_string(*fromWorker)
             + "; give the rank count once (to launch)");
-    o.nprocPerNode = request.nprocPerNode.value_or(fromWorker.value_or(1));
+    // Neither given: one rank per GPU on a GPU node (unless the worker trains on the CPU).
+    const auto workerDevice = protocol::flagValue(request.workerArgs, "--device");
+    const int gpus = workerDevice && *workerDevice == "cpu" ? 0 : visibleGpuCount(env);
+    o.nprocPerNode = request.nprocPerNode.value_or(fromWorker.value_or(std::max(1, gpus)));
     if (request.nnodes)
         o.nnodes = *request.nnodes;
     else if (slurm && lookup(env, "SLURM_NNODES"))

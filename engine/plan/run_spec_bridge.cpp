@@ -16,18 +16,21 @@ DeviceKind deviceKindOf(const std::string& specDevice)
         return DeviceKind::Gpu;
     if (specDevice == "cpu")
         return DeviceKind::Cpu;
-    throw std::runtime_error("unknown device '" + specDevice + "' (use cpu or cuda)");
+    throw std::runtime_error("unknown device '" + specDevice + "' (use cpu or cuda"
+        + (specDevice == "auto" ? std::string("; auto is decided where the run starts") : "")
+        + ")");
 }
 
 DeviceSpec defaultDeviceFor(const protocol::RunSpec& spec, int64_t hostMemoryBytes)
 {
-    return deviceKindOf(spec.device) == DeviceKind::Gpu ? DeviceSpec::gpu(80)
-                                                        : DeviceSpec::cpu(hostMemoryBytes);
+    return spec.device == "auto" || deviceKindOf(spec.device) == DeviceKind::Gpu
+        ? DeviceSpec::gpu(80)
+        : DeviceSpec::cpu(hostMemoryBytes);
 }
 
 PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& device)
 {
-    if (deviceKindOf(spec.device) != device.kind)
+    if (spec.device != "auto" && deviceKindOf(spec.device) != device.kind)
         throw std::runtime_error("the run spec's device is " + spec.device + " but the plan's is "
             + toString(device.kind));
     PlanInput in;

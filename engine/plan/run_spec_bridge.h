@@ -14,7 +14,8 @@ namespace shard::plan {
 
 // The plan of a run spec. spec.model is a preset name or a model folder (its config.json is
 // read: call it off a UI thread). `device` gives the capacity; its kind must be spec.device's
-// (cuda = GPU), else std::runtime_error. Throws what resolveModel and the name parsers throw.
+// (cuda = GPU; auto takes either, as the node decides), else std::runtime_error. Throws what
+// resolveModel and the name parsers throw.
 PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& device);
 
 // The method and LoRA fields of a spec (method, rank, alpha, dropout, targets, rsLoRA, double
@@ -22,7 +23,8 @@ PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& dev
 void applyLoraFieldsOf(const protocol::RunSpec& spec, PlanInput& in);
 
 // The device a spec runs on with the planner's defaults for its capacity: an 80 GiB GPU for
-// cuda, `hostMemoryBytes` of RAM shared by the node's ranks for cpu.
+// cuda and auto (a GPU where the node has one; run.json then records what it resolved to),
+// `hostMemoryBytes` of RAM shared by the node's ranks for cpu.
 DeviceSpec defaultDeviceFor(const protocol::RunSpec& spec, int64_t hostMemoryBytes);
 
 // Writes every field the plan decides into `spec`, leaving the rest (name, data, optimiser,

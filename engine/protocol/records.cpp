@@ -54,6 +54,11 @@ nlohmann::json toJson(const RankMemory& m)
         {"other", m.otherBytes}, {"current", m.currentBytes}, {"peak", m.peakBytes}};
     if (m.frozenParamBytes > 0) // LoRA runs only: full fine-tuning records are unchanged
         j["frozen_params"] = m.frozenParamBytes;
+    if (m.cuda) // GPU ranks only: CPU records are unchanged
+        j["cuda"]
+            = {{"allocated", m.cudaAllocatedBytes}, {"allocated_peak", m.cudaAllocatedPeakBytes},
+                {"reserved", m.cudaReservedBytes}, {"reserved_peak", m.cudaReservedPeakBytes},
+                {"alloc_retries", m.cudaAllocRetries}, {"ooms", m.cudaOoms}};
     return j;
 }
 
@@ -70,6 +75,15 @@ RankMemory rankMemoryFromJson(const nlohmann::json& j)
     m.currentBytes = optional<int64_t>(j, "current", 0);
     m.peakBytes = optional<int64_t>(j, "peak", 0);
     m.frozenParamBytes = optional<int64_t>(j, "frozen_params", 0);
+    if (auto it = j.find("cuda"); it != j.end() && it->is_object()) {
+        m.cuda = true;
+        m.cudaAllocatedBytes = optional<int64_t>(*it, "allocated", 0);
+        m.cudaAllocatedPeakBytes = optional<int64_t>(*it, "allocated_peak", 0);
+        m.cudaReservedBytes = optional<int64_t>(*it, "reserved", 0);
+        m.cudaReservedPeakBytes = optional<int64_t>(*it, "reserved_peak", 0);
+        m.cudaAllocRetries = optional<int64_t>(*it, "alloc_retries", 0);
+        m.cudaOoms = optional<int64_t>(*it, "ooms", 0);
+    }
     return m;
 }
 

@@ -26,6 +26,16 @@ struct RankMemory {
     int64_t currentBytes = 0;     // allocator: live now
     int64_t peakBytes = 0;        // allocator: peak since the previous record
     int64_t frozenParamBytes = 0; // LoRA: the frozen base (compute dtype) this rank holds
+    // A rank on a CUDA GPU: its caching allocator's figures (JSON "cuda": {"allocated",
+    // "allocated_peak", "reserved", "reserved_peak", "alloc_retries", "ooms"}); then current and
+    // peak above are the GPU's allocated bytes. Absent (all zero) for a CPU rank.
+    bool cuda = false;
+    int64_t cudaAllocatedBytes = 0;
+    int64_t cudaAllocatedPeakBytes = 0; // since the previous record
+    int64_t cudaReservedBytes = 0;
+    int64_t cudaReservedPeakBytes = 0; // since the previous record (torchtitan's max_reserved)
+    int64_t cudaAllocRetries = 0;      // whole run
+    int64_t cudaOoms = 0;              // whole run
 };
 
 struct MetricRecord {

@@ -131,7 +131,7 @@ RunSpec runSpecFromJson(const nlohmann::json& j)
 
 const std::vector<std::string>& trainableDevices()
 {
-    static const std::vector<std::string> devices {"cpu"};
+    static const std::vector<std::string> devices {"auto", "cpu", "cuda"};
     return devices;
 }
 
@@ -139,6 +139,12 @@ const std::vector<std::string>& trainablePrecisions()
 {
     static const std::vector<std::string> precisions {"fp32", "bf16-mixed"};
     return precisions;
+}
+
+const std::vector<std::string>& trainableOffloads()
+{
+    static const std::vector<std::string> offloads {"none"};
+    return offloads;
 }
 
 const std::vector<std::string>& loraTargetNames()
@@ -197,7 +203,7 @@ void validate(const RunSpec& s)
     oneOf("checkpointing", s.checkpointing, {"none", "full"});
     oneOf("offload", s.offload, {"none", "optimizer", "params+optimizer"});
     oneOf("schedule", s.schedule, {"constant", "linear", "cosine"});
-    oneOf("device", s.device, {"cpu", "cuda"});
+    oneOf("device", s.device, {"auto", "cpu", "cuda"});
     oneOf("data_format", s.dataFormat, {"auto", "text", "alpaca", "chat", "tokenized"});
     positive("micro_batch", static_cast<double>(s.microBatch));
     if (!(s.hangTimeoutSec >= 0))

@@ -36,7 +36,9 @@ struct RunSpec {
     int shardGroup = 0;             // hybrid
     int nodes = 1;
     int procsPerNode = 1;
-    std::string device = "cpu";         // cpu, cuda
+    // auto (CUDA when LibTorch sees a GPU, else the CPU), cuda or cpu; run.json records the
+    // device the run resolved it to (cuda or cpu).
+    std::string device = "auto";
     std::string precision = "fp32";     // fp32, bf16-mixed, bf16, fp16-mixed
     std::string checkpointing = "none"; // none, full
     std::string offload = "none";       // none, optimizer, params+optimizer
@@ -87,10 +89,13 @@ struct RunSpec {
 };
 
 // What this version of the engine trains, so that a UI offers exactly that and the worker
-// refuses the rest with the same words: devices ("cpu") and precisions ("fp32", "bf16-mixed").
-// validate() accepts more (cuda, bf16, fp16-mixed) because a spec also describes plans.
+// refuses the rest with the same words: devices ("auto", "cpu", "cuda"; cuda needs a CUDA build
+// of shard-worker and a GPU where the run starts), precisions ("fp32", "bf16-mixed") and offload
+// ("none"). validate() accepts more (bf16, fp16-mixed, offload) because a spec also describes
+// plans.
 const std::vector<std::string>& trainableDevices();
 const std::vector<std::string>& trainablePrecisions();
+const std::vector<std::string>& trainableOffloads();
 // The --lora-targets vocabulary: q, k, v, o, gate, up, down.
 const std::vector<std::string>& loraTargetNames();
 

@@ -70,6 +70,9 @@ const std::vector<TrainFlag>& trainFlags()
             "tokenizer_config.json) of one of them (default: the tokenizer's)"),
         SHARD_FLAG(
             "--tokenizer", tokenizer, "Folder with tokenizer.json (default: the model folder)"),
+        SHARD_FLAG("--device", device,
+            "auto (a CUDA GPU when this build and node have one, else the CPU), cuda or cpu; "
+            "one rank per GPU, LOCAL_RANK picks it"),
         SHARD_FLAG("--precision", precision, "fp32 or bf16-mixed"),
         SHARD_FLAG("--checkpointing", checkpointing, "Activation checkpointing: none or full"),
         SHARD_FLAG("--grad-accum", gradAccum, "Gradient accumulation steps"),

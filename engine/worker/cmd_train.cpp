@@ -111,7 +111,15 @@ void train(TrainArgs& a)
             "this build lacks checkpoints (shard_ckpt); drop --checkpoint-every "
             "and --resume");
 #endif
-    engine::Trainer trainer(spec, options);
+    // A set-up error (device, memory limit, data, ...) reaches the launcher's error event too.
+    std::unique_ptr<engine::Trainer> made;
+    try {
+        made = std::make_unique<engine::Trainer>(spec, options);
+    } catch (const std::exception& e) {
+        launch::RankHeartbeat::reportError(e.what());
+        throw;
+    }
+    engine::Trainer& trainer = *made;
     try {
         trainer.run();
     } catch (const protocol::RunDirWriteError& e) {
@@ -123,6 +131,12 @@ void train(TrainArgs& a)
         std::fprintf(stderr, "shard-worker: error: %s\n", e.what());
         std::fflush(nullptr);
         std::_Exit(protocol::kWriteFailedExitCode);
+    } catch (const engine::OutOfMemory& e) {
+        // Out at once, as above: the strategy's collectives in flight are not waited for.
+        launch::RankHeartbeat::reportError(e.what());
+        std::fprintf(stderr, "shard-worker: error: %s\n", e.what());
+        std::fflush(nullptr);
+        std::_Exit(1);
     } catch (const std::exception& e) {
         launch::RankHeartbeat::reportError(e.what());
         throw;

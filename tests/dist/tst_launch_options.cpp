@@ -1,7 +1,10 @@
 // Resolution of the launcher's options: flags, Slurm's environment, and every bad input.
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
+
+#include <unistd.h>
 
 #include "launch/launch_options.h"
 
@@ -56,6 +59,35 @@ int main()
         expect(resolveLaunchOptions(r, {}).runDir == "/tmp/run2", "run dir from --out=");
         r.runDir = "/tmp/explicit";
         expect(resolveLaunchOptions(r, {}).runDir == "/tmp/explicit", "--run-dir wins");
+    }
+    // No rank count given: one rank per visible GPU on a GPU node, else 1.
+    {
+        const std::string gpus = "/tmp/tst_launch_options_gpus." + std::to_string(::getpid());
+        std::filesystem::remove_all(gpus);
+        for (const char* id : {"0000:17:00.0", "0000:65:00.0", "0000:ca:00.0"})
+            std::filesystem::create_directories(gpus + "/" + id);
+        expect(visibleGpuCount({}, gpus) == 3, "three GPUs listed by the driver");
+        expect(visibleGpuCount({{"CUDA_VISIBLE_DEVICES", "2,0"}}, gpus) == 2,
+            "CUDA_VISIBLE_DEVICES wins over the driver's list");
+        expect(visibleGpuCount({{"CUDA_VISIBLE_DEVICES", ""}}, gpus) == 0, "empty: no GPU");
+        expect(visibleGpuCount({{"CUDA_VISIBLE_DEVICES", "1,-1,0"}}, gpus) == 1,
+            "the runtime stops at the first invalid entry");
+        expect(visibleGpuCount({{"CUDA_VISIBLE_DEVICES", "GPU-8e0c,MIG-1a2b"}}, gpus) == 2,
+            "UUIDs count");
+        expect(visibleGpuCount({}, gpus + "/missing") == 0, "no driver: no GPU");
+        std::filesystem::remove_all(gpus);
+        LaunchRequest r;
+        r.workerArgs = {"train", "--out", "/tmp/run1"};
+        expect(resolveLaunchOptions(r, {{"CUDA_VISIBLE_DEVICES", "0,1,2,3"}}).nprocPerNode == 4,
+            "one rank per visible GPU");
+        expect(resolveLaunchOptions(r, {{"CUDA_VISIBLE_DEVICES", "-1"}}).nprocPerNode == 1,
+            "no visible GPU: one rank");
+        r.workerArgs = {"train", "--device", "cpu", "--out", "/tmp/run1"};
+        expect(resolveLaunchOptions(r, {{"CUDA_VISIBLE_DEVICES", "0,1,2,3"}}).nprocPerNode == 1,
+            "a CPU run keeps one rank");
+        r.workerArgs = {"train", "--nproc-per-node", "2", "--out", "/tmp/run1"};
+        expect(resolveLaunchOptions(r, {{"CUDA_VISIBLE_DEVICES", "0,1,2,3"}}).nprocPerNode == 2,
+            "the worker's count wins");
     }
     // Multi-node global ranks.
     {

@@ -36,6 +36,33 @@ private Q_SLOTS:
         QCOMPARE(back.memory[0].peakBytes, 80);
     }
 
+    // A GPU rank's caching-allocator figures ride in "cuda"; a CPU rank's record has none.
+    void metricCudaMemory()
+    {
+        RankMemory cpu {0, 10, 20, 30, 40, 50, 60, 70, 80};
+        QVERIFY(!toJson(cpu).contains("cuda"));
+        QVERIFY(!rankMemoryFromJson(toJson(cpu)).cuda);
+        RankMemory gpu = cpu;
+        gpu.cuda = true;
+        gpu.cudaAllocatedBytes = 1000;
+        gpu.cudaAllocatedPeakBytes = 2000;
+        gpu.cudaReservedBytes = 4096;
+        gpu.cudaReservedPeakBytes = 8192;
+        gpu.cudaAllocRetries = 3;
+        gpu.cudaOoms = 1;
+        const nlohmann::json j = toJson(gpu);
+        QCOMPARE(j["cuda"]["reserved_peak"].get<int64_t>(), int64_t(8192));
+        const RankMemory back = rankMemoryFromJson(nlohmann::json::parse(j.dump()));
+        QVERIFY(back.cuda);
+        QCOMPARE(back.cudaAllocatedBytes, int64_t(1000));
+        QCOMPARE(back.cudaAllocatedPeakBytes, int64_t(2000));
+        QCOMPARE(back.cudaReservedBytes, int64_t(4096));
+        QCOMPARE(back.cudaReservedPeakBytes, int64_t(8192));
+        QCOMPARE(back.cudaAllocRetries, int64_t(3));
+        QCOMPARE(back.cudaOoms, int64_t(1));
+        QCOMPARE(back.peakBytes, int64_t(80));
+    }
+
     void metricMissingField()
     {
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, metricFromJson({{"v", 1}, {"loss", 1.0}}));
@@ -128,7 +155,8 @@ private Q_SLOTS:
             << "does not divide";
         QTest::newRow("zero micro batch") << "{" + base + R"(,"micro_batch":0})"
                                           << "micro_batch";
-        QTest::newRow("offload on cpu") << "{" + base + R"(,"offload":"optimizer"})"
+        // (device auto, the default, may resolve to a GPU: the engine refuses offload there)
+        QTest::newRow("offload on cpu") << "{" + base + R"(,"device":"cpu","offload":"optimizer"})"
                                         << "nothing on CPU";
         QTest::newRow("wrong type") << "{" + base + R"(,"lr":"fast"})"
                                     << "'lr' has the wrong type";

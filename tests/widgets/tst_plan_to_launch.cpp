@@ -99,7 +99,7 @@ private Q_SLOTS:
         // What the plan does not decide is the Launch page's.
         QCOMPARE(s.name, std::string("from-plan"));
         QCOMPARE(int(s.data.size()), 1);
-        // The engine trains on the CPU only: the spec is kept, and the page says why it cannot
+        // The engine does not offload yet: the spec is kept, and the page says why it cannot
         // start instead of starting something else.
         QVERIFY2(l.cannotRunHere().contains("CPU"), qPrintable(l.cannotRunHere()));
         QTRY_VERIFY(l.commandPreview().contains("Not ready"));

@@ -5,15 +5,19 @@
 // step, so reusing them removes that system time.
 #include "counting_allocator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
 
 #include "core/torch_compat.h"
 
@@ -25,6 +29,26 @@ std::atomic<int64_t> g_current {0};
 std::atomic<int64_t> g_peak {0};
 std::atomic<int64_t> g_allocations {0};
 std::atomic<bool> g_installed {false};
+std::atomic<int64_t> g_limit {0};
+
+int64_t parseLimit(const char* v)
+{
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    int64_t scale = 1;
+    if (*end == 'K' || *end == 'k')
+        scale = int64_t(1) << 10;
+    else if (*end == 'M' || *end == 'm')
+        scale = int64_t(1) << 20;
+    else if (*end == 'G' || *end == 'g')
+        scale = int64_t(1) << 30;
+    if (scale > 1)
+        ++end;
+    if (end == v || *end != '\0' || n < 0)
+        throw std::runtime_error(std::string(kMemoryLimitEnv) + "='" + v
+            + "' is not a byte count (e.g. 2147483648 or 2G; 0 = no limit)");
+    return static_cast<int64_t>(n) * scale;
+}
 
 // Every block is allocated from the wrapped allocator with a 64-byte header in front that
 // holds its size, so the data pointer is also the deleter's context: raw_allocate() (used inside
@@ -103,6 +127,14 @@ public:
 
     c10::DataPtr allocate(size_t n) SHARD_ALLOCATOR_CONST override
     {
+        const int64_t limit = g_limit.load(std::memory_order_relaxed);
+        if (limit > 0) {
+            const int64_t live = g_current.load(std::memory_order_relaxed);
+            if (live + static_cast<int64_t>(n) > limit)
+                TORCH_CHECK_WITH(OutOfMemoryError, false, "out of memory: tried to allocate ", n,
+                    " bytes with ", live, " bytes in use and a limit of ", limit, " bytes (",
+                    kMemoryLimitEnv, ")");
+        }
         auto* base = static_cast<uint8_t*>(blockCache().take(n + kHeader));
         if (!base)
             base = static_cast<uint8_t*>(m_inner->raw_allocate(n + kHeader));
@@ -130,6 +162,11 @@ private:
 CountingAllocator& CountingAllocator::install()
 {
     static CountingAllocator handle;
+    static std::once_flag limitOnce;
+    std::call_once(limitOnce, [] {
+        if (const char* v = std::getenv(kMemoryLimitEnv); v && *v)
+            g_limit = parseLimit(v);
+    });
     static std::once_flag once;
     std::call_once(once, [] {
         c10::Allocator* inner = c10::GetCPUAllocator();
@@ -167,6 +204,16 @@ void CountingAllocator::resetPeak()
 int64_t CountingAllocator::allocations() const
 {
     return g_allocations.load();
+}
+
+int64_t CountingAllocator::limitBytes() const
+{
+    return g_limit.load();
+}
+
+void CountingAllocator::setLimitBytes(int64_t bytes)
+{
+    g_limit.store(std::max<int64_t>(0, bytes));
 }
 
 } // namespace shard::engine

@@ -1,5 +1,8 @@
 // A CPU allocator that wraps c10::GetCPUAllocator() and counts live and peak bytes, installed
 // process-wide with c10::SetCPUAllocator. Tensors allocated before installation are not counted.
+// An optional limit on the live bytes ($SHARD_MEMORY_LIMIT_BYTES, read at installation, or
+// setLimitBytes) makes an allocation beyond it throw c10::OutOfMemoryError, as a GPU's caching
+// allocator does when the device is full: the engine's out-of-memory path, tested on the CPU.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,13 @@ public:
     // Starts a new peak window at the current level (peak "since the previous record").
     void resetPeak();
     int64_t allocations() const;
+
+    // The limit on live bytes (0 = none).
+    int64_t limitBytes() const;
+    void setLimitBytes(int64_t bytes);
 };
+
+// The environment variable that sets the limit (bytes; a K, M or G suffix multiplies by 1024^n).
+inline constexpr const char* kMemoryLimitEnv = "SHARD_MEMORY_LIMIT_BYTES";
 
 } // namespace shard::engine

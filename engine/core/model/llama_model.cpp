@@ -307,8 +307,9 @@ at::Tensor LlamaModel::attention(
     // 0 <= i - j < window.
     const bool windowed = m_spec.slidingWindow > 0 && m_spec.slidingWindow < s;
     auto hiddenKeys = [&] {
-        at::Tensor i = at::arange(s, at::kLong).unsqueeze(1);
-        at::Tensor j = at::arange(s, at::kLong).unsqueeze(0);
+        const auto longs = at::TensorOptions().dtype(at::kLong).device(q.device());
+        at::Tensor i = at::arange(s, longs).unsqueeze(1);
+        at::Tensor j = at::arange(s, longs).unsqueeze(0);
         at::Tensor hidden = j > i;
         return windowed ? hidden.logical_or((i - j) >= m_spec.slidingWindow) : hidden;
     };

@@ -148,8 +148,8 @@ at::Tensor dequantize(const Packed& q, at::ScalarType dtype)
     at::Tensor hi = at::floor_divide(q.data, 16).to(at::kLong);
     at::Tensor lo = at::remainder(q.data, 16).to(at::kLong);
     at::Tensor codes = at::stack({hi, lo}, 1).reshape({-1});
-    at::Tensor v
-        = at::index_select(tableTensor(at::kFloat), 0, codes).view({q.absmax.size(0), kBlockSize})
+    at::Tensor v = at::index_select(tableTensor(at::kFloat).to(codes.device()), 0, codes)
+                       .view({q.absmax.size(0), kBlockSize})
         * q.absmax.unsqueeze(1);
     return v.reshape({-1}).narrow(0, 0, q.numel).view(q.shape).to(dtype);
 }
@@ -174,7 +174,7 @@ at::Tensor dequantizeRows(const at::Tensor& packed, const at::Tensor& absmax, at
     at::Tensor hi = at::floor_divide(packed, 16).to(at::kLong);
     at::Tensor lo = at::remainder(packed, 16).to(at::kLong);
     at::Tensor codes = at::stack({hi, lo}, -1).reshape({-1});
-    at::Tensor v = at::index_select(tableTensor(at::kFloat), 0, codes)
+    at::Tensor v = at::index_select(tableTensor(at::kFloat).to(codes.device()), 0, codes)
                        .view({rows, cols / kBlockSize, kBlockSize})
         * absmaxOf(absmax, nested).to(at::kFloat).unsqueeze(-1);
     return v.view({rows, cols}).to(dtype);

@@ -37,6 +37,15 @@ void AdamW::step(const std::vector<OptimTarget>& targets, double lr, double grad
             st.v = at::zeros_like(t.master);
         }
         const float decay = t.decay ? static_cast<float>(1.0 - lr * m_config.weightDecay) : 1.0f;
+        if (!t.master.is_cpu()) {
+            // On a GPU: the same update, in fp32, as a few in-place ATen kernels on the device.
+            const at::Tensor g = t.grad * scale;
+            t.master.mul_(decay);
+            st.m.add_(g - st.m, 1.0f - b1);
+            st.v.mul_(b2).addcmul_(g, g, 1.0f - b2);
+            t.master.addcdiv_(st.m, st.v.sqrt().div_(bc2Sqrt).add_(eps), -stepSize);
+            continue;
+        }
         float* p = t.master.data_ptr<float>();
         const float* g = t.grad.data_ptr<float>();
         float* m = st.m.data_ptr<float>();

@@ -15,7 +15,52 @@ std::string rowsText(int64_t micro, int64_t accum, int world)
         + " x grad-accum " + std::to_string(accum) + " x " + std::to_string(world) + " ranks)";
 }
 
+// The planner's input for this run on one node of localWorldSize ranks of `device`; throws for
+// a setting the planner does not model.
+plan::PlanInput planInputFor(const protocol::RunSpec& spec, const plan::ModelSpec& model,
+    int64_t worldSize, int localWorldSize, const plan::DeviceSpec& device)
+{
+    plan::PlanInput in;
+    in.model = model;
+    in.strategy = plan::parseStrategy(spec.strategy);
+    in.shardGroup = spec.shardGroup;
+    in.precision = plan::parsePrecision(spec.precision);
+    in.checkpointing = plan::parseCheckpointing(spec.checkpointing);
+    in.offload = plan::parseOffload(spec.offload);
+    in.microBatch = spec.microBatch;
+    in.seqLen = spec.seqLen;
+    in.gradAccum = spec.gradAccum;
+    in.method = plan::parseMethod(spec.method); // LoRA / QLoRA: frozen base + adapters
+    in.loraRank = spec.loraRank;
+    in.loraAlpha = spec.loraAlpha;
+    in.loraDropout = spec.loraDropout;
+    in.loraTargets = spec.loraTargets;
+    in.loraRslora = spec.loraRslora;
+    in.gpusPerNode = std::max(1, localWorldSize);
+    in.nodes = std::max<int64_t>(1, worldSize / in.gpusPerNode);
+    in.device = device;
+    plan::validate(in);
+    return in;
+}
+
 } // namespace
+
+int64_t largestMicroBatchFor(const protocol::RunSpec& spec, const plan::ModelSpec& model,
+    int worldSize, int localWorldSize, int64_t trainRecords, bool gpu, int64_t capacityBytesPerRank)
+{
+    const int64_t W = std::max(1, worldSize);
+    const int64_t dataLimit = std::max<int64_t>(1, trainRecords / W);
+    try {
+        // A CPU node's memory is shared by its ranks: the planner divides it by them.
+        const plan::DeviceSpec device = gpu
+            ? plan::DeviceSpec::gpu(static_cast<double>(capacityBytesPerRank) / (1 << 30))
+            : plan::DeviceSpec::cpu(capacityBytesPerRank * std::max(1, localWorldSize));
+        return plan::largestMicroBatch(
+            planInputFor(spec, model, W, localWorldSize, device), dataLimit);
+    } catch (const std::exception&) {
+        return -1;
+    }
+}
 
 void checkMicroBatch(const protocol::RunSpec& spec, const plan::ModelSpec& model, int worldSize,
     int localWorldSize, int64_t trainRecords)
@@ -26,25 +71,8 @@ void checkMicroBatch(const protocol::RunSpec& spec, const plan::ModelSpec& model
     bool planned = spec.device == "cpu";
     if (planned) {
         try {
-            in.model = model;
-            in.strategy = plan::parseStrategy(spec.strategy);
-            in.shardGroup = spec.shardGroup;
-            in.precision = plan::parsePrecision(spec.precision);
-            in.checkpointing = plan::parseCheckpointing(spec.checkpointing);
-            in.offload = plan::parseOffload(spec.offload);
-            in.microBatch = spec.microBatch;
-            in.seqLen = spec.seqLen;
-            in.gradAccum = spec.gradAccum;
-            in.method = plan::parseMethod(spec.method); // LoRA / QLoRA: frozen base + adapters
-            in.loraRank = spec.loraRank;
-            in.loraAlpha = spec.loraAlpha;
-            in.loraDropout = spec.loraDropout;
-            in.loraTargets = spec.loraTargets;
-            in.loraRslora = spec.loraRslora;
-            in.gpusPerNode = std::max(1, localWorldSize);
-            in.nodes = std::max<int64_t>(1, W / in.gpusPerNode);
-            in.device = plan::DeviceSpec::cpu(plan::physicalMemoryBytes());
-            plan::validate(in);
+            in = planInputFor(
+                spec, model, W, localWorldSize, plan::DeviceSpec::cpu(plan::physicalMemoryBytes()));
         } catch (const std::exception&) {
             planned = false; // a setting the planner does not model: the data bound still holds
         }

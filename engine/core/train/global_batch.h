@@ -16,6 +16,13 @@ namespace shard::engine {
 void checkMicroBatch(const protocol::RunSpec& spec, const plan::ModelSpec& model, int worldSize,
     int localWorldSize, int64_t trainRecords);
 
+// The planner's largest micro-batch (at most the data's rows per rank) that fits
+// capacityBytesPerRank on each rank (a GPU's memory, or a CPU rank's share); 0 when even 1 does
+// not, -1 when the planner does not model this run.
+int64_t largestMicroBatchFor(const protocol::RunSpec& spec, const plan::ModelSpec& model,
+    int worldSize, int localWorldSize, int64_t trainRecords, bool gpu,
+    int64_t capacityBytesPerRank);
+
 // The split of a resumed run's step into micro-batches.
 struct ResumeBatch {
     int64_t microBatch = 1;

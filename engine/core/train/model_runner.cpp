@@ -150,20 +150,24 @@ ModelRunner::ModelRunner(LlamaModel& model, Strategy& strategy, ForwardConfig co
     , m_strategy(strategy)
     , m_config(config)
 {
-    m_dummy = at::zeros({}, at::kFloat).requires_grad_(true);
+    m_dummy = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(config.device))
+                  .requires_grad_(true);
 }
 
 const RopeTables& ModelRunner::ropeFor(int64_t seqLen)
 {
     if (seqLen > m_ropeLen || !m_rope.cos.defined()) {
         m_rope = m_model.rope(seqLen, m_config.computeDtype);
+        m_rope.cos = m_rope.cos.to(m_config.device);
+        m_rope.sin = m_rope.sin.to(m_config.device);
         m_ropeLen = seqLen;
     }
     return m_rope;
 }
 
-at::Tensor ModelRunner::logits(const at::Tensor& ids)
+at::Tensor ModelRunner::logits(const at::Tensor& hostIds)
 {
+    const at::Tensor ids = hostIds.to(m_config.device);
     const bool hooks = m_strategy.wantsUnitHooks();
     const bool grad = at::GradMode::is_enabled();
     const RopeTables& rope = ropeFor(ids.size(1));
@@ -217,7 +221,7 @@ at::Tensor ModelRunner::logits(const at::Tensor& ids)
 
 LossSum ModelRunner::lossSum(const at::Tensor& ids, const at::Tensor& labels)
 {
-    return nextTokenLossSum(logits(ids), labels);
+    return nextTokenLossSum(logits(ids), labels.to(m_config.device));
 }
 
 } // namespace shard::engine

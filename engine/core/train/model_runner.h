@@ -13,12 +13,15 @@ namespace shard::engine {
 struct ForwardConfig {
     at::ScalarType computeDtype = at::kFloat;
     bool checkpointing = false;
+    // Where the strategy keeps the weights: ids, labels and the rotary tables go there too.
+    c10::Device device = c10::Device(c10::DeviceType::CPU);
 };
 
 class ModelRunner {
 public:
     ModelRunner(LlamaModel& model, Strategy& strategy, ForwardConfig config);
-    // Logits (batch, seq, vocab) in the compute dtype. ids: (batch, seq) int64.
+    // Logits (batch, seq, vocab) in the compute dtype, on config().device. ids: (batch, seq)
+    // int64 on any device (moved to config().device).
     at::Tensor logits(const at::Tensor& ids);
     // Sum of the next-token loss (fp32) and its token count, through logits().
     LossSum lossSum(const at::Tensor& ids, const at::Tensor& labels);

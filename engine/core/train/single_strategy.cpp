@@ -95,14 +95,19 @@ void SingleStrategy::setup(LlamaModel& model, const ParamSource& source)
         if (p->quantized) {
             nf4::Rows q
                 = nf4::quantizeRows(source(*p).to(at::kFloat), m_options.spec.qloraDoubleQuant);
-            q.packed = q.packed.contiguous();
-            q.absmax = q.absmax.contiguous();
+            q.packed = q.packed.to(m_options.device).contiguous();
+            q.absmax = q.absmax.to(m_options.device).contiguous();
+            if (q.nested.defined())
+                q.nested.scale = q.nested.scale.to(m_options.device);
             m_nf4[p->index] = q;
             p->value = at::Tensor();
             continue;
         }
         // A frozen (LoRA base) weight is kept in the compute dtype and has no gradient.
-        p->value = at::empty(p->info.shape, p->frozen ? m_options.computeDtype : at::kFloat);
+        p->value = at::empty(p->info.shape,
+            at::TensorOptions()
+                .dtype(p->frozen ? m_options.computeDtype : at::kFloat)
+                .device(m_options.device));
         p->value.copy_(source(*p));
         p->value.requires_grad_(!p->frozen);
     }

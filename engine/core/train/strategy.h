@@ -64,6 +64,9 @@ struct StrategyOptions {
     at::ScalarType computeDtype = at::kFloat;
     at::ScalarType reduceDtype = at::kFloat;
     bool checkpointing = false;
+    // Where parameters, gradients, gathered buffers and optimizer state live (the trainer's
+    // resolved --device); collectives use NCCL on CUDA and Gloo on the CPU.
+    c10::Device device = c10::Device(c10::DeviceType::CPU);
     protocol::RunSpec spec; // the whole resolved run spec, for anything else a strategy needs
 };
 
@@ -81,8 +84,9 @@ public:
     virtual std::pair<int64_t, int64_t> rowRange(int64_t rows) const { return {0, rows}; }
 
     // Placement. `model` has its parameter table and no storage. Allocate what this rank keeps
-    // and fill it by calling source(param) once per parameter, in state-dict order, so that at
-    // most one full tensor is in memory at a time.
+    // (on StrategyOptions::device) and fill it by calling source(param) once per parameter, in
+    // state-dict order, so that at most one full tensor is in memory at a time. The source's
+    // tensors are on the CPU.
     virtual void setup(LlamaModel& model, const ParamSource& source) = 0;
 
     // The tensors the unit's forward uses, in unit order (Unit::params). The loop casts them to
@@ -121,7 +125,8 @@ public:
     }
     virtual void barrier() { }
     // The full HF state dict for export, on rank 0 (other ranks may return an empty list).
-    // Tensors may be produced one at a time by the callback to bound memory.
+    // Tensors may be produced one at a time by the callback to bound memory; they may be on the
+    // device (the callback copies what it keeps to the host).
     virtual void exportParams(
         LlamaModel& model, const std::function<void(const std::string&, const at::Tensor&)>& sink)
         = 0;

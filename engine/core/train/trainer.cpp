@@ -22,12 +22,14 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "core/memory/counting_allocator.h"
+#include "core/memory/device_memory.h"
 #include "core/model/hf_folder.h"
 #include "core/model/lora.h"
 #include "core/model/peft_folder.h"
@@ -37,6 +39,7 @@
 #include "core/train/global_batch.h"
 #include "core/train/model_runner.h"
 #include "core/train/training_samples.h"
+#include "dist/device_choice.h"
 #include "launch/rank_heartbeat.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
@@ -142,6 +145,34 @@ protected:
     }
     void flush_() override { }
 };
+
+// The byte count after `label` in an allocator's message ("Tried to allocate 2.00 GiB"), or -1.
+int64_t bytesAfter(const std::string& text, const std::string& label)
+{
+    const size_t at = text.find(label);
+    if (at == std::string::npos)
+        return -1;
+    const char* p = text.c_str() + at + label.size();
+    char* end = nullptr;
+    const double v = std::strtod(p, &end);
+    if (end == p)
+        return -1;
+    while (*end == ' ')
+        ++end;
+    const std::string unit(end, std::min<size_t>(3, std::strlen(end)));
+    const double scale = unit == "GiB" ? 1073741824.0
+        : unit == "MiB"                ? 1048576.0
+        : unit == "KiB"                ? 1024.0
+                                       : 1.0;
+    return static_cast<int64_t>(v * scale);
+}
+
+std::string mib(int64_t bytes)
+{
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / 1048576.0);
+    return buf;
+}
 
 } // namespace
 
@@ -278,11 +309,16 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
 {
     CountingAllocator::install();
     protocol::validate(m_spec);
-    const auto& devices = protocol::trainableDevices();
-    if (std::find(devices.begin(), devices.end(), m_spec.device) == devices.end())
-        throw std::runtime_error("device '" + m_spec.device
-            + "': this version of the engine trains on the CPU only; use --device cpu");
+    const auto& offloads = protocol::trainableOffloads();
+    if (std::find(offloads.begin(), offloads.end(), m_spec.offload) == offloads.end())
+        throw std::runtime_error("--offload " + m_spec.offload
+            + " is not in this version of the engine yet (masters and optimizer state stay on "
+              "the training device); use --offload none");
     checkThreads(m_spec.threads);
+    // One rank per GPU: LOCAL_RANK picks it. run.json records the device the run resolved
+    // --device to (docs/ARCHITECTURE.md, "Devices").
+    m_device = dist::resolveDevice(m_spec.device, envInt("LOCAL_RANK", 0));
+    m_spec.device = m_device.is_cuda() ? "cuda" : "cpu";
     m_rank = envInt("RANK", 0);
     m_worldSize = std::max(1, envInt("WORLD_SIZE", 1));
     m_computeDtype = computeDtypeFor(m_spec.precision);
@@ -337,11 +373,82 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
     so.shardGroup = m_spec.shardGroup;
     so.computeDtype = m_computeDtype;
     so.checkpointing = m_spec.checkpointing == "full";
+    so.device = m_device;
     so.spec = m_spec;
     m_strategy = makeStrategy(so, m_worldSize);
 }
 
 Trainer::~Trainer() = default;
+
+std::string Trainer::outOfMemoryMessage(
+    const std::exception& e, int64_t step, nlohmann::json& data) const
+{
+    const CountingAllocator& alloc = CountingAllocator::install();
+    const int rank = m_strategy ? m_strategy->rank() : m_rank;
+    const int localWorld = std::max(1, envInt("LOCAL_WORLD_SIZE", 1));
+    // What was asked for and how much there is, from the error itself (a later refusal while
+    // the error unwinds must not change them): the counting allocator's limit on the CPU, the
+    // CUDA caching allocator's message on a GPU.
+    int64_t asked = -1, capacity = -1, inUse = -1;
+    const std::string what = e.what();
+    if (m_device.is_cpu()) {
+        asked = bytesAfter(what, "tried to allocate ");
+        inUse = bytesAfter(what, " bytes with ");
+        capacity = alloc.limitBytes();
+    } else {
+        asked = bytesAfter(what, "Tried to allocate ");
+        capacity = bytesAfter(what, "total capacity of ");
+    }
+    std::string message = "rank " + std::to_string(rank) + " ran out of memory on " + m_device.str()
+        + (step > 0 ? " at step " + std::to_string(step) : "");
+    if (asked > 0)
+        message += ": it asked for " + std::to_string(asked) + " bytes (" + mib(asked) + ")";
+    if (m_device.is_cpu() && capacity > 0)
+        message += (inUse >= 0 ? " with " + mib(inUse) + " in use" : std::string()) + " of its "
+            + mib(capacity) + " limit (" + kMemoryLimitEnv + ")";
+    else if (capacity > 0)
+        message += " on a GPU of " + mib(capacity);
+    // What to change: the planner's largest micro-batch for this memory, checkpointing,
+    // offload where the engine has it.
+    std::vector<std::string> fixes;
+    int64_t largest = -1;
+    if (capacity > 0 && m_data)
+        largest = largestMicroBatchFor(m_spec, m_model->spec(), m_worldSize, localWorld,
+            m_data->trainRecords(), m_device.is_cuda(), capacity);
+    if (largest > 0 && largest < m_spec.microBatch)
+        fixes.push_back(
+            "--micro-batch " + std::to_string(largest) + " (the planner's largest that fits)");
+    else if (m_spec.microBatch > 1)
+        fixes.push_back("a smaller --micro-batch (with a larger --grad-accum for the same global "
+                        "batch)");
+    if (largest == 0)
+        fixes.push_back("more memory per rank (the planner fits not even --micro-batch 1 in "
+            + mib(capacity) + ")");
+    if (m_spec.checkpointing == "none")
+        fixes.push_back("--checkpointing full");
+    const auto& offloads = protocol::trainableOffloads();
+    if (m_device.is_cuda() && m_spec.offload == "none"
+        && std::find(offloads.begin(), offloads.end(), "optimizer") != offloads.end())
+        fixes.push_back("--offload optimizer");
+    if (m_device.is_cpu() && localWorld > 1)
+        fixes.push_back("fewer ranks per node");
+    fixes.push_back("a shorter --seq-len");
+    message += "; use ";
+    for (size_t i = 0; i < fixes.size(); ++i)
+        message += (i == 0 ? "" : i + 1 == fixes.size() ? " or " : ", ") + fixes[i];
+    const size_t eol = what.find('\n');
+    message += " (" + what.substr(0, eol) + ")";
+    data["rank"] = rank;
+    data["device"] = m_device.str();
+    if (asked > 0)
+        data["requested_bytes"] = asked;
+    if (capacity > 0)
+        data["capacity_bytes"] = capacity;
+    if (largest >= 0)
+        data["largest_micro_batch"] = largest;
+    data["micro_batch"] = m_spec.microBatch;
+    return message;
+}
 
 TrainResult Trainer::run()
 {
@@ -431,13 +538,14 @@ TrainResult Trainer::run()
         m_weights.reset(); // unmap
         const auto& ms = m_model->spec();
         io.log->info("model {} ({} parameters, {} trained, {} layers), strategy {} rank {}/{}, "
-                     "{} threads, precision {}, checkpointing {}",
+                     "device {}, {} threads, precision {}, checkpointing {}",
             ms.name, m_model->numParams(), m_model->numTrainableParams(), ms.numLayers,
-            m_strategy->name(), m_strategy->rank(), m_strategy->worldSize(), threads,
-            m_spec.precision, m_spec.checkpointing);
+            m_strategy->name(), m_strategy->rank(), m_strategy->worldSize(), m_device.str(),
+            threads, m_spec.precision, m_spec.checkpointing);
         io.event("start", 0, "training started",
             {{"params", m_model->numParams()}, {"strategy", m_strategy->name()},
-                {"world_size", m_strategy->worldSize()}, {"threads", threads}, {"steps", m_steps}});
+                {"world_size", m_strategy->worldSize()}, {"device", m_device.str()},
+                {"threads", threads}, {"steps", m_steps}});
         if (const int64_t bad = m_data->badLines(); bad > 0) {
             const auto reports = m_data->badLineReports();
             std::vector<std::string> first(
@@ -450,8 +558,8 @@ TrainResult Trainer::run()
                 {{"skipped_lines", bad}, {"first", first}});
         }
 
-        ModelRunner runner(
-            *m_model, *m_strategy, ForwardConfig {m_computeDtype, m_spec.checkpointing == "full"});
+        ModelRunner runner(*m_model, *m_strategy,
+            ForwardConfig {m_computeDtype, m_spec.checkpointing == "full", m_device});
         AdamW adamw(AdamWConfig {m_spec.beta1, m_spec.beta2, m_spec.eps, m_spec.weightDecay});
         LrSchedule schedule;
         schedule.kind = m_spec.schedule;
@@ -532,8 +640,21 @@ TrainResult Trainer::run()
         double timedSec = 0.0;
         double timedCpuSec = 0.0;
         int64_t timedTokens = 0;
-        alloc.resetPeak();
-        int64_t runPeak = alloc.peakBytes();
+        // Live and peak bytes where the tensors are: the GPU's caching allocator on CUDA, the
+        // counting allocator on the CPU.
+        const bool onGpu = m_device.is_cuda();
+        auto liveBytes = [&] {
+            return onGpu ? deviceMemoryStats(m_device).allocatedBytes : alloc.currentBytes();
+        };
+        auto peakBytes = [&] {
+            return onGpu ? deviceMemoryStats(m_device).allocatedPeakBytes : alloc.peakBytes();
+        };
+        auto resetPeaks = [&] {
+            alloc.resetPeak();
+            resetDevicePeaks(m_device);
+        };
+        resetPeaks();
+        int64_t runPeak = peakBytes();
         currentStep = firstStep;
         for (int64_t step = firstStep; step < m_steps; ++step) {
             currentStep = step + 1;
@@ -556,9 +677,9 @@ TrainResult Trainer::run()
                 if (hi > lo) {
                     const at::Tensor ids = rowsTensor(micro[k], lo, hi, false);
                     const at::Tensor labels = rowsTensor(micro[k], lo, hi, true);
-                    const int64_t before = alloc.currentBytes();
+                    const int64_t before = liveBytes();
                     LossSum ls = runner.lossSum(ids, labels);
-                    activationBytes = std::max(activationBytes, alloc.currentBytes() - before);
+                    activationBytes = std::max(activationBytes, liveBytes() - before);
                     at::Tensor loss = ls.sum / norm;
                     loss.backward();
                     lossSum += ls.sum.item<double>();
@@ -617,7 +738,7 @@ TrainResult Trainer::run()
                     io.write(io.events,
                         protocol::toJson(
                             protocol::toEvent(sample, seconds(io.start, Clock::now()))));
-            runPeak = std::max(runPeak, alloc.peakBytes());
+            runPeak = std::max(runPeak, peakBytes());
             if ((step + 1) % m_spec.logEvery == 0 || last) {
                 m_strategy->barrier();
                 MemoryBreakdown mb = m_strategy->memory();
@@ -629,13 +750,22 @@ TrainResult Trainer::run()
                 mine.gradBytes = mb.grads;
                 mine.optimizerBytes = adamw.stateBytes() + mb.optimizer;
                 mine.activationBytes = activationBytes + mb.activations;
-                mine.currentBytes = alloc.currentBytes();
-                mine.peakBytes = alloc.peakBytes();
+                mine.currentBytes = liveBytes();
+                mine.peakBytes = peakBytes();
+                if (const DeviceMemoryStats ds = deviceMemoryStats(m_device); ds.available) {
+                    mine.cuda = true;
+                    mine.cudaAllocatedBytes = ds.allocatedBytes;
+                    mine.cudaAllocatedPeakBytes = ds.allocatedPeakBytes;
+                    mine.cudaReservedBytes = ds.reservedBytes;
+                    mine.cudaReservedPeakBytes = ds.reservedPeakBytes;
+                    mine.cudaAllocRetries = ds.allocRetries;
+                    mine.cudaOoms = ds.ooms;
+                }
                 mine.otherBytes = std::max<int64_t>(0,
                     mine.currentBytes - mine.shardedParamBytes - mine.gatheredParamBytes
                         - mine.frozenParamBytes - mine.gradBytes - mine.optimizerBytes);
                 rec.memory = m_strategy->gatherMemory(mine);
-                alloc.resetPeak();
+                resetPeaks();
                 if (leader)
                     io.write(io.metrics, protocol::toJson(rec));
                 io.log->info("step {}/{} loss {:.6f} lr {:.3g} grad_norm {:.4f} {:.0f} tok/s "
@@ -677,7 +807,9 @@ TrainResult Trainer::run()
             launch::RankHeartbeat::report(m_steps, launch::RankPhase::Final);
             NamedTensors tensors;
             m_strategy->exportParams(*m_model, [&](const std::string& name, const at::Tensor& t) {
-                tensors.push_back({name, t.detach().to(at::kFloat).contiguous().clone()});
+                // To the host one tensor at a time (a no-op move on the CPU).
+                tensors.push_back(
+                    {name, t.detach().to(at::kFloat).to(at::kCPU).contiguous().clone()});
             });
             // LoRA: the PEFT adapter folder next to the merged model.
             const NamedTensors adapters = m_model->adapters()
@@ -713,18 +845,25 @@ TrainResult Trainer::run()
                 {"skipped_lines", m_data->badLines()}});
         return result;
     } catch (const std::exception& e) {
-        io.log->error("{}", e.what());
+        // Out of memory (the GPU's caching allocator, or the counting allocator's limit on the
+        // CPU): said as what to change, on this rank and, through the launcher, for the run.
+        const bool oom = dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr;
+        nlohmann::json data = {{"reason",
+            oom                                                       ? "out_of_memory"
+                : dynamic_cast<const protocol::RunDirWriteError*>(&e) ? "write_failed"
+                                                                      : "error"}};
+        const std::string message = oom ? outOfMemoryMessage(e, currentStep, data) : e.what();
+        io.log->error("{}", message);
         // Best effort on a full disk: the error still reaches stdout (the launcher) and stderr.
         try {
-            io.event("error", currentStep, e.what(),
-                {{"reason",
-                    dynamic_cast<const protocol::RunDirWriteError*>(&e) ? "write_failed"
-                                                                        : "error"}});
+            io.event("error", currentStep, message, data);
             io.event("finish", currentStep, "training failed", {{"reason", "error"}});
         } catch (const protocol::RunDirWriteError& also) {
             std::fprintf(
                 stderr, "shard-worker: the error event could not be recorded: %s\n", also.what());
         }
+        if (oom)
+            throw OutOfMemory(message);
         throw;
     }
 }

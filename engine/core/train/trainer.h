@@ -6,8 +6,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/model/llama_model.h"
 #include "core/train/batch_source.h"
@@ -42,6 +45,13 @@ struct TrainResult {
     std::string modelDir;         // where the HF folder was written ("" if not)
 };
 
+// What Trainer::run throws when this rank ran out of memory (the message says the rank, the
+// bytes asked for and what to change). The worker exits at once on it: a gather or reduce may
+// still be in flight, and tearing the strategy down would wait for peers that are stopping too.
+struct OutOfMemory : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
 // Parses precision names: fp32 -> kFloat, bf16-mixed -> kBFloat16 (fp32 masters). Throws for
 // the others with the reason.
 at::ScalarType computeDtypeFor(const std::string& precision);
@@ -55,9 +65,15 @@ public:
     LlamaModel& model() { return *m_model; }
     Strategy& strategy() { return *m_strategy; }
     int64_t totalSteps() const { return m_steps; }
+    // The device --device resolved to (cuda:<LOCAL_RANK> or cpu).
+    c10::Device device() const { return m_device; }
 
 private:
     struct Io;
+    // The error message (and the error event's data) of an out-of-memory on this rank: the
+    // rank, the device, the bytes asked for and what to change.
+    std::string outOfMemoryMessage(
+        const std::exception& e, int64_t step, nlohmann::json& data) const;
     protocol::RunSpec m_spec;
     TrainerOptions m_options;
     std::string m_modelDir;
@@ -68,6 +84,7 @@ private:
     std::unique_ptr<TrainingSamples> m_samples;      // sample_every > 0
     std::unique_ptr<lora::AdapterSource> m_adapters; // method lora: the adapters' first values
     at::ScalarType m_computeDtype = at::kFloat;
+    c10::Device m_device = c10::Device(c10::DeviceType::CPU);
     int64_t m_steps = 0;
     int m_rank = 0;
     int m_worldSize = 1;
