@@ -373,7 +373,9 @@ private Q_SLOTS:
 
     void predictionForARunSpec()
     {
-        const nlohmann::json spec = {{"model", "tiny-1m"}, {"strategy", "zero3"},
+        // A CPU run (run.json records the device the worker resolved; "auto", the default, is
+        // planned for a GPU).
+        const nlohmann::json spec = {{"model", "tiny-1m"}, {"device", "cpu"}, {"strategy", "zero3"},
             {"procs_per_node", 2}, {"steps", 10}, {"micro_batch", 4}, {"seq_len", 64}};
         const auto bytes = predictedBytesPerRank(spec);
         QVERIFY(bytes && *bytes > 0);
