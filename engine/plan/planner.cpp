@@ -152,9 +152,9 @@ Dims layerDims(const ModelSpec& s, int64_t layer)
 // each block's adapters (A: rank x in, B: out x rank) to its unit as ordinary trainable
 // parameters: fp32 masters, gradients and AdamW state sharded like any weight under zero1-3,
 // replicated under ddp. The frozen base is a separate group (compute dtype, or NF4 packed bytes +
-// fp32 absmax for QLoRA's block projections): under zero3 / hybrid each rank keeps its rows and
-// gathers a block at a time; ddp / zero1 / zero2 keep it gathered whole, and that copy is the only
-// one (no rows besides).
+// their block scales, fp32 or double-quantised, for QLoRA's block projections): under zero3 /
+// hybrid each rank keeps its rows and gathers a block at a time; ddp / zero1 / zero2 keep it
+// gathered whole, and that copy is the only one (no rows besides).
 struct LoraTarget {
     const char* flag;   // --lora-targets entry
     const char* module; // Hugging Face parameter name fragment
@@ -684,20 +684,15 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
     o.endMem = m;
     o.hasEnd = false;
     o.hasMid = false;
+    // Inside the blocks' backward more blocks are in flight than at its start and, under QLoRA,
+    // one block's projections are dequantised: each is dequantised to the compute dtype when its
+    // block runs, its storage freed after the block's forward and refilled before its backward
+    // (what autograd saved points at it), so one block's copies are alive at a time, and none at
+    // backward start (the head's backward). A phase of its own when it holds more.
+    const double midCopies = in.method == Method::Qlora ? c * z.quantizedBlockExact : 0.0;
     o.midMem = m;
-    // More blocks in flight inside the blocks' backward than at its start: a phase of its own.
-    if (gatheredMid > gathered) {
-        o.midMem.gatheredParams = toBytes(gatheredMid);
-        o.hasMid = true;
-    }
-    // QLoRA: each projection is dequantised to the compute dtype when its block runs; the copy's
-    // storage is freed after the block's forward and refilled before its backward (what autograd
-    // saved points at it), so one block's copies are alive at a time, and none at backward
-    // start (the head's backward): they count inside the blocks' backward, with the logits gone.
-    if (in.method == Method::Qlora) {
-        o.midMem.gatheredParams = toBytes(gatheredMid + c * z.quantizedBlockExact);
-        o.hasMid = true;
-    }
+    o.midMem.gatheredParams = toBytes(gatheredMid + midCopies);
+    o.hasMid = gatheredMid + midCopies > gathered;
 
     // Traffic: only the adapters' gradients are reduced; zero3 gathers the frozen base (its
     // packed bytes under QLoRA) and the adapters twice per micro-step, zero1 / zero2 gather the

@@ -26,10 +26,20 @@ const std::array<float, 16>& codeTable()
 
 namespace {
 
-at::Tensor tableTensor(at::ScalarType dtype)
+// table[codes] (fp32), on the codes' device.
+template<size_t N> at::Tensor lookup(const std::array<float, N>& table, const at::Tensor& codes)
 {
-    const auto& t = codeTable();
-    return at::tensor(std::vector<float>(t.begin(), t.end()), at::kFloat).to(dtype);
+    const at::Tensor t
+        = at::tensor(std::vector<float>(table.begin(), table.end()), at::kFloat).to(codes.device());
+    return at::index_select(t, 0, codes.reshape({-1}).to(at::kLong));
+}
+
+// The 4-bit codes of packed bytes, in order (the high nibble first).
+at::Tensor unpackCodes(const at::Tensor& packed)
+{
+    at::Tensor hi = at::floor_divide(packed, 16);
+    at::Tensor lo = at::remainder(packed, 16);
+    return at::stack({hi, lo}, -1).reshape({-1});
 }
 
 // Codes of `normed` (values in [-1, 1]): the nearest entry of the ascending `table`, a value
@@ -109,11 +119,8 @@ at::Tensor absmaxOf(const at::Tensor& absmax, const NestedScales& nested)
         return absmax;
     if (absmax.scalar_type() != at::kByte)
         throw std::runtime_error("nf4: a double-quantised absmax must be uint8 codes");
-    const auto& map = dynamicMap();
     const int64_t n = absmax.numel();
-    at::Tensor table
-        = at::tensor(std::vector<float>(map.begin(), map.end()), at::kFloat).to(absmax.device());
-    at::Tensor v = at::index_select(table, 0, absmax.reshape({-1}).to(at::kLong));
+    at::Tensor v = lookup(dynamicMap(), absmax);
     at::Tensor scale
         = nested.scale.to(absmax.device()).repeat_interleave(kNestedBlockSize).narrow(0, 0, n);
     return (v * scale + nested.offset).view(absmax.sizes());
@@ -145,11 +152,7 @@ at::Tensor dequantize(const Packed& q, at::ScalarType dtype)
 {
     if (!q.data.defined() || q.data.scalar_type() != at::kByte)
         throw std::runtime_error("nf4: packed data must be uint8");
-    at::Tensor hi = at::floor_divide(q.data, 16).to(at::kLong);
-    at::Tensor lo = at::remainder(q.data, 16).to(at::kLong);
-    at::Tensor codes = at::stack({hi, lo}, 1).reshape({-1});
-    at::Tensor v = at::index_select(tableTensor(at::kFloat).to(codes.device()), 0, codes)
-                       .view({q.absmax.size(0), kBlockSize})
+    at::Tensor v = lookup(codeTable(), unpackCodes(q.data)).view({q.absmax.size(0), kBlockSize})
         * q.absmax.unsqueeze(1);
     return v.reshape({-1}).narrow(0, 0, q.numel).view(q.shape).to(dtype);
 }
@@ -171,11 +174,8 @@ at::Tensor dequantizeRows(const at::Tensor& packed, const at::Tensor& absmax, at
     const NestedScales& nested)
 {
     const int64_t rows = packed.size(0), cols = packed.size(1) * 2;
-    at::Tensor hi = at::floor_divide(packed, 16).to(at::kLong);
-    at::Tensor lo = at::remainder(packed, 16).to(at::kLong);
-    at::Tensor codes = at::stack({hi, lo}, -1).reshape({-1});
-    at::Tensor v = at::index_select(tableTensor(at::kFloat).to(codes.device()), 0, codes)
-                       .view({rows, cols / kBlockSize, kBlockSize})
+    at::Tensor v
+        = lookup(codeTable(), unpackCodes(packed)).view({rows, cols / kBlockSize, kBlockSize})
         * absmaxOf(absmax, nested).to(at::kFloat).unsqueeze(-1);
     return v.view({rows, cols}).to(dtype);
 }
