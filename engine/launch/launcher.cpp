@@ -152,106 +152,20 @@ std::string selfExecutable()
     return exe.string();
 }
 
-} // namespace
+// What exec needs, prepared before fork: the child only calls async-signal-safe functions.
+struct RankExec {
+    std::string exe;
+    std::vector<std::string> args; // argv's strings
+    std::vector<char*> argv;
+    std::vector<std::string> env; // every rank's (RANK and LOCAL_RANK come per rank)
+    pid_t launcherPid = -1;
+    int devNull = -1; // the ranks' stdin
+};
 
-std::string rankPidsFile(const std::string& runDir, int nodeRank)
+// The environment every rank of this node gets (RANK and LOCAL_RANK come per rank): the
+// launcher's own, less what the launcher sets.
+std::vector<std::string> rankEnvironment(const LaunchOptions& o, int storePort)
 {
-    return runDir + "/launcher-ranks" + (nodeRank == 0 ? "" : "-node" + std::to_string(nodeRank))
-        + ".pids";
-}
-
-Launcher::Launcher(LaunchOptions options)
-    : m_options(std::move(options))
-{
-}
-
-Launcher::~Launcher() = default;
-
-int Launcher::run()
-{
-    try {
-        return supervise();
-    } catch (const std::exception& e) {
-        // Set-up errors (busy port, rendezvous timeout, ...) are recorded like a failed run.
-        protocol::EventRecord event;
-        event.kind = "error";
-        event.message = e.what();
-        event.data = {{"reason", "launch_failed"}, {"node", m_options.nodeRank}};
-        // Only into a folder this launcher holds: a refused second start must not write into
-        // the run that holds it.
-        if (m_lock)
-            appendEvent(protocol::RunDir(m_options.runDir).eventsFile(), event);
-        throw;
-    }
-}
-
-int Launcher::supervise()
-{
-    const LaunchOptions& o = m_options;
-    protocol::RunDir runDir(o.runDir);
-    std::error_code ec;
-    std::filesystem::create_directories(runDir.logsDir(), ec);
-    if (ec)
-        throw std::runtime_error("launch: cannot create " + runDir.logsDir() + ": " + ec.message());
-    // Before anything is written: a second run into this folder stops here.
-    m_lock = protocol::RunLock::acquire(o.nodeRank == 0
-            ? runDir.lockFile()
-            : o.runDir + "/run-node" + std::to_string(o.nodeRank) + ".lock");
-
-    auto logger = std::make_shared<spdlog::logger>("launch");
-    logger->sinks().push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
-    const std::string launcherLog = o.nodeRank == 0
-        ? runDir.launcherLog()
-        : runDir.logsDir() + "/launcher-node" + std::to_string(o.nodeRank) + ".log";
-    logger->sinks().push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(launcherLog));
-    logger->flush_on(spdlog::level::info);
-    // spdlog reports a failed write of the log file here; the loop below stops the run.
-    std::string logError;
-    logger->set_error_handler([&logError](const std::string& msg) {
-        if (logError.empty())
-            logError = msg;
-    });
-
-    writeSmallFile(o.nodeRank == 0
-            ? runDir.pidFile()
-            : o.runDir + "/launcher-node" + std::to_string(o.nodeRank) + ".pid",
-        std::to_string(::getpid()) + "\n");
-
-    const auto start = Clock::now();
-    auto wallTime = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-
-    // Block the signals we supervise before anything else so none is lost; children get the
-    // original mask back before exec.
-    sigset_t supervised, original;
-    sigemptyset(&supervised);
-    for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP})
-        sigaddset(&supervised, sig);
-    sigprocmask(SIG_BLOCK, &supervised, &original);
-    int sigFd = ::signalfd(-1, &supervised, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sigFd < 0)
-        throw std::runtime_error(std::string("launch: signalfd failed: ") + std::strerror(errno));
-    std::signal(SIGPIPE, SIG_IGN);
-
-    // Where the ranks' TCPStore listens.
-    std::unique_ptr<NodeRendezvous> rendezvous;
-    int storePort = o.masterPort;
-    const auto rdzvTimeout
-        = std::chrono::milliseconds(static_cast<long long>(o.rdzvTimeoutSec * 1000.0));
-    if (o.nnodes > 1) {
-        logger->info("node {} of {}: rendezvous on {}:{} (timeout {} s)", o.nodeRank, o.nnodes,
-            o.masterAddr, o.masterPort, o.rdzvTimeoutSec);
-        rendezvous = std::make_unique<NodeRendezvous>(
-            o.nnodes, o.nodeRank, o.nprocPerNode, o.masterAddr, o.masterPort, rdzvTimeout);
-        storePort = rendezvous->storePort();
-    } else if (storePort == 0) {
-        storePort = pickFreePort(o.masterAddr);
-    } else {
-        checkPortFree(o.masterAddr, storePort);
-    }
-
-    // Everything exec needs is prepared before fork: the child only calls async-signal-safe
-    // functions.
-    const std::string exe = selfExecutable();
     std::vector<std::string> baseEnv;
     const char* overridden[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
         "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "SHARD_RDZV_TIMEOUT_S", "SHARD_RUN_DIR",
@@ -288,497 +202,695 @@ int Launcher::supervise()
         int perRank = std::max(1, static_cast<int>(cores) / o.nprocPerNode);
         baseEnv.push_back("SHARD_NUM_THREADS=" + std::to_string(perRank));
     }
-    std::vector<std::string> argvStrings;
-    argvStrings.push_back(exe);
-    argvStrings.insert(argvStrings.end(), o.workerArgs.begin(), o.workerArgs.end());
-    std::vector<char*> argv;
-    for (auto& a : argvStrings)
-        argv.push_back(a.data());
-    argv.push_back(nullptr);
+    return baseEnv;
+}
 
-    const pid_t launcherPid = ::getpid();
-    int devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    std::vector<Rank> ranks(static_cast<size_t>(o.nprocPerNode));
+} // namespace
+
+// One run's supervision: the ranks, their pipes, the stop sequence and the first cause of a
+// failure.
+struct Launcher::Session {
+    explicit Session(const LaunchOptions& options)
+        : o(options)
+        , runDir(options.runDir)
+    {
+    }
+
+    double wallTime() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+    int runningCount() const
+    {
+        int n = 0;
+        for (const auto& r : ranks)
+            n += r.running ? 1 : 0;
+        return n;
+    }
+    int64_t lastKnownStep() const
+    {
+        int64_t step = -1;
+        for (const auto& r : ranks)
+            step = std::max(step, r.step);
+        return step;
+    }
+    // A rank that could not write the run directory is the cause, also when a peer that lost
+    // it (a closed connection, a failed checkpoint agreement) exited first.
+    bool peerFailureFirst() const
+    {
+        return haveFailure && failure.data.value("reason", "") == "rank_failed";
+    }
+
+    // Forks and execs local rank `local`: its own process group, stdin from /dev/null, stdout
+    // to the forwarding pipe (rank 0) or its log, stderr to its log, the heartbeat pipe on fd 3.
+    void startRank(int local, const RankExec& exec);
+    void beginStop(const std::string& why);
+    void recordFailure(
+        const std::string& kind, int status, const std::string& message, nlohmann::json data);
+    void forward(const char* data, size_t size);
+    void noteRankError(const std::string& text, size_t size);
+    void drainStdout(bool final);
+    void readBeats(Rank& r, Clock::time_point now);
+    void checkHung(Clock::time_point now);
+    // One turn of the loop: waits for output, a beat, a peer, a signal or the kill deadline.
+    // Returns the index in `fds` of the first peer's socket.
+    size_t waitForInput(std::vector<pollfd>& fds);
+    void readSignals();
+    void reapRanks(Clock::time_point now);
+    void readPeers(const std::vector<pollfd>& fds, size_t peerBase);
+    void checkLauncherLog();
+    void killAfterGrace();
+
+    const LaunchOptions& o;
+    protocol::RunDir runDir;
+    std::shared_ptr<spdlog::logger> logger;
+    std::string launcherLog;
+    std::string logError; // spdlog's report of a failed write of the log file
+    Clock::time_point start;
+    sigset_t supervised {};
+    sigset_t original {}; // the mask before the launcher blocked its signals (the children's)
+    int sigFd = -1;
+    std::unique_ptr<NodeRendezvous> rendezvous; // more than one node
+    int storePort = 0;                          // where the ranks' TCPStore listens
+    std::vector<Rank> ranks;
     int stdoutPipe = -1; // rank 0's stdout, read end
     std::string stdoutBuffer;
-
-    for (int local = 0; local < o.nprocPerNode; ++local) {
-        Rank& r = ranks[static_cast<size_t>(local)];
-        r.localRank = local;
-        r.globalRank = o.globalRank(local);
-        std::vector<std::string> envStrings = baseEnv;
-        envStrings.push_back("RANK=" + std::to_string(r.globalRank));
-        envStrings.push_back("LOCAL_RANK=" + std::to_string(local));
-        std::vector<char*> envp;
-        for (auto& e : envStrings)
-            envp.push_back(e.data());
-        envp.push_back(nullptr);
-
-        const std::string logPath = runDir.rankLog(r.globalRank);
-        int logFd = ::open(logPath.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (logFd < 0)
-            throw std::runtime_error(
-                "launch: cannot open " + logPath + ": " + std::strerror(errno));
-        int pipeFds[2] = {-1, -1};
-        const bool forwardStdout = r.globalRank == 0;
-        if (forwardStdout && ::pipe2(pipeFds, O_CLOEXEC) != 0)
-            throw std::runtime_error(std::string("launch: pipe failed: ") + std::strerror(errno));
-        int beatFds[2] = {-1, -1};
-        if (::pipe2(beatFds, O_CLOEXEC) != 0)
-            throw std::runtime_error(std::string("launch: pipe failed: ") + std::strerror(errno));
-
-        pid_t pid = ::fork();
-        if (pid < 0)
-            throw std::runtime_error(std::string("launch: fork failed: ") + std::strerror(errno));
-        if (pid == 0) {
-            ::setpgid(0, 0);
-            ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (::getppid() != launcherPid)
-                ::_exit(126); // the launcher died before we armed the death signal
-            ::signal(SIGPIPE, SIG_DFL);
-            ::sigprocmask(SIG_SETMASK, &original, nullptr);
-            ::dup2(devNull, STDIN_FILENO);
-            ::dup2(forwardStdout ? pipeFds[1] : logFd, STDOUT_FILENO);
-            ::dup2(logFd, STDERR_FILENO);
-            if (beatFds[1] == kRankHeartbeatFd)
-                ::fcntl(kRankHeartbeatFd, F_SETFD, 0);
-            else
-                ::dup2(beatFds[1], kRankHeartbeatFd);
-            ::execve(exe.c_str(), argv.data(), envp.data());
-            const char msg[] = "launch: execve of the worker failed\n";
-            ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
-            (void)ignored;
-            ::_exit(127);
-        }
-        ::setpgid(pid, pid); // also here, so the group exists before we ever signal it
-        ::close(logFd);
-        ::close(beatFds[1]);
-        r.beatFd = beatFds[0];
-        ::fcntl(r.beatFd, F_SETFL, O_NONBLOCK);
-        if (forwardStdout) {
-            ::close(pipeFds[1]);
-            stdoutPipe = pipeFds[0];
-            ::fcntl(stdoutPipe, F_SETFL, O_NONBLOCK);
-        }
-        r.pid = pid;
-        r.running = true;
-    }
-    ::close(devNull);
-    {
-        std::string pids;
-        for (const auto& r : ranks)
-            pids += std::to_string(r.globalRank) + " " + std::to_string(r.pid) + "\n";
-        try {
-            writeSmallFile(rankPidsFile(o.runDir, o.nodeRank), pids);
-        } catch (...) {
-            for (const auto& r : ranks)
-                protocol::signalGroup(r.pid, SIGKILL);
-            throw;
-        }
-    }
-    logger->info("started {} rank(s) {}..{} of {} (store {}:{}); logs in {}", o.nprocPerNode,
-        ranks.front().globalRank, ranks.back().globalRank, o.worldSize(), o.masterAddr, storePort,
-        runDir.logsDir());
-
-    // Supervision.
     bool stopping = false;
     Clock::time_point killDeadline {};
     bool killed = false;
     int exitStatus = 0;
     protocol::EventRecord failure; // the first cause, written once everything is down
     bool haveFailure = false;
+    bool peersDone = true; // node 0: every other node said DONE (or closed)
+};
 
-    auto beginStop = [&](const std::string& why) {
-        if (stopping)
-            return;
-        stopping = true;
-        logger->warn(
-            "{}; stopping the other ranks (SIGTERM, SIGKILL after {} s)", why, o.gracePeriodSec);
-        for (auto& r : ranks)
-            if (r.running)
-                protocol::signalGroup(r.pid, SIGTERM);
-        killDeadline = Clock::now()
-            + std::chrono::milliseconds(static_cast<long long>(o.gracePeriodSec * 1000.0));
-        if (rendezvous)
-            rendezvous->sendAll("ABORT");
-    };
-    auto runningCount = [&] {
-        int n = 0;
-        for (const auto& r : ranks)
-            n += r.running ? 1 : 0;
-        return n;
-    };
-    // A rank that could not write the run directory is the cause, also when a peer that lost it
-    // (a closed connection, a failed checkpoint agreement) exited first.
-    auto peerFailureFirst
-        = [&] { return haveFailure && failure.data.value("reason", "") == "rank_failed"; };
-    auto recordFailure = [&](const std::string& kind, int status, const std::string& message,
-                             nlohmann::json data) {
-        const bool writeFailed = data.value("reason", "") == "write_failed";
-        if (haveFailure && !(writeFailed && peerFailureFirst()))
-            return;
-        haveFailure = true;
-        exitStatus = status;
-        failure.kind = kind;
-        failure.message = message;
-        failure.data = std::move(data);
-    };
-    // Rank 0's stdout goes to ours (a log file, or the CLI); a full disk there stops the run.
-    auto forward = [&](const char* data, size_t size) {
-        const int err = writeAll(STDOUT_FILENO, data, size);
-        if (err == 0 || !diskError(err) || stopping)
-            return;
-        const std::string message
-            = std::string("launch: cannot write the run's output: ") + std::strerror(err);
-        recordFailure(
-            "error", kWriteFailedExit, message, {{"reason", "write_failed"}, {"node", o.nodeRank}});
-        beginStop(message);
-    };
-    // The message of an error event rank 0 wrote (it may not have reached events.jsonl on a
-    // full disk): the launcher's own error names it.
-    auto noteRankError = [&](const std::string& text, size_t size) {
-        size_t at = 0;
-        while (at < size) {
-            size_t eol = text.find('\n', at);
-            if (eol == std::string::npos || eol > size)
-                eol = size;
-            const std::string line = text.substr(at, eol - at);
-            at = eol + 1;
-            if (line.find("\"kind\":\"error\"") == std::string::npos)
+void Launcher::Session::beginStop(const std::string& why)
+{
+    if (stopping)
+        return;
+    stopping = true;
+    logger->warn(
+        "{}; stopping the other ranks (SIGTERM, SIGKILL after {} s)", why, o.gracePeriodSec);
+    for (auto& r : ranks)
+        if (r.running)
+            protocol::signalGroup(r.pid, SIGTERM);
+    killDeadline = Clock::now()
+        + std::chrono::milliseconds(static_cast<long long>(o.gracePeriodSec * 1000.0));
+    if (rendezvous)
+        rendezvous->sendAll("ABORT");
+}
+
+void Launcher::Session::recordFailure(
+    const std::string& kind, int status, const std::string& message, nlohmann::json data)
+{
+    const bool writeFailed = data.value("reason", "") == "write_failed";
+    if (haveFailure && !(writeFailed && peerFailureFirst()))
+        return;
+    haveFailure = true;
+    exitStatus = status;
+    failure.kind = kind;
+    failure.message = message;
+    failure.data = std::move(data);
+}
+
+// Rank 0's stdout goes to ours (a log file, or the CLI); a full disk there stops the run.
+void Launcher::Session::forward(const char* data, size_t size)
+{
+    const int err = writeAll(STDOUT_FILENO, data, size);
+    if (err == 0 || !diskError(err) || stopping)
+        return;
+    const std::string message
+        = std::string("launch: cannot write the run's output: ") + std::strerror(err);
+    recordFailure(
+        "error", kWriteFailedExit, message, {{"reason", "write_failed"}, {"node", o.nodeRank}});
+    beginStop(message);
+}
+
+// The message of an error event rank 0 wrote (it may not have reached events.jsonl on a full
+// disk): the launcher's own error names it.
+void Launcher::Session::noteRankError(const std::string& text, size_t size)
+{
+    size_t at = 0;
+    while (at < size) {
+        size_t eol = text.find('\n', at);
+        if (eol == std::string::npos || eol > size)
+            eol = size;
+        const std::string line = text.substr(at, eol - at);
+        at = eol + 1;
+        if (line.find("\"kind\":\"error\"") == std::string::npos)
+            continue;
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        if (!j.is_object() || j.value("type", "") != "event" || j.value("kind", "") != "error")
+            continue;
+        for (auto& r : ranks) {
+            if (r.globalRank != 0 || !r.error.empty())
                 continue;
-            const auto j = nlohmann::json::parse(line, nullptr, false);
-            if (!j.is_object() || j.value("type", "") != "event" || j.value("kind", "") != "error")
-                continue;
-            for (auto& r : ranks) {
-                if (r.globalRank != 0 || !r.error.empty())
-                    continue;
-                r.error = j.value("message", "");
-                const auto data = j.value("data", nlohmann::json::object());
-                if (data.is_object() && data.value("reason", "") == "write_failed") {
-                    // Known now, before the rank is reaped: its peers may exit first (their
-                    // connection to it closes) and the stop may end it by SIGTERM.
-                    recordFailure("error", kWriteFailedExit,
-                        "rank 0 (pid " + std::to_string(r.pid)
-                            + ") could not write the run directory: " + r.error + "; see "
-                            + runDir.rankLog(0),
-                        {{"reason", "write_failed"}, {"rank", 0}, {"local_rank", r.localRank},
-                            {"node", o.nodeRank}, {"pid", r.pid}, {"rank_error", r.error}});
-                    beginStop("rank 0 could not write the run directory");
-                }
+            r.error = j.value("message", "");
+            const auto data = j.value("data", nlohmann::json::object());
+            if (data.is_object() && data.value("reason", "") == "write_failed") {
+                // Known now, before the rank is reaped: its peers may exit first (their
+                // connection to it closes) and the stop may end it by SIGTERM.
+                recordFailure("error", kWriteFailedExit,
+                    "rank 0 (pid " + std::to_string(r.pid) + ") could not write the run directory: "
+                        + r.error + "; see " + runDir.rankLog(0),
+                    {{"reason", "write_failed"}, {"rank", 0}, {"local_rank", r.localRank},
+                        {"node", o.nodeRank}, {"pid", r.pid}, {"rank_error", r.error}});
+                beginStop("rank 0 could not write the run directory");
             }
         }
-    };
-    auto drainStdout = [&](bool final) {
-        if (stdoutPipe < 0)
-            return;
-        char chunk[65536];
-        while (true) {
-            ssize_t n = ::read(stdoutPipe, chunk, sizeof chunk);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                if (n == 0) {
-                    ::close(stdoutPipe);
-                    stdoutPipe = -1;
-                }
-                break;
+    }
+}
+
+void Launcher::Session::drainStdout(bool final)
+{
+    if (stdoutPipe < 0)
+        return;
+    char chunk[65536];
+    while (true) {
+        ssize_t n = ::read(stdoutPipe, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0) {
+                ::close(stdoutPipe);
+                stdoutPipe = -1;
             }
-            stdoutBuffer.append(chunk, static_cast<size_t>(n));
-            // Forward whole lines only, so records never interleave with anything else.
-            auto last = stdoutBuffer.rfind('\n');
-            if (last != std::string::npos) {
-                noteRankError(stdoutBuffer, last + 1);
-                forward(stdoutBuffer.data(), last + 1);
-                stdoutBuffer.erase(0, last + 1);
+            break;
+        }
+        stdoutBuffer.append(chunk, static_cast<size_t>(n));
+        // Forward whole lines only, so records never interleave with anything else.
+        auto last = stdoutBuffer.rfind('\n');
+        if (last != std::string::npos) {
+            noteRankError(stdoutBuffer, last + 1);
+            forward(stdoutBuffer.data(), last + 1);
+            stdoutBuffer.erase(0, last + 1);
+        }
+    }
+    if (final && !stdoutBuffer.empty()) {
+        forward(stdoutBuffer.data(), stdoutBuffer.size());
+        stdoutBuffer.clear();
+    }
+}
+
+// Beats of every rank (rank_heartbeat.h): "<step> <phase> <timeout>" lines.
+void Launcher::Session::readBeats(Rank& r, Clock::time_point now)
+{
+    char chunk[4096];
+    while (r.beatFd >= 0) {
+        ssize_t n = ::read(r.beatFd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0) { // the rank exited (or closed it): nothing more to watch
+                ::close(r.beatFd);
+                r.beatFd = -1;
             }
+            break;
         }
-        if (final && !stdoutBuffer.empty()) {
-            forward(stdoutBuffer.data(), stdoutBuffer.size());
-            stdoutBuffer.clear();
+        r.beatBuffer.append(chunk, static_cast<size_t>(n));
+    }
+    size_t eol;
+    while ((eol = r.beatBuffer.find('\n')) != std::string::npos) {
+        const std::string text = r.beatBuffer.substr(0, eol);
+        r.beatBuffer.erase(0, eol + 1);
+        if (text.rfind("error ", 0) == 0) { // why it is about to fail (reportError)
+            if (r.error.empty())
+                r.error = text.substr(6);
+            continue;
         }
-    };
-    // Beats of every rank (rank_heartbeat.h): "<step> <phase> <timeout>" lines.
-    auto readBeats = [&](Rank& r, Clock::time_point now) {
-        char chunk[4096];
-        while (r.beatFd >= 0) {
-            ssize_t n = ::read(r.beatFd, chunk, sizeof chunk);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                if (n == 0) { // the rank exited (or closed it): nothing more to watch
-                    ::close(r.beatFd);
-                    r.beatFd = -1;
-                }
-                break;
-            }
-            r.beatBuffer.append(chunk, static_cast<size_t>(n));
-        }
-        size_t eol;
-        while ((eol = r.beatBuffer.find('\n')) != std::string::npos) {
-            const std::string text = r.beatBuffer.substr(0, eol);
-            r.beatBuffer.erase(0, eol + 1);
-            if (text.rfind("error ", 0) == 0) { // why it is about to fail (reportError)
-                if (r.error.empty())
-                    r.error = text.substr(6);
-                continue;
-            }
-            std::istringstream line(text);
-            long long step = 0;
-            std::string phase;
-            double timeout = 0.0;
-            if (!(line >> step >> phase >> timeout))
-                continue;
-            const RankPhase p = phaseFromName(phase);
-            if (!r.beating || step != r.step || p != r.phase)
-                r.lastProgress = now;
-            if (p == RankPhase::Step && r.firstStep < 0)
-                r.firstStep = step;
-            r.beating = true;
-            r.lastBeat = now;
-            r.step = step;
-            r.phase = p;
-            r.hangTimeoutSec = timeout;
-        }
-    };
-    auto lastKnownStep = [&] {
-        int64_t step = -1;
-        for (const auto& r : ranks)
-            step = std::max(step, r.step);
-        return step;
-    };
-    // A rank that stopped making progress: the one silent longest (stopped, wedged) when its
-    // silence is more than a few beats, else the one whose progress is oldest. A healthy rank
-    // waiting in a collective for it keeps beating, so it is not the one named.
-    auto checkHung = [&](Clock::time_point now) {
-        const Rank* silent = nullptr;
-        const Rank* stalled = nullptr;
-        bool over = false;
-        for (const auto& r : ranks) {
-            if (!r.running || !r.beating || !(r.hangTimeoutSec > 0))
-                continue;
-            const double quiet = secondsSince(r.lastBeat, now);
-            const double still = secondsSince(r.lastProgress, now);
-            // Set-up (loading, rendezvous) has its own timeouts: there only silence counts.
-            const double limit = hangLimitSec(r);
-            // A beating rank without progress may only be slow (a loaded machine, a long step):
-            // it gets kStallFactor times as long.
-            over = over || quiet > limit
-                || (r.phase != RankPhase::Setup && still > kStallFactor * limit);
-            if (quiet > 3 * beatIntervalSec(r.hangTimeoutSec)
-                && (!silent || r.lastBeat < silent->lastBeat))
-                silent = &r;
-            if (!stalled || r.lastProgress < stalled->lastProgress)
-                stalled = &r;
-        }
-        if (!over)
-            return;
-        const Rank& r = silent ? *silent : *stalled;
+        std::istringstream line(text);
+        long long step = 0;
+        std::string phase;
+        double timeout = 0.0;
+        if (!(line >> step >> phase >> timeout))
+            continue;
+        const RankPhase p = phaseFromName(phase);
+        if (!r.beating || step != r.step || p != r.phase)
+            r.lastProgress = now;
+        if (p == RankPhase::Step && r.firstStep < 0)
+            r.firstStep = step;
+        r.beating = true;
+        r.lastBeat = now;
+        r.step = step;
+        r.phase = p;
+        r.hangTimeoutSec = timeout;
+    }
+}
+
+// A rank that stopped making progress: the one silent longest (stopped, wedged) when its
+// silence is more than a few beats, else the one whose progress is oldest. A healthy rank
+// waiting in a collective for it keeps beating, so it is not the one named.
+void Launcher::Session::checkHung(Clock::time_point now)
+{
+    const Rank* silent = nullptr;
+    const Rank* stalled = nullptr;
+    bool over = false;
+    for (const auto& r : ranks) {
+        if (!r.running || !r.beating || !(r.hangTimeoutSec > 0))
+            continue;
         const double quiet = secondsSince(r.lastBeat, now);
         const double still = secondsSince(r.lastProgress, now);
-        char detail[160];
-        std::snprintf(detail, sizeof detail,
-            silent ? "no heartbeat for %.1f s" : "no progress for %.1f s", silent ? quiet : still);
-        std::string message = "rank " + std::to_string(r.globalRank) + " (pid "
-            + std::to_string(r.pid) + ") stopped making progress: " + detail + " (last at step "
-            + std::to_string(r.step) + ", phase " + phaseName(r.phase) + "; hang timeout "
-            + std::to_string(static_cast<long long>(r.hangTimeoutSec)) + " s); see "
-            + runDir.rankLog(r.globalRank);
-        recordFailure("error", 1, message,
-            {{"reason", "rank_hung"}, {"rank", r.globalRank}, {"local_rank", r.localRank},
-                {"node", o.nodeRank}, {"pid", r.pid}, {"phase", phaseName(r.phase)},
-                {"silent_sec", quiet}, {"stalled_sec", still},
-                {"hang_timeout_sec", r.hangTimeoutSec}});
-        // A stopped process takes no SIGTERM until it is continued: KILL it now.
-        protocol::signalGroup(r.pid, SIGKILL);
-        beginStop(message);
-    };
-    bool peersDone = !rendezvous || o.nodeRank != 0;
+        // Set-up (loading, rendezvous) has its own timeouts: there only silence counts.
+        const double limit = hangLimitSec(r);
+        // A beating rank without progress may only be slow (a loaded machine, a long step): it
+        // gets kStallFactor times as long.
+        over = over || quiet > limit
+            || (r.phase != RankPhase::Setup && still > kStallFactor * limit);
+        if (quiet > 3 * beatIntervalSec(r.hangTimeoutSec)
+            && (!silent || r.lastBeat < silent->lastBeat))
+            silent = &r;
+        if (!stalled || r.lastProgress < stalled->lastProgress)
+            stalled = &r;
+    }
+    if (!over)
+        return;
+    const Rank& r = silent ? *silent : *stalled;
+    const double quiet = secondsSince(r.lastBeat, now);
+    const double still = secondsSince(r.lastProgress, now);
+    char detail[160];
+    std::snprintf(detail, sizeof detail,
+        silent ? "no heartbeat for %.1f s" : "no progress for %.1f s", silent ? quiet : still);
+    std::string message = "rank " + std::to_string(r.globalRank) + " (pid " + std::to_string(r.pid)
+        + ") stopped making progress: " + detail + " (last at step " + std::to_string(r.step)
+        + ", phase " + phaseName(r.phase) + "; hang timeout "
+        + std::to_string(static_cast<long long>(r.hangTimeoutSec)) + " s); see "
+        + runDir.rankLog(r.globalRank);
+    recordFailure("error", 1, message,
+        {{"reason", "rank_hung"}, {"rank", r.globalRank}, {"local_rank", r.localRank},
+            {"node", o.nodeRank}, {"pid", r.pid}, {"phase", phaseName(r.phase)},
+            {"silent_sec", quiet}, {"stalled_sec", still}, {"hang_timeout_sec", r.hangTimeoutSec}});
+    // A stopped process takes no SIGTERM until it is continued: KILL it now.
+    protocol::signalGroup(r.pid, SIGKILL);
+    beginStop(message);
+}
 
-    while (runningCount() > 0 || stdoutPipe >= 0 || !peersDone) {
-        std::vector<pollfd> fds;
-        fds.push_back({sigFd, POLLIN, 0});
-        if (stdoutPipe >= 0)
-            fds.push_back({stdoutPipe, POLLIN, 0});
-        const size_t beatBase = fds.size();
-        for (const auto& r : ranks)
-            if (r.beatFd >= 0)
-                fds.push_back({r.beatFd, POLLIN, 0});
-        const size_t peerBase = fds.size();
-        if (rendezvous)
-            for (auto& peer : rendezvous->peers())
-                if (!peer.closed)
-                    fds.push_back({peer.fd, POLLIN, 0});
-        int timeoutMs = 1000;
-        if (stopping && !killed)
-            timeoutMs = std::max(0,
-                static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                    killDeadline - Clock::now())
-                                     .count()));
-        int rc = ::poll(fds.data(), fds.size(), timeoutMs);
-        if (rc < 0 && errno != EINTR)
-            throw std::runtime_error(std::string("launch: poll failed: ") + std::strerror(errno));
+void Launcher::Session::startRank(int local, const RankExec& exec)
+{
+    Rank& r = ranks[static_cast<size_t>(local)];
+    r.localRank = local;
+    r.globalRank = o.globalRank(local);
+    std::vector<std::string> envStrings = exec.env;
+    envStrings.push_back("RANK=" + std::to_string(r.globalRank));
+    envStrings.push_back("LOCAL_RANK=" + std::to_string(local));
+    std::vector<char*> envp;
+    for (auto& e : envStrings)
+        envp.push_back(e.data());
+    envp.push_back(nullptr);
 
-        // Signals.
-        signalfd_siginfo info;
-        while (::read(sigFd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
-            int sig = static_cast<int>(info.ssi_signo);
-            if (sig == SIGCHLD)
-                continue; // reaped below
-            recordFailure("finish", 128 + sig,
-                "launcher received " + signalName(sig) + "; stopped all ranks",
-                {{"reason", "stopped"}, {"signal", sig}, {"node", o.nodeRank}});
-            beginStop("launcher received " + signalName(sig));
+    const std::string logPath = runDir.rankLog(r.globalRank);
+    int logFd = ::open(logPath.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (logFd < 0)
+        throw std::runtime_error("launch: cannot open " + logPath + ": " + std::strerror(errno));
+    int pipeFds[2] = {-1, -1};
+    const bool forwardStdout = r.globalRank == 0;
+    if (forwardStdout && ::pipe2(pipeFds, O_CLOEXEC) != 0)
+        throw std::runtime_error(std::string("launch: pipe failed: ") + std::strerror(errno));
+    int beatFds[2] = {-1, -1};
+    if (::pipe2(beatFds, O_CLOEXEC) != 0)
+        throw std::runtime_error(std::string("launch: pipe failed: ") + std::strerror(errno));
+
+    pid_t pid = ::fork();
+    if (pid < 0)
+        throw std::runtime_error(std::string("launch: fork failed: ") + std::strerror(errno));
+    if (pid == 0) {
+        ::setpgid(0, 0);
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (::getppid() != exec.launcherPid)
+            ::_exit(126); // the launcher died before we armed the death signal
+        ::signal(SIGPIPE, SIG_DFL);
+        ::sigprocmask(SIG_SETMASK, &original, nullptr);
+        ::dup2(exec.devNull, STDIN_FILENO);
+        ::dup2(forwardStdout ? pipeFds[1] : logFd, STDOUT_FILENO);
+        ::dup2(logFd, STDERR_FILENO);
+        if (beatFds[1] == kRankHeartbeatFd)
+            ::fcntl(kRankHeartbeatFd, F_SETFD, 0);
+        else
+            ::dup2(beatFds[1], kRankHeartbeatFd);
+        ::execve(exec.exe.c_str(), exec.argv.data(), envp.data());
+        const char msg[] = "launch: execve of the worker failed\n";
+        ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)ignored;
+        ::_exit(127);
+    }
+    ::setpgid(pid, pid); // also here, so the group exists before we ever signal it
+    ::close(logFd);
+    ::close(beatFds[1]);
+    r.beatFd = beatFds[0];
+    ::fcntl(r.beatFd, F_SETFL, O_NONBLOCK);
+    if (forwardStdout) {
+        ::close(pipeFds[1]);
+        stdoutPipe = pipeFds[0];
+        ::fcntl(stdoutPipe, F_SETFL, O_NONBLOCK);
+    }
+    r.pid = pid;
+    r.running = true;
+}
+
+size_t Launcher::Session::waitForInput(std::vector<pollfd>& fds)
+{
+    fds.push_back({sigFd, POLLIN, 0});
+    if (stdoutPipe >= 0)
+        fds.push_back({stdoutPipe, POLLIN, 0});
+    for (const auto& r : ranks)
+        if (r.beatFd >= 0)
+            fds.push_back({r.beatFd, POLLIN, 0});
+    const size_t peerBase = fds.size();
+    if (rendezvous)
+        for (auto& peer : rendezvous->peers())
+            if (!peer.closed)
+                fds.push_back({peer.fd, POLLIN, 0});
+    int timeoutMs = 1000;
+    if (stopping && !killed)
+        timeoutMs = std::max(0,
+            static_cast<int>(
+                std::chrono::duration_cast<std::chrono::milliseconds>(killDeadline - Clock::now())
+                    .count()));
+    int rc = ::poll(fds.data(), fds.size(), timeoutMs);
+    if (rc < 0 && errno != EINTR)
+        throw std::runtime_error(std::string("launch: poll failed: ") + std::strerror(errno));
+    return peerBase;
+}
+
+void Launcher::Session::readSignals()
+{
+    signalfd_siginfo info;
+    while (::read(sigFd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+        int sig = static_cast<int>(info.ssi_signo);
+        if (sig == SIGCHLD)
+            continue; // reaped below
+        recordFailure("finish", 128 + sig,
+            "launcher received " + signalName(sig) + "; stopped all ranks",
+            {{"reason", "stopped"}, {"signal", sig}, {"node", o.nodeRank}});
+        beginStop("launcher received " + signalName(sig));
+    }
+}
+
+void Launcher::Session::reapRanks(Clock::time_point now)
+{
+    while (true) {
+        int status = 0;
+        pid_t pid = ::waitpid(-1, &status, WNOHANG);
+        if (pid <= 0)
+            break;
+        for (auto& r : ranks) {
+            if (r.pid != pid || !r.running)
+                continue;
+            r.running = false;
+            r.status = status;
+            protocol::signalGroup(r.pid, SIGKILL); // anything the rank left in its group
+            const bool writeFailed = WIFEXITED(status) && WEXITSTATUS(status) == kWriteFailedExit;
+            const bool betterCause = writeFailed && stopping && peerFailureFirst();
+            if (failed(status) && (!stopping || betterCause)) {
+                drainStdout(false); // its last records, an error event among them
+                readBeats(r, now);  // its error line, written just before it exited
+                if (haveFailure && !betterCause)
+                    continue; // rank 0's write error, read from its stdout just now
+                recordFailure("error",
+                    WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status),
+                    "rank " + std::to_string(r.globalRank) + " (pid " + std::to_string(pid) + ") "
+                        + describeStatus(status)
+                        + (writeFailed ? " (a write to the run directory failed)" : "")
+                        + (r.error.empty() ? "" : ": " + r.error) + "; see "
+                        + runDir.rankLog(r.globalRank),
+                    {{"reason", writeFailed ? "write_failed" : "rank_failed"},
+                        {"rank", r.globalRank}, {"local_rank", r.localRank}, {"node", o.nodeRank},
+                        {"pid", pid}});
+                if (!r.error.empty())
+                    failure.data["rank_error"] = r.error;
+                if (WIFSIGNALED(status)) {
+                    failure.data["signal"] = WTERMSIG(status);
+                    failure.data["signal_name"] = signalName(WTERMSIG(status));
+                } else {
+                    failure.data["exit_code"] = WEXITSTATUS(status);
+                }
+                beginStop("rank " + std::to_string(r.globalRank) + " " + describeStatus(status));
+            } else {
+                logger->info("rank {} {}", r.globalRank, describeStatus(status));
+            }
         }
+    }
+}
 
+// The other nodes' launchers: DONE, ABORT, or a lost connection.
+void Launcher::Session::readPeers(const std::vector<pollfd>& fds, size_t peerBase)
+{
+    size_t idx = peerBase;
+    for (auto& peer : rendezvous->peers()) {
+        if (peer.closed)
+            continue;
+        bool readable = idx < fds.size() && (fds[idx].revents != 0);
+        ++idx;
+        if (!readable)
+            continue;
+        for (const auto& line : rendezvous->readLines(peer)) {
+            if (line == "DONE")
+                peer.done = true;
+            else if (line.rfind("ABORT", 0) == 0 && !stopping) {
+                recordFailure("error", 1,
+                    "node " + std::to_string(peer.nodeRank)
+                        + " stopped the run (one of its ranks failed)",
+                    {{"reason", "node_failed"}, {"node", peer.nodeRank}});
+                beginStop(failure.message);
+            }
+        }
+        if (peer.closed && !peer.done && !stopping) {
+            recordFailure("error", 1, "lost the launcher of node " + std::to_string(peer.nodeRank),
+                {{"reason", "node_lost"}, {"node", peer.nodeRank}});
+            beginStop(failure.message);
+        }
+    }
+    if (o.nodeRank == 0) {
+        peersDone = true;
+        for (auto& peer : rendezvous->peers())
+            peersDone = peersDone && (peer.done || peer.closed);
+    }
+}
+
+void Launcher::Session::checkLauncherLog()
+{
+    if (logError.empty() || stopping)
+        return;
+    const std::string message = "launch: cannot write " + launcherLog + ": " + logError;
+    recordFailure(
+        "error", kWriteFailedExit, message, {{"reason", "write_failed"}, {"node", o.nodeRank}});
+    beginStop(message);
+}
+
+void Launcher::Session::killAfterGrace()
+{
+    if (!stopping || killed || Clock::now() < killDeadline)
+        return;
+    killed = true;
+    for (auto& r : ranks)
+        if (r.running) {
+            logger->warn(
+                "rank {} did not stop within {} s: SIGKILL", r.globalRank, o.gracePeriodSec);
+            protocol::signalGroup(r.pid, SIGKILL);
+        }
+}
+
+std::string rankPidsFile(const std::string& runDir, int nodeRank)
+{
+    return runDir + "/launcher-ranks" + (nodeRank == 0 ? "" : "-node" + std::to_string(nodeRank))
+        + ".pids";
+}
+
+Launcher::Launcher(LaunchOptions options)
+    : m_options(std::move(options))
+{
+}
+
+Launcher::~Launcher() = default;
+
+int Launcher::run()
+{
+    try {
+        return supervise();
+    } catch (const std::exception& e) {
+        // Set-up errors (busy port, rendezvous timeout, ...) are recorded like a failed run.
+        protocol::EventRecord event;
+        event.kind = "error";
+        event.message = e.what();
+        event.data = {{"reason", "launch_failed"}, {"node", m_options.nodeRank}};
+        // Only into a folder this launcher holds: a refused second start must not write into
+        // the run that holds it.
+        if (m_lock)
+            appendEvent(protocol::RunDir(m_options.runDir).eventsFile(), event);
+        throw;
+    }
+}
+
+int Launcher::supervise()
+{
+    Session s(m_options);
+    setUp(s);
+    openStore(s);
+    spawnRanks(s);
+    watchRanks(s);
+    return finish(s);
+}
+
+void Launcher::setUp(Session& s)
+{
+    const LaunchOptions& o = m_options;
+    std::error_code ec;
+    std::filesystem::create_directories(s.runDir.logsDir(), ec);
+    if (ec)
+        throw std::runtime_error(
+            "launch: cannot create " + s.runDir.logsDir() + ": " + ec.message());
+    // Before anything is written: a second run into this folder stops here.
+    m_lock = protocol::RunLock::acquire(o.nodeRank == 0
+            ? s.runDir.lockFile()
+            : o.runDir + "/run-node" + std::to_string(o.nodeRank) + ".lock");
+
+    s.logger = std::make_shared<spdlog::logger>("launch");
+    s.logger->sinks().push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+    s.launcherLog = o.nodeRank == 0
+        ? s.runDir.launcherLog()
+        : s.runDir.logsDir() + "/launcher-node" + std::to_string(o.nodeRank) + ".log";
+    s.logger->sinks().push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(s.launcherLog));
+    s.logger->flush_on(spdlog::level::info);
+    // spdlog reports a failed write of the log file here; the loop stops the run.
+    s.logger->set_error_handler([&s](const std::string& msg) {
+        if (s.logError.empty())
+            s.logError = msg;
+    });
+
+    writeSmallFile(o.nodeRank == 0
+            ? s.runDir.pidFile()
+            : o.runDir + "/launcher-node" + std::to_string(o.nodeRank) + ".pid",
+        std::to_string(::getpid()) + "\n");
+
+    s.start = Clock::now();
+
+    // Block the signals we supervise before anything else so none is lost; children get the
+    // original mask back before exec.
+    sigemptyset(&s.supervised);
+    for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP})
+        sigaddset(&s.supervised, sig);
+    sigprocmask(SIG_BLOCK, &s.supervised, &s.original);
+    s.sigFd = ::signalfd(-1, &s.supervised, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (s.sigFd < 0)
+        throw std::runtime_error(std::string("launch: signalfd failed: ") + std::strerror(errno));
+    std::signal(SIGPIPE, SIG_IGN);
+}
+
+void Launcher::openStore(Session& s)
+{
+    const LaunchOptions& o = m_options;
+    s.storePort = o.masterPort;
+    const auto rdzvTimeout
+        = std::chrono::milliseconds(static_cast<long long>(o.rdzvTimeoutSec * 1000.0));
+    if (o.nnodes > 1) {
+        s.logger->info("node {} of {}: rendezvous on {}:{} (timeout {} s)", o.nodeRank, o.nnodes,
+            o.masterAddr, o.masterPort, o.rdzvTimeoutSec);
+        s.rendezvous = std::make_unique<NodeRendezvous>(
+            o.nnodes, o.nodeRank, o.nprocPerNode, o.masterAddr, o.masterPort, rdzvTimeout);
+        s.storePort = s.rendezvous->storePort();
+    } else if (s.storePort == 0) {
+        s.storePort = pickFreePort(o.masterAddr);
+    } else {
+        checkPortFree(o.masterAddr, s.storePort);
+    }
+}
+
+void Launcher::spawnRanks(Session& s)
+{
+    const LaunchOptions& o = m_options;
+    RankExec exec;
+    exec.exe = selfExecutable();
+    exec.env = rankEnvironment(o, s.storePort);
+    exec.args.push_back(exec.exe);
+    exec.args.insert(exec.args.end(), o.workerArgs.begin(), o.workerArgs.end());
+    for (auto& a : exec.args)
+        exec.argv.push_back(a.data());
+    exec.argv.push_back(nullptr);
+    exec.launcherPid = ::getpid();
+    exec.devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    s.ranks.resize(static_cast<size_t>(o.nprocPerNode));
+    for (int local = 0; local < o.nprocPerNode; ++local)
+        s.startRank(local, exec);
+    ::close(exec.devNull);
+
+    std::string pids;
+    for (const auto& r : s.ranks)
+        pids += std::to_string(r.globalRank) + " " + std::to_string(r.pid) + "\n";
+    try {
+        writeSmallFile(rankPidsFile(o.runDir, o.nodeRank), pids);
+    } catch (...) {
+        for (const auto& r : s.ranks)
+            protocol::signalGroup(r.pid, SIGKILL);
+        throw;
+    }
+    s.logger->info("started {} rank(s) {}..{} of {} (store {}:{}); logs in {}", o.nprocPerNode,
+        s.ranks.front().globalRank, s.ranks.back().globalRank, o.worldSize(), o.masterAddr,
+        s.storePort, s.runDir.logsDir());
+}
+
+void Launcher::watchRanks(Session& s)
+{
+    s.peersDone = !s.rendezvous || m_options.nodeRank != 0;
+    while (s.runningCount() > 0 || s.stdoutPipe >= 0 || !s.peersDone) {
+        std::vector<pollfd> fds;
+        const size_t peerBase = s.waitForInput(fds);
+        s.readSignals();
         // Heartbeats (read before the exits below, so a rank's last beat counts).
         const auto now = Clock::now();
-        for (auto& r : ranks)
-            readBeats(r, now);
-        (void)beatBase;
-
-        // Exited ranks.
-        while (true) {
-            int status = 0;
-            pid_t pid = ::waitpid(-1, &status, WNOHANG);
-            if (pid <= 0)
-                break;
-            for (auto& r : ranks) {
-                if (r.pid != pid || !r.running)
-                    continue;
-                r.running = false;
-                r.status = status;
-                protocol::signalGroup(r.pid, SIGKILL); // anything the rank left in its group
-                const bool writeFailed
-                    = WIFEXITED(status) && WEXITSTATUS(status) == kWriteFailedExit;
-                const bool betterCause = writeFailed && stopping && peerFailureFirst();
-                if (failed(status) && (!stopping || betterCause)) {
-                    drainStdout(false); // its last records, an error event among them
-                    readBeats(r, now);  // its error line, written just before it exited
-                    if (haveFailure && !betterCause)
-                        continue; // rank 0's write error, read from its stdout just now
-                    recordFailure("error",
-                        WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status),
-                        "rank " + std::to_string(r.globalRank) + " (pid " + std::to_string(pid)
-                            + ") " + describeStatus(status)
-                            + (writeFailed ? " (a write to the run directory failed)" : "")
-                            + (r.error.empty() ? "" : ": " + r.error) + "; see "
-                            + runDir.rankLog(r.globalRank),
-                        {{"reason", writeFailed ? "write_failed" : "rank_failed"},
-                            {"rank", r.globalRank}, {"local_rank", r.localRank},
-                            {"node", o.nodeRank}, {"pid", pid}});
-                    if (!r.error.empty())
-                        failure.data["rank_error"] = r.error;
-                    if (WIFSIGNALED(status)) {
-                        failure.data["signal"] = WTERMSIG(status);
-                        failure.data["signal_name"] = signalName(WTERMSIG(status));
-                    } else {
-                        failure.data["exit_code"] = WEXITSTATUS(status);
-                    }
-                    beginStop(
-                        "rank " + std::to_string(r.globalRank) + " " + describeStatus(status));
-                } else {
-                    logger->info("rank {} {}", r.globalRank, describeStatus(status));
-                }
-            }
-        }
-
-        drainStdout(false);
-
-        // Other nodes.
-        if (rendezvous) {
-            size_t idx = peerBase;
-            for (auto& peer : rendezvous->peers()) {
-                if (peer.closed)
-                    continue;
-                bool readable = idx < fds.size() && (fds[idx].revents != 0);
-                ++idx;
-                if (!readable)
-                    continue;
-                for (const auto& line : rendezvous->readLines(peer)) {
-                    if (line == "DONE")
-                        peer.done = true;
-                    else if (line.rfind("ABORT", 0) == 0 && !stopping) {
-                        recordFailure("error", 1,
-                            "node " + std::to_string(peer.nodeRank)
-                                + " stopped the run (one of its ranks failed)",
-                            {{"reason", "node_failed"}, {"node", peer.nodeRank}});
-                        beginStop(failure.message);
-                    }
-                }
-                if (peer.closed && !peer.done && !stopping) {
-                    recordFailure("error", 1,
-                        "lost the launcher of node " + std::to_string(peer.nodeRank),
-                        {{"reason", "node_lost"}, {"node", peer.nodeRank}});
-                    beginStop(failure.message);
-                }
-            }
-            if (o.nodeRank == 0) {
-                peersDone = true;
-                for (auto& peer : rendezvous->peers())
-                    peersDone = peersDone && (peer.done || peer.closed);
-            }
-        }
-
-        if (!stopping) {
+        for (auto& r : s.ranks)
+            s.readBeats(r, now);
+        s.reapRanks(now);
+        s.drainStdout(false);
+        if (s.rendezvous)
+            s.readPeers(fds, peerBase);
+        if (!s.stopping) {
             // Beats read just now: forwarding output above may have blocked on a slow reader,
             // and what the ranks sent meanwhile is in the pipes, not lost.
             const auto checkedAt = Clock::now();
-            for (auto& r : ranks)
-                readBeats(r, checkedAt);
-            checkHung(checkedAt);
+            for (auto& r : s.ranks)
+                s.readBeats(r, checkedAt);
+            s.checkHung(checkedAt);
         }
-        if (!logError.empty() && !stopping) {
-            const std::string message = "launch: cannot write " + launcherLog + ": " + logError;
-            recordFailure("error", kWriteFailedExit, message,
-                {{"reason", "write_failed"}, {"node", o.nodeRank}});
-            beginStop(message);
-        }
-
-        if (stopping && !killed && Clock::now() >= killDeadline) {
-            killed = true;
-            for (auto& r : ranks)
-                if (r.running) {
-                    logger->warn("rank {} did not stop within {} s: SIGKILL", r.globalRank,
-                        o.gracePeriodSec);
-                    protocol::signalGroup(r.pid, SIGKILL);
-                }
-        }
-        if (runningCount() == 0 && stdoutPipe >= 0 && stopping)
-            drainStdout(true);
+        s.checkLauncherLog();
+        s.killAfterGrace();
+        if (s.runningCount() == 0 && s.stdoutPipe >= 0 && s.stopping)
+            s.drainStdout(true);
     }
-    drainStdout(true);
+    s.drainStdout(true);
 
-    if (rendezvous && !haveFailure)
-        rendezvous->sendAll("DONE");
-    ::close(sigFd);
-    sigprocmask(SIG_SETMASK, &original, nullptr);
-
-    for (auto& r : ranks)
+    // Teardown: the other nodes learn this one is done; the signals go back to normal.
+    if (s.rendezvous && !s.haveFailure)
+        s.rendezvous->sendAll("DONE");
+    ::close(s.sigFd);
+    sigprocmask(SIG_SETMASK, &s.original, nullptr);
+    for (auto& r : s.ranks)
         if (r.beatFd >= 0)
             ::close(r.beatFd);
-    if (haveFailure) {
-        failure.wallTimeSec = wallTime();
-        failure.step = lastKnownStep();
-        appendEvent(runDir.eventsFile(), failure);
-        if (failure.kind == "error") {
-            protocol::EventRecord finish;
-            finish.kind = "finish";
-            finish.step = failure.step;
-            finish.wallTimeSec = wallTime();
-            finish.message = "run failed: " + failure.message;
-            finish.data = failure.data;
-            finish.data["reason"] = "failed";
-            finish.data["cause"] = failure.data.value("reason", "");
-            appendEvent(runDir.eventsFile(), finish);
-        }
-        logger->error("{}", failure.message);
-        // One line on stderr even when the log file cannot take it.
-        if (!logError.empty() || failure.data.value("reason", "") == "write_failed")
-            std::fprintf(stderr, "launch: %s\n", failure.message.c_str());
-        return exitStatus == 0 ? 1 : exitStatus;
+}
+
+int Launcher::finish(Session& s)
+{
+    if (!s.haveFailure) {
+        s.logger->info(
+            "all {} rank(s) exited 0 after {:.1f} s", m_options.nprocPerNode, s.wallTime());
+        return 0;
     }
-    logger->info("all {} rank(s) exited 0 after {:.1f} s", o.nprocPerNode, wallTime());
-    return 0;
+    protocol::EventRecord& failure = s.failure;
+    failure.wallTimeSec = s.wallTime();
+    failure.step = s.lastKnownStep();
+    appendEvent(s.runDir.eventsFile(), failure);
+    if (failure.kind == "error") {
+        protocol::EventRecord finish;
+        finish.kind = "finish";
+        finish.step = failure.step;
+        finish.wallTimeSec = s.wallTime();
+        finish.message = "run failed: " + failure.message;
+        finish.data = failure.data;
+        finish.data["reason"] = "failed";
+        finish.data["cause"] = failure.data.value("reason", "");
+        appendEvent(s.runDir.eventsFile(), finish);
+    }
+    s.logger->error("{}", failure.message);
+    // One line on stderr even when the log file cannot take it.
+    if (!s.logError.empty() || failure.data.value("reason", "") == "write_failed")
+        std::fprintf(stderr, "launch: %s\n", failure.message.c_str());
+    return s.exitStatus == 0 ? 1 : s.exitStatus;
 }
 
 } // namespace shard::launch

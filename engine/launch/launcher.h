@@ -32,7 +32,23 @@ public:
     int run();
 
 private:
+    struct Session; // one run's ranks, pipes and stop sequence (launcher.cpp)
+
+    // The driver: set-up, the store, the ranks, the loop, the write-up.
     int supervise();
+    // The run folder and its lock, the launcher's log, the pid file and the supervised signals.
+    void setUp(Session& s);
+    // Where the ranks' TCPStore listens: the node rendezvous (more than one node) or a port.
+    void openStore(Session& s);
+    // Forks and execs this node's ranks (each leading its own process group) and writes their
+    // pids.
+    void spawnRanks(Session& s);
+    // Watches the ranks until they are all gone: signals, heartbeats and hangs, exits, rank 0's
+    // output, the other nodes, the stop sequence; then releases the signals and pipes.
+    void watchRanks(Session& s);
+    // The final error and finish events of a failed run (written once everything is down) and
+    // the launcher's exit status.
+    int finish(Session& s);
 
     LaunchOptions m_options;
     std::unique_ptr<protocol::RunLock> m_lock; // the run folder's, for the run's lifetime

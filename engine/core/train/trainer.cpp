@@ -106,6 +106,26 @@ void writeSpecFile(const std::string& path, const protocol::RunSpec& spec)
     fs::rename(tmp, path);
 }
 
+// run.json of a new run, written whole or not at all: an empty or cut-off run.json is worse
+// than none. A failure stops the run (RunDirWriteError).
+void writeFirstSpecFile(const std::string& path, const protocol::RunSpec& spec)
+{
+    const std::string tmp = path + ".tmp";
+    std::ofstream out(tmp, std::ios::trunc);
+    out << protocol::toJson(spec).dump(2) << "\n";
+    out.flush();
+    const bool ok = static_cast<bool>(out);
+    out.close();
+    std::error_code ec;
+    if (ok && out)
+        fs::rename(tmp, path, ec);
+    if (!ok || !out || ec) {
+        fs::remove(tmp, ec);
+        throw protocol::RunDirWriteError(
+            path + ": cannot write the run spec (" + std::strerror(errno ? errno : EIO) + ")");
+    }
+}
+
 // --steps, else the steps --epochs take at the spec's global batch.
 int64_t stepsFor(const protocol::RunSpec& spec, int64_t records, int worldSize)
 {
@@ -271,6 +291,8 @@ struct Trainer::Io {
     Clock::time_point start = Clock::now();
     std::shared_ptr<spdlog::logger> log;
     std::string logError; // set by spdlog's error handler
+    // The run folder's lock (rank 0 outside the launcher); released before the files close.
+    std::unique_ptr<protocol::RunLock> lock;
 
     void write(RecordFile& f, const nlohmann::json& j)
     {
@@ -301,6 +323,67 @@ struct Trainer::Io {
         e.wallTimeSec = seconds(start, Clock::now());
         write(events, protocol::toJson(e));
     }
+};
+
+// The optimizer, the schedule and the counters of one run, shared by its steps.
+struct Trainer::Loop {
+    explicit Loop(Trainer& t)
+        : runner(*t.m_model, *t.m_strategy,
+            ForwardConfig {t.m_computeDtype, t.m_spec.checkpointing == "full", t.m_device})
+        , adamw(AdamWConfig {t.m_spec.beta1, t.m_spec.beta2, t.m_spec.eps, t.m_spec.weightDecay})
+        , accum(static_cast<int>(t.m_spec.gradAccum))
+        , globalRows(t.m_spec.microBatch * t.m_strategy->worldSize())
+        , device(t.m_device)
+    {
+        schedule.kind = t.m_spec.schedule;
+        schedule.baseLr = t.m_spec.lr;
+        schedule.warmupSteps = t.m_spec.warmup;
+        schedule.totalSteps = t.m_steps;
+        schedule.minLrRatio = t.m_spec.minLrRatio;
+    }
+
+    // Live and peak bytes where the tensors are: the GPU's caching allocator on CUDA, the
+    // counting allocator on the CPU.
+    int64_t liveBytes() const
+    {
+        return device.is_cuda() ? deviceMemoryStats(device).allocatedBytes : alloc.currentBytes();
+    }
+    int64_t peakBytes() const
+    {
+        return device.is_cuda() ? deviceMemoryStats(device).allocatedPeakBytes : alloc.peakBytes();
+    }
+    void resetPeaks()
+    {
+        alloc.resetPeak();
+        resetDevicePeaks(device);
+    }
+
+    ModelRunner runner;
+    AdamW adamw;
+    LrSchedule schedule;
+    TrainResult result;
+    int accum = 1;          // micro-batches per step (--grad-accum)
+    int64_t globalRows = 0; // rows of one micro-batch over all ranks
+    int64_t tokensSeen = 0;
+    int64_t firstStep = 0; // steps done before this process (resume)
+    // The steps after the first (warm-up), for the throughput.
+    double timedSec = 0.0;
+    double timedCpuSec = 0.0;
+    int64_t timedTokens = 0;
+    int64_t runPeak = 0;
+    c10::Device device;
+    CountingAllocator& alloc = CountingAllocator::install();
+};
+
+// What one optimizer step measured.
+struct Trainer::Step {
+    double loss = 0.0;
+    double gradNorm = 0.0; // before clipping
+    double lr = 0.0;
+    double seconds = 0.0;
+    int64_t tokens = 0;          // every rank's rows, masked labels included
+    int64_t activationBytes = 0; // the largest of its micro-batches'
+    Clock::time_point end;
 };
 
 Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
@@ -453,6 +536,47 @@ std::string Trainer::outOfMemoryMessage(
 TrainResult Trainer::run()
 {
     Io io;
+    const bool resuming = setUpRun(io);
+    const int threads = configureThreads(m_spec.threads);
+    int64_t currentStep = 0; // for the error event
+    at::manual_seed(m_spec.seed);
+    try {
+        placeModel(io, resuming, threads);
+        Loop loop(*this);
+        if (resuming)
+            resume(io, loop);
+        loop.resetPeaks();
+        loop.runPeak = loop.peakBytes();
+        currentStep = loop.firstStep;
+        for (int64_t step = loop.firstStep; step < m_steps; ++step) {
+            currentStep = step + 1;
+            launch::RankHeartbeat::report(step + 1, launch::RankPhase::Step);
+            io.checkLogs();
+            const Step done = trainStep(loop, step);
+            protocol::MetricRecord rec = metricRecord(io, loop, done, step + 1);
+            const bool last = step + 1 == m_steps;
+            if (m_spec.evalEvery > 0 && ((step + 1) % m_spec.evalEvery == 0 || last)) {
+                const double ev = evaluate(loop);
+                rec.evalLoss = ev;
+                loop.result.evalLosses.push_back({step + 1, ev});
+                io.log->info("step {} eval loss {:.6f}", step + 1, ev);
+            }
+            if (m_samples && m_samples->due(step + 1, last))
+                writeSamples(io, step + 1);
+            loop.runPeak = std::max(loop.runPeak, loop.peakBytes());
+            if ((step + 1) % m_spec.logEvery == 0 || last)
+                writeMetrics(io, loop, rec, done.activationBytes);
+            if (m_options.checkpoints)
+                saveCheckpoint(io, loop, step + 1, last);
+        }
+        return finish(io, loop);
+    } catch (const std::exception& e) {
+        fail(io, e, currentStep);
+    }
+}
+
+bool Trainer::setUpRun(Io& io)
+{
     const bool leader = m_strategy->rank() == 0;
     const protocol::RunDir dir(m_spec.outDir);
     CheckpointHooks* checkpoints = m_options.checkpoints.get();
@@ -460,11 +584,10 @@ TrainResult Trainer::run()
     const bool underLauncher = launched && std::string(launched) == "1";
     // The run folder's lock, before anything in it is read or written (a resume of a live run
     // stops here); the launcher holds it for launched ranks.
-    std::unique_ptr<protocol::RunLock> lock;
     if (m_options.writeRunDir && leader && !underLauncher) {
         std::error_code ec;
         fs::create_directories(dir.root(), ec);
-        lock = protocol::RunLock::acquire(dir.lockFile());
+        io.lock = protocol::RunLock::acquire(dir.lockFile());
     }
     const bool resuming = checkpoints && checkpoints->resuming();
 
@@ -497,375 +620,339 @@ TrainResult Trainer::run()
     });
     io.toStdout = leader && m_options.recordsToStdout;
     if (m_options.writeRunDir && leader) {
-        if (!fs::exists(dir.specFile())) {
-            // Written whole or not at all: an empty or cut-off run.json is worse than none.
-            const std::string tmp = dir.specFile() + ".tmp";
-            std::ofstream out(tmp, std::ios::trunc);
-            out << protocol::toJson(m_spec).dump(2) << "\n";
-            out.flush();
-            const bool ok = static_cast<bool>(out);
-            out.close();
-            std::error_code ec;
-            if (ok && out)
-                fs::rename(tmp, dir.specFile(), ec);
-            if (!ok || !out || ec) {
-                fs::remove(tmp, ec);
-                throw protocol::RunDirWriteError(dir.specFile() + ": cannot write the run spec ("
-                    + std::strerror(errno ? errno : EIO) + ")");
-            }
-        }
+        if (!fs::exists(dir.specFile()))
+            writeFirstSpecFile(dir.specFile(), m_spec);
         io.metrics.open(dir.metricsFile());
         io.events.open(dir.eventsFile());
     }
+    return resuming;
+}
 
-    const int threads = configureThreads(m_spec.threads);
-    int64_t currentStep = 0; // for the error event
-    at::manual_seed(m_spec.seed);
-    auto& alloc = CountingAllocator::install();
-
-    try {
-        // Placement: the strategy pulls each parameter's full value once, in order.
-        // (When resuming, the checkpoint fills the parameters: the weights are not read.)
-        const SafetensorsReader& weights = *m_weights;
-        m_strategy->setup(*m_model, [&](const Param& p) {
-            if (resuming && !p.frozen) // a LoRA base is not in the checkpoint
-                return at::zeros(p.info.shape, at::kFloat);
-            if (m_adapters && lora::isAdapterName(p.info.name))
-                return m_adapters->value(p);
-            at::Tensor t = weights.tensor(p.info.name);
-            return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
-        });
-        m_weights.reset(); // unmap
-        const auto& ms = m_model->spec();
-        io.log->info("model {} ({} parameters, {} trained, {} layers), strategy {} rank {}/{}, "
-                     "device {}, {} threads, precision {}, checkpointing {}",
-            ms.name, m_model->numParams(), m_model->numTrainableParams(), ms.numLayers,
-            m_strategy->name(), m_strategy->rank(), m_strategy->worldSize(), m_device.str(),
-            threads, m_spec.precision, m_spec.checkpointing);
-        io.event("start", 0, "training started",
-            {{"params", m_model->numParams()}, {"strategy", m_strategy->name()},
-                {"world_size", m_strategy->worldSize()}, {"device", m_device.str()},
-                {"threads", threads}, {"steps", m_steps}});
-        if (const int64_t bad = m_data->badLines(); bad > 0) {
-            const auto reports = m_data->badLineReports();
-            std::vector<std::string> first(
-                reports.begin(), reports.begin() + std::min<size_t>(reports.size(), 5));
-            io.log->warn("skipped {} bad data lines (--skip-bad-lines), first: {}", bad,
-                first.empty() ? std::string() : first.front());
-            io.event("data", 0,
-                "skipped " + std::to_string(bad) + " bad line" + (bad == 1 ? "" : "s")
-                    + " (--skip-bad-lines)" + (first.empty() ? "" : "; first: " + first.front()),
-                {{"skipped_lines", bad}, {"first", first}});
-        }
-
-        ModelRunner runner(*m_model, *m_strategy,
-            ForwardConfig {m_computeDtype, m_spec.checkpointing == "full", m_device});
-        AdamW adamw(AdamWConfig {m_spec.beta1, m_spec.beta2, m_spec.eps, m_spec.weightDecay});
-        LrSchedule schedule;
-        schedule.kind = m_spec.schedule;
-        schedule.baseLr = m_spec.lr;
-        schedule.warmupSteps = m_spec.warmup;
-        schedule.totalSteps = m_steps;
-        schedule.minLrRatio = m_spec.minLrRatio;
-
-        auto evaluate = [&]() {
-            at::NoGradGuard noGrad;
-            const auto rows = m_data->evalRows();
-            double sum = 0.0, tokens = 0.0;
-            const int64_t chunk = m_spec.microBatch * m_strategy->worldSize();
-            for (int64_t b = 0; b < static_cast<int64_t>(rows.size()); b += chunk) {
-                const int64_t e = std::min<int64_t>(rows.size(), b + chunk);
-                std::vector<TrainRow> batch(rows.begin() + b, rows.begin() + e);
-                auto [lo, hi] = m_strategy->rowRange(e - b);
-                if (hi > lo) {
-                    LossSum ls = runner.lossSum(
-                        rowsTensor(batch, lo, hi, false), rowsTensor(batch, lo, hi, true));
-                    sum += ls.sum.item<double>();
-                } else {
-                    // The last chunk has fewer rows than ranks: this rank still runs the
-                    // forward (sharded strategies gather inside it, so every rank must take
-                    // part), on one row with every label masked, which adds nothing.
-                    at::Tensor ids = rowsTensor(batch, 0, 1, false);
-                    runner.lossSum(ids, at::full_like(ids, -100));
-                }
-                tokens += static_cast<double>(countTokens(batch));
-            }
-            sum = m_strategy->allReduceSum(sum);
-            return tokens > 0 ? sum / tokens : 0.0;
-        };
-
-        TrainResult result;
-        int K = static_cast<int>(m_spec.gradAccum);
-        int64_t globalRows = m_spec.microBatch * m_strategy->worldSize();
-        int64_t tokensSeen = 0;
-        int64_t firstStep = 0;
-        double wallOffsetSec = 0.0; // wall time of the run before this process (resume)
-        if (resuming) {
-            const LoopState state = checkpoints->restore(*m_model, *m_strategy, adamw);
-            m_data->setPosition(state.dataPosition);
-            firstStep = state.step;
-            tokensSeen = state.tokensSeen;
-            wallOffsetSec = state.wallTimeSec;
-            io.start -= std::chrono::duration_cast<Clock::duration>(
-                std::chrono::duration<double>(wallOffsetSec));
-            io.log->info("resumed from {} at step {}", state.checkpointDir, firstStep);
-            io.event("checkpoint", firstStep, "resumed from " + state.checkpointDir,
-                {{"action", "resume"}, {"dir", state.checkpointDir}});
-            // Keep the checkpoint's global batch at another rank count (or refuse, or record
-            // the change the user asked for).
-            const ResumeBatch batch = resumeBatch(m_spec, m_strategy->worldSize(), state.microBatch,
-                state.gradAccum, state.worldSize);
-            if (!batch.message.empty()) {
-                m_spec.microBatch = batch.microBatch;
-                m_spec.gradAccum = batch.gradAccum;
-                K = static_cast<int>(m_spec.gradAccum);
-                globalRows = m_spec.microBatch * m_strategy->worldSize();
-                m_steps = stepsFor(m_spec, m_data->trainRecords(), m_strategy->worldSize());
-                schedule.totalSteps = m_steps;
-                io.log->info("{}", batch.message);
-                io.event("batch", firstStep, batch.message,
-                    {{"micro_batch", m_spec.microBatch}, {"grad_accum", m_spec.gradAccum},
-                        {"world_size", m_strategy->worldSize()}, {"global_batch", globalRows * K},
-                        {"checkpoint_global_batch",
-                            state.microBatch * state.gradAccum * state.worldSize},
-                        {"kept_global_batch", batch.changed}});
-            }
-            // run.json records what this run trains with now (rank count, batch split).
-            if (m_options.writeRunDir && leader)
-                writeSpecFile(dir.specFile(), m_spec);
-            if (firstStep >= m_steps)
-                io.log->warn("the checkpoint is at step {} of {}: nothing left to train", firstStep,
-                    m_steps);
-        }
-        double timedSec = 0.0;
-        double timedCpuSec = 0.0;
-        int64_t timedTokens = 0;
-        // Live and peak bytes where the tensors are: the GPU's caching allocator on CUDA, the
-        // counting allocator on the CPU.
-        const bool onGpu = m_device.is_cuda();
-        auto liveBytes = [&] {
-            return onGpu ? deviceMemoryStats(m_device).allocatedBytes : alloc.currentBytes();
-        };
-        auto peakBytes = [&] {
-            return onGpu ? deviceMemoryStats(m_device).allocatedPeakBytes : alloc.peakBytes();
-        };
-        auto resetPeaks = [&] {
-            alloc.resetPeak();
-            resetDevicePeaks(m_device);
-        };
-        resetPeaks();
-        int64_t runPeak = peakBytes();
-        currentStep = firstStep;
-        for (int64_t step = firstStep; step < m_steps; ++step) {
-            currentStep = step + 1;
-            launch::RankHeartbeat::report(step + 1, launch::RankPhase::Step);
-            io.checkLogs();
-            const auto t0 = Clock::now();
-            const double cpu0 = cpuSeconds();
-            std::vector<std::vector<TrainRow>> micro;
-            int64_t stepTokens = 0;
-            for (int k = 0; k < K; ++k) {
-                micro.push_back(m_data->nextGlobalBatch(globalRows));
-                stepTokens += countTokens(micro.back());
-            }
-            const double norm = static_cast<double>(std::max<int64_t>(1, stepTokens));
-            double lossSum = 0.0;
-            int64_t activationBytes = 0;
-            for (int k = 0; k < K; ++k) {
-                m_strategy->beginMicroStep(k, K);
-                auto [lo, hi] = m_strategy->rowRange(globalRows);
-                if (hi > lo) {
-                    const at::Tensor ids = rowsTensor(micro[k], lo, hi, false);
-                    const at::Tensor labels = rowsTensor(micro[k], lo, hi, true);
-                    const int64_t before = liveBytes();
-                    LossSum ls = runner.lossSum(ids, labels);
-                    activationBytes = std::max(activationBytes, liveBytes() - before);
-                    at::Tensor loss = ls.sum / norm;
-                    loss.backward();
-                    lossSum += ls.sum.item<double>();
-                }
-                if (m_strategy->wantsUnitHooks())
-                    m_strategy->postBackward(0);
-                m_strategy->endMicroStep(k, K);
-            }
-            const double loss = m_strategy->allReduceSum(lossSum) / norm;
-            if (!std::isfinite(loss))
-                throw std::runtime_error("loss is " + std::to_string(loss) + " at step "
-                    + std::to_string(step + 1) + "; lower the learning rate or check the data");
-
-            auto targets = m_strategy->optimizerTargets();
-            const double gradNorm = std::sqrt(m_strategy->globalGradSquaredNorm(targets));
-            double scale = 1.0;
-            if (m_spec.clip > 0 && gradNorm > m_spec.clip)
-                scale = m_spec.clip / (gradNorm + 1e-6);
-            const double lr = schedule.at(step);
-            adamw.step(targets, lr, scale);
-            targets.clear();
-            m_strategy->afterOptimizerStep();
-            m_strategy->zeroGrad();
-            const auto t1 = Clock::now();
-            const double stepSec = seconds(t0, t1);
-            const int64_t stepAllTokens = globalRows * K * m_spec.seqLen;
-            tokensSeen += stepAllTokens;
-            if (step > firstStep || m_steps == firstStep + 1) {
-                timedSec += stepSec;
-                timedCpuSec += cpuSeconds() - cpu0;
-                timedTokens += stepAllTokens;
-            }
-            result.losses.push_back(loss);
-            result.gradNorms.push_back(gradNorm);
-
-            protocol::MetricRecord rec;
-            rec.step = step + 1;
-            rec.tokens = tokensSeen;
-            rec.loss = loss;
-            rec.lr = lr;
-            rec.gradNorm = gradNorm;
-            rec.stepTimeSec = stepSec;
-            rec.tokensPerSec = stepSec > 0 ? stepAllTokens / stepSec : 0.0;
-            rec.wallTimeSec = seconds(io.start, t1);
-            rec.commBytes = m_strategy->takeCommBytes();
-            const bool last = step + 1 == m_steps;
-            if (m_spec.evalEvery > 0 && ((step + 1) % m_spec.evalEvery == 0 || last)) {
-                const double ev = evaluate();
-                rec.evalLoss = ev;
-                result.evalLosses.push_back({step + 1, ev});
-                io.log->info("step {} eval loss {:.6f}", step + 1, ev);
-            }
-            if (m_samples && m_samples->due(step + 1, last))
-                for (const auto& sample :
-                    m_samples->run(*m_model, *m_strategy, m_computeDtype, step + 1))
-                    io.write(io.events,
-                        protocol::toJson(
-                            protocol::toEvent(sample, seconds(io.start, Clock::now()))));
-            runPeak = std::max(runPeak, peakBytes());
-            if ((step + 1) % m_spec.logEvery == 0 || last) {
-                m_strategy->barrier();
-                MemoryBreakdown mb = m_strategy->memory();
-                protocol::RankMemory mine;
-                mine.rank = m_strategy->rank();
-                mine.shardedParamBytes = mb.shardedParams;
-                mine.gatheredParamBytes = mb.gatheredParams;
-                mine.frozenParamBytes = mb.frozenParams;
-                mine.gradBytes = mb.grads;
-                mine.optimizerBytes = adamw.stateBytes() + mb.optimizer;
-                mine.activationBytes = activationBytes + mb.activations;
-                mine.currentBytes = liveBytes();
-                mine.peakBytes = peakBytes();
-                if (const DeviceMemoryStats ds = deviceMemoryStats(m_device); ds.available) {
-                    mine.cuda = true;
-                    mine.cudaAllocatedBytes = ds.allocatedBytes;
-                    mine.cudaAllocatedPeakBytes = ds.allocatedPeakBytes;
-                    mine.cudaReservedBytes = ds.reservedBytes;
-                    mine.cudaReservedPeakBytes = ds.reservedPeakBytes;
-                    mine.cudaAllocRetries = ds.allocRetries;
-                    mine.cudaOoms = ds.ooms;
-                }
-                mine.otherBytes = std::max<int64_t>(0,
-                    mine.currentBytes - mine.shardedParamBytes - mine.gatheredParamBytes
-                        - mine.frozenParamBytes - mine.gradBytes - mine.optimizerBytes);
-                rec.memory = m_strategy->gatherMemory(mine);
-                resetPeaks();
-                if (leader)
-                    io.write(io.metrics, protocol::toJson(rec));
-                io.log->info("step {}/{} loss {:.6f} lr {:.3g} grad_norm {:.4f} {:.0f} tok/s "
-                             "mem {:.1f} MiB peak {:.1f} MiB",
-                    step + 1, m_steps, loss, lr, gradNorm, rec.tokensPerSec,
-                    mine.currentBytes / 1048576.0, mine.peakBytes / 1048576.0);
-            }
-            if (checkpoints) {
-                LoopState state;
-                state.step = step + 1;
-                state.tokensSeen = tokensSeen;
-                state.wallTimeSec = seconds(io.start, Clock::now());
-                state.dataPosition = m_data->position();
-                state.microBatch = m_spec.microBatch;
-                state.gradAccum = m_spec.gradAccum;
-                state.worldSize = m_strategy->worldSize();
-                const CheckpointSaved saved
-                    = checkpoints->afterStep(*m_model, *m_strategy, adamw, state, last);
-                if (saved.saved) {
-                    // The checkpoint's size: every rank's shard file (one small collective).
-                    const auto bytes = static_cast<int64_t>(
-                        m_strategy->allReduceSum(static_cast<double>(saved.bytes)));
-                    io.log->info("checkpoint {} written in {:.2f} s", saved.dir, saved.seconds);
-                    io.event("checkpoint", step + 1, "checkpoint written",
-                        {{"action", "save"}, {"dir", saved.dir}, {"seconds", saved.seconds},
-                            {"bytes", bytes}});
-                }
-            }
-        }
-        const int64_t ranSteps = m_steps - firstStep;
-        result.meanStepSec
-            = ranSteps > 1 ? timedSec / std::max<int64_t>(1, ranSteps - 1) : timedSec;
-        result.tokensPerSec = timedSec > 0 ? timedTokens / timedSec : 0.0;
-        result.cpuTokensPerSec = timedCpuSec > 0 ? timedTokens / timedCpuSec : 0.0;
-        result.peakBytes = runPeak;
-
-        io.checkLogs();
-        if (m_options.writeRunDir && m_options.saveModel) {
-            launch::RankHeartbeat::report(m_steps, launch::RankPhase::Final);
-            NamedTensors tensors;
-            m_strategy->exportParams(*m_model, [&](const std::string& name, const at::Tensor& t) {
-                // To the host one tensor at a time (a no-op move on the CPU).
-                tensors.push_back(
-                    {name, t.detach().to(at::kFloat).to(at::kCPU).contiguous().clone()});
-            });
-            // LoRA: the PEFT adapter folder next to the merged model.
-            const NamedTensors adapters = m_model->adapters()
-                ? lora::mergeInto(tensors, m_model->adapters()->config())
-                : NamedTensors {};
-            if (leader && !adapters.empty())
-                lora::writePeftFolder(dir.adapterOutDir(), m_model->adapters()->config(),
-                    fs::absolute(m_modelDir).lexically_normal().string(), adapters);
-            if (leader) {
-                plan::ModelSpec out = m_model->spec();
-                out.torchDtype = "float32";
-                const std::string tmp = dir.modelOutDir() + ".tmp";
-                fs::remove_all(tmp);
-                try {
-                    writeHfConfigAndTokenizer(tmp, out, m_modelDir);
-                    writeSafetensorsFolder(tmp, tensors);
-                } catch (const std::exception& e) {
-                    std::error_code ec;
-                    fs::remove_all(tmp, ec); // no half-written model left behind
-                    throw protocol::RunDirWriteError(
-                        std::string("writing the final model: ") + e.what());
-                }
-                fs::remove_all(dir.modelOutDir());
-                fs::rename(tmp, dir.modelOutDir());
-                result.modelDir = dir.modelOutDir();
-                io.log->info("model written to {}", result.modelDir);
-            }
-        }
-        io.event("finish", m_steps, "training finished",
-            {{"reason", "completed"},
-                {"final_loss", result.losses.empty() ? 0.0 : result.losses.back()},
-                {"tokens_per_sec", result.tokensPerSec}, {"peak_bytes", result.peakBytes},
-                {"skipped_lines", m_data->badLines()}});
-        return result;
-    } catch (const std::exception& e) {
-        // Out of memory (the GPU's caching allocator, or the counting allocator's limit on the
-        // CPU): said as what to change, on this rank and, through the launcher, for the run.
-        const bool oom = dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr;
-        nlohmann::json data = {{"reason",
-            oom                                                       ? "out_of_memory"
-                : dynamic_cast<const protocol::RunDirWriteError*>(&e) ? "write_failed"
-                                                                      : "error"}};
-        const std::string message = oom ? outOfMemoryMessage(e, currentStep, data) : e.what();
-        io.log->error("{}", message);
-        // Best effort on a full disk: the error still reaches stdout (the launcher) and stderr.
-        try {
-            io.event("error", currentStep, message, data);
-            io.event("finish", currentStep, "training failed", {{"reason", "error"}});
-        } catch (const protocol::RunDirWriteError& also) {
-            std::fprintf(
-                stderr, "shard-worker: the error event could not be recorded: %s\n", also.what());
-        }
-        if (oom)
-            throw OutOfMemory(message);
-        throw;
+void Trainer::placeModel(Io& io, bool resuming, int threads)
+{
+    // Placement: the strategy pulls each parameter's full value once, in order.
+    // (When resuming, the checkpoint fills the parameters: the weights are not read.)
+    const SafetensorsReader& weights = *m_weights;
+    m_strategy->setup(*m_model, [&](const Param& p) {
+        if (resuming && !p.frozen) // a LoRA base is not in the checkpoint
+            return at::zeros(p.info.shape, at::kFloat);
+        if (m_adapters && lora::isAdapterName(p.info.name))
+            return m_adapters->value(p);
+        at::Tensor t = weights.tensor(p.info.name);
+        return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+    });
+    m_weights.reset(); // unmap
+    const auto& ms = m_model->spec();
+    io.log->info("model {} ({} parameters, {} trained, {} layers), strategy {} rank {}/{}, "
+                 "device {}, {} threads, precision {}, checkpointing {}",
+        ms.name, m_model->numParams(), m_model->numTrainableParams(), ms.numLayers,
+        m_strategy->name(), m_strategy->rank(), m_strategy->worldSize(), m_device.str(), threads,
+        m_spec.precision, m_spec.checkpointing);
+    io.event("start", 0, "training started",
+        {{"params", m_model->numParams()}, {"strategy", m_strategy->name()},
+            {"world_size", m_strategy->worldSize()}, {"device", m_device.str()},
+            {"threads", threads}, {"steps", m_steps}});
+    if (const int64_t bad = m_data->badLines(); bad > 0) {
+        const auto reports = m_data->badLineReports();
+        std::vector<std::string> first(
+            reports.begin(), reports.begin() + std::min<size_t>(reports.size(), 5));
+        io.log->warn("skipped {} bad data lines (--skip-bad-lines), first: {}", bad,
+            first.empty() ? std::string() : first.front());
+        io.event("data", 0,
+            "skipped " + std::to_string(bad) + " bad line" + (bad == 1 ? "" : "s")
+                + " (--skip-bad-lines)" + (first.empty() ? "" : "; first: " + first.front()),
+            {{"skipped_lines", bad}, {"first", first}});
     }
+}
+
+void Trainer::resume(Io& io, Loop& loop)
+{
+    const LoopState state = m_options.checkpoints->restore(*m_model, *m_strategy, loop.adamw);
+    m_data->setPosition(state.dataPosition);
+    loop.firstStep = state.step;
+    loop.tokensSeen = state.tokensSeen;
+    const double wallOffsetSec = state.wallTimeSec; // wall time of the run before this process
+    io.start -= std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(wallOffsetSec));
+    io.log->info("resumed from {} at step {}", state.checkpointDir, loop.firstStep);
+    io.event("checkpoint", loop.firstStep, "resumed from " + state.checkpointDir,
+        {{"action", "resume"}, {"dir", state.checkpointDir}});
+    // Keep the checkpoint's global batch at another rank count (or refuse, or record the change
+    // the user asked for).
+    const ResumeBatch batch = resumeBatch(
+        m_spec, m_strategy->worldSize(), state.microBatch, state.gradAccum, state.worldSize);
+    if (!batch.message.empty()) {
+        m_spec.microBatch = batch.microBatch;
+        m_spec.gradAccum = batch.gradAccum;
+        loop.accum = static_cast<int>(m_spec.gradAccum);
+        loop.globalRows = m_spec.microBatch * m_strategy->worldSize();
+        m_steps = stepsFor(m_spec, m_data->trainRecords(), m_strategy->worldSize());
+        loop.schedule.totalSteps = m_steps;
+        io.log->info("{}", batch.message);
+        io.event("batch", loop.firstStep, batch.message,
+            {{"micro_batch", m_spec.microBatch}, {"grad_accum", m_spec.gradAccum},
+                {"world_size", m_strategy->worldSize()},
+                {"global_batch", loop.globalRows * loop.accum},
+                {"checkpoint_global_batch", state.microBatch * state.gradAccum * state.worldSize},
+                {"kept_global_batch", batch.changed}});
+    }
+    // run.json records what this run trains with now (rank count, batch split).
+    if (m_options.writeRunDir && m_strategy->rank() == 0)
+        writeSpecFile(protocol::RunDir(m_spec.outDir).specFile(), m_spec);
+    if (loop.firstStep >= m_steps)
+        io.log->warn(
+            "the checkpoint is at step {} of {}: nothing left to train", loop.firstStep, m_steps);
+}
+
+Trainer::Step Trainer::trainStep(Loop& loop, int64_t step)
+{
+    const int K = loop.accum;
+    const int64_t globalRows = loop.globalRows;
+    Step done;
+    const auto t0 = Clock::now();
+    const double cpu0 = cpuSeconds();
+    std::vector<std::vector<TrainRow>> micro;
+    int64_t stepTokens = 0;
+    for (int k = 0; k < K; ++k) {
+        micro.push_back(m_data->nextGlobalBatch(globalRows));
+        stepTokens += countTokens(micro.back());
+    }
+    const double norm = static_cast<double>(std::max<int64_t>(1, stepTokens));
+    double lossSum = 0.0;
+    for (int k = 0; k < K; ++k) {
+        m_strategy->beginMicroStep(k, K);
+        auto [lo, hi] = m_strategy->rowRange(globalRows);
+        if (hi > lo) {
+            const at::Tensor ids = rowsTensor(micro[k], lo, hi, false);
+            const at::Tensor labels = rowsTensor(micro[k], lo, hi, true);
+            const int64_t before = loop.liveBytes();
+            LossSum ls = loop.runner.lossSum(ids, labels);
+            done.activationBytes = std::max(done.activationBytes, loop.liveBytes() - before);
+            at::Tensor loss = ls.sum / norm;
+            loss.backward();
+            lossSum += ls.sum.item<double>();
+        }
+        if (m_strategy->wantsUnitHooks())
+            m_strategy->postBackward(0);
+        m_strategy->endMicroStep(k, K);
+    }
+    done.loss = m_strategy->allReduceSum(lossSum) / norm;
+    if (!std::isfinite(done.loss))
+        throw std::runtime_error("loss is " + std::to_string(done.loss) + " at step "
+            + std::to_string(step + 1) + "; lower the learning rate or check the data");
+
+    auto targets = m_strategy->optimizerTargets();
+    done.gradNorm = std::sqrt(m_strategy->globalGradSquaredNorm(targets));
+    double scale = 1.0;
+    if (m_spec.clip > 0 && done.gradNorm > m_spec.clip)
+        scale = m_spec.clip / (done.gradNorm + 1e-6);
+    done.lr = loop.schedule.at(step);
+    loop.adamw.step(targets, done.lr, scale);
+    targets.clear();
+    m_strategy->afterOptimizerStep();
+    m_strategy->zeroGrad();
+    done.end = Clock::now();
+    done.seconds = seconds(t0, done.end);
+    done.tokens = globalRows * K * m_spec.seqLen;
+    loop.tokensSeen += done.tokens;
+    if (step > loop.firstStep || m_steps == loop.firstStep + 1) {
+        loop.timedSec += done.seconds;
+        loop.timedCpuSec += cpuSeconds() - cpu0;
+        loop.timedTokens += done.tokens;
+    }
+    loop.result.losses.push_back(done.loss);
+    loop.result.gradNorms.push_back(done.gradNorm);
+    return done;
+}
+
+protocol::MetricRecord Trainer::metricRecord(
+    const Io& io, const Loop& loop, const Step& done, int64_t step)
+{
+    protocol::MetricRecord rec;
+    rec.step = step;
+    rec.tokens = loop.tokensSeen;
+    rec.loss = done.loss;
+    rec.lr = done.lr;
+    rec.gradNorm = done.gradNorm;
+    rec.stepTimeSec = done.seconds;
+    rec.tokensPerSec = done.seconds > 0 ? done.tokens / done.seconds : 0.0;
+    rec.wallTimeSec = seconds(io.start, done.end);
+    rec.commBytes = m_strategy->takeCommBytes();
+    return rec;
+}
+
+double Trainer::evaluate(Loop& loop)
+{
+    at::NoGradGuard noGrad;
+    const auto rows = m_data->evalRows();
+    double sum = 0.0, tokens = 0.0;
+    const int64_t chunk = m_spec.microBatch * m_strategy->worldSize();
+    for (int64_t b = 0; b < static_cast<int64_t>(rows.size()); b += chunk) {
+        const int64_t e = std::min<int64_t>(rows.size(), b + chunk);
+        std::vector<TrainRow> batch(rows.begin() + b, rows.begin() + e);
+        auto [lo, hi] = m_strategy->rowRange(e - b);
+        if (hi > lo) {
+            LossSum ls = loop.runner.lossSum(
+                rowsTensor(batch, lo, hi, false), rowsTensor(batch, lo, hi, true));
+            sum += ls.sum.item<double>();
+        } else {
+            // The last chunk has fewer rows than ranks: this rank still runs the forward
+            // (sharded strategies gather inside it, so every rank must take part), on one row
+            // with every label masked, which adds nothing.
+            at::Tensor ids = rowsTensor(batch, 0, 1, false);
+            loop.runner.lossSum(ids, at::full_like(ids, -100));
+        }
+        tokens += static_cast<double>(countTokens(batch));
+    }
+    sum = m_strategy->allReduceSum(sum);
+    return tokens > 0 ? sum / tokens : 0.0;
+}
+
+void Trainer::writeSamples(Io& io, int64_t step)
+{
+    for (const auto& sample : m_samples->run(*m_model, *m_strategy, m_computeDtype, step))
+        io.write(io.events,
+            protocol::toJson(protocol::toEvent(sample, seconds(io.start, Clock::now()))));
+}
+
+void Trainer::writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int64_t activationBytes)
+{
+    m_strategy->barrier();
+    MemoryBreakdown mb = m_strategy->memory();
+    protocol::RankMemory mine;
+    mine.rank = m_strategy->rank();
+    mine.shardedParamBytes = mb.shardedParams;
+    mine.gatheredParamBytes = mb.gatheredParams;
+    mine.frozenParamBytes = mb.frozenParams;
+    mine.gradBytes = mb.grads;
+    mine.optimizerBytes = loop.adamw.stateBytes() + mb.optimizer;
+    mine.activationBytes = activationBytes + mb.activations;
+    mine.currentBytes = loop.liveBytes();
+    mine.peakBytes = loop.peakBytes();
+    if (const DeviceMemoryStats ds = deviceMemoryStats(m_device); ds.available) {
+        mine.cuda = true;
+        mine.cudaAllocatedBytes = ds.allocatedBytes;
+        mine.cudaAllocatedPeakBytes = ds.allocatedPeakBytes;
+        mine.cudaReservedBytes = ds.reservedBytes;
+        mine.cudaReservedPeakBytes = ds.reservedPeakBytes;
+        mine.cudaAllocRetries = ds.allocRetries;
+        mine.cudaOoms = ds.ooms;
+    }
+    mine.otherBytes = std::max<int64_t>(0,
+        mine.currentBytes - mine.shardedParamBytes - mine.gatheredParamBytes - mine.frozenParamBytes
+            - mine.gradBytes - mine.optimizerBytes);
+    rec.memory = m_strategy->gatherMemory(mine);
+    loop.resetPeaks();
+    if (m_strategy->rank() == 0)
+        io.write(io.metrics, protocol::toJson(rec));
+    io.log->info("step {}/{} loss {:.6f} lr {:.3g} grad_norm {:.4f} {:.0f} tok/s "
+                 "mem {:.1f} MiB peak {:.1f} MiB",
+        rec.step, m_steps, rec.loss, rec.lr, rec.gradNorm, rec.tokensPerSec,
+        mine.currentBytes / 1048576.0, mine.peakBytes / 1048576.0);
+}
+
+void Trainer::saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last)
+{
+    LoopState state;
+    state.step = step;
+    state.tokensSeen = loop.tokensSeen;
+    state.wallTimeSec = seconds(io.start, Clock::now());
+    state.dataPosition = m_data->position();
+    state.microBatch = m_spec.microBatch;
+    state.gradAccum = m_spec.gradAccum;
+    state.worldSize = m_strategy->worldSize();
+    const CheckpointSaved saved
+        = m_options.checkpoints->afterStep(*m_model, *m_strategy, loop.adamw, state, last);
+    if (!saved.saved)
+        return;
+    // The checkpoint's size: every rank's shard file (one small collective).
+    const auto bytes
+        = static_cast<int64_t>(m_strategy->allReduceSum(static_cast<double>(saved.bytes)));
+    io.log->info("checkpoint {} written in {:.2f} s", saved.dir, saved.seconds);
+    io.event("checkpoint", step, "checkpoint written",
+        {{"action", "save"}, {"dir", saved.dir}, {"seconds", saved.seconds}, {"bytes", bytes}});
+}
+
+TrainResult Trainer::finish(Io& io, Loop& loop)
+{
+    TrainResult& result = loop.result;
+    const int64_t ranSteps = m_steps - loop.firstStep;
+    result.meanStepSec
+        = ranSteps > 1 ? loop.timedSec / std::max<int64_t>(1, ranSteps - 1) : loop.timedSec;
+    result.tokensPerSec = loop.timedSec > 0 ? loop.timedTokens / loop.timedSec : 0.0;
+    result.cpuTokensPerSec = loop.timedCpuSec > 0 ? loop.timedTokens / loop.timedCpuSec : 0.0;
+    result.peakBytes = loop.runPeak;
+
+    io.checkLogs();
+    if (m_options.writeRunDir && m_options.saveModel)
+        writeFinalModel(io, result);
+    io.event("finish", m_steps, "training finished",
+        {{"reason", "completed"},
+            {"final_loss", result.losses.empty() ? 0.0 : result.losses.back()},
+            {"tokens_per_sec", result.tokensPerSec}, {"peak_bytes", result.peakBytes},
+            {"skipped_lines", m_data->badLines()}});
+    return std::move(result);
+}
+
+void Trainer::writeFinalModel(Io& io, TrainResult& result)
+{
+    const bool leader = m_strategy->rank() == 0;
+    const protocol::RunDir dir(m_spec.outDir);
+    launch::RankHeartbeat::report(m_steps, launch::RankPhase::Final);
+    NamedTensors tensors;
+    m_strategy->exportParams(*m_model, [&](const std::string& name, const at::Tensor& t) {
+        // To the host one tensor at a time (a no-op move on the CPU).
+        tensors.push_back({name, t.detach().to(at::kFloat).to(at::kCPU).contiguous().clone()});
+    });
+    // LoRA: the PEFT adapter folder next to the merged model.
+    const NamedTensors adapters = m_model->adapters()
+        ? lora::mergeInto(tensors, m_model->adapters()->config())
+        : NamedTensors {};
+    if (leader && !adapters.empty())
+        lora::writePeftFolder(dir.adapterOutDir(), m_model->adapters()->config(),
+            fs::absolute(m_modelDir).lexically_normal().string(), adapters);
+    if (!leader)
+        return;
+    plan::ModelSpec out = m_model->spec();
+    out.torchDtype = "float32";
+    const std::string tmp = dir.modelOutDir() + ".tmp";
+    fs::remove_all(tmp);
+    try {
+        writeHfConfigAndTokenizer(tmp, out, m_modelDir);
+        writeSafetensorsFolder(tmp, tensors);
+    } catch (const std::exception& e) {
+        std::error_code ec;
+        fs::remove_all(tmp, ec); // no half-written model left behind
+        throw protocol::RunDirWriteError(std::string("writing the final model: ") + e.what());
+    }
+    fs::remove_all(dir.modelOutDir());
+    fs::rename(tmp, dir.modelOutDir());
+    result.modelDir = dir.modelOutDir();
+    io.log->info("model written to {}", result.modelDir);
+}
+
+void Trainer::fail(Io& io, const std::exception& e, int64_t step) const
+{
+    // Out of memory (the GPU's caching allocator, or the counting allocator's limit on the
+    // CPU): said as what to change, on this rank and, through the launcher, for the run.
+    const bool oom = dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr;
+    nlohmann::json data = {{"reason",
+        oom                                                       ? "out_of_memory"
+            : dynamic_cast<const protocol::RunDirWriteError*>(&e) ? "write_failed"
+                                                                  : "error"}};
+    const std::string message = oom ? outOfMemoryMessage(e, step, data) : e.what();
+    io.log->error("{}", message);
+    // Best effort on a full disk: the error still reaches stdout (the launcher) and stderr.
+    try {
+        io.event("error", step, message, data);
+        io.event("finish", step, "training failed", {{"reason", "error"}});
+    } catch (const protocol::RunDirWriteError& also) {
+        std::fprintf(
+            stderr, "shard-worker: the error event could not be recorded: %s\n", also.what());
+    }
+    if (oom)
+        throw OutOfMemory(message);
+    throw; // the error being handled (fail is called from run's handler)
 }
 
 } // namespace shard::engine

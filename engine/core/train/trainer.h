@@ -18,6 +18,10 @@
 #include "core/train/strategy.h"
 #include "protocol/run_spec.h"
 
+namespace shard::protocol {
+struct MetricRecord;
+}
+
 namespace shard::engine {
 
 class TrainingSamples;
@@ -69,7 +73,38 @@ public:
     c10::Device device() const { return m_device; }
 
 private:
-    struct Io;
+    struct Io;   // the record files and logs of one run
+    struct Loop; // the runner, AdamW, the schedule and the counters, shared by the steps
+    struct Step; // what one optimizer step measured
+
+    // Set-up, before anything else is written: the run folder's lock, the logs, run.json and
+    // the record files. Returns whether the run continues from a checkpoint (asked once, with
+    // the lock held).
+    bool setUpRun(Io& io);
+    // Places the parameters on the strategy (from the weights, or for the checkpoint to fill)
+    // and writes the start event (and the data event for skipped lines).
+    void placeModel(Io& io, bool resuming, int threads);
+    // Restores the checkpoint into the loop and keeps its global batch at another rank count.
+    void resume(Io& io, Loop& loop);
+    // One optimizer step (0-based `step`) over its micro-batches: forward, backward, clipping,
+    // AdamW.
+    Step trainStep(Loop& loop, int64_t step);
+    // The metric record of a step done (1-based `step`); takes the step's comm bytes.
+    protocol::MetricRecord metricRecord(
+        const Io& io, const Loop& loop, const Step& done, int64_t step);
+    // The mean loss per token over the held-out rows (collective).
+    double evaluate(Loop& loop);
+    void writeSamples(Io& io, int64_t step);
+    // Adds every rank's memory to the record (collective), writes it (rank 0) and logs the step.
+    void writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int64_t activationBytes);
+    // Hands the step to the checkpoint hooks; a checkpoint written gets an event.
+    void saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last);
+    // The write-up of a completed run: throughput, the final model, the finish event.
+    TrainResult finish(Io& io, Loop& loop);
+    void writeFinalModel(Io& io, TrainResult& result);
+    // Records the error that ended the run (error and finish events) and rethrows it (an
+    // OutOfMemory for an out-of-memory). Called from run's handler only.
+    [[noreturn]] void fail(Io& io, const std::exception& e, int64_t step) const;
     // The error message (and the error event's data) of an out-of-memory on this rank: the
     // rank, the device, the bytes asked for and what to change.
     std::string outOfMemoryMessage(
