@@ -73,7 +73,7 @@ public:
     c10::Device device() const { return m_device; }
 
 private:
-    struct Io;   // the record files and logs of one run
+    struct Io;   // the record writer (metrics/events files, stdout), the logs, the run lock
     struct Loop; // the runner, AdamW, the schedule and the counters, shared by the steps
     struct Step; // what one optimizer step measured
 
