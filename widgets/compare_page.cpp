@@ -209,8 +209,8 @@ void ComparePage::addRunDirectory(const QString& directory)
     ++m_loading;
     m_message->showMessage(tr("Loading %1…").arg(directory), MessageBar::Kind::Info);
     runInBackground(
-        this, [directory] { return loadRunDirectory(directory); },
-        [this](jobs::Result<RunSeries> result) {
+        this, [directory] { return jobs::loadRunDirectory(directory); },
+        [this](jobs::Result<jobs::RunSeries> result) {
             --m_loading;
             if (!result) {
                 m_message->showMessage(result.error());
@@ -222,11 +222,11 @@ void ComparePage::addRunDirectory(const QString& directory)
         });
 }
 
-void ComparePage::addRun(RunSeries run)
+void ComparePage::addRun(jobs::RunSeries run)
 {
     const QString id = run.id;
     auto it = std::find_if(
-        m_runs.begin(), m_runs.end(), [&](const RunSeries& r) { return r.id == id; });
+        m_runs.begin(), m_runs.end(), [&](const jobs::RunSeries& r) { return r.id == id; });
     if (it != m_runs.end()) {
         *it = std::move(run);
     } else {
@@ -294,7 +294,7 @@ void ComparePage::rebuildPlots()
     m_memoryPlot->setXAxisKind(m_xAxis);
     m_throughput->setXAxisKind(m_xAxis);
     double maxPeak = 0.0;
-    for (const RunSeries& run : m_runs)
+    for (const jobs::RunSeries& run : m_runs)
         for (double b : run.peakBytes)
             maxPeak = std::max(maxPeak, b);
     // MiB for tiny models, GiB for real ones.
@@ -302,9 +302,9 @@ void ComparePage::rebuildPlots()
     const double unit = mib ? 1024.0 * 1024.0 : 1024.0 * 1024.0 * 1024.0;
     m_memoryPlot->setYAxisLabel(mib ? tr("MiB") : tr("GiB"));
     for (size_t i = 0; i < m_runs.size(); ++i) {
-        const RunSeries& run = m_runs[i];
+        const jobs::RunSeries& run = m_runs[i];
         const QColor color = Theme::seriesColor(int(i));
-        const auto& x = run.xColumn(m_xAxis);
+        const auto& x = xColumn(run, m_xAxis);
         const int l = m_loss->addSeries(run.name, color);
         m_loss->setPoints(l, x, run.loss);
         m_loss->setSeriesVisible(l, m_checked[i]);
@@ -322,14 +322,14 @@ void ComparePage::rebuildPlots()
 
 void ComparePage::rebuildSamples()
 {
-    std::vector<const RunSeries*> runs;
+    std::vector<const jobs::RunSeries*> runs;
     QStringList names;
     for (size_t i = 0; i < m_runs.size(); ++i)
         if (m_checked[i]) {
             runs.push_back(&m_runs[i]);
             names << m_runs[i].name;
         }
-    const auto rows = compareSamples(runs);
+    const auto rows = jobs::compareSamples(runs);
     m_samples->clear();
     m_samples->setColumnCount(int(names.size()) + 1);
     m_samples->setHorizontalHeaderLabels(QStringList {tr("prompt")} + names);
@@ -419,7 +419,7 @@ QString ComparePage::exportCsv(const QString& path)
     for (size_t i = 0; i < m_runs.size(); ++i) {
         if (!m_checked[i])
             continue;
-        const RunSeries& r = m_runs[i];
+        const jobs::RunSeries& r = m_runs[i];
         QString name = r.name;
         if (name.contains(',') || name.contains('"'))
             name = '"' + QString(name).replace("\"", "\"\"") + '"';

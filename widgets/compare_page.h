@@ -8,7 +8,7 @@
 
 #include <QWidget>
 
-#include "widgets/run_series.h"
+#include "jobs/run_series.h"
 
 class QCheckBox;
 class QComboBox;
@@ -29,12 +29,12 @@ public:
     explicit ComparePage(QWidget* parent = nullptr);
 
     // Adds a loaded run (UI thread). Runs with the same id replace the earlier one.
-    void addRun(RunSeries run);
+    void addRun(jobs::RunSeries run);
     // Loads a run folder in the background; emits runAdded or shows the error.
     void addRunDirectory(const QString& directory);
     void removeAllRuns();
     int runCount() const { return int(m_runs.size()); }
-    const RunSeries& runAt(int i) const { return m_runs.at(size_t(i)); }
+    const jobs::RunSeries& runAt(int i) const { return m_runs.at(size_t(i)); }
     void setRunChecked(int index, bool checked);
 
     void setSmoothing(double weight);
@@ -69,7 +69,7 @@ private:
     void rebuildSamples();
     void browse();
 
-    std::vector<RunSeries> m_runs;
+    std::vector<jobs::RunSeries> m_runs;
     std::vector<bool> m_checked;
     XAxisKind m_xAxis = XAxisKind::Step;
     int m_loading = 0;

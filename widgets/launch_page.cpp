@@ -1,5 +1,5 @@
 // LaunchPage: form <-> RunSpec, a preview of exactly what runs (the launchers' own command line
-// and scripts), start via StoreService.
+// and scripts, from the target's Launcher::describe), start through the run service.
 #include "widgets/launch_page.h"
 
 #include <QCheckBox>
@@ -21,14 +21,14 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include "jobs/launcher.h"
 #include "jobs/local_launcher.h"
-#include "jobs/slurm_launcher.h"
-#include "jobs/ssh_launcher.h"
+#include "jobs/run_service.h"
 #include "plan/run_spec_bridge.h"
 
 #include "widgets/lora_fields.h"
 #include "widgets/message_bar.h"
-#include "widgets/store_service.h"
+
 #include <nlohmann/json.hpp>
 
 namespace shard::widgets {
@@ -52,14 +52,6 @@ QString defaultRunName()
 }
 
 namespace {
-
-QString shellQuote(const QString& s)
-{
-    static const QRegularExpression safe("^[A-Za-z0-9_./:=+@%-]+$");
-    if (!s.isEmpty() && safe.match(s).hasMatch())
-        return s;
-    return "'" + QString(s).replace("'", "'\\''") + "'";
-}
 
 QComboBox* combo(QWidget* parent, const QStringList& items, const char* name)
 {
@@ -340,10 +332,10 @@ LaunchPage::LaunchPage(QWidget* parent)
     updatePreview();
 }
 
-void LaunchPage::setStore(StoreService* store)
+void LaunchPage::setStore(jobs::RunService* store)
 {
     m_store = store;
-    connect(store, &StoreService::launched, this, [this](qint64 id, const QString& dir) {
+    connect(store, &jobs::RunService::launched, this, [this](qint64 id, const QString& dir) {
         m_starting = false;
         m_start->setEnabled(true);
         m_message->showMessage(tr("Run %1 started in %2").arg(id).arg(dir), MessageBar::Kind::Info);
@@ -352,7 +344,7 @@ void LaunchPage::setStore(StoreService* store)
         updatePreview();
         Q_EMIT launched(id, dir);
     });
-    connect(store, &StoreService::errorOccurred, this, [this](const QString& message) {
+    connect(store, &jobs::RunService::errorOccurred, this, [this](const QString& message) {
         if (m_starting) {
             m_starting = false;
             m_start->setEnabled(true);
@@ -387,19 +379,23 @@ bool LaunchPage::copiesInputs() const
     return target().kind == "ssh" && m_inputs->currentData().toString() == "copy";
 }
 
-LaunchTarget LaunchPage::target() const
+jobs::LaunchTarget LaunchPage::target() const
 {
-    LaunchTarget t;
     const int host = m_target->currentData().toInt();
     if (host < 0 || host >= m_hosts.size())
-        return t;
+        return {};
     const HostEntry& h = m_hosts[host];
-    t.kind = h.kind == "slurm" ? "slurm" : "ssh";
-    if (!h.address.isEmpty())
-        t.sshHost = (h.user.isEmpty() ? QString() : h.user + "@") + h.address
+    const QString address = h.address.isEmpty()
+        ? QString()
+        : (h.user.isEmpty() ? QString() : h.user + "@") + h.address
             + (h.port != 22 ? QString(":%1").arg(h.port) : QString());
-    t.partition = h.partition;
-    return t;
+    if (h.kind == "slurm") {
+        jobs::SlurmOptions options;
+        options.via = address;
+        options.partition = h.partition;
+        return jobs::LaunchTarget::onSlurm(options);
+    }
+    return jobs::LaunchTarget::ssh({address});
 }
 
 void LaunchPage::applyPlan(const plan::PlanInput& in, const QString& modelSource)
@@ -549,52 +545,17 @@ void LaunchPage::updatePreview()
         Q_EMIT previewChanged();
         return;
     }
-    const jobs::LaunchRequest& req = r.value();
-    const LaunchTarget t = target();
-    const QByteArray specJson = jobs::launchSpecJson(req.spec, req.runDir);
-    QString text;
-    if (t.kind == "slurm") {
-        jobs::SlurmOptions options;
-        options.via = t.sshHost;
-        options.partition = t.partition;
-        auto script = jobs::SlurmLauncher::sbatchScript(req, options, req.runDir);
-        if (!script) {
-            m_preview->setPlainText(tr("# Not ready: %1").arg(script.error()));
-            m_start->setEnabled(false);
-            Q_EMIT previewChanged();
-            return;
-        }
-        text = tr("# Submitted with sbatch %1as %2/job.sbatch:\n")
-                   .arg(t.sshHost.isEmpty() ? QString() : tr("on %1 ").arg(t.sshHost), req.runDir)
-            + script.value();
-    } else if (t.kind == "ssh") {
-        // The script SshLauncher::start runs on the host (its stdin is the launch spec below).
-        text = tr("# Runs on %1 over SSH, detached (it outlives the connection); this script, "
-                  "with the launch spec below on its stdin:\n")
-                   .arg(t.sshHost)
-            + (req.copyInputs
-                    ? tr("# First the model folder and data files are copied to %1/inputs/ "
-                         "there, and the spec names the copies.\n")
-                          .arg(req.runDir)
-                    : tr("# The model folder and data files must be on %1 at these paths.\n")
-                          .arg(t.sshHost))
-            + jobs::SshLauncher::nodeScript(req, req.runDir, 1, 0, {}, req.masterPort);
-    } else {
-        // What LocalLauncher::start spawns.
-        QString worker = req.workerProgram;
-        const QString found = jobs::LocalLauncher::findWorker(req.workerProgram);
-        if (!found.isEmpty())
-            worker = found;
-        QStringList cmd = {worker};
-        cmd << jobs::workerLaunchArgs(req, req.runDir, req.runDir, 1, 0, {}, req.masterPort);
-        QStringList quoted;
-        for (const QString& a : cmd)
-            quoted << shellQuote(a);
-        text
-            = tr("# Runs on this machine, detached (it outlives the studio):\n") + quoted.join(' ');
+    // Exactly what the target's launcher will run.
+    auto launcher = jobs::makeLauncher(target(), nullptr);
+    auto text = launcher ? launcher.value()->describe(r.value())
+                         : jobs::Result<QString>(jobs::fail(launcher.error()));
+    if (!text) {
+        m_preview->setPlainText(tr("# Not ready: %1").arg(text.error()));
+        m_start->setEnabled(false);
+        Q_EMIT previewChanged();
+        return;
     }
-    m_preview->setPlainText(
-        text + "\n\n# " + req.runDir + "/launch-spec.json\n" + QString::fromUtf8(specJson));
+    m_preview->setPlainText(text.value());
     const InputProblems problems = showInputProblems();
     m_start->setEnabled(m_store != nullptr && !m_starting && !problems.blocking());
     const bool ssh = target().kind == "ssh";

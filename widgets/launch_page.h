@@ -11,7 +11,7 @@
 #include "plan/planner.h"
 #include "protocol/run_spec.h"
 #include "widgets/hosts_page.h"
-#include "widgets/store_service.h"
+#include "jobs/run_service.h"
 
 class QCheckBox;
 class QComboBox;
@@ -27,7 +27,6 @@ namespace shard::widgets {
 
 class LoraFields;
 class MessageBar;
-class StoreService;
 
 // What stops a start, each shown next to its field (empty = fine), and what only warns.
 struct InputProblems {
@@ -48,11 +47,11 @@ class LaunchPage : public QWidget {
 public:
     explicit LaunchPage(QWidget* parent = nullptr);
 
-    void setStore(StoreService* store);
+    void setStore(jobs::RunService* store);
     // Targets offered besides this machine: the Hosts page's SSH hosts and Slurm clusters.
     void setHosts(const QList<HostEntry>& hosts);
     void setTarget(int index);
-    LaunchTarget target() const;
+    jobs::LaunchTarget target() const;
     // SSH: the model and data are copied to the host (else they must be there already).
     bool copiesInputs() const;
     // Takes every field a plan decides (plan::applyPlanToSpec): model, device, GPUs per node,
@@ -103,7 +102,7 @@ private:
     void toFields(const protocol::RunSpec& s, bool keepBase = false);
     QString runDirectory() const;
 
-    StoreService* m_store = nullptr;
+    jobs::RunService* m_store = nullptr;
     protocol::RunSpec m_base; // what the fields do not show, from the last preset or run loaded
     int m_masterPort = 0;
     QString m_workerProgram = QStringLiteral("shard-worker");

@@ -1,6 +1,8 @@
 // LivePlot: coalesced, decimated, smoothed live line charts on QCustomPlot.
 #include "widgets/live_plot.h"
 
+#include "jobs/run_series.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -23,6 +25,19 @@ protected:
 };
 
 } // namespace
+
+const QVector<double>& xColumn(const jobs::RunSeries& run, XAxisKind kind)
+{
+    switch (kind) {
+    case XAxisKind::Tokens:
+        return run.tokens;
+    case XAxisKind::WallTime:
+        return run.wallTimeSec;
+    case XAxisKind::Step:
+        break;
+    }
+    return run.step;
+}
 
 QString xAxisLabel(XAxisKind kind)
 {

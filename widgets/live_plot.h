@@ -20,10 +20,16 @@ class QCustomPlot;
 class QCPGraph;
 class QCPTextElement;
 
+namespace shard::jobs {
+struct RunSeries;
+}
+
 namespace shard::widgets {
 
 enum class XAxisKind { Step, Tokens, WallTime };
 QString xAxisLabel(XAxisKind kind);
+// The run's column for an x axis.
+const QVector<double>& xColumn(const jobs::RunSeries& run, XAxisKind kind);
 
 class LivePlot : public QWidget {
     Q_OBJECT

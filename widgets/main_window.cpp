@@ -30,7 +30,7 @@
 #include "widgets/plan_page.h"
 #include "widgets/playground_page.h"
 #include "widgets/runs_page.h"
-#include "widgets/store_service.h"
+#include "jobs/run_service.h"
 
 namespace shard::widgets {
 
@@ -102,7 +102,7 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     m_nav->setCurrentRow(0);
 
     m_store
-        = new StoreService(storePath.isEmpty() ? jobs::RunStore::defaultPath() : storePath, this);
+        = new jobs::RunService(storePath.isEmpty() ? jobs::RunStore::defaultPath() : storePath, this);
     buildMenus();
     wirePages();
     statusBar()->showMessage(tr("Run store: %1").arg(m_store->path()));
@@ -222,41 +222,12 @@ void MainWindow::wirePages()
         m_hosts, &HostsPage::hostsChanged, this, [this] { m_launch->setHosts(m_hosts->hosts()); });
     m_monitor->setPredictor(&predictedBytesPerRank);
     m_monitor->setStore(m_store);
-    m_monitor->setStopper([this](const QString& dir) -> QString {
-        const auto it = m_runIdByDir.find(QDir(dir).absolutePath());
-        if (it == m_runIdByDir.end())
-            return tr("This run is not in the run store, so the studio did not start it and "
-                      "cannot stop it; stop it where it was started.");
-        m_store->stopRun(it.value());
-        return {};
-    });
-    // Called off the UI thread: reads run.json and queues the launch on the store's thread.
-    m_monitor->setResumer([store = m_store](const QString& dir) -> QString {
-        QFile file(QDir(dir).filePath(QStringLiteral("run.json")));
-        if (!file.open(QIODevice::ReadOnly))
-            return tr("cannot read %1: %2; only a run started from a run spec can be resumed "
-                      "here (use `shard run --resume auto` otherwise).")
-                .arg(file.fileName(), file.errorString());
-        const QByteArray json = file.readAll();
-        nlohmann::json spec = nlohmann::json::parse(json.toStdString(), nullptr, false);
-        if (!spec.is_object())
-            return tr("%1 is not a JSON object; fix or restore it, then resume.")
-                .arg(file.fileName());
-        const QString name = QString::fromStdString(spec.value("name", std::string("resumed run")));
-        auto request = jobs::resumeRequest(json, name, QDir(dir).absolutePath());
-        if (!request)
-            return request.error();
-        store->launch(request.value());
-        return {};
-    });
-    connect(m_store, &StoreService::runsListed, this, [this](const QVector<jobs::RunRecord>& r) {
+    connect(m_store, &jobs::RunService::runsListed, this, [this](const QVector<jobs::RunRecord>& r) {
         QVector<jobs::RunRecord> running;
         QStringList dirs;
         for (const auto& run : r) {
-            if (!run.runDir.isEmpty()) {
-                m_runIdByDir.insert(QDir(run.runDir).absolutePath(), run.id);
+            if (!run.runDir.isEmpty())
                 dirs << run.runDir;
-            }
             if (run.status == jobs::RunStatus::Running || run.status == jobs::RunStatus::Queued)
                 running.push_back(run);
         }
@@ -264,32 +235,27 @@ void MainWindow::wirePages()
         m_playground->setRuns(dirs);
     });
     connect(
-        m_store, &StoreService::launched, this, [this](qint64 id, const QString& dir, bool remote) {
-            m_runIdByDir.insert(QDir(dir).absolutePath(), id);
-            if (!remote) {
-                monitorRun(dir);
-            } else {
-                // A remote run: its points reach the store through the watcher; follow it there.
+        m_store, &jobs::RunService::launched, this, [this](qint64 id, const QString& dir, bool remote) {
+            if (remote)
                 statusBar()->showMessage(
                     tr("Run %1 started remotely in %2.").arg(id).arg(dir), 15000);
-                monitorRun(QString::number(id));
-            }
+            monitorRun(QString::number(id));
         });
-    connect(m_store, &StoreService::errorOccurred, this,
+    connect(m_store, &jobs::RunService::errorOccurred, this,
         [this](const QString& message) { statusBar()->showMessage(message, 15000); });
-    connect(m_store, &StoreService::openFailed, this,
+    connect(m_store, &jobs::RunService::openFailed, this,
         [this](const QString& message) { statusBar()->showMessage(message); });
-    connect(m_store, &StoreService::opened, this,
+    connect(m_store, &jobs::RunService::opened, this,
         [this](const QString& path, bool readOnly, const QString& warning) {
             statusBar()->showMessage(readOnly
                     ? tr("Run store %1 (read-only: %2)").arg(path, warning)
                     : tr("Run store: %1").arg(path));
         });
-    connect(m_store, &StoreService::seriesLoaded, this,
-        [this](quint64 ticket, const std::vector<RunSeries>& runs) {
+    connect(m_store, &jobs::RunService::seriesLoaded, this,
+        [this](quint64 ticket, const std::vector<jobs::RunSeries>& runs) {
             if (ticket != m_ticket)
                 return;
-            for (const RunSeries& run : runs)
+            for (const jobs::RunSeries& run : runs)
                 m_compare->addRun(run);
         });
     connect(

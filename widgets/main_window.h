@@ -13,6 +13,10 @@
 class QListWidget;
 class QStackedWidget;
 
+namespace shard::jobs {
+class RunService;
+}
+
 namespace shard::widgets {
 
 class ComparePage;
@@ -22,7 +26,6 @@ class MonitorPage;
 class PlanPage;
 class PlaygroundPage;
 class RunsPage;
-class StoreService;
 
 enum class Page { Plan, Launch, Monitor, Runs, Compare, Hosts, Playground };
 constexpr int kPageCount = 7;
@@ -49,7 +52,7 @@ public:
     ComparePage* comparePage() const { return m_compare; }
     HostsPage* hostsPage() const { return m_hosts; }
     PlaygroundPage* playgroundPage() const { return m_playground; }
-    StoreService* store() const { return m_store; }
+    jobs::RunService* store() const { return m_store; }
     // Opens a run in the Monitor: a run folder, or a run id of the store.
     void monitorRun(const QString& folderOrId);
     // Adds runs to Compare: run folders or run ids of the store.
@@ -82,8 +85,7 @@ private:
     ComparePage* m_compare = nullptr;
     HostsPage* m_hosts = nullptr;
     PlaygroundPage* m_playground = nullptr;
-    StoreService* m_store = nullptr;
-    QHash<QString, qint64> m_runIdByDir;
+    jobs::RunService* m_store = nullptr;
     quint64 m_ticket = 0;
     ThemeKind m_theme = ThemeKind::Light;
 };

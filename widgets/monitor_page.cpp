@@ -1,7 +1,7 @@
-// MonitorPage: RunDirFollower updates feed LivePlots and the per-rank memory chart.
+// MonitorPage: the run service's follow updates feed LivePlots and the per-rank memory chart.
 #include "widgets/monitor_page.h"
 
-#include <fstream>
+#include <cmath>
 
 #include <QComboBox>
 #include <QFileDialog>
@@ -19,13 +19,10 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
-#include "protocol/checkpoint_discovery.h"
-#include "protocol/run_dir.h"
 #include "widgets/background.h"
 #include "widgets/live_plot.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/message_bar.h"
-#include "widgets/store_service.h"
 #include "widgets/theme.h"
 
 namespace shard::widgets {
@@ -40,19 +37,6 @@ std::vector<double> memoryByCategory(const protocol::RankMemory& m)
 {
     return {double(m.shardedParamBytes), double(m.gatheredParamBytes), double(m.gradBytes),
         double(m.optimizerBytes), double(m.activationBytes), double(m.otherBytes)};
-}
-
-bool hasStepsLeftToResume(const std::string& runDir)
-{
-    const auto latest = protocol::latestCompleteCheckpoint(runDir);
-    if (!latest)
-        return false;
-    // A run whose latest checkpoint is at its last step has nothing left to train (its steps
-    // may have been raised in run.json since: then it has).
-    std::ifstream in(protocol::RunDir(runDir).specFile());
-    const nlohmann::json spec = nlohmann::json::parse(in, nullptr, false);
-    const int64_t steps = spec.is_object() ? spec.value("steps", int64_t(0)) : 0;
-    return steps <= 0 || latest->step < steps;
 }
 
 QString formatDuration(double seconds)
@@ -133,7 +117,7 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_logRank = new QComboBox(this);
     m_logRank->setObjectName("logRank");
     m_logRank->setAccessibleName(tr("Log of rank"));
-    m_logRank->addItem(tr("failing rank (else rank 0)"), RunDirFollower::kFailingRank);
+    m_logRank->addItem(tr("failing rank (else rank 0)"), jobs::RunService::kFailingRank);
     m_logRank->setToolTip(tr("Whose log to show"));
     m_events = new QTreeWidget(this);
     m_events->setHeaderLabels({tr("time"), tr("step"), tr("event"), tr("message")});
@@ -220,33 +204,46 @@ MonitorPage::MonitorPage(QWidget* parent)
         for (LivePlot* p : {m_loss, m_gradNorm, m_throughput})
             p->setSmoothing(v / 100.0);
     });
-    connect(m_logRank, qOverload<int>(&QComboBox::activated), this,
-        [this] { m_follower.setLogRank(m_logRank->currentData().toInt()); });
-    connect(&m_follower, &RunDirFollower::updated, this, &MonitorPage::onUpdate);
-    connect(&m_follower, &RunDirFollower::failed, this, &MonitorPage::onFailed);
+    connect(m_logRank, qOverload<int>(&QComboBox::activated), this, [this] {
+        if (m_store)
+            m_store->setLogRank(m_logRank->currentData().toInt());
+    });
 }
 
 QString MonitorPage::runDirectory() const
 {
-    return m_storeRunId != 0 ? m_storeWhere : m_follower.directory();
+    return m_where;
 }
 
-void MonitorPage::setStore(StoreService* store)
+void MonitorPage::setStore(jobs::RunService* store)
 {
     m_store = store;
-    connect(store, &StoreService::runFollowed, this, [this](quint64 ticket, const FollowUpdate& u) {
-        if (m_storeRunId == 0 || ticket != m_storeTicket)
-            return;
-        onUpdate(u);
-        if (u.store)
-            onStoreState(*u.store);
-    });
-    connect(store, &StoreService::runError, this, [this](qint64 runId, const QString& message) {
+    connect(store, &jobs::RunService::runFollowed, this,
+        [this](quint64 ticket, const jobs::FollowUpdate& u) {
+            if (m_storeRunId == 0 || ticket != m_storeTicket)
+                return;
+            onUpdate(u);
+            if (u.stateChanged)
+                onStoreState(u.state);
+        });
+    connect(store, &jobs::RunService::runAttached, this,
+        [this](const QString& dir, qint64 id, const QString& error) {
+            if (dir != m_attaching)
+                return;
+            m_attaching.clear();
+            if (id == 0) {
+                m_message->showMessage(error);
+                m_status->setText(tr("Not a run"));
+                return;
+            }
+            openStoreRun(id);
+        });
+    connect(store, &jobs::RunService::runError, this, [this](qint64 runId, const QString& message) {
         if (runId == m_storeRunId && !m_finished)
             m_message->showMessage(message);
     });
-    connect(
-        store, &StoreService::resumed, this, [this](qint64 from, qint64 to, const QString& error) {
+    connect(store, &jobs::RunService::resumed, this,
+        [this](qint64 from, qint64 to, const QString& error) {
             if (!m_awaitingResume || from != m_storeRunId)
                 return;
             m_awaitingResume = false;
@@ -254,7 +251,9 @@ void MonitorPage::setStore(StoreService* store)
                 m_message->showMessage(tr("Cannot resume: %1").arg(error));
                 m_resume->setEnabled(m_storeResumable && m_finished);
             } else {
+                // The same record goes on: follow it again from its start.
                 openStoreRun(to);
+                m_status->setText(tr("Resuming…"));
                 m_message->showMessage(
                     tr("Resumed from the latest checkpoint."), MessageBar::Kind::Info);
             }
@@ -265,10 +264,10 @@ void MonitorPage::setStore(StoreService* store)
 void MonitorPage::openStoreRun(qint64 runId)
 {
     reset();
-    m_follower.stop();
+    m_attaching.clear();
     m_storeRunId = runId;
     ++m_storeTicket; // updates for the run followed before are dropped
-    m_storeWhere.clear();
+    m_where.clear();
     m_path->setText(tr("run %1").arg(runId));
     m_run.id = QString::number(runId);
     if (!m_store) {
@@ -281,9 +280,9 @@ void MonitorPage::openStoreRun(qint64 runId)
     m_store->followRun(runId, m_storeTicket);
 }
 
-void MonitorPage::onStoreState(const FollowUpdate::StoreState& st)
+void MonitorPage::onStoreState(const jobs::FollowUpdate::State& st)
 {
-    m_storeWhere = st.where;
+    m_where = st.where;
     m_run.directory = st.where;
     if (m_path->text() != st.where)
         m_path->setText(st.where);
@@ -302,25 +301,42 @@ void MonitorPage::onStoreState(const FollowUpdate::StoreState& st)
         return;
     }
     m_stop->setEnabled(false);
-    m_completed = m_completed || st.status == QLatin1String("finished");
-    m_resume->setEnabled(st.resumable && !m_completed && !m_awaitingResume);
+    m_resume->setEnabled(st.resumable && !m_awaitingResume);
     if (m_finished) {
         updateProgress();
         Q_EMIT resumeCheckDone(m_resume->isEnabled());
         return;
     }
-    // Ended without a finish event (killed, lost node, cancelled job): the store knows why.
     m_finished = true;
     updateProgress();
+    if (m_finishReason) {
+        // The run wrote why it ended.
+        m_status->setText(
+            tr("Finished%1").arg(m_finishReason->isEmpty() ? "" : ": " + *m_finishReason));
+        Q_EMIT runFinished(*m_finishReason);
+        Q_EMIT resumeCheckDone(m_resume->isEnabled());
+        return;
+    }
+    // Ended without a finish event (killed, lost node, cancelled job): the store knows why.
     const QString reason = st.message.isEmpty() ? st.status : st.status + ": " + st.message;
-    m_status->setText(tr("Ended (%1)").arg(reason));
-    if (st.status != QLatin1String("finished"))
-        m_message->showMessage(tr("The run ended early (%1).%2")
-                                   .arg(reason,
+    if (st.status == QLatin1String("interrupted")) {
+        m_status->setText(tr("Interrupted"));
+        m_message->showMessage(tr("The run ended early: %1.%2")
+                                   .arg(st.message.isEmpty() ? st.status : st.message,
                                        st.resumable ? tr(" Resume continues it from its latest "
                                                          "complete checkpoint.")
                                                     : QString()),
             MessageBar::Kind::Error);
+    } else {
+        m_status->setText(tr("Ended (%1)").arg(reason));
+        if (st.status != QLatin1String("finished"))
+            m_message->showMessage(tr("The run ended early (%1).%2")
+                                       .arg(reason,
+                                           st.resumable ? tr(" Resume continues it from its "
+                                                             "latest complete checkpoint.")
+                                                        : QString()),
+                MessageBar::Kind::Error);
+    }
     Q_EMIT runFinished(st.status);
     Q_EMIT resumeCheckDone(m_resume->isEnabled());
 }
@@ -370,15 +386,13 @@ void MonitorPage::browse()
 
 void MonitorPage::reset()
 {
-    m_run = RunSeries {};
+    m_run = jobs::RunSeries {};
     m_predictedBytes.reset();
     ++m_predictionGeneration;
     m_totalSteps = 0;
     m_finished = false;
-    m_completed = false;
-    m_startsSeen = 0;
-    m_startsBeforeLive = 0;
-    ++m_resumeGeneration;
+    m_finishReason.reset();
+    m_storeResumable = false;
     m_resume->setEnabled(false);
     for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput})
         for (int i = 0; i < p->seriesCount(); ++i)
@@ -400,24 +414,28 @@ void MonitorPage::reset()
 
 void MonitorPage::openRunDirectory(const QString& directory)
 {
-    reset();
+    // A folder is attached to the store (recorded and ingested when it is not yet), then
+    // followed by its id like any other run.
     if (m_storeRunId != 0 && m_store)
         m_store->unfollow();
+    reset();
     m_storeRunId = 0;
-    m_storeWhere.clear();
+    ++m_storeTicket;
+    m_where = directory;
     if (directory.isEmpty()) {
         m_message->showMessage(tr("Enter or choose a run folder first."));
         return;
     }
     m_path->setText(directory);
     m_run.directory = directory;
-    m_status->setText(tr("Waiting for the run…"));
-    m_stop->setEnabled(bool(m_stopper));
-    // Until the resumed process's own start event arrives, the old launcher's pid file still
-    // names a dead process: that is not a new interruption.
-    if (!m_resumedDir.isEmpty() && directory == m_resumedDir)
-        m_startsBeforeLive = m_resumedStarts + 1;
-    m_follower.follow(directory);
+    if (!m_store) {
+        m_message->showMessage(
+            tr("No run store is open, so the folder %1 cannot be followed.").arg(directory));
+        return;
+    }
+    m_status->setText(tr("Opening the run…"));
+    m_attaching = directory;
+    m_store->attachRunDirectory(directory);
 }
 
 QString MonitorPage::runningLabel() const
@@ -425,13 +443,7 @@ QString MonitorPage::runningLabel() const
     return m_run.name.isEmpty() ? tr("Running") : m_run.name;
 }
 
-void MonitorPage::onFailed(const QString& message)
-{
-    m_message->showMessage(message);
-    m_status->setText(tr("Not a run"));
-}
-
-void MonitorPage::onUpdate(const FollowUpdate& u)
+void MonitorPage::onUpdate(const jobs::FollowUpdate& u)
 {
     if (u.specChanged) {
         m_message->clearMessage();
@@ -450,35 +462,32 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
                     updateMemory();
                 });
         }
-        m_status->setText(runningLabel());
+        if (!m_finished)
+            m_status->setText(runningLabel());
     }
-    if (!u.metrics.empty()) {
-        QVector<double> step, loss, lr, gn, tps, evalStep, evalLoss;
-        for (const auto& r : u.metrics) {
-            m_run.append(r);
-            step.append(double(r.step));
-            loss.append(r.loss);
-            lr.append(r.lr);
-            gn.append(r.gradNorm);
-            tps.append(r.tokensPerSec);
-            if (r.evalLoss) {
-                evalStep.append(double(r.step));
-                evalLoss.append(*r.evalLoss);
+    const jobs::RunSeries& p = u.points;
+    if (!p.step.isEmpty()) {
+        m_run.append(p);
+        QVector<double> evalStep, evalLoss;
+        for (qsizetype i = 0; i < p.evalLoss.size(); ++i)
+            if (!std::isnan(p.evalLoss[i])) {
+                evalStep.append(p.step[i]);
+                evalLoss.append(p.evalLoss[i]);
             }
-        }
         // One batched append per series per update, whatever the record rate.
-        m_loss->appendPoints(0, step, loss);
+        m_loss->appendPoints(0, p.step, p.loss);
         if (!evalStep.isEmpty())
             m_loss->appendPoints(1, evalStep, evalLoss);
-        m_lr->appendPoints(0, step, lr);
-        m_gradNorm->appendPoints(0, step, gn);
-        m_throughput->appendPoints(0, step, tps);
+        m_lr->appendPoints(0, p.step, p.lr);
+        m_gradNorm->appendPoints(0, p.step, p.gradNorm);
+        m_throughput->appendPoints(0, p.step, p.tokensPerSec);
         updateMemory();
         updateProgress();
         Q_EMIT pointsArrived(pointCount());
+    } else {
+        m_run.events.insert(m_run.events.end(), p.events.begin(), p.events.end());
     }
-    for (const auto& e : u.events) {
-        m_run.events.push_back(e);
+    for (const auto& e : p.events) {
         auto* item = new QTreeWidgetItem(m_events,
             {formatDuration(e.wallTimeSec), e.step >= 0 ? QString::number(e.step) : QString(),
                 QString::fromStdString(e.kind), QString::fromStdString(e.message)});
@@ -488,29 +497,11 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
             new QTreeWidgetItem(m_samples,
                 {QString::number(sample->step), QString::fromStdString(sample->prompt),
                     QString::fromStdString(sample->completion)});
+        // What the latest process said when it ended; the store's status says that it has.
         if (e.kind == "start")
-            ++m_startsSeen;
-        if (e.kind == "start" && !m_resumedDir.isEmpty() && m_startsSeen > m_resumedStarts)
-            m_resumedDir.clear(); // the resumed process is live
-        if (e.kind == "start" && m_finished) {
-            // The run was started again in its folder (resumed): it is live once more.
-            m_finished = false;
-            m_stop->setEnabled(bool(m_stopper));
-            ++m_resumeGeneration;
-            m_resume->setEnabled(false);
-            m_status->setText(runningLabel());
-        }
-        // Right after a resume the folder is read again from its start: the previous process's
-        // finish is history until the resumed process's own start event arrives.
-        if (e.kind == "finish" && m_startsSeen >= m_startsBeforeLive) {
-            m_finished = true;
-            m_stop->setEnabled(false);
-            const QString reason = QString::fromStdString(e.data.value("reason", std::string()));
-            refreshResume(); // offered only when the checkpoint has steps left to train
-            updateProgress();
-            m_status->setText(tr("Finished%1").arg(reason.isEmpty() ? "" : ": " + reason));
-            Q_EMIT runFinished(reason);
-        }
+            m_finishReason.reset();
+        if (e.kind == "finish")
+            m_finishReason = QString::fromStdString(e.data.value("reason", std::string()));
         if (e.kind == "error")
             m_message->showMessage(
                 tr("The run reported an error: %1").arg(QString::fromStdString(e.message)));
@@ -519,8 +510,6 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
                                        .arg(QString::fromStdString(e.message)),
                 MessageBar::Kind::Info);
     }
-    if (!u.endedWithoutFinish.isEmpty() && !m_finished && m_startsSeen >= m_startsBeforeLive)
-        endWithoutFinish(u.endedWithoutFinish);
     if (!u.logRanks.isEmpty()) {
         for (int r : u.logRanks)
             if (m_logRank->findData(r) < 0)
@@ -533,24 +522,6 @@ void MonitorPage::onUpdate(const FollowUpdate& u)
     }
     if (!u.logLines.isEmpty())
         m_log->appendPlainText(u.logLines.join('\n'));
-    if (u.badLines > 0)
-        m_message->showMessage(
-            tr("%n line(s) of the run's files could not be read and were skipped.", "", u.badLines),
-            MessageBar::Kind::Info);
-}
-
-void MonitorPage::endWithoutFinish(const QString& why)
-{
-    m_finished = true;
-    m_stop->setEnabled(false);
-    refreshResume();
-    updateProgress();
-    m_status->setText(tr("Interrupted"));
-    m_message->showMessage(
-        tr("The run ended early: %1. Resume continues it from its latest complete checkpoint.")
-            .arg(why),
-        MessageBar::Kind::Error);
-    Q_EMIT runFinished(QStringLiteral("interrupted"));
 }
 
 void MonitorPage::updateProgress()
@@ -595,20 +566,11 @@ void MonitorPage::updateMemory()
 
 void MonitorPage::stopRun()
 {
-    if (m_storeRunId != 0 && m_store) {
-        m_store->stopRun(m_storeRunId);
-        m_message->showMessage(
-            tr("Stop requested; the run records why it ended."), MessageBar::Kind::Info);
+    if (m_storeRunId == 0 || !m_store)
         return;
-    }
-    if (!m_stopper)
-        return;
-    const QString error = m_stopper(runDirectory());
-    if (!error.isEmpty())
-        m_message->showMessage(error);
-    else
-        m_message->showMessage(
-            tr("Stop requested; the run records why it ended."), MessageBar::Kind::Info);
+    m_store->stopRun(m_storeRunId);
+    m_message->showMessage(
+        tr("Stop requested; the run records why it ended."), MessageBar::Kind::Info);
 }
 
 bool MonitorPage::canResume() const
@@ -616,61 +578,14 @@ bool MonitorPage::canResume() const
     return m_resume->isEnabled();
 }
 
-void MonitorPage::refreshResume()
-{
-    const quint64 generation = ++m_resumeGeneration;
-    if (m_storeRunId != 0) {
-        // The store says whether a checkpoint was recorded (the folder may be on another host);
-        // the store state that comes with the finish event enables the button.
-        m_resume->setEnabled(m_storeResumable && m_finished && !m_completed && !m_awaitingResume);
-        return;
-    }
-    runInBackground(
-        this, [dir = runDirectory().toStdString()] { return hasStepsLeftToResume(dir); },
-        [this, generation](bool available) {
-            if (generation != m_resumeGeneration)
-                return;
-            m_resume->setEnabled(available && m_finished && bool(m_resumer));
-            Q_EMIT resumeCheckDone(m_resume->isEnabled());
-        });
-}
-
 void MonitorPage::resumeRun()
 {
-    if (m_storeRunId != 0 && m_store) {
-        if (!m_resume->isEnabled())
-            return;
-        m_resume->setEnabled(false);
-        m_awaitingResume = true;
-        m_message->showMessage(tr("Resuming from the latest checkpoint…"), MessageBar::Kind::Info);
-        m_store->resumeRun(m_storeRunId);
+    if (m_storeRunId == 0 || !m_store || !m_resume->isEnabled())
         return;
-    }
-    if (!m_resumer || !m_resume->isEnabled())
-        return;
-    const QString dir = runDirectory();
     m_resume->setEnabled(false);
+    m_awaitingResume = true;
     m_message->showMessage(tr("Resuming from the latest checkpoint…"), MessageBar::Kind::Info);
-    m_resumedDir = dir;
-    m_resumedStarts = m_startsSeen;
-    runInBackground(
-        this, [r = m_resumer, dir] { return r(dir); },
-        [this, dir](const QString& error) {
-            if (!error.isEmpty()) {
-                if (dir == m_resumedDir)
-                    m_resumedDir.clear();
-                m_message->showMessage(tr("Cannot resume: %1").arg(error));
-                if (dir == runDirectory())
-                    refreshResume();
-            } else if (dir == runDirectory()) {
-                // The run appends to the same folder: follow it again from the start.
-                openRunDirectory(dir);
-                m_status->setText(tr("Resuming…"));
-                m_message->showMessage(
-                    tr("Resumed from the latest checkpoint."), MessageBar::Kind::Info);
-            }
-            Q_EMIT resumeDone(error);
-        });
+    m_store->resumeRun(m_storeRunId);
 }
 
 void MonitorPage::flushCharts()

@@ -1,4 +1,4 @@
-// RunsPage: RunTableModel behind a QSortFilterProxyModel, fed by StoreService.
+// RunsPage: RunTableModel behind a QSortFilterProxyModel, fed by jobs::RunService.
 #include "widgets/runs_page.h"
 
 #include <algorithm>
@@ -19,7 +19,7 @@
 
 #include "widgets/message_bar.h"
 #include "widgets/run_table_model.h"
-#include "widgets/store_service.h"
+#include "jobs/run_service.h"
 
 namespace shard::widgets {
 
@@ -160,23 +160,23 @@ RunsPage::RunsPage(QWidget* parent)
     connect(m_import, &QPushButton::clicked, this, [this] {
         const QString dir = QFileDialog::getExistingDirectory(this, tr("Import a run folder"));
         if (!dir.isEmpty() && m_store)
-            m_store->importRunDirectory(dir);
+            m_store->attachRunDirectory(dir);
     });
 }
 
-void RunsPage::setStore(StoreService* store)
+void RunsPage::setStore(jobs::RunService* store)
 {
     m_store = store;
-    connect(store, &StoreService::runsListed, this, [this](const QVector<jobs::RunRecord>& runs) {
+    connect(store, &jobs::RunService::runsListed, this, [this](const QVector<jobs::RunRecord>& runs) {
         m_model->setRuns(runs);
         fitColumns();
         Q_EMIT refreshed(int(runs.size()));
     });
-    connect(store, &StoreService::runDeleted, this, [this](qint64 id, const QString& note) {
+    connect(store, &jobs::RunService::runDeleted, this, [this](qint64 id, const QString& note) {
         m_message->showMessage(tr("Deleted run %1.%2").arg(id).arg(note), MessageBar::Kind::Info);
         refresh();
     });
-    connect(store, &StoreService::resumed, this, [this](qint64 from, qint64 to, const QString& e) {
+    connect(store, &jobs::RunService::resumed, this, [this](qint64 from, qint64 to, const QString& e) {
         if (!m_continuing.remove(from))
             return;
         if (!e.isEmpty()) {
@@ -188,15 +188,21 @@ void RunsPage::setStore(StoreService* store)
         refresh();
         Q_EMIT monitorRequested(QString::number(to));
     });
-    connect(store, &StoreService::opened, this, [this](const QString&, bool, const QString& w) {
+    connect(store, &jobs::RunService::opened, this, [this](const QString&, bool, const QString& w) {
         if (!w.isEmpty())
             m_message->showMessage(w, MessageBar::Kind::Info);
         refresh();
     });
-    connect(store, &StoreService::openFailed, this,
+    connect(store, &jobs::RunService::openFailed, this,
         [this](const QString& message) { m_message->showMessage(message); });
-    connect(store, &StoreService::runImported, this, &RunsPage::refresh);
-    connect(store, &StoreService::errorOccurred, this, [this](const QString& message) {
+    // A folder imported here (or opened on the Monitor page) is now a recorded run.
+    connect(store, &jobs::RunService::runAttached, this,
+        [this](const QString&, qint64 id, const QString& error) {
+            if (id == 0 && isVisible())
+                m_message->showMessage(error);
+            refresh();
+        });
+    connect(store, &jobs::RunService::errorOccurred, this, [this](const QString& message) {
         if (isVisible())
             m_message->showMessage(message);
     });
@@ -205,11 +211,11 @@ void RunsPage::setStore(StoreService* store)
     coalesce->setSingleShot(true);
     coalesce->setInterval(2000);
     connect(coalesce, &QTimer::timeout, this, &RunsPage::refresh);
-    connect(store, &StoreService::runChanged, coalesce, [coalesce] {
+    connect(store, &jobs::RunService::runChanged, coalesce, [coalesce] {
         if (!coalesce->isActive())
             coalesce->start();
     });
-    connect(store, &StoreService::launched, this, &RunsPage::refresh);
+    connect(store, &jobs::RunService::launched, this, &RunsPage::refresh);
 }
 
 const jobs::RunRecord* RunsPage::currentRun() const

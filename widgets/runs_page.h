@@ -10,6 +10,10 @@
 
 #include "jobs/run_store.h"
 
+namespace shard::jobs {
+class RunService;
+}
+
 class QLineEdit;
 class QPushButton;
 class QSortFilterProxyModel;
@@ -19,14 +23,13 @@ namespace shard::widgets {
 
 class MessageBar;
 class RunTableModel;
-class StoreService;
 
 class RunsPage : public QWidget {
     Q_OBJECT
 public:
     explicit RunsPage(QWidget* parent = nullptr);
 
-    void setStore(StoreService* store);
+    void setStore(jobs::RunService* store);
     void refresh();
     void setFilterText(const QString& text);
     QVector<qint64> selectedRunIds() const;
@@ -53,7 +56,7 @@ private:
     const jobs::RunRecord* currentRun() const;
     void fitColumns();
 
-    StoreService* m_store = nullptr;
+    jobs::RunService* m_store = nullptr;
     QSet<qint64> m_continuing; // runs whose continue request is on its way
     RunTableModel* m_model = nullptr;
     QSortFilterProxyModel* m_proxy = nullptr;

@@ -93,7 +93,7 @@ int runCommand(const RunOptions& o)
     req.workerProgram = QString::fromStdString(o.worker);
 
     jobs::RunStore store = openStore(o.store);
-    jobs::Result<qint64> id = jobs::fail(QString());
+    jobs::LaunchTarget target;
     if (o.slurm) {
         if (!o.hosts.empty())
             throw std::runtime_error("--host and --slurm do not mix; use --slurm --via HOST to "
@@ -113,19 +113,17 @@ int runCommand(const RunOptions& o)
             if (!local.isEmpty())
                 req.workerProgram = local;
         }
-        id = jobs::SlurmLauncher(store).submit(req, so);
+        target = jobs::LaunchTarget::onSlurm(so);
     } else if (!o.hosts.empty()) {
-        QList<jobs::SshHost> hosts;
-        for (const auto& h : o.hosts) {
-            auto parsed = jobs::SshHost::parse(QString::fromStdString(h));
-            if (!parsed)
-                throw std::runtime_error(parsed.error().toStdString());
-            hosts << *parsed;
-        }
-        id = jobs::SshLauncher(store).start(hosts, req);
-    } else {
-        id = jobs::LocalLauncher(store).start(req);
+        QStringList hosts;
+        for (const auto& h : o.hosts)
+            hosts << QString::fromStdString(h);
+        target = jobs::LaunchTarget::ssh(hosts);
     }
+    auto launcher = jobs::makeLauncher(target, &store);
+    if (!launcher)
+        throw std::runtime_error(launcher.error().toStdString());
+    const jobs::Result<qint64> id = launcher.value()->start(req);
     if (!id)
         throw std::runtime_error(id.error().toStdString());
     auto run = store.run(*id);

@@ -27,16 +27,9 @@ int stopCommand(const StopOptions& o)
         return 0;
     }
     const int graceMs = static_cast<int>(o.graceSec * 1000);
-    jobs::Status s;
-    if (run.target == QLatin1String("local"))
-        s = jobs::LocalLauncher(store).stop(run.id, graceMs);
-    else if (run.target == QLatin1String("ssh"))
-        s = jobs::SshLauncher(store).stop(run.id, graceMs);
-    else if (run.target == QLatin1String("slurm"))
-        s = jobs::SlurmLauncher(store).cancel(run.id);
-    else
-        s = jobs::fail(
-            QStringLiteral("run %1 has an unknown target '%2'").arg(run.id).arg(run.target));
+    auto launcher = jobs::launcherOf(store, run);
+    const jobs::Status s = launcher ? launcher.value()->stop(run.id, graceMs)
+                                    : jobs::Status(jobs::fail(launcher.error()));
     if (!s)
         throw std::runtime_error(QStringLiteral("cannot stop run %1 ('%2'): %3")
                                      .arg(run.id)

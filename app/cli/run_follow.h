@@ -16,13 +16,13 @@
 #include <QTimer>
 
 #include "jobs/format_bytes.h"
+#include "jobs/launcher.h"
 #include "jobs/local_launcher.h"
 #include "jobs/local_run_watcher.h"
 #include "jobs/remote_run_watcher.h"
 #include "jobs/run_store.h"
 #include "jobs/slurm_launcher.h"
 #include "jobs/ssh_launcher.h"
-#include "jobs/watch_run.h"
 #include "terminal_text.h"
 
 namespace shard::cli {
@@ -88,7 +88,10 @@ inline jobs::RunRecord followRun(jobs::RunStore& store, qint64 runId)
         throw std::runtime_error(run.error().toStdString());
     if (jobs::isTerminal(run->status))
         return *run;
-    auto made = jobs::watchRun(store, *run);
+    auto launcher = jobs::launcherOf(store, *run);
+    if (!launcher)
+        throw std::runtime_error(launcher.error().toStdString());
+    auto made = launcher.value()->watch(*run);
     if (!made)
         throw std::runtime_error(made.error().toStdString());
     std::unique_ptr<jobs::RunWatcher> watcher = std::move(made).value();

@@ -22,10 +22,11 @@
 #include "widgets/monitor_page.h"
 #include "widgets/plan_page.h"
 #include "widgets/playground_page.h"
-#include "widgets/run_series.h"
+#include "jobs/run_series.h"
 #include "widgets/runs_page.h"
 
 using namespace shard::widgets;
+using namespace shard;
 
 namespace {
 
@@ -79,7 +80,7 @@ int screenshot(
         break;
     case Page::Launch:
         if (!runs.isEmpty()) {
-            auto loaded = loadRunDirectory(runs.front());
+            auto loaded = jobs::loadRunDirectory(runs.front());
             if (!loaded) {
                 failed = true;
                 why = loaded.error();

@@ -12,9 +12,10 @@
 #include "widgets/compare_page.h"
 #include "widgets/live_plot.h"
 #include "widgets/qcp.h"
-#include "widgets/run_series.h"
+#include "jobs/run_series.h"
 
 using namespace shard::widgets;
+using namespace shard;
 
 namespace {
 
@@ -22,9 +23,9 @@ constexpr int kRuns = 20;
 constexpr int kPoints = 50000;
 constexpr int kRepeats = 41;
 
-RunSeries syntheticRun(int index)
+jobs::RunSeries syntheticRun(int index)
 {
-    RunSeries run;
+    jobs::RunSeries run;
     run.id = QString("bench-%1").arg(index);
     run.name = QString("run %1").arg(index);
     run.config = {{"lr", 1e-4 * (index + 1)}, {"strategy", index % 2 ? "zero3" : "ddp"}};

@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 
 #include "protocol/run_dir.h"
+
+#include <nlohmann/json.hpp>
 
 namespace shard::protocol {
 
@@ -58,6 +61,19 @@ std::optional<CheckpointEntry> latestCompleteCheckpoint(const std::string& runDi
         if (it->complete)
             return *it;
     return std::nullopt;
+}
+
+bool hasStepsLeftToResume(const std::string& runDir)
+{
+    const auto latest = latestCompleteCheckpoint(runDir);
+    if (!latest)
+        return false;
+    // A run whose latest checkpoint is at its last step has nothing left to train (its steps
+    // may have been raised in run.json since: then it has).
+    std::ifstream in(RunDir(runDir).specFile());
+    const nlohmann::json spec = nlohmann::json::parse(in, nullptr, false);
+    const int64_t steps = spec.is_object() ? spec.value("steps", int64_t(0)) : 0;
+    return steps <= 0 || latest->step < steps;
 }
 
 } // namespace shard::protocol

@@ -28,4 +28,8 @@ bool isCompleteCheckpoint(const std::string& dir);
 // The newest complete checkpoint of a run directory (<runDir>/checkpoints/step-<n>).
 std::optional<CheckpointEntry> latestCompleteCheckpoint(const std::string& runDir);
 
+// Whether a resume has work: a complete checkpoint before the last step of the run's spec
+// (run.json; its steps may have been raised since the run ended).
+bool hasStepsLeftToResume(const std::string& runDir);
+
 } // namespace shard::protocol

@@ -1,5 +1,6 @@
-// One run's metrics as plot-ready columns plus its resolved spec (run.json), loaded from a run
-// directory (docs/ARCHITECTURE.md) or from the run store.
+// One run's metrics as plot-ready columns plus its resolved spec (run.json): the one series shape
+// from the run store to the Monitor, the Compare page and the CLI's PNG and CSV, read straight
+// from the store's columns (loadStoredSeries), or from a run directory (loadRunDirectory).
 #pragma once
 
 #include <vector>
@@ -12,9 +13,9 @@
 
 #include "jobs/result.h"
 #include "protocol/records.h"
-#include "widgets/live_plot.h"
+#include "jobs/run_store.h"
 
-namespace shard::widgets {
+namespace shard::jobs {
 
 struct RunSeries {
     QString id;   // store id or run directory
@@ -30,13 +31,19 @@ struct RunSeries {
     std::vector<protocol::EventRecord> events;
 
     void append(const protocol::MetricRecord& record);
-    const QVector<double>& xColumn(XAxisKind kind) const;
+    // Appends the points and events of `more`, a later part of the same run.
+    void append(const RunSeries& more);
     qsizetype size() const { return step.size(); }
 };
 
 // Reads <dir>/run.json, metrics.jsonl and events.jsonl. Blocking: call it off the UI thread.
 // A folder without run.json, or with a malformed one, is an error that says so.
-jobs::Result<RunSeries> loadRunDirectory(const QString& directory);
+Result<RunSeries> loadRunDirectory(const QString& directory);
+
+// A recorded run's points after `afterStep` and events after event id `afterEventId`, with its
+// spec, as columns read from the store's columns; *lastEventId: the newest event id read.
+Result<RunSeries> loadStoredSeries(const RunStore& store, qint64 runId, qint64 afterStep = -1,
+    qint64 afterEventId = 0, qint64* lastEventId = nullptr);
 
 // Sample completions side by side: one row per prompt (in order of first appearance over the
 // runs), one completion per run (its latest for that prompt; empty where it has none).
@@ -47,4 +54,4 @@ struct SampleComparison {
 };
 std::vector<SampleComparison> compareSamples(const std::vector<const RunSeries*>& runs);
 
-} // namespace shard::widgets
+} // namespace shard::jobs

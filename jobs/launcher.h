@@ -1,0 +1,73 @@
+// One interface for starting, stopping, resuming, describing and following a run, whatever its
+// target: this machine, SSH hosts, or a Slurm cluster (docs/ARCHITECTURE.md, "The run service").
+// The CLI (`shard run/stop/attach`) and the studio's RunService reach the launchers only
+// through it, and makeLauncher / launcherOf are the only places that look at a target's name.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include <QList>
+#include <QObject>
+#include <QString>
+#include <QStringList>
+
+#include "jobs/launch_request.h"
+#include "jobs/log_tail.h"
+#include "jobs/result.h"
+#include "jobs/run_store.h"
+#include "jobs/run_watcher.h"
+#include "jobs/slurm_launcher.h"
+#include "jobs/ssh_client.h"
+
+namespace shard::jobs {
+
+// Where a run starts.
+struct LaunchTarget {
+    QString kind = QStringLiteral("local"); // local, ssh, slurm
+    QStringList hosts;                      // ssh: [user@]host[:port], node 0 first
+    SlurmOptions slurm;                     // slurm (slurm.via: a login node, or this machine)
+
+    static LaunchTarget ssh(const QStringList& hosts);
+    static LaunchTarget onSlurm(const SlurmOptions& options);
+    // The first SSH host, or the Slurm login node; empty for this machine.
+    QString sshHost() const { return kind == QLatin1String("slurm") ? slurm.via : hosts.value(0); }
+};
+
+class Launcher {
+public:
+    virtual ~Launcher() = default;
+
+    virtual QString kind() const = 0;
+    // Creates the run record and starts it; returns the run id. Needs a store.
+    virtual Result<qint64> start(const LaunchRequest& request) = 0;
+    // Stops every rank of a recorded run (TERM, then KILL after graceMs; scancel for Slurm).
+    virtual Status stop(qint64 runId, int graceMs = 10000) = 0;
+    // Exactly what start() will run for `request`, as a shell user reads it: the command line on
+    // this machine, the script each SSH host runs, or the sbatch script; and the launch spec.
+    virtual Result<QString> describe(const LaunchRequest& request) const = 0;
+    // Whether the target can run a worker: its `--version` line, or the one-line reason
+    // (unreachable, auth refused, host key, worker not installed). Blocking.
+    virtual Result<QString> checkHost(const QString& workerProgram = "shard-worker") const = 0;
+    // The host that holds a run's files, when they are not on this machine.
+    virtual std::optional<SshHost> fileHost(const RunRecord& run) const = 0;
+    // A started watcher that ingests the run into the store until it ends.
+    virtual Result<std::unique_ptr<RunWatcher>> watch(
+        const RunRecord& run, QObject* parent = nullptr) = 0;
+    // A tail of rank `rank`'s log, read where the run's files are (a file, or over SSH).
+    std::unique_ptr<LogTail> logTail(const RunRecord& run, int rank) const;
+
+    // Starts a recorded run again in its directory, on its target, from its latest complete
+    // checkpoint, in the same record; moreSteps > 0 raises its step count first ("continue for
+    // N more steps"). Returns the run id.
+    Result<qint64> resume(const RunRecord& run, qint64 moreSteps = 0);
+};
+
+// A launcher for a target; `store` may be null for describe() and checkHost().
+Result<std::unique_ptr<Launcher>> makeLauncher(const LaunchTarget& target, RunStore* store,
+    const SshOptions& sshOptions = SshOptions::fromEnvironment());
+// The launcher a recorded run was started with (its target and hosts).
+Result<std::unique_ptr<Launcher>> launcherOf(RunStore& store, const RunRecord& run,
+    const SshOptions& sshOptions = SshOptions::fromEnvironment());
+
+} // namespace shard::jobs
