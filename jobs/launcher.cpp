@@ -1,6 +1,7 @@
 // The Launcher interface over LocalLauncher, SshLauncher and SlurmLauncher (see launcher.h).
 #include "jobs/launcher.h"
 
+#include <QFile>
 #include <QProcess>
 #include <QRegularExpression>
 
@@ -61,8 +62,8 @@ public:
         // What LocalLauncher::start spawns.
         const QString found = LocalLauncher::findWorker(request.workerProgram);
         QStringList quoted = {readableQuote(found.isEmpty() ? request.workerProgram : found)};
-        for (const QString& a : workerLaunchArgs(
-                 request, request.runDir, request.runDir, 1, 0, {}, request.masterPort))
+        for (const QString& a :
+            workerLaunchArgs(request, request.runDir, request.runDir, 1, 0, {}, request.masterPort))
             quoted << readableQuote(a);
         return QObject::tr("# Runs on this machine, detached (it outlives the studio):\n")
             + quoted.join(' ') + specSection(request);
@@ -80,6 +81,12 @@ public:
             return fail(QObject::tr("%1 --version failed: %2")
                             .arg(worker, QString::fromUtf8(p.readAllStandardError()).trimmed()));
         return QString::fromUtf8(p.readAllStandardOutput()).section('\n', 0, 0).trimmed();
+    }
+    Result<qint64> attach(const QString& runDir) override
+    {
+        if (auto s = needStore(m_store); !s)
+            return fail(s.error());
+        return LocalLauncher(*m_store).attach(runDir);
     }
     std::optional<SshHost> fileHost(const RunRecord&) const override { return std::nullopt; }
     Result<std::unique_ptr<RunWatcher>> watch(const RunRecord& run, QObject* parent) override
@@ -136,7 +143,8 @@ public:
                                   "paths.\n")
                           .arg(host);
             text += SshLauncher::nodeScript(request, request.runDir, nnodes, node,
-                        nnodes > 1 && request.masterAddr.isEmpty() ? m_hosts[0].host : request.masterAddr,
+                        nnodes > 1 && request.masterAddr.isEmpty() ? m_hosts[0].host
+                                                                   : request.masterAddr,
                         request.masterPort)
                 + '\n';
         }
@@ -147,6 +155,29 @@ public:
         if (m_hosts.isEmpty())
             return fail(QObject::tr("no SSH host given"));
         return SshLauncher::checkHost(SshClient(m_options), m_hosts.front(), workerProgram);
+    }
+    Result<qint64> attach(const QString& runDir) override
+    {
+        if (auto s = needStore(m_store); !s)
+            return fail(s.error());
+        const SshClient ssh(m_options);
+        if (m_hosts.size() > 1) {
+            // A run over several nodes is recorded under all of them; its files are on node 0.
+            QStringList names;
+            for (const SshHost& h : m_hosts)
+                names << h.toString();
+            auto known = m_store->findRunByDir(names.join(','), runDir);
+            if (!known)
+                return fail(known.error());
+            if (known.value() != 0) {
+                auto caught
+                    = RemoteRunWatcher::catchUp(*m_store, known.value(), ssh, m_hosts[0], runDir);
+                if (!caught)
+                    return fail(caught.error());
+                return known.value();
+            }
+        }
+        return SshLauncher(*m_store, ssh).attach(m_hosts.front(), runDir);
     }
     std::optional<SshHost> fileHost(const RunRecord& run) const override
     {
@@ -215,6 +246,21 @@ public:
             return fail(host.error());
         return SshLauncher::checkHost(SshClient(m_options), host.value(), workerProgram);
     }
+    Result<qint64> attach(const QString& runDir) override
+    {
+        // A Slurm run is recorded when it is submitted; its watcher catches up through sacct and
+        // the folder on the login node.
+        if (auto s = needStore(m_store); !s)
+            return fail(s.error());
+        auto known = m_store->findRunByDir(m_slurm.via, runDir);
+        if (!known)
+            return fail(known.error());
+        if (known.value() == 0)
+            return fail(QObject::tr("%1 is not the folder of a Slurm run in this store; attach "
+                                    "to a job's folder as HOST:RUNDIR on its login node")
+                            .arg(runDir));
+        return known.value();
+    }
     std::optional<SshHost> fileHost(const RunRecord& run) const override
     {
         const QString via = SlurmLauncher::optionsOf(run).via;
@@ -264,6 +310,14 @@ std::unique_ptr<LogTail> Launcher::logTail(const RunRecord& run, int rank) const
 Result<qint64> Launcher::resume(const RunRecord& recorded, qint64 moreSteps)
 {
     RunRecord run = recorded;
+    // A local run's folder is the source of truth: its run.json as it is now (the user may have
+    // raised or lowered its step count since the record was made).
+    if (!fileHost(run)) {
+        QFile spec(QString::fromStdString(protocol::RunDir(run.runDir.toStdString()).specFile()));
+        if (spec.open(QIODevice::ReadOnly))
+            if (const QByteArray json = spec.readAll().trimmed(); json.startsWith('{'))
+                run.specJson = json;
+    }
     if (moreSteps > 0) {
         // "Continue for N more steps": the same run, its step count raised, from its latest
         // complete checkpoint.

@@ -49,11 +49,17 @@ public:
     // Whether the target can run a worker: its `--version` line, or the one-line reason
     // (unreachable, auth refused, host key, worker not installed). Blocking.
     virtual Result<QString> checkHost(const QString& workerProgram = "shard-worker") const = 0;
+    // The run that writes `runDir` on this target: the one recorded for it, or a new record
+    // (local and SSH folders started anywhere); either way caught up with what the folder holds
+    // (from the stored offsets, so nothing twice) and settled when its launcher is gone. Returns
+    // the run id. Needs a store; over SSH it waits for the host.
+    virtual Result<qint64> attach(const QString& runDir) = 0;
     // The host that holds a run's files, when they are not on this machine.
     virtual std::optional<SshHost> fileHost(const RunRecord& run) const = 0;
     // A started watcher that ingests the run into the store until it ends.
     virtual Result<std::unique_ptr<RunWatcher>> watch(
-        const RunRecord& run, QObject* parent = nullptr) = 0;
+        const RunRecord& run, QObject* parent = nullptr)
+        = 0;
     // A tail of rank `rank`'s log, read where the run's files are (a file, or over SSH).
     std::unique_ptr<LogTail> logTail(const RunRecord& run, int rank) const;
 

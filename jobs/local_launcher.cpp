@@ -1,6 +1,9 @@
 // Local launch, re-attach and stop (see local_launcher.h).
 #include "jobs/local_launcher.h"
 
+#include <algorithm>
+#include <array>
+
 #include <QCoreApplication>
 #include <QDateTime>
 #include <QDir>
@@ -12,6 +15,7 @@
 #include "jobs/ingestor.h"
 #include "jobs/local_process.h"
 #include "jobs/local_run_watcher.h"
+#include "protocol/run_dir.h"
 
 namespace shard::jobs {
 
@@ -140,6 +144,117 @@ Result<QVector<qint64>> LocalLauncher::reconcile(RunStore& store)
         }
     }
     return alive;
+}
+
+namespace {
+
+// A run folder without a pid file (a worker started by hand) counts as live until its finish
+// event, unless nothing has written to it for this long.
+constexpr int kStaleFolderSec = 60;
+
+// Any of these makes a folder a run's (as SshLauncher::attach reads a remote one).
+constexpr std::array<const char*, 3> kRunFiles = {"events.jsonl", "metrics.jsonl", "launcher.pid"};
+
+bool folderIsStale(const protocol::RunDir& files)
+{
+    QDateTime lastWrite;
+    for (const std::string& f : {files.metricsFile(), files.eventsFile(), files.specFile()})
+        lastWrite = std::max(lastWrite, QFileInfo(QString::fromStdString(f)).lastModified());
+    return !lastWrite.isValid() || lastWrite.secsTo(QDateTime::currentDateTime()) > kStaleFolderSec;
+}
+
+} // namespace
+
+Result<qint64> LocalLauncher::attach(const QString& directory)
+{
+    if (directory.isEmpty())
+        return fail(QStringLiteral("Enter or choose a run folder first."));
+    const QString dir = QDir(directory).absolutePath();
+    if (!QFileInfo(dir).isDir())
+        return fail(QStringLiteral("%1: no such folder; open the folder a run writes (it holds "
+                                   "run.json)")
+                        .arg(directory));
+    const protocol::RunDir files(dir.toStdString());
+    auto known = m_store.findRunByDir(QString(), dir);
+    if (!known)
+        return fail(known.error());
+    qint64 id = known.value();
+    if (id != 0 && m_store.isReadOnly())
+        return id;
+    if (id == 0) {
+        if (m_store.isReadOnly())
+            return fail(QStringLiteral("%1 is not in the run store, and the store is open "
+                                       "read-only, so it cannot be recorded")
+                            .arg(directory));
+        // run.json once rank 0 wrote it; before that the launch spec; a launch still starting
+        // has only its pid file (the spec is taken from run.json when it appears).
+        QFile spec(QString::fromStdString(files.specFile()));
+        QFile launchSpec(QString::fromStdString(files.launchSpecFile()));
+        QByteArray specJson;
+        if (spec.open(QIODevice::ReadOnly))
+            specJson = spec.readAll();
+        else if (launchSpec.open(QIODevice::ReadOnly))
+            specJson = launchSpec.readAll();
+        else if (std::none_of(kRunFiles.begin(), kRunFiles.end(),
+                     [&](const char* f) { return QFileInfo::exists(dir + '/' + f); }))
+            return fail(QStringLiteral("%1: no run.json, events.jsonl or launcher.pid, so this is "
+                                       "not a run folder; pick the folder given to --out when the "
+                                       "run started")
+                            .arg(directory));
+        else
+            specJson = "{}";
+        NewRun nr;
+        try {
+            const auto j = nlohmann::json::parse(specJson.toStdString());
+            if (!j.is_object())
+                return fail(QStringLiteral("%1/run.json must hold a JSON object").arg(directory));
+            nr.name = QString::fromStdString(j.value("name", std::string()));
+        } catch (const std::exception& e) {
+            return fail(QStringLiteral("%1/run.json is not valid JSON (%2)")
+                            .arg(directory, QString::fromUtf8(e.what())));
+        }
+        if (nr.name.isEmpty())
+            nr.name = QFileInfo(dir).fileName();
+        nr.specJson = specJson;
+        nr.runDir = dir;
+        nr.status = RunStatus::Running;
+        auto created = m_store.createRun(nr);
+        if (!created)
+            return fail(created.error());
+        id = created.value();
+        // The launcher named by its pid file, so that its end is noticed like any other.
+        const QString pidPath = QString::fromStdString(files.pidFile());
+        if (LocalProcess::pidFileAlive(pidPath).value_or(false)) {
+            QFile pidFile(pidPath);
+            const qint64 pid
+                = pidFile.open(QIODevice::ReadOnly) ? pidFile.readAll().trimmed().toLongLong() : 0;
+            const nlohmann::json info = {{"start_time", LocalProcess::startTime(pid)}};
+            (void)m_store.setProcess(id, pid, QByteArray::fromStdString(info.dump()));
+        }
+    }
+    if (auto stats = Ingestor(m_store).ingestRunDir(id, dir); !stats)
+        return fail(QStringLiteral("Importing %1: %2").arg(directory, stats.error()));
+    auto run = m_store.run(id);
+    if (!run)
+        return fail(run.error());
+    if (isTerminal(run->status))
+        return id;
+    // Still marked live: is it? Its recorded launcher decides; without one, its pid file (a
+    // folder attached while a launch was starting), then how recently it was written.
+    bool vanished = false;
+    if (run->pid <= 0 && run->status == RunStatus::Queued) {
+        vanished = false; // its launch is still starting
+    } else if (run->pid > 0) {
+        vanished = !LocalProcess::isAlive(run->pid, startTimeOf(*run));
+    } else {
+        const std::optional<bool> alive
+            = LocalProcess::pidFileAlive(QString::fromStdString(files.pidFile()));
+        vanished = alive == false || (!alive && folderIsStale(files));
+    }
+    if (vanished)
+        if (auto s = settleVanishedRun(m_store, id, dir); !s)
+            return fail(s.error());
+    return id;
 }
 
 Status LocalLauncher::stop(qint64 runId, int graceMs)

@@ -33,6 +33,12 @@ public:
     // TERM to the launcher (it stops its ranks), KILL to its session after graceMs.
     Status stop(qint64 runId, int graceMs = 10000);
 
+    // The run recorded for a run folder on this machine, or a new record made from its run.json
+    // (or, before the run writes that, its launch-spec.json); either way ingested from the
+    // store's offsets, so nothing twice. A run whose launcher is gone (or, without a pid file,
+    // whose folder has not been written for a minute) is settled from its events.
+    Result<qint64> attach(const QString& directory);
+
     // Pid and start time recorded for a local run (0 when none).
     static qint64 startTimeOf(const RunRecord& run);
 

@@ -71,8 +71,8 @@ protocol::EventRecord eventFromRow(const EventRow& row)
 
 } // namespace
 
-Result<RunSeries> loadStoredSeries(const RunStore& store, qint64 runId, qint64 afterStep,
-    qint64 afterEventId, qint64* lastEventId)
+Result<RunSeries> loadStoredSeries(
+    const RunStore& store, qint64 runId, qint64 afterStep, qint64 afterEventId, qint64* lastEventId)
 {
     auto run = store.run(runId);
     if (!run)
@@ -158,9 +158,8 @@ Result<RunSeries> loadRunDirectory(const QString& directory)
             QObject::tr("%1: no such folder; pick the folder a run wrote (it holds run.json)")
                 .arg(directory));
     if (!info.isDir())
-        return fail(
-            QObject::tr("%1: not a folder; pick the run's folder, which holds run.json")
-                .arg(directory));
+        return fail(QObject::tr("%1: not a folder; pick the run's folder, which holds run.json")
+                        .arg(directory));
     const protocol::RunDir dir(QDir(directory).absolutePath().toStdString());
     RunSeries run;
     run.directory = QString::fromStdString(dir.root());
@@ -174,9 +173,8 @@ Result<RunSeries> loadRunDirectory(const QString& directory)
     try {
         specIn >> run.config;
     } catch (const std::exception& e) {
-        return fail(
-            QObject::tr("%1/run.json is not valid JSON (%2); the run folder is damaged")
-                .arg(directory, QString::fromUtf8(e.what())));
+        return fail(QObject::tr("%1/run.json is not valid JSON (%2); the run folder is damaged")
+                        .arg(directory, QString::fromUtf8(e.what())));
     }
     if (!run.config.is_object())
         return fail(QObject::tr("%1/run.json must hold a JSON object").arg(directory));

@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "jobs/result.h"
-#include "protocol/records.h"
 #include "jobs/run_store.h"
+#include "protocol/records.h"
 
 namespace shard::jobs {
 

@@ -9,7 +9,6 @@
 #include <optional>
 
 #include <QDir>
-#include <QFile>
 #include <QFileInfo>
 #include <QHash>
 #include <QRegularExpression>
@@ -18,11 +17,9 @@
 
 #include "jobs/ingestor.h"
 #include "jobs/local_launcher.h"
-#include "jobs/local_process.h"
 #include "jobs/local_run_watcher.h"
 #include "jobs/log_tail.h"
 #include "protocol/checkpoint_discovery.h"
-#include "protocol/run_dir.h"
 
 namespace shard::jobs {
 
@@ -343,7 +340,7 @@ private:
 
     // Runs `work` on the pool with a store connection of its own (a launch over SSH may wait
     // for a host for many seconds), then `done` with its result back on the service thread.
-    template <typename Work, typename Done> void offThread(Work work, Done done)
+    template<typename Work, typename Done> void offThread(Work work, Done done)
     {
         const QString path = m_store->path();
         m_pool.start([this, path, work = std::move(work), done = std::move(done)]() mutable {
@@ -356,73 +353,16 @@ private:
         });
     }
 
-    // The run recorded for `directory`, or a new record made from its run.json (or, before the
-    // run writes that, its launch-spec.json) and what the folder holds so far.
+    // The run recorded for `directory` on this machine, or a new record; a run a watcher
+    // already ingests is left to it.
     Result<qint64> attach(const QString& directory)
     {
-        const QString dir = QDir(directory).absolutePath();
-        if (directory.isEmpty())
-            return fail(tr("Enter or choose a run folder first."));
-        if (!QFileInfo(dir).isDir())
-            return fail(tr("%1: no such folder; open the folder a run writes (it holds run.json)")
-                            .arg(directory));
-        if (auto known = m_store->findRunByDir(QString(), dir); known && known.value() != 0) {
-            if (!m_store->isReadOnly() && !m_watchers.contains(known.value()))
-                (void)Ingestor(*m_store).ingestRunDir(known.value(), dir);
-            return known.value();
+        if (!directory.isEmpty()) {
+            auto known = m_store->findRunByDir(QString(), QDir(directory).absolutePath());
+            if (known && known.value() != 0 && m_watchers.contains(known.value()))
+                return known.value();
         }
-        if (m_store->isReadOnly())
-            return fail(tr("%1 is not in the run store, and the store is open read-only, so it "
-                           "cannot be recorded")
-                            .arg(directory));
-        const protocol::RunDir files(dir.toStdString());
-        QFile spec(QString::fromStdString(files.specFile()));
-        QFile launchSpec(QString::fromStdString(files.launchSpecFile()));
-        QByteArray specJson;
-        if (spec.open(QIODevice::ReadOnly))
-            specJson = spec.readAll();
-        else if (launchSpec.open(QIODevice::ReadOnly))
-            specJson = launchSpec.readAll();
-        else
-            return fail(tr("%1: no run.json, so this is not a run folder; pick the folder given "
-                           "to --out when the run started")
-                            .arg(directory));
-        NewRun nr;
-        try {
-            const auto j = nlohmann::json::parse(specJson.toStdString());
-            if (!j.is_object())
-                return fail(tr("%1/run.json must hold a JSON object").arg(directory));
-            nr.name = QString::fromStdString(j.value("name", std::string()));
-        } catch (const std::exception& e) {
-            return fail(tr("%1/run.json is not valid JSON (%2)")
-                            .arg(directory, QString::fromUtf8(e.what())));
-        }
-        if (nr.name.isEmpty())
-            nr.name = QFileInfo(dir).fileName();
-        nr.specJson = specJson;
-        nr.runDir = dir;
-        nr.status = RunStatus::Running;
-        auto id = m_store->createRun(nr);
-        if (!id)
-            return fail(id.error());
-        // The launcher named by its pid file, so that its end is noticed like any other.
-        QFile pidFile(QString::fromStdString(files.pidFile()));
-        if (pidFile.open(QIODevice::ReadOnly)) {
-            const qint64 pid = pidFile.readAll().trimmed().toLongLong();
-            if (pid > 0
-                && LocalProcess::pidFileAlive(QString::fromStdString(files.pidFile()))
-                    .value_or(false)) {
-                const nlohmann::json info = {{"start_time", LocalProcess::startTime(pid)}};
-                (void)m_store->setProcess(id.value(), pid, QByteArray::fromStdString(info.dump()));
-            }
-        }
-        auto stats = Ingestor(*m_store).ingestRunDir(id.value(), dir);
-        if (!stats)
-            return fail(tr("Importing %1: %2").arg(directory, stats.error()));
-        auto run = m_store->run(id.value());
-        if (run && !isTerminal(run->status) && run->pid <= 0)
-            (void)settleVanishedRun(*m_store, id.value(), dir);
-        return id.value();
+        return LocalLauncher(*m_store).attach(directory);
     }
 
     void watch(qint64 runId)
@@ -489,7 +429,7 @@ private:
         const qint64 id = m_follow.runId;
         auto run = m_store->run(id);
         auto points = run ? loadStoredSeries(*m_store, id, m_follow.afterStep,
-                                m_follow.afterEventId, &m_follow.afterEventId)
+                          m_follow.afterEventId, &m_follow.afterEventId)
                           : Result<RunSeries>(fail(run.error()));
         if (!points) {
             if (!m_follow.reportedError)

@@ -9,6 +9,7 @@
 #include <QWidget>
 
 #include "jobs/run_series.h"
+#include "widgets/live_plot.h"
 
 class QCheckBox;
 class QComboBox;

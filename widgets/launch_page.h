@@ -8,10 +8,10 @@
 
 #include "jobs/launch_request.h"
 #include "jobs/result.h"
+#include "jobs/run_service.h"
 #include "plan/planner.h"
 #include "protocol/run_spec.h"
 #include "widgets/hosts_page.h"
-#include "jobs/run_service.h"
 
 class QCheckBox;
 class QComboBox;

@@ -20,6 +20,7 @@
 #include <QTextBrowser>
 #include <QVBoxLayout>
 
+#include "jobs/run_service.h"
 #include "jobs/run_store.h"
 #include "shard/version.h"
 #include "widgets/compare_page.h"
@@ -30,7 +31,6 @@
 #include "widgets/plan_page.h"
 #include "widgets/playground_page.h"
 #include "widgets/runs_page.h"
-#include "jobs/run_service.h"
 
 namespace shard::widgets {
 
@@ -101,8 +101,8 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     connect(m_nav, &QListWidget::currentRowChanged, m_stack, &QStackedWidget::setCurrentIndex);
     m_nav->setCurrentRow(0);
 
-    m_store
-        = new jobs::RunService(storePath.isEmpty() ? jobs::RunStore::defaultPath() : storePath, this);
+    m_store = new jobs::RunService(
+        storePath.isEmpty() ? jobs::RunStore::defaultPath() : storePath, this);
     buildMenus();
     wirePages();
     statusBar()->showMessage(tr("Run store: %1").arg(m_store->path()));
@@ -222,20 +222,21 @@ void MainWindow::wirePages()
         m_hosts, &HostsPage::hostsChanged, this, [this] { m_launch->setHosts(m_hosts->hosts()); });
     m_monitor->setPredictor(&predictedBytesPerRank);
     m_monitor->setStore(m_store);
-    connect(m_store, &jobs::RunService::runsListed, this, [this](const QVector<jobs::RunRecord>& r) {
-        QVector<jobs::RunRecord> running;
-        QStringList dirs;
-        for (const auto& run : r) {
-            if (!run.runDir.isEmpty())
-                dirs << run.runDir;
-            if (run.status == jobs::RunStatus::Running || run.status == jobs::RunStatus::Queued)
-                running.push_back(run);
-        }
-        m_monitor->setRunningRuns(running);
-        m_playground->setRuns(dirs);
-    });
     connect(
-        m_store, &jobs::RunService::launched, this, [this](qint64 id, const QString& dir, bool remote) {
+        m_store, &jobs::RunService::runsListed, this, [this](const QVector<jobs::RunRecord>& r) {
+            QVector<jobs::RunRecord> running;
+            QStringList dirs;
+            for (const auto& run : r) {
+                if (!run.runDir.isEmpty())
+                    dirs << run.runDir;
+                if (run.status == jobs::RunStatus::Running || run.status == jobs::RunStatus::Queued)
+                    running.push_back(run);
+            }
+            m_monitor->setRunningRuns(running);
+            m_playground->setRuns(dirs);
+        });
+    connect(m_store, &jobs::RunService::launched, this,
+        [this](qint64 id, const QString& dir, bool remote) {
             if (remote)
                 statusBar()->showMessage(
                     tr("Run %1 started remotely in %2.").arg(id).arg(dir), 15000);

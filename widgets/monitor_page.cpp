@@ -16,6 +16,7 @@
 #include <QSlider>
 #include <QSplitter>
 #include <QTabWidget>
+#include <QTimer>
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
@@ -199,6 +200,13 @@ MonitorPage::MonitorPage(QWidget* parent)
             openStoreRun(id);
     });
     connect(m_resume, &QPushButton::clicked, this, &MonitorPage::resumeRun);
+    m_attachRetry = new QTimer(this);
+    m_attachRetry->setSingleShot(true);
+    m_attachRetry->setInterval(kAttachRetryMs);
+    connect(m_attachRetry, &QTimer::timeout, this, [this] {
+        if (!m_attaching.isEmpty() && m_store)
+            m_store->attachRunDirectory(m_attaching);
+    });
     connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
         // Like TensorBoard, smoothing applies to every noisy scalar; the schedule is exact.
         for (LivePlot* p : {m_loss, m_gradNorm, m_throughput})
@@ -230,12 +238,16 @@ void MonitorPage::setStore(jobs::RunService* store)
         [this](const QString& dir, qint64 id, const QString& error) {
             if (dir != m_attaching)
                 return;
-            m_attaching.clear();
             if (id == 0) {
-                m_message->showMessage(error);
-                m_status->setText(tr("Not a run"));
+                // Not a run (yet): a launch may be about to write it, as `tail -F` waits for a
+                // file; the folder is tried again every second while the page shows it.
+                if (m_message->text() != error)
+                    m_message->showMessage(error);
+                m_status->setText(tr("Not a run (yet)"));
+                m_attachRetry->start();
                 return;
             }
+            m_attaching.clear();
             openStoreRun(id);
         });
     connect(store, &jobs::RunService::runError, this, [this](qint64 runId, const QString& message) {
@@ -265,6 +277,7 @@ void MonitorPage::openStoreRun(qint64 runId)
 {
     reset();
     m_attaching.clear();
+    m_attachRetry->stop();
     m_storeRunId = runId;
     ++m_storeTicket; // updates for the run followed before are dropped
     m_where.clear();
@@ -435,6 +448,7 @@ void MonitorPage::openRunDirectory(const QString& directory)
     }
     m_status->setText(tr("Opening the run…"));
     m_attaching = directory;
+    m_attachRetry->stop();
     m_store->attachRunDirectory(directory);
 }
 

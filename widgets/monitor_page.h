@@ -12,9 +12,9 @@
 
 #include "jobs/format_bytes.h"
 
-#include "jobs/run_store.h"
 #include "jobs/run_series.h"
 #include "jobs/run_service.h"
+#include "jobs/run_store.h"
 
 class QComboBox;
 class QLabel;
@@ -23,6 +23,7 @@ class QPlainTextEdit;
 class QProgressBar;
 class QPushButton;
 class QSlider;
+class QTimer;
 class QTreeWidget;
 
 namespace shard::widgets {
@@ -95,8 +96,10 @@ private:
     jobs::RunService* m_store = nullptr;
     qint64 m_storeRunId = 0;
     quint64 m_storeTicket = 0;
-    QString m_attaching; // the folder being attached, until runAttached answers
-    QString m_where;     // [host:]directory of the followed run
+    QString m_attaching; // the folder being attached, until it is a run
+    static constexpr int kAttachRetryMs = 1000;
+    QTimer* m_attachRetry = nullptr; // tries a folder that is not a run (yet) again
+    QString m_where;                 // [host:]directory of the followed run
     bool m_storeResumable = false;
     bool m_awaitingResume = false;
     jobs::RunSeries m_run;

@@ -17,9 +17,9 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include "jobs/run_service.h"
 #include "widgets/message_bar.h"
 #include "widgets/run_table_model.h"
-#include "jobs/run_service.h"
 
 namespace shard::widgets {
 
@@ -167,27 +167,29 @@ RunsPage::RunsPage(QWidget* parent)
 void RunsPage::setStore(jobs::RunService* store)
 {
     m_store = store;
-    connect(store, &jobs::RunService::runsListed, this, [this](const QVector<jobs::RunRecord>& runs) {
-        m_model->setRuns(runs);
-        fitColumns();
-        Q_EMIT refreshed(int(runs.size()));
-    });
+    connect(
+        store, &jobs::RunService::runsListed, this, [this](const QVector<jobs::RunRecord>& runs) {
+            m_model->setRuns(runs);
+            fitColumns();
+            Q_EMIT refreshed(int(runs.size()));
+        });
     connect(store, &jobs::RunService::runDeleted, this, [this](qint64 id, const QString& note) {
         m_message->showMessage(tr("Deleted run %1.%2").arg(id).arg(note), MessageBar::Kind::Info);
         refresh();
     });
-    connect(store, &jobs::RunService::resumed, this, [this](qint64 from, qint64 to, const QString& e) {
-        if (!m_continuing.remove(from))
-            return;
-        if (!e.isEmpty()) {
-            m_message->showMessage(tr("Run %1 cannot be continued: %2").arg(from).arg(e));
-            return;
-        }
-        m_message->showMessage(
-            tr("Run %1 continues from its latest checkpoint.").arg(to), MessageBar::Kind::Info);
-        refresh();
-        Q_EMIT monitorRequested(QString::number(to));
-    });
+    connect(
+        store, &jobs::RunService::resumed, this, [this](qint64 from, qint64 to, const QString& e) {
+            if (!m_continuing.remove(from))
+                return;
+            if (!e.isEmpty()) {
+                m_message->showMessage(tr("Run %1 cannot be continued: %2").arg(from).arg(e));
+                return;
+            }
+            m_message->showMessage(
+                tr("Run %1 continues from its latest checkpoint.").arg(to), MessageBar::Kind::Info);
+            refresh();
+            Q_EMIT monitorRequested(QString::number(to));
+        });
     connect(store, &jobs::RunService::opened, this, [this](const QString&, bool, const QString& w) {
         if (!w.isEmpty())
             m_message->showMessage(w, MessageBar::Kind::Info);

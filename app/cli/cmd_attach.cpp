@@ -1,7 +1,10 @@
-// `shard attach HOST:RUNDIR | RUN`: (re-)attach to a run: a remote run directory started
-// anywhere (recorded in the store on first attach), or a run already in the store. Ingests what
+// `shard attach HOST:RUNDIR | RUNDIR | RUN`: (re-)attach to a run through its launcher: a run
+// directory started anywhere, remote or on this machine (recorded in the store on first
+// attach), or a run already in the store. Ingests what
 // was missed (from the stored offsets, so nothing twice) and follows it.
 #include <cstdio>
+
+#include <QFileInfo>
 
 #include "command.h"
 #include "run_follow.h"
@@ -44,30 +47,28 @@ int attachCommand(const AttachOptions& o)
         qputenv("SHARD_SSH_CONFIG", QByteArray::fromStdString(o.sshConfig));
     jobs::RunStore store = openStore(o.store);
     const QString target = QString::fromStdString(o.target);
-    qint64 id = 0;
+    // A folder is attached where it is (recorded on first attach); a recorded run through the
+    // launcher it was started with (a local one is settled first when its launcher vanished).
     QString host;
     QString dir;
-    if (splitRemote(target, &host, &dir)) {
-        auto h = jobs::SshHost::parse(host);
-        if (!h)
-            throw std::runtime_error(h.error().toStdString());
-        auto attached = jobs::SshLauncher(store).attach(*h, dir);
-        if (!attached)
-            throw std::runtime_error(attached.error().toStdString());
-        id = *attached;
-    } else {
-        const jobs::RunRecord run = findRun(store, o.target);
-        id = run.id;
-        if (run.target == QLatin1String("local")) {
-            // After a restart: settle runs whose launcher vanished, keep the live ones.
-            auto alive = jobs::LocalLauncher::reconcile(store);
-            if (!alive)
-                throw std::runtime_error(alive.error().toStdString());
-            jobs::Ingestor ingestor(store);
-            if (auto s = ingestor.ingestRunDir(id, run.runDir); !s)
-                throw std::runtime_error(s.error().toStdString());
+    const bool remote = splitRemote(target, &host, &dir);
+    auto launcher = [&]() -> jobs::Result<std::unique_ptr<jobs::Launcher>> {
+        if (remote)
+            return jobs::makeLauncher(jobs::LaunchTarget::ssh({host}), &store);
+        if (!store.findRun(target) && QFileInfo(target).isDir()) {
+            dir = target; // a run folder on this machine, not a run's id or name
+            return jobs::makeLauncher(jobs::LaunchTarget {}, &store);
         }
-    }
+        const jobs::RunRecord run = findRun(store, o.target);
+        dir = run.runDir;
+        return jobs::launcherOf(store, run);
+    }();
+    if (!launcher)
+        throw std::runtime_error(launcher.error().toStdString());
+    auto attached = launcher.value()->attach(dir);
+    if (!attached)
+        throw std::runtime_error(attached.error().toStdString());
+    const qint64 id = attached.value();
     auto run = store.run(id);
     std::printf("attached to run %lld '%s' (%s): %lld points so far\n", static_cast<long long>(id),
         terminalText(run->name).constData(), qPrintable(jobs::toString(run->status)),
@@ -84,8 +85,10 @@ int attachCommand(const AttachOptions& o)
 
 const CommandRegistration kRegistration([](CLI::App& app) {
     auto o = std::make_shared<AttachOptions>();
-    auto* cmd = app.add_subcommand("attach", "attach to a run: HOST:RUNDIR (remote) or a run id");
-    cmd->add_option("target", o->target, "[user@]host[:port]:RUNDIR, or a run id or name")
+    auto* cmd = app.add_subcommand(
+        "attach", "attach to a run: HOST:RUNDIR (remote), RUNDIR (this machine) or a run id");
+    cmd->add_option(
+           "target", o->target, "[user@]host[:port]:RUNDIR, a run folder here, or a run id or name")
         ->required();
     cmd->add_option("--store", o->store, "run store");
     cmd->add_option("--ssh-config", o->sshConfig, "ssh config file (-F)");

@@ -14,6 +14,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "jobs/run_series.h"
 #include "shard/version.h"
 #include "widgets/compare_page.h"
 #include "widgets/hosts_page.h"
@@ -22,7 +23,6 @@
 #include "widgets/monitor_page.h"
 #include "widgets/plan_page.h"
 #include "widgets/playground_page.h"
-#include "jobs/run_series.h"
 #include "widgets/runs_page.h"
 
 using namespace shard::widgets;

@@ -9,10 +9,10 @@
 
 #include <QtTest>
 
+#include "jobs/run_series.h"
 #include "widgets/compare_page.h"
 #include "widgets/live_plot.h"
 #include "widgets/qcp.h"
-#include "jobs/run_series.h"
 
 using namespace shard::widgets;
 using namespace shard;

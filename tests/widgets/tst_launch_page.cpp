@@ -14,11 +14,11 @@
 
 #include <QLabel>
 
+#include "jobs/run_service.h"
 #include "jobs/slurm_launcher.h"
 #include "jobs/ssh_launcher.h"
 #include "plan/model_spec.h"
 #include "widgets/launch_page.h"
-#include "widgets/store_service.h"
 
 using namespace shard::widgets;
 
@@ -108,7 +108,7 @@ private Q_SLOTS:
         qunsetenv("SHARD_WORKER");
         LaunchPage page;
         page.show();
-        StoreService store(m_tmp.filePath("store.sqlite"));
+        shard::jobs::RunService store(m_tmp.filePath("store.sqlite"));
         page.setStore(&store);
         // Inputs that pass the checks before a start, so that the start reaches the worker.
         page.setModelFolder(validModelFolder());
@@ -117,7 +117,7 @@ private Q_SLOTS:
         page.setWorkerProgram("shard-worker-that-is-not-installed");
         page.setSteps(3);
         QTRY_VERIFY(page.findChild<QPushButton*>(QString())); // constructed
-        QSignalSpy errors(&store, &StoreService::errorOccurred);
+        QSignalSpy errors(&store, &shard::jobs::RunService::errorOccurred);
         page.start();
         QTRY_COMPARE_WITH_TIMEOUT(errors.count(), 1, 10000);
         QTRY_VERIFY(page.messageText().contains("not found"));
@@ -130,7 +130,7 @@ private Q_SLOTS:
     {
         LaunchPage page;
         page.show();
-        StoreService store(m_tmp.filePath("store-checks.sqlite"));
+        shard::jobs::RunService store(m_tmp.filePath("store-checks.sqlite"));
         page.setStore(&store);
         page.setRunsRoot(m_tmp.filePath("runs"));
         page.setRunName("checked");
@@ -239,7 +239,7 @@ private Q_SLOTS:
         }
         page.setTarget(1);
         QTRY_VERIFY(page.commandPreview().contains("over SSH"));
-        QCOMPARE(page.target().sshHost, QString("nobody@127.0.0.1:%1").arg(port));
+        QCOMPARE(page.target().sshHost(), QString("nobody@127.0.0.1:%1").arg(port));
         {
             // The preview is the script SshLauncher::start runs on the host.
             const auto req = page.request().value();
@@ -262,9 +262,9 @@ private Q_SLOTS:
         QTRY_VERIFY(page.commandPreview().contains("must be on"));
         if (QStandardPaths::findExecutable("ssh").isEmpty())
             QSKIP("the OpenSSH client is not installed");
-        StoreService store(m_tmp.filePath("remote-store.sqlite"));
+        shard::jobs::RunService store(m_tmp.filePath("remote-store.sqlite"));
         page.setStore(&store);
-        QSignalSpy errors(&store, &StoreService::errorOccurred);
+        QSignalSpy errors(&store, &shard::jobs::RunService::errorOccurred);
         page.start();
         QTRY_VERIFY_WITH_TIMEOUT(errors.count() >= 1, 30000);
         QTRY_VERIFY(!page.messageText().isEmpty());

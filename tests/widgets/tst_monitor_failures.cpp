@@ -18,10 +18,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "jobs/run_service.h"
 #include "widgets/launch_page.h"
 #include "widgets/main_window.h"
 #include "widgets/monitor_page.h"
-#include "widgets/store_service.h"
 
 #include "studio_test_util.h"
 
@@ -86,7 +86,7 @@ private Q_SLOTS:
         request.spec = shard::protocol::runSpecFromJson(nlohmann::json {{"name", "fails-at-start"},
             {"model", m_tmp.filePath("empty-model").toStdString()},
             {"data", {m_tmp.filePath("copy.jsonl").toStdString()}}, {"steps", 3}});
-        QSignalSpy launched(window.store(), &StoreService::launched);
+        QSignalSpy launched(window.store(), &shard::jobs::RunService::launched);
         window.store()->launch(request);
         QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, 20000);
         QElapsedTimer since;
@@ -190,7 +190,9 @@ private Q_SLOTS:
         again.restoreSettings();
         again.show();
         MonitorPage* monitor = again.monitorPage();
-        QCOMPARE(QDir(monitor->runDirectory()).absolutePath(), QDir(runDir).absolutePath());
+        // Followed by its store id: the folder is known once the service answers.
+        QTRY_COMPARE_WITH_TIMEOUT(
+            QDir(monitor->runDirectory()).absolutePath(), QDir(runDir).absolutePath(), 10000);
         QTRY_VERIFY_WITH_TIMEOUT(monitor->pointCount() > 0, 30000);
         QTRY_VERIFY_WITH_TIMEOUT(monitor->runningRunCount() >= 1, 20000);
         // Stop it through the page (the store's launcher), and wait until every rank is gone.

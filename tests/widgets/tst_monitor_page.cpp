@@ -1,6 +1,9 @@
-// Monitor page against a run directory that a separate, real process appends to: points arrive
-// while it writes (including a line written in two halves), memory bars per rank, progress,
-// events and the log tail; a folder without run.json shows a message.
+// Monitor page against a run directory that a separate, real process appends to, opened as a
+// folder (attached to a real run store by the run service, then followed by its id): points
+// arrive while it writes (including a line written in two halves), memory bars per rank,
+// progress, events and the log tail; Resume only for a complete checkpoint with steps left, and a
+// resumed run (the shell workload) is live until its launcher goes; a folder without run.json
+// shows a message.
 #include <QtTest>
 
 #include <QDir>
@@ -12,11 +15,16 @@
 #include <QTemporaryDir>
 #include <QTreeWidget>
 
+#include <csignal>
+
+#include "jobs/run_service.h"
 #include "protocol/checkpoint_discovery.h"
 #include "protocol/run_dir.h"
 #include "widgets/live_plot.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/monitor_page.h"
+
+#include "../jobs/jobs_test_util.h"
 
 using namespace shard::widgets;
 
@@ -54,6 +62,12 @@ printf '{"v":1,"type":"event","kind":"finish","wall_time":9,"step":@N@,"message"
         .replace("@N@", QString::number(records));
 }
 
+// A run store in a folder of its own and the service over it, as the studio has.
+struct Service {
+    QTemporaryDir dir;
+    shard::jobs::RunService service {dir.filePath("runs.db")};
+};
+
 } // namespace
 
 class TstMonitorPage : public QObject {
@@ -73,7 +87,9 @@ private Q_SLOTS:
             R"("data":{"prompt":"Once upon","completion":" a time"}})"
             "\n");
 
+        Service store;
         MonitorPage page;
+        page.setStore(&store.service);
         page.resize(1200, 800);
         page.show();
         QVERIFY(QTest::qWaitForWindowExposed(&page));
@@ -122,7 +138,7 @@ private Q_SLOTS:
         QCOMPARE(page.samplesView()->topLevelItem(0)->text(2), QString(" a time"));
     }
 
-    void resumeFollowsCompleteCheckpointAndCallsResumer()
+    void resumeOfferedOnlyForACompleteCheckpointWithStepsLeft()
     {
         QTemporaryDir tmp;
         QVERIFY(tmp.isValid());
@@ -141,13 +157,9 @@ private Q_SLOTS:
         writeFile(step2 + "/" + shard::protocol::kCheckpointDoneFile, "");
         QVERIFY(shard::protocol::isCompleteCheckpoint(step2.toStdString()));
 
-        QStringList resumed;
-        QString resumeError;
+        Service store;
         MonitorPage page;
-        page.setResumer([&](const QString& dir) {
-            resumed << dir;
-            return resumeError;
-        });
+        page.setStore(&store.service);
         page.show();
         auto* button = page.findChild<QPushButton*>("resumeButton");
         QVERIFY(button);
@@ -174,53 +186,48 @@ private Q_SLOTS:
         QCOMPARE(checked.takeFirst().first().toBool(), false);
         QVERIFY(!button->isEnabled());
 
-        // The same finished run with a complete checkpoint: Resume is offered.
+        // The same finished run with a complete checkpoint before its last step: Resume is
+        // offered when the folder is opened again (the same record, attached again).
         writeFile(step2 + "/DONE", "");
+        const qint64 id = page.storeRunId();
         page.openRunDirectory(run);
         QTRY_COMPARE_WITH_TIMEOUT(checked.count(), 1, 5000);
+        QCOMPARE(page.storeRunId(), id);
         QCOMPARE(checked.takeFirst().first().toBool(), true);
         QVERIFY(button->isEnabled());
 
-        // A failing resumer: its message is shown and the button comes back.
-        resumeError = "cannot read run.json";
-        QTest::mouseClick(button, Qt::LeftButton);
-        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 5000);
-        QCOMPARE(resumed, QStringList {run});
-        QVERIFY2(
-            page.messageText().contains("cannot read run.json"), qPrintable(page.messageText()));
-        QTRY_VERIFY_WITH_TIMEOUT(button->isEnabled(), 5000);
-
-        // Success: the resumer gets the run directory and the page keeps watching it.
-        resumeError.clear();
-        QTest::mouseClick(button, Qt::LeftButton);
-        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 2, 5000);
-        QCOMPARE(done.last().first().toString(), QString());
-        QCOMPARE(resumed, (QStringList {run, run}));
-        QCOMPARE(page.runDirectory(), run);
-        QVERIFY(!button->isEnabled());
-        // The resumed run appends to the same files: the page sees it live again.
-        QVERIFY(events.open(QIODevice::Append));
-        events.write(R"({"v":1,"type":"event","kind":"start","wall_time":10,"step":2,)"
-                     R"("message":"resumed"})"
-                     "\n");
-        events.close();
-        QTRY_COMPARE_WITH_TIMEOUT(page.finished(), false, 5000);
-        QVERIFY(!button->isEnabled());
+        // A checkpoint at the last step has nothing left to train.
+        writeFile(run + "/run.json", R"({"name":"tiny","steps":2,"strategy":"zero3"})");
+        page.openRunDirectory(run);
+        QTRY_COMPARE_WITH_TIMEOUT(checked.count(), 1, 5000);
+        QCOMPARE(checked.takeFirst().first().toBool(), false);
         QVERIFY(!page.canResume());
+
+        // Its steps raised again: Resume is offered, and a click hands the run to the service
+        // (which starts it again in the same record) and takes the offer back at once.
+        writeFile(run + "/run.json", R"({"name":"tiny","steps":4,"strategy":"zero3"})");
+        page.openRunDirectory(run);
+        QTRY_COMPARE_WITH_TIMEOUT(checked.count(), 1, 5000);
+        QCOMPARE(checked.takeFirst().first().toBool(), true);
+        QTest::mouseClick(button, Qt::LeftButton);
+        QVERIFY(!button->isEnabled());
+        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 10000);
+        QCOMPARE(page.storeRunId(), id);
+        QVERIFY(!page.canResume() || page.finished());
     }
 
     void reopenedWhileResumingIsNotInterruptedAgain()
     {
         // A killed run (start event, no finish, its launcher gone) is resumed; the studio opens
-        // the folder again when the queued launch reports back, which may come after the
-        // resume's own callback. Until the resumed start event is written the old pid file
-        // names a dead launcher: that must not show "ended early" again (it did: the second
-        // open forgot the resume).
+        // the folder again when the launch reports back. Until the resumed start event is
+        // written the old pid file names a dead launcher: that must not show "ended early"
+        // again. The resumed process is the shell workload speaking `shard-worker launch`.
         QTemporaryDir tmp;
         QVERIFY(tmp.isValid());
         const QString run = tmp.filePath("run-k");
         QVERIFY(QDir().mkpath(run + "/logs"));
-        writeFile(run + "/run.json", R"({"name":"tiny","steps":9,"strategy":"zero3"})");
+        writeFile(run + "/run.json",
+            R"({"name":"tiny","steps":9,"strategy":"zero3","model":"m","data":["d.jsonl"]})");
         writeFile(run + "/events.jsonl",
             R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
             "\n");
@@ -231,30 +238,40 @@ private Q_SLOTS:
         writeFile(step3 + "/" + shard::protocol::kCheckpointManifestFile, R"({"version":1})");
         writeFile(step3 + "/" + shard::protocol::kCheckpointDoneFile, "");
 
+        qputenv("SHARD_WORKER", shard::test::kFakeWorker.toUtf8());
+        qputenv("FAKE_STEPS", "100000");
+        qputenv("FAKE_STEP_SEC", "0.2");
+        Service store;
         MonitorPage page;
-        page.setResumer([](const QString&) { return QString(); });
+        page.setStore(&store.service);
         page.show();
         auto* button = page.findChild<QPushButton*>("resumeButton");
         QSignalSpy done(&page, &MonitorPage::resumeDone);
         page.openRunDirectory(run);
         QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("ended early"), 5000);
         QTRY_VERIFY_WITH_TIMEOUT(button->isEnabled(), 5000);
+        QVERIFY(page.finished());
 
         QTest::mouseClick(button, Qt::LeftButton);
-        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 10000);
+        QCOMPARE(done.first().first().toString(), QString());
         page.openRunDirectory(run); // the launch reporting back
-        QTest::qWait(2500);         // the follower asks about the launcher once a second
+        QTest::qWait(2500);         // the run's watcher asks about the launcher meanwhile
         QVERIFY2(!page.messageText().contains("ended early"), qPrintable(page.messageText()));
         QVERIFY(!page.finished());
+        QTRY_VERIFY_WITH_TIMEOUT(page.pointCount() > 0, 10000); // the resumed process writes
 
-        // The resumed process's start event: live; then its launcher goes too: interrupted.
-        QFile events(run + "/events.jsonl");
-        QVERIFY(events.open(QIODevice::Append));
-        events.write(R"({"v":1,"type":"event","kind":"start","wall_time":10,"step":3,)"
-                     R"("message":"resumed"})"
-                     "\n");
-        events.close();
-        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("ended early"), 5000);
+        // Its launcher goes too (SIGKILL: no finish event): interrupted again.
+        QFile pidFile(run + "/launcher.pid");
+        QVERIFY(pidFile.open(QIODevice::ReadOnly));
+        const qint64 pid = pidFile.readAll().trimmed().toLongLong();
+        QVERIFY(pid > 1 && pid != 99999999);
+        QCOMPARE(::kill(pid_t(pid), SIGKILL), 0);
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("ended early"), 10000);
+        QVERIFY(page.finished());
+        qunsetenv("SHARD_WORKER");
+        qunsetenv("FAKE_STEPS");
+        qunsetenv("FAKE_STEP_SEC");
     }
 
     void skippedDataLinesAreShown()
@@ -271,7 +288,9 @@ private Q_SLOTS:
             R"("message":"skipped 24 bad lines (--skip-bad-lines); first: line 7: not JSON",)"
             R"("data":{"skipped_lines":24,"first":["line 7: not JSON"]}})"
             "\n");
+        Service store;
         MonitorPage page;
+        page.setStore(&store.service);
         page.openRunDirectory(run);
         QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("skipped 24 bad lines"), 5000);
         QVERIFY2(page.messageText().contains("line 7"), qPrintable(page.messageText()));
@@ -280,7 +299,9 @@ private Q_SLOTS:
     void folderWithoutRunJsonShowsMessage()
     {
         QTemporaryDir tmp;
+        Service store;
         MonitorPage page;
+        page.setStore(&store.service);
         page.show();
         page.openRunDirectory(tmp.path());
         QTRY_VERIFY_WITH_TIMEOUT(!page.messageText().isEmpty(), 3000);

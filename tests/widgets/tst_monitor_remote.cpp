@@ -11,10 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "jobs/run_service.h"
 #include "jobs/run_store.h"
 #include "widgets/main_window.h"
 #include "widgets/monitor_page.h"
-#include "widgets/store_service.h"
 
 #include "../jobs/jobs_test_util.h"
 #include "../jobs/slurm_fixture.h"
@@ -62,10 +62,7 @@ private Q_SLOTS:
         request.spec = shard::protocol::runSpecFromJson(spec);
         request.runDir = m_tmp.filePath("remote-run");
         request.workerProgram = m_worker;
-        LaunchTarget target;
-        target.kind = "ssh";
-        target.sshHost = "node0";
-        window.store()->launch(request, target);
+        window.store()->launch(request, shard::jobs::LaunchTarget::ssh({"node0"}));
 
         // The window follows the new remote run through the store.
         QTRY_VERIFY_WITH_TIMEOUT(monitor->storeRunId() != 0, 30000);
@@ -202,7 +199,7 @@ private Q_SLOTS:
         }
         MainWindow window(m_tmp.filePath("refused.sqlite"));
         window.show();
-        QSignalSpy errors(window.store(), &StoreService::errorOccurred);
+        QSignalSpy errors(window.store(), &shard::jobs::RunService::errorOccurred);
         window.monitorRun("1");
         QTRY_VERIFY_WITH_TIMEOUT(!errors.isEmpty(), 30000);
         const QString message = errors.first().first().toString();

@@ -15,10 +15,10 @@
 
 #include "protocol/checkpoint_discovery.h"
 
+#include "jobs/run_service.h"
 #include "widgets/main_window.h"
 #include "widgets/monitor_page.h"
 #include "widgets/runs_page.h"
-#include "widgets/store_service.h"
 
 #include "studio_test_util.h"
 
@@ -180,10 +180,11 @@ private Q_SLOTS:
         MainWindow window(tmp.filePath("store.sqlite"));
         window.show();
         RunsPage* runs = window.runsPage();
-        QSignalSpy imported(window.store(), &StoreService::runImported);
-        window.store()->importRunDirectory(run);
+        QSignalSpy imported(window.store(), &shard::jobs::RunService::runAttached);
+        window.store()->attachRunDirectory(run);
         QTRY_COMPARE_WITH_TIMEOUT(imported.count(), 1, 20000);
-        const qint64 id = imported.first().first().toLongLong();
+        const qint64 id = imported.first().at(1).toLongLong();
+        QVERIFY2(id > 0, qPrintable(imported.first().at(2).toString()));
         runs->continueRun(id, 2);
         MonitorPage* monitor = window.monitorPage();
         QTRY_COMPARE_WITH_TIMEOUT(monitor->storeRunId(), id, 20000);

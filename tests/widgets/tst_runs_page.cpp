@@ -8,10 +8,10 @@
 #include <QTableView>
 #include <QTemporaryDir>
 
+#include "jobs/run_service.h"
 #include "jobs/run_store.h"
 #include "widgets/run_table_model.h"
 #include "widgets/runs_page.h"
-#include "widgets/store_service.h"
 
 using namespace shard::widgets;
 namespace jobs = shard::jobs;
@@ -48,7 +48,7 @@ private Q_SLOTS:
         RunsPage page;
         page.resize(1200, 700);
         page.show();
-        StoreService service(path);
+        shard::jobs::RunService service(path);
         QSignalSpy refreshed(&page, &RunsPage::refreshed);
         QElapsedTimer t;
         t.start();
@@ -102,7 +102,7 @@ private Q_SLOTS:
         }
         RunsPage page;
         page.show();
-        StoreService service(path);
+        shard::jobs::RunService service(path);
         QSignalSpy refreshed(&page, &RunsPage::refreshed);
         page.setStore(&service);
         QTRY_VERIFY_WITH_TIMEOUT(refreshed.count() > 0, 10000);
@@ -147,8 +147,8 @@ private Q_SLOTS:
         QVERIFY(QDir().mkpath(path));
         RunsPage page;
         page.show();
-        StoreService service(path);
-        QSignalSpy failed(&service, &StoreService::openFailed);
+        shard::jobs::RunService service(path);
+        QSignalSpy failed(&service, &shard::jobs::RunService::openFailed);
         page.setStore(&service);
         QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 10000);
         QTRY_VERIFY(!page.messageText().isEmpty());
