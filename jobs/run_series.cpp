@@ -138,6 +138,14 @@ Result<RunSeries> loadStoredSeries(
         r.otherBytes = qint64(rank.other.value(i));
         r.currentBytes = qint64(rank.current.value(i));
         r.peakBytes = qint64(rank.peak.value(i));
+        r.frozenParamBytes = qint64(rank.frozenParams.value(i));
+        r.cuda = rank.cuda.value(i);
+        r.cudaAllocatedBytes = qint64(rank.cudaAllocated.value(i));
+        r.cudaAllocatedPeakBytes = qint64(rank.cudaAllocatedPeak.value(i));
+        r.cudaReservedBytes = qint64(rank.cudaReserved.value(i));
+        r.cudaReservedPeakBytes = qint64(rank.cudaReservedPeak.value(i));
+        r.cudaAllocRetries = qint64(rank.cudaAllocRetries.value(i));
+        r.cudaOoms = qint64(rank.cudaOoms.value(i));
         s.lastMemory.push_back(r);
     }
     qint64 newest = afterEventId;

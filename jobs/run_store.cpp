@@ -116,6 +116,18 @@ UPDATE runs SET
     R"sql(
 ALTER TABLE runs ADD COLUMN notes TEXT NOT NULL DEFAULT '';
 )sql",
+    // v4: every field of a rank's memory record: LoRA's frozen base, and a GPU rank's caching
+    // allocator (cuda = 1; allocated and reserved bytes with their peaks, retries, OOMs).
+    R"sql(
+ALTER TABLE memory ADD COLUMN frozen_params INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE memory ADD COLUMN cuda INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE memory ADD COLUMN cuda_allocated INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE memory ADD COLUMN cuda_allocated_peak INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE memory ADD COLUMN cuda_reserved INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE memory ADD COLUMN cuda_reserved_peak INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE memory ADD COLUMN cuda_alloc_retries INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE memory ADD COLUMN cuda_ooms INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == RunStore::kSchemaVersion);
 
@@ -763,8 +775,10 @@ Result<MetricSeries> RunStore::metricSeries(qint64 runId, qint64 afterStep) cons
 Result<QVector<MemorySeries>> RunStore::memorySeries(qint64 runId, qint64 afterStep) const
 {
     auto st = d->prep("SELECT rank, step, sharded_params, gathered_params, grads, optimizer, "
-                      "activations, other, current, peak FROM memory WHERE run_id = ?1 AND step "
-                      "> ?2 ORDER BY rank, step");
+                      "activations, other, current, peak, frozen_params, cuda, cuda_allocated, "
+                      "cuda_allocated_peak, cuda_reserved, cuda_reserved_peak, "
+                      "cuda_alloc_retries, cuda_ooms FROM memory WHERE run_id = ?1 AND step > ?2 "
+                      "ORDER BY rank, step");
     if (!st.valid())
         return fail(d->describe(QStringLiteral("reading the memory of run %1").arg(runId)));
     st.bind(1, runId).bind(2, afterStep);
@@ -786,6 +800,14 @@ Result<QVector<MemorySeries>> RunStore::memorySeries(qint64 runId, qint64 afterS
         m.other.push_back(f(7));
         m.current.push_back(f(8));
         m.peak.push_back(f(9));
+        m.frozenParams.push_back(f(10));
+        m.cuda.push_back(st.int64(11) != 0);
+        m.cudaAllocated.push_back(f(12));
+        m.cudaAllocatedPeak.push_back(f(13));
+        m.cudaReserved.push_back(f(14));
+        m.cudaReservedPeak.push_back(f(15));
+        m.cudaAllocRetries.push_back(f(16));
+        m.cudaOoms.push_back(f(17));
     }
     if (st.lastCode() != SQLITE_DONE)
         return fail(d->describe(QStringLiteral("reading the memory of run %1").arg(runId)));
@@ -892,8 +914,10 @@ Status RunStore::appendMetrics(
         "?6, ?7, ?8, ?9, ?10, ?11)");
     auto mem = d->db.prepare(
         "INSERT OR REPLACE INTO memory(run_id, step, rank, sharded_params, gathered_params, grads, "
-        "optimizer, activations, other, current, peak) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
-        "?10, ?11)");
+        "optimizer, activations, other, current, peak, frozen_params, cuda, cuda_allocated, "
+        "cuda_allocated_peak, cuda_reserved, cuda_reserved_peak, cuda_alloc_retries, cuda_ooms) "
+        "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
+        "?19)");
     if (!ins.valid() || !mem.valid())
         return fail(d->describe(doing));
     bool first = !hadPoints;
@@ -924,7 +948,15 @@ Status RunStore::appendMetrics(
                 .bind(8, static_cast<int64_t>(m.activationBytes))
                 .bind(9, static_cast<int64_t>(m.otherBytes))
                 .bind(10, static_cast<int64_t>(m.currentBytes))
-                .bind(11, static_cast<int64_t>(m.peakBytes));
+                .bind(11, static_cast<int64_t>(m.peakBytes))
+                .bind(12, static_cast<int64_t>(m.frozenParamBytes))
+                .bind(13, static_cast<int64_t>(m.cuda ? 1 : 0))
+                .bind(14, static_cast<int64_t>(m.cudaAllocatedBytes))
+                .bind(15, static_cast<int64_t>(m.cudaAllocatedPeakBytes))
+                .bind(16, static_cast<int64_t>(m.cudaReservedBytes))
+                .bind(17, static_cast<int64_t>(m.cudaReservedPeakBytes))
+                .bind(18, static_cast<int64_t>(m.cudaAllocRetries))
+                .bind(19, static_cast<int64_t>(m.cudaOoms));
             if (mem.exec() != SQLITE_DONE)
                 return fail(d->describe(doing));
             if (m.rank >= 0 && m.rank < 65536) {

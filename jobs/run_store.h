@@ -88,6 +88,11 @@ struct MemorySeries {
     QVector<double> step;
     QVector<double> shardedParams, gatheredParams, grads, optimizer, activations, other;
     QVector<double> current, peak;
+    QVector<double> frozenParams; // LoRA: the frozen base
+    // A GPU rank's caching allocator (protocol::RankMemory's cuda fields); cuda false on a CPU.
+    QVector<bool> cuda;
+    QVector<double> cudaAllocated, cudaAllocatedPeak, cudaReserved, cudaReservedPeak;
+    QVector<double> cudaAllocRetries, cudaOoms;
 };
 
 struct EventRow {
@@ -111,7 +116,7 @@ enum class OpenMode { ReadWrite, ReadOnly };
 
 class RunStore {
 public:
-    static constexpr int kSchemaVersion = 3;
+    static constexpr int kSchemaVersion = 4;
 
     // $SHARD_STORE if set, else <AppDataLocation>/runs.sqlite.
     static QString defaultPath();

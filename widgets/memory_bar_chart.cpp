@@ -156,6 +156,8 @@ QString MemoryBarChart::describeBar(int index) const
     }
     if (m_capacity && *m_capacity > 0)
         lines << tr("capacity: %1").arg(formatAxisBytes(*m_capacity));
+    for (const QString& note : bar.notes)
+        lines << note.toHtmlEscaped();
     return lines.join("<br>");
 }
 

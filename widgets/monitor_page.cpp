@@ -108,6 +108,10 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_memory->setCategories(memoryCategoryNames());
     m_memory->setPredictionLabel(tr("planner prediction"));
     m_memory->setAxisLabel(tr("%1 per rank"));
+    m_deviceMemory = new QLabel(this);
+    m_deviceMemory->setObjectName("deviceMemory");
+    m_deviceMemory->setWordWrap(true);
+    m_deviceMemory->hide();
 
     m_log = new QPlainTextEdit(this);
     m_log->setReadOnly(true);
@@ -150,7 +154,12 @@ MonitorPage::MonitorPage(QWidget* parent)
     grid->setContentsMargins(0, 0, 0, 0);
     grid->addWidget(m_loss, 0, 0);
     grid->addWidget(m_lr, 0, 1);
-    grid->addWidget(m_memory, 0, 2, 2, 1);
+    auto* memoryBox = new QWidget(this);
+    auto* memoryLayout = new QVBoxLayout(memoryBox);
+    memoryLayout->setContentsMargins(0, 0, 0, 0);
+    memoryLayout->addWidget(m_memory, 1);
+    memoryLayout->addWidget(m_deviceMemory);
+    grid->addWidget(memoryBox, 0, 2, 2, 1);
     grid->addWidget(m_gradNorm, 1, 0);
     grid->addWidget(m_throughput, 1, 1);
     grid->setColumnStretch(0, 3);
@@ -412,6 +421,8 @@ void MonitorPage::reset()
             p->setPoints(i, {}, {});
     m_memory->setBars({});
     m_memory->setCapacity(std::nullopt);
+    m_deviceMemory->clear();
+    m_deviceMemory->hide();
     m_log->clear();
     m_shownLogRank = 0;
     while (m_logRank->count() > 1)
@@ -566,6 +577,11 @@ void MonitorPage::updateProgress()
 void MonitorPage::updateMemory()
 {
     std::vector<MemoryBar> bars;
+    // A GPU run: the caching allocator's reserved bytes (what nvidia-smi shows and what runs
+    // out), its retries (it freed its cache to fit an allocation: fragmentation) and OOMs.
+    const protocol::RankMemory* mostReserved = nullptr;
+    int64_t retries = 0;
+    int64_t ooms = 0;
     for (const auto& m : m_run.lastMemory) {
         MemoryBar bar;
         bar.label = tr("rank %1").arg(m.rank);
@@ -573,9 +589,44 @@ void MonitorPage::updateMemory()
         bar.predictedBytes = m_predictedBytes;
         if (m.peakBytes > 0)
             bar.measuredPeakBytes = double(m.peakBytes);
+        if (m.cuda) {
+            bar.notes << tr("GPU reserved: %1 (peak %2)")
+                             .arg(formatBytes(double(m.cudaReservedBytes)),
+                                 formatBytes(double(m.cudaReservedPeakBytes)))
+                      << tr("GPU allocated: %1 (peak %2)")
+                             .arg(formatBytes(double(m.cudaAllocatedBytes)),
+                                 formatBytes(double(m.cudaAllocatedPeakBytes)))
+                      << tr("alloc retries: %1, OOMs: %2").arg(m.cudaAllocRetries).arg(m.cudaOoms);
+            if (!mostReserved || m.cudaReservedPeakBytes > mostReserved->cudaReservedPeakBytes)
+                mostReserved = &m;
+            retries += m.cudaAllocRetries;
+            ooms += m.cudaOoms;
+        }
         bars.push_back(std::move(bar));
     }
     m_memory->setBars(bars);
+    if (!mostReserved) {
+        m_deviceMemory->hide();
+        return;
+    }
+    QString text = tr("GPU max reserved %1 (rank %2) · alloc retries %3 · OOMs %4")
+                       .arg(formatBytes(double(mostReserved->cudaReservedPeakBytes)))
+                       .arg(mostReserved->rank)
+                       .arg(retries)
+                       .arg(ooms);
+    if (retries > 0)
+        text += tr(" — the caching allocator had to free its cache to fit: memory is "
+                   "fragmented or nearly full (a smaller micro-batch or checkpointing helps)");
+    m_deviceMemory->setText(text);
+    m_deviceMemory->setToolTip(
+        tr("From the CUDA caching allocator of each rank, since the previous record: reserved "
+           "is what the GPU holds for this process, allocated what tensors use."));
+    m_deviceMemory->show();
+}
+
+QString MonitorPage::deviceMemoryText() const
+{
+    return m_deviceMemory->isHidden() ? QString() : m_deviceMemory->text();
 }
 
 void MonitorPage::stopRun()

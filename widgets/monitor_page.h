@@ -61,6 +61,9 @@ public:
     // The store's live runs, offered at the top of the page ("Running now").
     void setRunningRuns(const QVector<jobs::RunRecord>& runs);
     int runningRunCount() const;
+    // A GPU run's caching-allocator figures under the memory chart (torchtitan's max_reserved,
+    // alloc retries and OOMs over the ranks); empty, and hidden, for a CPU run.
+    QString deviceMemoryText() const;
     // The rank whose log the Log tab shows.
     int shownLogRank() const { return m_shownLogRank; }
     bool finished() const { return m_finished; }
@@ -126,6 +129,7 @@ private:
     LivePlot* m_gradNorm = nullptr;
     LivePlot* m_throughput = nullptr;
     MemoryBarChart* m_memory = nullptr;
+    QLabel* m_deviceMemory = nullptr;
     QPlainTextEdit* m_log = nullptr;
     QComboBox* m_logRank = nullptr;
     QComboBox* m_running = nullptr;

@@ -7,6 +7,8 @@
 #include <QString>
 #include <QStringList>
 
+#include "jobs/launch_request.h"
+
 namespace shard::test {
 
 inline const QString kShard = QStringLiteral(SHARD_BINARY_DIR "/app/shard");
@@ -37,6 +39,23 @@ inline CliOut runShard(
     o.out = QString::fromUtf8(p.readAllStandardOutput());
     o.err = QString::fromUtf8(p.readAllStandardError());
     return o;
+}
+
+// A run of the shell workload (kFakeWorker): `steps` metric records, one per `stepSec`, on
+// `procs` ranks.
+inline jobs::LaunchRequest fakeRunRequest(
+    const QString& name, const QString& runDir, int steps, double stepSec = 0.02, int procs = 2)
+{
+    jobs::LaunchRequest r;
+    r.name = name;
+    r.runDir = runDir;
+    r.workerProgram = kFakeWorker;
+    r.spec.procsPerNode = procs;
+    r.spec.model = "m";
+    r.spec.data = {"d.jsonl"};
+    r.spec.steps = steps;
+    r.env = {QString("FAKE_STEP_SEC=%1").arg(stepSec)};
+    return r;
 }
 
 // Lines in a file (0 when it cannot be read).

@@ -3,6 +3,7 @@
 // killing the CLI mid-run leaves the run going, and re-attaching stores every point once.
 #include <csignal>
 
+#include <QDir>
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -171,6 +172,40 @@ private Q_SLOTS:
         QCOMPARE(*s.ingestOffset(id, "metrics"), metrics.size());
         o = shard({"attach", QString::number(id)}); // again: nothing twice
         QCOMPARE(*s.metricCount(id), qint64(80));
+    }
+
+    // `shard attach RUNDIR`: a folder written on this machine by a worker started by hand is
+    // recorded on first attach, through the local launcher, and is the same record after.
+    void attachAFolderStartedByHand()
+    {
+        const QString dir = m_dir.filePath("by-hand");
+        QProcess worker;
+        QProcessEnvironment e = env();
+        e.insert("FAKE_STEP_SEC", "0.01");
+        worker.setProcessEnvironment(e);
+        worker.start(shard::test::kFakeWorker, {"launch", "--run-dir", dir, "--steps", "12"});
+        QVERIFY(worker.waitForFinished(30000));
+        QCOMPARE(worker.exitCode(), 0);
+        QVERIFY(QFile::exists(dir + "/metrics.jsonl"));
+
+        auto o = shard({"attach", dir});
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        QVERIFY2(o.out.contains("attached to run"), qPrintable(o.out));
+        QVERIFY2(o.out.contains("finished"), qPrintable(o.out));
+        auto s = store();
+        const qint64 id = s.findRunByDir(QString(), dir).valueOr(0);
+        QVERIFY(id > 0);
+        QCOMPARE(*s.metricCount(id), qint64(12));
+        o = shard({"attach", dir}); // again: the same record, nothing twice
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        QVERIFY2(o.out.contains(QString("attached to run %1 ").arg(id)), qPrintable(o.out));
+        QCOMPARE(*s.metricCount(id), qint64(12));
+
+        // A folder that holds no run is refused with what to pick instead.
+        QVERIFY(QDir().mkpath(m_dir.filePath("not-a-run")));
+        o = shard({"attach", m_dir.filePath("not-a-run")});
+        QVERIFY(o.code != 0);
+        QVERIFY2(o.err.contains("not a run folder"), qPrintable(o.err));
     }
 
     void stopAndDetach()

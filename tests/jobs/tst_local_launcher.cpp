@@ -20,20 +20,9 @@ using namespace shard::jobs;
 
 namespace {
 
-using shard::test::kFakeWorker;
-
 LaunchRequest request(const QString& runDir, int steps, double stepSec = 0.02)
 {
-    LaunchRequest r;
-    r.name = "local-test";
-    r.runDir = runDir;
-    r.workerProgram = kFakeWorker;
-    r.spec.procsPerNode = 2;
-    r.spec.model = "m";
-    r.spec.data = {"d.jsonl"};
-    r.spec.steps = steps;
-    r.env = {QString("FAKE_STEP_SEC=%1").arg(stepSec)};
-    return r;
+    return shard::test::fakeRunRequest("local-test", runDir, steps, stepSec);
 }
 
 } // namespace

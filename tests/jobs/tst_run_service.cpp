@@ -23,16 +23,7 @@ namespace {
 // A local run of the shell workload: `steps` metric records, one per `stepSec`.
 LaunchRequest fakeRun(const QString& runDir, int steps, double stepSec)
 {
-    LaunchRequest r;
-    r.name = "followed";
-    r.runDir = runDir;
-    r.workerProgram = shard::test::kFakeWorker;
-    r.spec.procsPerNode = 1;
-    r.spec.model = "m";
-    r.spec.data = {"d.jsonl"};
-    r.spec.steps = steps;
-    r.env = {QString("FAKE_STEP_SEC=%1").arg(stepSec)};
-    return r;
+    return shard::test::fakeRunRequest("followed", runDir, steps, stepSec, 1);
 }
 
 // Accepts TCP connections on loopback and never sends a byte: an SSH host that hangs before its

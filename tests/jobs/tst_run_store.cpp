@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 #include <sys/mount.h>
 
+#include "jobs/run_series.h"
 #include "jobs/run_store.h"
 
 using namespace shard::jobs;
@@ -211,6 +212,43 @@ private Q_SLOTS:
         QVERIFY(store->deleteRun(id));
         QCOMPARE(*store->metricCount(id), qint64(0));
         QCOMPARE(store->memorySeries(id)->size(), 0);
+    }
+
+    // Every field of a rank's memory record survives the store: LoRA's frozen base and a GPU
+    // rank's caching allocator, as the Monitor reads them back (loadStoredSeries).
+    void gpuAndFrozenMemoryFieldsAreKept()
+    {
+        QTemporaryDir dir;
+        auto store = RunStore::open(dir.filePath("runs.sqlite"));
+        QVERIFY(store);
+        const qint64 id = *store->createRun({});
+        MetricRecord r = metric(1, 2.0, 100, 5000, 6000);
+        RankMemory& gpu = r.memory[1];
+        gpu.frozenParamBytes = 777;
+        gpu.cuda = true;
+        gpu.cudaAllocatedBytes = 4000;
+        gpu.cudaAllocatedPeakBytes = 6000;
+        gpu.cudaReservedBytes = 8192;
+        gpu.cudaReservedPeakBytes = 16384;
+        gpu.cudaAllocRetries = 3;
+        gpu.cudaOoms = 1;
+        QVERIFY(store->appendMetrics(id, {r}, 10));
+        auto series = loadStoredSeries(*store, id);
+        QVERIFY2(series, qPrintable(series.error()));
+        QCOMPARE(int(series->lastMemory.size()), 2);
+        const RankMemory& cpu = series->lastMemory[0];
+        QVERIFY(!cpu.cuda);
+        QCOMPARE(cpu.cudaReservedPeakBytes, int64_t(0));
+        const RankMemory& back = series->lastMemory[1];
+        QCOMPARE(back.rank, 1);
+        QCOMPARE(back.frozenParamBytes, int64_t(777));
+        QVERIFY(back.cuda);
+        QCOMPARE(back.cudaAllocatedBytes, int64_t(4000));
+        QCOMPARE(back.cudaAllocatedPeakBytes, int64_t(6000));
+        QCOMPARE(back.cudaReservedBytes, int64_t(8192));
+        QCOMPARE(back.cudaReservedPeakBytes, int64_t(16384));
+        QCOMPARE(back.cudaAllocRetries, int64_t(3));
+        QCOMPARE(back.cudaOoms, int64_t(1));
     }
 
     void compare()

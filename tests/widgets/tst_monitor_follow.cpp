@@ -37,15 +37,8 @@ private Q_SLOTS:
         MonitorPage* monitor = window.monitorPage();
 
         // Launched by the studio: the window follows it by the id the store gave it.
-        shard::jobs::LaunchRequest request;
-        request.name = "both-ways";
-        request.runDir = runDir;
-        request.workerProgram = shard::test::kFakeWorker;
-        request.spec.procsPerNode = 2;
-        request.spec.model = "m";
-        request.spec.data = {"d.jsonl"};
-        request.spec.steps = steps;
-        request.env = {"FAKE_STEP_SEC=0.05"};
+        const shard::jobs::LaunchRequest request
+            = shard::test::fakeRunRequest("both-ways", runDir, steps, 0.05);
         QSignalSpy launched(window.store(), &shard::jobs::RunService::launched);
         window.store()->launch(request);
         QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, 20000);

@@ -136,6 +136,7 @@ private Q_SLOTS:
         QCOMPARE(page.samplesView()->topLevelItemCount(), 1);
         QCOMPARE(page.samplesView()->topLevelItem(0)->text(0), QString("20"));
         QCOMPARE(page.samplesView()->topLevelItem(0)->text(2), QString(" a time"));
+        QVERIFY(page.deviceMemoryText().isEmpty()); // a CPU run: no GPU allocator line
     }
 
     void resumeOfferedOnlyForACompleteCheckpointWithStepsLeft()
@@ -272,6 +273,53 @@ private Q_SLOTS:
         qunsetenv("SHARD_WORKER");
         qunsetenv("FAKE_STEPS");
         qunsetenv("FAKE_STEP_SEC");
+    }
+
+    // A GPU run's records carry the CUDA caching allocator's figures: through the store to the
+    // page, under the memory chart (the largest reserved peak over the ranks, retries, OOMs)
+    // and in each rank's tooltip. A CPU run shows none (pointsArriveFromAProcessAppending).
+    void gpuRunShowsItsCachingAllocator()
+    {
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString run = tmp.filePath("run-gpu");
+        QVERIFY(QDir().mkpath(run + "/logs"));
+        writeFile(run + "/run.json", R"({"name":"gpu","steps":1,"device":"cuda"})");
+        writeFile(run + "/events.jsonl",
+            R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
+            "\n"
+            R"({"v":1,"type":"event","kind":"finish","wall_time":2,"step":1,"message":"done",)"
+            R"("data":{"reason":"completed"}})"
+            "\n");
+        const QByteArray rank
+            = R"({"rank":%1,"sharded_params":1000,"current":4000,"peak":5000,"cuda":{)"
+              R"("allocated":4000,"allocated_peak":5000,"reserved":%2,"reserved_peak":%3,)"
+              R"("alloc_retries":%4,"ooms":0}})";
+        writeFile(run + "/metrics.jsonl",
+            R"({"v":1,"type":"metric","step":1,"tokens":256,"loss":2.5,"lr":0.001,)"
+            R"("grad_norm":1,"tokens_per_sec":100,"step_time":1,"wall_time":1,"memory":[)"
+                + QString(rank).arg(0).arg(2147483648LL).arg(3221225472LL).arg(0).toUtf8() + ","
+                + QString(rank).arg(1).arg(2147483648LL).arg(4294967296LL).arg(2).toUtf8()
+                + "]}\n");
+
+        Service store;
+        MonitorPage page;
+        page.setStore(&store.service);
+        page.show();
+        page.openRunDirectory(run);
+        QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 1, 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(!page.deviceMemoryText().isEmpty(), 5000);
+        const QString text = page.deviceMemoryText();
+        QVERIFY2(text.contains("max reserved 4.00 GiB (rank 1)"), qPrintable(text));
+        QVERIFY2(text.contains("alloc retries 2"), qPrintable(text));
+        QVERIFY2(text.contains("OOMs 0"), qPrintable(text));
+        QVERIFY2(text.contains("fragmented"), qPrintable(text)); // retries explained
+        const QString tip = page.memoryChart()->describeBar(0);
+        QVERIFY2(tip.contains("GPU reserved: 2.00 GiB (peak 3.00 GiB)"), qPrintable(tip));
+
+        // Another folder opened in the page: the GPU line goes with the run.
+        page.openRunDirectory(tmp.filePath("run-gpu-missing"));
+        QTRY_VERIFY_WITH_TIMEOUT(page.deviceMemoryText().isEmpty(), 5000);
     }
 
     void skippedDataLinesAreShown()
