@@ -421,14 +421,31 @@ void LivePlot::flush(bool immediate)
             const QCPRange x = m_plot->xAxis->range();
             if (!(x.size() > 0))
                 m_plot->xAxis->setRange(x.lower - 1.0, x.upper + 1.0);
-            // A little headroom so a flat line does not sit on the frame.
-            const QCPRange y = m_plot->yAxis->range();
+            // A little headroom so a flat line does not sit on the frame. On a linear axis from
+            // the data's own span: QCustomPlot widens a flat series to the previous range's size
+            // around it (a constant learning rate of 3e-4 drew as a line at "0" in -0.5..0.5).
+            QCPRange y = m_plot->yAxis->range();
+            bool spanned = false;
+            for (int i = 0; !m_logY && i < m_plot->graphCount(); ++i) {
+                bool found = false;
+                const QCPRange r = m_plot->graph(i)->visible()
+                    ? m_plot->graph(i)->getValueRange(found)
+                    : QCPRange();
+                if (found) {
+                    y = spanned ? QCPRange(std::min(y.lower, r.lower), std::max(y.upper, r.upper))
+                                : r;
+                    spanned = true;
+                }
+            }
             if (m_logY) {
                 m_plot->yAxis->setRange(y.lower / 1.15, y.upper * 1.15);
             } else if (m_yIncludesZero && y.lower >= 0) {
                 m_plot->yAxis->setRange(0, y.upper > 0 ? y.upper * 1.05 : 1.0);
             } else {
-                const double pad = y.size() > 0 ? y.size() * 0.05 : std::abs(y.upper) * 0.05 + 1e-9;
+                // Flat, or only rounding noise apart (an EMA of a constant): 5% of the value.
+                const double mid = y.center();
+                const bool flat = y.size() <= std::abs(mid) * 1e-9;
+                const double pad = flat ? std::max(std::abs(mid) * 0.05, 1e-9) : y.size() * 0.05;
                 m_plot->yAxis->setRange(y.lower - pad, y.upper + pad);
             }
         } else {

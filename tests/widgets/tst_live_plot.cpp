@@ -196,6 +196,20 @@ private Q_SLOTS:
         plot.flushNow();
         QCOMPARE(plot.customPlot()->xAxis->range().upper, 1.0);
         QCOMPARE(plot.customPlot()->yAxis->range().upper, 1.0);
+
+        // A flat line (a constant learning rate) is framed around its value, not around 0 in
+        // the previous view's span; a line flat but for rounding noise is not zoomed into it.
+        plot.setYIncludesZero(false);
+        plot.setPoints(s, {1, 2, 3}, {3e-4, 3e-4, 3e-4});
+        plot.flushNow();
+        QCPRange y = plot.customPlot()->yAxis->range();
+        QVERIFY2(y.lower > 2e-4 && y.upper < 4e-4 && y.contains(3e-4),
+            qPrintable(QString("%1 .. %2").arg(y.lower).arg(y.upper)));
+        plot.setPoints(s, {1, 2, 3}, {1.2, 1.2 + 2e-16, 1.2});
+        plot.flushNow();
+        y = plot.customPlot()->yAxis->range();
+        QVERIFY2(y.size() > 0.01 && y.contains(1.2),
+            qPrintable(QString("%1 .. %2").arg(y.lower).arg(y.upper)));
     }
 };
 
