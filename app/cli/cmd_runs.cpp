@@ -19,6 +19,7 @@
 #include <QTemporaryFile>
 
 #include "command.h"
+#include "jobs/run_series.h"
 #include "run_follow.h"
 #include "terminal_text.h"
 
@@ -224,11 +225,12 @@ void writeComparePng(jobs::RunStore& store, const QVector<jobs::RunRecord>& runs
 {
     QJsonArray arr;
     for (const auto& r : runs) {
-        auto m = store.metricSeries(r.id);
+        // The one series shape (jobs::RunSeries) the studio's Monitor and Compare draw.
+        auto m = jobs::loadStoredSeries(store, r.id);
         if (!m)
             throw std::runtime_error(m.error().toStdString());
         const QVector<double>& xs = xAxis == "tokens" ? m->tokens
-            : xAxis == "time"                         ? m->wallTime
+            : xAxis == "time"                         ? m->wallTimeSec
                                                       : m->step;
         QJsonObject o;
         o["label"] = QStringLiteral("%1 %2").arg(r.id).arg(r.name);
@@ -236,23 +238,13 @@ void writeComparePng(jobs::RunStore& store, const QVector<jobs::RunRecord>& runs
         decimate(xs, m->loss, &x, &loss);
         o["x"] = x;
         o["loss"] = loss;
-        // Memory: the max over ranks of each step's peak, on the same x axis.
-        auto mem = store.memorySeries(r.id);
-        if (!mem)
-            throw std::runtime_error(mem.error().toStdString());
-        QMap<double, double> peakByStep;
-        for (const auto& rank : *mem)
-            for (int i = 0; i < rank.step.size(); ++i)
-                peakByStep[rank.step[i]] = std::max(peakByStep.value(rank.step[i], 0.0),
-                    std::max(rank.peak[i], rank.current[i]) / (1024.0 * 1024.0));
-        QHash<double, double> xOfStep;
-        for (int i = 0; i < m->step.size(); ++i)
-            xOfStep[m->step[i]] = xs[i];
+        // Memory: the max over ranks of each step's peak (MiB), where a step recorded one.
         QVector<double> mx, my;
-        for (auto it = peakByStep.begin(); it != peakByStep.end(); ++it) {
-            mx << xOfStep.value(it.key(), it.key());
-            my << it.value();
-        }
+        for (int i = 0; i < m->size(); ++i)
+            if (m->peakBytes.value(i) > 0) {
+                mx << xs[i];
+                my << m->peakBytes[i] / (1024.0 * 1024.0);
+            }
         QJsonArray jx, jy;
         decimate(mx, my, &jx, &jy);
         o["mem_x"] = jx;
