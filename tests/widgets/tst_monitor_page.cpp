@@ -37,6 +37,19 @@ void writeFile(const QString& path, const QByteArray& text)
     f.write(text);
 }
 
+// A run folder as rank 0 starts one: logs/, run.json and the start event, then `moreEvents`.
+QString startedRun(const QTemporaryDir& tmp, const QString& name, const QByteArray& runJson,
+    const QByteArray& moreEvents = {})
+{
+    const QString run = tmp.filePath(name);
+    QDir().mkpath(run + "/logs");
+    writeFile(run + "/run.json", runJson);
+    writeFile(run + "/events.jsonl",
+        R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
+        "\n" + moreEvents);
+    return run;
+}
+
 // A shell loop that appends one metric line per ~40 ms; line 5 is written in two halves
 // 300 ms apart, the way a writer that is preempted mid-line leaves it.
 QString writerScript(int records)
@@ -77,15 +90,11 @@ private Q_SLOTS:
     {
         QTemporaryDir tmp;
         QVERIFY(tmp.isValid());
-        const QString run = tmp.filePath("run-a");
-        QVERIFY(QDir().mkpath(run + "/logs"));
-        writeFile(run + "/run.json", R"({"name":"tiny","steps":40,"strategy":"zero3"})");
-        writeFile(run + "/events.jsonl",
-            R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
-            "\n"
-            R"({"v":1,"type":"event","kind":"sample","wall_time":1,"step":20,"message":"s",)"
-            R"("data":{"prompt":"Once upon","completion":" a time"}})"
-            "\n");
+        const QString run
+            = startedRun(tmp, "run-a", R"({"name":"tiny","steps":40,"strategy":"zero3"})",
+                R"({"v":1,"type":"event","kind":"sample","wall_time":1,"step":20,"message":"s",)"
+                R"("data":{"prompt":"Once upon","completion":" a time"}})"
+                "\n");
 
         Service store;
         MonitorPage page;
@@ -143,12 +152,8 @@ private Q_SLOTS:
     {
         QTemporaryDir tmp;
         QVERIFY(tmp.isValid());
-        const QString run = tmp.filePath("run-r");
-        QVERIFY(QDir().mkpath(run + "/logs"));
-        writeFile(run + "/run.json", R"({"name":"tiny","steps":4,"strategy":"zero3"})");
-        writeFile(run + "/events.jsonl",
-            R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
-            "\n");
+        const QString run
+            = startedRun(tmp, "run-r", R"({"name":"tiny","steps":4,"strategy":"zero3"})");
         // The real layout: <run>/checkpoints/step-<n>/ with its manifest, complete only with its
         // DONE marker.
         const QString step2
@@ -225,13 +230,8 @@ private Q_SLOTS:
         // again. The resumed process is the shell workload speaking `shard-worker launch`.
         QTemporaryDir tmp;
         QVERIFY(tmp.isValid());
-        const QString run = tmp.filePath("run-k");
-        QVERIFY(QDir().mkpath(run + "/logs"));
-        writeFile(run + "/run.json",
+        const QString run = startedRun(tmp, "run-k",
             R"({"name":"tiny","steps":9,"strategy":"zero3","model":"m","data":["d.jsonl"]})");
-        writeFile(run + "/events.jsonl",
-            R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
-            "\n");
         writeFile(run + "/launcher.pid", "99999999\n"); // above pid_max: never alive
         const QString step3
             = QString::fromStdString(shard::protocol::RunDir(run.toStdString()).checkpointDir(3));
@@ -282,15 +282,11 @@ private Q_SLOTS:
     {
         QTemporaryDir tmp;
         QVERIFY(tmp.isValid());
-        const QString run = tmp.filePath("run-gpu");
-        QVERIFY(QDir().mkpath(run + "/logs"));
-        writeFile(run + "/run.json", R"({"name":"gpu","steps":1,"device":"cuda"})");
-        writeFile(run + "/events.jsonl",
-            R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
-            "\n"
-            R"({"v":1,"type":"event","kind":"finish","wall_time":2,"step":1,"message":"done",)"
-            R"("data":{"reason":"completed"}})"
-            "\n");
+        const QString run
+            = startedRun(tmp, "run-gpu", R"({"name":"gpu","steps":1,"device":"cuda"})",
+                R"({"v":1,"type":"event","kind":"finish","wall_time":2,"step":1,"message":"done",)"
+                R"("data":{"reason":"completed"}})"
+                "\n");
         const QByteArray rank
             = R"({"rank":%1,"sharded_params":1000,"current":4000,"peak":5000,"cuda":{)"
               R"("allocated":4000,"allocated_peak":5000,"reserved":%2,"reserved_peak":%3,)"
@@ -326,16 +322,12 @@ private Q_SLOTS:
     {
         QTemporaryDir tmp;
         QVERIFY(tmp.isValid());
-        const QString run = tmp.filePath("run-skip");
-        QVERIFY(QDir().mkpath(run + "/logs"));
-        writeFile(run + "/run.json", R"({"name":"tiny","steps":4,"strategy":"zero3"})");
-        writeFile(run + "/events.jsonl",
-            R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
-            "\n"
-            R"({"v":1,"type":"event","kind":"data","wall_time":0,"step":0,)"
-            R"("message":"skipped 24 bad lines (--skip-bad-lines); first: line 7: not JSON",)"
-            R"("data":{"skipped_lines":24,"first":["line 7: not JSON"]}})"
-            "\n");
+        const QString run
+            = startedRun(tmp, "run-skip", R"({"name":"tiny","steps":4,"strategy":"zero3"})",
+                R"({"v":1,"type":"event","kind":"data","wall_time":0,"step":0,)"
+                R"("message":"skipped 24 bad lines (--skip-bad-lines); first: line 7: not JSON",)"
+                R"("data":{"skipped_lines":24,"first":["line 7: not JSON"]}})"
+                "\n");
         Service store;
         MonitorPage page;
         page.setStore(&store.service);
