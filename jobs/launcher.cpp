@@ -68,7 +68,7 @@ public:
         return QObject::tr("# Runs on this machine, detached (it outlives the studio):\n")
             + quoted.join(' ') + specSection(request);
     }
-    Result<QString> checkHost(const QString& workerProgram) const override
+    Result<HostCheck> checkHost(const QString& workerProgram) const override
     {
         const QString worker = LocalLauncher::findWorker(workerProgram);
         if (worker.isEmpty())
@@ -80,7 +80,10 @@ public:
         if (!p.waitForFinished(30000) || p.exitCode() != 0)
             return fail(QObject::tr("%1 --version failed: %2")
                             .arg(worker, QString::fromUtf8(p.readAllStandardError()).trimmed()));
-        return QString::fromUtf8(p.readAllStandardOutput()).section('\n', 0, 0).trimmed();
+        HostCheck check;
+        check.answer = QString::fromUtf8(p.readAllStandardOutput()).section('\n', 0, 0).trimmed();
+        check.gpus = localGpus();
+        return check;
     }
     Result<qint64> attach(const QString& runDir) override
     {
@@ -150,7 +153,7 @@ public:
         }
         return text.chopped(1) + specSection(request);
     }
-    Result<QString> checkHost(const QString& workerProgram) const override
+    Result<HostCheck> checkHost(const QString& workerProgram) const override
     {
         if (m_hosts.isEmpty())
             return fail(QObject::tr("no SSH host given"));
@@ -237,7 +240,7 @@ public:
                        request.runDir)
             + script.value() + specSection(request);
     }
-    Result<QString> checkHost(const QString& workerProgram) const override
+    Result<HostCheck> checkHost(const QString& workerProgram) const override
     {
         if (m_slurm.via.isEmpty())
             return LocalTarget(nullptr).checkHost(workerProgram);

@@ -12,6 +12,7 @@
 #include <QString>
 #include <QStringList>
 
+#include "jobs/host_check.h"
 #include "jobs/launch_request.h"
 #include "jobs/log_tail.h"
 #include "jobs/result.h"
@@ -46,9 +47,9 @@ public:
     // Exactly what start() will run for `request`, as a shell user reads it: the command line on
     // this machine, the script each SSH host runs, or the sbatch script; and the launch spec.
     virtual Result<QString> describe(const LaunchRequest& request) const = 0;
-    // Whether the target can run a worker: its `--version` line, or the one-line reason
-    // (unreachable, auth refused, host key, worker not installed). Blocking.
-    virtual Result<QString> checkHost(const QString& workerProgram = "shard-worker") const = 0;
+    // Whether the target can run a worker: its `--version` line and the GPUs there, or the
+    // one-line reason (unreachable, auth refused, host key, worker not installed). Blocking.
+    virtual Result<HostCheck> checkHost(const QString& workerProgram = "shard-worker") const = 0;
     // The run that writes `runDir` on this target: the one recorded for it, or a new record
     // (local and SSH folders started anywhere); either way caught up with what the folder holds
     // (from the stored offsets, so nothing twice) and settled when its launcher is gone. Returns

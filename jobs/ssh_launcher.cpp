@@ -257,12 +257,13 @@ Status SshLauncher::stop(qint64 runId, int graceMs)
     return markStoppedOnRequest(m_store, runId);
 }
 
-Result<QString> SshLauncher::checkHost(
+Result<HostCheck> SshLauncher::checkHost(
     const SshClient& ssh, const SshHost& host, const QString& workerProgram)
 {
     auto r = ssh.run(host,
-        QStringLiteral("w=%1; command -v \"$w\" >/dev/null 2>&1 || exit 127; \"$w\" --version")
-            .arg(Q::shellQuote(workerProgram)),
+        QStringLiteral("w=%1; command -v \"$w\" >/dev/null 2>&1 || exit 127; \"$w\" --version "
+                       "|| exit $?; echo @@gpus; %2")
+            .arg(Q::shellQuote(workerProgram), gpuQueryScript()),
         {}, 30000);
     if (!r)
         return fail(r.error());
@@ -274,7 +275,14 @@ Result<QString> SshLauncher::checkHost(
         return fail(QStringLiteral("%1 --version failed on %2: %3")
                         .arg(workerProgram, host.toString(),
                             QString::fromLocal8Bit(r->err).trimmed().section('\n', -1)));
-    return QString::fromUtf8(r->out).trimmed().section('\n', 0, 0);
+    const int gpusAt = r->out.indexOf("@@gpus\n");
+    HostCheck check;
+    check.answer = QString::fromUtf8(r->out.left(gpusAt < 0 ? r->out.size() : gpusAt))
+                       .trimmed()
+                       .section('\n', 0, 0);
+    if (gpusAt >= 0)
+        check.gpus = parseGpuList(r->out.mid(gpusAt + 7));
+    return check;
 }
 
 Result<qint64> SshLauncher::attach(const SshHost& host, const QString& runDir)

@@ -5,6 +5,7 @@
 
 #include <QList>
 
+#include "jobs/host_check.h"
 #include "jobs/launch_request.h"
 #include "jobs/run_store.h"
 #include "jobs/ssh_client.h"
@@ -36,15 +37,16 @@ public:
     // launcher.pid, and ingests what is there. Returns the run id.
     Result<qint64> attach(const SshHost& host, const QString& runDir);
 
-    // For a Hosts page's "test connection": connects (BatchMode) and runs `<worker> --version`.
-    // Returns the version line, or the one-line reason (unreachable, auth refused, host key,
-    // shard-worker not installed). Blocking: call it off the UI thread.
-    Result<QString> checkHost(const SshHost& host, const QString& workerProgram = "shard-worker")
+    // For a Hosts page's "test connection": connects (BatchMode), runs `<worker> --version` and
+    // lists the host's GPUs (nvidia-smi). Returns the version line and the GPUs, or the one-line
+    // reason (unreachable, auth refused, host key, shard-worker not installed). Blocking: call it
+    // off the UI thread.
+    Result<HostCheck> checkHost(const SshHost& host, const QString& workerProgram = "shard-worker")
     {
         return checkHost(m_ssh, host, workerProgram);
     }
     // The same with a given client (the Hosts page's Test, which has no run store).
-    static Result<QString> checkHost(
+    static Result<HostCheck> checkHost(
         const SshClient& ssh, const SshHost& host, const QString& workerProgram = "shard-worker");
 
     // The shell script that starts node `nodeRank`'s launcher on its host, detached, reading the

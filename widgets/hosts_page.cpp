@@ -29,9 +29,9 @@ HostsPage::HostsPage(QWidget* parent)
     : QWidget(parent)
 {
     m_table = new QTableWidget(this);
-    m_table->setColumnCount(5);
+    m_table->setColumnCount(6);
     m_table->setHorizontalHeaderLabels(
-        {tr("name"), tr("kind"), tr("address"), tr("user"), tr("partition")});
+        {tr("name"), tr("kind"), tr("address"), tr("user"), tr("partition"), tr("GPUs")});
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::SingleSelection);
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -58,6 +58,11 @@ HostsPage::HostsPage(QWidget* parent)
     m_test = new QPushButton(tr("&Test connection"), this);
     m_cancel = new QPushButton(tr("Cancel test"), this);
     m_cancel->setEnabled(false);
+    m_plan = new QPushButton(tr("&Plan for these GPUs"), this);
+    m_plan->setObjectName("planForHost");
+    m_plan->setToolTip(tr("Opens the Plan page with this host's GPU model and count, as its last "
+                          "Test found them."));
+    m_plan->setEnabled(false);
     m_busy = new QProgressBar(this);
     m_busy->setRange(0, 0);
     m_busy->setVisible(false);
@@ -78,6 +83,7 @@ HostsPage::HostsPage(QWidget* parent)
     buttons->addWidget(m_busy);
     buttons->addWidget(m_test);
     buttons->addWidget(m_cancel);
+    buttons->addWidget(m_plan);
 
     auto* help = new QLabel(tr("Connections use your OpenSSH client, so ~/.ssh/config, agents, "
                                "ProxyJump and known hosts apply. Host keys are checked by "
@@ -107,8 +113,12 @@ HostsPage::HostsPage(QWidget* parent)
     setTabOrder(m_save, m_remove);
     setTabOrder(m_remove, m_test);
     setTabOrder(m_test, m_cancel);
+    setTabOrder(m_cancel, m_plan);
 
-    connect(m_table, &QTableWidget::currentCellChanged, this, [this](int row) { fillForm(row); });
+    connect(m_table, &QTableWidget::currentCellChanged, this, [this](int row) {
+        fillForm(row);
+        updatePlanButton();
+    });
     connect(m_kind, qOverload<int>(&QComboBox::currentIndexChanged), this,
         [this] { m_partition->setEnabled(m_kind->currentData().toString() == "slurm"); });
     m_partition->setEnabled(false);
@@ -138,6 +148,7 @@ HostsPage::HostsPage(QWidget* parent)
     });
     connect(m_test, &QPushButton::clicked, this, &HostsPage::testSelected);
     connect(m_cancel, &QPushButton::clicked, this, &HostsPage::cancelTest);
+    connect(m_plan, &QPushButton::clicked, this, &HostsPage::planForSelected);
 }
 
 QString HostsPage::messageText() const
@@ -158,7 +169,17 @@ void HostsPage::addHost(const HostEntry& host)
         if (m_hosts[i].name == host.name)
             row = i;
     if (row >= 0) {
-        m_hosts[row] = host;
+        HostEntry updated = host;
+        const HostEntry& old = m_hosts[row];
+        // Saved again from the form (which has no GPU fields): what the last Test found stays
+        // while the host is the same.
+        if (updated.gpuCount == 0 && old.address == host.address && old.port == host.port
+            && old.user == host.user) {
+            updated.gpuName = old.gpuName;
+            updated.gpuMemoryMiB = old.gpuMemoryMiB;
+            updated.gpuCount = old.gpuCount;
+        }
+        m_hosts[row] = updated;
     } else {
         m_hosts.append(host);
         row = int(m_hosts.size()) - 1;
@@ -182,8 +203,10 @@ void HostsPage::refreshTable()
         const QString address = h.address.isEmpty()
             ? tr("(this machine)")
             : (h.port != 22 ? QString("%1:%2").arg(h.address).arg(h.port) : h.address);
-        const QStringList cells
-            = {h.name, h.kind == "slurm" ? tr("Slurm") : tr("SSH"), address, h.user, h.partition};
+        const QString gpus
+            = h.gpuCount > 0 ? tr("%1 × %2").arg(h.gpuCount).arg(h.gpuName) : QString();
+        const QStringList cells = {h.name, h.kind == "slurm" ? tr("Slurm") : tr("SSH"), address,
+            h.user, h.partition, gpus};
         for (int c = 0; c < cells.size(); ++c)
             m_table->setItem(r, c, new QTableWidgetItem(cells[c]));
     }
@@ -266,7 +289,7 @@ QString HostsPage::explainFailure(const HostEntry& host, int exitCode, const QSt
     return jobs::SshClient::describeFailure(sshHost(host), exitCode, err.toLocal8Bit());
 }
 
-jobs::Result<QString> HostsPage::runTest(const HostEntry& host)
+jobs::Result<jobs::HostCheck> HostsPage::runTest(const HostEntry& host)
 {
     if (host.kind == "ssh")
         return jobs::SshLauncher::checkHost(testClient(), sshHost(host));
@@ -294,8 +317,10 @@ jobs::Result<QString> HostsPage::runTest(const HostEntry& host)
     }
     if (r.exitCode != 0)
         return jobs::fail(explainFailure(host, r.exitCode, QString::fromLocal8Bit(r.err)));
-    return tr("Slurm answers; partitions: %1")
-        .arg(QString::fromLocal8Bit(r.out).simplified().replace(' ', ", "));
+    jobs::HostCheck check;
+    check.answer = tr("Slurm answers; partitions: %1")
+                       .arg(QString::fromLocal8Bit(r.out).simplified().replace(' ', ", "));
+    return check;
 }
 
 void HostsPage::testSelected()
@@ -312,7 +337,7 @@ void HostsPage::testSelected()
         return;
     }
     m_testing = host;
-    m_watcher = new QFutureWatcher<jobs::Result<QString>>(this);
+    m_watcher = new QFutureWatcher<jobs::Result<jobs::HostCheck>>(this);
     connect(m_watcher, &QFutureWatcherBase::finished, this, &HostsPage::onFinished);
     m_watcher->setFuture(QtConcurrent::run([host] { return runTest(host); }));
     m_message->showMessage(tr("Testing %1…").arg(host.name.isEmpty() ? host.address : host.name),
@@ -327,7 +352,7 @@ void HostsPage::cancelTest()
     if (!m_watcher)
         return;
     // The check ends on its own within its timeouts; its answer is no longer wanted.
-    QFutureWatcher<jobs::Result<QString>>* w = m_watcher;
+    QFutureWatcher<jobs::Result<jobs::HostCheck>>* w = m_watcher;
     m_watcher = nullptr;
     w->disconnect(this);
     connect(w, &QFutureWatcherBase::finished, w, &QObject::deleteLater);
@@ -344,7 +369,7 @@ void HostsPage::onFinished()
 {
     if (!m_watcher)
         return;
-    const jobs::Result<QString> r = m_watcher->result();
+    const jobs::Result<jobs::HostCheck> r = m_watcher->result();
     m_watcher->deleteLater();
     m_watcher = nullptr;
     m_busy->setVisible(false);
@@ -353,13 +378,44 @@ void HostsPage::onFinished()
     const QString name = m_testing.name.isEmpty() ? m_testing.address : m_testing.name;
     if (r) {
         const QString what = m_testing.kind == "slurm"
-            ? r.value()
-            : tr("connected, shard-worker found (%1)").arg(r.value());
+            ? r->answer
+            : tr("connected, shard-worker found (%1)").arg(r->summary());
         m_message->showMessage(tr("%1: %2").arg(name, what), MessageBar::Kind::Info);
+        // A saved SSH host remembers its GPUs, for the table and "Plan for these GPUs".
+        for (int i = 0; i < m_hosts.size(); ++i) {
+            HostEntry& h = m_hosts[i];
+            if (m_testing.kind != "ssh" || h.kind != "ssh" || h.address != m_testing.address
+                || h.port != m_testing.port || h.user != m_testing.user)
+                continue;
+            h.gpuCount = int(r->gpus.size());
+            h.gpuName = r->gpus.isEmpty() ? QString() : r->gpus.front().name;
+            h.gpuMemoryMiB = r->gpus.isEmpty() ? 0.0 : r->gpus.front().memoryMiB;
+            refreshTable();
+            m_table->setCurrentCell(i, 0);
+            saveSettings();
+        }
     } else {
         m_message->showMessage(r.error());
     }
+    updatePlanButton();
     Q_EMIT testFinished(r.ok(), messageText());
+}
+
+void HostsPage::updatePlanButton()
+{
+    const int row = m_table->currentRow();
+    m_plan->setEnabled(row >= 0 && row < m_hosts.size() && m_hosts[row].gpuCount > 0);
+}
+
+void HostsPage::planForSelected()
+{
+    const int row = m_table->currentRow();
+    if (row < 0 || row >= m_hosts.size() || m_hosts[row].gpuCount <= 0) {
+        m_message->showMessage(tr("Test a host first: its GPUs are what the test finds there."));
+        return;
+    }
+    const HostEntry& h = m_hosts[row];
+    Q_EMIT planRequested(h.gpuName, h.gpuMemoryMiB, h.gpuCount);
 }
 
 void HostsPage::saveSettings() const
@@ -374,6 +430,9 @@ void HostsPage::saveSettings() const
         s.setValue("port", m_hosts[i].port);
         s.setValue("user", m_hosts[i].user);
         s.setValue("partition", m_hosts[i].partition);
+        s.setValue("gpuName", m_hosts[i].gpuName);
+        s.setValue("gpuMemoryMiB", m_hosts[i].gpuMemoryMiB);
+        s.setValue("gpuCount", m_hosts[i].gpuCount);
     }
     s.endArray();
 }
@@ -392,6 +451,9 @@ void HostsPage::loadSettings()
         e.port = s.value("port", 22).toInt();
         e.user = s.value("user").toString();
         e.partition = s.value("partition").toString();
+        e.gpuName = s.value("gpuName").toString();
+        e.gpuMemoryMiB = s.value("gpuMemoryMiB", 0.0).toDouble();
+        e.gpuCount = s.value("gpuCount", 0).toInt();
         if (!e.name.isEmpty())
             hosts.append(e);
     }

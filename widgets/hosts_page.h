@@ -7,6 +7,7 @@
 #include <QFutureWatcher>
 #include <QWidget>
 
+#include "jobs/host_check.h"
 #include "jobs/result.h"
 #include "jobs/ssh_client.h"
 
@@ -28,6 +29,11 @@ struct HostEntry {
     int port = 22;
     QString user;
     QString partition; // slurm
+    // What the last successful Test found there (nvidia-smi): the GPU model, its memory and how
+    // many; 0 GPUs: none found, or not tested yet.
+    QString gpuName;
+    double gpuMemoryMiB = 0;
+    int gpuCount = 0;
 };
 
 class HostsPage : public QWidget {
@@ -51,9 +57,11 @@ public:
     static jobs::SshHost sshHost(const HostEntry& host);
     // Turns OpenSSH / Slurm stderr into one readable sentence (SSH: SshClient::describeFailure).
     static QString explainFailure(const HostEntry& host, int exitCode, const QString& stderrText);
-    // Runs the test (blocking; the page calls it on a pool thread): the worker's version line or
-    // Slurm's partitions, else the reason.
-    static jobs::Result<QString> runTest(const HostEntry& host);
+    // Runs the test (blocking; the page calls it on a pool thread): the worker's version line and
+    // the host's GPUs, or Slurm's partitions; else the reason.
+    static jobs::Result<jobs::HostCheck> runTest(const HostEntry& host);
+    // Plans for the selected host's GPUs (found by its last Test): planRequested.
+    void planForSelected();
 
     void saveSettings() const;
     void loadSettings();
@@ -61,15 +69,18 @@ public:
 Q_SIGNALS:
     void testFinished(bool ok, const QString& message);
     void hostsChanged();
+    // "Plan for these GPUs": the host's GPU model as nvidia-smi names it, its memory and count.
+    void planRequested(const QString& gpuName, double memoryMiB, int gpuCount);
 
 private:
     void refreshTable();
     void fillForm(int row);
     HostEntry formEntry() const;
     void onFinished();
+    void updatePlanButton();
 
     QList<HostEntry> m_hosts;
-    QFutureWatcher<jobs::Result<QString>>* m_watcher = nullptr;
+    QFutureWatcher<jobs::Result<jobs::HostCheck>>* m_watcher = nullptr;
     HostEntry m_testing;
 
     QTableWidget* m_table = nullptr;
@@ -83,6 +94,7 @@ private:
     QPushButton* m_remove = nullptr;
     QPushButton* m_test = nullptr;
     QPushButton* m_cancel = nullptr;
+    QPushButton* m_plan = nullptr;
     QProgressBar* m_busy = nullptr;
     MessageBar* m_message = nullptr;
 };

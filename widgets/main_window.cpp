@@ -220,6 +220,11 @@ void MainWindow::wirePages()
     m_launch->setStore(m_store);
     connect(
         m_hosts, &HostsPage::hostsChanged, this, [this] { m_launch->setHosts(m_hosts->hosts()); });
+    connect(m_hosts, &HostsPage::planRequested, this,
+        [this](const QString& gpuName, double memoryMiB, int count) {
+            m_plan->useHostGpus(gpuName, memoryMiB, count);
+            showPage(Page::Plan);
+        });
     m_monitor->setPredictor(&predictedBytesPerRank);
     m_monitor->setStore(m_store);
     connect(

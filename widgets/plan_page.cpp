@@ -1,6 +1,7 @@
 // PlanPage: form -> PlanInput -> planAllStrategies / largestMicroBatch / fewestGpus -> chart.
 #include "widgets/plan_page.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <QComboBox>
@@ -310,6 +311,29 @@ PlanPage::PlanPage(QWidget* parent)
     if (auto card = plan::findCatalogDevice(m_device->currentData().toString().toStdString()))
         m_customGiB->setValue(double(card->spec.memoryBytes) / kGiB);
     setModel("llama-2-7b");
+}
+
+void PlanPage::useHostGpus(const QString& gpuName, double memoryMiB, int count)
+{
+    const auto card = plan::catalogDeviceForGpu(gpuName.toStdString(), memoryMiB);
+    if (card) {
+        m_device->setCurrentIndex(m_device->findData(QString::fromStdString(card->key)));
+    } else {
+        m_device->setCurrentIndex(m_device->findData(kCustomDevice));
+        if (memoryMiB > 0)
+            m_customGiB->setValue(memoryMiB / 1024.0);
+    }
+    m_gpus->setValue(std::max(1, count));
+    m_message->showMessage(card ? tr("Planning for %1 × %2 (%3).")
+                                      .arg(count)
+                                      .arg(gpuName, QString::fromStdString(card->label))
+                                : tr("Planning for %1 × %2: not in the GPU catalogue, so as a "
+                                     "custom GPU of %3 GiB (its speed is not known).")
+                                      .arg(count)
+                                      .arg(gpuName)
+                                      .arg(memoryMiB / 1024.0, 0, 'f', 0),
+        MessageBar::Kind::Info);
+    scheduleRecompute();
 }
 
 QString PlanPage::modelName() const

@@ -37,6 +37,10 @@ public:
     // A preset name, or a folder holding config.json (loaded off the UI thread).
     void setModel(const QString& presetOrFolder);
     QString modelName() const;
+    // Plans for a host's GPUs as its Hosts-page Test found them: the catalogue card of that
+    // name (nvidia-smi's, e.g. "NVIDIA H200"), else a custom size of `memoryMiB`, and `count`
+    // GPUs per node. Says which in the page's message.
+    void useHostGpus(const QString& gpuName, double memoryMiB, int count);
 
     // The plan for the current fields (computed after a short debounce; recompute() forces it).
     void recompute();

@@ -2,6 +2,8 @@
 // tensor-core figures with fp32 accumulation; memory as the driver reports it, in GiB.
 #include "plan/device_catalog.h"
 
+#include <cctype>
+
 namespace shard::plan {
 
 namespace {
@@ -53,6 +55,32 @@ std::optional<CatalogDevice> findCatalogDevice(const std::string& key)
         if (d.key == key)
             return d;
     return std::nullopt;
+}
+
+std::optional<CatalogDevice> catalogDeviceForGpu(const std::string& smiName, double memoryMiB)
+{
+    std::string name; // lower case, letters and digits only: "nvidiaa100sxm440gb"
+    for (char c : smiName)
+        if (std::isalnum(static_cast<unsigned char>(c)))
+            name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    auto has = [&](const char* token) { return name.find(token) != std::string::npos; };
+    const double gib = memoryMiB / 1024.0;
+    const char* key = nullptr;
+    if (has("h200"))
+        key = "h200";
+    else if (has("h100"))
+        key = "h100-80g";
+    else if (has("a100"))
+        key = (gib > 0 ? gib < 60 : has("40gb")) ? "a100-40g" : "a100-80g";
+    else if (has("l40s"))
+        key = "l40s";
+    else if (has("rtx6000ada"))
+        key = "rtx-6000-ada";
+    else if (has("rtx4090"))
+        key = "rtx-4090";
+    else if (has("rtx3090"))
+        key = "rtx-3090";
+    return key ? findCatalogDevice(key) : std::nullopt;
 }
 
 std::string catalogKeys()

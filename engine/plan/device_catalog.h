@@ -21,6 +21,10 @@ struct CatalogDevice {
 // Every GPU in the catalogue, data-centre cards first.
 const std::vector<CatalogDevice>& gpuCatalog();
 std::optional<CatalogDevice> findCatalogDevice(const std::string& key);
+// The catalogue entry of a GPU as `nvidia-smi` names it ("NVIDIA H200", "NVIDIA A100-SXM4-40GB",
+// "NVIDIA GeForce RTX 4090"), its memory in MiB (0: unknown) telling the sizes of one model
+// apart; none when the card is not in the catalogue (plan it as a custom size).
+std::optional<CatalogDevice> catalogDeviceForGpu(const std::string& smiName, double memoryMiB = 0);
 // "h100-80g, h200, ..." for messages.
 std::string catalogKeys();
 

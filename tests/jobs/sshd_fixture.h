@@ -80,6 +80,10 @@ public:
         f.write(data);
     }
 
+    // More sshd_config lines for every server, set before start() (e.g. "SetEnv PATH=...\n": a
+    // session's PATH there, for programs a test puts on the "host").
+    QString extraServerConfig;
+
     // Starts `count` servers; false (with a reason) when sshd is not usable here.
     bool start(int count, QString* why)
     {
@@ -121,10 +125,11 @@ public:
                         "PubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
                         "UsePAM no\nPidFile %2/sshd_%3.pid\nLogLevel ERROR\n"
                         "MaxSessions 50\nMaxStartups 50\n")
-                    .arg(s.port)
-                    .arg(d)
-                    .arg(i)
-                    .toUtf8());
+                        .arg(s.port)
+                        .arg(d)
+                        .arg(i)
+                        .toUtf8()
+                    + extraServerConfig.toUtf8());
             s.process = new QProcess;
             s.process->setProcessChannelMode(QProcess::ForwardedErrorChannel);
             s.process->start(

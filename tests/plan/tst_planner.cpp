@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check.h"
+#include "plan/device_catalog.h"
 #include "plan/planner.h"
 
 using namespace shard::plan;
@@ -572,6 +573,28 @@ void testCalibrationAndJson()
 
 } // namespace
 
+// GPUs as nvidia-smi names them map to the catalogue (the Hosts page plans for what a host
+// reports); the A100's two sizes by memory, or by name when the memory is unknown.
+void testGpuNamesFromNvidiaSmi()
+{
+    auto key = [](const std::string& name, double mib) {
+        auto d = catalogDeviceForGpu(name, mib);
+        return d ? d->key : std::string("none");
+    };
+    CHECK_EQ(key("NVIDIA H200", 143771), std::string("h200"));
+    CHECK_EQ(key("NVIDIA H100 80GB HBM3", 81559), std::string("h100-80g"));
+    CHECK_EQ(key("NVIDIA A100-SXM4-40GB", 40960), std::string("a100-40g"));
+    CHECK_EQ(key("NVIDIA A100-SXM4-80GB", 81920), std::string("a100-80g"));
+    CHECK_EQ(key("NVIDIA A100-SXM4-40GB", 0), std::string("a100-40g"));
+    CHECK_EQ(key("NVIDIA A100 80GB PCIe", 0), std::string("a100-80g"));
+    CHECK_EQ(key("NVIDIA L40S", 46068), std::string("l40s"));
+    CHECK_EQ(key("NVIDIA RTX 6000 Ada Generation", 49140), std::string("rtx-6000-ada"));
+    CHECK_EQ(key("NVIDIA GeForce RTX 4090", 24564), std::string("rtx-4090"));
+    CHECK_EQ(key("NVIDIA GeForce RTX 3090", 24576), std::string("rtx-3090"));
+    CHECK_EQ(key("Tesla V100-SXM2-32GB", 32768), std::string("none"));
+    CHECK_EQ(key("", 0), std::string("none"));
+}
+
 int main()
 {
     testLlama7bZero3();
@@ -583,5 +606,6 @@ int main()
     testDerivedAnswers();
     testNotesAndErrors();
     testCalibrationAndJson();
+    testGpuNamesFromNvidiaSmi();
     return shard::plan::test::finish("tst_planner");
 }

@@ -1,12 +1,21 @@
 // Hosts page: a host that refuses the connection (a real ssh client against a closed loopback
-// port) gives a readable message without blocking the UI; OpenSSH failures are explained.
+// port) gives a readable message without blocking the UI; OpenSSH failures are explained; a
+// host that answers (a real sshd on loopback, this build's worker on its PATH) reports its GPUs
+// as nvidia-smi lists them, and "Plan for these GPUs" carries them to the Plan page.
 #include <QtTest>
 
+#include <QPushButton>
 #include <QSettings>
+#include <QSpinBox>
 #include <QTcpServer>
 #include <QTemporaryDir>
 
 #include "widgets/hosts_page.h"
+#include "widgets/main_window.h"
+#include "widgets/plan_page.h"
+
+#include "../jobs/sshd_fixture.h"
+#include "studio_test_util.h"
 
 using namespace shard::widgets;
 
@@ -46,6 +55,75 @@ private Q_SLOTS:
         QVERIFY2(message.contains("refused the connection"), qPrintable(message));
         QVERIFY(message.contains(QString::number(port)));
         QCOMPARE(page.messageText(), message);
+    }
+
+    void testedHostReportsItsGpusForThePlan()
+    {
+        if (QStandardPaths::findExecutable("ssh").isEmpty())
+            QSKIP("the OpenSSH client is not installed");
+        const QString worker = shard::test::findWorker();
+        if (worker.isEmpty())
+            QSKIP("no shard-worker in this build");
+        // The "host": a loopback sshd whose sessions find this build's worker and an nvidia-smi
+        // on their PATH. This machine has no NVIDIA GPU, so the nvidia-smi is a script that
+        // answers the query the way the driver's tool does on a 2 x H200 node.
+        QTemporaryDir bin;
+        QVERIFY(QFile::link(worker, bin.filePath("shard-worker")));
+        {
+            QFile smi(bin.filePath("nvidia-smi"));
+            QVERIFY(smi.open(QIODevice::WriteOnly));
+            smi.write("#!/bin/sh\n"
+                      "[ \"$1\" = --query-gpu=name,memory.total ] || exit 2\n"
+                      "echo 'NVIDIA H200, 143771 MiB'\necho 'NVIDIA H200, 143771 MiB'\n");
+            smi.close();
+            smi.setPermissions(smi.permissions() | QFile::ExeOwner);
+        }
+        SshdFixture sshd;
+        sshd.extraServerConfig = "SetEnv PATH=" + bin.path() + ":/usr/local/bin:/usr/bin:/bin\n";
+        QString why;
+        if (!sshd.start(1, &why))
+            QSKIP(qPrintable(why));
+        qputenv("SHARD_SSH_CONFIG", sshd.configFile().toUtf8());
+
+        MainWindow window(m_settingsDir.filePath("store.sqlite"));
+        window.show();
+        HostsPage* page = window.hostsPage();
+        page->setHosts({});
+        page->addHost({"box", "ssh", "node0", 22, {}, {}});
+        page->selectHost(0);
+        auto* plan = page->findChild<QPushButton*>("planForHost");
+        QVERIFY(plan);
+        QVERIFY(!plan->isEnabled()); // not tested yet: no GPUs known
+        QSignalSpy finished(page, &HostsPage::testFinished);
+        page->testSelected();
+        QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 30000);
+        const QString message = finished.first().at(1).toString();
+        QVERIFY2(finished.first().at(0).toBool(), qPrintable(message));
+        QVERIFY2(message.contains("shard-worker"), qPrintable(message));
+        QVERIFY2(message.contains("2 GPUs: NVIDIA H200, 140.4 GiB each"), qPrintable(message));
+        QCOMPARE(page->hosts()[0].gpuCount, 2);
+        QCOMPARE(page->hosts()[0].gpuName, QString("NVIDIA H200"));
+        QVERIFY(plan->isEnabled());
+
+        // Plan for them: the Plan page plans 2 x the catalogue's H200.
+        QTest::mouseClick(plan, Qt::LeftButton);
+        QCOMPARE(window.currentPage(), Page::Plan);
+        PlanPage* planPage = window.planPage();
+        QCOMPARE(shard::test::field<QComboBox>(*planPage, "device")->currentData().toString(),
+            QString("h200"));
+        QCOMPARE(shard::test::field<QSpinBox>(*planPage, "gpus")->value(), 2);
+        // The plan itself (computed after the page's debounce) is for 2 cards of 141 GiB.
+        QTRY_COMPARE_WITH_TIMEOUT(
+            planPage->input() ? planPage->input()->gpusPerNode : int64_t(0), int64_t(2), 10000);
+        QCOMPARE(planPage->input()->device.memoryBytes, int64_t(141) << 30);
+
+        // What the test found is kept with the host (and saved again from the form).
+        page->saveSettings();
+        HostsPage again;
+        again.loadSettings();
+        QCOMPARE(again.hosts()[0].gpuCount, 2);
+        QCOMPARE(again.hosts()[0].gpuMemoryMiB, 143771.0);
+        qunsetenv("SHARD_SSH_CONFIG");
     }
 
     void hostsPersist()
