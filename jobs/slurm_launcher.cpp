@@ -58,11 +58,41 @@ RunStatus SlurmJobState::runStatus() const
     return RunStatus::Failed; // FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE
 }
 
-Result<QString> SlurmLauncher::sbatchScript(
-    const LaunchRequest& request, const SlurmOptions& o, const QString& runDir)
+Result<SlurmOptions> SlurmLauncher::fitToRun(
+    const LaunchRequest& request, const SlurmOptions& given)
 {
-    if (o.nodes < 1)
+    if (given.nodes < 1)
         return fail(QStringLiteral("Slurm: --nodes must be at least 1"));
+    // The job the run needs: the spec's nodes, and on GPUs (device cuda) a GPU for each rank of a
+    // node, each rank then taking its own by LOCAL_RANK; options given explicitly must agree.
+    SlurmOptions o = given;
+    const protocol::RunSpec& spec = request.spec;
+    if (o.nodes == 1)
+        o.nodes = spec.nodes;
+    else if (spec.nodes != 1 && spec.nodes != o.nodes)
+        return fail(QStringLiteral("Slurm: --nodes %1 but the run spec has %2 nodes; give one of "
+                                   "them")
+                        .arg(o.nodes)
+                        .arg(spec.nodes));
+    if (spec.device == "cuda") {
+        if (o.gpusPerNode == 0)
+            o.gpusPerNode = spec.procsPerNode;
+        else if (o.gpusPerNode < spec.procsPerNode)
+            return fail(QStringLiteral("Slurm: %1 ranks per node on CUDA need %1 GPUs per node, "
+                                       "but --gpus-per-node is %2")
+                            .arg(spec.procsPerNode)
+                            .arg(o.gpusPerNode));
+    }
+    return o;
+}
+
+Result<QString> SlurmLauncher::sbatchScript(
+    const LaunchRequest& request, const SlurmOptions& given, const QString& runDir)
+{
+    auto fitted = fitToRun(request, given);
+    if (!fitted)
+        return fail(fitted.error());
+    const SlurmOptions& o = fitted.value();
     for (const auto& [name, value] : {std::pair {"time", o.time},
              std::pair {"partition", o.partition}, std::pair {"account", o.account}})
         if (!value.isEmpty() && !sbatchValue(value))
@@ -165,8 +195,12 @@ SlurmOptions SlurmLauncher::optionsOf(const RunRecord& run)
     return o;
 }
 
-Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOptions& o)
+Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOptions& given)
 {
+    auto fitted = fitToRun(request, given); // refused before anything is made on the cluster
+    if (!fitted)
+        return fail(fitted.error());
+    const SlurmOptions& o = fitted.value();
     const QString where = o.via.isEmpty() ? QStringLiteral("this machine") : o.via;
     auto check = shell(o,
         QStringLiteral("command -v sbatch >/dev/null 2>&1 || exit 127; sinfo -h "

@@ -42,6 +42,10 @@ public:
     {
     }
 
+    // The options a run's job needs: the spec's node count, and under device cuda one GPU per
+    // rank of a node (--gpus-per-node), unless given; a given value the spec contradicts is an
+    // error that says which. submit() and sbatchScript() apply it.
+    static Result<SlurmOptions> fitToRun(const LaunchRequest& request, const SlurmOptions& given);
     // The batch script for a run directory (also shown by the studio's preview).
     static Result<QString> sbatchScript(
         const LaunchRequest& request, const SlurmOptions& options, const QString& runDir);

@@ -165,8 +165,10 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_flag("--detach", o->detach, "return at once; the run goes on");
     cmd->add_flag("--slurm", o->slurm, "submit through Slurm (sbatch)");
     cmd->add_option("--via", o->via, "Slurm: submit on this login node over SSH");
-    cmd->add_option("--nodes", o->nodes, "Slurm: nodes")->check(CLI::PositiveNumber);
-    cmd->add_option("--gpus-per-node", o->gpusPerNode, "Slurm: GPUs per node");
+    cmd->add_option("--nodes", o->nodes, "Slurm: nodes (default: the run spec's)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--gpus-per-node", o->gpusPerNode,
+        "Slurm: GPUs per node (default: one per rank when the device is cuda)");
     cmd->add_option("--cpus-per-task", o->cpusPerTask, "Slurm: CPUs per node launcher");
     cmd->add_option("--time", o->time, "Slurm: time limit (e.g. 02:00:00)");
     cmd->add_option("--partition", o->partition, "Slurm: partition");

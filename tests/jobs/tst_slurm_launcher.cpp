@@ -78,6 +78,39 @@ private Q_SLOTS:
         QVERIFY(bad.error().contains("time '1 day'"));
     }
 
+    // The job follows the run spec: its nodes, and on CUDA a GPU per rank of a node (the studio
+    // and `shard run --slurm` give no --gpus-per-node of their own); a contradiction is refused.
+    void jobFollowsTheRunSpec()
+    {
+        LaunchRequest req = request("/scratch/gpu-run", 5, 0.1);
+        req.spec.nodes = 2;
+        req.spec.procsPerNode = 8;
+        req.spec.device = "cuda";
+        auto s = SlurmLauncher::sbatchScript(req, {}, "/scratch/gpu-run");
+        QVERIFY2(s, qPrintable(s.error()));
+        QVERIFY2(s->contains("#SBATCH --nodes=2\n"), qPrintable(*s));
+        QVERIFY2(s->contains("#SBATCH --gpus-per-node=8\n"), qPrintable(*s));
+        QVERIFY(s->contains("--nproc-per-node 8 --nnodes 2"));
+        // On the CPU (or "auto") it asks for no GPU.
+        req.spec.device = "cpu";
+        s = SlurmLauncher::sbatchScript(req, {}, "/scratch/gpu-run");
+        QVERIFY2(s && !s->contains("--gpus-per-node"), qPrintable(s ? *s : s.error()));
+        // Given options that contradict the spec are refused, saying which.
+        req.spec.device = "cuda";
+        SlurmOptions o;
+        o.gpusPerNode = 4;
+        auto few = SlurmLauncher::sbatchScript(req, o, "/r");
+        QVERIFY(!few);
+        QVERIFY2(
+            few.error().contains("8 ranks per node on CUDA need 8 GPUs"), qPrintable(few.error()));
+        o = {};
+        o.nodes = 3;
+        auto nodes = SlurmLauncher::sbatchScript(req, o, "/r");
+        QVERIFY(!nodes);
+        QVERIFY2(nodes.error().contains("--nodes 3 but the run spec has 2 nodes"),
+            qPrintable(nodes.error()));
+    }
+
     void submitWatchIngest()
     {
         auto store = RunStore::open(m_work.filePath("runs.sqlite"));

@@ -20,6 +20,8 @@
 #include "plan/model_spec.h"
 #include "widgets/launch_page.h"
 
+#include "studio_test_util.h"
+
 using namespace shard::widgets;
 
 class TstLaunchPage : public QObject {
@@ -237,6 +239,16 @@ private Q_SLOTS:
             QVERIFY(page.commandPreview().contains(
                 QString::fromUtf8(shard::jobs::launchSpecJson(req.spec, req.runDir))));
         }
+        // A GPU run on the cluster: the job asks for the spec's nodes and a GPU per rank.
+        shard::test::field<QSpinBox>(page, "ranks")->setValue(4);
+        shard::test::field<QSpinBox>(page, "nodes")->setValue(2);
+        shard::test::selectData(shard::test::field<QComboBox>(page, "device"), "cuda");
+        QTRY_VERIFY2(page.commandPreview().contains("#SBATCH --gpus-per-node=4\n"),
+            qPrintable(page.commandPreview()));
+        QVERIFY(page.commandPreview().contains("#SBATCH --nodes=2\n"));
+        shard::test::field<QSpinBox>(page, "ranks")->setValue(1);
+        shard::test::field<QSpinBox>(page, "nodes")->setValue(1);
+        shard::test::selectData(shard::test::field<QComboBox>(page, "device"), "cpu");
         page.setTarget(1);
         QTRY_VERIFY(page.commandPreview().contains("over SSH"));
         QCOMPARE(page.target().sshHost(), QString("nobody@127.0.0.1:%1").arg(port));
