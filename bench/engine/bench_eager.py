@@ -38,6 +38,10 @@ def rotate_half(x):
 
 
 class Attention(nn.Module):
+    # sdpa: torch's scaled_dot_product_attention (flash / memory-efficient kernels on a GPU), as
+    # torchtitan's Llama; else the eager softmax of Hugging Face's modeling_llama.
+    sdpa = False
+
     def __init__(self, c):
         super().__init__()
         self.H, self.KV = c["num_attention_heads"], c["num_key_value_heads"]
@@ -56,6 +60,10 @@ class Attention(nn.Module):
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         rep = self.H // self.KV
+        if Attention.sdpa:
+            out = nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True, enable_gqa=rep > 1)
+            return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
         if rep > 1:
             k = k[:, :, None].expand(b, self.KV, rep, s, self.D).reshape(b, self.H, s, self.D)
             v = v[:, :, None].expand(b, self.KV, rep, s, self.D).reshape(b, self.H, s, self.D)
@@ -105,17 +113,34 @@ class Llama(nn.Module):
 
     def forward(self, ids):
         s = ids.shape[1]
-        D = self.c["hidden_size"] // self.c["num_attention_heads"]
+        dev = ids.device
+        D = self.c.get("head_dim") or self.c["hidden_size"] // self.c["num_attention_heads"]
         inv = 1.0 / (self.c.get("rope_theta", 10000.0)
-                     ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
-        freqs = torch.outer(torch.arange(s).float(), inv)
+                     ** (torch.arange(0, D, 2, dtype=torch.int64, device=dev).float() / D))
+        inv = rope_scaled(inv, self.c.get("rope_scaling"))
+        freqs = torch.outer(torch.arange(s, device=dev).float(), inv)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos(), emb.sin()
-        mask = torch.full((s, s), float("-inf")).triu(1)
+        mask = None if Attention.sdpa else torch.full((s, s), float("-inf"), device=dev).triu(1)
         x = self.embed_tokens(ids)
         for layer in self.layers:
             x = layer(x, cos, sin, mask)
         return self.lm_head(self.norm(x))
+
+
+def rope_scaled(inv, scaling):
+    """Llama 3's rope scaling (rope_type "llama3"): long wavelengths divided by the factor, short
+    ones kept, a smooth blend between low_freq_factor and high_freq_factor."""
+    if not scaling or scaling.get("rope_type", scaling.get("type")) != "llama3":
+        return inv
+    factor = scaling["factor"]
+    low, high = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+    orig = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    smooth = (orig / wavelen - low) / (high - low)
+    blended = (1 - smooth) * inv / factor + smooth * inv
+    out = torch.where(wavelen > orig / low, inv / factor, inv)
+    return torch.where((wavelen >= orig / high) & (wavelen <= orig / low), blended, out)
 
 
 def main():

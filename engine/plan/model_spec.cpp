@@ -390,6 +390,12 @@ std::vector<ModelSpec> makePresets()
     l3.eosTokenId = 128001;
     p.push_back(l3);
     p.push_back(llama31("llama-3.1-8b", 4096, 14336, 32, 32));
+    // Llama 3.2 1B: 16 layers, tied embeddings, the llama3 rope scaling with factor 32 (the GPU
+    // benchmark's model, bench/gpu).
+    ModelSpec l32 = llama31("llama-3.2-1b", 2048, 8192, 16, 32);
+    l32.tieWordEmbeddings = true;
+    l32.ropeScaling.factor = 32.0;
+    p.push_back(l32);
     p.push_back(llama31("llama-3.1-70b", 8192, 28672, 80, 64));
     p.push_back(llama31("llama-3.1-405b", 16384, 53248, 126, 128));
 

@@ -41,6 +41,7 @@
 #include "core/train/training_samples.h"
 #include "dist/device_choice.h"
 #include "launch/rank_heartbeat.h"
+#include "plan/run_spec_bridge.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
 #include "protocol/run_lock.h"
@@ -648,10 +649,23 @@ void Trainer::placeModel(Io& io, bool resuming, int threads)
         ms.name, m_model->numParams(), m_model->numTrainableParams(), ms.numLayers,
         m_strategy->name(), m_strategy->rank(), m_strategy->worldSize(), m_device.str(), threads,
         m_spec.precision, m_spec.checkpointing);
-    io.event("start", 0, "training started",
-        {{"params", m_model->numParams()}, {"strategy", m_strategy->name()},
-            {"world_size", m_strategy->worldSize()}, {"device", m_device.str()},
-            {"threads", threads}, {"steps", m_steps}});
+    nlohmann::json started = {{"params", m_model->numParams()}, {"strategy", m_strategy->name()},
+        {"world_size", m_strategy->worldSize()}, {"device", m_device.str()}, {"threads", threads},
+        {"steps", m_steps}};
+    // The planner's peak per rank for this run, next to what the records measure (a reader
+    // without the planner, such as bench/gpu, compares the two). Capacity does not change it.
+    try {
+        protocol::RunSpec spec = m_spec;
+        spec.device = m_device.is_cuda() ? "cuda" : "cpu";
+        const plan::DeviceSpec device = m_device.is_cuda()
+            ? plan::DeviceSpec::gpu(1024.0)
+            : plan::defaultDeviceFor(spec, int64_t(1) << 40);
+        started["planned_peak_bytes"]
+            = plan::plan(plan::planInputFromSpec(spec, device)).perDevice.total();
+    } catch (const std::exception& e) {
+        io.log->info("no planner estimate for this run: {}", e.what());
+    }
+    io.event("start", 0, "training started", started);
     if (const int64_t bad = m_data->badLines(); bad > 0) {
         const auto reports = m_data->badLineReports();
         std::vector<std::string> first(
