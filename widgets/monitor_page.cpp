@@ -525,6 +525,14 @@ void MonitorPage::onUpdate(const jobs::FollowUpdate& u)
         // What the latest process said when it ended; the store's status says that it has.
         if (e.kind == "start")
             m_finishReason.reset();
+        // The worker's own planner estimate for the device and ranks it resolved: it replaces
+        // the one made here from the spec (which a remote model folder may not allow).
+        if (e.kind == "start" && e.data.contains("planned_peak_bytes")
+            && e.data["planned_peak_bytes"].is_number()) {
+            ++m_predictionGeneration;
+            m_predictedBytes = e.data["planned_peak_bytes"].get<double>();
+            updateMemory();
+        }
         if (e.kind == "finish")
             m_finishReason = QString::fromStdString(e.data.value("reason", std::string()));
         if (e.kind == "error")

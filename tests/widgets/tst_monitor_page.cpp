@@ -39,14 +39,15 @@ void writeFile(const QString& path, const QByteArray& text)
 
 // A run folder as rank 0 starts one: logs/, run.json and the start event, then `moreEvents`.
 QString startedRun(const QTemporaryDir& tmp, const QString& name, const QByteArray& runJson,
-    const QByteArray& moreEvents = {})
+    const QByteArray& moreEvents = {}, const QByteArray& startData = "{}")
 {
     const QString run = tmp.filePath(name);
     QDir().mkpath(run + "/logs");
     writeFile(run + "/run.json", runJson);
     writeFile(run + "/events.jsonl",
-        R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started"})"
-        "\n" + moreEvents);
+        R"({"v":1,"type":"event","kind":"start","wall_time":0,"step":0,"message":"started",)"
+        R"("data":)"
+            + startData + "}\n" + moreEvents);
     return run;
 }
 
@@ -286,7 +287,8 @@ private Q_SLOTS:
             = startedRun(tmp, "run-gpu", R"({"name":"gpu","steps":1,"device":"cuda"})",
                 R"({"v":1,"type":"event","kind":"finish","wall_time":2,"step":1,"message":"done",)"
                 R"("data":{"reason":"completed"}})"
-                "\n");
+                "\n",
+                R"({"planned_peak_bytes":6000})");
         const QByteArray rank
             = R"({"rank":%1,"sharded_params":1000,"current":4000,"peak":5000,"cuda":{)"
               R"("allocated":4000,"allocated_peak":5000,"reserved":%2,"reserved_peak":%3,)"
@@ -312,6 +314,8 @@ private Q_SLOTS:
         QVERIFY2(text.contains("fragmented"), qPrintable(text)); // retries explained
         const QString tip = page.memoryChart()->describeBar(0);
         QVERIFY2(tip.contains("GPU reserved: 2.00 GiB (peak 3.00 GiB)"), qPrintable(tip));
+        // The worker's planner estimate (its start event) is the prediction each bar draws.
+        QTRY_VERIFY_WITH_TIMEOUT(page.memoryChart()->bars().at(0).predictedBytes == 6000.0, 5000);
 
         // Another folder opened in the page: the GPU line goes with the run.
         page.openRunDirectory(tmp.filePath("run-gpu-missing"));
