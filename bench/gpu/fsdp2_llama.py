@@ -16,7 +16,6 @@ import importlib.util
 import json
 import os
 import statistics
-import struct
 import sys
 import tempfile
 import time
@@ -25,28 +24,18 @@ import torch
 from torch import nn
 
 here = os.path.dirname(os.path.abspath(__file__))
-spec = importlib.util.spec_from_file_location(
-    "bench_eager", os.path.join(here, "..", "engine", "bench_eager.py"))
-eager = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(eager)
-
-DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 
-def read_safetensors(path):
-    """Every tensor of a .safetensors file (8-byte header length, JSON header, raw data)."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = meta["data_offsets"]
-        t = torch.frombuffer(bytearray(data[a:b]), dtype=DTYPES[meta["dtype"]])
-        out[name] = t.reshape(meta["shape"])
-    return out
+def bench_module(name, relpath):
+    """A sibling benchmark's Python file as a module (its model and readers are shared)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(here, "..", relpath))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+eager = bench_module("bench_eager", "engine/bench_eager.py")  # the Llama nn.Module
+read_safetensors = bench_module("eager_generate", "generate/eager_generate.py").load_safetensors
 
 
 def load_model(folder, device):
