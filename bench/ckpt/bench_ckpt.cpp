@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
