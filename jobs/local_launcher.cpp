@@ -2,7 +2,6 @@
 #include "jobs/local_launcher.h"
 
 #include <algorithm>
-#include <array>
 
 #include <QCoreApplication>
 #include <QDateTime>
@@ -152,9 +151,6 @@ namespace {
 // event, unless nothing has written to it for this long.
 constexpr int kStaleFolderSec = 60;
 
-// Any of these makes a folder a run's (as SshLauncher::attach reads a remote one).
-constexpr std::array<const char*, 3> kRunFiles = {"events.jsonl", "metrics.jsonl", "launcher.pid"};
-
 bool folderIsStale(const protocol::RunDir& files)
 {
     QDateTime lastWrite;
@@ -175,6 +171,8 @@ Result<qint64> LocalLauncher::attach(const QString& directory)
                                    "run.json)")
                         .arg(directory));
     const protocol::RunDir files(dir.toStdString());
+    const QString pidPath = QString::fromStdString(files.pidFile());
+    const std::optional<bool> launcherAlive = LocalProcess::pidFileAlive(pidPath);
     auto known = m_store.findRunByDir(QString(), dir);
     if (!known)
         return fail(known.error());
@@ -188,6 +186,8 @@ Result<qint64> LocalLauncher::attach(const QString& directory)
                             .arg(directory));
         // run.json once rank 0 wrote it; before that the launch spec; a launch still starting
         // has only its pid file (the spec is taken from run.json when it appears).
+        // Any of these makes a folder a run's, as SshLauncher::attach reads a remote one.
+        const std::string runFiles[] = {files.eventsFile(), files.metricsFile(), files.pidFile()};
         QFile spec(QString::fromStdString(files.specFile()));
         QFile launchSpec(QString::fromStdString(files.launchSpecFile()));
         QByteArray specJson;
@@ -195,8 +195,9 @@ Result<qint64> LocalLauncher::attach(const QString& directory)
             specJson = spec.readAll();
         else if (launchSpec.open(QIODevice::ReadOnly))
             specJson = launchSpec.readAll();
-        else if (std::none_of(kRunFiles.begin(), kRunFiles.end(),
-                     [&](const char* f) { return QFileInfo::exists(dir + '/' + f); }))
+        else if (std::none_of(std::begin(runFiles), std::end(runFiles), [](const std::string& f) {
+                     return QFileInfo::exists(QString::fromStdString(f));
+                 }))
             return fail(QStringLiteral("%1: no run.json, events.jsonl or launcher.pid, so this is "
                                        "not a run folder; pick the folder given to --out when the "
                                        "run started")
@@ -223,8 +224,7 @@ Result<qint64> LocalLauncher::attach(const QString& directory)
             return fail(created.error());
         id = created.value();
         // The launcher named by its pid file, so that its end is noticed like any other.
-        const QString pidPath = QString::fromStdString(files.pidFile());
-        if (LocalProcess::pidFileAlive(pidPath).value_or(false)) {
+        if (launcherAlive.value_or(false)) {
             QFile pidFile(pidPath);
             const qint64 pid
                 = pidFile.open(QIODevice::ReadOnly) ? pidFile.readAll().trimmed().toLongLong() : 0;
@@ -247,9 +247,7 @@ Result<qint64> LocalLauncher::attach(const QString& directory)
     } else if (run->pid > 0) {
         vanished = !LocalProcess::isAlive(run->pid, startTimeOf(*run));
     } else {
-        const std::optional<bool> alive
-            = LocalProcess::pidFileAlive(QString::fromStdString(files.pidFile()));
-        vanished = alive == false || (!alive && folderIsStale(files));
+        vanished = launcherAlive == false || (!launcherAlive && folderIsStale(files));
     }
     if (vanished)
         if (auto s = settleVanishedRun(m_store, id, dir); !s)

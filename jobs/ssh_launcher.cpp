@@ -275,13 +275,14 @@ Result<HostCheck> SshLauncher::checkHost(
         return fail(QStringLiteral("%1 --version failed on %2: %3")
                         .arg(workerProgram, host.toString(),
                             QString::fromLocal8Bit(r->err).trimmed().section('\n', -1)));
-    const int gpusAt = r->out.indexOf("@@gpus\n");
+    const QByteArray marker = "@@gpus\n"; // between the version line and the GPU list
+    const int gpusAt = r->out.indexOf(marker);
     HostCheck check;
     check.answer = QString::fromUtf8(r->out.left(gpusAt < 0 ? r->out.size() : gpusAt))
                        .trimmed()
                        .section('\n', 0, 0);
     if (gpusAt >= 0)
-        check.gpus = parseGpuList(r->out.mid(gpusAt + 7));
+        check.gpus = parseGpuList(r->out.mid(gpusAt + marker.size()));
     return check;
 }
 

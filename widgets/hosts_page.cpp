@@ -23,7 +23,13 @@ namespace shard::widgets {
 
 namespace {
 constexpr int kConnectTimeoutSec = 8;
+
+// The same machine and login (what a Test found there belongs to it).
+bool sameLogin(const HostEntry& a, const HostEntry& b)
+{
+    return a.kind == b.kind && a.address == b.address && a.port == b.port && a.user == b.user;
 }
+} // namespace
 
 HostsPage::HostsPage(QWidget* parent)
     : QWidget(parent)
@@ -173,8 +179,7 @@ void HostsPage::addHost(const HostEntry& host)
         const HostEntry& old = m_hosts[row];
         // Saved again from the form (which has no GPU fields): what the last Test found stays
         // while the host is the same.
-        if (updated.gpuCount == 0 && old.address == host.address && old.port == host.port
-            && old.user == host.user) {
+        if (updated.gpuCount == 0 && sameLogin(old, host)) {
             updated.gpuName = old.gpuName;
             updated.gpuMemoryMiB = old.gpuMemoryMiB;
             updated.gpuCount = old.gpuCount;
@@ -382,16 +387,19 @@ void HostsPage::onFinished()
             : tr("connected, shard-worker found (%1)").arg(r->summary());
         m_message->showMessage(tr("%1: %2").arg(name, what), MessageBar::Kind::Info);
         // A saved SSH host remembers its GPUs, for the table and "Plan for these GPUs".
-        for (int i = 0; i < m_hosts.size(); ++i) {
-            HostEntry& h = m_hosts[i];
-            if (m_testing.kind != "ssh" || h.kind != "ssh" || h.address != m_testing.address
-                || h.port != m_testing.port || h.user != m_testing.user)
+        bool found = false;
+        for (HostEntry& h : m_hosts) {
+            if (m_testing.kind != "ssh" || !sameLogin(h, m_testing))
                 continue;
             h.gpuCount = int(r->gpus.size());
             h.gpuName = r->gpus.isEmpty() ? QString() : r->gpus.front().name;
             h.gpuMemoryMiB = r->gpus.isEmpty() ? 0.0 : r->gpus.front().memoryMiB;
+            found = true;
+        }
+        if (found) {
+            const int row = m_table->currentRow();
             refreshTable();
-            m_table->setCurrentCell(i, 0);
+            m_table->setCurrentCell(row, 0);
             saveSettings();
         }
     } else {

@@ -431,11 +431,11 @@ void LivePlot::flush(bool immediate)
                 const QCPRange r = m_plot->graph(i)->visible()
                     ? m_plot->graph(i)->getValueRange(found)
                     : QCPRange();
-                if (found) {
-                    y = spanned ? QCPRange(std::min(y.lower, r.lower), std::max(y.upper, r.upper))
-                                : r;
-                    spanned = true;
-                }
+                if (found && spanned)
+                    y.expand(r);
+                else if (found)
+                    y = r;
+                spanned = spanned || found;
             }
             if (m_logY) {
                 m_plot->yAxis->setRange(y.lower / 1.15, y.upper * 1.15);
