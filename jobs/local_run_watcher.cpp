@@ -123,7 +123,9 @@ Result<IngestStats> LocalRunWatcher::poll()
         Q_EMIT pointsAdded(m_runId, stats->lastStep);
     if (stats->events > 0)
         Q_EMIT eventsAdded(m_runId);
-    if (stats->status && isTerminal(*stats->status)) {
+    // A rank's own finish event can come before its launcher's verdict (a rank whose peer died
+    // fails its collective and says so first): while the launcher lives, it has the last word.
+    if (stats->status && isTerminal(*stats->status) && (m_pid <= 0 || processGone)) {
         endRun(*stats->status, stats->statusMessage);
         return stats;
     }

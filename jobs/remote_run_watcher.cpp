@@ -124,7 +124,12 @@ void RemoteRunWatcher::handleStats(const IngestStats& stats)
         Q_EMIT eventsAdded(m_runId);
     if (!stats.status)
         return;
-    if (isTerminal(*stats.status)) {
+    if (isTerminal(*stats.status) && m_pid > 0) {
+        // A rank's own finish can come before its launcher's verdict (which rank died): while
+        // the launcher lives, the streams go on; the probe ends the watch once it is gone.
+        Q_EMIT statusChanged(m_runId, *stats.status, stats.statusMessage);
+        checkAlive();
+    } else if (isTerminal(*stats.status)) {
         if (!m_finishing) {
             m_finishing = true;
             // Give the metrics stream a moment, then read the rest once and end.

@@ -2,11 +2,13 @@
 // lines, bad lines, remote byte streams that resend bytes, status from finish events, a run
 // that ends only with all of its points.
 #include <QFile>
+#include <QProcess>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
 
 #include "jobs/ingestor.h"
+#include "jobs/local_process.h"
 #include "jobs/local_run_watcher.h"
 #include "protocol/records.h"
 
@@ -261,6 +263,42 @@ private Q_SLOTS:
         append(dir.filePath("events.jsonl"), eventLine("finish", "completed"));
         QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 3000);
         QCOMPARE(toString(store->run(id)->status), QString("finished"));
+    }
+
+    // A rank whose peer died can fail its collective and write its own error and finish before
+    // the launcher writes which rank died: while the launcher lives, the watcher keeps reading.
+    void watcherWaitsForTheLaunchersVerdict()
+    {
+        QTemporaryDir dir;
+        auto store = RunStore::open(dir.filePath("runs.sqlite"));
+        const qint64 id = *store->createRun({});
+        QProcess launcher; // stands in for the launcher: a real process that outlives the rank
+        launcher.start("sleep", {"30"});
+        QVERIFY(launcher.waitForStarted());
+        const qint64 pid = launcher.processId();
+        LocalRunWatcher watcher(*store, id, dir.path());
+        QSignalSpy finished(&watcher, &RunWatcher::finished);
+        watcher.setProcess(pid, LocalProcess::startTime(pid));
+        watcher.start(50);
+        append(dir.filePath("events.jsonl"), eventLine("error") + eventLine("finish", "error"));
+        QTRY_COMPARE_WITH_TIMEOUT(toString(store->run(id)->status), QString("failed"), 3000);
+        QTest::qWait(300);
+        QCOMPARE(finished.size(), 0); // its launcher still runs
+        shard::protocol::EventRecord verdict;
+        verdict.kind = "error";
+        verdict.message = "rank 1 was killed by signal 9";
+        verdict.data = {{"rank", 1}};
+        append(dir.filePath("events.jsonl"),
+            QByteArray::fromStdString(
+                shard::protocol::encodeLine(shard::protocol::toJson(verdict)))
+                + '\n' + eventLine("finish", "failed"));
+        launcher.kill();
+        QVERIFY(launcher.waitForFinished());
+        QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 3000);
+        int verdicts = 0;
+        for (const auto& e : *store->events(id))
+            verdicts += e.kind == "error" && e.message.contains("rank 1");
+        QCOMPARE(verdicts, 1);
     }
 };
 
