@@ -27,6 +27,8 @@ template<typename Cal, typename Fn> void forEachField(Cal& c, Fn&& fn)
     fn("score_bytes_cpu_16_compute", c.scoreBytesCpu16Compute);
     fn("score_bytes_gpu", c.scoreBytesGpu);
     fn("lse_fp32_per_head_token_gpu", c.lseFp32PerHeadTokenGpu);
+    fn("cpu_fused_attention", c.cpuFusedAttention);
+    fn("fused_cpu_attention_drops_per_q", c.fusedCpuAttentionDropsPerQ);
     fn("ckpt_saved_per_hidden", c.ckptSavedPerHidden);
     fn("bwd_transient_per_hidden", c.bwdTransientPerHidden);
     fn("bwd_transient_per_intermediate", c.bwdTransientPerIntermediate);
@@ -122,6 +124,15 @@ std::vector<std::pair<std::string, double>> Calibration::entries() const
     Calibration copy = *this;
     forEachField(copy, [&](const char* key, double& v) { out.emplace_back(key, v); });
     return out;
+}
+
+bool engineUsesFusedCpuAttention()
+{
+#ifdef SHARD_PLAN_ENGINE_FUSED_CPU_ATTENTION
+    return true;
+#else
+    return false;
+#endif
 }
 
 } // namespace shard::plan

@@ -9,6 +9,10 @@
 
 namespace shard::plan {
 
+// Whether the engine this planner was built with runs fused attention on the CPU (built against
+// LibTorch 2.x): Calibration::cpuFusedAttention's default.
+bool engineUsesFusedCpuAttention();
+
 struct Calibration {
     // --- Activations saved for backward by one Llama block (engine mode), in elements of the
     // compute dtype per token, as multiples of a model dimension. Derivation (eager autograd):
@@ -35,6 +39,15 @@ struct Calibration {
     double scoreBytesCpu16Compute = 6.0;
     double scoreBytesGpu = 0.0;
     double lseFp32PerHeadTokenGpu = 1.0;
+    // The engine's CPU attention: 1 when it is the fused kernel (at::scaled_dot_product_attention,
+    // LibTorch 2.x: a flash loop that keeps a per-row log-sum-exp and no scores), 0 when eager
+    // (LibTorch 1.13); by default what this build's engine does. The fused kernel also reads q
+    // and the (expanded) k as they are, where eager attention's batched matmuls keep contiguous
+    // copies of both: `fused_cpu_attention_drops_per_q` elements per token x q width per block
+    // less than the eager fit (measured on tiny-15m: 8.26 bytes per score element and block in
+    // all, BENCHMARKS.md).
+    double cpuFusedAttention = engineUsesFusedCpuAttention() ? 1.0 : 0.0;
+    double fusedCpuAttentionDropsPerQ = 2.0;
     // Full activation checkpointing: elements per token x hidden kept per block (its input).
     double ckptSavedPerHidden = 1.0;
     // Activation gradients alive at once inside one block's backward, per token.

@@ -230,10 +230,14 @@ ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
     const bool gpu = in.device.kind == DeviceKind::Gpu;
     const bool gqa = s.numKvHeads < s.numHeads && !s.moe;
 
+    const bool fusedCpu = !gpu && k.cpuFusedAttention > 0;
     double scoreBytes
         = gpu ? k.scoreBytesGpu : (c == 4 ? k.scoreBytesCpuFp32Compute : k.scoreBytesCpu16Compute);
-    double scores = b * heads * seq * seq * scoreBytes;
-    if (gpu)
+    // The fused kernels (GPU, and CPU on LibTorch 2.x) keep a log-sum-exp per head and token
+    // instead of the scores. On the CPU the coefficients are fitted to eager attention, whose
+    // batched matmuls also keep copies of q and k: the fused kernel drops those too.
+    double scores = fusedCpu ? 0.0 : b * heads * seq * seq * scoreBytes;
+    if (gpu || fusedCpu)
         scores += 4.0 * k.lseFp32PerHeadTokenGpu * b * heads * seq;
 
     double sumBlocks = 0, maxBlock = 0, maxInter = 0;
@@ -241,7 +245,8 @@ ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
         Dims d = layerDims(s, l);
         double elems = k.actPerHidden * h + k.actPerQ * d.q + k.actPerKv * d.kv
             + (gqa ? k.actPerQGqa * d.q : 0.0) + (s.qkNorm ? k.actPerQkNorm * (d.q + d.kv) : 0.0)
-            + k.actPerIntermediate * d.inter;
+            + k.actPerIntermediate * d.inter
+            - (fusedCpu ? k.fusedCpuAttentionDropsPerQ * d.q : 0.0);
         double block = T * (c * elems + 4.0 * k.actFp32PerToken) + scores;
         sumBlocks += block;
         maxBlock = std::max(maxBlock, block);

@@ -289,8 +289,7 @@ private Q_SLOTS:
         verdict.message = "rank 1 was killed by signal 9";
         verdict.data = {{"rank", 1}};
         append(dir.filePath("events.jsonl"),
-            QByteArray::fromStdString(
-                shard::protocol::encodeLine(shard::protocol::toJson(verdict)))
+            QByteArray::fromStdString(shard::protocol::encodeLine(shard::protocol::toJson(verdict)))
                 + '\n' + eventLine("finish", "failed"));
         launcher.kill();
         QVERIFY(launcher.waitForFinished());

@@ -125,6 +125,7 @@ void testTinyCpuPadding()
     in.microBatch = 4;
     in.seqLen = 256;
     in.device = DeviceSpec::cpu(int64_t(24) << 30);
+    in.calibration.cpuFusedAttention = 0; // eager attention (LibTorch 1.13); fused below
     PlanResult r = plan(in);
 
     // Padded to ceil(rows/3)*3: embed/lm_head 4096 -> 4098 rows, k/v 128 -> 129,
@@ -154,7 +155,18 @@ void testTinyCpuPadding()
     const int64_t acts = 8 * oneBlock + T * 4 * 3 * 384 + T * 4 * (2 * 384 + 2 * 1024);
     CHECK_EQ(m.activations, acts);
     CHECK_EQ(m.logits, T * 4096 * 8); // fp32 logits + grad, no separate compute copy
-    CHECK_EQ(m.overhead, int64_t(0)); // the engine's peak counts tensors only
+
+    // The fused CPU attention of LibTorch 2.x: per block a log-sum-exp per head and token
+    // instead of the scores, and no copies of q and the expanded k (2 q-dims per token).
+    {
+        PlanInput fusedIn = in;
+        fusedIn.calibration.cpuFusedAttention = 1;
+        const MemoryBreakdown f = plan(fusedIn).perDevice;
+        const int64_t fusedBlock = T * (4 * (perToken - 2 * 384) + 4 * 2) + 4LL * 6 * 256 * 4;
+        CHECK_EQ(f.activations, acts - 8 * oneBlock + 8 * fusedBlock);
+        CHECK(f.activations < m.activations);
+    }
+    CHECK_EQ(m.overhead, int64_t(0));                   // the engine's peak counts tensors only
     CHECK_EQ(r.capacityBytes, (int64_t(24) << 30) / 3); // the node's RAM shared by 3 ranks
     CHECK(r.fits);
 
