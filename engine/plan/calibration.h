@@ -55,10 +55,11 @@ struct Calibration {
     double bwdTransientPerIntermediate = 2.0;
     // Root (final norm + lm_head input), per token x hidden.
     double rootActPerHidden = 3.0;
-    // Logits per token x vocab: fp32 copies (logits for the loss, their gradient) and, when the
-    // compute dtype is not fp32, the compute-dtype logits before the upcast.
-    double logitsFp32Copies = 2.0;
-    double logitsComputeCopies = 1.0;
+    // Logits per row of one chunk of the fused head and loss x vocab: fp32 copies (the widened
+    // logits, turned into their gradient in place) and, when the compute dtype is not fp32, the
+    // compute-dtype ones (the product, and the gradient narrowed for its GEMMs).
+    double logitsFp32Copies = 1.0;
+    double logitsComputeCopies = 2.0;
 
     // --- Parameters and communication (engine mode).
     // ZeRO-3 gathered units in flight besides the root (current + prefetched block).

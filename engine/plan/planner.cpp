@@ -292,8 +292,17 @@ ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
             - (in.checkpointing == Checkpointing::Full ? largestUnsaved : unsaved) - T * c * h;
         a.largestBlock += in.checkpointing == Checkpointing::Full ? 0.0 : perBlock - largestUnsaved;
     }
+    // The fused head and loss (engine/core/model/chunked_loss.h): one chunk of rows' logits at
+    // a time, and the gradients it makes in the forward, alive from the head to its backward:
+    // h's (T x h) and, when the head is trained, W's (V x h; the GPU model counts it in its
+    // backward-start gradients already). Where bf16 products go through the fp32 GEMM (CPUs
+    // without AVX-512) each chunk's product is a V x h temporary besides.
     const double V = static_cast<double>(s.vocabSize);
-    a.logits = T * V * (4.0 * k.logitsFp32Copies + (c != 4 ? c * k.logitsComputeCopies : 0.0));
+    const int64_t rowsIn = microBatch * std::max<int64_t>(in.seqLen - 1, 1);
+    const double rows = static_cast<double>(lossChunkRows(rowsIn, s.hiddenSize, s.vocabSize));
+    const bool chunked = rows < static_cast<double>(rowsIn);
+    a.logits = rows * V * (4.0 * k.logitsFp32Copies + (c != 4 ? c * k.logitsComputeCopies : 0.0))
+        + T * h * c + (in.usesLora() || gpu ? 0.0 : V * h * c * (c != 4 && chunked ? 2.0 : 1.0));
     return a;
 }
 
@@ -318,6 +327,10 @@ struct Internal {
     MemoryBreakdown mem;    // forward end / backward start (with activations and logits)
     MemoryBreakdown midMem; // inside the blocks' backward (logits freed, a block's reduce)
     MemoryBreakdown endMem; // backward end, every unit's reduce in flight (engine mode)
+    // ZeRO-3 / hybrid over S > 1: the last block's forward, the block gathered besides the root,
+    // every activation but no logits yet (the head's chunks come after its reshard).
+    MemoryBreakdown fwdMem;
+    bool hasFwd = false;
     bool hasEnd = false;
     bool hasMid = true;
     double host = 0;
@@ -554,6 +567,11 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     fillModelStates(o.midMem, sharded, gatheredM, fullGrads + gradsM, opt, commM);
     fillModelStates(o.endMem, sharded, gatheredB, gradsB, opt, commB);
     o.hasEnd = true;
+    // The last block's forward: it is gathered besides the root, no gradient exists yet.
+    const bool sharded3
+        = (in.strategy == Strategy::Zero3 || in.strategy == Strategy::Hybrid) && !aliased && S > 1;
+    fillModelStates(o.fwdMem, sharded, std::min(c * Pp, gatheredA + c * Pb), fullGrads, opt, 0.0);
+    o.hasFwd = sharded3;
     return o;
 }
 
@@ -698,6 +716,10 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
     o.midMem = m;
     o.midMem.gatheredParams = toBytes(gatheredMid + midCopies);
     o.hasMid = gatheredMid + midCopies > gathered;
+    // The last block's forward: it is gathered (and, under QLoRA, dequantised) besides the root.
+    o.fwdMem = m;
+    o.fwdMem.gatheredParams = toBytes(gatheredWith(1.0) + midCopies);
+    o.hasFwd = zero3 && S > 1;
 
     // Traffic: only the adapters' gradients are reduced; zero3 gathers the frozen base (its
     // packed bytes under QLoRA) and the adapters twice per micro-step, zero1 / zero2 gather the
@@ -759,6 +781,15 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     start.logits = toBytes(act.logits);
     res.perDevice = withOverhead(start);
     res.peakPhase = "backward start";
+    if (st.hasFwd) {
+        MemoryBreakdown fwd = st.fwdMem;
+        fwd.activations = toBytes(act.activations);
+        fwd = withOverhead(fwd);
+        if (fwd.total() > res.perDevice.total()) {
+            res.perDevice = fwd;
+            res.peakPhase = "forward end";
+        }
+    }
     if (st.hasMid) {
         MemoryBreakdown mid = st.midMem;
         mid.activations = toBytes(std::max(0.0, act.activations - act.largestBlock));
@@ -865,6 +896,14 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
 }
 
 } // namespace
+
+int64_t lossChunkRows(int64_t tokens, int64_t hidden, int64_t vocab)
+{
+    if (tokens <= 0 || vocab <= 0)
+        return std::max<int64_t>(tokens, 1);
+    const int64_t budget = std::max<int64_t>(tokens * std::max<int64_t>(hidden, 1), 1 << 22);
+    return std::clamp<int64_t>(std::max<int64_t>(budget / vocab, 256), 1, tokens);
+}
 
 std::string toString(Strategy s)
 {

@@ -190,6 +190,12 @@ int64_t largestMicroBatch(const PlanInput& in, int64_t limit = 65536);
 // 0 when none up to `limitGpus`.
 int64_t fewestGpus(const PlanInput& in, int64_t limitGpus = 65536);
 
+// Rows (tokens) per chunk of the engine's LM head + cross entropy over `tokens` rows: the chunk's
+// logits about the size of the hidden states (tokens x hidden) or 2^22 elements if more, and at
+// least 256 rows (each chunk adds its rank-`rows` product to W's whole gradient: fewer rows
+// would make that sum memory-bound); between 1 and `tokens`.
+int64_t lossChunkRows(int64_t tokens, int64_t hidden, int64_t vocab);
+
 // LoRA's trained parameters: rank * (in + out) per targeted projection per block
 // (A is rank x in, B is out x rank). `targets` as --lora-targets; throws naming a bad entry.
 int64_t loraAdapterParameterCount(const ModelSpec& spec, int64_t rank, const std::string& targets);

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include "core/model/chunked_loss.h"
 #include "core/model/llama_model.h"
 #include "core/train/model_runner.h"
 #include "core/train/single_strategy.h"
@@ -189,6 +190,37 @@ int main()
         gradcheck(variant + " loss", {logits},
             [&](const std::vector<at::Tensor>& in) { return nextTokenLossSum(in[0], labels).sum; });
         T_CHECK(nextTokenLossSum(logits, labels).tokens == b * (s - 1) - 1);
+
+        // The fused head and loss, in chunks of 3 of the 8 rows (and in one): its gradients are
+        // made in the forward and rescaled to the gradient the backward receives.
+        const int64_t rows = b * (s - 1);
+        at::Tensor hRows = at::randn({rows, h}, at::kDouble).requires_grad_(true);
+        at::Tensor wHead = at::randn({spec.vocabSize, h}, at::kDouble).requires_grad_(true);
+        at::Tensor targets = labels.narrow(1, 1, s - 1).reshape({-1}).clone();
+        for (int64_t chunk : {int64_t(3), rows}) {
+            gradcheck(variant + " fused head loss in chunks of " + std::to_string(chunk),
+                {hRows, wHead}, [&](const std::vector<at::Tensor>& in) {
+                    return linearCrossEntropySum(in[0], in[1], targets, 0.25, chunk);
+                });
+            hRows.mutable_grad() = at::Tensor();
+            wHead.mutable_grad() = at::Tensor();
+            // The same sum and gradients as the unfused head and loss.
+            at::Tensor fused = linearCrossEntropySum(hRows, wHead, targets, 1.0 / 7, chunk);
+            (fused / 7).backward();
+            const at::Tensor fusedH = hRows.grad().clone(), fusedW = wHead.grad().clone();
+            hRows.mutable_grad() = at::Tensor();
+            wHead.mutable_grad() = at::Tensor();
+            at::Tensor plain = at::cross_entropy_loss(
+                at::linear(hRows, wHead), targets, {}, at::Reduction::Sum, -100);
+            (plain / 7).backward();
+            T_CHECK_MSG(std::fabs(fused.item<double>() - plain.item<double>()) < 1e-12,
+                variant + ": fused loss differs from the unfused one");
+            T_CHECK_MSG(at::allclose(fusedH, hRows.grad(), 1e-12, 1e-14)
+                    && at::allclose(fusedW, wHead.grad(), 1e-12, 1e-14),
+                variant + ": fused gradients differ from the unfused ones");
+            hRows.mutable_grad() = at::Tensor();
+            wHead.mutable_grad() = at::Tensor();
+        }
 
         // Whole model through the runner: checkpointing gives the same gradients; hooks fire in
         // the documented order.

@@ -75,8 +75,10 @@ void testLlama7bZero3()
     const int64_t rootAct = T * 2 * 3 * 4096;
     const int64_t transient = T * 2 * (2 * 4096 + 2 * 11008);
     CHECK_EQ(m.activations, ckptInputs + oneBlock + rootAct + transient);
-    // Logits: fp32 logits + fp32 grad + the bf16 logits before upcast.
-    CHECK_EQ(m.logits, T * 32000 * (4 + 4 + 2));
+    // Logits: the fused head and loss over chunks of 2*4095*4096/32000 = 1048 rows (a chunk's
+    // logits the size of the hidden states): fp32 logits (their gradient in place) + bf16 product
+    // and narrowed gradient, and h's gradient (bf16); W's is in the GPU model's grads above.
+    CHECK_EQ(m.logits, int64_t(1048) * 32000 * (4 + 2 * 2) + T * 4096 * 2);
     const int64_t rest = m.shardedParams + m.optimizer + m.gatheredParams + m.grads + m.commBuffers
         + m.activations + m.logits;
     CHECK_EQ(m.overhead, gpuOverhead(rest));
@@ -154,7 +156,9 @@ void testTinyCpuPadding()
     const int64_t oneBlock = T * (4 * perToken + 4 * 2) + 4LL * 6 * 256 * 256 * 4;
     const int64_t acts = 8 * oneBlock + T * 4 * 3 * 384 + T * 4 * (2 * 384 + 2 * 1024);
     CHECK_EQ(m.activations, acts);
-    CHECK_EQ(m.logits, T * 4096 * 8); // fp32 logits + grad, no separate compute copy
+    // The fused head and loss in one chunk of all 4*255 rows (fp32: the gradient in place), h's
+    // gradient and, on the CPU model, the head's (V x h).
+    CHECK_EQ(m.logits, int64_t(4 * 255) * 4096 * 4 + T * 384 * 4 + 4096 * 384 * 4);
 
     // The fused CPU attention of LibTorch 2.x: per block a log-sum-exp per head and token
     // instead of the scores, and no copies of q and the expanded k (2 q-dims per token).
@@ -233,7 +237,8 @@ void testQwenDdpZero12()
     const int64_t perToken = 8 * 3584 + 2 * 3584 + 2 * 512 + 2 * 3584 + 4 * 18944;
     const int64_t oneBlock = T * (4 * perToken + 8) + 4LL * 1 * 28 * 1024;
     CHECK_EQ(m.activations, 28 * oneBlock + T * 4 * 3 * 3584 + T * 4 * (2 * 3584 + 2 * 18944));
-    CHECK_EQ(m.logits, T * 152064 * 8);
+    // Chunks of 256 rows (the least; 2^22 / 152064 is fewer), fp32, and h's gradient.
+    CHECK_EQ(m.logits, int64_t(256) * 152064 * 4 + T * 3584 * 4);
 
     // zero1 and zero2 over 4 GPUs, bf16-mixed. Padding: 152064, 3584, 512, 18944 all divide by 4.
     in.gpusPerNode = 4;
@@ -568,7 +573,7 @@ void testCalibrationAndJson()
     in.calibration = d;
     PlanResult r = plan(in);
     CHECK_EQ(r.perDevice.overhead, int64_t(0));
-    CHECK_EQ(r.perDevice.logits, int64_t(1024) * 32000 * 8);
+    CHECK_EQ(r.perDevice.logits, int64_t(256) * 32000 * 4 + 1024 * 4096 * 2); // no bf16 copies
 
     nlohmann::json out = toJson(r);
     CHECK_EQ(out["params"].get<int64_t>(), int64_t(6738415616));

@@ -9,6 +9,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 
+#include "core/model/chunked_loss.h"
 #include "core/model/fused_ops.h"
 #include "core/model/lora.h"
 #include "core/torch_compat.h"
@@ -409,6 +410,20 @@ at::Tensor LlamaModel::head(const std::vector<at::Tensor>& root, const at::Tenso
 {
     at::Tensor h = rmsNorm(x, root[m_root.norm]);
     return fused::linear(h, root[m_root.lmHead >= 0 ? m_root.lmHead : m_root.embed]);
+}
+
+LossSum LlamaModel::headLossSum(const std::vector<at::Tensor>& root, const at::Tensor& x,
+    const at::Tensor& labels, double gradScale) const
+{
+    const int64_t s = x.size(1), H = x.size(2);
+    // The positions that predict a next token, and their targets (the Hugging Face shift).
+    at::Tensor h = rmsNorm(x.narrow(1, 0, s - 1), root[m_root.norm]).reshape({-1, H});
+    at::Tensor t = labels.narrow(1, 1, s - 1).reshape({-1}).to(at::kLong);
+    LossSum out;
+    out.sum = linearCrossEntropySum(
+        h, root[m_root.lmHead >= 0 ? m_root.lmHead : m_root.embed], t, gradScale);
+    out.tokens = t.ne(-100).sum().item<int64_t>();
+    return out;
 }
 
 LossSum nextTokenLossSum(const at::Tensor& logits, const at::Tensor& labels)

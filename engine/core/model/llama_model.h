@@ -60,6 +60,13 @@ struct KvCache {
     at::Tensor v;
 };
 
+// A sum of the next-token cross entropy over positions whose label is not -100, in fp32, with the
+// Hugging Face shift (logits at t predict labels at t + 1), and the number of those positions.
+struct LossSum {
+    at::Tensor sum; // 0-dim fp32, differentiable
+    int64_t tokens = 0;
+};
+
 class LlamaModel {
 public:
     // Builds the parameter table only; nothing is allocated. Throws when the architecture is one
@@ -103,6 +110,10 @@ public:
     at::Tensor block(
         const std::vector<at::Tensor>& w, const at::Tensor& x, const RopeTables& rope) const;
     at::Tensor head(const std::vector<at::Tensor>& root, const at::Tensor& x) const;
+    // The final norm, the LM head and the next-token loss in one step, without the batch's
+    // logits (linearCrossEntropySum); gradScale is what the caller divides the sum by.
+    LossSum headLossSum(const std::vector<at::Tensor>& root, const at::Tensor& x,
+        const at::Tensor& labels, double gradScale = 1.0) const;
     RopeTables rope(int64_t seqLen, at::ScalarType dtype) const;
     // The inverse frequencies (headDim / 2) after rope_scaling, in fp32.
     at::Tensor inverseFrequencies() const;
@@ -133,12 +144,7 @@ private:
     std::shared_ptr<const lora::Adapters> m_adapters;
 };
 
-// Sum of the next-token cross entropy over positions whose label is not -100, in fp32, with the
-// Hugging Face shift (logits at t predict labels at t + 1). Also returns the number of positions.
-struct LossSum {
-    at::Tensor sum; // 0-dim fp32, differentiable
-    int64_t tokens = 0;
-};
+// The loss sum from logits (batch, seq, vocab).
 LossSum nextTokenLossSum(const at::Tensor& logits, const at::Tensor& labels);
 // Tokens that count in the loss for labels (batch, seq): positions 1.. whose label != -100.
 int64_t countLossTokens(const at::Tensor& labels);

@@ -165,7 +165,7 @@ const RopeTables& ModelRunner::ropeFor(int64_t seqLen)
     return m_rope;
 }
 
-at::Tensor ModelRunner::logits(const at::Tensor& hostIds)
+at::Tensor ModelRunner::trunk(const at::Tensor& hostIds, std::vector<at::Tensor>& root)
 {
     const at::Tensor ids = hostIds.to(m_config.device);
     const bool hooks = m_strategy.wantsUnitHooks();
@@ -183,7 +183,7 @@ at::Tensor ModelRunner::logits(const at::Tensor& hostIds)
         std::lock_guard<std::mutex> lock(gen.mutex());
         dropout.seed = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
     }
-    std::vector<at::Tensor> root = cast(m_strategy.unitWeights(0), m_config.computeDtype);
+    root = cast(m_strategy.unitWeights(0), m_config.computeDtype);
     at::Tensor x = m_model.embed(root, ids);
     for (int u = 1; u < m_model.numUnits(); ++u) {
         if (hooks && grad)
@@ -211,17 +211,34 @@ at::Tensor ModelRunner::logits(const at::Tensor& hostIds)
     }
     if (adapters)
         adapters->setContext({}); // no dropout outside this forward (generation, evaluation)
-    at::Tensor out = m_model.head(root, x);
+    return x;
+}
+
+at::Tensor ModelRunner::endRoot(at::Tensor out)
+{
+    const bool hooks = m_strategy.wantsUnitHooks();
     if (hooks)
         m_strategy.postForward(0);
-    if (hooks && grad)
+    if (hooks && at::GradMode::is_enabled())
         out = PreBackwardMarker::apply(out, hookCall(m_strategy, 0));
     return out;
 }
 
-LossSum ModelRunner::lossSum(const at::Tensor& ids, const at::Tensor& labels)
+at::Tensor ModelRunner::logits(const at::Tensor& ids)
 {
-    return nextTokenLossSum(logits(ids), labels.to(m_config.device));
+    std::vector<at::Tensor> root;
+    const at::Tensor x = trunk(ids, root);
+    return endRoot(m_model.head(root, x));
+}
+
+LossSum ModelRunner::lossSum(const at::Tensor& ids, const at::Tensor& labels, double gradScale)
+{
+    std::vector<at::Tensor> root;
+    const at::Tensor x = trunk(ids, root);
+    LossSum out = m_model.headLossSum(root, x, labels.to(m_config.device), gradScale);
+    // Under zero3 the root is gathered again by this marker's backward, before the loss's.
+    out.sum = endRoot(out.sum);
+    return out;
 }
 
 } // namespace shard::engine

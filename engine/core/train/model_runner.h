@@ -23,12 +23,19 @@ public:
     // Logits (batch, seq, vocab) in the compute dtype, on config().device. ids: (batch, seq)
     // int64 on any device (moved to config().device).
     at::Tensor logits(const at::Tensor& ids);
-    // Sum of the next-token loss (fp32) and its token count, through logits().
-    LossSum lossSum(const at::Tensor& ids, const at::Tensor& labels);
+    // Sum of the next-token loss (fp32) and its token count: the same forward, ending in the fused
+    // head and loss (LlamaModel::headLossSum), so the batch's logits are never kept. gradScale:
+    // what the caller divides the sum by before its backward.
+    LossSum lossSum(const at::Tensor& ids, const at::Tensor& labels, double gradScale = 1.0);
     const ForwardConfig& config() const { return m_config; }
 
 private:
     const RopeTables& ropeFor(int64_t seqLen);
+    // The forward through the embedding and every block (the root unit's pre-forward included);
+    // `root` gets the root unit's weights in the compute dtype for the head.
+    at::Tensor trunk(const at::Tensor& ids, std::vector<at::Tensor>& root);
+    // The root unit's post-forward and, in grad mode, its pre-backward marker on `out`.
+    at::Tensor endRoot(at::Tensor out);
 
     LlamaModel& m_model;
     Strategy& m_strategy;

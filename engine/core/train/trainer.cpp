@@ -740,7 +740,7 @@ Trainer::Step Trainer::trainStep(Loop& loop, int64_t step)
             const at::Tensor ids = rowsTensor(micro[k], lo, hi, false);
             const at::Tensor labels = rowsTensor(micro[k], lo, hi, true);
             const int64_t before = loop.liveBytes();
-            LossSum ls = loop.runner.lossSum(ids, labels);
+            LossSum ls = loop.runner.lossSum(ids, labels, 1.0 / norm);
             done.activationBytes = std::max(done.activationBytes, loop.liveBytes() - before);
             at::Tensor loss = ls.sum / norm;
             loss.backward();

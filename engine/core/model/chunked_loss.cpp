@@ -1,0 +1,125 @@
+// The fused LM head and cross entropy (see chunked_loss.h).
+#include "core/model/chunked_loss.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "core/model/fused_ops.h"
+#include "plan/planner.h"
+
+namespace shard::engine {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct Sums {
+    at::Tensor loss;  // 0-dim, fp32 (fp64 for fp64 inputs)
+    at::Tensor gradH; // (N, H) in h's dtype, or undefined
+    at::Tensor gradW; // (V, H) in W's dtype, or undefined
+};
+
+// acc += a b in acc's (the compute) dtype: in place, except where bf16 products go through the
+// fp32 GEMM (fused_ops.h), where the rounded product is added.
+void addProduct(at::Tensor& acc, const at::Tensor& a, const at::Tensor& b)
+{
+    if (a.scalar_type() == at::kBFloat16 && fused::bf16GemmThroughFp32())
+        acc.add_(fused::matmul(a, b));
+    else
+        acc.addmm_(a, b);
+}
+
+Sums chunkedSums(const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets,
+    double gradScale, int64_t chunkRows, bool wantH, bool wantW)
+{
+    at::NoGradGuard noGrad;
+    const int64_t n = h.size(0), vocab = w.size(0);
+    const at::ScalarType compute = h.scalar_type();
+    const at::ScalarType wide = at::promoteTypes(compute, at::kFloat);
+    if (chunkRows <= 0)
+        chunkRows = plan::lossChunkRows(n, h.size(1), vocab);
+    const bool chunked = chunkRows < n;
+    Sums s;
+    s.loss = at::zeros({}, h.options().dtype(wide));
+    if (wantH)
+        s.gradH = at::empty_like(h);
+    // W's gradient: one product when there is one chunk, else the chunks' products summed.
+    at::Tensor accW;
+    if (wantW && chunked)
+        accW = at::zeros_like(w);
+    for (int64_t r0 = 0; r0 < n; r0 += chunkRows) {
+        const int64_t rows = std::min(chunkRows, n - r0);
+        const at::Tensor hc = h.narrow(0, r0, rows);
+        const at::Tensor tc = targets.narrow(0, r0, rows);
+        at::Tensor z = fused::cast(fused::linear(hc, w), wide); // (rows, V)
+        const at::Tensor lse = at::logsumexp(z, 1);
+        const at::Tensor valid = tc.ne(-100);
+        const at::Tensor safe = at::where(valid, tc, at::zeros_like(tc)).unsqueeze(1);
+        const at::Tensor weight = valid.to(wide);
+        s.loss.add_(((lse - z.gather(1, safe).squeeze(1)) * weight).sum());
+        if (!wantH && !wantW)
+            continue;
+        // d loss / d z = softmax(z) - onehot(target) on counted rows, scaled; in place on z.
+        z.sub_(lse.unsqueeze(1)).exp_();
+        z.scatter_add_(1, safe, weight.neg().unsqueeze(1));
+        z.mul_((weight * gradScale).unsqueeze(1));
+        const at::Tensor g = fused::cast(z, compute);
+        z = at::Tensor(); // the fp32 chunk goes before the products allocate
+        if (wantH)
+            s.gradH.narrow(0, r0, rows).copy_(fused::matmul(g, w));
+        if (wantW) {
+            if (chunked)
+                addProduct(accW, g.t(), hc);
+            else
+                s.gradW = fused::matmul(g.t(), hc);
+        }
+    }
+    if (accW.defined())
+        s.gradW = accW;
+    return s;
+}
+
+struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
+    static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& w,
+        const at::Tensor& targets, double gradScale, int64_t chunkRows)
+    {
+        Sums s = chunkedSums(
+            h, w, targets, gradScale, chunkRows, h.requires_grad(), w.requires_grad());
+        ctx->saved_data["scale"] = gradScale;
+        ctx->save_for_backward({s.gradH, s.gradW});
+        return s.loss;
+    }
+
+    static variable_list backward(AutogradContext* ctx, variable_list gradOutputs)
+    {
+        auto saved = ctx->get_saved_variables();
+        const double made = ctx->saved_data["scale"].toDouble();
+        const double got = gradOutputs[0].item<double>();
+        // The gradients were made for `made`; rescaled only when another one arrives.
+        const bool same = made != 0.0 && std::fabs(got / made - 1.0) < 1e-6;
+        for (at::Tensor& g : saved)
+            if (g.defined() && !same)
+                g = made != 0.0 ? g * (got / made) : at::zeros_like(g);
+        return {saved[0], saved[1], at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+};
+
+} // namespace
+
+at::Tensor linearCrossEntropySum(const at::Tensor& h, const at::Tensor& weight,
+    const at::Tensor& targets, double gradScale, int64_t chunkRows)
+{
+    TORCH_CHECK(h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1),
+        "linearCrossEntropySum: h (N, H) and W (V, H) expected");
+    TORCH_CHECK(targets.dim() == 1 && targets.size(0) == h.size(0),
+        "linearCrossEntropySum: one target per row of h expected");
+    const bool grads = at::GradMode::is_enabled() && (h.requires_grad() || weight.requires_grad());
+    if (!grads)
+        return chunkedSums(h, weight, targets, gradScale, chunkRows, false, false).loss;
+    return LinearCrossEntropy::apply(h, weight, targets, gradScale, chunkRows);
+}
+
+} // namespace shard::engine

@@ -1,0 +1,28 @@
+// The LM head and the next-token cross entropy in one step, over chunks of tokens, so the fp32
+// logits of the whole batch never exist at once (the design of Liger's fused linear cross
+// entropy). The loss is the graph's last node and its gradient a scalar, so each chunk's
+// gradients are made in the forward, while its logits exist: logits = h W^T in the compute
+// dtype, widened, their log-sum-exp and the loss summed; softmax minus the one-hot target, times
+// `gradScale` (the 1/tokens the caller divides the loss by, so the gradient is rounded as an
+// unfused backward rounds it), narrowed, times W into h's gradient and, when W is trained, its
+// transpose times h into W's (the chunks' products summed in the compute dtype, as Liger does:
+// a narrower dtype rounds each chunk's product; an fp32 copy of W's gradient would cost more
+// memory than the logits it saves on large vocabularies).
+// The backward only rescales them when the gradient it receives is not gradScale. Memory: one
+// chunk's logits, h's gradient and W's, instead of the batch's logits and their gradient. The
+// result equals the unfused head and cross entropy up to summation order (and, in bf16, the
+// rounding of W's gradient per chunk).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace shard::engine {
+
+// The 0-dim fp32 sum of -log softmax(h W^T)[target] over rows whose target is not -100.
+// h: (N, H) in the compute dtype, W: (V, H) in the same dtype, targets: (N,) long.
+// Gradients are made only in grad mode for the inputs that require them. chunkRows <= 0 picks
+// plan::lossChunkRows(N, H, V).
+at::Tensor linearCrossEntropySum(const at::Tensor& h, const at::Tensor& weight,
+    const at::Tensor& targets, double gradScale = 1.0, int64_t chunkRows = 0);
+
+} // namespace shard::engine
