@@ -247,7 +247,10 @@ ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
             + (gqa ? k.actPerQGqa * d.q : 0.0) + (s.qkNorm ? k.actPerQkNorm * (d.q + d.kv) : 0.0)
             + k.actPerIntermediate * d.inter
             - (fusedCpu ? k.fusedCpuAttentionDropsPerQ * d.q : 0.0);
-        double block = T * (c * elems + 4.0 * k.actFp32PerToken) + scores;
+        // A narrower compute dtype: the engine runs the fused CPU attention in fp32 (llama_model),
+        // which keeps fp32 q, k, v and output (and their fp32 gradients in its backward).
+        const double widened = fusedCpu && c != 4 ? k.fusedCpuAttentionWidenedBytesPerQ * d.q : 0.0;
+        double block = T * (c * elems + 4.0 * k.actFp32PerToken + widened) + scores;
         sumBlocks += block;
         maxBlock = std::max(maxBlock, block);
         maxInter = std::max(maxInter, d.inter);

@@ -315,10 +315,18 @@ at::Tensor LlamaModel::attention(
         return windowed ? hidden.logical_or((i - j) >= m_spec.slidingWindow) : hidden;
     };
 #if SHARD_TORCH_HAS_SDPA
-    // One fused kernel (on the CPU a flash-attention loop in fp32 that never holds the scores).
+    // One fused kernel (on the CPU a flash-attention loop that never holds the scores). Where bf16
+    // products go through the fp32 GEMM (fused_ops.h: no AVX-512), LibTorch's bf16 CPU kernel is
+    // slow (its backward took 0.74 s of a 1.1 s tiny-15m step), so attention runs in fp32 there,
+    // from and back to the compute dtype (exact widening; one rounding of the output).
+    const bool widen
+        = q.scalar_type() == at::kBFloat16 && q.device().is_cpu() && fused::bf16GemmThroughFp32();
+    auto in = [&](const at::Tensor& t) { return widen ? fused::cast(t, at::kFloat) : t; };
     at::Tensor out = windowed
-        ? at::scaled_dot_product_attention(q, k, v, hiddenKeys().logical_not())
-        : at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+        ? at::scaled_dot_product_attention(in(q), in(k), in(v), hiddenKeys().logical_not())
+        : at::scaled_dot_product_attention(in(q), in(k), in(v), {}, 0.0, /*is_causal=*/true);
+    if (widen)
+        out = fused::cast(out, q.scalar_type());
 #else
     at::Tensor scores
         = fused::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(D)));
