@@ -315,12 +315,11 @@ at::Tensor LlamaModel::attention(
         return windowed ? hidden.logical_or((i - j) >= m_spec.slidingWindow) : hidden;
     };
 #if SHARD_TORCH_HAS_SDPA
-    // One fused kernel (on the CPU a flash-attention loop that never holds the scores). Where bf16
-    // products go through the fp32 GEMM (fused_ops.h: no AVX-512), LibTorch's bf16 CPU kernel is
-    // slow (its backward took 0.74 s of a 1.1 s tiny-15m step), so attention runs in fp32 there,
-    // from and back to the compute dtype (exact widening; one rounding of the output).
-    const bool widen
-        = q.scalar_type() == at::kBFloat16 && q.device().is_cpu() && fused::bf16GemmThroughFp32();
+    // One fused kernel (on the CPU a flash-attention loop that never holds the scores). On the
+    // CPU LibTorch 2.6's bf16 kernel is slow, with or without AVX-512 (its backward took 0.74 s of
+    // a 1.1 s tiny-15m step on an AVX-512 BF16 machine), so attention runs in fp32 there, from and
+    // back to the compute dtype (exact widening; one rounding of the output).
+    const bool widen = q.scalar_type() == at::kBFloat16 && q.device().is_cpu();
     auto in = [&](const at::Tensor& t) { return widen ? fused::cast(t, at::kFloat) : t; };
     at::Tensor out = windowed
         ? at::scaled_dot_product_attention(in(q), in(k), in(v), hiddenKeys().logical_not())
