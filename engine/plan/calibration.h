@@ -49,8 +49,9 @@ struct Calibration {
     double cpuFusedAttention = engineUsesFusedCpuAttention() ? 1.0 : 0.0;
     double fusedCpuAttentionDropsPerQ = 2.0;
     // With a compute dtype narrower than fp32 the engine widens the fused CPU attention's inputs
-    // to fp32 (LibTorch 2.6's bf16 CPU kernel is slow without AVX-512): bytes per token x q width
-    // per block that this adds (measured: tiny-15m, bf16-mixed, 4 x 256, LibTorch 2.6).
+    // to fp32 on every CPU (LibTorch 2.6's bf16 CPU kernel is slow, with or without AVX-512):
+    // bytes per token x q width per block that this adds (measured: tiny-15m, bf16-mixed,
+    // 4 x 256, LibTorch 2.6).
     double fusedCpuAttentionWidenedBytesPerQ = 19.0;
     // Full activation checkpointing: elements per token x hidden kept per block (its input).
     double ckptSavedPerHidden = 1.0;

@@ -25,6 +25,13 @@ at::ScalarType atLeastFloat(at::ScalarType t)
     return at::promoteTypes(t, at::kFloat);
 }
 
+// The labels (batch, seq) that positions 0 .. seq-2 predict, flattened, as int64 (the Hugging
+// Face shift).
+at::Tensor nextTokenTargets(const at::Tensor& labels)
+{
+    return labels.narrow(1, 1, labels.size(1) - 1).reshape({-1}).to(at::kLong);
+}
+
 bool endsWith(const std::string& s, const std::string& suffix)
 {
     return s.size() >= suffix.size()
@@ -416,7 +423,12 @@ at::Tensor LlamaModel::embed(const std::vector<at::Tensor>& root, const at::Tens
 at::Tensor LlamaModel::head(const std::vector<at::Tensor>& root, const at::Tensor& x) const
 {
     at::Tensor h = rmsNorm(x, root[m_root.norm]);
-    return fused::linear(h, root[m_root.lmHead >= 0 ? m_root.lmHead : m_root.embed]);
+    return fused::linear(h, headWeight(root));
+}
+
+const at::Tensor& LlamaModel::headWeight(const std::vector<at::Tensor>& root) const
+{
+    return root[m_root.lmHead >= 0 ? m_root.lmHead : m_root.embed];
 }
 
 LossSum LlamaModel::headLossSum(const std::vector<at::Tensor>& root, const at::Tensor& x,
@@ -425,10 +437,9 @@ LossSum LlamaModel::headLossSum(const std::vector<at::Tensor>& root, const at::T
     const int64_t s = x.size(1), H = x.size(2);
     // The positions that predict a next token, and their targets (the Hugging Face shift).
     at::Tensor h = rmsNorm(x.narrow(1, 0, s - 1), root[m_root.norm]).reshape({-1, H});
-    at::Tensor t = labels.narrow(1, 1, s - 1).reshape({-1}).to(at::kLong);
+    at::Tensor t = nextTokenTargets(labels);
     LossSum out;
-    out.sum = linearCrossEntropySum(
-        h, root[m_root.lmHead >= 0 ? m_root.lmHead : m_root.embed], t, gradScale);
+    out.sum = linearCrossEntropySum(h, headWeight(root), t, gradScale);
     out.tokens = t.ne(-100).sum().item<int64_t>();
     return out;
 }
@@ -438,7 +449,7 @@ LossSum nextTokenLossSum(const at::Tensor& logits, const at::Tensor& labels)
     const int64_t s = logits.size(1), V = logits.size(2);
     at::Tensor l = fused::cast(logits.narrow(1, 0, s - 1), atLeastFloat(logits.scalar_type()))
                        .reshape({-1, V});
-    at::Tensor t = labels.narrow(1, 1, s - 1).reshape({-1}).to(at::kLong);
+    at::Tensor t = nextTokenTargets(labels);
     LossSum out;
     out.sum = at::cross_entropy_loss(l, t, {}, at::Reduction::Sum, -100);
     out.tokens = t.ne(-100).sum().item<int64_t>();

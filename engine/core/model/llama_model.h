@@ -135,6 +135,8 @@ public:
 private:
     at::Tensor proj(const at::Tensor& x, const std::vector<at::Tensor>& w, lora::Target t,
         int weight, int bias = -1) const;
+    // The LM head's weight among the root unit's: lm_head, or the embedding when tied.
+    const at::Tensor& headWeight(const std::vector<at::Tensor>& root) const;
 
     plan::ModelSpec m_spec;
     std::vector<Unit> m_units;
