@@ -17,7 +17,10 @@
 # (setup.sh's trixie packages: the README's commands on Debian 13) or `trixie-cuda` (libtorch-cuda-dev, nvidia-cuda-toolkit, libnccl-dev; cuDNN replaced by a
 # placeholder, see make_cuda_root). In a root the clone is mounted read-only at /src, the build
 # is in /build (inside the unpacked root, or SHARD_CI_BUILD_DIR on the host when set, kept between
-# runs), the root's own ccache at /ccache (kept in the cache).
+# runs), and /ccache is the release's ccache (kept in the cache). The roots of one release share
+# it: their compiler and LibTorch headers are the same packages, and ccache's preprocessor mode
+# hits wherever a file preprocesses the same, so the CUDA gate reuses most of the CPU suite's
+# objects.
 set -euo pipefail
 
 ROOTS_VERSION=1
@@ -181,7 +184,7 @@ run_in() {
     local name=$1 cmd=$2 tarball dir start rc=0
     prepare "$name"
     tarball=$(tarball_of "$name")
-    mkdir -p "$WORK" "$CACHE/ccache-$name"
+    mkdir -p "$WORK" "$CACHE/ccache-${name%%-*}"
     dir=$(mktemp -d "$WORK/$name-XXXXXX")
     trap 'remove_root "'"$dir"'"' EXIT
     start=$SECONDS
@@ -192,9 +195,8 @@ run_in() {
     mkdir -p "$dir/src" "$dir/ccache" "$dir/build"
     mount --bind "$SRC" "$dir/src"
     mount -o remount,bind,ro "$dir/src"
-    # SHARD_CI_CCACHE: a ccache folder of the host's to use instead of the root's own (the same
-    # compiler packages hit it).
-    mount --bind "${SHARD_CI_CCACHE:-$CACHE/ccache-$name}" "$dir/ccache"
+    # SHARD_CI_CCACHE: a ccache folder of the host's to use instead of the release's.
+    mount --bind "${SHARD_CI_CCACHE:-$CACHE/ccache-${name%%-*}}" "$dir/ccache"
     if ((${SHARD_CI_CLONE:-0})); then
         # A clean clone made by the host's git (a bare root has none), owned by root there.
         git clone -q "$SRC" "$dir/root/clone"

@@ -11,8 +11,11 @@ if [[ ${1:-} == --all-platforms ]]; then
     all_platforms=1
     shift
 fi
+# Each phase's end, in seconds since the start (CI's time budget is read from these lines).
+phase() { echo "test: $1 at +$SECONDS s"; }
 bash scripts/setup.sh
 bash scripts/fetch-fixtures.sh
+phase "set-up done"
 
 prep_pids=()
 if ((all_platforms)); then
@@ -27,7 +30,9 @@ fi
 export CCACHE_BASEDIR="$PWD" CCACHE_MAXSIZE=5G
 cmake --preset release >/dev/null
 cmake --build --preset release
+phase "this machine's build done"
 ctest --preset release "$@"
+phase "this machine's tests done"
 
 if ((all_platforms)); then
     i=0
@@ -39,8 +44,11 @@ if ((all_platforms)); then
         fi
         i=$((i + 1))
     done
+    phase "Debian 13 roots ready"
     echo "test: Debian 13, LibTorch 2.6 (CPU): whole project, labels unit engine multirank gui"
     bash scripts/ci-roots.sh cpu-suite
+    phase "Debian 13 suite done"
     echo "test: Debian 13, CUDA build gate (shard-worker, CUDA LibTorch 2.6, NCCL backend)"
     bash scripts/ci-roots.sh cuda-gate
+    phase "CUDA build gate done"
 fi
