@@ -16,20 +16,22 @@ bool engineUsesFusedCpuAttention();
 struct Calibration {
     // --- Activations saved for backward by one Llama block (engine mode), in elements of the
     // compute dtype per token, as multiples of a model dimension. Derivation (eager autograd):
-    //   hidden: each RMSNorm keeps its input (twice: pow and mul save separate copies in eager
-    //           LibTorch), the normalized x̂ and its output (the q/k/v or gate/up matmul
-    //           input): 4 per norm, 2 norms per block (bench/plan/activation_probe.py).
+    //   hidden: each RMSNorm (one fused function, fused::rmsNorm) keeps its input and its
+    //           output is the q/k/v or gate/up matmul input: 2 per norm, 2 norms per block. (The
+    //           composed eager ops kept 4 per norm: the input twice, x̂ and the output;
+    //           bench/plan/activation_probe.py.)
     //   q:      q after RoPE (attention input) and the attention output (o_proj input).
     //   kv:     k after RoPE and v.
     //   qGqa:   k and v expanded to all query heads (repeat_kv) when kv heads < heads.
     //   qkNorm: Qwen3's per-head q/k RMSNorm inputs, per (q dim + kv dim).
-    //   intermediate: gate, silu(gate), up, silu(gate)*up (the down_proj input).
-    double actPerHidden = 8.0;
+    //   intermediate: gate, up and silu(gate)*up (the down_proj input); fused::swiglu
+    //           recomputes silu(gate) in the backward (the composed ops kept it: 4).
+    double actPerHidden = 4.0;
     double actPerQ = 2.0;
     double actPerKv = 2.0;
     double actPerQGqa = 2.0;
     double actPerQkNorm = 1.0;
-    double actPerIntermediate = 4.0;
+    double actPerIntermediate = 3.0;
     // fp32 values per token per block: the two RMSNorms' 1/rms.
     double actFp32PerToken = 2.0;
     // Attention scores per (micro-batch x heads x seq x seq), bytes. CPU LibTorch runs eager

@@ -4,12 +4,14 @@
 // with fp32 accumulation returns, up to summation order), forward and backward; fp32 is untouched.
 // The reference is the fp64 product, not ATen's bf16 GEMM: LibTorch 1.13's scalar bf16 loop (CPUs
 // without AVX-512) accumulates some layouts in bf16 (relative errors of several units measured on
-// the backward's layout).
+// the backward's layout). The fused layers (RMSNorm, rotary embeddings, SwiGLU) against the
+// composed ATen ops they replace.
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
 #include "core/model/fused_ops.h"
@@ -39,6 +41,116 @@ bool roundedOnce(const at::Tensor& a, const at::Tensor& exact)
 at::Tensor d64(const at::Tensor& t)
 {
     return t.detach().to(at::kDouble);
+}
+
+// |a - b| within `rel` of |b| plus `abs` everywhere.
+bool near(const at::Tensor& a, const at::Tensor& b, double rel, double abs)
+{
+    const at::Tensor da = d64(a), db = d64(b);
+    return (da - db).abs().le(db.abs() * rel + abs).all().item<bool>();
+}
+
+// The composed ATen ops the fused layers replace (the model's code before them).
+at::Tensor composedRmsNorm(const at::Tensor& x, const at::Tensor& w, double eps)
+{
+    at::Tensor h = x.to(at::promoteTypes(x.scalar_type(), at::kFloat));
+    h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+    return w * h.to(x.scalar_type());
+}
+
+at::Tensor composedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin)
+{
+    // As the model applied it: on (batch, heads, seq, dim), the tables broadcast over heads.
+    const at::Tensor xt = x.transpose(1, 2);
+    const int64_t half = xt.size(-1) / 2;
+    const at::Tensor rotated = at::cat({-xt.narrow(-1, half, half), xt.narrow(-1, 0, half)}, -1);
+    return (xt * cos + rotated * sin).transpose(1, 2);
+}
+
+struct Grads {
+    at::Tensor y, gx, gw;
+};
+
+// y and the gradients of (x, w) for the upstream gradient g, through f.
+template <typename F>
+Grads run(F f, const at::Tensor& x, const at::Tensor& w, const at::Tensor& g)
+{
+    at::Tensor xi = x.detach().clone().requires_grad_(true);
+    at::Tensor wi = w.detach().clone().requires_grad_(w.requires_grad());
+    at::Tensor y = f(xi, wi);
+    y.backward(g);
+    return {y.detach(), xi.grad(), wi.grad()};
+}
+
+bool bitEqualGrads(const Grads& a, const Grads& b)
+{
+    return bitEqual(a.y.contiguous(), b.y.contiguous()) && bitEqual(a.gx, b.gx)
+        && (a.gw.defined() == b.gw.defined()) && (!a.gw.defined() || bitEqual(a.gw, b.gw));
+}
+
+void fusedLayers()
+{
+    const double eps = 1e-5;
+    // RMSNorm: the composed ops' values up to the mean's summation order (fp32, fp64) or one
+    // rounding of a 16-bit result either way (bf16); independent of the thread count.
+    for (at::ScalarType t : {at::kFloat, at::kDouble, at::kBFloat16}) {
+        const bool narrow16 = t == at::kBFloat16;
+        for (bool trainedWeight : {true, false}) {
+            at::Tensor x = (at::randn({3, 70, 96}) * 2).to(t);
+            at::Tensor w = (at::rand({96}) + 0.5).to(t).requires_grad_(trainedWeight);
+            at::Tensor g = at::randn({3, 70, 96}).to(t);
+            auto fusedF = [&](const at::Tensor& a, const at::Tensor& b) {
+                return fused::rmsNorm(a, b, eps);
+            };
+            auto composedF = [&](const at::Tensor& a, const at::Tensor& b) {
+                return composedRmsNorm(a, b, eps);
+            };
+            const Grads f = run(fusedF, x, w, g), c = run(composedF, x, w, g);
+            const double rel = narrow16 ? std::ldexp(1.0, -7) : (t == at::kFloat ? 1e-5 : 1e-12);
+            const double abs = narrow16 ? 1e-2 : (t == at::kFloat ? 1e-5 : 1e-12);
+            T_CHECK_MSG(near(f.y, c.y, rel, abs), std::string("rmsnorm value ") + c10::toString(t));
+            T_CHECK_MSG(near(f.gx, c.gx, rel, abs), std::string("rmsnorm dx ") + c10::toString(t));
+            T_CHECK(f.gw.defined() == trainedWeight);
+            if (trainedWeight)
+                // The weight's gradient sums 210 rows: bf16's composed ops round each product.
+                T_CHECK_MSG(near(f.gw, c.gw, narrow16 ? 1.0 / 32 : rel, narrow16 ? 0.5 : abs * 10),
+                    std::string("rmsnorm dw ") + c10::toString(t));
+            const int threads = at::get_num_threads();
+            at::set_num_threads(1);
+            const Grads one = run(fusedF, x, w, g);
+            at::set_num_threads(3);
+            const Grads three = run(fusedF, x, w, g);
+            at::set_num_threads(threads);
+            T_CHECK_MSG(bitEqualGrads(one, three) && bitEqualGrads(one, f),
+                std::string("rmsnorm depends on the thread count ") + c10::toString(t));
+            {
+                at::NoGradGuard noGrad;
+                T_CHECK(bitEqual(fused::rmsNorm(x, w, eps), f.y));
+            }
+        }
+    }
+    // Rotary embeddings and SwiGLU: the composed ops' results bit for bit.
+    for (at::ScalarType t : {at::kFloat, at::kBFloat16}) {
+        at::Tensor x = at::randn({2, 9, 3, 16}).to(t);
+        at::Tensor cos = at::randn({9, 16}).to(t), sin = at::randn({9, 16}).to(t);
+        at::Tensor g = at::randn({2, 9, 3, 16}).to(t);
+        auto fusedF = [&](const at::Tensor& a, const at::Tensor&) {
+            return fused::rope(a, cos, sin);
+        };
+        auto composedF = [&](const at::Tensor& a, const at::Tensor&) {
+            return composedRope(a, cos, sin);
+        };
+        T_CHECK_MSG(bitEqualGrads(run(fusedF, x, cos, g), run(composedF, x, cos, g)),
+            std::string("rope ") + c10::toString(t));
+
+        at::Tensor gate = (at::randn({4, 33, 40}) * 3).to(t), up = at::randn({4, 33, 40}).to(t);
+        at::Tensor gy = at::randn({4, 33, 40}).to(t);
+        auto fusedS = [](const at::Tensor& a, const at::Tensor& b) { return fused::swiglu(a, b); };
+        auto composedS = [](const at::Tensor& a, const at::Tensor& b) { return at::silu(a) * b; };
+        at::Tensor upTrained = up.clone().requires_grad_(true);
+        T_CHECK_MSG(bitEqualGrads(run(fusedS, gate, upTrained, gy), run(composedS, gate, upTrained, gy)),
+            std::string("swiglu ") + c10::toString(t));
+    }
 }
 
 } // namespace
@@ -119,6 +231,7 @@ int main()
         T_CHECK(roundedOnce(q.grad(), at::matmul(d64(g), d64(k).transpose(-1, -2))));
         T_CHECK(roundedOnce(k.grad(), at::matmul(d64(q).transpose(-1, -2), d64(g))));
     }
+    fusedLayers();
     std::printf("bf16 GEMM through fp32: %s\n", fused::bf16GemmThroughFp32() ? "yes" : "no");
     return shard::test::finish("tst_fused_ops");
 }

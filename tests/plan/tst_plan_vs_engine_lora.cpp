@@ -105,8 +105,8 @@ Measured compare(
     // the head's backward. Within the 5% the planner promises on the CPU (the zero3 peaks also
     // move by about 1.5% from run to run with Gloo's buffers).
     const double ratio = static_cast<double>(m.peak) / static_cast<double>(p.total());
-    std::printf("  peak %lld measured / %lld planned (%.3f)\n", static_cast<long long>(m.peak),
-        static_cast<long long>(p.total()), ratio);
+    std::printf("  peak %lld measured / %lld planned (%.3f, %s)\n", static_cast<long long>(m.peak),
+        static_cast<long long>(p.total()), ratio, plan.peakPhase.c_str());
     const std::string what = method + " " + strategy + " at " + std::to_string(ranks);
     SHARD_EXPECT(ratio >= 0.95 && ratio <= 1.05, what + ": peak within 5% of the plan");
     SHARD_EXPECT(near(m.frozen, frozen), what + ": frozen base within 1%");

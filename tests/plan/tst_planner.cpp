@@ -65,13 +65,13 @@ void testLlama7bZero3()
     CHECK_EQ(m.commBuffers, int64_t(4 * block * (1 + 1.0 / 8)));
 
     // Activations (bf16, T = 2*4096 tokens), full checkpointing: the input of each of 32 blocks,
-    // one block recomputed (each RMSNorm keeps x, x^2's input, x_hat, out: 8h for two; q, attn out
-    // = 2h; k, v = 2h; 4 x intermediate; 2 fp32 rstd per token; flash attention log-sum-exp per
-    // head and token), the root (3h) and the backward transients (2h + 2I).
+    // one block recomputed (each fused RMSNorm keeps x and out: 4h for two; q, attn out = 2h;
+    // k, v = 2h; gate, up, product: 3 x intermediate; 2 fp32 rstd per token; flash attention
+    // log-sum-exp per head and token), the root (3h) and the backward transients (2h + 2I).
     const int64_t T = 2 * 4096;
     const int64_t ckptInputs = 32LL * T * 2 * 4096;
     const int64_t oneBlock
-        = T * (2 * (8 * 4096 + 2 * 4096 + 2 * 4096 + 4 * 11008) + 4 * 2) + 4LL * 2 * 32 * 4096;
+        = T * (2 * (4 * 4096 + 2 * 4096 + 2 * 4096 + 3 * 11008) + 4 * 2) + 4LL * 2 * 32 * 4096;
     const int64_t rootAct = T * 2 * 3 * 4096;
     const int64_t transient = T * 2 * (2 * 4096 + 2 * 11008);
     CHECK_EQ(m.activations, ckptInputs + oneBlock + rootAct + transient);
@@ -151,8 +151,8 @@ void testTinyCpuPadding()
     // Eager attention on CPU in fp32 keeps the softmax output: 4 bytes per b*heads*s*s.
     // GQA (2 kv heads for 6 heads) materializes k and v for all heads: + 2 q-dims.
     const int64_t T = 4 * 256;
-    const int64_t perToken = 8 * 384 + 2 * 384 + 2 * 128 + 2 * 384 + 4 * 1024;
-    CHECK_EQ(perToken, int64_t(8960));
+    const int64_t perToken = 4 * 384 + 2 * 384 + 2 * 128 + 2 * 384 + 3 * 1024;
+    CHECK_EQ(perToken, int64_t(6400));
     const int64_t oneBlock = T * (4 * perToken + 4 * 2) + 4LL * 6 * 256 * 256 * 4;
     const int64_t acts = 8 * oneBlock + T * 4 * 3 * 384 + T * 4 * (2 * 384 + 2 * 1024);
     CHECK_EQ(m.activations, acts);
@@ -234,7 +234,7 @@ void testQwenDdpZero12()
 
     // GQA: 28 heads, 4 kv heads of 128. fp32, flash on GPU: no s^2 term.
     const int64_t T = 1024;
-    const int64_t perToken = 8 * 3584 + 2 * 3584 + 2 * 512 + 2 * 3584 + 4 * 18944;
+    const int64_t perToken = 4 * 3584 + 2 * 3584 + 2 * 512 + 2 * 3584 + 3 * 18944;
     const int64_t oneBlock = T * (4 * perToken + 8) + 4LL * 1 * 28 * 1024;
     CHECK_EQ(m.activations, 28 * oneBlock + T * 4 * 3 * 3584 + T * 4 * (2 * 3584 + 2 * 18944));
     // Chunks of 256 rows (the least; 2^22 / 152064 is fewer), fp32, and h's gradient.
@@ -553,7 +553,7 @@ void testCalibrationAndJson()
 {
     Calibration c;
     nlohmann::json j = c.toJson();
-    CHECK_EQ(j["act_per_hidden"].get<double>(), 8.0);
+    CHECK_EQ(j["act_per_hidden"].get<double>(), 4.0);
     CHECK_EQ(j["zero_paper_k"].get<double>(), 12.0);
     j["gpu_overhead_bytes"] = 0;
     j["gpu_fragmentation"] = 0;

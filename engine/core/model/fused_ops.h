@@ -25,4 +25,22 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
 // a (..., n, k) times b (..., k, m), the same batch shape.
 at::Tensor matmul(const at::Tensor& a, const at::Tensor& b);
 
+// The model's elementwise layers as single autograd functions (fused_layers.cpp): one pass over
+// the data forward and one backward on the CPU, ATen ops elsewhere, and on every device only the
+// tensors named here saved for backward.
+//
+// Hugging Face's RMSNorm over the last dimension: weight * (x / sqrt(mean(x^2) + eps)) with the
+// normalized value rounded to x's dtype before the product, computed in fp32 for 16-bit x (fp64
+// for fp64). Saves x, weight and one fp32 1/rms per row (the composed ops also keep x's fp32
+// copy and the normalized value). The mean's summation order is fixed per row and the weight
+// gradient's per 32-row block, so neither depends on the thread count.
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// Rotary embeddings in rotate-half form on x (batch, seq, heads, head_dim) with cos and sin
+// (seq, head_dim): x * cos + rotate_half(x) * sin, every product and the sum rounded as the
+// composed ops round them (equal bit for bit). Saves the tables only.
+at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// silu(gate) * up with ATen's arithmetic. Saves gate and up; silu(gate) is recomputed in the
+// backward rather than kept.
+at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
+
 } // namespace shard::engine::fused

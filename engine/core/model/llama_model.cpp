@@ -263,21 +263,8 @@ RopeTables LlamaModel::rope(int64_t seqLen, at::ScalarType dtype) const
 
 at::Tensor LlamaModel::rmsNorm(const at::Tensor& x, const at::Tensor& weight) const
 {
-    at::Tensor h = fused::cast(x, atLeastFloat(x.scalar_type()));
-    at::Tensor var = h.pow(2).mean(-1, /*keepdim=*/true);
-    h = h * at::rsqrt(var + m_spec.rmsNormEps);
-    return weight * fused::cast(h, x.scalar_type());
+    return fused::rmsNorm(x, weight, m_spec.rmsNormEps);
 }
-
-namespace {
-
-at::Tensor rotateHalf(const at::Tensor& x)
-{
-    const int64_t half = x.size(-1) / 2;
-    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
-} // namespace
 
 at::Tensor LlamaModel::proj(const at::Tensor& x, const std::vector<at::Tensor>& w, lora::Target t,
     int weight, int bias) const
@@ -299,13 +286,11 @@ at::Tensor LlamaModel::attention(
         q = rmsNorm(q, w[L.qNorm]);
         k = rmsNorm(k, w[L.kNorm]);
     }
-    q = q.transpose(1, 2);
-    k = k.transpose(1, 2);
-    v = v.transpose(1, 2);
     const at::Tensor cos = rope.cos.narrow(0, 0, s);
     const at::Tensor sin = rope.sin.narrow(0, 0, s);
-    q = q * cos + rotateHalf(q) * sin;
-    k = k * cos + rotateHalf(k) * sin;
+    q = fused::rope(q, cos, sin).transpose(1, 2);
+    k = fused::rope(k, cos, sin).transpose(1, 2);
+    v = v.transpose(1, 2);
     if (KV != H) {
         const int64_t rep = H / KV;
         k = k.unsqueeze(2).expand({b, KV, rep, s, D}).reshape({b, H, s, D});
@@ -348,8 +333,8 @@ at::Tensor LlamaModel::attention(
 at::Tensor LlamaModel::mlp(const std::vector<at::Tensor>& w, const at::Tensor& x) const
 {
     const auto& L = m_block;
-    const at::Tensor h
-        = at::silu(proj(x, w, lora::Target::Gate, L.gate)) * proj(x, w, lora::Target::Up, L.up);
+    const at::Tensor h = fused::swiglu(
+        proj(x, w, lora::Target::Gate, L.gate), proj(x, w, lora::Target::Up, L.up));
     return proj(h, w, lora::Target::Down, L.down);
 }
 
@@ -376,13 +361,11 @@ at::Tensor LlamaModel::attentionCached(const std::vector<at::Tensor>& w, const a
         q = rmsNorm(q, w[L.qNorm]);
         k = rmsNorm(k, w[L.kNorm]);
     }
-    q = q.transpose(1, 2);
-    k = k.transpose(1, 2);
-    v = v.transpose(1, 2);
     const at::Tensor cos = rope.cos.narrow(0, pos, s);
     const at::Tensor sin = rope.sin.narrow(0, pos, s);
-    q = q * cos + rotateHalf(q) * sin;
-    k = k * cos + rotateHalf(k) * sin;
+    q = fused::rope(q, cos, sin).transpose(1, 2);
+    k = fused::rope(k, cos, sin).transpose(1, 2);
+    v = v.transpose(1, 2);
     cache.k.narrow(2, pos, s).copy_(k);
     cache.v.narrow(2, pos, s).copy_(v);
     const at::Tensor keys = cache.k.narrow(2, 0, total);
