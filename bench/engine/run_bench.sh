@@ -8,7 +8,7 @@
 # same total threads. Writes bench/engine/RESULTS.md.
 # usage: bench/engine/run_bench.sh [BUILD_DIR] [THREADS] [ROUNDS]
 # On a CPU without AVX-512, eager bf16 multiplies with ATen's scalar bf16 loop (~1-4 GFLOP/s: about
-# 10 minutes per 4 x 256 step), so it runs once, on batch 1 x 256, next to the engine on the same
+# 10 minutes per 4 x 256 step), so it runs only once, on batch 1 x 256, next to the engine on the same
 # batch (engine-bf16-b1); BENCH_BEFORE_BF16=1 adds the engine's old bf16 path there (as slow).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,10 +40,15 @@ eager() { # round variant precision steps [extra]
         --steps "$s" --precision "$p" "$@" | tag "$r" "$v"
 }
 b1=(--batch 1 --seq 256 --threads "$threads")
+# With AVX-512 LibTorch 1.13 multiplies bf16 through oneDNN: eager bf16 then runs at 4 x 256 in
+# the rounds too, like for like with the engine.
+eager_bf16=0
+grep -qw avx512bw /proc/cpuinfo && eager_bf16=1
 for ((r = 0; r < rounds; ++r)); do
     eng $r engine-fp32 fp32
     eager $r eager-fp32 fp32 $steps
     eng $r engine-bf16 bf16-mixed
+    ((eager_bf16)) && eager $r eager-bf16 bf16-mixed $steps
     eng $r before-fp32 fp32 SHARD_BF16_GEMM=native SHARD_ALLOC_CACHE_MB=0
 done
 # bf16 at batch 1 x 256: the engine (3 steps, the first excluded), eager (1 step).

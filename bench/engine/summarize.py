@@ -24,15 +24,17 @@ def spread(xs):
 
 
 L = ["## Engine core: training throughput vs eager PyTorch (CPU)", "",
-     "Command: `bench/engine/run_bench.sh build/release %s %s` (about 15-25 minutes on a loaded "
+     ("Command: `bench/engine/run_bench.sh build/release %s %s` (about 15-25 minutes on a loaded "
      "2-core machine, most of it eager PyTorch's bf16 step) — the 112M Llama of issue 17 (hidden "
      "768, 10 layers, 12 heads / 4 KV heads, vocabulary 32000, intermediate 2048, untied head), "
      "batch 4 x 256, AdamW, clip 1.0, %s threads, random tokens, %s alternating rounds in one run; "
      "the engine runs 3 steps per round (the first excluded), eager fp32 3 (the first excluded), "
-     "bf16 like for like at batch 1 x 256 (`-b1`; eager 1 step, see run_bench.sh; "
-     "engine-bf16 at 4 x 256 is compared with it per token). `before` is this engine with its old paths (`SHARD_BF16_GEMM=native "
+     + ("eager bf16 autocast at the same 4 x 256 in every round (this CPU has AVX-512: "
+        "LibTorch 1.13 multiplies bf16 through oneDNN), and "
+        if any(r.get("variant") == "eager-bf16" for r in rows) else "") +
+     "bf16 like for like at batch 1 x 256 (`-b1`; eager 1 step, see run_bench.sh). `before` is this engine with its old paths (`SHARD_BF16_GEMM=native "
      "SHARD_ALLOC_CACHE_MB=0`). Eager is Debian's python3-torch 1.13 running a Hugging Face style "
-     "`nn.Module` Llama (`bench/engine/bench_eager.py`)." % (threads, rounds, threads, rounds), "",
+     "`nn.Module` Llama (`bench/engine/bench_eager.py`).") % (threads, rounds, threads, rounds), "",
      "Load: `%s` at the start, `%s` at the end (other engineers' builds share the 2 cores): "
      "wall-clock figures swing between rounds; compare the ratios and the per-CPU-second "
      "figures." % (load.get("load_start", "?").strip(), load.get("load_end", "?").strip()), "",
@@ -43,15 +45,18 @@ eng = [r for r in rows if r.get("impl") == "engine" and not r["variant"].startsw
 fp32mm = med(r["matmul_cpu_flops"] for r in eng) if eng else 0
 bf16mm = med(r["bf16_matmul_cpu_flops"] for r in eng) if eng else 0
 fpt = eng[0]["flops_per_token"] if eng else 0
-base = {"fp32": of("eager-fp32"), "bf16-mixed": of("eager-bf16-b1")}
-for v in ("engine-fp32", "before-fp32", "eager-fp32", "engine-bf16", "engine-bf16-b1",
-          "before-bf16-b1", "eager-bf16-b1"):
+# bf16: eager at the same 4 x 256 batch where it ran (AVX-512), else its batch-1 run.
+base = {"fp32": of("eager-fp32"), "bf16-mixed": of("eager-bf16") or of("eager-bf16-b1")}
+for v in ("engine-fp32", "before-fp32", "eager-fp32", "engine-bf16", "eager-bf16",
+          "engine-bf16-b1", "before-bf16-b1", "eager-bf16-b1"):
     rs = of(v)
     if not rs:
         continue
     w = [r["tokens_per_sec"] for r in rs]
     c = [r["cpu_tokens_per_sec"] for r in rs]
     b = base[rs[0]["precision"]]
+    if v.endswith("-b1"):
+        b = of("eager-bf16-b1")
     bw = med(r["tokens_per_sec"] for r in b) if b else 0
     bc = med(r["cpu_tokens_per_sec"] for r in b) if b else 0
     ach = med(c) * fpt
@@ -65,8 +70,8 @@ L += ["", "FLOPs per token: 6·P + 12·L·h·s = %.3g (torchtitan's MFU formula,
           fpt, eng[0]["params"] / 1e6 if eng else 0, fp32mm / 1e9, bf16mm / 1e9), "",
       "Per-round ratios (engine / eager of the same round, wall): " + ", ".join(
           "%s r%d %.2f" % (p, r["round"], r["tokens_per_sec"] / e["tokens_per_sec"])
-          for p, ev in (("fp32", "engine-fp32"),)
-          for r in of(ev) for e in base["fp32"] if p == "fp32"
+          for p, ev in (("fp32", "engine-fp32"), ("bf16-mixed", "engine-bf16"))
+          for r in of(ev) for e in base[p]
           if e["round"] == r["round"]) + ".", ""]
 
 FAM = [("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear",
@@ -85,7 +90,12 @@ FAM = [("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten
                                                           "aten::silu_backward", "aten::rsqrt",
                                                           "aten::pow", "aten::mean", "aten::sum",
                                                           "aten::cat", "aten::sub",
-                                                          "aten::narrow", "aten::slice")),
+                                                          "aten::narrow", "aten::slice",
+                                                          "shard::rms_norm",
+                                                          "shard::rms_norm_backward",
+                                                          "shard::rope", "shard::rope_backward",
+                                                          "shard::swiglu",
+                                                          "shard::swiglu_backward")),
        ("zero fill (gradient buffers)", ("aten::fill_", "aten::zero_", "aten::zeros")),
        ("embedding", ("aten::embedding", "aten::embedding_dense_backward",
                       "aten::embedding_backward", "aten::index_select", "aten::index_add_")),

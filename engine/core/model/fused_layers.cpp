@@ -12,6 +12,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 namespace shard::engine::fused {
@@ -20,6 +21,9 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// Profiler scopes (bench_engine_train --profile-steps): the kernels' time under one name each.
+#define SHARD_FUSED_SCOPE(name) RECORD_FUNCTION(name, std::vector<c10::IValue>())
 
 // The arithmetic type of a storage type: fp64 stays fp64, everything narrower computes in fp32
 // (as ATen's CPU kernels do for bf16 and fp16).
@@ -163,6 +167,7 @@ std::pair<at::Tensor, at::Tensor> rmsNormForward(const at::Tensor& x, const at::
 struct RmsNorm : torch::autograd::Function<RmsNorm> {
     static at::Tensor forward(AutogradContext* ctx, at::Tensor x, at::Tensor w, double eps)
     {
+        SHARD_FUSED_SCOPE("shard::rms_norm");
         const at::Tensor xc = x.contiguous();
         auto [y, rstd] = rmsNormForward(xc, w, eps);
         ctx->save_for_backward({xc, w, rstd});
@@ -171,6 +176,7 @@ struct RmsNorm : torch::autograd::Function<RmsNorm> {
 
     static variable_list backward(AutogradContext* ctx, variable_list grads)
     {
+        SHARD_FUSED_SCOPE("shard::rms_norm_backward");
         const auto saved = ctx->get_saved_variables();
         const at::Tensor& x = saved[0];
         const at::Tensor& w = saved[1];
@@ -306,11 +312,13 @@ at::Tensor ropeApply(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 struct Rope : torch::autograd::Function<Rope> {
     static at::Tensor forward(AutogradContext* ctx, at::Tensor x, at::Tensor cos, at::Tensor sin)
     {
+        SHARD_FUSED_SCOPE("shard::rope");
         ctx->save_for_backward({cos, sin});
         return ropeApply(x, cos, sin, false);
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads)
     {
+        SHARD_FUSED_SCOPE("shard::rope_backward");
         const auto saved = ctx->get_saved_variables();
         return {ropeApply(grads[0], saved[0], saved[1], true), at::Tensor(), at::Tensor()};
     }
@@ -322,12 +330,14 @@ struct Rope : torch::autograd::Function<Rope> {
 struct SwiGlu : torch::autograd::Function<SwiGlu> {
     static at::Tensor forward(AutogradContext* ctx, at::Tensor gate, at::Tensor up)
     {
+        SHARD_FUSED_SCOPE("shard::swiglu");
         ctx->save_for_backward({gate, up});
         // The product goes into silu's output: no second intermediate-wide tensor.
         return at::silu(gate).mul_(up);
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads)
     {
+        SHARD_FUSED_SCOPE("shard::swiglu_backward");
         const auto saved = ctx->get_saved_variables();
         const at::Tensor& gate = saved[0];
         const at::Tensor& up = saved[1];
@@ -358,6 +368,7 @@ at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps)
     if (tracked({&x, &weight}))
         return RmsNorm::apply(x, weight, eps);
     at::NoGradGuard noGrad;
+    SHARD_FUSED_SCOPE("shard::rms_norm");
     return rmsNormForward(x.contiguous(), weight, eps).first;
 }
 
@@ -366,6 +377,7 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
     if (tracked({&x}))
         return Rope::apply(x, cos, sin);
     at::NoGradGuard noGrad;
+    SHARD_FUSED_SCOPE("shard::rope");
     return ropeApply(x, cos, sin, false);
 }
 
