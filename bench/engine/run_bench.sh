@@ -40,6 +40,23 @@ eager() { # round variant precision steps [extra]
         --steps "$s" --precision "$p" "$@" | tag "$r" "$v"
 }
 b1=(--batch 1 --seq 256 --threads "$threads")
+# Eager PyTorch 2.6 (python3-torch in the Debian 13 root of scripts/ci-roots.sh) in the same
+# rounds, when this runs as root and that root is made (`scripts/ci-roots.sh prepare trixie-cpu`);
+# BENCH_EAGER26=0 leaves it out. The model's config goes in through the command line (the root
+# sees only the repository, read-only).
+repo=$(cd "$here/../.." && pwd)
+eager26_on=0
+if [[ ${BENCH_EAGER26:-1} == 1 && $(id -u) == 0 ]] \
+    && compgen -G "${SHARD_CI_CACHE:-/var/cache/shard-studio-ci}/trixie-cpu-*.tar.zst" >/dev/null; then
+    eager26_on=1
+fi
+eager26() { # round variant precision steps
+    local cfg
+    cfg=$(base64 -w0 "$out/m112/config.json")
+    bash "$repo/scripts/ci-roots.sh" run trixie-cpu "echo $cfg | base64 -d >/tmp/config.json &&
+        python3 bench/engine/bench_eager.py --config /tmp/config.json ${shape[*]} --steps $4 \
+        --precision $3" 2>>"$out/eager26.err" | tail -1 | tag "$1" "$2"
+}
 # With AVX-512 LibTorch 1.13 multiplies bf16 through oneDNN: eager bf16 then runs at 4 x 256 in
 # the rounds too, like for like with the engine.
 eager_bf16=0
@@ -47,8 +64,10 @@ grep -qw avx512bw /proc/cpuinfo && eager_bf16=1
 for ((r = 0; r < rounds; ++r)); do
     eng $r engine-fp32 fp32
     eager $r eager-fp32 fp32 $steps
+    ((eager26_on)) && eager26 $r eager26-fp32 fp32 $steps
     eng $r engine-bf16 bf16-mixed
     ((eager_bf16)) && eager $r eager-bf16 bf16-mixed $steps
+    ((eager26_on)) && eager26 $r eager26-bf16 bf16-mixed $steps
     eng $r before-fp32 fp32 SHARD_BF16_GEMM=native SHARD_ALLOC_CACHE_MB=0
 done
 # bf16 at batch 1 x 256: the engine (3 steps, the first excluded), eager (1 step).

@@ -64,6 +64,22 @@ for v in ("engine-fp32", "before-fp32", "eager-fp32", "engine-bf16", "eager-bf16
         v, med(w), spread(w), med(c), spread(c),
         "**%.2fx**" % (med(w) / bw) if bw else "-", "**%.2fx**" % (med(c) / bc) if bc else "-",
         ach / 1e9, 100 * ach / fp32mm if fp32mm else 0, 100 * ach / bf16mm if bf16mm else 0))
+if of("eager26-fp32") or of("eager26-bf16"):
+    L += ["", "Against eager PyTorch %s (Debian 13's python3-torch in the root of "
+          "scripts/ci-roots.sh, the same model code, batch, threads and steps, in the same rounds):"
+          % (of("eager26-fp32") or of("eager26-bf16"))[0].get("torch", "2.6"), "",
+          "| precision | engine tok/s wall | eager 2.6 tok/s wall | engine tok/CPU-s | "
+          "eager 2.6 tok/CPU-s | **engine / eager 2.6, wall** | **engine / eager 2.6, CPU** |",
+          "|---|---:|---:|---:|---:|---:|---:|"]
+    for prec, ev, e26 in (("fp32", "engine-fp32", "eager26-fp32"),
+                          ("bf16-mixed", "engine-bf16", "eager26-bf16")):
+        a, b = of(ev), of(e26)
+        if not a or not b:
+            continue
+        aw, bw = med(r["tokens_per_sec"] for r in a), med(r["tokens_per_sec"] for r in b)
+        ac, bc = med(r["cpu_tokens_per_sec"] for r in a), med(r["cpu_tokens_per_sec"] for r in b)
+        L.append("| %s | %.1f | %.1f | %.1f | %.1f | **%.2fx** | **%.2fx** |"
+                 % (prec, aw, bw, ac, bc, aw / bw, ac / bc))
 L += ["", "FLOPs per token: 6·P + 12·L·h·s = %.3g (torchtitan's MFU formula, P = %.1fM). Matmul "
       "rates: a 2048x2048 `at::mm` in the same engine processes right after training, per "
       "CPU-second, median: fp32 %.1f GFLOP/s, bf16 %.2f GFLOP/s." % (
