@@ -276,15 +276,14 @@ ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
                     * (static_cast<double>(in.loraRank)
                         + (in.loraDropout > 0 ? static_cast<double>(p.shape[1]) : 0.0));
         // A frozen weight needs no input for its gradient, so autograd does not save what only
-        // a base weight's gradient would have used: the input of a projection no adapter reads (o_proj's: the attention output;
-        // down_proj's: silu(gate) * up; the normed x when none of q, k, v, or of gate, up, is
-        // adapted) and the LM head's input.
+        // a base weight's gradient would have used: the input of a projection no adapter reads
+        // (o_proj's: the attention output; down_proj's: silu(gate) * up; the normed x when none of
+        // q, k, v, or of gate, up, is adapted) and the LM head's input.
         double unsaved = 0, largestUnsaved = 0;
         for (int64_t l = 0; l < s.numLayers; ++l) {
             const Dims d = layerDims(s, l);
-            const double perToken = (on[kQ] || on[kK] || on[kV] ? 0.0 : h)
-                + (on[kO] ? 0.0 : d.q) + (on[kGate] || on[kUp] ? 0.0 : h)
-                + (on[kDown] ? 0.0 : d.inter);
+            const double perToken = (on[kQ] || on[kK] || on[kV] ? 0.0 : h) + (on[kO] ? 0.0 : d.q)
+                + (on[kGate] || on[kUp] ? 0.0 : h) + (on[kDown] ? 0.0 : d.inter);
             unsaved += T * c * perToken;
             largestUnsaved = std::max(largestUnsaved, T * c * perToken);
         }

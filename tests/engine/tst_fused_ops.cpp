@@ -72,8 +72,7 @@ struct Grads {
 };
 
 // y and the gradients of (x, w) for the upstream gradient g, through f.
-template <typename F>
-Grads run(F f, const at::Tensor& x, const at::Tensor& w, const at::Tensor& g)
+template<typename F> Grads run(F f, const at::Tensor& x, const at::Tensor& w, const at::Tensor& g)
 {
     at::Tensor xi = x.detach().clone().requires_grad_(true);
     at::Tensor wi = w.detach().clone().requires_grad_(w.requires_grad());
@@ -134,12 +133,10 @@ void fusedLayers()
         at::Tensor x = at::randn({2, 9, 3, 16}).to(t);
         at::Tensor cos = at::randn({9, 16}).to(t), sin = at::randn({9, 16}).to(t);
         at::Tensor g = at::randn({2, 9, 3, 16}).to(t);
-        auto fusedF = [&](const at::Tensor& a, const at::Tensor&) {
-            return fused::rope(a, cos, sin);
-        };
-        auto composedF = [&](const at::Tensor& a, const at::Tensor&) {
-            return composedRope(a, cos, sin);
-        };
+        auto fusedF
+            = [&](const at::Tensor& a, const at::Tensor&) { return fused::rope(a, cos, sin); };
+        auto composedF
+            = [&](const at::Tensor& a, const at::Tensor&) { return composedRope(a, cos, sin); };
         T_CHECK_MSG(bitEqualGrads(run(fusedF, x, cos, g), run(composedF, x, cos, g)),
             std::string("rope ") + c10::toString(t));
 
@@ -148,7 +145,8 @@ void fusedLayers()
         auto fusedS = [](const at::Tensor& a, const at::Tensor& b) { return fused::swiglu(a, b); };
         auto composedS = [](const at::Tensor& a, const at::Tensor& b) { return at::silu(a) * b; };
         at::Tensor upTrained = up.clone().requires_grad_(true);
-        T_CHECK_MSG(bitEqualGrads(run(fusedS, gate, upTrained, gy), run(composedS, gate, upTrained, gy)),
+        T_CHECK_MSG(
+            bitEqualGrads(run(fusedS, gate, upTrained, gy), run(composedS, gate, upTrained, gy)),
             std::string("swiglu ") + c10::toString(t));
     }
 }

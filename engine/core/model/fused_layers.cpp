@@ -27,8 +27,7 @@ using torch::autograd::variable_list;
 
 // The arithmetic type of a storage type: fp64 stays fp64, everything narrower computes in fp32
 // (as ATen's CPU kernels do for bf16 and fp16).
-template <typename T>
-using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template<typename T> using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // Rows per parallel task: about 64 KiB of input each.
 int64_t rowGrain(int64_t width)
@@ -38,8 +37,7 @@ int64_t rowGrain(int64_t width)
 
 // Sum of squares of one row in a fixed order (8 interleaved partial sums, then the tail), so a
 // row's result does not depend on the thread count.
-template <typename A, typename T>
-A sumOfSquares(const T* x, int64_t n)
+template<typename A, typename T> A sumOfSquares(const T* x, int64_t n)
 {
     constexpr int64_t kLanes = 8;
     A part[kLanes] = {};
@@ -62,9 +60,9 @@ A sumOfSquares(const T* x, int64_t n)
 
 // 1/rms of every row of x (rows, d), in x's arithmetic type, as ATen computes
 // rsqrt(pow(x, 2).mean(-1) + eps) (up to the mean's summation order).
-template <typename T>
-void rmsNormForwardCpu(const T* x, const T* w, T* y, Acc<T>* rstd, int64_t rows, int64_t d,
-    double eps)
+template<typename T>
+void rmsNormForwardCpu(
+    const T* x, const T* w, T* y, Acc<T>* rstd, int64_t rows, int64_t d, double eps)
 {
     using A = Acc<T>;
     at::parallel_for(0, rows, rowGrain(d), [&](int64_t begin, int64_t end) {
@@ -89,7 +87,7 @@ constexpr int64_t kWeightGradRows = 32;
 // gx (rows, d) and gw's partial sums (blocks, d) when wanted (null otherwise):
 //   gn = (g * w) rounded to x's dtype and widened (the gradient reaching the normalized value),
 //   n = x / rms,  gx = (gn - n * mean(gn * n)) / rms,  gw = sum over rows of g * round(n).
-template <typename T>
+template<typename T>
 void rmsNormBackwardCpu(const T* g, const T* x, const T* w, const Acc<T>* rstd, T* gx,
     Acc<T>* gwPartial, int64_t rows, int64_t d)
 {
@@ -144,8 +142,8 @@ bool cpuKernel(const at::Tensor& a, const at::Tensor& b)
 }
 
 // y and 1/rms per row (x's arithmetic type), by the kernel on the CPU, else by ATen ops.
-std::pair<at::Tensor, at::Tensor> rmsNormForward(const at::Tensor& x, const at::Tensor& w,
-    double eps)
+std::pair<at::Tensor, at::Tensor> rmsNormForward(
+    const at::Tensor& x, const at::Tensor& w, double eps)
 {
     const at::ScalarType accType = at::promoteTypes(x.scalar_type(), at::kFloat);
     if (!cpuKernel(x, w)) {
@@ -157,10 +155,11 @@ std::pair<at::Tensor, at::Tensor> rmsNormForward(const at::Tensor& x, const at::
     const at::Tensor wc = w.contiguous();
     at::Tensor y = at::empty_like(x);
     at::Tensor rstd = at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(accType));
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "shard_rms_norm", [&] {
-        rmsNormForwardCpu<scalar_t>(x.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(),
-            y.data_ptr<scalar_t>(), rstd.data_ptr<Acc<scalar_t>>(), x.numel() / d, d, eps);
-    });
+    AT_DISPATCH_FLOATING_TYPES_AND2(
+        at::kBFloat16, at::kHalf, x.scalar_type(), "shard_rms_norm", [&] {
+            rmsNormForwardCpu<scalar_t>(x.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(),
+                y.data_ptr<scalar_t>(), rstd.data_ptr<Acc<scalar_t>>(), x.numel() / d, d, eps);
+        });
     return {y, rstd};
 }
 
@@ -190,8 +189,7 @@ struct RmsNorm : torch::autograd::Function<RmsNorm> {
             if (wantX)
                 gx = at::empty_like(x);
             const int64_t blocks = (rows + kWeightGradRows - 1) / kWeightGradRows;
-            at::Tensor partial
-                = wantW ? at::empty({blocks, d}, rstd.options()) : at::Tensor();
+            at::Tensor partial = wantW ? at::empty({blocks, d}, rstd.options()) : at::Tensor();
             if (wantW)
                 gw = at::empty({d}, w.options());
             AT_DISPATCH_FLOATING_TYPES_AND2(
@@ -236,9 +234,9 @@ struct RmsNorm : torch::autograd::Function<RmsNorm> {
 
 // x (outer, s, heads, d) contiguous; cos and sin (s, d) contiguous. With `transposed`, the
 // backward: gx1 = g1 * cos1 + g2 * sin2, gx2 = g2 * cos2 - g1 * sin1 (each product rounded).
-template <typename T>
-void ropeCpu(const T* x, const T* cos, const T* sin, T* y, int64_t outer, int64_t s,
-    int64_t heads, int64_t d, bool transposed)
+template<typename T>
+void ropeCpu(const T* x, const T* cos, const T* sin, T* y, int64_t outer, int64_t s, int64_t heads,
+    int64_t d, bool transposed)
 {
     using A = Acc<T>;
     const int64_t half = d / 2;
@@ -298,8 +296,8 @@ bool ropeKernel(const at::Tensor& x, const at::Tensor& cos)
         && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
 }
 
-at::Tensor ropeApply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-    bool transposed)
+at::Tensor ropeApply(
+    const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool transposed)
 {
     if (!ropeKernel(x, cos))
         return transposed ? ropeComposedBackward(x, cos, sin) : ropeComposed(x, cos, sin);
@@ -307,8 +305,8 @@ at::Tensor ropeApply(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
     at::Tensor y = at::empty_like(xc);
     const int64_t s = xc.size(1), heads = xc.size(2), d = xc.size(3);
     AT_DISPATCH_FLOATING_TYPES(xc.scalar_type(), "shard_rope", [&] {
-        ropeCpu<scalar_t>(xc.data_ptr<scalar_t>(), cc.data_ptr<scalar_t>(),
-            sc.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), xc.size(0), s, heads, d, transposed);
+        ropeCpu<scalar_t>(xc.data_ptr<scalar_t>(), cc.data_ptr<scalar_t>(), sc.data_ptr<scalar_t>(),
+            y.data_ptr<scalar_t>(), xc.size(0), s, heads, d, transposed);
     });
     return y;
 }

@@ -333,8 +333,8 @@ at::Tensor LlamaModel::attention(
 at::Tensor LlamaModel::mlp(const std::vector<at::Tensor>& w, const at::Tensor& x) const
 {
     const auto& L = m_block;
-    const at::Tensor h = fused::swiglu(
-        proj(x, w, lora::Target::Gate, L.gate), proj(x, w, lora::Target::Up, L.up));
+    const at::Tensor h
+        = fused::swiglu(proj(x, w, lora::Target::Gate, L.gate), proj(x, w, lora::Target::Up, L.up));
     return proj(h, w, lora::Target::Down, L.down);
 }
 
