@@ -266,6 +266,16 @@ at::Tensor LlamaModel::rmsNorm(const at::Tensor& x, const at::Tensor& weight) co
     return fused::rmsNorm(x, weight, m_spec.rmsNormEps);
 }
 
+namespace {
+
+at::Tensor rotateHalf(const at::Tensor& x)
+{
+    const int64_t half = x.size(-1) / 2;
+    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+} // namespace
+
 at::Tensor LlamaModel::proj(const at::Tensor& x, const std::vector<at::Tensor>& w, lora::Target t,
     int weight, int bias) const
 {
@@ -288,9 +298,16 @@ at::Tensor LlamaModel::attention(
     }
     const at::Tensor cos = rope.cos.narrow(0, 0, s);
     const at::Tensor sin = rope.sin.narrow(0, 0, s);
-    q = fused::rope(q, cos, sin).transpose(1, 2);
-    k = fused::rope(k, cos, sin).transpose(1, 2);
+    // The composed ops here, not fused::rope: their output is (batch, heads, seq, dim)
+    // contiguous, which the fused CPU attention of LibTorch 2.x reads as it is; fused::rope's
+    // (batch, seq, heads, dim) output, transposed, made it keep contiguous copies of q and k
+    // for its backward (the LoRA peaks 4-10 % over the plan on 2.6), and a copy to the
+    // composed layout raised the zero3 forward peak.
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
     v = v.transpose(1, 2);
+    q = q * cos + rotateHalf(q) * sin;
+    k = k * cos + rotateHalf(k) * sin;
     if (KV != H) {
         const int64_t rep = H / KV;
         k = k.unsqueeze(2).expand({b, KV, rep, s, D}).reshape({b, H, s, D});
