@@ -161,14 +161,17 @@ void testTinyCpuPadding()
     CHECK_EQ(m.logits, int64_t(4 * 255) * 4096 * 4 + T * 384 * 4 + 4096 * 384 * 4);
 
     // The fused CPU attention of LibTorch 2.x: per block a log-sum-exp per head and token
-    // instead of the scores, and no copies of q and the expanded k (2 q-dims per token).
+    // instead of the scores; `fused_cpu_attention_drops_per_q` q-widths per token less (0 by
+    // default since the norms are fused, here 2).
     {
         PlanInput fusedIn = in;
         fusedIn.calibration.cpuFusedAttention = 1;
         const MemoryBreakdown f = plan(fusedIn).perDevice;
-        const int64_t fusedBlock = T * (4 * (perToken - 2 * 384) + 4 * 2) + 4LL * 6 * 256 * 4;
+        const int64_t fusedBlock = T * (4 * perToken + 4 * 2) + 4LL * 6 * 256 * 4;
         CHECK_EQ(f.activations, acts - 8 * oneBlock + 8 * fusedBlock);
         CHECK(f.activations < m.activations);
+        fusedIn.calibration.fusedCpuAttentionDropsPerQ = 2;
+        CHECK_EQ(plan(fusedIn).perDevice.activations, f.activations - 8 * T * 4 * 2 * 384);
     }
     CHECK_EQ(m.overhead, int64_t(0));                   // the engine's peak counts tensors only
     CHECK_EQ(r.capacityBytes, (int64_t(24) << 30) / 3); // the node's RAM shared by 3 ranks
