@@ -298,11 +298,9 @@ at::Tensor LlamaModel::attention(
     }
     const at::Tensor cos = rope.cos.narrow(0, 0, s);
     const at::Tensor sin = rope.sin.narrow(0, 0, s);
-    // The composed ops here, not fused::rope: their output is (batch, heads, seq, dim)
-    // contiguous, which the fused CPU attention of LibTorch 2.x reads as it is; fused::rope's
-    // (batch, seq, heads, dim) output, transposed, made it keep contiguous copies of q and k
-    // for its backward (the LoRA peaks 4-10 % over the plan on 2.6), and a copy to the
-    // composed layout raised the zero3 forward peak.
+    // The composed RoPE ops here; fused::rope serves the KV-cache decode. (It was taken out of
+    // this path on a suspicion about LibTorch 2.6's attention keeping copies of q and k, which
+    // the measurements then did not bear out; putting it back is to be measured.)
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
     v = v.transpose(1, 2);
