@@ -35,23 +35,21 @@ int64_t rowGrain(int64_t width)
     return std::max<int64_t>(1, 16384 / std::max<int64_t>(width, 1));
 }
 
-// Sum of squares of one row in a fixed order (8 interleaved partial sums, then the tail), so a
-// row's result does not depend on the thread count.
-template<typename A, typename T> A sumOfSquares(const T* x, int64_t n)
+// The sum of term(i) for i in [0, n) in a fixed order (8 interleaved partial sums, then the
+// tail), so a row's result does not depend on the thread count.
+template<typename A, typename Term> A fixedOrderSum(int64_t n, Term term)
 {
     constexpr int64_t kLanes = 8;
     A part[kLanes] = {};
     int64_t i = 0;
     for (; i + kLanes <= n; i += kLanes)
-        for (int64_t l = 0; l < kLanes; ++l) {
-            const A v = static_cast<A>(x[i + l]);
-            part[l] += v * v;
-        }
+        for (int64_t l = 0; l < kLanes; ++l)
+            part[l] += term(i + l);
     A s = 0;
     for (int64_t l = 0; l < kLanes; ++l)
         s += part[l];
     for (; i < n; ++i)
-        s += static_cast<A>(x[i]) * static_cast<A>(x[i]);
+        s += term(i);
     return s;
 }
 
@@ -69,7 +67,10 @@ void rmsNormForwardCpu(
         for (int64_t r = begin; r < end; ++r) {
             const T* xr = x + r * d;
             T* yr = y + r * d;
-            const A meanSquare = sumOfSquares<A>(xr, d) / static_cast<A>(d);
+            const A meanSquare = fixedOrderSum<A>(d, [&](int64_t i) {
+                const A v = static_cast<A>(xr[i]);
+                return v * v;
+            }) / static_cast<A>(d);
             const A inv = A(1) / std::sqrt(meanSquare + static_cast<A>(eps));
             rstd[r] = inv;
             for (int64_t i = 0; i < d; ++i) {
@@ -105,23 +106,14 @@ void rmsNormBackwardCpu(const T* g, const T* x, const T* w, const Acc<T>* rstd, 
                 const T* xr = x + r * d;
                 const A inv = rstd[r];
                 if (gx) {
-                    constexpr int64_t kLanes = 8;
-                    A part[kLanes] = {};
-                    int64_t i = 0;
-                    for (; i < d; ++i)
+                    for (int64_t i = 0; i < d; ++i)
                         gn[i] = static_cast<A>(
                             static_cast<T>(static_cast<A>(gr[i]) * static_cast<A>(w[i])));
-                    for (i = 0; i + kLanes <= d; i += kLanes)
-                        for (int64_t l = 0; l < kLanes; ++l)
-                            part[l] += gn[i + l] * (static_cast<A>(xr[i + l]) * inv);
-                    A dot = 0;
-                    for (int64_t l = 0; l < kLanes; ++l)
-                        dot += part[l];
-                    for (; i < d; ++i)
-                        dot += gn[i] * (static_cast<A>(xr[i]) * inv);
-                    const A meanDot = dot / static_cast<A>(d);
+                    const A meanDot = fixedOrderSum<A>(d, [&](int64_t i) {
+                        return gn[i] * (static_cast<A>(xr[i]) * inv);
+                    }) / static_cast<A>(d);
                     T* gxr = gx + r * d;
-                    for (i = 0; i < d; ++i) {
+                    for (int64_t i = 0; i < d; ++i) {
                         const A n = static_cast<A>(xr[i]) * inv;
                         gxr[i] = static_cast<T>(inv * (gn[i] - n * meanDot));
                     }
@@ -264,12 +256,6 @@ void ropeCpu(const T* x, const T* cos, const T* sin, T* y, int64_t outer, int64_
     });
 }
 
-at::Tensor rotateHalf(const at::Tensor& x)
-{
-    const int64_t half = x.size(-1) / 2;
-    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
 // The composed ops on (outer, s, heads, d), the tables broadcast over heads.
 at::Tensor ropeComposed(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin)
 {
@@ -364,6 +350,12 @@ bool tracked(std::initializer_list<const at::Tensor*> ts)
 }
 
 } // namespace
+
+at::Tensor rotateHalf(const at::Tensor& x)
+{
+    const int64_t half = x.size(-1) / 2;
+    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
 
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps)
 {

@@ -39,6 +39,8 @@ at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // (seq, head_dim): x * cos + rotate_half(x) * sin, every product and the sum rounded as the
 // composed ops round them (equal bit for bit). Saves the tables only.
 at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// [-x2, x1] over the last dimension's halves (the composed RoPE's rotation).
+at::Tensor rotateHalf(const at::Tensor& x);
 // silu(gate) * up with ATen's arithmetic. Saves gate and up; silu(gate) is recomputed in the
 // backward rather than kept.
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);

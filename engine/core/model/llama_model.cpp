@@ -266,16 +266,6 @@ at::Tensor LlamaModel::rmsNorm(const at::Tensor& x, const at::Tensor& weight) co
     return fused::rmsNorm(x, weight, m_spec.rmsNormEps);
 }
 
-namespace {
-
-at::Tensor rotateHalf(const at::Tensor& x)
-{
-    const int64_t half = x.size(-1) / 2;
-    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
-} // namespace
-
 at::Tensor LlamaModel::proj(const at::Tensor& x, const std::vector<at::Tensor>& w, lora::Target t,
     int weight, int bias) const
 {
@@ -304,8 +294,8 @@ at::Tensor LlamaModel::attention(
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
     v = v.transpose(1, 2);
-    q = q * cos + rotateHalf(q) * sin;
-    k = k * cos + rotateHalf(k) * sin;
+    q = q * cos + fused::rotateHalf(q) * sin;
+    k = k * cos + fused::rotateHalf(k) * sin;
     if (KV != H) {
         const int64_t rep = H / KV;
         k = k.unsqueeze(2).expand({b, KV, rep, s, D}).reshape({b, H, s, D});
