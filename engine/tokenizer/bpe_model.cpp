@@ -256,17 +256,11 @@ void BpeModel::mergeSymbols(std::vector<int32_t>& ids) const
     const int n = static_cast<int>(ids.size());
     if (n < 2 || m_merges.empty())
         return;
-    struct Candidate {
-        int32_t rank;
-        int32_t pos;
-        int32_t left; // ids of the pair when queued: a pop whose ids changed is stale
-        int32_t right;
-        int32_t newId;
-        bool operator>(const Candidate& o) const
-        {
-            return rank != o.rank ? rank > o.rank : pos > o.pos;
-        }
-    };
+    // A candidate is (rank << 32 | position) in one 8-byte key: the heap of a long run stays
+    // small enough for the caches, and keys order by rank, then leftmost. A popped candidate is
+    // checked against the pair now at its position (a rank names one pair), so entries made
+    // stale by a neighbour's merge are skipped.
+    using Candidate = uint64_t;
     // Scratch reused across calls (per thread): no allocation per pre-token.
     struct Scratch {
         std::vector<int32_t> prev, next;
@@ -284,33 +278,45 @@ void BpeModel::mergeSymbols(std::vector<int32_t>& ids) const
         next[i] = i + 1 < n ? i + 1 : -1;
     }
     const std::greater<> later;
-    auto consider = [&](int32_t left) {
+    auto key = [](int32_t rank, int32_t pos) {
+        return static_cast<uint64_t>(static_cast<uint32_t>(rank)) << 32
+            | static_cast<uint32_t>(pos);
+    };
+    auto mergeAt = [&](int32_t left) -> const Merge* {
         const int32_t right = next[left];
-        if (right < 0)
-            return;
-        if (const Merge* m = m_merges.find(pairKey(ids[left], ids[right]))) {
-            heap.push_back({m->rank, left, ids[left], ids[right], m->newId});
+        return right < 0 ? nullptr : m_merges.find(pairKey(ids[left], ids[right]));
+    };
+    auto consider = [&](int32_t left) {
+        if (const Merge* m = mergeAt(left)) {
+            heap.push_back(key(m->rank, left));
             std::push_heap(heap.begin(), heap.end(), later);
         }
     };
     for (int i = 0; i + 1 < n; ++i)
-        consider(i);
+        if (const Merge* m = mergeAt(i))
+            heap.push_back(key(m->rank, i));
+    std::make_heap(heap.begin(), heap.end(), later);
     while (!heap.empty()) {
         std::pop_heap(heap.begin(), heap.end(), later);
         const Candidate top = heap.back();
         heap.pop_back();
-        const int32_t right = next[top.pos];
-        // Merged-away symbols have prev == -2; changed ids mean a neighbour merged meanwhile.
-        if (prev[top.pos] == -2 || right < 0 || ids[top.pos] != top.left || ids[right] != top.right)
+        const auto pos = static_cast<int32_t>(top & 0xffffffffu);
+        const auto rank = static_cast<int32_t>(top >> 32);
+        // Merged-away symbols have prev == -2; another rank means a neighbour merged meanwhile.
+        if (prev[pos] == -2)
             continue;
-        ids[top.pos] = top.newId;
+        const Merge* m = mergeAt(pos);
+        if (m == nullptr || m->rank != rank)
+            continue;
+        const int32_t right = next[pos];
+        ids[pos] = m->newId;
         prev[right] = -2;
-        next[top.pos] = next[right];
+        next[pos] = next[right];
         if (next[right] >= 0)
-            prev[next[right]] = top.pos;
-        if (prev[top.pos] >= 0)
-            consider(prev[top.pos]);
-        consider(top.pos);
+            prev[next[right]] = pos;
+        if (prev[pos] >= 0)
+            consider(prev[pos]);
+        consider(pos);
     }
     int w = 0;
     for (int i = 0; i >= 0 && i < n; i = next[i])

@@ -134,8 +134,9 @@ double secondsToEncode(const Tokenizer& tok, const std::string& text)
 void testLinearCost()
 {
     // One huge pre-token (a letter run) and one huge whitespace run (which merges): 8x the
-    // input must cost well under 64x the time (quadratic). Both sizes exceed the CPU caches;
-    // the best of two runs damps the noise of a shared machine.
+    // input must cost well under 64x the time (quadratic). The larger run's merge heap outgrows
+    // the caches the smaller one fits in, which costs up to ~12x here; the best of two runs damps
+    // the noise of a shared machine.
     const auto files = makeDemoTokenizer(4096);
     const Tokenizer tok = Tokenizer::fromJson(files.tokenizerJson, files.tokenizerConfig);
     for (const char fill : {'e', ' '}) {
