@@ -146,6 +146,7 @@ Result<RunSeries> loadStoredSeries(
         r.cudaReservedPeakBytes = qint64(rank.cudaReservedPeak.value(i));
         r.cudaAllocRetries = qint64(rank.cudaAllocRetries.value(i));
         r.cudaOoms = qint64(rank.cudaOoms.value(i));
+        r.offloadedBytes = qint64(rank.offloaded.value(i));
         s.lastMemory.push_back(r);
     }
     qint64 newest = afterEventId;

@@ -128,6 +128,10 @@ ALTER TABLE memory ADD COLUMN cuda_reserved_peak INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE memory ADD COLUMN cuda_alloc_retries INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE memory ADD COLUMN cuda_ooms INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // v5: an offloading rank's state in host memory.
+    R"sql(
+ALTER TABLE memory ADD COLUMN offloaded INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == RunStore::kSchemaVersion);
 
@@ -777,7 +781,8 @@ Result<QVector<MemorySeries>> RunStore::memorySeries(qint64 runId, qint64 afterS
     auto st = d->prep("SELECT rank, step, sharded_params, gathered_params, grads, optimizer, "
                       "activations, other, current, peak, frozen_params, cuda, cuda_allocated, "
                       "cuda_allocated_peak, cuda_reserved, cuda_reserved_peak, "
-                      "cuda_alloc_retries, cuda_ooms FROM memory WHERE run_id = ?1 AND step > ?2 "
+                      "cuda_alloc_retries, cuda_ooms, offloaded FROM memory WHERE run_id = ?1 "
+                      "AND step > ?2 "
                       "ORDER BY rank, step");
     if (!st.valid())
         return fail(d->describe(QStringLiteral("reading the memory of run %1").arg(runId)));
@@ -808,6 +813,7 @@ Result<QVector<MemorySeries>> RunStore::memorySeries(qint64 runId, qint64 afterS
         m.cudaReservedPeak.push_back(f(15));
         m.cudaAllocRetries.push_back(f(16));
         m.cudaOoms.push_back(f(17));
+        m.offloaded.push_back(f(18));
     }
     if (st.lastCode() != SQLITE_DONE)
         return fail(d->describe(QStringLiteral("reading the memory of run %1").arg(runId)));
@@ -915,9 +921,9 @@ Status RunStore::appendMetrics(
     auto mem = d->db.prepare(
         "INSERT OR REPLACE INTO memory(run_id, step, rank, sharded_params, gathered_params, grads, "
         "optimizer, activations, other, current, peak, frozen_params, cuda, cuda_allocated, "
-        "cuda_allocated_peak, cuda_reserved, cuda_reserved_peak, cuda_alloc_retries, cuda_ooms) "
-        "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
-        "?19)");
+        "cuda_allocated_peak, cuda_reserved, cuda_reserved_peak, cuda_alloc_retries, cuda_ooms, "
+        "offloaded) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+        "?17, ?18, ?19, ?20)");
     if (!ins.valid() || !mem.valid())
         return fail(d->describe(doing));
     bool first = !hadPoints;
@@ -956,7 +962,8 @@ Status RunStore::appendMetrics(
                 .bind(16, static_cast<int64_t>(m.cudaReservedBytes))
                 .bind(17, static_cast<int64_t>(m.cudaReservedPeakBytes))
                 .bind(18, static_cast<int64_t>(m.cudaAllocRetries))
-                .bind(19, static_cast<int64_t>(m.cudaOoms));
+                .bind(19, static_cast<int64_t>(m.cudaOoms))
+                .bind(20, static_cast<int64_t>(m.offloadedBytes));
             if (mem.exec() != SQLITE_DONE)
                 return fail(d->describe(doing));
             if (m.rank >= 0 && m.rank < 65536) {

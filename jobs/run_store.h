@@ -93,6 +93,7 @@ struct MemorySeries {
     QVector<bool> cuda;
     QVector<double> cudaAllocated, cudaAllocatedPeak, cudaReserved, cudaReservedPeak;
     QVector<double> cudaAllocRetries, cudaOoms;
+    QVector<double> offloaded; // offload: the rank's state in host memory
 };
 
 struct EventRow {
@@ -116,7 +117,7 @@ enum class OpenMode { ReadWrite, ReadOnly };
 
 class RunStore {
 public:
-    static constexpr int kSchemaVersion = 4;
+    static constexpr int kSchemaVersion = 5;
 
     // $SHARD_STORE if set, else <AppDataLocation>/runs.sqlite.
     static QString defaultPath();

@@ -507,8 +507,12 @@ QString LaunchPage::cannotRunHere() const
     const std::string offload = m_offload->currentData().toString().toStdString();
     const auto& offloads = protocol::trainableOffloads();
     if (std::find(offloads.begin(), offloads.end(), offload) == offloads.end())
-        return tr("This version of the engine does not offload yet (masters and optimizer state "
-                  "stay on the training device, GPU or CPU). Choose Offload: none.");
+        return tr("This version of the engine cannot offload '%1'. Choose Offload: none.")
+            .arg(QString::fromStdString(offload));
+    // Auto may resolve to the CPU where the run starts, and the engine refuses offload there.
+    if (offload != "none" && device != "cuda")
+        return tr("Offload moves a GPU's masters and optimizer state to host memory: choose "
+                  "Device: CUDA GPU, or Offload: none.");
     return {};
 }
 

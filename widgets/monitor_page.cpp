@@ -597,6 +597,9 @@ void MonitorPage::updateMemory()
         bar.predictedBytes = m_predictedBytes;
         if (m.peakBytes > 0)
             bar.measuredPeakBytes = double(m.peakBytes);
+        if (m.offloadedBytes > 0)
+            bar.notes << tr("offloaded to host memory: %1 (masters, gradients, AdamW state)")
+                             .arg(formatBytes(double(m.offloadedBytes)));
         if (m.cuda) {
             bar.notes << tr("GPU reserved: %1 (peak %2)")
                              .arg(formatBytes(double(m.cudaReservedBytes)),

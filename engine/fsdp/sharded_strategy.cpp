@@ -39,7 +39,14 @@ struct ShardedStrategy::UnitState {
     int64_t gatheredNumel = 0;
     at::Tensor master;    // fp32 (frozen: compute dtype) [shardNumel], padding zero
     at::Tensor shardGrad; // fp32 [shardNumel] or undefined
-    at::Tensor gathered;  // compute dtype [gatheredNumel]; its storage is freed when resharded
+    // Offload: master and shardGrad (and AdamW's state, made like master) live in host memory,
+    // pinned when the device is a GPU.
+    bool offloaded = false;
+    // Offload under zero3 / hybrid: the compute-dtype shard the gathers copy in from, refreshed
+    // from the masters after each optimizer step (on the device, or in host memory with
+    // params+optimizer). Undefined: the gathers copy in from master.
+    at::Tensor source;
+    at::Tensor gathered; // compute dtype [gatheredNumel]; its storage is freed when resharded
     // gathered is master: one shard rank with master dtype = compute dtype, or a frozen group
     // that stays gathered (ddp, zero1, zero2)
     bool aliased = false;
@@ -58,6 +65,14 @@ int64_t bytesOf(const at::Tensor& t)
     return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
 }
 
+// Host memory for offloaded state: pinned when it travels to and from a GPU, so the copies are
+// DMA transfers; plain memory on CPU ranks.
+at::Tensor hostZeros(int64_t n, at::ScalarType dtype, const c10::Device& device)
+{
+    return at::zeros(
+        {n}, at::TensorOptions().dtype(dtype).device(at::kCPU).pinned_memory(device.is_cuda()));
+}
+
 } // namespace
 
 ShardedStrategy::ShardedStrategy(engine::StrategyOptions options)
@@ -68,14 +83,9 @@ ShardedStrategy::ShardedStrategy(engine::StrategyOptions options)
     m_paramsSharded = protocol::ParallelDims {strategy}.shardsParameters();
     m_reshardAfterForward = m_paramsSharded;
     m_reduceAtEnd = strategy == protocol::Strategy::Zero1;
-
-    if (m_options.spec.offload != "none")
-        throw std::runtime_error("--offload " + m_options.spec.offload
-            + (m_options.device.is_cuda()
-                    ? " is not in this version of the engine yet (optimizer state and masters "
-                      "stay in GPU memory): use --offload none"
-                    : " moves state from GPU memory to host memory; these ranks compute on the "
-                      "CPU, where it means nothing: use --offload none"));
+    // The trainer has refused offload on CPU ranks (outside tests) and with LoRA.
+    m_offload = m_options.spec.offload != "none";
+    m_offloadParams = m_options.spec.offload == "params+optimizer";
     const dist::RankEnv env = dist::RankEnv::fromEnvironment();
     // NCCL for CUDA tensors, Gloo for CPU ones; SHARD_DIST_BACKEND overrides (a backend that
     // does not take this device's tensors says so at the first collective).
@@ -182,8 +192,20 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
             : s.group == kPacked || m_options.spec.qloraDoubleQuant ? at::kByte
                                                                     : at::kFloat;
         const at::ScalarType gatheredDtype = s.group == kTrainable ? compute : masterDtype;
-        s.master = at::zeros({s.shardNumel}, on.dtype(masterDtype));
-        s.aliased = ws == 1 && gatheredDtype == masterDtype;
+        s.offloaded = m_offload && s.group == kTrainable;
+        s.master = s.offloaded ? hostZeros(s.shardNumel, masterDtype, m_options.device)
+                               : at::zeros({s.shardNumel}, on.dtype(masterDtype));
+        s.aliased = ws == 1 && gatheredDtype == masterDtype && !s.offloaded;
+        // Offloaded masters under zero3 / hybrid: the device keeps a compute-dtype shard to
+        // gather from (optimizer), or nothing (params+optimizer: a host one, or the masters
+        // themselves when they are in the compute dtype). ddp / zero1 / zero2 keep the gathered
+        // parameters and refresh them from the masters after the step.
+        if (s.offloaded && m_paramsSharded) {
+            if (!m_offloadParams)
+                s.source = at::zeros({s.shardNumel}, on.dtype(compute));
+            else if (compute != masterDtype)
+                s.source = hostZeros(s.shardNumel, compute, m_options.device);
+        }
         s.gathered = s.aliased ? s.master : at::zeros({s.gatheredNumel}, on.dtype(gatheredDtype));
         for (const auto& p : s.params) {
             at::Tensor leaf = s.gathered.narrow(0, p.gatheredOffset, p.d0 * p.rowNumel)
@@ -236,6 +258,7 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
             keepRows(s, p, full);
         }
     }
+    refreshSources();
     for (int u = 0; u < static_cast<int>(m_units.size()); ++u) {
         if (m_paramsSharded)
             releaseGathered(u);
@@ -272,12 +295,21 @@ void ShardedStrategy::issueGather(int unit)
     const int64_t me = m_shard->rank();
     at::NoGradGuard noGrad;
     at::Tensor flat = s.gathered.variable_data();
+    const at::Tensor& from = s.source.defined() ? s.source : s.master;
     for (const auto& p : s.params) {
         at::Tensor out = flat.narrow(0, p.gatheredOffset, ws * p.shardNumel);
         at::Tensor mine = out.narrow(0, me * p.shardNumel, p.shardNumel);
-        mine.copy_(s.master.narrow(0, p.offset, p.shardNumel));
+        mine.copy_(from.narrow(0, p.offset, p.shardNumel));
         s.gatherWork.push_back(m_shard->allGather(out, mine));
     }
+}
+
+void ShardedStrategy::refreshSources()
+{
+    at::NoGradGuard noGrad;
+    for (UnitState& s : m_units)
+        if (s.source.defined())
+            s.source.copy_(s.master); // cast to the compute dtype (and to the GPU)
 }
 
 void ShardedStrategy::waitGather(int unit)
@@ -454,10 +486,21 @@ void ShardedStrategy::finishReduces()
         s.reduceIn = at::Tensor();
         if (m_replicate)
             m_replicate->allReduce(s.reduceOut)->wait();
+        at::Tensor reduced = s.reduceOut;
+        if (s.offloaded) { // the gradient shard goes to the host, where AdamW runs
+            reduced = at::empty({s.shardNumel},
+                at::TensorOptions()
+                    .dtype(s.reduceOut.scalar_type())
+                    .device(at::kCPU)
+                    .pinned_memory(m_options.device.is_cuda()));
+            reduced.copy_(s.reduceOut);
+        }
         if (!s.shardGrad.defined())
-            s.shardGrad = at::zeros(
-                {s.shardNumel}, at::TensorOptions().dtype(at::kFloat).device(m_options.device));
-        s.shardGrad.add_(s.reduceOut.to(at::kFloat));
+            s.shardGrad = s.offloaded
+                ? hostZeros(s.shardNumel, at::kFloat, m_options.device)
+                : at::zeros(
+                    {s.shardNumel}, at::TensorOptions().dtype(at::kFloat).device(m_options.device));
+        s.shardGrad.add_(reduced.to(at::kFloat));
         s.reduceOut = at::Tensor();
     }
     m_pendingReduce.clear();
@@ -505,6 +548,7 @@ double ShardedStrategy::allReduceSum(double local)
 
 void ShardedStrategy::afterOptimizerStep()
 {
+    refreshSources(); // offload: the updated masters' compute-dtype shards
     for (int u = 0; u < static_cast<int>(m_units.size()); ++u) {
         if (m_paramsSharded)
             releaseGathered(u); // gathered next time it is used, from the updated masters
@@ -530,10 +574,14 @@ engine::MemoryBreakdown ShardedStrategy::memory() const
 {
     engine::MemoryBreakdown m;
     for (const auto& s : m_units) {
-        (s.frozen ? m.frozenParams : m.shardedParams) += bytesOf(s.master);
+        (s.frozen             ? m.frozenParams
+                : s.offloaded ? m.offloaded
+                              : m.shardedParams)
+            += bytesOf(s.master);
+        (m_offloadParams ? m.offloaded : m.shardedParams) += bytesOf(s.source);
         if (!s.aliased)
             m.gatheredParams += engine::memory::storageBytes(s.gathered);
-        m.grads += bytesOf(s.shardGrad);
+        (s.offloaded ? m.offloaded : m.grads) += bytesOf(s.shardGrad);
         for (const auto& leaf : s.leaves)
             m.grads += bytesOf(leaf.grad());
         m.other += bytesOf(s.reduceIn) + bytesOf(s.reduceOut);
@@ -583,10 +631,10 @@ std::vector<protocol::RankMemory> ShardedStrategy::gatherMemory(const protocol::
             mine.gradBytes, mine.optimizerBytes, mine.activationBytes, mine.otherBytes,
             mine.currentBytes, mine.peakBytes, mine.frozenParamBytes, mine.cuda ? 1 : 0,
             mine.cudaAllocatedBytes, mine.cudaAllocatedPeakBytes, mine.cudaReservedBytes,
-            mine.cudaReservedPeakBytes, mine.cudaAllocRetries, mine.cudaOoms},
+            mine.cudaReservedPeakBytes, mine.cudaAllocRetries, mine.cudaOoms, mine.offloadedBytes},
         at::kLong)
                          .to(m_options.device);
-    constexpr int kFields = 17;
+    constexpr int kFields = 18;
     at::Tensor all
         = at::empty({w * kFields}, at::TensorOptions().dtype(at::kLong).device(m_options.device));
     m_world->allGather(all, row)->wait();
@@ -614,6 +662,7 @@ std::vector<protocol::RankMemory> ShardedStrategy::gatherMemory(const protocol::
         m.cudaReservedPeakBytes = a[r * kFields + 14];
         m.cudaAllocRetries = a[r * kFields + 15];
         m.cudaOoms = a[r * kFields + 16];
+        m.offloadedBytes = a[r * kFields + 17];
         out.push_back(m);
     }
     return out;
@@ -637,9 +686,15 @@ void ShardedStrategy::exportParams(engine::LlamaModel& model,
                 auto gatherFull = [&](const UnitState& st, const ParamSlot& slot) {
                     if (st.frozen && st.aliased) // the whole frozen value is here already
                         return st.leaves.at(static_cast<size_t>(&slot - st.params.data()));
-                    // One parameter at a time on the device; the sink copies it to the host.
-                    at::Tensor full = at::empty({ws * slot.shardNumel}, st.master.options());
-                    m_shard->allGather(full, st.master.narrow(0, slot.offset, slot.shardNumel))
+                    // One parameter at a time on the device (offloaded masters go there first);
+                    // the sink copies it to the host.
+                    at::Tensor full = at::empty({ws * slot.shardNumel},
+                        at::TensorOptions()
+                            .dtype(st.master.scalar_type())
+                            .device(m_options.device));
+                    m_shard
+                        ->allGather(full,
+                            st.master.narrow(0, slot.offset, slot.shardNumel).to(m_options.device))
                         ->wait();
                     return full.narrow(0, 0, slot.d0 * slot.rowNumel).view(slot.shape);
                 };

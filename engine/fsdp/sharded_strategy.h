@@ -73,6 +73,8 @@ private:
     void waitGather(int state);
     void ensureGathered(int unit);
     void releaseGathered(int state);
+    // Offload: copy the masters into the compute-dtype shards the gathers read.
+    void refreshSources();
     void issueUnit(int unit);
     void waitUnit(int unit);
     void releaseUnit(int unit);
@@ -86,6 +88,8 @@ private:
     bool m_reshardAfterForward = false; // zero3, hybrid: blocks drop their gathered params
     bool m_paramsSharded = false;       // zero3, hybrid: nothing gathered between steps
     bool m_reduceAtEnd = false;         // zero1: all gradients reduced after backward
+    bool m_offload = false;             // masters, their gradients, AdamW state on the host
+    bool m_offloadParams = false;       // params+optimizer: no parameter shard on the device
     std::shared_ptr<dist::Communicator> m_world;
     std::shared_ptr<dist::Communicator> m_shard;
     std::shared_ptr<dist::Communicator> m_replicate; // null when there is one replica

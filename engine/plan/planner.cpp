@@ -402,16 +402,18 @@ void commVolumes(const PlanInput& in, const StateSizes& z, int64_t S, Internal& 
     }
 }
 
-// Offload: the master shard, its gradient and AdamW state live in host memory (added to o.host);
-// the device keeps a compute-dtype shard to gather from, or nothing with params+optimizer.
-// Returns the device's sharded parameter bytes.
+// Offload, as the engine does it: the master shard, its gradient and AdamW state live in host
+// memory (added to o.host). Under zero3 / hybrid the gathers copy in from a compute-dtype shard:
+// on the device with optimizer offload, in host memory with params+optimizer (none when the
+// masters are in the compute dtype). ddp / zero1 / zero2 keep their gathered parameters and
+// refresh them from the host masters after the step. Returns the device's sharded bytes.
 double offloadToHost(const PlanInput& in, const StateSizes& z, Internal& o)
 {
-    const bool sharding = in.strategy != Strategy::Ddp && in.strategy != Strategy::Zero1;
+    const bool sharding = in.strategy == Strategy::Zero3 || in.strategy == Strategy::Hybrid;
     o.host = (z.mb + z.gb + z.ob) * z.shard;
     if (in.offload == Offload::Optimizer)
         return sharding ? z.c * z.shard : 0.0;
-    if (sharding)
+    if (sharding && z.c != z.mb)
         o.host += z.c * z.shard;
     return 0.0;
 }

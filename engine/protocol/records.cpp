@@ -54,6 +54,8 @@ nlohmann::json toJson(const RankMemory& m)
         {"other", m.otherBytes}, {"current", m.currentBytes}, {"peak", m.peakBytes}};
     if (m.frozenParamBytes > 0) // LoRA runs only: full fine-tuning records are unchanged
         j["frozen_params"] = m.frozenParamBytes;
+    if (m.offloadedBytes > 0) // offloading runs only
+        j["offloaded"] = m.offloadedBytes;
     if (m.cuda) // GPU ranks only: CPU records are unchanged
         j["cuda"]
             = {{"allocated", m.cudaAllocatedBytes}, {"allocated_peak", m.cudaAllocatedPeakBytes},
@@ -75,6 +77,7 @@ RankMemory rankMemoryFromJson(const nlohmann::json& j)
     m.currentBytes = optional<int64_t>(j, "current", 0);
     m.peakBytes = optional<int64_t>(j, "peak", 0);
     m.frozenParamBytes = optional<int64_t>(j, "frozen_params", 0);
+    m.offloadedBytes = optional<int64_t>(j, "offloaded", 0);
     if (auto it = j.find("cuda"); it != j.end() && it->is_object()) {
         m.cuda = true;
         m.cudaAllocatedBytes = optional<int64_t>(*it, "allocated", 0);

@@ -26,6 +26,9 @@ struct RankMemory {
     int64_t currentBytes = 0;     // allocator: live now
     int64_t peakBytes = 0;        // allocator: peak since the previous record
     int64_t frozenParamBytes = 0; // LoRA: the frozen base (compute dtype) this rank holds
+    // Offload: this rank's state in host memory (masters, their gradients, AdamW state; with
+    // params+optimizer the compute-dtype shards). Not part of the device categories above.
+    int64_t offloadedBytes = 0;
     // A rank on a CUDA GPU: its caching allocator's figures (JSON "cuda": {"allocated",
     // "allocated_peak", "reserved", "reserved_peak", "alloc_retries", "ooms"}); then current and
     // peak above are the GPU's allocated bytes. Absent (all zero) for a CPU rank.

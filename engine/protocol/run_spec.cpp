@@ -3,6 +3,7 @@
 #include "run_spec.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <stdexcept>
 
@@ -143,8 +144,14 @@ const std::vector<std::string>& trainablePrecisions()
 
 const std::vector<std::string>& trainableOffloads()
 {
-    static const std::vector<std::string> offloads {"none"};
+    static const std::vector<std::string> offloads {"none", "optimizer", "params+optimizer"};
     return offloads;
+}
+
+bool offloadOnCpuForTests()
+{
+    const char* v = std::getenv(kOffloadOnCpuEnv);
+    return v != nullptr && std::string(v) == "1";
 }
 
 const std::vector<std::string>& loraTargetNames()
@@ -237,10 +244,14 @@ void validate(const RunSpec& s)
     } catch (const std::exception& e) {
         throw std::runtime_error(std::string("run spec: ") + e.what());
     }
-    if (s.offload != "none" && s.device == "cpu")
+    if (s.offload != "none" && s.device == "cpu" && !offloadOnCpuForTests())
         throw std::runtime_error("run spec: offload '" + s.offload
             + "' means nothing on CPU (the state is already in "
               "host memory); use --offload none");
+    if (s.offload != "none" && s.usesLora())
+        throw std::runtime_error("run spec: offload '" + s.offload + "' with method " + s.method
+            + ": the adapters' optimizer state is small and the frozen base has none; use "
+              "--offload none");
     if (s.model.empty())
         throw std::runtime_error("run spec: no model given (--model DIR)");
     if (s.data.empty())

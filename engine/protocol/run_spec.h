@@ -91,11 +91,16 @@ struct RunSpec {
 // What this version of the engine trains, so that a UI offers exactly that and the worker
 // refuses the rest with the same words: devices ("auto", "cpu", "cuda"; cuda needs a CUDA build
 // of shard-worker and a GPU where the run starts), precisions ("fp32", "bf16-mixed") and offload
-// ("none"). validate() accepts more (bf16, fp16-mixed, offload) because a spec also describes
-// plans.
+// ("none", "optimizer", "params+optimizer"; on a GPU, for full fine-tuning). validate() accepts
+// more (bf16, fp16-mixed) because a spec also describes plans.
 const std::vector<std::string>& trainableDevices();
 const std::vector<std::string>& trainablePrecisions();
 const std::vector<std::string>& trainableOffloads();
+// Offload moves state from GPU memory to host memory, so it is refused on CPU ranks; tests set
+// SHARD_OFFLOAD_ON_CPU=1 to run the offload path there, with host-to-host copies standing in for
+// the device-to-host and host-to-device ones.
+inline constexpr const char* kOffloadOnCpuEnv = "SHARD_OFFLOAD_ON_CPU";
+bool offloadOnCpuForTests();
 // The --lora-targets vocabulary: q, k, v, o, gate, up, down.
 const std::vector<std::string>& loraTargetNames();
 

@@ -75,6 +75,10 @@ const std::vector<TrainFlag>& trainFlags()
             "one rank per GPU, LOCAL_RANK picks it"),
         SHARD_FLAG("--precision", precision, "fp32 or bf16-mixed"),
         SHARD_FLAG("--checkpointing", checkpointing, "Activation checkpointing: none or full"),
+        SHARD_FLAG("--offload", offload,
+            "none, optimizer (fp32 masters, gradient shards and AdamW state in pinned host "
+            "memory, AdamW on the CPU) or params+optimizer (also the parameter shards; zero3 and "
+            "hybrid gather from host memory); GPU ranks, full fine-tuning"),
         SHARD_FLAG("--grad-accum", gradAccum, "Gradient accumulation steps"),
         SHARD_FLAG("--method", method,
             "full (every weight), lora (low-rank adapters on a frozen base) or qlora (adapters on "

@@ -275,6 +275,43 @@ void loraMemoryCheck()
     T_CHECK(qloraAccepted);
 }
 
+// Offload checks the node's host memory before anything is allocated: Llama-3.1-8B in bf16 under
+// zero3 over 8 ranks of one node holds 16 bytes per parameter over 8 (+2 with params+optimizer)
+// per rank, 119.7 GiB (134.6 GiB) for the node.
+void offloadHostMemory()
+{
+    const shard::plan::ModelSpec model = *shard::plan::findPreset("llama-3.1-8b");
+    shard::protocol::RunSpec spec;
+    spec.device = "cuda";
+    spec.strategy = "zero3";
+    spec.precision = "bf16-mixed";
+    spec.offload = "optimizer";
+    auto refusal = [&](int64_t hostBytes) {
+        try {
+            shard::engine::checkOffloadHostMemory(spec, model, 8, 8, hostBytes);
+        } catch (const std::exception& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    const int64_t gib = int64_t(1) << 30;
+    T_CHECK(refusal(256 * gib).empty());
+    const std::string small = refusal(64 * gib);
+    T_CHECK_MSG(
+        small.find("for this node's 8 ranks, but the node has 64.00 GiB") != std::string::npos
+            && small.find("more nodes") != std::string::npos,
+        small);
+    spec.offload = "params+optimizer";
+    const std::string both = refusal(128 * gib);
+    T_CHECK_MSG(both.find("params+optimizer keeps 16.83 GiB per rank in host memory, 134.62 GiB")
+            != std::string::npos,
+        both);
+    spec.offload = "optimizer";
+    T_CHECK(refusal(128 * gib).empty());
+    spec.offload = "none";
+    T_CHECK(refusal(1).empty()); // nothing in host memory to check
+}
+
 int main()
 {
     g_dir = shard::test::tempDir("tst_train_inputs");
@@ -289,6 +326,7 @@ int main()
     threads();
     microBatch();
     loraMemoryCheck();
+    offloadHostMemory();
     chatTemplate();
     skippedLines();
     rankCount();

@@ -214,8 +214,9 @@ private Q_SLOTS:
         QCOMPARE(store->memorySeries(id)->size(), 0);
     }
 
-    // Every field of a rank's memory record survives the store: LoRA's frozen base and a GPU
-    // rank's caching allocator, as the Monitor reads them back (loadStoredSeries).
+    // Every field of a rank's memory record survives the store: LoRA's frozen base, a GPU
+    // rank's caching allocator and offloaded host bytes, as the Monitor reads them back
+    // (loadStoredSeries).
     void gpuAndFrozenMemoryFieldsAreKept()
     {
         QTemporaryDir dir;
@@ -232,6 +233,7 @@ private Q_SLOTS:
         gpu.cudaReservedPeakBytes = 16384;
         gpu.cudaAllocRetries = 3;
         gpu.cudaOoms = 1;
+        gpu.offloadedBytes = 123456;
         QVERIFY(store->appendMetrics(id, {r}, 10));
         auto series = loadStoredSeries(*store, id);
         QVERIFY2(series, qPrintable(series.error()));
@@ -249,6 +251,8 @@ private Q_SLOTS:
         QCOMPARE(back.cudaReservedPeakBytes, int64_t(16384));
         QCOMPARE(back.cudaAllocRetries, int64_t(3));
         QCOMPARE(back.cudaOoms, int64_t(1));
+        QCOMPARE(back.offloadedBytes, int64_t(123456));
+        QCOMPARE(cpu.offloadedBytes, int64_t(0));
     }
 
     void compare()

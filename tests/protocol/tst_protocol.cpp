@@ -158,6 +158,9 @@ private Q_SLOTS:
         // (device auto, the default, may resolve to a GPU: the engine refuses offload there)
         QTest::newRow("offload on cpu") << "{" + base + R"(,"device":"cpu","offload":"optimizer"})"
                                         << "nothing on CPU";
+        QTest::newRow("offload with lora")
+            << "{" + base + R"(,"device":"cuda","offload":"optimizer","method":"lora"})"
+            << "adapters' optimizer state is small";
         QTest::newRow("wrong type") << "{" + base + R"(,"lr":"fast"})"
                                     << "'lr' has the wrong type";
         QTest::newRow("no steps") << R"({"model":"/m","data":["/d"]})"

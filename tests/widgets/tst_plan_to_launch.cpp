@@ -99,9 +99,12 @@ private Q_SLOTS:
         // What the plan does not decide is the Launch page's.
         QCOMPARE(s.name, std::string("from-plan"));
         QCOMPARE(int(s.data.size()), 1);
-        // The engine does not offload yet: the spec is kept, and the page says why it cannot
-        // start instead of starting something else.
-        QVERIFY2(l.cannotRunHere().contains("CPU"), qPrintable(l.cannotRunHere()));
+        // The engine offloads on a GPU: nothing stops this launch (the run host has the GPUs).
+        QVERIFY2(l.cannotRunHere().isEmpty(), qPrintable(l.cannotRunHere()));
+        // On the CPU (or Auto, which may resolve to it) the engine refuses offload, so the page
+        // says why it cannot start instead of starting something else.
+        selectData(field<QComboBox>(l, "device"), "auto");
+        QVERIFY2(l.cannotRunHere().contains("CUDA GPU"), qPrintable(l.cannotRunHere()));
         QTRY_VERIFY(l.commandPreview().contains("Not ready"));
         QVERIFY(!l.request());
     }

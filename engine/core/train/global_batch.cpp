@@ -101,6 +101,27 @@ void checkMicroBatch(const protocol::RunSpec& spec, const plan::ModelSpec& model
             + largestText());
 }
 
+void checkOffloadHostMemory(const protocol::RunSpec& spec, const plan::ModelSpec& model,
+    int worldSize, int localWorldSize, int64_t hostMemoryBytes)
+{
+    if (spec.offload == "none")
+        return;
+    const int local = std::max(1, localWorldSize);
+    // Host bytes do not depend on the GPU's size: any GPU will do for the planner.
+    const plan::PlanResult r = plan::plan(
+        planInputFor(spec, model, std::max(1, worldSize), local, plan::DeviceSpec::gpu(1024.0)));
+    const int64_t need = r.hostBytesPerDevice * local;
+    if (need <= hostMemoryBytes)
+        return;
+    throw std::runtime_error("--offload " + spec.offload + " keeps "
+        + plan::formatGiB(r.hostBytesPerDevice) + " per rank in host memory, "
+        + plan::formatGiB(need) + " for this node's " + std::to_string(local)
+        + (local == 1 ? " rank" : " ranks") + ", but the node has "
+        + plan::formatGiB(hostMemoryBytes)
+        + ": spread the run over more nodes (each holds a smaller shard), use --offload optimizer "
+          "instead of params+optimizer, or --offload none");
+}
+
 ResumeBatch resumeBatch(const protocol::RunSpec& spec, int worldSize, int64_t savedMicroBatch,
     int64_t savedGradAccum, int savedWorld)
 {

@@ -16,6 +16,13 @@ namespace shard::engine {
 void checkMicroBatch(const protocol::RunSpec& spec, const plan::ModelSpec& model, int worldSize,
     int localWorldSize, int64_t trainRecords);
 
+// Offload: throws unless the host memory the planner puts on each rank (masters, gradient shards
+// and AdamW state; with params+optimizer the parameter shards too), times localWorldSize ranks,
+// fits hostMemoryBytes; the message says how much is needed and what to change. Nothing to check
+// without offload.
+void checkOffloadHostMemory(const protocol::RunSpec& spec, const plan::ModelSpec& model,
+    int worldSize, int localWorldSize, int64_t hostMemoryBytes);
+
 // The planner's largest micro-batch (at most the data's rows per rank) that fits
 // capacityBytesPerRank on each rank (a GPU's memory, or a CPU rank's share); 0 when even 1 does
 // not, -1 when the planner does not model this run.

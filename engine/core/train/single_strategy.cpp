@@ -87,6 +87,9 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, int world
 
 void SingleStrategy::setup(LlamaModel& model, const ParamSource& source)
 {
+    if (m_options.spec.offload != "none")
+        throw std::runtime_error("--offload " + m_options.spec.offload
+            + " needs the sharded engine (shard_fsdp), which this build lacks: use --offload none");
     m_model = &model;
     at::NoGradGuard noGrad;
     m_nf4.clear();

@@ -46,6 +46,9 @@ struct MemoryBreakdown {
     int64_t optimizer = 0;   // filled by the loop (AdamW m and v)
     int64_t activations = 0; // filled by the loop (measured around the forward)
     int64_t other = 0;
+    // Offload: state in host memory, not on the device (fp32 master shards, their gradients,
+    // with params+optimizer the compute-dtype shards; the loop adds AdamW's state).
+    int64_t offloaded = 0;
 };
 
 // One tensor AdamW updates in place and its gradient. Both fp32 and of the same shape: a whole

@@ -393,15 +393,16 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
 {
     CountingAllocator::install();
     protocol::validate(m_spec);
-    const auto& offloads = protocol::trainableOffloads();
-    if (std::find(offloads.begin(), offloads.end(), m_spec.offload) == offloads.end())
-        throw std::runtime_error("--offload " + m_spec.offload
-            + " is not in this version of the engine yet (masters and optimizer state stay on "
-              "the training device); use --offload none");
     checkThreads(m_spec.threads);
     // One rank per GPU: LOCAL_RANK picks it. run.json records the device the run resolved
     // --device to (docs/ARCHITECTURE.md, "Devices").
+    const std::string askedDevice = m_spec.device;
     m_device = dist::resolveDevice(m_spec.device, envInt("LOCAL_RANK", 0));
+    if (m_spec.offload != "none" && m_device.is_cpu() && !protocol::offloadOnCpuForTests())
+        throw std::runtime_error("--offload " + m_spec.offload
+            + " moves state from GPU memory to host memory, and --device " + askedDevice
+            + " trains on the CPU here (no GPU): use --offload none, or --device cuda on a GPU "
+              "node");
     m_spec.device = m_device.is_cuda() ? "cuda" : "cpu";
     m_rank = envInt("RANK", 0);
     m_worldSize = std::max(1, envInt("WORLD_SIZE", 1));
@@ -446,6 +447,8 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
 
     checkMicroBatch(m_spec, ms, m_worldSize, std::max(1, envInt("LOCAL_WORLD_SIZE", 1)),
         m_data->trainRecords());
+    checkOffloadHostMemory(m_spec, ms, m_worldSize, std::max(1, envInt("LOCAL_WORLD_SIZE", 1)),
+        plan::physicalMemoryBytes());
 
     if (m_spec.sampleEvery > 0)
         m_samples = std::make_unique<TrainingSamples>(m_spec, m_modelDir);
@@ -511,7 +514,7 @@ std::string Trainer::outOfMemoryMessage(
     if (m_spec.checkpointing == "none")
         fixes.push_back("--checkpointing full");
     const auto& offloads = protocol::trainableOffloads();
-    if (m_device.is_cuda() && m_spec.offload == "none"
+    if (m_device.is_cuda() && m_spec.offload == "none" && !m_spec.usesLora()
         && std::find(offloads.begin(), offloads.end(), "optimizer") != offloads.end())
         fixes.push_back("--offload optimizer");
     if (m_device.is_cpu() && localWorld > 1)
@@ -839,7 +842,10 @@ void Trainer::writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int6
     mine.gatheredParamBytes = mb.gatheredParams;
     mine.frozenParamBytes = mb.frozenParams;
     mine.gradBytes = mb.grads;
-    mine.optimizerBytes = loop.adamw.stateBytes() + mb.optimizer;
+    // Offloaded AdamW state lives in host memory with the masters it updates.
+    const bool offloaded = m_spec.offload != "none";
+    mine.optimizerBytes = (offloaded ? 0 : loop.adamw.stateBytes()) + mb.optimizer;
+    mine.offloadedBytes = mb.offloaded + (offloaded ? loop.adamw.stateBytes() : 0);
     mine.activationBytes = activationBytes + mb.activations;
     mine.currentBytes = loop.liveBytes();
     mine.peakBytes = loop.peakBytes();
@@ -852,9 +858,10 @@ void Trainer::writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int6
         mine.cudaAllocRetries = ds.allocRetries;
         mine.cudaOoms = ds.ooms;
     }
+    // On CPU ranks (offload in tests) the host state is in the counting allocator's bytes.
     mine.otherBytes = std::max<int64_t>(0,
         mine.currentBytes - mine.shardedParamBytes - mine.gatheredParamBytes - mine.frozenParamBytes
-            - mine.gradBytes - mine.optimizerBytes);
+            - mine.gradBytes - mine.optimizerBytes - (m_device.is_cpu() ? mine.offloadedBytes : 0));
     rec.memory = m_strategy->gatherMemory(mine);
     loop.resetPeaks();
     if (m_strategy->rank() == 0)
