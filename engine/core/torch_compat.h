@@ -5,6 +5,8 @@
 // - SHARD_ALLOCATOR_CONST: the qualifier of c10::Allocator::allocate() (const in 1.x only).
 // - SHARD_ALLOCATOR_COPY_DATA: declares the copy_data() override 2.x requires (nothing in 1.x).
 // - SHARD_TORCH_HAS_SDPA: at::scaled_dot_product_attention exists (2.x).
+// - SHARD_TORCH_HAS_FUSED_ADAMW: at::_fused_adamw_, the multi-tensor AdamW kernel, exists for
+//   CUDA and CPU tensors (2.4 and later; CUDA only from 2.0, which the engine does not build on).
 // Headers that 1.13 included transitively are included where used, on both versions:
 // at::NoGradGuard is <ATen/core/grad_mode.h>.
 #pragma once
@@ -27,4 +29,10 @@
 #define SHARD_ALLOCATOR_CONST const
 #define SHARD_ALLOCATOR_COPY_DATA
 #define SHARD_TORCH_HAS_SDPA 0
+#endif
+
+#if SHARD_TORCH_AT_LEAST(2, 4)
+#define SHARD_TORCH_HAS_FUSED_ADAMW 1
+#else
+#define SHARD_TORCH_HAS_FUSED_ADAMW 0
 #endif

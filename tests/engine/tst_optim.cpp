@@ -1,6 +1,8 @@
 // AdamW against the textbook update computed in double, the learning-rate schedules at their
 // corner points, and the counting allocator's current/peak bytes.
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 #include <ATen/ATen.h>
 
@@ -24,12 +26,23 @@ int main()
 {
     auto& alloc = CountingAllocator::install();
 
-    // AdamW: three steps on two targets (one decayed, one not), with a gradient scale.
-    {
-        AdamWConfig cfg {0.9, 0.95, 1e-8, 0.1};
+    // AdamW: three steps on two targets (one decayed, one not), with a gradient scale, through
+    // each kernel on the CPU: the loop CPU ranks run, the ATen ops and (LibTorch 2.4 and later)
+    // the fused multi-tensor kernel GPU ranks run.
+    for (const AdamWKernel kernel : {AdamWKernel::Auto, AdamWKernel::Ops, AdamWKernel::Fused}) {
+        const std::string name = kernel == AdamWKernel::Auto ? "loop"
+            : kernel == AdamWKernel::Ops                     ? "ops"
+                                                             : "fused";
+        AdamWConfig cfg {0.9, 0.95, 1e-8, 0.1, kernel};
         AdamW opt(cfg);
         at::Tensor w = at::tensor({1.0f, -2.0f, 0.5f});
         at::Tensor n = at::tensor({1.0f, 1.0f});
+        if (kernel == AdamWKernel::Fused && !fusedAdamWAvailable()) {
+            std::printf("AdamW fused kernel: not in this LibTorch (checked on 2.4+)\n");
+            EXPECT_THROW_WITH(opt.step({{"w", w, at::ones({3}), true}}, 0.1), "fused", "2.4");
+            T_CHECK(opt.stepCount() == 0 && w[0].item<float>() == 1.0f); // nothing updated
+            continue;
+        }
         const std::vector<std::vector<double>> grads
             = {{0.5, -1.0, 0.0}, {0.1, 0.2, -0.3}, {-0.4, 0.0, 2.0}};
         std::vector<double> pw = {1.0, -2.0, 0.5}, mw(3, 0.0), vw(3, 0.0);
@@ -39,8 +52,10 @@ int main()
             const auto& g = grads[s - 1];
             at::Tensor gw = at::tensor({float(g[0]), float(g[1]), float(g[2])});
             at::Tensor gn = at::tensor({float(g[0]), float(g[1])});
+            const at::Tensor gwBefore = gw.clone();
             opt.step({{"w", w, gw, true}, {"n", n, gn, false}, {"skip", at::ones({2}), {}, true}},
                 lr, scale);
+            T_CHECK_MSG(at::equal(gw, gwBefore), name + ": the gradient is left as it was");
             const double bc1 = 1 - std::pow(0.9, s), bc2 = 1 - std::pow(0.95, s);
             auto update = [&](std::vector<double>& p, std::vector<double>& m,
                               std::vector<double>& v, bool decay) {
@@ -58,15 +73,16 @@ int main()
         }
         for (int i = 0; i < 3; ++i)
             T_CHECK_MSG(near(w[i].item<double>(), pw[i], 1e-6),
-                "AdamW decayed element " + std::to_string(i) + ": "
+                name + ": AdamW decayed element " + std::to_string(i) + ": "
                     + std::to_string(w[i].item<double>()) + " vs " + std::to_string(pw[i]));
         for (int i = 0; i < 2; ++i)
-            T_CHECK_MSG(near(n[i].item<double>(), pn[i], 1e-6), "AdamW undecayed element");
+            T_CHECK_MSG(near(n[i].item<double>(), pn[i], 1e-6), name + ": AdamW undecayed element");
         T_CHECK(opt.stepCount() == 3);
         T_CHECK(opt.state().count("skip") == 0); // no gradient: no state, no update
         T_CHECK(opt.stateBytes() == 2 * 4 * (3 + 2));
         EXPECT_THROW_WITH(opt.step({{"bad", at::ones({2}, at::kDouble), at::ones({2}), true}}, lr),
             "bad", "fp32");
+        std::printf("AdamW %s kernel: matches the textbook update\n", name.c_str());
     }
 
     // Schedules.

@@ -1,18 +1,31 @@
-// One fused pass per tensor (parallel over chunks): the update is memory bound, so a single
-// read of p, g, m, v and one write of p, m, v beats separate ATen ops.
+// On the CPU, one fused pass per tensor (parallel over chunks): the update is memory bound, so a
+// single read of p, g, m, v and one write of p, m, v beats separate ATen ops. On a GPU, LibTorch's
+// multi-tensor fused kernel (one launch per group of tensors) where it exists.
 #include "adamw.h"
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
+#include "core/torch_compat.h"
+
 namespace shard::engine {
+
+bool fusedAdamWAvailable()
+{
+    return SHARD_TORCH_HAS_FUSED_ADAMW != 0;
+}
 
 void AdamW::step(const std::vector<OptimTarget>& targets, double lr, double gradScale)
 {
+    if (m_config.kernel == AdamWKernel::Fused && !fusedAdamWAvailable())
+        throw std::runtime_error("AdamW: this LibTorch (" + std::to_string(TORCH_VERSION_MAJOR)
+            + "." + std::to_string(TORCH_VERSION_MINOR)
+            + ") has no fused AdamW kernel (2.4 and later have it)");
     ++m_step;
     const float b1 = static_cast<float>(m_config.beta1);
     const float b2 = static_cast<float>(m_config.beta2);
@@ -23,6 +36,11 @@ void AdamW::step(const std::vector<OptimTarget>& targets, double lr, double grad
     const float eps = static_cast<float>(m_config.eps);
     const float scale = static_cast<float>(gradScale);
     at::NoGradGuard noGrad;
+    // The fused kernel's two groups (decayed, not), each as parallel lists.
+    struct Group {
+        std::vector<at::Tensor> p, g, m, v;
+    };
+    Group fused[2];
     for (const auto& t : targets) {
         if (!t.grad.defined())
             continue;
@@ -36,9 +54,25 @@ void AdamW::step(const std::vector<OptimTarget>& targets, double lr, double grad
             st.m = at::zeros_like(t.master);
             st.v = at::zeros_like(t.master);
         }
+        AdamWKernel kernel = m_config.kernel;
+        if (kernel == AdamWKernel::Auto)
+            kernel = t.master.is_cpu()  ? AdamWKernel::Loop
+                : fusedAdamWAvailable() ? AdamWKernel::Fused
+                                        : AdamWKernel::Ops;
+        if (kernel == AdamWKernel::Loop && !t.master.is_cpu())
+            throw std::runtime_error("AdamW: the loop kernel runs on host tensors only; '" + t.name
+                + "' is on " + t.master.device().str());
+        if (kernel == AdamWKernel::Fused) {
+            Group& g = fused[t.decay ? 0 : 1];
+            g.p.push_back(t.master);
+            g.g.push_back(t.grad);
+            g.m.push_back(st.m);
+            g.v.push_back(st.v);
+            continue;
+        }
         const float decay = t.decay ? static_cast<float>(1.0 - lr * m_config.weightDecay) : 1.0f;
-        if (!t.master.is_cpu()) {
-            // On a GPU: the same update, in fp32, as a few in-place ATen kernels on the device.
+        if (kernel == AdamWKernel::Ops) {
+            // The same update, in fp32, as a few in-place ATen kernels on the tensors' device.
             const at::Tensor g = t.grad * scale;
             t.master.mul_(decay);
             st.m.add_(g - st.m, 1.0f - b1);
@@ -60,6 +94,25 @@ void AdamW::step(const std::vector<OptimTarget>& targets, double lr, double grad
                 p[i] -= stepSize * m[i] / denom;
             }
         });
+    }
+    for (int decayed = 0; decayed < 2; ++decayed) {
+        Group& g = fused[decayed];
+        if (g.p.empty())
+            continue;
+#if SHARD_TORCH_HAS_FUSED_ADAMW
+        // One launch per group over every tensor (the lists may mix sizes). The kernel reads the
+        // step count from a tensor on the parameters' device and divides the gradient by
+        // grad_scale, so clipping's factor goes in as its inverse and no gradient is copied.
+        const at::TensorOptions on = g.p.front().options();
+        const at::Tensor step = at::full({}, static_cast<double>(m_step), on);
+        const std::vector<at::Tensor> steps(g.p.size(), step);
+        std::optional<at::Tensor> unscale;
+        if (gradScale != 1.0)
+            unscale = at::full({}, 1.0 / gradScale, on);
+        at::_fused_adamw_(g.p, g.g, g.m, g.v, {}, steps, lr, m_config.beta1, m_config.beta2,
+            decayed == 0 ? m_config.weightDecay : 0.0, m_config.eps, /*amsgrad=*/false,
+            /*maximize=*/false, unscale, std::nullopt);
+#endif
     }
 }
 

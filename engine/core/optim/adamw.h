@@ -13,11 +13,20 @@
 
 namespace shard::engine {
 
+// How the update runs. Auto: the vectorized loop on host tensors (CPU ranks, offloaded state),
+// LibTorch's fused multi-tensor kernel on a GPU where LibTorch has it, else in-place ATen ops.
+// The others force one (tests run each on the CPU); Fused throws where LibTorch lacks it.
+enum class AdamWKernel { Auto, Loop, Ops, Fused };
+
+// Whether this LibTorch has the fused multi-tensor AdamW (at::_fused_adamw_).
+bool fusedAdamWAvailable();
+
 struct AdamWConfig {
     double beta1 = 0.9;
     double beta2 = 0.95;
     double eps = 1e-8;
     double weightDecay = 0.0; // applied only to targets with decay = true
+    AdamWKernel kernel = AdamWKernel::Auto;
 };
 
 class AdamW {
