@@ -663,8 +663,10 @@ void Trainer::placeModel(Io& io, bool resuming, int threads)
         const plan::DeviceSpec device = m_device.is_cuda()
             ? plan::DeviceSpec::gpu(1024.0)
             : plan::defaultDeviceFor(spec, int64_t(1) << 40);
-        started["planned_peak_bytes"]
-            = plan::plan(plan::planInputFromSpec(spec, device)).perDevice.total();
+        const plan::PlanResult planned = plan::plan(plan::planInputFromSpec(spec, device));
+        started["planned_peak_bytes"] = planned.perDevice.total();
+        if (planned.hostBytesPerDevice > 0) // offload: the state it puts in host memory
+            started["planned_host_bytes"] = planned.hostBytesPerDevice;
     } catch (const std::exception& e) {
         io.log->info("no planner estimate for this run: {}", e.what());
     }
