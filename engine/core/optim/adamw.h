@@ -36,7 +36,8 @@ public:
     {
     }
     // One update of every target with a gradient; state (m, v) is created on first use and
-    // keyed by target name. `gradScale` multiplies the gradient first (clipping).
+    // keyed by target name. `gradScale` multiplies the gradient first (clipping); the fused
+    // kernel does so in place, so a gradient is spent once the step is taken.
     void step(const std::vector<OptimTarget>& targets, double lr, double gradScale = 1.0);
     int64_t stepCount() const { return m_step; }
     int64_t stateBytes() const;
