@@ -133,6 +133,9 @@ LaunchPage::LaunchPage(QWidget* parent)
     // CPU; a spec or plan that says auto or cuda selects that.
     m_device->setCurrentIndex(m_device->findData("cpu"));
     m_offload = combo(this, {"none", "optimizer", "params+optimizer"}, "offload");
+    m_reduceDtype = combo(this, {"fp32", "bf16"}, "reduceDtype");
+    m_reduceDtype->setToolTip(tr("The gradients' reduce-scatter / all-reduce dtype under "
+                                 "bf16-mixed: bf16 sends half the bytes and sums in bf16"));
     // Only what the engine trains (protocol::trainablePrecisions).
     m_precision = combo(this, qStrings(protocol::trainablePrecisions()), "precision");
     m_evalData = new QLineEdit(this);
@@ -234,6 +237,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     shardForm->addRow(tr("&Nodes"), m_nodes);
     shardForm->addRow(tr("O&ffload"), m_offload);
     shardForm->addRow(tr("Pre&cision"), m_precision);
+    shardForm->addRow(tr("Reduce dt&ype"), m_reduceDtype);
     shardForm->addRow(tr("Activation chec&kpointing"), m_checkpointing);
     m_lora->addRows(shardForm);
     shardForm->addRow(tr("Tar&get"), m_target);
@@ -278,7 +282,7 @@ LaunchPage::LaunchPage(QWidget* parent)
         m_skipBadLines, m_evalData, m_evalEvery, m_out, m_lr, m_weightDecay, m_schedule, m_warmup,
         m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints, m_seed, m_microBatch, m_seqLen,
         m_gradAccum, m_device, m_strategy, m_shardGroup, m_ranks, m_nodes, m_offload, m_precision,
-        m_checkpointing};
+        m_reduceDtype, m_checkpointing};
     order << m_lora->widgets()
           << QList<QWidget*> {m_target, m_presets, m_loadPreset, m_savePreset, m_start, m_preview};
     for (qsizetype i = 1; i < order.size(); ++i)
@@ -292,8 +296,14 @@ LaunchPage::LaunchPage(QWidget* parent)
     for (QLineEdit* e : {m_name, m_model, m_data, m_out, m_lr, m_evalData, m_weightDecay})
         connect(e, &QLineEdit::textChanged, this, changed);
     for (QComboBox* c : {m_format, m_schedule, m_strategy, m_precision, m_checkpointing, m_target,
-             m_device, m_offload, m_inputs})
+             m_device, m_offload, m_reduceDtype, m_inputs})
         connect(c, qOverload<int>(&QComboBox::currentIndexChanged), this, changed);
+    // Only bf16-mixed has a choice (fp32 reduces in fp32): the engine refuses bf16 otherwise.
+    auto reduceChoice = [this] {
+        m_reduceDtype->setEnabled(m_precision->currentData().toString() == "bf16-mixed");
+    };
+    connect(m_precision, qOverload<int>(&QComboBox::currentIndexChanged), this, reduceChoice);
+    reduceChoice();
     for (QSpinBox* s : {m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen,
              m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_evalEvery, m_keepCheckpoints})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, changed);
@@ -467,6 +477,9 @@ protocol::RunSpec LaunchPage::fieldsSpec() const
     s.shardGroup = s.strategy == "hybrid" ? m_shardGroup->value() : 0;
     s.offload = m_offload->currentData().toString().toStdString();
     s.precision = m_precision->currentData().toString().toStdString();
+    s.reduceDtype = m_reduceDtype->isEnabled()
+        ? m_reduceDtype->currentData().toString().toStdString()
+        : "fp32";
     s.checkpointing = m_checkpointing->currentData().toString().toStdString();
     m_lora->writeTo(s);
     return s;
@@ -724,6 +737,7 @@ void LaunchPage::toFields(const protocol::RunSpec& s, bool keepBase)
     m_nodes->setValue(s.nodes);
     setCombo(m_offload, s.offload);
     setCombo(m_precision, s.precision);
+    setCombo(m_reduceDtype, s.reduceDtype);
     setCombo(m_checkpointing, s.checkpointing);
     m_lora->show(s);
 }

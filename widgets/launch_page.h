@@ -131,6 +131,7 @@ private:
     QSpinBox* m_nodes = nullptr;
     QComboBox* m_device = nullptr;
     QComboBox* m_offload = nullptr;
+    QComboBox* m_reduceDtype = nullptr; // bf16-mixed: fp32 or bf16 gradient reduce
     QLineEdit* m_evalData = nullptr;
     QSpinBox* m_evalEvery = nullptr;
     QCheckBox* m_packing = nullptr;

@@ -175,6 +175,11 @@ PlanPage::PlanPage(QWidget* parent)
     m_offload = new QComboBox(this);
     m_offload->setObjectName("offload");
     addItems(m_offload, {"none", "optimizer", "params+optimizer"});
+    m_reduceDtype = new QComboBox(this);
+    m_reduceDtype->setObjectName("reduceDtype");
+    addItems(m_reduceDtype, {"fp32", "bf16"});
+    m_reduceDtype->setToolTip(tr("The gradients' reduce-scatter / all-reduce dtype under "
+                                 "bf16-mixed: bf16 sends half the bytes and sums in bf16"));
     m_microBatch = new QSpinBox(this);
     m_microBatch->setObjectName("microBatch");
     m_microBatch->setRange(1, 65536);
@@ -224,6 +229,7 @@ PlanPage::PlanPage(QWidget* parent)
     trainForm->addRow(tr("P&recision"), m_precision);
     trainForm->addRow(tr("&Checkpointing"), m_checkpointing);
     trainForm->addRow(tr("O&ffload"), m_offload);
+    trainForm->addRow(tr("Red&uce dtype"), m_reduceDtype);
     trainForm->addRow(tr("M&icro-batch"), m_microBatch);
     trainForm->addRow(tr("Se&quence length"), m_seqLen);
     trainForm->addRow(tr("Gradient &accumulation"), m_gradAccum);
@@ -268,8 +274,8 @@ PlanPage::PlanPage(QWidget* parent)
 
     // Tab order follows the form top to bottom.
     QList<QWidget*> order = {m_modelBox, m_openFolder, m_gpus, m_nodes, m_device, m_customGiB,
-        m_hostGiB, m_strategy, m_shardGroup, m_precision, m_checkpointing, m_offload, m_microBatch,
-        m_seqLen, m_gradAccum, m_mode};
+        m_hostGiB, m_strategy, m_shardGroup, m_precision, m_checkpointing, m_offload, m_reduceDtype,
+        m_microBatch, m_seqLen, m_gradAccum, m_mode};
     order << m_lora->widgets() << m_toLaunch;
     for (qsizetype i = 1; i < order.size(); ++i)
         setTabOrder(order[i - 1], order[i]);
@@ -291,9 +297,16 @@ PlanPage::PlanPage(QWidget* parent)
     for (QDoubleSpinBox* s : {m_customGiB, m_hostGiB})
         connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this,
             &PlanPage::scheduleRecompute);
-    for (QComboBox* c : {m_device, m_strategy, m_precision, m_checkpointing, m_offload, m_mode})
+    for (QComboBox* c :
+        {m_device, m_strategy, m_precision, m_checkpointing, m_offload, m_reduceDtype, m_mode})
         connect(
             c, qOverload<int>(&QComboBox::currentIndexChanged), this, &PlanPage::scheduleRecompute);
+    // Only bf16-mixed has a choice: fp32 reduces in fp32, pure bf16 and fp16 in their dtype.
+    auto reduceChoice = [this] {
+        m_reduceDtype->setEnabled(m_precision->currentData().toString() == "bf16-mixed");
+    };
+    connect(m_precision, qOverload<int>(&QComboBox::currentIndexChanged), this, reduceChoice);
+    reduceChoice();
     connect(m_device, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
         const QString d = m_device->currentData().toString();
         m_customGiB->setEnabled(d == kCustomDevice || d == kCpuDevice);
@@ -431,6 +444,8 @@ std::optional<plan::PlanInput> PlanPage::readFields(QString* error) const
         in.checkpointing
             = plan::parseCheckpointing(m_checkpointing->currentData().toString().toStdString());
         in.offload = plan::parseOffload(m_offload->currentData().toString().toStdString());
+        in.bf16Reduce
+            = m_reduceDtype->isEnabled() && m_reduceDtype->currentData().toString() == "bf16";
         m_lora->writeTo(in);
     } catch (const std::exception& e) {
         *error = QString::fromUtf8(e.what());
@@ -657,6 +672,7 @@ void PlanPage::saveSettings() const
     s.setValue("precision", m_precision->currentData());
     s.setValue("checkpointing", m_checkpointing->currentData());
     s.setValue("offload", m_offload->currentData());
+    s.setValue("reduceDtype", m_reduceDtype->currentData());
     s.setValue("microBatch", m_microBatch->value());
     s.setValue("seqLen", m_seqLen->value());
     s.setValue("gradAccum", m_gradAccum->value());
@@ -684,6 +700,7 @@ void PlanPage::loadSettings()
     setCombo(m_precision, "precision");
     setCombo(m_checkpointing, "checkpointing");
     setCombo(m_offload, "offload");
+    setCombo(m_reduceDtype, "reduceDtype");
     m_microBatch->setValue(s.value("microBatch", m_microBatch->value()).toInt());
     m_seqLen->setValue(s.value("seqLen", m_seqLen->value()).toInt());
     m_gradAccum->setValue(s.value("gradAccum", m_gradAccum->value()).toInt());

@@ -97,6 +97,7 @@ private:
     QComboBox* m_precision = nullptr;
     QComboBox* m_checkpointing = nullptr;
     QComboBox* m_offload = nullptr;
+    QComboBox* m_reduceDtype = nullptr; // bf16-mixed: fp32 or bf16 gradient reduce
     QSpinBox* m_microBatch = nullptr;
     QSpinBox* m_seqLen = nullptr;
     QSpinBox* m_gradAccum = nullptr;

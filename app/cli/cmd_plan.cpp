@@ -33,6 +33,7 @@ struct PlanOptions {
     std::string precision = "bf16-mixed";
     std::string checkpointing = "none";
     std::string offload = "none";
+    std::string reduceDtype = "fp32";
     std::string microBatch = "1";
     std::string seqLen;
     std::string gradAccum = "1";
@@ -129,6 +130,9 @@ PlanInput buildInput(const PlanOptions& o)
     in.precision = parsePrecision(o.precision);
     in.checkpointing = parseCheckpointing(o.checkpointing);
     in.offload = parseOffload(o.offload);
+    if (o.reduceDtype != "fp32" && o.reduceDtype != "bf16")
+        throw std::runtime_error("--reduce-dtype: '" + o.reduceDtype + "' is not fp32 or bf16");
+    in.bf16Reduce = o.reduceDtype == "bf16";
     in.mode = parseAccountingMode(o.mode);
     in.gpusPerNode = parseCount("--gpus", o.gpus);
     in.nodes = parseCount("--nodes", o.nodes);
@@ -410,6 +414,9 @@ const CommandRegistration kPlan([](CLI::App& app) {
             ->type_name("C"),
         sub->add_option("--offload", o->offload, "none (default), optimizer, params+optimizer")
             ->type_name("O"),
+        sub->add_option("--reduce-dtype", o->reduceDtype,
+               "Gradient reduce dtype under bf16-mixed: fp32 (default) or bf16")
+            ->type_name("D"),
         sub->add_option("--micro-batch", o->microBatch, "Sequences per rank per micro-step")
             ->type_name("B"),
         sub->add_option("--seq-len", o->seqLen, "Tokens per sequence (default min(2048, max))")

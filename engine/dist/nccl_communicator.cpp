@@ -98,16 +98,29 @@ const NcclApi& nccl()
 
 } // namespace
 
+// FSDP2's streams: all-gathers and broadcasts on one, reduce-scatters and all-reduces on
+// another, both apart from the compute stream. NCCL runs the operations of one communicator in
+// the order they were issued (every rank issues them in the same order), so the two streams
+// overlap the compute, not each other, as in PyTorch, where FSDP2's all-gather and
+// reduce-scatter streams share one process group.
 struct NcclCommunicator::State {
     ncclComm_t comm = nullptr;
-    cudaStream_t stream = nullptr;
+    cudaStream_t stream = nullptr;       // all-gather, broadcast, barrier
+    cudaStream_t reduceStream = nullptr; // reduce-scatter, all-reduce
     int device = 0;
+    void createStreams()
+    {
+        SHARD_CUDA_CHECK(cudaSetDevice(device));
+        SHARD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        SHARD_CUDA_CHECK(cudaStreamCreateWithFlags(&reduceStream, cudaStreamNonBlocking));
+    }
     ~State()
     {
         if (comm)
             nccl().commDestroy(comm);
-        if (stream)
-            cudaStreamDestroy(stream);
+        for (cudaStream_t s : {stream, reduceStream})
+            if (s)
+                cudaStreamDestroy(s);
     }
 };
 
@@ -167,19 +180,22 @@ private:
     std::shared_ptr<NcclCommunicator::State> m_state; // keeps the stream alive
 };
 
+// Issues on `stream` (one of the state's) after the compute stream's work so far: the
+// collective reads what that work wrote.
 template<typename Issue>
-WorkPtr launch(const std::shared_ptr<NcclCommunicator::State>& state, Issue issue)
+WorkPtr launch(
+    const std::shared_ptr<NcclCommunicator::State>& state, cudaStream_t stream, Issue issue)
 {
     SHARD_CUDA_CHECK(cudaSetDevice(state->device));
     cudaEvent_t ready = nullptr;
     SHARD_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     SHARD_CUDA_CHECK(cudaEventRecord(ready, computeStream()));
-    SHARD_CUDA_CHECK(cudaStreamWaitEvent(state->stream, ready, 0));
+    SHARD_CUDA_CHECK(cudaStreamWaitEvent(stream, ready, 0));
     cudaEventDestroy(ready);
-    issue(state->stream);
+    issue(stream);
     cudaEvent_t done = nullptr;
     SHARD_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    SHARD_CUDA_CHECK(cudaEventRecord(done, state->stream));
+    SHARD_CUDA_CHECK(cudaEventRecord(done, stream));
     return std::make_shared<NcclWork>(done, state);
 }
 
@@ -204,8 +220,7 @@ std::shared_ptr<NcclCommunicator> NcclCommunicator::create(const RankEnv& env)
             + "); use --nproc-per-node <= the GPU count");
     auto state = std::make_shared<State>();
     state->device = env.localRank;
-    SHARD_CUDA_CHECK(cudaSetDevice(state->device));
-    SHARD_CUDA_CHECK(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
+    state->createStreams();
 
     ncclUniqueId id;
     if (env.worldSize > 1) {
@@ -242,8 +257,7 @@ std::shared_ptr<Communicator> NcclCommunicator::makeGroup(
     auto state = std::make_shared<State>();
     state->device = m_state->device;
     state->comm = sub;
-    SHARD_CUDA_CHECK(cudaSetDevice(state->device));
-    SHARD_CUDA_CHECK(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
+    state->createStreams();
     return std::shared_ptr<NcclCommunicator>(
         new NcclCommunicator(myIndex, static_cast<int>(ranks.size()), state));
 }
@@ -254,7 +268,8 @@ WorkPtr NcclCommunicator::issue(
     countTraffic(kind, output, input, root);
     const auto type = ncclType(input, kCallNames[static_cast<int>(kind)]);
     ncclComm_t comm = m_state->comm;
-    return launch(m_state, [&](cudaStream_t s) {
+    const bool reduces = kind == Collective::ReduceScatter || kind == Collective::AllReduce;
+    return launch(m_state, reduces ? m_state->reduceStream : m_state->stream, [&](cudaStream_t s) {
         void* in = input.data_ptr();
         void* out = output.data_ptr();
         switch (kind) {

@@ -10,6 +10,7 @@
 #include <ATen/core/grad_mode.h>
 #include <spdlog/spdlog.h>
 
+#include "core/memory/host_transfer.h"
 #include "core/memory/storage.h"
 #include "core/model/nf4.h"
 #include "dist/rank_env.h"
@@ -478,6 +479,10 @@ void ShardedStrategy::reduceUnit(int unit)
 void ShardedStrategy::finishReduces()
 {
     at::NoGradGuard noGrad;
+    // Offload: every unit's reduced shard starts for the host (a side stream on a GPU) before
+    // the first is added into its fp32 gradient there, so the copies overlap those additions.
+    engine::HostTransfer toHost(m_options.device);
+    std::vector<std::pair<UnitState*, at::Tensor>> landing;
     for (int unit : m_pendingReduce) {
         UnitState& s = m_units.at(static_cast<size_t>(unit));
         for (auto& w : s.reduceWork)
@@ -486,24 +491,26 @@ void ShardedStrategy::finishReduces()
         s.reduceIn = at::Tensor();
         if (m_replicate)
             m_replicate->allReduce(s.reduceOut)->wait();
-        at::Tensor reduced = s.reduceOut;
-        if (s.offloaded) { // the gradient shard goes to the host, where AdamW runs
-            reduced = at::empty({s.shardNumel},
-                at::TensorOptions()
-                    .dtype(s.reduceOut.scalar_type())
-                    .device(at::kCPU)
-                    .pinned_memory(m_options.device.is_cuda()));
-            reduced.copy_(s.reduceOut);
-        }
-        if (!s.shardGrad.defined())
-            s.shardGrad = s.offloaded
-                ? hostZeros(s.shardNumel, at::kFloat, m_options.device)
-                : at::zeros(
-                    {s.shardNumel}, at::TensorOptions().dtype(at::kFloat).device(m_options.device));
-        s.shardGrad.add_(reduced.to(at::kFloat));
-        s.reduceOut = at::Tensor();
+        if (s.offloaded)
+            landing.emplace_back(&s, toHost.start(s.reduceOut));
+        else
+            addToShardGrad(s, s.reduceOut);
+        s.reduceOut = at::Tensor(); // toHost holds it until its copy has landed
     }
+    toHost.wait();
+    for (auto& [s, reduced] : landing)
+        addToShardGrad(*s, reduced);
     m_pendingReduce.clear();
+}
+
+void ShardedStrategy::addToShardGrad(UnitState& s, const at::Tensor& reduced)
+{
+    if (!s.shardGrad.defined())
+        s.shardGrad = s.offloaded
+            ? hostZeros(s.shardNumel, at::kFloat, m_options.device)
+            : at::zeros(
+                {s.shardNumel}, at::TensorOptions().dtype(at::kFloat).device(m_options.device));
+    s.shardGrad.add_(reduced.to(at::kFloat));
 }
 
 std::vector<engine::OptimTarget> ShardedStrategy::optimizerTargets()

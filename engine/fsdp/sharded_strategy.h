@@ -82,6 +82,8 @@ private:
     std::vector<at::Tensor> dequantized(int unit);
     void reduceUnit(int unit);
     void finishReduces();
+    // Adds a reduced gradient shard (on the shard gradient's device) into its fp32 sum.
+    void addToShardGrad(UnitState& s, const at::Tensor& reduced);
     int64_t totalCommBytes() const;
 
     engine::StrategyOptions m_options;

@@ -354,7 +354,7 @@ struct StateSizes {
 
 StateSizes stateSizes(const PlanInput& in, const ModelShapes& shapes, int64_t S)
 {
-    const DtypeBytes d = dtypeBytes(in.precision);
+    const DtypeBytes d = dtypeBytes(in);
     const UnitSizes u = unitSizes(shapes, S);
     StateSizes z;
     z.c = d.compute;
@@ -669,7 +669,7 @@ LoraSizes loraSizes(const PlanInput& in, int64_t S)
 // activations and logits decide the peak as for full fine-tuning).
 Internal engineLoraStates(const PlanInput& in, int64_t S)
 {
-    const DtypeBytes d = dtypeBytes(in.precision);
+    const DtypeBytes d = dtypeBytes(in);
     const double c = d.compute, mb = d.master, gb = d.grad, ob = d.optimizer, r = d.reduce;
     const LoraSizes z = loraSizes(in, S);
     const double Sd = static_cast<double>(S);
@@ -852,7 +852,7 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     if (res.worldSize > 1) {
         if (in.strategy == Strategy::Hybrid) {
             double shardTraffic = static_cast<double>(res.gatherBytesPerDevicePerStep)
-                + ringFraction(res.shardDegree) * dtypeBytes(in.precision).reduce
+                + ringFraction(res.shardDegree) * dtypeBytes(in).reduce
                     * unitSizes(shapes, res.shardDegree).total;
             double replicaTraffic
                 = std::max(0.0, static_cast<double>(res.bytesSentPerDevicePerStep) - shardTraffic);
@@ -975,6 +975,14 @@ DtypeBytes dtypeBytes(Precision p)
     return {2, 4, 4, 8, 4};
 }
 
+DtypeBytes dtypeBytes(const PlanInput& in)
+{
+    DtypeBytes d = dtypeBytes(in.precision);
+    if (in.bf16Reduce)
+        d.reduce = 2;
+    return d;
+}
+
 DeviceSpec DeviceSpec::gpu(double gib)
 {
     DeviceSpec d;
@@ -1037,6 +1045,9 @@ void validate(const PlanInput& in)
             + " positions (max_position_embeddings); use " + std::to_string(s.maxPositionEmbeddings)
             + " or less");
     in.parallelDims().validate("GPUs");
+    if (in.bf16Reduce && in.precision != Precision::Bf16Mixed)
+        throw std::runtime_error("a bf16 reduce goes with bf16-mixed (" + toString(in.precision)
+            + " reduces in its own dtype); use reduce fp32");
     if (in.device.memoryBytes <= 0)
         throw std::runtime_error("device memory must be positive (got "
             + std::to_string(in.device.memoryBytes) + " bytes)");
@@ -1264,6 +1275,8 @@ nlohmann::json toJson(const PlanResult& r)
     j["precision"] = toString(in.precision);
     j["checkpointing"] = toString(in.checkpointing);
     j["offload"] = toString(in.offload);
+    if (in.bf16Reduce)
+        j["reduce_dtype"] = "bf16";
     j["method"] = toString(in.method);
     if (in.usesLora()) {
         j["lora"] = {{"rank", in.loraRank}, {"alpha", in.loraAlpha}, {"dropout", in.loraDropout},

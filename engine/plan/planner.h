@@ -88,6 +88,9 @@ struct PlanInput {
     Precision precision = Precision::Bf16Mixed;
     Checkpointing checkpointing = Checkpointing::None;
     Offload offload = Offload::None;
+    // bf16-mixed only: the gradients are reduce-scattered / all-reduced in bf16 (the run spec's
+    // reduce_dtype), not fp32.
+    bool bf16Reduce = false;
     int64_t microBatch = 1; // sequences per rank per micro-step
     int64_t seqLen = 2048;
     int64_t gradAccum = 1; // micro-steps per optimizer step
@@ -112,6 +115,9 @@ struct PlanInput {
         return {strategy, shardGroup, nodes, gpusPerNode};
     }
 };
+
+// The input's bytes per element: its precision's, with a bf16 reduce where it asks for one.
+DtypeBytes dtypeBytes(const PlanInput& in);
 
 // Bytes on one device by component.
 struct MemoryBreakdown {

@@ -40,6 +40,7 @@ PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& dev
     in.precision = parsePrecision(spec.precision);
     in.checkpointing = parseCheckpointing(spec.checkpointing);
     in.offload = parseOffload(spec.offload);
+    in.bf16Reduce = spec.reduceDtype == "bf16";
     in.microBatch = spec.microBatch;
     in.seqLen = spec.seqLen;
     in.gradAccum = spec.gradAccum;
@@ -72,6 +73,7 @@ void applyPlanToSpec(const PlanInput& in, const std::string& modelSource, protoc
     spec.precision = toString(in.precision);
     spec.checkpointing = toString(in.checkpointing);
     spec.offload = toString(in.offload);
+    spec.reduceDtype = in.bf16Reduce ? "bf16" : "fp32";
     spec.microBatch = in.microBatch;
     spec.seqLen = in.seqLen;
     spec.gradAccum = in.gradAccum;

@@ -38,6 +38,7 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("precision", s.precision);
     f("checkpointing", s.checkpointing);
     f("offload", s.offload);
+    f("reduce_dtype", s.reduceDtype);
     f("method", s.method);
     f("lora_rank", s.loraRank);
     f("lora_alpha", s.loraAlpha);
@@ -209,6 +210,10 @@ void validate(const RunSpec& s)
     oneOf("precision", s.precision, {"fp32", "bf16-mixed", "bf16", "fp16-mixed"});
     oneOf("checkpointing", s.checkpointing, {"none", "full"});
     oneOf("offload", s.offload, {"none", "optimizer", "params+optimizer"});
+    oneOf("reduce_dtype", s.reduceDtype, {"fp32", "bf16"});
+    if (s.reduceDtype == "bf16" && s.precision != "bf16-mixed")
+        throw std::runtime_error("run spec: reduce_dtype bf16 goes with precision bf16-mixed ("
+            + s.precision + " reduces in its own dtype); use --reduce-dtype fp32");
     oneOf("schedule", s.schedule, {"constant", "linear", "cosine"});
     oneOf("device", s.device, {"auto", "cpu", "cuda"});
     oneOf("data_format", s.dataFormat, {"auto", "text", "alpaca", "chat", "tokenized"});

@@ -42,6 +42,9 @@ struct RunSpec {
     std::string precision = "fp32";     // fp32, bf16-mixed, bf16, fp16-mixed
     std::string checkpointing = "none"; // none, full
     std::string offload = "none";       // none, optimizer, params+optimizer
+    // The gradients' reduce-scatter / all-reduce dtype (FSDP2's reduce_dtype): fp32, or bf16
+    // under bf16-mixed (half the bytes sent, bf16 sums).
+    std::string reduceDtype = "fp32";
 
     // Parameter-efficient fine-tuning (engine/core/model/lora.h): full, lora or qlora.
     std::string method = "full";

@@ -75,6 +75,9 @@ const std::vector<TrainFlag>& trainFlags()
             "one rank per GPU, LOCAL_RANK picks it"),
         SHARD_FLAG("--precision", precision, "fp32 or bf16-mixed"),
         SHARD_FLAG("--checkpointing", checkpointing, "Activation checkpointing: none or full"),
+        SHARD_FLAG("--reduce-dtype", reduceDtype,
+            "Gradient reduce-scatter / all-reduce dtype: fp32 (default) or bf16 (bf16-mixed: "
+            "half the bytes, summed in bf16)"),
         SHARD_FLAG("--offload", offload,
             "none, optimizer (fp32 masters, gradient shards and AdamW state in pinned host "
             "memory, AdamW on the CPU) or params+optimizer (also the parameter shards; zero3 and "

@@ -8,7 +8,9 @@
 //  - hybrid (4 ranks, shard groups of 2) and zero3 with gradient accumulation match the 1-rank
 //    gradient-accumulation run within 1e-5 (loss) and 1e-4 (weights, L2 relative);
 //  - bytes sent per step per rank are within 2% of the theory for each strategy;
-//  - model-state bytes per rank of zero3 scale as 1/N (1, 2, 4 ranks).
+//  - model-state bytes per rank of zero3 scale as 1/N (1, 2, 4 ranks);
+//  - bf16-mixed zero3 tracks the 1-rank bf16-mixed run, and with --reduce-dtype bf16 equals it
+//    bit for bit while sending P bytes fewer per step.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -212,6 +214,28 @@ int main()
         for (double l : z3.losses)
             finite = finite && std::isfinite(l);
         SHARD_EXPECT(finite, "bf16-mixed zero3 losses are finite");
+        // A bf16 reduce (--reduce-dtype bf16): the same training within bf16's rounding of the
+        // summed gradients, and the reduce-scatter sends half its bytes: P fewer per step
+        // (0.5 x 4 P fp32 against 0.5 x 2 P bf16 at 2 ranks).
+        Run z3b = train("bf16-zero3-2-reduce-bf16", 2,
+            {"--micro-batch", "2", "--strategy", "zero3", "--precision", "bf16-mixed",
+                "--checkpointing", "full", "--reduce-dtype", "bf16"});
+        Diff db = compare(z3, z3b);
+        report("zero3 bf16 reduce vs fp32 reduce", db);
+        SHARD_EXPECT(db.loss <= 5e-3, "a bf16 reduce tracks the fp32 reduce");
+        // The 1-rank run adds its two micro-batches' bf16 gradients in bf16, as the bf16
+        // reduce-scatter adds the two ranks' (in rank order): the same sums, bit for bit.
+        Diff same = compare(ref, z3b);
+        report("zero3 bf16 reduce vs 1 rank", same);
+        SHARD_EXPECT(same.loss == 0 && same.weightMax == 0,
+            "a bf16 reduce at 2 ranks is bit-identical to the 1-rank bf16 accumulation");
+        const int64_t saved = stepBytes(z3) - stepBytes(z3b);
+        std::printf(
+            "bf16 reduce: %lld bytes/step/rank against %lld with fp32 (%lld fewer, P = %lld)\n",
+            static_cast<long long>(stepBytes(z3b)), static_cast<long long>(stepBytes(z3)),
+            static_cast<long long>(saved), static_cast<long long>(984192));
+        SHARD_EXPECT(std::abs(static_cast<double>(saved) - 984192.0) <= 0.02 * 984192.0,
+            "a bf16 reduce sends P bytes fewer per step at 2 ranks");
     }
     // Offloading means nothing on CPU ranks: one clear error.
     {

@@ -347,6 +347,21 @@ void testPureBf16AndFp16()
     in.precision = Precision::Fp32;
     PlanResult f32 = plan(in);
     CHECK_NEAR(f32.computeSeconds, f32.deviceFlopsPerStep / 67e12, 1e-12);
+
+    // bf16-mixed with a bf16 reduce (the run spec's reduce_dtype): the reduce-scatter sends and
+    // buffers half the bytes; the gathers, masters and AdamW state do not change.
+    in.precision = Precision::Bf16Mixed;
+    in.bf16Reduce = true;
+    PlanResult half = plan(in);
+    CHECK_EQ(half.reduceBytesPerDevicePerStep, int64_t(std::llround(7.0 / 8 * 2 * P)));
+    CHECK_EQ(half.reduceBytesPerDevicePerStep * 2, b.reduceBytesPerDevicePerStep);
+    CHECK_EQ(half.gatherBytesPerDevicePerStep, b.gatherBytesPerDevicePerStep);
+    CHECK_EQ(half.perDevice.commBuffers * 2, b.perDevice.commBuffers);
+    CHECK_EQ(half.perDevice.shardedParams, b.perDevice.shardedParams);
+    CHECK_EQ(half.perDevice.optimizer, b.perDevice.optimizer);
+    CHECK(toJson(half).value("reduce_dtype", "") == "bf16");
+    in.precision = Precision::Fp32;
+    CHECK_THROWS_WITH(plan(in), "bf16 reduce goes with bf16-mixed");
 }
 
 // ZeRO paper (Rajbhandari et al. 2020), Figure 1: psi = 7.5B, N = 64, K = 12.

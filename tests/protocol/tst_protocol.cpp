@@ -158,6 +158,11 @@ private Q_SLOTS:
         // (device auto, the default, may resolve to a GPU: the engine refuses offload there)
         QTest::newRow("offload on cpu") << "{" + base + R"(,"device":"cpu","offload":"optimizer"})"
                                         << "nothing on CPU";
+        QTest::newRow("bf16 reduce in fp32") << "{" + base + R"(,"reduce_dtype":"bf16"})"
+                                             << "reduce_dtype bf16 goes with precision bf16-mixed";
+        QTest::newRow("reduce dtype")
+            << "{" + base + R"(,"precision":"bf16-mixed","reduce_dtype":"fp16"})"
+            << "reduce_dtype 'fp16'";
         QTest::newRow("offload with lora")
             << "{" + base + R"(,"device":"cuda","offload":"optimizer","method":"lora"})"
             << "adapters' optimizer state is small";

@@ -73,6 +73,7 @@ private Q_SLOTS:
         selectData(field<QComboBox>(p, "precision"), "bf16-mixed");
         selectData(field<QComboBox>(p, "checkpointing"), "full");
         selectData(field<QComboBox>(p, "offload"), "optimizer");
+        selectData(field<QComboBox>(p, "reduceDtype"), "bf16");
         field<QSpinBox>(p, "microBatch")->setValue(3);
         field<QSpinBox>(p, "seqLen")->setValue(256);
         field<QSpinBox>(p, "gradAccum")->setValue(5);
@@ -93,6 +94,9 @@ private Q_SLOTS:
         QCOMPARE(s.precision, std::string("bf16-mixed"));
         QCOMPARE(s.checkpointing, std::string("full"));
         QCOMPARE(s.offload, std::string("optimizer"));
+        QCOMPARE(s.reduceDtype, std::string("bf16"));
+        QVERIFY(p.input()->bf16Reduce);
+        QVERIFY(field<QComboBox>(l, "reduceDtype")->isEnabled());
         QCOMPARE(s.microBatch, int64_t(3));
         QCOMPARE(s.seqLen, int64_t(256));
         QCOMPARE(s.gradAccum, int64_t(5));

@@ -27,6 +27,7 @@ plan::PlanInput planInputFor(const protocol::RunSpec& spec, const plan::ModelSpe
     in.precision = plan::parsePrecision(spec.precision);
     in.checkpointing = plan::parseCheckpointing(spec.checkpointing);
     in.offload = plan::parseOffload(spec.offload);
+    in.bf16Reduce = spec.reduceDtype == "bf16";
     in.microBatch = spec.microBatch;
     in.seqLen = spec.seqLen;
     in.gradAccum = spec.gradAccum;

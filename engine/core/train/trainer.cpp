@@ -459,6 +459,7 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
     so.name = m_spec.strategy;
     so.shardGroup = m_spec.shardGroup;
     so.computeDtype = m_computeDtype;
+    so.reduceDtype = m_spec.reduceDtype == "bf16" ? at::kBFloat16 : at::kFloat;
     so.checkpointing = m_spec.checkpointing == "full";
     so.device = m_device;
     so.spec = m_spec;
