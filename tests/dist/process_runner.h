@@ -266,6 +266,22 @@ inline bool noneRemain(
     }
 }
 
+// Kills `p` with SIGKILL once `trigger` exists (a checkpoint's DONE marker, say); false when the
+// process ended first or did not die of the signal.
+inline bool killWhen(Process& p, const std::string& trigger)
+{
+    for (int i = 0; i < 120000; ++i) {
+        if (std::filesystem::exists(trigger)) {
+            shard::protocol::signalProcess(p.pid, SIGKILL);
+            p.wait(30);
+            return WIFSIGNALED(p.status) && WTERMSIG(p.status) == SIGKILL;
+        }
+        if (p.pump(1))
+            return false;
+    }
+    return false;
+}
+
 // The loss of every step in `run`/metrics.jsonl (a resumed run logs some steps twice: the later
 // record counts).
 inline std::map<int64_t, double> stepLosses(const std::string& run)

@@ -5,7 +5,6 @@
 // and resumed gives bit-identical losses and adapters; the checkpoint holds the adapters only.
 #include <algorithm>
 #include <cmath>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,7 +16,6 @@
 #include "run_outputs.h"
 
 using namespace shard::testing;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -117,21 +115,6 @@ void testEquivalence()
     SHARD_EXPECT(base1 > 0 && ddp == base1, "ddp replicates the frozen base");
     SHARD_EXPECT(std::abs(double(z2) - base1 / 2.0) <= 0.02 * base1, "zero3-2 holds half");
     SHARD_EXPECT(std::abs(double(z4) - base1 / 4.0) <= 0.02 * base1, "zero3-4 holds a quarter");
-}
-
-// Kills `p` once `trigger` exists; false when it ended first.
-bool killWhen(Process& p, const std::string& trigger)
-{
-    for (int i = 0; i < 120000; ++i) {
-        if (fs::exists(trigger)) {
-            shard::protocol::signalProcess(p.pid, SIGKILL);
-            p.wait(30);
-            return WIFSIGNALED(p.status) && WTERMSIG(p.status) == SIGKILL;
-        }
-        if (p.pump(1))
-            return false;
-    }
-    return false;
 }
 
 void testResume()

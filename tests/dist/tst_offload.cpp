@@ -9,9 +9,7 @@
 //    shard the step holds between its reduce and the zero-grad;
 //  - a 1-rank offload run killed after a checkpoint resumes bit-identically.
 #include <cmath>
-#include <csignal>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -22,7 +20,6 @@
 #include "run_outputs.h"
 
 using namespace shard::testing;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -156,21 +153,6 @@ void testEquivalenceAndMemory()
         SHARD_EXPECT(plan.hostBytesPerDevice == measured + 4 * P / 2,
             "the planner's host bytes are the engine's offloaded state and gradient shard");
     }
-}
-
-// Kills `p` once `trigger` exists; false when it ended first.
-bool killWhen(Process& p, const std::string& trigger)
-{
-    for (int i = 0; i < 120000; ++i) {
-        if (fs::exists(trigger)) {
-            shard::protocol::signalProcess(p.pid, SIGKILL);
-            p.wait(30);
-            return WIFSIGNALED(p.status) && WTERMSIG(p.status) == SIGKILL;
-        }
-        if (p.pump(1))
-            return false;
-    }
-    return false;
 }
 
 void testResume()
