@@ -1,8 +1,9 @@
 // Offload through the real worker on CPU ranks (SHARD_OFFLOAD_ON_CPU=1: host-to-host copies stand
 // in for the GPU's device-to-host and host-to-device ones; tiny-1m, fp32 unless said, 10 steps):
-//  - zero3, zero2 and ddp at 2 ranks, zero3 at 1 rank and bf16-mixed zero3 at 2 ranks, with
-//    --offload optimizer and params+optimizer, are bit-identical to the same runs without it
-//    (the same AdamW loop on the same fp32 values, the same reductions);
+//  - zero3, zero2, zero1 and ddp at 2 ranks, hybrid at 4 ranks (shard groups of 2), zero3 with
+//    gradient accumulation, zero3 at 1 rank and bf16-mixed zero3 at 2 ranks, with --offload
+//    optimizer or params+optimizer, are bit-identical to the same runs without it (the same
+//    AdamW loop on the same fp32 values, the same reductions);
 //  - the memory records move the masters and AdamW state into "offloaded" (12 bytes per
 //    parameter over N ranks), keep a compute-dtype shard on the device for optimizer offload
 //    and none for params+optimizer, and the planner's host bytes are that plus the gradient
@@ -94,6 +95,23 @@ void testEquivalenceAndMemory()
             with(mb2, {"--strategy", s, "--offload", "params+optimizer"}));
         expectIdentical(std::string(s) + "-2 --offload params+optimizer", base, off);
     }
+    {
+        const Run base = train("zero1-2", 2, with(mb2, {"--strategy", "zero1"}));
+        const Run off
+            = train("zero1-2-opt", 2, with(mb2, {"--strategy", "zero1", "--offload", "optimizer"}));
+        expectIdentical("zero1-2 --offload optimizer", base, off);
+    }
+    // Hybrid: the reduced shard is all-reduced over the replicas before it goes to the host.
+    const std::vector<std::string> hybrid
+        = {"--micro-batch", "1", "--strategy", "hybrid", "--shard-group", "2"};
+    expectIdentical("hybrid-4 --offload optimizer", train("hybrid-4", 4, hybrid),
+        train("hybrid-4-opt", 4, with(hybrid, {"--offload", "optimizer"})));
+    // Gradient accumulation: the unsharded gradients sum over the micro-steps on the device and
+    // are reduced (and sent to the host) once per step.
+    const std::vector<std::string> ga
+        = {"--micro-batch", "1", "--grad-accum", "2", "--strategy", "zero3"};
+    expectIdentical("zero3-2 grad-accum 2 --offload params+optimizer", train("zero3-ga2-2", 2, ga),
+        train("zero3-ga2-2-all", 2, with(ga, {"--offload", "params+optimizer"})));
     const std::vector<std::string> one = {"--micro-batch", "4", "--strategy", "zero3"};
     expectIdentical("zero3-1 --offload optimizer", train("zero3-1", 1, one),
         train("zero3-1-opt", 1, with(one, {"--offload", "optimizer"})));
