@@ -1,5 +1,6 @@
 // `shard plan`: memory per device by component for every strategy side by side, the fit verdict
 // and the derived answers (largest micro-batch, fewest GPUs, FLOPs, traffic, step time).
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -130,7 +131,8 @@ PlanInput buildInput(const PlanOptions& o)
     in.precision = parsePrecision(o.precision);
     in.checkpointing = parseCheckpointing(o.checkpointing);
     in.offload = parseOffload(o.offload);
-    if (o.reduceDtype != "fp32" && o.reduceDtype != "bf16")
+    const auto& dtypes = protocol::reduceDtypes();
+    if (std::find(dtypes.begin(), dtypes.end(), o.reduceDtype) == dtypes.end())
         throw std::runtime_error("--reduce-dtype: '" + o.reduceDtype + "' is not fp32 or bf16");
     in.bf16Reduce = o.reduceDtype == "bf16";
     in.mode = parseAccountingMode(o.mode);
@@ -323,7 +325,7 @@ void printHuman(const PlanInput& in, const std::vector<PlanResult>& all, const P
     row("FLOPs per token", si(chosen.flopsPerToken, "FLOP") + " (6P + 12*L*h*s)");
     row("FLOPs per step",
         si(chosen.flopsPerStep, "FLOP") + " (" + withCommas(chosen.tokensPerStep) + " tokens)");
-    const DtypeBytes d = dtypeBytes(in.precision);
+    const DtypeBytes d = dtypeBytes(in);
     const std::string computeName = in.precision == Precision::Fp32
         ? "fp32"
         : (in.precision == Precision::Fp16Mixed ? "fp16" : "bf16");
