@@ -133,7 +133,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     // CPU; a spec or plan that says auto or cuda selects that.
     m_device->setCurrentIndex(m_device->findData("cpu"));
     m_offload = combo(this, {"none", "optimizer", "params+optimizer"}, "offload");
-    m_reduceDtype = combo(this, {"fp32", "bf16"}, "reduceDtype");
+    m_reduceDtype = combo(this, qStrings(protocol::reduceDtypes()), "reduceDtype");
     m_reduceDtype->setToolTip(tr("The gradients' reduce-scatter / all-reduce dtype under "
                                  "bf16-mixed: bf16 sends half the bytes and sums in bf16"));
     // Only what the engine trains (protocol::trainablePrecisions).
@@ -298,9 +298,10 @@ LaunchPage::LaunchPage(QWidget* parent)
     for (QComboBox* c : {m_format, m_schedule, m_strategy, m_precision, m_checkpointing, m_target,
              m_device, m_offload, m_reduceDtype, m_inputs})
         connect(c, qOverload<int>(&QComboBox::currentIndexChanged), this, changed);
-    // Only bf16-mixed has a choice (fp32 reduces in fp32): the engine refuses bf16 otherwise.
+    // The engine refuses a bf16 reduce where the precision has no choice.
     auto reduceChoice = [this] {
-        m_reduceDtype->setEnabled(m_precision->currentData().toString() == "bf16-mixed");
+        m_reduceDtype->setEnabled(
+            protocol::hasReduceDtypeChoice(m_precision->currentData().toString().toStdString()));
     };
     connect(m_precision, qOverload<int>(&QComboBox::currentIndexChanged), this, reduceChoice);
     reduceChoice();

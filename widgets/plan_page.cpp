@@ -177,7 +177,8 @@ PlanPage::PlanPage(QWidget* parent)
     addItems(m_offload, {"none", "optimizer", "params+optimizer"});
     m_reduceDtype = new QComboBox(this);
     m_reduceDtype->setObjectName("reduceDtype");
-    addItems(m_reduceDtype, {"fp32", "bf16"});
+    for (const auto& d : protocol::reduceDtypes())
+        m_reduceDtype->addItem(QString::fromStdString(d), QString::fromStdString(d));
     m_reduceDtype->setToolTip(tr("The gradients' reduce-scatter / all-reduce dtype under "
                                  "bf16-mixed: bf16 sends half the bytes and sums in bf16"));
     m_microBatch = new QSpinBox(this);
@@ -301,9 +302,10 @@ PlanPage::PlanPage(QWidget* parent)
         {m_device, m_strategy, m_precision, m_checkpointing, m_offload, m_reduceDtype, m_mode})
         connect(
             c, qOverload<int>(&QComboBox::currentIndexChanged), this, &PlanPage::scheduleRecompute);
-    // Only bf16-mixed has a choice: fp32 reduces in fp32, pure bf16 and fp16 in their dtype.
+    // The planner refuses a bf16 reduce where the precision has no choice.
     auto reduceChoice = [this] {
-        m_reduceDtype->setEnabled(m_precision->currentData().toString() == "bf16-mixed");
+        m_reduceDtype->setEnabled(
+            protocol::hasReduceDtypeChoice(m_precision->currentData().toString().toStdString()));
     };
     connect(m_precision, qOverload<int>(&QComboBox::currentIndexChanged), this, reduceChoice);
     reduceChoice();

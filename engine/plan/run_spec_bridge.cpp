@@ -35,6 +35,15 @@ PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& dev
             + toString(device.kind));
     PlanInput in;
     in.model = resolveModel(spec.model);
+    applyRunFieldsOf(spec, in);
+    in.gpusPerNode = spec.procsPerNode;
+    in.nodes = spec.nodes;
+    in.device = device;
+    return in;
+}
+
+void applyRunFieldsOf(const protocol::RunSpec& spec, PlanInput& in)
+{
     in.strategy = parseStrategy(spec.strategy);
     in.shardGroup = in.strategy == Strategy::Hybrid ? spec.shardGroup : 0;
     in.precision = parsePrecision(spec.precision);
@@ -44,11 +53,7 @@ PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& dev
     in.microBatch = spec.microBatch;
     in.seqLen = spec.seqLen;
     in.gradAccum = spec.gradAccum;
-    in.gpusPerNode = spec.procsPerNode;
-    in.nodes = spec.nodes;
-    in.device = device;
     applyLoraFieldsOf(spec, in);
-    return in;
 }
 
 void applyLoraFieldsOf(const protocol::RunSpec& spec, PlanInput& in)

@@ -149,6 +149,17 @@ const std::vector<std::string>& trainableOffloads()
     return offloads;
 }
 
+const std::vector<std::string>& reduceDtypes()
+{
+    static const std::vector<std::string> dtypes {"fp32", "bf16"};
+    return dtypes;
+}
+
+bool hasReduceDtypeChoice(const std::string& precision)
+{
+    return precision == "bf16-mixed";
+}
+
 bool offloadOnCpuForTests()
 {
     const char* v = std::getenv(kOffloadOnCpuEnv);
@@ -210,8 +221,8 @@ void validate(const RunSpec& s)
     oneOf("precision", s.precision, {"fp32", "bf16-mixed", "bf16", "fp16-mixed"});
     oneOf("checkpointing", s.checkpointing, {"none", "full"});
     oneOf("offload", s.offload, {"none", "optimizer", "params+optimizer"});
-    oneOf("reduce_dtype", s.reduceDtype, {"fp32", "bf16"});
-    if (s.reduceDtype == "bf16" && s.precision != "bf16-mixed")
+    oneOf("reduce_dtype", s.reduceDtype, {reduceDtypes().begin(), reduceDtypes().end()});
+    if (s.reduceDtype != "fp32" && !hasReduceDtypeChoice(s.precision))
         throw std::runtime_error("run spec: reduce_dtype bf16 goes with precision bf16-mixed ("
             + s.precision + " reduces in its own dtype); use --reduce-dtype fp32");
     oneOf("schedule", s.schedule, {"constant", "linear", "cosine"});

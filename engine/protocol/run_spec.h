@@ -104,6 +104,10 @@ const std::vector<std::string>& trainableOffloads();
 // the device-to-host and host-to-device ones.
 inline constexpr const char* kOffloadOnCpuEnv = "SHARD_OFFLOAD_ON_CPU";
 bool offloadOnCpuForTests();
+// The gradient reduce dtypes, "fp32" and "bf16"; there is a choice under bf16-mixed only (fp32
+// reduces in fp32, pure 16-bit precisions in their own dtype).
+const std::vector<std::string>& reduceDtypes();
+bool hasReduceDtypeChoice(const std::string& precision);
 // The --lora-targets vocabulary: q, k, v, o, gate, up, down.
 const std::vector<std::string>& loraTargetNames();
 

@@ -32,6 +32,19 @@ inline std::vector<nlohmann::json> metricRecords(const std::string& dir)
     return out;
 }
 
+// Field `field` of rank `rank`'s memory entry in the last of `metrics`: `absent` when the entry
+// lacks it, -1 when there is no record or no entry for that rank.
+inline int64_t lastMemoryField(
+    const std::vector<nlohmann::json>& metrics, int rank, const char* field, int64_t absent)
+{
+    if (metrics.empty())
+        return -1;
+    for (const auto& m : metrics.back()["memory"])
+        if (m.value("rank", -1) == rank)
+            return m.value(field, absent);
+    return -1;
+}
+
 // Every F32 tensor of a safetensors file by name (empty when the file is missing or short);
 // `bytes` gets the whole file when given.
 inline std::map<std::string, std::vector<float>> f32Tensors(

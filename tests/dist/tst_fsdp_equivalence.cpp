@@ -83,12 +83,8 @@ int64_t stepBytes(const Run& r)
 
 int64_t modelStateBytes(const Run& r, int rank)
 {
-    if (r.metrics.empty())
-        return -1;
-    for (const auto& m : r.metrics.back()["memory"])
-        if (m.value("rank", -1) == rank)
-            return m.value("sharded_params", int64_t(0)) + m.value("optimizer", int64_t(0));
-    return -1;
+    const int64_t sharded = lastMemoryField(r.metrics, rank, "sharded_params", 0);
+    return sharded < 0 ? -1 : sharded + lastMemoryField(r.metrics, rank, "optimizer", 0);
 }
 
 } // namespace

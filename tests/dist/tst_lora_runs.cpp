@@ -68,12 +68,7 @@ RunDiff compare(const Run& a, const Run& b)
 
 int64_t memoryField(const Run& r, int rank, const char* field)
 {
-    if (r.metrics.empty())
-        return -1;
-    for (const auto& m : r.metrics.back()["memory"])
-        if (m.value("rank", -1) == rank)
-            return m.value(field, int64_t(-1));
-    return -1;
+    return lastMemoryField(r.metrics, rank, field, int64_t(-1));
 }
 
 void testEquivalence()

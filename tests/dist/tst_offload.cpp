@@ -56,12 +56,7 @@ Run train(const std::string& tag, int ranks, const std::vector<std::string>& ext
 
 int64_t memoryField(const Run& r, int rank, const char* field)
 {
-    if (r.metrics.empty())
-        return -1;
-    for (const auto& m : r.metrics.back()["memory"])
-        if (m.value("rank", -1) == rank)
-            return m.value(field, int64_t(0));
-    return -1;
+    return lastMemoryField(r.metrics, rank, field, int64_t(0));
 }
 
 void expectIdentical(const std::string& what, const Run& a, const Run& b)

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "plan/planner.h"
+#include "plan/run_spec_bridge.h"
 
 namespace shard::engine {
 
@@ -22,21 +23,7 @@ plan::PlanInput planInputFor(const protocol::RunSpec& spec, const plan::ModelSpe
 {
     plan::PlanInput in;
     in.model = model;
-    in.strategy = plan::parseStrategy(spec.strategy);
-    in.shardGroup = spec.shardGroup;
-    in.precision = plan::parsePrecision(spec.precision);
-    in.checkpointing = plan::parseCheckpointing(spec.checkpointing);
-    in.offload = plan::parseOffload(spec.offload);
-    in.bf16Reduce = spec.reduceDtype == "bf16";
-    in.microBatch = spec.microBatch;
-    in.seqLen = spec.seqLen;
-    in.gradAccum = spec.gradAccum;
-    in.method = plan::parseMethod(spec.method); // LoRA / QLoRA: frozen base + adapters
-    in.loraRank = spec.loraRank;
-    in.loraAlpha = spec.loraAlpha;
-    in.loraDropout = spec.loraDropout;
-    in.loraTargets = spec.loraTargets;
-    in.loraRslora = spec.loraRslora;
+    plan::applyRunFieldsOf(spec, in);
     in.gpusPerNode = std::max(1, localWorldSize);
     in.nodes = std::max<int64_t>(1, worldSize / in.gpusPerNode);
     in.device = device;

@@ -445,10 +445,9 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
         throw std::runtime_error("--eval-every needs held-out data (--eval-data FILE or "
                                  "--eval-fraction F)");
 
-    checkMicroBatch(m_spec, ms, m_worldSize, std::max(1, envInt("LOCAL_WORLD_SIZE", 1)),
-        m_data->trainRecords());
-    checkOffloadHostMemory(m_spec, ms, m_worldSize, std::max(1, envInt("LOCAL_WORLD_SIZE", 1)),
-        plan::physicalMemoryBytes());
+    const int localWorld = std::max(1, envInt("LOCAL_WORLD_SIZE", 1));
+    checkMicroBatch(m_spec, ms, m_worldSize, localWorld, m_data->trainRecords());
+    checkOffloadHostMemory(m_spec, ms, m_worldSize, localWorld, plan::physicalMemoryBytes());
 
     if (m_spec.sampleEvery > 0)
         m_samples = std::make_unique<TrainingSamples>(m_spec, m_modelDir);
