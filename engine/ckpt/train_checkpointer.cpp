@@ -165,12 +165,17 @@ engine::LoopState TrainCheckpointer::restore(
     return state;
 }
 
+bool TrainCheckpointer::due(int64_t step, bool last) const
+{
+    const int64_t every = m_spec.checkpointEvery;
+    return every > 0 && (step % every == 0 || last);
+}
+
 engine::CheckpointSaved TrainCheckpointer::afterStep(engine::LlamaModel& model,
     engine::Strategy& strategy, engine::AdamW& adamw, const engine::LoopState& state, bool last)
 {
     engine::CheckpointSaved out;
-    const int64_t every = m_spec.checkpointEvery;
-    if (every <= 0 || (state.step % every != 0 && !last))
+    if (!due(state.step, last))
         return out;
     launch::RankHeartbeat::report(state.step, launch::RankPhase::Checkpoint);
     SaveRequest req;

@@ -20,6 +20,7 @@ public:
     TrainCheckpointer(protocol::RunSpec spec, std::string modelDir);
 
     bool resuming() override;
+    bool due(int64_t step, bool last) const override;
     engine::LoopState restore(
         engine::LlamaModel& model, engine::Strategy& strategy, engine::AdamW& adamw) override;
     engine::CheckpointSaved afterStep(engine::LlamaModel& model, engine::Strategy& strategy,

@@ -13,6 +13,7 @@
 #include "core/memory/host_transfer.h"
 #include "core/memory/storage.h"
 #include "core/model/nf4.h"
+#include "core/train/host_sync.h"
 #include "dist/rank_env.h"
 #include "protocol/parallel_dims.h"
 
@@ -462,7 +463,11 @@ void ShardedStrategy::reduceUnit(int unit)
     at::NoGradGuard noGrad;
     const at::TensorOptions opts = at::TensorOptions().dtype(reduce).device(m_options.device);
     s.reduceIn = at::zeros({s.gatheredNumel}, opts);
-    s.reduceOut = at::empty({s.shardNumel}, opts);
+    // DDP (a shard group of one, several replicas): the flat gradient is the shard, and its
+    // all-reduce over the replicas starts here, inside backward, while earlier units compute
+    // (as PyTorch's DDP buckets do); sharded groups reduce-scatter each parameter.
+    const bool replicateOnly = ws == 1 && m_replicate;
+    s.reduceOut = replicateOnly ? s.reduceIn : at::empty({s.shardNumel}, opts);
     for (size_t i = 0; i < s.params.size(); ++i) {
         const ParamSlot& p = s.params[i];
         at::Tensor& leaf = s.leaves[i];
@@ -470,9 +475,12 @@ void ShardedStrategy::reduceUnit(int unit)
         if (leaf.grad().defined())
             in.narrow(0, 0, p.d0 * p.rowNumel).copy_(leaf.grad().reshape({-1}));
         leaf.mutable_grad() = at::Tensor(); // the unsharded gradient is freed
-        s.reduceWork.push_back(
-            m_shard->reduceScatter(s.reduceOut.narrow(0, p.offset, p.shardNumel), in));
+        if (!replicateOnly)
+            s.reduceWork.push_back(
+                m_shard->reduceScatter(s.reduceOut.narrow(0, p.offset, p.shardNumel), in));
     }
+    if (replicateOnly)
+        s.reduceWork.push_back(m_replicate->allReduce(s.reduceOut));
     m_pendingReduce.push_back(unit);
 }
 
@@ -489,7 +497,7 @@ void ShardedStrategy::finishReduces()
             w->wait();
         s.reduceWork.clear();
         s.reduceIn = at::Tensor();
-        if (m_replicate)
+        if (m_replicate && m_shard->worldSize() > 1) // DDP's all-reduce was started in backward
             m_replicate->allReduce(s.reduceOut)->wait();
         if (s.offloaded)
             landing.emplace_back(&s, toHost.start(s.reduceOut));
@@ -531,18 +539,29 @@ std::vector<engine::OptimTarget> ShardedStrategy::optimizerTargets()
     return out;
 }
 
-double ShardedStrategy::globalGradSquaredNorm(const std::vector<engine::OptimTarget>& targets)
+at::Tensor ShardedStrategy::gradSquaredNorm(const std::vector<engine::OptimTarget>& targets)
 {
     // Each element lives on exactly one rank of the shard group (padding holds zero); replicas
-    // hold the same shards, so the sum runs over the shard group only.
-    double local = 0.0;
-    for (const auto& t : targets)
-        if (t.grad.defined())
-            local += t.grad.to(at::kDouble).pow(2).sum().item<double>();
-    at::Tensor v
-        = at::full({1}, local, at::TensorOptions().dtype(at::kDouble).device(m_options.device));
-    m_shard->allReduce(v)->wait();
-    return v.item<double>();
+    // hold the same shards, so the sum runs over the shard group only. Offloaded gradients are
+    // summed where they are (host memory) and the sum joins the device for the all-reduce.
+    at::Tensor local
+        = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_options.device));
+    at::Tensor onHost;
+    for (const auto& t : targets) {
+        if (!t.grad.defined())
+            continue;
+        if (t.grad.device() == local.device()) {
+            engine::addSquaredSum(local, t.grad);
+        } else {
+            if (!onHost.defined())
+                onHost = at::zeros({1}, t.grad.options().dtype(at::kDouble));
+            engine::addSquaredSum(onHost, t.grad);
+        }
+    }
+    if (onHost.defined())
+        local.add_(onHost.to(local.device()));
+    m_shard->allReduce(local)->wait();
+    return local;
 }
 
 double ShardedStrategy::allReduceSum(double local)
@@ -550,7 +569,12 @@ double ShardedStrategy::allReduceSum(double local)
     at::Tensor v
         = at::full({1}, local, at::TensorOptions().dtype(at::kDouble).device(m_options.device));
     m_world->allReduce(v)->wait();
-    return v.item<double>();
+    return engine::hostsync::readValue(v);
+}
+
+void ShardedStrategy::allReduceSumInPlace(at::Tensor& t)
+{
+    m_world->allReduce(t)->wait();
 }
 
 void ShardedStrategy::afterOptimizerStep()
@@ -647,7 +671,7 @@ std::vector<protocol::RankMemory> ShardedStrategy::gatherMemory(const protocol::
     m_world->allGather(all, row)->wait();
     if (rank() != 0)
         return {mine};
-    all = all.cpu();
+    all = engine::hostsync::toHost(all);
     std::vector<protocol::RankMemory> out;
     auto a = all.accessor<int64_t, 1>();
     for (int r = 0; r < w; ++r) {

@@ -40,8 +40,9 @@ public:
     void beginMicroStep(int micro, int numMicro) override;
 
     std::vector<engine::OptimTarget> optimizerTargets() override;
-    double globalGradSquaredNorm(const std::vector<engine::OptimTarget>& targets) override;
+    at::Tensor gradSquaredNorm(const std::vector<engine::OptimTarget>& targets) override;
     double allReduceSum(double local) override;
+    void allReduceSumInPlace(at::Tensor& t) override;
     void afterOptimizerStep() override;
     void zeroGrad() override;
 

@@ -98,6 +98,8 @@ nlohmann::json toJson(const MetricRecord& r)
         {"wall_time", r.wallTimeSec}, {"comm_bytes", r.commBytes}};
     if (r.evalLoss)
         j["eval_loss"] = *r.evalLoss;
+    if (r.hostReads >= 0)
+        j["host_reads"] = r.hostReads;
     auto mem = nlohmann::json::array();
     for (const auto& m : r.memory)
         mem.push_back(toJson(m));
@@ -118,6 +120,7 @@ MetricRecord metricFromJson(const nlohmann::json& j)
     r.stepTimeSec = optional<double>(j, "step_time", 0.0);
     r.wallTimeSec = optional<double>(j, "wall_time", 0.0);
     r.commBytes = optional<int64_t>(j, "comm_bytes", 0);
+    r.hostReads = optional<int64_t>(j, "host_reads", -1);
     if (auto it = j.find("eval_loss"); it != j.end() && it->is_number())
         r.evalLoss = it->get<double>();
     if (auto it = j.find("memory"); it != j.end() && it->is_array())

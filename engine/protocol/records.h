@@ -52,6 +52,9 @@ struct MetricRecord {
     double wallTimeSec = 0.0; // since the run started
     std::optional<double> evalLoss;
     int64_t commBytes = 0; // bytes this rank sent in the step
+    // Rank 0's reads of tensor values to the host since the previous record (on a GPU each one
+    // waits for the device); -1: not counted (not written).
+    int64_t hostReads = -1;
     std::vector<RankMemory> memory;
 };
 

@@ -97,12 +97,22 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     {
         auto saved = ctx->get_saved_variables();
         const double made = ctx->saved_data["scale"].toDouble();
-        const double got = gradOutputs[0].item<double>();
-        // The gradients were made for `made`; rescaled only when another one arrives.
-        const bool same = made != 0.0 && std::fabs(got / made - 1.0) < 1e-6;
-        for (at::Tensor& g : saved)
-            if (g.defined() && !same)
-                g = made != 0.0 ? g * (got / made) : at::zeros_like(g);
+        // The gradients were made for `made`; rescaled only when another gradient arrives. The
+        // comparison runs on the device (no host read in backward): the factor is exactly 1
+        // when the gradient is the one they were made for, which leaves them bit for bit.
+        if (made == 0.0) {
+            for (at::Tensor& g : saved)
+                if (g.defined())
+                    g = at::zeros_like(g);
+        } else {
+            const at::Tensor got = gradOutputs[0].detach().reshape({}).to(at::kDouble);
+            const at::Tensor ratio = got.div(at::full({}, made, got.options()));
+            const at::Tensor factor
+                = at::where(ratio.sub(1.0).abs() < 1e-6, at::ones_like(ratio), ratio);
+            for (at::Tensor& g : saved)
+                if (g.defined())
+                    g.mul_(factor.to(g.scalar_type()));
+        }
         return {saved[0], saved[1], at::Tensor(), at::Tensor(), at::Tensor()};
     }
 };

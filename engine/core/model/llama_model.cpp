@@ -13,6 +13,7 @@
 #include "core/model/fused_ops.h"
 #include "core/model/lora.h"
 #include "core/torch_compat.h"
+#include "core/train/host_sync.h"
 
 namespace shard::engine {
 
@@ -428,8 +429,7 @@ LossSum LlamaModel::headLossSum(const std::vector<at::Tensor>& root, const at::T
     at::Tensor t = nextTokenTargets(labels);
     LossSum out;
     out.sum = linearCrossEntropySum(h, headWeight(root), t, gradScale);
-    out.tokens = t.ne(-100).sum().item<int64_t>();
-    return out;
+    return out; // tokens: counted by the caller where its labels are (countLossTokens)
 }
 
 LossSum nextTokenLossSum(const at::Tensor& logits, const at::Tensor& labels)
@@ -446,7 +446,16 @@ LossSum nextTokenLossSum(const at::Tensor& logits, const at::Tensor& labels)
 
 int64_t countLossTokens(const at::Tensor& labels)
 {
-    return labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum().item<int64_t>();
+    // Labels on the host are counted there; on a device the count is a counted host read.
+    const at::Tensor t = labels.narrow(1, 1, labels.size(1) - 1);
+    if (!t.is_cpu())
+        return static_cast<int64_t>(hostsync::readValue(t.ne(-100).sum()));
+    const at::Tensor c = t.to(at::kLong).contiguous();
+    const int64_t* p = c.data_ptr<int64_t>();
+    int64_t n = 0;
+    for (int64_t i = 0; i < c.numel(); ++i)
+        n += p[i] != -100;
+    return n;
 }
 
 } // namespace shard::engine

@@ -111,7 +111,8 @@ public:
         const std::vector<at::Tensor>& w, const at::Tensor& x, const RopeTables& rope) const;
     at::Tensor head(const std::vector<at::Tensor>& root, const at::Tensor& x) const;
     // The final norm, the LM head and the next-token loss in one step, without the batch's
-    // logits (linearCrossEntropySum); gradScale is what the caller divides the sum by.
+    // logits (linearCrossEntropySum); gradScale is what the caller divides the sum by. The
+    // result's tokens stay 0: the caller counts them where its labels are (countLossTokens).
     LossSum headLossSum(const std::vector<at::Tensor>& root, const at::Tensor& x,
         const at::Tensor& labels, double gradScale = 1.0) const;
     RopeTables rope(int64_t seqLen, at::ScalarType dtype) const;

@@ -12,6 +12,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "core/torch_compat.h"
+#include "core/train/host_sync.h"
 
 namespace shard::engine {
 
@@ -21,6 +22,17 @@ bool fusedAdamWAvailable()
 }
 
 void AdamW::step(const std::vector<OptimTarget>& targets, double lr, double gradScale)
+{
+    update(targets, lr, gradScale, at::Tensor());
+}
+
+void AdamW::step(const std::vector<OptimTarget>& targets, double lr, const at::Tensor& gradScale)
+{
+    update(targets, lr, 1.0, gradScale);
+}
+
+void AdamW::update(const std::vector<OptimTarget>& targets, double lr, double hostScale,
+    const at::Tensor& deviceScale)
 {
     if (m_config.kernel == AdamWKernel::Fused && !fusedAdamWAvailable())
         throw std::runtime_error("AdamW: this LibTorch (" + std::to_string(TORCH_VERSION_MAJOR)
@@ -34,8 +46,21 @@ void AdamW::step(const std::vector<OptimTarget>& targets, double lr, double grad
     const float stepSize = static_cast<float>(lr / bc1);
     const float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
     const float eps = static_cast<float>(m_config.eps);
-    const float scale = static_cast<float>(gradScale);
     at::NoGradGuard noGrad;
+    // Clipping's factor: a host value, or a one-element fp64 tensor on the device that only the
+    // host loop reads (a host tensor directly; from a GPU one counted read, as offload waits for
+    // the gradients there anyway).
+    const bool onDevice = deviceScale.defined();
+    std::optional<float> hostFactor;
+    if (!onDevice)
+        hostFactor = static_cast<float>(hostScale);
+    auto loopScale = [&]() -> float {
+        if (!hostFactor)
+            hostFactor = static_cast<float>(deviceScale.is_cpu()
+                    ? deviceScale.to(at::kDouble).contiguous().data_ptr<double>()[0]
+                    : hostsync::readValue(deviceScale));
+        return *hostFactor;
+    };
     // The fused kernel's two groups (decayed, not), each as parallel lists.
     struct Group {
         std::vector<at::Tensor> p, g, m, v;
@@ -73,13 +98,16 @@ void AdamW::step(const std::vector<OptimTarget>& targets, double lr, double grad
         const float decay = t.decay ? static_cast<float>(1.0 - lr * m_config.weightDecay) : 1.0f;
         if (kernel == AdamWKernel::Ops) {
             // The same update, in fp32, as a few in-place ATen kernels on the tensors' device.
-            const at::Tensor g = t.grad * scale;
+            const at::Tensor g = onDevice
+                ? t.grad * deviceScale.to(t.grad.device(), at::kFloat).reshape({})
+                : t.grad * *hostFactor;
             t.master.mul_(decay);
             st.m.add_(g - st.m, 1.0f - b1);
             st.v.mul_(b2).addcmul_(g, g, 1.0f - b2);
             t.master.addcdiv_(st.m, st.v.sqrt().div_(bc2Sqrt).add_(eps), -stepSize);
             continue;
         }
+        const float scale = loopScale();
         float* p = t.master.data_ptr<float>();
         const float* g = t.grad.data_ptr<float>();
         float* m = st.m.data_ptr<float>();
@@ -107,8 +135,12 @@ void AdamW::step(const std::vector<OptimTarget>& targets, double lr, double grad
         const at::Tensor step = at::full({}, static_cast<double>(m_step), on);
         const std::vector<at::Tensor> steps(g.p.size(), step);
         std::optional<at::Tensor> unscale;
-        if (gradScale != 1.0)
-            unscale = at::full({}, 1.0 / gradScale, on);
+        if (onDevice)
+            unscale = at::full({}, 1.0, deviceScale.options().dtype(at::kDouble))
+                          .div(deviceScale.reshape({}).to(at::kDouble))
+                          .to(on);
+        else if (hostScale != 1.0)
+            unscale = at::full({}, 1.0 / hostScale, on);
         at::_fused_adamw_(g.p, g.g, g.m, g.v, {}, steps, lr, m_config.beta1, m_config.beta2,
             decayed == 0 ? m_config.weightDecay : 0.0, m_config.eps, /*amsgrad=*/false,
             /*maximize=*/false, unscale, std::nullopt);

@@ -39,6 +39,9 @@ public:
     // keyed by target name. `gradScale` multiplies the gradient first (clipping); the fused
     // kernel does so in place, so a gradient is spent once the step is taken.
     void step(const std::vector<OptimTarget>& targets, double lr, double gradScale = 1.0);
+    // The same with the factor as a one-element fp64 tensor on the device (undefined = 1), so
+    // the step reads nothing back to the host on a GPU.
+    void step(const std::vector<OptimTarget>& targets, double lr, const at::Tensor& gradScale);
     int64_t stepCount() const { return m_step; }
     int64_t stateBytes() const;
 
@@ -50,6 +53,9 @@ public:
     void setStepCount(int64_t step) { m_step = step; }
 
 private:
+    void update(const std::vector<OptimTarget>& targets, double lr, double hostScale,
+        const at::Tensor& deviceScale);
+
     AdamWConfig m_config;
     int64_t m_step = 0;
     std::map<std::string, State> m_state;

@@ -45,6 +45,9 @@ public:
     // step count and the RNG from the checkpoint (resharding when the world size or strategy
     // changed). Collective over the ranks. Throws naming what does not match.
     virtual LoopState restore(LlamaModel& model, Strategy& strategy, AdamW& adamw) = 0;
+    // Whether afterStep() saves after `step` steps (the loop reads the steps' losses to the host
+    // first, so no checkpoint is taken from a run whose loss went non-finite).
+    virtual bool due(int64_t step, bool last) const = 0;
     // After each optimizer step (state.step steps done, `last` after the final one, records of
     // the step already written): saves when due. Collective. Throws on a write error (a full
     // disk) with the cause; the previous checkpoints stay intact.

@@ -235,7 +235,11 @@ LossSum ModelRunner::lossSum(const at::Tensor& ids, const at::Tensor& labels, do
 {
     std::vector<at::Tensor> root;
     const at::Tensor x = trunk(ids, root);
+    // The token count comes from the labels where they are (the host, for the loop's batches):
+    // no device read.
+    const int64_t tokens = countLossTokens(labels);
     LossSum out = m_model.headLossSum(root, x, labels.to(m_config.device), gradScale);
+    out.tokens = tokens;
     // Under zero3 the root is gathered again by this marker's backward, before the loss's.
     out.sum = endRoot(out.sum);
     return out;

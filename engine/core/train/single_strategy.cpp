@@ -1,6 +1,7 @@
 // Single-process placement and the strategy registry.
 #include "single_strategy.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "core/model/nf4.h"
+#include "core/train/host_sync.h"
 #include "protocol/parallel_dims.h"
 
 namespace shard::engine {
@@ -34,16 +36,38 @@ int64_t bytesOf(const at::Tensor& t)
 
 } // namespace
 
-double Strategy::globalGradSquaredNorm(const std::vector<OptimTarget>& targets)
+void addSquaredSum(at::Tensor& acc, const at::Tensor& t)
 {
-    double local = 0.0;
+    // fp32 and bf16 squares are exact in fp64; the sums are fp64 in a fixed chunking, so the
+    // result depends on the elements and not on the thread count.
+    constexpr int64_t kChunk = int64_t(1) << 20;
+    const at::Tensor flat = t.detach().reshape({-1});
+    const int64_t n = flat.numel();
+    for (int64_t begin = 0; begin < n; begin += kChunk) {
+        at::Tensor c = flat.narrow(0, begin, std::min(kChunk, n - begin)).to(at::kDouble);
+        c.mul_(c);
+        acc.add_(c.sum());
+    }
+}
+
+at::Tensor Strategy::gradSquaredNorm(const std::vector<OptimTarget>& targets)
+{
+    at::Tensor local;
     for (const auto& t : targets)
         if (t.grad.defined()) {
-            // at::norm reduces in fp32 with cascade summation, without a squared copy.
-            const double n = t.grad.norm().item<double>();
-            local += n * n;
+            if (!local.defined())
+                local = at::zeros({1}, t.grad.options().dtype(at::kDouble));
+            addSquaredSum(local, t.grad);
         }
-    return allReduceSum(local);
+    if (!local.defined())
+        local = at::zeros({1}, at::kDouble);
+    allReduceSumInPlace(local);
+    return local;
+}
+
+double Strategy::globalGradSquaredNorm(const std::vector<OptimTarget>& targets)
+{
+    return hostsync::readValue(gradSquaredNorm(targets));
 }
 
 void registerStrategy(const std::string& name, StrategyFactory factory)

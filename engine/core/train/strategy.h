@@ -18,7 +18,7 @@
 //               parameter gradients have been accumulated by then);
 //               postBackward(0) after backward() returns (the embedding gradient is complete).
 //     endMicroStep(micro, K)
-//   optimizerTargets(); globalGradSquaredNorm(); clip; AdamW on the targets;
+//   optimizerTargets(); gradSquaredNorm(); clip; AdamW on the targets;
 //   afterOptimizerStep(); zeroGrad()
 #pragma once
 
@@ -108,11 +108,17 @@ public:
     // After the last micro-step: the fp32 tensors AdamW updates and their fp32 gradients (frozen
     // parameters are not among them).
     virtual std::vector<OptimTarget> optimizerTargets() = 0;
-    // Squared L2 norm of the whole model's gradient (e.g. local sum all-reduced; a replicated
-    // gradient counted once).
-    virtual double globalGradSquaredNorm(const std::vector<OptimTarget>& targets);
+    // Squared L2 norm of the whole model's gradient, as a one-element fp64 tensor on the device,
+    // never read to the host here (e.g. the local sum all-reduced; a replicated gradient counted
+    // once). Each element's square is summed in fp64 (exact squares), so the result does not depend
+    // on how the elements are split over ranks beyond fp64 rounding.
+    virtual at::Tensor gradSquaredNorm(const std::vector<OptimTarget>& targets);
+    // The same, read to the host (one counted read, hostsync::readValue).
+    double globalGradSquaredNorm(const std::vector<OptimTarget>& targets);
     // Sum of a value over all ranks (loss sums, token counts, eval sums).
     virtual double allReduceSum(double local) { return local; }
+    // Sum of a device tensor over all ranks, in place, without reading it to the host.
+    virtual void allReduceSumInPlace(at::Tensor& /*t*/) { }
     // After AdamW updated the masters (e.g. refresh compute copies).
     virtual void afterOptimizerStep() { }
     virtual void zeroGrad() = 0;
@@ -145,5 +151,9 @@ std::vector<std::string> registeredStrategies();
 // data-parallel strategy is the single-process one, which is returned. Otherwise throws naming
 // the registered strategies.
 std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, int worldSize = 1);
+
+// Adds the fp64 sum of squares of `t`'s elements into `acc` (a 0-dim fp64 tensor on t's
+// device), in chunks of 2^20 elements so no fp64 copy of a large gradient is made at once.
+void addSquaredSum(at::Tensor& acc, const at::Tensor& t);
 
 } // namespace shard::engine

@@ -37,6 +37,7 @@
 #include "core/optim/lr_schedule.h"
 #include "core/train/data_loader_source.h"
 #include "core/train/global_batch.h"
+#include "core/train/host_sync.h"
 #include "core/train/model_runner.h"
 #include "core/train/training_samples.h"
 #include "dist/device_choice.h"
@@ -372,14 +373,27 @@ struct Trainer::Loop {
     double timedCpuSec = 0.0;
     int64_t timedTokens = 0;
     int64_t runPeak = 0;
+    // Steps whose loss and gradient norm are still on the device (readSteps).
+    struct Unread {
+        int64_t step = 0;
+        at::Tensor loss;
+        at::Tensor norm;
+    };
+    std::vector<Unread> unread;
+    int64_t readsAtLastRecord = 0; // hostsync::count() when the previous record was written
     c10::Device device;
     CountingAllocator& alloc = CountingAllocator::install();
 };
 
-// What one optimizer step measured.
+// What one optimizer step measured. The loss and the norm stay on the device (one-element
+// fp64 tensors) until the loop reads the steps not yet read, in one transfer, at a logged step
+// (readSteps).
 struct Trainer::Step {
-    double loss = 0.0;
-    double gradNorm = 0.0; // before clipping
+    int64_t step = 0; // 1-based
+    at::Tensor lossValue;
+    at::Tensor normValue;
+    double loss = 0.0;     // set by readSteps
+    double gradNorm = 0.0; // before clipping; set by readSteps
     double lr = 0.0;
     double seconds = 0.0;
     int64_t tokens = 0;          // every rank's rows, masked labels included
@@ -550,15 +564,26 @@ TrainResult Trainer::run()
         if (resuming)
             resume(io, loop);
         loop.resetPeaks();
+        loop.readsAtLastRecord = hostsync::count();
         loop.runPeak = loop.peakBytes();
         currentStep = loop.firstStep;
         for (int64_t step = loop.firstStep; step < m_steps; ++step) {
             currentStep = step + 1;
             launch::RankHeartbeat::report(step + 1, launch::RankPhase::Step);
             io.checkLogs();
-            const Step done = trainStep(loop, step);
-            protocol::MetricRecord rec = metricRecord(io, loop, done, step + 1);
+            Step done = trainStep(loop, step);
+            loop.unread.push_back({done.step, done.lossValue, done.normValue});
             const bool last = step + 1 == m_steps;
+            const bool logged = (step + 1) % m_spec.logEvery == 0 || last;
+            // The losses and norms reach the host once per logged step (and before a
+            // checkpoint, which must not keep a run whose loss went non-finite).
+            if (logged || (m_options.checkpoints && m_options.checkpoints->due(step + 1, last)))
+                readSteps(loop);
+            if (logged) {
+                done.loss = loop.result.losses.back();
+                done.gradNorm = loop.result.gradNorms.back();
+            }
+            protocol::MetricRecord rec = metricRecord(io, loop, done, step + 1);
             if (m_spec.evalEvery > 0 && ((step + 1) % m_spec.evalEvery == 0 || last)) {
                 const double ev = evaluate(loop);
                 rec.evalLoss = ev;
@@ -568,7 +593,7 @@ TrainResult Trainer::run()
             if (m_samples && m_samples->due(step + 1, last))
                 writeSamples(io, step + 1);
             loop.runPeak = std::max(loop.runPeak, loop.peakBytes());
-            if ((step + 1) % m_spec.logEvery == 0 || last)
+            if (logged)
                 writeMetrics(io, loop, rec, done.activationBytes);
             if (m_options.checkpoints)
                 saveCheckpoint(io, loop, step + 1, last);
@@ -737,7 +762,8 @@ Trainer::Step Trainer::trainStep(Loop& loop, int64_t step)
         stepTokens += countTokens(micro.back());
     }
     const double norm = static_cast<double>(std::max<int64_t>(1, stepTokens));
-    double lossSum = 0.0;
+    // The loss sum in fp64 on the device, micro-step by micro-step (nothing read back here).
+    at::Tensor lossSum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
     for (int k = 0; k < K; ++k) {
         m_strategy->beginMicroStep(k, K);
         auto [lo, hi] = m_strategy->rowRange(globalRows);
@@ -749,22 +775,26 @@ Trainer::Step Trainer::trainStep(Loop& loop, int64_t step)
             done.activationBytes = std::max(done.activationBytes, loop.liveBytes() - before);
             at::Tensor loss = ls.sum / norm;
             loss.backward();
-            lossSum += ls.sum.item<double>();
+            lossSum.add_(ls.sum.detach().to(at::kDouble));
         }
         if (m_strategy->wantsUnitHooks())
             m_strategy->postBackward(0);
         m_strategy->endMicroStep(k, K);
     }
-    done.loss = m_strategy->allReduceSum(lossSum) / norm;
-    if (!std::isfinite(done.loss))
-        throw std::runtime_error("loss is " + std::to_string(done.loss) + " at step "
-            + std::to_string(step + 1) + "; lower the learning rate or check the data");
+    m_strategy->allReduceSumInPlace(lossSum);
+    done.step = step + 1;
+    done.lossValue = lossSum.div(at::full({1}, norm, lossSum.options()));
 
+    // Clipping on the device: scale = clip / (norm + 1e-6) where norm > clip, else 1 (fp64, as
+    // torch.nn.utils.clip_grad_norm_ computes it), handed to AdamW as a tensor.
     auto targets = m_strategy->optimizerTargets();
-    done.gradNorm = std::sqrt(m_strategy->globalGradSquaredNorm(targets));
-    double scale = 1.0;
-    if (m_spec.clip > 0 && done.gradNorm > m_spec.clip)
-        scale = m_spec.clip / (done.gradNorm + 1e-6);
+    done.normValue = m_strategy->gradSquaredNorm(targets).sqrt();
+    at::Tensor scale;
+    if (m_spec.clip > 0) {
+        const at::Tensor clip = at::full({1}, m_spec.clip, done.normValue.options());
+        scale = at::where(done.normValue > clip, clip.div(done.normValue.add(1e-6)),
+            at::ones_like(done.normValue));
+    }
     done.lr = loop.schedule.at(step);
     loop.adamw.step(targets, done.lr, scale);
     targets.clear();
@@ -779,9 +809,34 @@ Trainer::Step Trainer::trainStep(Loop& loop, int64_t step)
         loop.timedCpuSec += cpuSeconds() - cpu0;
         loop.timedTokens += done.tokens;
     }
-    loop.result.losses.push_back(done.loss);
-    loop.result.gradNorms.push_back(done.gradNorm);
     return done;
+}
+
+void Trainer::readSteps(Loop& loop)
+{
+    if (loop.unread.empty())
+        return;
+    std::vector<at::Tensor> values;
+    for (const Loop::Unread& u : loop.unread) {
+        values.push_back(u.loss.reshape({1}));
+        values.push_back(u.norm.reshape({1}));
+    }
+    const std::vector<double> read = hostsync::readValues(at::cat(values));
+    const std::vector<Loop::Unread> steps = std::move(loop.unread);
+    loop.unread.clear();
+    for (size_t i = 0; i < steps.size(); ++i) {
+        const double loss = read[2 * i];
+        if (!std::isfinite(loss))
+            throw std::runtime_error(nonFiniteLossMessage(loss, steps[i].step));
+        loop.result.losses.push_back(loss);
+        loop.result.gradNorms.push_back(read[2 * i + 1]);
+    }
+}
+
+std::string Trainer::nonFiniteLossMessage(double loss, int64_t step) const
+{
+    return "loss is " + std::to_string(loss) + " at step " + std::to_string(step)
+        + "; lower the learning rate or check the data";
 }
 
 protocol::MetricRecord Trainer::metricRecord(
@@ -804,7 +859,8 @@ double Trainer::evaluate(Loop& loop)
 {
     at::NoGradGuard noGrad;
     const auto rows = m_data->evalRows();
-    double sum = 0.0, tokens = 0.0;
+    double tokens = 0.0;
+    at::Tensor sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
     const int64_t chunk = m_spec.microBatch * m_strategy->worldSize();
     for (int64_t b = 0; b < static_cast<int64_t>(rows.size()); b += chunk) {
         const int64_t e = std::min<int64_t>(rows.size(), b + chunk);
@@ -813,7 +869,7 @@ double Trainer::evaluate(Loop& loop)
         if (hi > lo) {
             LossSum ls = loop.runner.lossSum(
                 rowsTensor(batch, lo, hi, false), rowsTensor(batch, lo, hi, true));
-            sum += ls.sum.item<double>();
+            sum.add_(ls.sum.detach().to(at::kDouble));
         } else {
             // The last chunk has fewer rows than ranks: this rank still runs the forward
             // (sharded strategies gather inside it, so every rank must take part), on one row
@@ -823,8 +879,8 @@ double Trainer::evaluate(Loop& loop)
         }
         tokens += static_cast<double>(countTokens(batch));
     }
-    sum = m_strategy->allReduceSum(sum);
-    return tokens > 0 ? sum / tokens : 0.0;
+    m_strategy->allReduceSumInPlace(sum);
+    return tokens > 0 ? hostsync::readValue(sum) / tokens : 0.0;
 }
 
 void Trainer::writeSamples(Io& io, int64_t step)
@@ -865,6 +921,11 @@ void Trainer::writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int6
         mine.currentBytes - mine.shardedParamBytes - mine.gatheredParamBytes - mine.frozenParamBytes
             - mine.gradBytes - mine.optimizerBytes - (m_device.is_cpu() ? mine.offloadedBytes : 0));
     rec.memory = m_strategy->gatherMemory(mine);
+    // Host reads of tensor values since the previous record (this record's own gather
+    // included): once per logged step is the loop's budget (docs/ARCHITECTURE.md).
+    const int64_t reads = hostsync::count();
+    rec.hostReads = reads - loop.readsAtLastRecord;
+    loop.readsAtLastRecord = reads;
     loop.resetPeaks();
     if (m_strategy->rank() == 0)
         io.write(io.metrics, protocol::toJson(rec));

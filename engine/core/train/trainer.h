@@ -89,6 +89,10 @@ private:
     // One optimizer step (0-based `step`) over its micro-batches: forward, backward, clipping,
     // AdamW.
     Step trainStep(Loop& loop, int64_t step);
+    // Reads the loss and gradient norm of every step not yet read to the host, in one transfer,
+    // into the result; throws at the first non-finite loss, naming its step.
+    void readSteps(Loop& loop);
+    std::string nonFiniteLossMessage(double loss, int64_t step) const;
     // The metric record of a step done (1-based `step`); takes the step's comm bytes.
     protocol::MetricRecord metricRecord(
         const Io& io, const Loop& loop, const Step& done, int64_t step);
