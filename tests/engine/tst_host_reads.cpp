@@ -61,8 +61,8 @@ std::vector<Record> train(const std::string& name, const std::string& model,
 
 // Each record's reads: `perRecord` (the steps' one transfer, plus rank 0's memory gather when
 // there are other ranks).
-void checkReads(const std::string& name, const std::vector<Record>& recs, size_t count,
-    int64_t perRecord)
+void checkReads(
+    const std::string& name, const std::vector<Record>& recs, size_t count, int64_t perRecord)
 {
     T_CHECK_MSG(recs.size() == count,
         name + ": " + std::to_string(recs.size()) + " records, " + std::to_string(count)
