@@ -461,6 +461,10 @@ void ShardedStrategy::reduceUnit(int unit)
     const int64_t ws = m_shard->worldSize();
     const at::ScalarType reduce = m_options.reduceDtype;
     at::NoGradGuard noGrad;
+    if (ws == 1 && !m_replicate && !s.offloaded) {
+        writeOwnGradients(s);
+        return;
+    }
     const at::TensorOptions opts = at::TensorOptions().dtype(reduce).device(m_options.device);
     s.reduceIn = at::zeros({s.gatheredNumel}, opts);
     // DDP (a shard group of one, several replicas): the flat gradient is the shard, and its
@@ -482,6 +486,35 @@ void ShardedStrategy::reduceUnit(int unit)
     if (replicateOnly)
         s.reduceWork.push_back(m_replicate->allReduce(s.reduceOut));
     m_pendingReduce.push_back(unit);
+}
+
+void ShardedStrategy::writeOwnGradients(UnitState& s)
+{
+    // One rank: reducing is the identity, so the unsharded gradients go straight into the fp32
+    // shard gradient (rounded through the reduce dtype, as the collective's buffers would round
+    // them), with no reduce buffers and no collective: what a one-rank run pays for sharding is
+    // one copy of each gradient.
+    const bool fresh = !s.shardGrad.defined();
+    if (fresh)
+        s.shardGrad = at::empty(
+            {s.shardNumel}, at::TensorOptions().dtype(at::kFloat).device(m_options.device));
+    for (size_t i = 0; i < s.params.size(); ++i) {
+        const ParamSlot& p = s.params[i];
+        at::Tensor& leaf = s.leaves[i];
+        at::Tensor out = s.shardGrad.narrow(0, p.offset, p.shardNumel);
+        if (leaf.grad().defined()) {
+            at::Tensor g = leaf.grad().reshape({-1});
+            if (g.scalar_type() != m_options.reduceDtype)
+                g = g.to(m_options.reduceDtype);
+            if (fresh)
+                out.copy_(g);
+            else
+                out.add_(g.to(at::kFloat));
+        } else if (fresh) {
+            out.zero_();
+        }
+        leaf.mutable_grad() = at::Tensor(); // the unsharded gradient is freed
+    }
 }
 
 void ShardedStrategy::finishReduces()

@@ -85,6 +85,7 @@ private:
     void finishReduces();
     // Adds a reduced gradient shard (on the shard gradient's device) into its fp32 sum.
     void addToShardGrad(UnitState& s, const at::Tensor& reduced);
+    void writeOwnGradients(UnitState& s);
     int64_t totalCommBytes() const;
 
     engine::StrategyOptions m_options;

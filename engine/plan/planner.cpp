@@ -482,6 +482,10 @@ Internal engineModelStatesGpu(const PlanInput& in, const ModelShapes& shapes, in
         sharded = offloadToHost(in, z, o);
         opt = 0;
         shardGrad = 0;
+    } else if (S == 1 && W == 1) {
+        // One rank: the gradients go straight into the fp32 shard gradient, with no reduce
+        // buffers (ShardedStrategy::writeOwnGradients).
+        commA = commB = 0;
     }
     fillModelStates(o.mem, sharded, gatheredA, shardGrad + fullGrads + gradsA, opt, commA);
     fillModelStates(o.endMem, sharded, gatheredB, shardGrad + fullGrads + gradsB, opt, commB);
@@ -500,7 +504,8 @@ Internal engineModelStatesGpu(const PlanInput& in, const ModelShapes& shapes, in
 //     reduce buffers, the prefetched blocks are gathered.
 //   end:   activations gone; each unit's reduce-scatter input (its unsharded gradient, r bytes),
 //     output (the reduced shard) and receive buffer stay alive until the step waits on all of
-//     them after backward (ShardedStrategy::finishReduces).
+//     them after backward (ShardedStrategy::finishReduces). One rank without offload has none:
+//     each unit's gradients go straight into its fp32 shard gradient.
 Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64_t S)
 {
     if (in.device.kind == DeviceKind::Gpu)
@@ -525,10 +530,13 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     const double recv = in.strategy == Strategy::Ddp ? (W > 1 ? std::max(Pr, Pb) : 0.0)
                                                      : (S > 1 ? recvFrac : 0.0) * Pp;
     const double blockComm = r * Pb * (1.0 + outFrac + (S > 1 ? recvFrac : 0.0));
-    gradsB = r * n * (1.0 + outFrac);
+    // One rank without offload writes each unit's gradients straight into its fp32 shard
+    // gradient (ShardedStrategy::writeOwnGradients): no reduce input or output.
+    const bool solo = S == 1 && W == 1 && in.offload == Offload::None;
+    gradsB = solo ? gb * n : r * n * (1.0 + outFrac);
     commB = r * recv;
     gradsM = c * Ph;
-    commM = blockComm;
+    commM = solo ? gb * Pb : blockComm;
     switch (in.strategy) {
     case Strategy::Ddp:
         gatheredA = (c != mb || in.offload != Offload::None) ? c * P : 0.0;
