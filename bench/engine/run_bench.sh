@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Engine vs eager PyTorch 1.13 training throughput on the 112M Llama of issue 17 (hidden 768, 10
 # layers, 12 heads / 4 KV heads, vocabulary 32000, intermediate 2048), batch 4 x 256, AdamW, in one
-# run: alternating rounds of the engine (fp32, bf16-mixed), the engine as it was before the speed
+# run: alternating rounds of the product path, `shard-worker train` at one rank (fp32, bf16-mixed;
+# what `shard run`, the studio and the demo start: the primary figures), the in-process harness
+# bench_engine_train (fp32, bf16-mixed; a secondary row), the engine as it was before the speed
 # work (fp32; SHARD_BF16_GEMM=native SHARD_ALLOC_CACHE_MB=0 restore its ATen bf16 GEMM and plain
 # allocator) and eager PyTorch (fp32, bf16 autocast), so load from other processes hits all alike;
 # then an op profile of each, and zero3 vs ddp at 2 ranks and zero3 at 2 ranks vs 1 rank on the
@@ -33,6 +35,30 @@ eng() { # round variant precision [env...]
     shift 3
     env "$@" "$engine" "${model[@]}" "${shape[@]}" --steps $steps --precision "$p" 2>/dev/null | tag "$r" "$v"
 }
+# The product path: `shard-worker train` at one rank with its default strategy; the first step is
+# excluded, like the harness's; tokens per CPU-second from the records' cpu_time (rank 0's
+# process CPU seconds), the whole process (loading included) from /usr/bin/time.
+wrk() { # round variant precision [extra]
+    local r=$1 v=$2 p=$3
+    shift 3
+    rm -rf "$out/wrk"
+    /usr/bin/time -f '%e %U %S' -o "$out/wrk.time" "$worker" train --model "$out/m112" \
+        --data "$out/m112/data.jsonl" --steps $((steps + 1)) --seq-len 256 --micro-batch 4 \
+        --threads "$threads" --precision "$p" --lr 1e-4 --no-shuffle --log-every 1 \
+        --out "$out/wrk" "$@" >/dev/null 2>"$out/wrk.err"
+    python3 - "$out/wrk/metrics.jsonl" "$out/wrk.time" "$p" <<'PY' | tag "$r" "$v"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+wall, user, sys_ = (float(x) for x in open(sys.argv[2]).read().split()[-3:])
+a, b = recs[0], recs[-1]
+tokens = b["tokens"] - a["tokens"]  # a record's tokens count the run's tokens so far
+print(json.dumps({"impl": "worker", "precision": sys.argv[3], "steps": len(recs) - 1,
+                  "tokens_per_sec": tokens / (b["wall_time"] - a["wall_time"]),
+                  "cpu_tokens_per_sec": tokens / (b["cpu_time"] - a["cpu_time"]),
+                  "host_reads_per_step": b.get("host_reads", -1),
+                  "process_wall_s": wall, "process_cpu_s": user + sys_}))
+PY
+}
 eager() { # round variant precision steps [extra]
     local r=$1 v=$2 p=$3 s=$4
     shift 4
@@ -62,9 +88,11 @@ eager26() { # round variant precision steps
 eager_bf16=0
 grep -qw avx512bw /proc/cpuinfo && eager_bf16=1
 for ((r = 0; r < rounds; ++r)); do
+    wrk $r worker-fp32 fp32
     eng $r engine-fp32 fp32
     eager $r eager-fp32 fp32 $steps
     ((eager26_on)) && eager26 $r eager26-fp32 fp32 $steps
+    wrk $r worker-bf16 bf16-mixed
     eng $r engine-bf16 bf16-mixed
     ((eager_bf16)) && eager $r eager-bf16 bf16-mixed $steps
     ((eager26_on)) && eager26 $r eager26-bf16 bf16-mixed $steps

@@ -32,7 +32,11 @@ L = ["## Engine core: training throughput vs eager PyTorch (CPU)", "",
      + ("eager bf16 autocast at the same 4 x 256 in every round (this CPU has AVX-512: "
         "LibTorch 1.13 multiplies bf16 through oneDNN), and "
         if any(r.get("variant") == "eager-bf16" for r in rows) else "") +
-     "bf16 like for like at batch 1 x 256 (`-b1`; eager 1 step, see run_bench.sh). `before` is this engine with its old paths (`SHARD_BF16_GEMM=native "
+     "bf16 like for like at batch 1 x 256 (`-b1`; eager 1 step, see run_bench.sh). `worker` is the "
+     "product path, `shard-worker train` at one rank with its default strategy (what `shard run`, "
+     "the studio and the demo start; 4 steps, the first excluded, tokens per CPU-second from the "
+     "records' `cpu_time`): the primary figures. `engine` is the in-process harness "
+     "`bench_engine_train` (one process, no launcher, the single-process strategy). `before` is this engine with its old paths (`SHARD_BF16_GEMM=native "
      "SHARD_ALLOC_CACHE_MB=0`). Eager is Debian's python3-torch 1.13 running a Hugging Face style "
      "`nn.Module` Llama (`bench/engine/bench_eager.py`).") % (threads, rounds, threads, rounds), "",
      "Load: `%s` at the start, `%s` at the end (other engineers' builds share the 2 cores): "
@@ -47,7 +51,8 @@ bf16mm = med(r["bf16_matmul_cpu_flops"] for r in eng) if eng else 0
 fpt = eng[0]["flops_per_token"] if eng else 0
 # bf16: eager at the same 4 x 256 batch where it ran (AVX-512), else its batch-1 run.
 base = {"fp32": of("eager-fp32"), "bf16-mixed": of("eager-bf16") or of("eager-bf16-b1")}
-for v in ("engine-fp32", "before-fp32", "eager-fp32", "engine-bf16", "eager-bf16",
+for v in ("worker-fp32", "engine-fp32", "before-fp32", "eager-fp32", "worker-bf16", "engine-bf16",
+          "eager-bf16",
           "engine-bf16-b1", "before-bf16-b1", "eager-bf16-b1"):
     rs = of(v)
     if not rs:
@@ -68,11 +73,11 @@ if of("eager26-fp32") or of("eager26-bf16"):
     L += ["", "Against eager PyTorch %s (Debian 13's python3-torch in the root of "
           "scripts/ci-roots.sh, the same model code, batch, threads and steps, in the same rounds):"
           % (of("eager26-fp32") or of("eager26-bf16"))[0].get("torch", "2.6"), "",
-          "| precision | engine tok/s wall | eager 2.6 tok/s wall | engine tok/CPU-s | "
-          "eager 2.6 tok/CPU-s | **engine / eager 2.6, wall** | **engine / eager 2.6, CPU** |",
+          "| precision | shard-worker tok/s wall | eager 2.6 tok/s wall | shard-worker tok/CPU-s | "
+          "eager 2.6 tok/CPU-s | **worker / eager 2.6, wall** | **worker / eager 2.6, CPU** |",
           "|---|---:|---:|---:|---:|---:|---:|"]
-    for prec, ev, e26 in (("fp32", "engine-fp32", "eager26-fp32"),
-                          ("bf16-mixed", "engine-bf16", "eager26-bf16")):
+    for prec, ev, e26 in (("fp32", "worker-fp32", "eager26-fp32"),
+                          ("bf16-mixed", "worker-bf16", "eager26-bf16")):
         a, b = of(ev), of(e26)
         if not a or not b:
             continue
@@ -84,9 +89,11 @@ L += ["", "FLOPs per token: 6·P + 12·L·h·s = %.3g (torchtitan's MFU formula,
       "rates: a 2048x2048 `at::mm` in the same engine processes right after training, per "
       "CPU-second, median: fp32 %.1f GFLOP/s, bf16 %.2f GFLOP/s." % (
           fpt, eng[0]["params"] / 1e6 if eng else 0, fp32mm / 1e9, bf16mm / 1e9), "",
-      "Per-round ratios (engine / eager of the same round, wall): " + ", ".join(
-          "%s r%d %.2f" % (p, r["round"], r["tokens_per_sec"] / e["tokens_per_sec"])
-          for p, ev in (("fp32", "engine-fp32"), ("bf16-mixed", "engine-bf16"))
+      "Per-round ratios (shard-worker or harness / eager of the same round, wall): " + ", ".join(
+          "%s %s r%d %.2f" % (ev.split("-")[0], p, r["round"],
+                              r["tokens_per_sec"] / e["tokens_per_sec"])
+          for p, ev in (("fp32", "worker-fp32"), ("fp32", "engine-fp32"),
+                        ("bf16-mixed", "worker-bf16"), ("bf16-mixed", "engine-bf16"))
           for r in of(ev) for e in base[p]
           if e["round"] == r["round"]) + ".", ""]
 
@@ -170,6 +177,23 @@ if rk:
             L.append("| %s | %.1f | %.1f | %.1f | **%.2fx** | **%.2fx** |" % (
                 p, g["ddp-2"], g["zero3-2"], g["zero3-1"], g["zero3-2"] / g["ddp-2"],
                 g["zero3-2"] / g["zero3-1"]))
+    L.append("")
+wk = [r for r in rows if r.get("impl") == "worker"]
+if wk:
+    L += ["shard-worker per run: process wall and CPU seconds (loading, %s steps and the "
+          "final save), host reads per logged step: " % wk[0]["steps"] + "; ".join(
+              "%s r%d %.1f s wall, %.1f CPU-s, %d" % (r["variant"], r["round"], r["process_wall_s"],
+                                                      r["process_cpu_s"], r["host_reads_per_step"])
+              for r in wk) + ".", ""]
+    L += ["| precision | shard-worker / harness, wall | shard-worker / harness, CPU |",
+          "|---|---:|---:|"]
+    for p, a, b in (("fp32", "worker-fp32", "engine-fp32"),
+                    ("bf16-mixed", "worker-bf16", "engine-bf16")):
+        if of(a) and of(b):
+            L.append("| %s | **%.2fx** | **%.2fx** |" % (
+                p, med(r["tokens_per_sec"] for r in of(a)) / med(r["tokens_per_sec"] for r in of(b)),
+                med(r["cpu_tokens_per_sec"] for r in of(a))
+                / med(r["cpu_tokens_per_sec"] for r in of(b))))
     L.append("")
 L += ["Per run (tokens/s wall, tokens per CPU-second):", ""]
 for r in rows:

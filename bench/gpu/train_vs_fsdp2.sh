@@ -88,6 +88,9 @@ cuda = [r["cuda"] for r in mem if "cuda" in r]
 print(json.dumps({"impl": "engine", "checkpointing": ckpt, "offload": offload,
     "tokens_per_sec": statistics.median(warm),
     "loss_step1": metrics[0]["loss"], "params": start["data"]["params"],
+    # Reads of tensor values to the host per logged step (--log-every 1: per step); each one
+    # waits for the GPU. The engine's budget is 1 (docs/ARCHITECTURE.md, tst_host_reads).
+    "host_reads": max(m.get("host_reads", -1) for m in metrics),
     "planned_peak": start["data"].get("planned_peak_bytes"),
     "planned_host": start["data"].get("planned_host_bytes"),
     "offloaded": max((r.get("offloaded", 0) for r in mem), default=0),
@@ -114,8 +117,8 @@ c = json.load(open(sys.argv[2]))
 seq, peak, precision, out = int(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
 L, h = c["num_hidden_layers"], c["hidden_size"]
 gib = lambda b: "-" if b is None else f"{b / 2**30:.2f} GiB"
-lines = ["| side | checkpointing | tokens/s | MFU | step-1 loss | peak allocated | peak reserved | planned peak |",
-         "|---|---|---:|---:|---:|---:|---:|---:|"]
+lines = ["| side | checkpointing | tokens/s | MFU | step-1 loss | peak allocated | peak reserved | planned peak | host reads / step |",
+         "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
 ok = True
 for r in rows:
     P = r["params"]
@@ -127,7 +130,7 @@ for r in rows:
     allocated = r.get("max_allocated") or r.get("peak")
     lines.append(f"| {side} | {r['checkpointing']} | {r['tokens_per_sec']:.0f} | {mfu} | "
                  f"{r['loss_step1']:.5f} | {gib(allocated)} | {gib(r.get('max_reserved'))} | "
-                 f"{gib(r.get('planned_peak'))} |")
+                 f"{gib(r.get('planned_peak'))} | {r.get('host_reads', '-')} |")
 tol = 2e-2 if precision == "bf16-mixed" else 1e-4
 engine = lambda ckpt, offload="none": next(
     r for r in rows if r["impl"] == "engine" and r["checkpointing"] == ckpt and r["offload"] == offload)
@@ -154,6 +157,13 @@ lines.append(f"\nOffload optimizer (checkpointing full): step-1 loss {o['loss_st
              f"host bytes {gib(o['offloaded'])} offloaded + {gib(grad_shard)} gradient shard = "
              f"{gib(o['offloaded'] + grad_shard)} against the planner's {gib(o.get('planned_host'))}; "
              f"tokens/s {o['tokens_per_sec'] / f['tokens_per_sec']:.2f}x of the run without offload")
+# A step reads one value set back to the host per logged step (the loss and gradient norm of the
+# steps since the last read); more means a sync crept back into the step.
+for r in rows:
+    if r["impl"] == "engine" and r.get("host_reads", -1) > 1:
+        ok = False
+        lines.append(f"\nHOST READS: the engine run ({r['checkpointing']}, offload {r['offload']}) "
+                     f"read {r['host_reads']} values per step to the host (budget 1)")
 json.dump({"rows": rows, "losses_agree": ok}, open(out + "/train_vs_fsdp2.json", "w"), indent=1)
 open(out + "/train_vs_fsdp2.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))

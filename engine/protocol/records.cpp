@@ -100,6 +100,8 @@ nlohmann::json toJson(const MetricRecord& r)
         j["eval_loss"] = *r.evalLoss;
     if (r.hostReads >= 0)
         j["host_reads"] = r.hostReads;
+    if (r.cpuTimeSec >= 0)
+        j["cpu_time"] = r.cpuTimeSec;
     auto mem = nlohmann::json::array();
     for (const auto& m : r.memory)
         mem.push_back(toJson(m));
@@ -121,6 +123,7 @@ MetricRecord metricFromJson(const nlohmann::json& j)
     r.wallTimeSec = optional<double>(j, "wall_time", 0.0);
     r.commBytes = optional<int64_t>(j, "comm_bytes", 0);
     r.hostReads = optional<int64_t>(j, "host_reads", -1);
+    r.cpuTimeSec = optional<double>(j, "cpu_time", -1.0);
     if (auto it = j.find("eval_loss"); it != j.end() && it->is_number())
         r.evalLoss = it->get<double>();
     if (auto it = j.find("memory"); it != j.end() && it->is_array())

@@ -55,6 +55,9 @@ struct MetricRecord {
     // Rank 0's reads of tensor values to the host since the previous record (on a GPU each one
     // waits for the device); -1: not counted (not written).
     int64_t hostReads = -1;
+    // Rank 0's process CPU seconds (user + system, every thread) when the record was written:
+    // differences between records give CPU-seconds per step. Negative: not written.
+    double cpuTimeSec = -1.0;
     std::vector<RankMemory> memory;
 };
 

@@ -25,6 +25,7 @@ struct Record {
     int64_t step = 0;
     int64_t hostReads = -1;
     double loss = 0.0;
+    double cpuTime = -1.0;
 };
 
 std::vector<Record> records(const std::string& runDir)
@@ -37,7 +38,7 @@ std::vector<Record> records(const std::string& runDir)
             continue;
         const auto j = nlohmann::json::parse(line);
         out.push_back({j.at("step").get<int64_t>(), j.value("host_reads", int64_t(-1)),
-            j.at("loss").get<double>()});
+            j.at("loss").get<double>(), j.value("cpu_time", -1.0)});
     }
     return out;
 }
@@ -67,6 +68,12 @@ void checkReads(
     T_CHECK_MSG(recs.size() == count,
         name + ": " + std::to_string(recs.size()) + " records, " + std::to_string(count)
             + " expected");
+    // Each record also carries rank 0's process CPU seconds, which only grow (tokens per
+    // CPU-second in bench/engine come from them).
+    for (size_t i = 0; i < recs.size(); ++i)
+        T_CHECK_MSG(recs[i].cpuTime > 0 && (i == 0 || recs[i].cpuTime >= recs[i - 1].cpuTime),
+            name + ": cpu_time " + std::to_string(recs[i].cpuTime) + " at step "
+                + std::to_string(recs[i].step));
     for (const Record& r : recs)
         T_CHECK_MSG(r.hostReads == perRecord,
             name + ": the record of step " + std::to_string(r.step) + " counts "

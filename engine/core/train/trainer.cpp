@@ -926,6 +926,9 @@ void Trainer::writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int6
     const int64_t reads = hostsync::count();
     rec.hostReads = reads - loop.readsAtLastRecord;
     loop.readsAtLastRecord = reads;
+    timespec cpu {};
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0)
+        rec.cpuTimeSec = static_cast<double>(cpu.tv_sec) + 1e-9 * static_cast<double>(cpu.tv_nsec);
     loop.resetPeaks();
     if (m_strategy->rank() == 0)
         io.write(io.metrics, protocol::toJson(rec));
