@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 #include "protocol/run_spec.h"
@@ -110,6 +111,38 @@ int visibleGpuCount(const Environment& env, const std::string& driverGpus)
     return n;
 }
 
+void checkCpuRanks(int nprocPerNode, int cores, int64_t availableBytes)
+{
+    const auto mib = [](int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; };
+    const int byCores = kMaxCpuRanksPerCore * std::max(1, cores);
+    const int byMemory = availableBytes > 0
+        ? static_cast<int>(std::min<int64_t>(1024, availableBytes / kCpuRankBaseBytes))
+        : 1024;
+    const int most = std::max(1, std::min(byCores, byMemory));
+    if (nprocPerNode <= most)
+        return;
+    std::string why = std::to_string(nprocPerNode) + " CPU ranks on this node would need at least "
+        + mib(nprocPerNode * kCpuRankBaseBytes) + " of host memory before the model ("
+        + mib(kCpuRankBaseBytes) + " per rank: each is a process with its own LibTorch runtime)";
+    why += availableBytes > 0 ? ", " + mib(availableBytes) + " is available," : "";
+    why += " and share " + std::to_string(cores) + (cores == 1 ? " core" : " cores");
+    throw std::invalid_argument("launch: --nproc-per-node " + std::to_string(nprocPerNode)
+        + " is too many: " + why + "; use --nproc-per-node " + std::to_string(most)
+        + " or less (at most " + std::to_string(kMaxCpuRanksPerCore)
+        + " per core, within the available memory), or GPUs");
+}
+
+int64_t availableHostBytes()
+{
+    std::ifstream in("/proc/meminfo");
+    std::string key, unit;
+    int64_t kb = 0;
+    while (in >> key >> kb >> unit)
+        if (key == "MemAvailable:")
+            return kb * 1024;
+    return 0;
+}
+
 LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environment& env)
 {
     LaunchOptions o;
@@ -130,6 +163,7 @@ LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environme
     const auto workerDevice = protocol::flagValue(request.workerArgs, "--device");
     const int gpus = workerDevice && *workerDevice == "cpu" ? 0 : visibleGpuCount(env);
     o.nprocPerNode = request.nprocPerNode.value_or(fromWorker.value_or(std::max(1, gpus)));
+    o.cpuRanks = gpus == 0;
     if (request.nnodes)
         o.nnodes = *request.nnodes;
     else if (slurm && lookup(env, "SLURM_NNODES"))

@@ -55,6 +55,7 @@ struct Source {
     std::string checkpoint; // set for a checkpoint
     plan::ModelSpec spec;
     std::string tokenizerDir;
+    std::unique_ptr<engine::SafetensorsReader> weights; // a folder's, validated
 };
 
 bool hasTokenizer(const std::string& dir)
@@ -101,7 +102,10 @@ Source resolveSource(const GenerateArgs& a)
     }
     Source s;
     s.hfDir = dir;
-    s.spec = plan::loadHfConfig(dir);
+    // Validated against its weights before anything the size of the model is built.
+    engine::HfModelFolder folder = engine::openHfModelFolder(dir);
+    s.spec = folder.spec;
+    s.weights = std::move(folder.weights);
     if (hasTokenizer(dir))
         s.tokenizerDir = dir;
     return s;
@@ -240,11 +244,9 @@ void runGenerate(const GenerateArgs& a)
         // One copy of the weights, in the compute dtype on the device, filled tensor by tensor.
         at::NoGradGuard noGrad;
         const auto opts = at::TensorOptions().dtype(dtype).device(device);
-        std::unique_ptr<engine::SafetensorsReader> weights;
+        std::unique_ptr<engine::SafetensorsReader> weights = std::move(src.weights);
         std::unique_ptr<ckpt::CheckpointReader> reader;
-        if (!src.hfDir.empty())
-            weights = std::move(engine::openHfModelFolder(src.hfDir).weights);
-        else
+        if (!weights)
             reader = std::make_unique<ckpt::CheckpointReader>(src.checkpoint);
         for (engine::Param* p : model.params()) {
             p->value = at::empty(p->info.shape, opts);

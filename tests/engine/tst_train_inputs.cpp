@@ -312,6 +312,37 @@ void offloadHostMemory()
     T_CHECK(refusal(1).empty()); // nothing in host memory to check
 }
 
+// A copy of the model folder (config.json, weights, tokenizer) at `dst`.
+std::string copyModel(const std::string& dst)
+{
+    fs::remove_all(dst);
+    fs::copy(g_model, dst, fs::copy_options::recursive);
+    return dst;
+}
+
+// Damaged model folders (issue 32): a config.json whose layer count the weights do not hold is
+// refused before anything its size is allocated (10^9 layers used to grow ~200 MB/s, silently).
+void damagedModels()
+{
+    const std::string layers = copyModel(g_dir + "/absurd-layers");
+    {
+        std::ifstream in(layers + "/config.json");
+        json config = json::parse(in);
+        config["num_hidden_layers"] = 1000000000;
+        std::ofstream(layers + "/config.json") << config.dump(2);
+    }
+    const std::string absurd = "num_hidden_layers is 1000000000 but the weights";
+    Result r = shard::test::runCaptured("timeout -s KILL 30 " + std::string(SHARD_WORKER)
+        + " train --model " + layers + " --data " + g_data + " --out " + g_dir
+        + "/absurd-run --steps 1 --seq-len 16 --micro-batch 2 --threads 1 2>&1");
+    T_CHECK_MSG(r.code == 1, r.output);
+    T_CHECK(contains(r, absurd));
+    r = shard::test::runCaptured("timeout -s KILL 30 " + std::string(SHARD_WORKER)
+        + " generate --model " + layers + " --prompt hi --max-new-tokens 4 2>&1");
+    T_CHECK_MSG(r.code == 1, r.output);
+    T_CHECK(contains(r, absurd));
+}
+
 int main()
 {
     g_dir = shard::test::tempDir("tst_train_inputs");
@@ -330,6 +361,7 @@ int main()
     chatTemplate();
     skippedLines();
     rankCount();
+    damagedModels();
     fs::remove_all(g_dir);
     return shard::test::finish("tst_train_inputs");
 }

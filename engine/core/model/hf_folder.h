@@ -18,7 +18,9 @@ struct HfModelFolder {
 
 // Validates the folder: it exists, config.json parses (fields named on error), the weights are
 // present and every parameter the config implies exists with the right shape. Throws one clear
-// message naming the folder, file and tensor.
+// message naming the folder, file and tensor. The layer count is checked against the weights
+// before anything the size of the model is built (a config.json saying 10^9 layers is an error,
+// not an allocation).
 HfModelFolder openHfModelFolder(const std::string& dir);
 
 // The tokenizer files copied from a model folder to an output folder when present.
