@@ -872,6 +872,24 @@ int Launcher::finish(Session& s)
         return 0;
     }
     protocol::EventRecord& failure = s.failure;
+    // A refusal the ranks share (a bad flag, a spec or a file every rank reads): said once, as
+    // the run's error, rather than as one rank's exit with a pointer to its log.
+    int sameError = 0; // ranks that said firstError; -1 once two said different things
+    std::string firstError;
+    for (const auto& r : s.ranks) {
+        if (r.error.empty() || sameError < 0)
+            continue;
+        if (firstError.empty())
+            firstError = r.error;
+        sameError = r.error == firstError ? sameError + 1 : -1;
+    }
+    if (failure.data.value("reason", "") == "rank_failed" && sameError > 1) {
+        failure.message = std::to_string(sameError) + " of " + std::to_string(s.ranks.size())
+            + " ranks stopped with the same error: " + firstError + " (see " + s.runDir.logsDir()
+            + ")";
+        failure.data["rank_error"] = firstError;
+        failure.data["ranks_with_error"] = sameError;
+    }
     failure.wallTimeSec = s.wallTime();
     failure.step = s.lastKnownStep();
     appendEvent(s.runDir.eventsFile(), failure);

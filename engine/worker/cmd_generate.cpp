@@ -258,6 +258,14 @@ void runGenerate(const GenerateArgs& a)
             } else {
                 p->value.copy_(reader->readFull(ckpt::kParam, p->info.name));
             }
+            // NaN or Inf weights would decode to token 0 every time (argmax of NaN logits).
+            const bool nan = p->value.isnan().any().item<bool>();
+            if (nan || p->value.isinf().any().item<bool>())
+                throw std::runtime_error(
+                    (weights ? "model folder " + src.hfDir : "checkpoint " + src.checkpoint)
+                    + ": tensor '" + p->info.name + "' holds " + (nan ? "NaN" : "Inf")
+                    + " (as loaded in " + a.dtype
+                    + "); the weights are damaged: export or download them again");
         }
     }
     protocol::GenModelRecord mr;

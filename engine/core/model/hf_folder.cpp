@@ -72,6 +72,19 @@ HfModelFolder openHfModelFolder(const std::string& dir)
     return out;
 }
 
+std::string findNonFiniteTensor(const SafetensorsReader& weights)
+{
+    for (const std::string& name : weights.names()) {
+        const at::Tensor t = weights.tensor(name);
+        if (!t.is_floating_point())
+            continue;
+        const bool nan = t.isnan().any().item<bool>();
+        if (nan || t.isinf().any().item<bool>())
+            return "tensor '" + name + "' holds " + (nan ? "NaN" : "Inf");
+    }
+    return {};
+}
+
 void writeHfConfigAndTokenizer(
     const std::string& dir, const plan::ModelSpec& spec, const std::string& tokenizerSource)
 {

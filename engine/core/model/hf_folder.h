@@ -23,6 +23,10 @@ struct HfModelFolder {
 // not an allocation).
 HfModelFolder openHfModelFolder(const std::string& dir);
 
+// The first tensor of `weights` that holds NaN or Inf, as "tensor 'NAME' holds NaN" (its file
+// named), or "" when every floating-point tensor is finite. Reads every tensor: for error paths.
+std::string findNonFiniteTensor(const SafetensorsReader& weights);
+
 // The tokenizer files copied from a model folder to an output folder when present.
 extern const char* const kTokenizerFiles[];
 

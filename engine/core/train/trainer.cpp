@@ -756,9 +756,16 @@ Trainer::Step Trainer::trainStep(Loop& loop, int64_t step)
         m_strategy->endMicroStep(k, K);
     }
     done.loss = m_strategy->allReduceSum(lossSum) / norm;
-    if (!std::isfinite(done.loss))
+    if (!std::isfinite(done.loss)) {
+        // Damaged weights (a NaN or Inf in the model folder) look like a diverged run: say which.
+        const std::string bad = findNonFiniteTensor(SafetensorsReader(m_modelDir));
+        if (!bad.empty())
+            throw std::runtime_error("loss is " + std::to_string(done.loss) + " at step "
+                + std::to_string(step + 1) + ": the model's weights are damaged: " + bad + " in "
+                + m_modelDir + " (export or download the model again)");
         throw std::runtime_error("loss is " + std::to_string(done.loss) + " at step "
             + std::to_string(step + 1) + "; lower the learning rate or check the data");
+    }
 
     auto targets = m_strategy->optimizerTargets();
     done.gradNorm = std::sqrt(m_strategy->globalGradSquaredNorm(targets));
