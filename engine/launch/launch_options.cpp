@@ -186,6 +186,10 @@ LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environme
     o.workerArgs = request.workerArgs;
     o.hangTimeoutSec = request.hangTimeoutSec.value_or(-1.0);
     o.collectiveTimeoutSec = request.collectiveTimeoutSec.value_or(-1.0);
+    // Given to launch, or as the train flag (a spec's max_restarts comes as the launch flag).
+    const auto workerRestarts = protocol::flagValue(request.workerArgs, "--max-restarts");
+    o.maxRestarts = request.maxRestarts.value_or(
+        workerRestarts ? parseInt(*workerRestarts, "the worker's --max-restarts") : 0);
 
     if (request.runDir)
         o.runDir = *request.runDir;
@@ -227,6 +231,14 @@ LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environme
     if (request.hangTimeoutSec && !(*request.hangTimeoutSec >= 0))
         throw std::invalid_argument(
             "launch: --hang-timeout must be zero (off) or positive (seconds)");
+    if (o.maxRestarts < 0)
+        throw std::invalid_argument("launch: --max-restarts must be 0 (off) or a positive count, "
+                                    "got "
+            + std::to_string(o.maxRestarts));
+    if (o.maxRestarts > 0 && o.nnodes > 1)
+        throw std::invalid_argument("launch: --max-restarts restarts the ranks of one node; a run "
+                                    "over several nodes cannot restart in place yet (use "
+                                    "--max-restarts 0 and resume it with --resume auto)");
     if (request.collectiveTimeoutSec && !(*request.collectiveTimeoutSec > 0))
         throw std::invalid_argument("launch: --collective-timeout must be positive (seconds)");
     return o;

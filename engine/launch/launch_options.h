@@ -30,6 +30,9 @@ struct LaunchOptions {
     // the run spec. Given, they are passed to the ranks through those variables.
     double hangTimeoutSec = -1.0;
     double collectiveTimeoutSec = -1.0;
+    // Restarts in place (one node): up to this many, each from the latest complete checkpoint.
+    int maxRestarts = 0;
+
     // The ranks run on the CPU (no visible GPU, or the worker says --device cpu).
     bool cpuRanks = false;
 

@@ -70,6 +70,7 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("allow_batch_change", s.allowBatchChange);
     f("threads", s.threads);
     f("hang_timeout_sec", s.hangTimeoutSec);
+    f("max_restarts", s.maxRestarts);
 }
 
 void oneOf(const std::string& field, const std::string& value, std::set<std::string> allowed)
@@ -232,6 +233,12 @@ void validate(const RunSpec& s)
     positive("micro_batch", static_cast<double>(s.microBatch));
     if (!(s.hangTimeoutSec >= 0))
         throw std::runtime_error("run spec: hang_timeout_sec must be 0 (off) or positive seconds");
+    if (s.maxRestarts < 0)
+        throw std::runtime_error("run spec: max_restarts must be 0 (off) or a positive count (got "
+            + std::to_string(s.maxRestarts) + ")");
+    if (s.maxRestarts > 0 && s.nodes > 1)
+        throw std::runtime_error("run spec: max_restarts restarts the ranks of one node; a run "
+                                 "over several nodes cannot restart in place yet (use 0)");
     positive("seq_len", static_cast<double>(s.seqLen));
     positive("grad_accum", static_cast<double>(s.gradAccum));
     positive("nodes", s.nodes);

@@ -138,6 +138,9 @@ const std::vector<TrainFlag>& trainFlags()
         SHARD_FLAG("--nodes", nodes, "Nodes in the run"),
         SHARD_FLAG("--nproc-per-node", procsPerNode,
             "Ranks per node (under a launcher: its count; a different value is refused)"),
+        SHARD_FLAG("--max-restarts", maxRestarts,
+            "Under `shard run` / `launch`: when a rank dies or hangs, restart every rank from the "
+            "latest complete checkpoint, up to N times (0 = off)"),
         SHARD_FLAG("--checkpoint-every", checkpointEvery,
             "Save a sharded checkpoint every N steps and at the end (0 = none)"),
         SHARD_FLAG("--keep-checkpoints", keepCheckpoints, "Complete checkpoints kept (0 = all)"),

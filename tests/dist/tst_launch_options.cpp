@@ -60,6 +60,23 @@ int main()
         r.runDir = "/tmp/explicit";
         expect(resolveLaunchOptions(r, {}).runDir == "/tmp/explicit", "--run-dir wins");
     }
+    // Restarts in place: the launch flag, or the train flag (shard run -- ... --max-restarts N);
+    // one node only, never negative.
+    {
+        auto r = basic();
+        expect(resolveLaunchOptions(r, {}).maxRestarts == 0, "no restarts by default");
+        r.maxRestarts = 3;
+        expect(resolveLaunchOptions(r, {}).maxRestarts == 3, "--max-restarts 3");
+        r.maxRestarts.reset();
+        r.workerArgs = {"train", "--out", "/tmp/run1", "--max-restarts", "2"};
+        expect(resolveLaunchOptions(r, {}).maxRestarts == 2, "the train flag --max-restarts 2");
+        r.maxRestarts = -1;
+        expectThrows(r, {}, "--max-restarts must be 0 (off) or a positive count");
+        r.maxRestarts = 1;
+        r.nnodes = 2;
+        r.masterPort = 29500;
+        expectThrows(r, {}, "cannot restart in place yet");
+    }
     // CPU ranks against the node's cores and memory (issue 32: 64 ranks on 2 cores started and
     // grew to 11 GB without a step).
     {
