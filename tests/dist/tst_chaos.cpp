@@ -229,6 +229,13 @@ Outcome runSeed(int seed, const std::map<int64_t, double>& reference)
     }
     for (const auto& e : ev)
         check(e.value("step", int64_t(0)) >= 0, "an event with step -1");
+    // Only the launcher's verdict is the run's error: a surviving rank whose connection to the
+    // dead one broke writes none (it wrote an unnamed "Connection reset by peer" error 4 times in
+    // 34, issue 32).
+    if (fault == Fault::KillRank || fault == Fault::KillInCheckpoint || fault == Fault::StopRank)
+        for (const auto& e : ev)
+            check(e.value("kind", "") != "error" || e["data"].contains("rank"),
+                "an error event that names no rank: " + e.dump());
 
     // 3. `--resume auto` continues; 4. the losses equal the uninterrupted run's, bit for bit.
     auto resumed = launch(dir, true);
