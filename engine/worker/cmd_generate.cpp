@@ -102,10 +102,16 @@ Source resolveSource(const GenerateArgs& a)
     }
     Source s;
     s.hfDir = dir;
-    // Validated against its weights before anything the size of the model is built.
-    engine::HfModelFolder folder = engine::openHfModelFolder(dir);
-    s.spec = folder.spec;
-    s.weights = std::move(folder.weights);
+    s.spec = plan::loadHfConfig(dir);
+    // Validated against its weights before anything the size of the model is built (a config
+    // of 10^9 layers is refused here, not allocated). A folder of config.json alone still gets
+    // the memory check first: it is refused by its size, else for its missing weights.
+    if (fs::exists(fs::path(dir) / "model.safetensors")
+        || fs::exists(fs::path(dir) / "model.safetensors.index.json")) {
+        engine::HfModelFolder folder = engine::openHfModelFolder(dir);
+        s.spec = folder.spec;
+        s.weights = std::move(folder.weights);
+    }
     if (hasTokenizer(dir))
         s.tokenizerDir = dir;
     return s;
@@ -246,7 +252,9 @@ void runGenerate(const GenerateArgs& a)
         const auto opts = at::TensorOptions().dtype(dtype).device(device);
         std::unique_ptr<engine::SafetensorsReader> weights = std::move(src.weights);
         std::unique_ptr<ckpt::CheckpointReader> reader;
-        if (!weights)
+        if (!weights && !src.hfDir.empty())
+            weights = std::move(engine::openHfModelFolder(src.hfDir).weights); // says what lacks
+        else if (!weights)
             reader = std::make_unique<ckpt::CheckpointReader>(src.checkpoint);
         for (engine::Param* p : model.params()) {
             p->value = at::empty(p->info.shape, opts);
