@@ -1,8 +1,9 @@
 // Restart in place (`shard-worker launch --max-restarts N`, issue 32) with real ranks: a 2-rank
 // zero3 run whose rank 1 is SIGKILLed mid-run restarts from its latest complete checkpoint,
 // finishes with exit 0, records one "restart" event (cause, rank, checkpoint step, steps lost),
-// and its losses equal an uninterrupted run's bit for bit; the same kill at the same step after
-// the restart ends the run with the repeat named instead of looping.
+// and its losses equal an uninterrupted run's bit for bit; a stopped (hung) rank restarts the
+// same way after the hang timeout; the same kill at the same step after the restart ends the
+// run with the repeat named instead of looping.
 #include "process_runner.h"
 
 using namespace shard::testing;
@@ -13,14 +14,17 @@ constexpr int kSteps = 10;
 
 std::string g_root;
 
-Process launch(const std::string& out, int maxRestarts)
+Process launch(const std::string& out, int maxRestarts, const std::string& hangTimeoutSec = "")
 {
     std::vector<std::string> argv = {workerPath(), "launch", "--nproc-per-node", "2",
-        "--grace-period", "2", "--max-restarts", std::to_string(maxRestarts), "--", "train",
-        "--model", g_root + "/model", "--data", g_root + "/data.jsonl", "--out", out, "--steps",
-        std::to_string(kSteps), "--micro-batch", "2", "--seq-len", "64", "--lr", "3e-3", "--seed",
-        "3", "--threads", "1", "--strategy", "zero3", "--warmup", "2", "--checkpoint-every", "2",
-        "--keep-checkpoints", "2"};
+        "--grace-period", "2", "--max-restarts", std::to_string(maxRestarts)};
+    if (!hangTimeoutSec.empty())
+        argv.insert(argv.end(), {"--hang-timeout", hangTimeoutSec});
+    argv.insert(argv.end(),
+        {"--", "train", "--model", g_root + "/model", "--data", g_root + "/data.jsonl", "--out",
+            out, "--steps", std::to_string(kSteps), "--micro-batch", "2", "--seq-len", "64", "--lr",
+            "3e-3", "--seed", "3", "--threads", "1", "--strategy", "zero3", "--warmup", "2",
+            "--checkpoint-every", "2", "--keep-checkpoints", "2"});
     return spawnProcess(argv);
 }
 
@@ -146,6 +150,28 @@ void testKilledRankRestartsExactly(const std::map<int64_t, double>& reference)
             : static_cast<long long>(restarts.front()["data"].value("failed_step", int64_t(-1))));
 }
 
+// A hung rank (SIGSTOP, never continued) is found by its silence after the hang timeout and the
+// run restarts from its checkpoint like after a death, still bit-exact.
+void testHungRankRestarts(const std::map<int64_t, double>& reference)
+{
+    const std::string dir = makeTempDir("restart-hang");
+    auto p = launch(dir, 1, "3");
+    const pid_t first = rank1Pid(dir, -1);
+    SHARD_EXPECT(first > 0, "rank 1 never started: " + p.err);
+    SHARD_EXPECT(waitForLastStep(p, dir, 5), "the run ended before step 5: " + p.err);
+    shard::protocol::signalProcess(first, SIGSTOP);
+    SHARD_EXPECT(rank1Pid(dir, first) > 0, "rank 1 was not started again");
+    SHARD_EXPECT(p.wait(240), "the launcher did not exit");
+    SHARD_EXPECT(p.exitCode() == 0,
+        "the restarted run failed (exit " + std::to_string(p.exitCode()) + "): " + p.err);
+    const auto restarts = eventsOfKind(dir, "restart");
+    SHARD_EXPECT(restarts.size() == 1 && restarts.front()["data"].value("cause", "") == "rank_hung"
+            && restarts.front()["data"].value("rank", -1) == 1,
+        "no restart event for the hung rank 1: " + readFile(dir + "/events.jsonl"));
+    SHARD_EXPECT(stepLosses(dir) == reference, "losses differ from the uninterrupted run");
+    std::printf("SIGSTOP of rank 1: restarted after the hang timeout, finished, bit-exact\n");
+}
+
 void testRepeatedFailureStops()
 {
     const std::string dir = makeTempDir("restart-repeat");
@@ -203,6 +229,7 @@ int main()
     const auto reference = stepLosses(refDir);
     SHARD_EXPECT(reference.size() == kSteps, "reference has every step");
     testKilledRankRestartsExactly(reference);
+    testHungRankRestarts(reference);
     testRepeatedFailureStops();
     if (g_failures == 0) {
         std::printf("tst_restart: all passed\n");
