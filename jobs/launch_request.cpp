@@ -21,6 +21,8 @@ QStringList workerLaunchArgs(const LaunchRequest& request, const QString& runDir
     if (masterPort > 0)
         a.masterPort = masterPort;
     a.runDir = nodeRunDir.toStdString();
+    if (request.spec.maxRestarts > 0)
+        a.maxRestarts = request.spec.maxRestarts;
     a.workerArgs
         = {"train", "--config", (runDir + QStringLiteral("/launch-spec.json")).toStdString()};
     QStringList args;

@@ -151,6 +151,12 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_weightDecay->setObjectName("weightDecay");
     m_keepCheckpoints = spin(this, 0, 1000000, 2, "keepCheckpoints");
     m_keepCheckpoints->setSpecialValueText(tr("all"));
+    m_maxRestarts = spin(this, 0, 1000, 0, "maxRestarts");
+    m_maxRestarts->setSpecialValueText(tr("none"));
+    m_maxRestarts->setToolTip(tr("When a rank dies or hangs, stop every rank and start them again "
+                                 "from the latest complete checkpoint, up to this many times (one "
+                                 "node; a failure that repeats at the same step is not restarted "
+                                 "again)"));
     m_checkpointing = combo(this, {"none", "full"}, "checkpointing");
     m_lora = new LoraFields(this);
     m_inputs = new QComboBox(this);
@@ -223,6 +229,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     trainForm->addRow(tr("&Epochs (if no steps)"), m_epochs);
     trainForm->addRow(tr("Check&point every"), m_ckptEvery);
     trainForm->addRow(tr("Checkpoints &kept"), m_keepCheckpoints);
+    trainForm->addRow(tr("Restarts on failure"), m_maxRestarts);
     trainForm->addRow(QString(), m_scheduleNote);
     trainForm->addRow(tr("S&eed"), m_seed);
     auto* shardBox = new QGroupBox(tr("Batch and sharding"), this);
@@ -280,9 +287,9 @@ LaunchPage::LaunchPage(QWidget* parent)
 
     QList<QWidget*> order = {m_name, m_model, browseModel, m_data, browseData, m_format, m_packing,
         m_skipBadLines, m_evalData, m_evalEvery, m_out, m_lr, m_weightDecay, m_schedule, m_warmup,
-        m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints, m_seed, m_microBatch, m_seqLen,
-        m_gradAccum, m_device, m_strategy, m_shardGroup, m_ranks, m_nodes, m_offload, m_precision,
-        m_reduceDtype, m_checkpointing};
+        m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints, m_maxRestarts, m_seed, m_microBatch,
+        m_seqLen, m_gradAccum, m_device, m_strategy, m_shardGroup, m_ranks, m_nodes, m_offload,
+        m_precision, m_reduceDtype, m_checkpointing};
     order << m_lora->widgets()
           << QList<QWidget*> {m_target, m_presets, m_loadPreset, m_savePreset, m_start, m_preview};
     for (qsizetype i = 1; i < order.size(); ++i)
@@ -305,8 +312,9 @@ LaunchPage::LaunchPage(QWidget* parent)
     };
     connect(m_precision, qOverload<int>(&QComboBox::currentIndexChanged), this, reduceChoice);
     reduceChoice();
-    for (QSpinBox* s : {m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen,
-             m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_evalEvery, m_keepCheckpoints})
+    for (QSpinBox* s :
+        {m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen, m_gradAccum,
+            m_ranks, m_nodes, m_shardGroup, m_evalEvery, m_keepCheckpoints, m_maxRestarts})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, changed);
     connect(m_lora, &LoraFields::changed, this, changed);
     for (QCheckBox* b : {m_packing, m_skipBadLines})
@@ -467,6 +475,7 @@ protocol::RunSpec LaunchPage::fieldsSpec() const
     s.epochs = m_steps->value() > 0 ? 0 : m_epochs->value();
     s.checkpointEvery = m_ckptEvery->value();
     s.keepCheckpoints = m_keepCheckpoints->value();
+    s.maxRestarts = m_maxRestarts->value();
     s.seed = uint64_t(m_seed->value());
     s.microBatch = m_microBatch->value();
     s.seqLen = m_seqLen->value();
@@ -726,6 +735,7 @@ void LaunchPage::toFields(const protocol::RunSpec& s, bool keepBase)
     m_epochs->setValue(int(s.epochs));
     m_ckptEvery->setValue(int(s.checkpointEvery));
     m_keepCheckpoints->setValue(int(s.keepCheckpoints));
+    m_maxRestarts->setValue(s.maxRestarts);
     m_seed->setValue(int(s.seed));
     m_microBatch->setValue(int(s.microBatch));
     m_seqLen->setValue(int(s.seqLen));

@@ -138,6 +138,7 @@ private:
     QCheckBox* m_skipBadLines = nullptr;
     QLineEdit* m_weightDecay = nullptr;
     QSpinBox* m_keepCheckpoints = nullptr;
+    QSpinBox* m_maxRestarts = nullptr; // run spec max_restarts (launch --max-restarts)
     QComboBox* m_precision = nullptr;
     QComboBox* m_checkpointing = nullptr;
     LoraFields* m_lora = nullptr;

@@ -149,6 +149,32 @@ void LivePlot::removeAllSeries()
     m_timer.start();
 }
 
+void LivePlot::addMarker(double key, const QString& label)
+{
+    auto* line = new QCPItemStraightLine(m_plot);
+    line->point1->setCoords(key, 0);
+    line->point2->setCoords(key, 1);
+    line->setPen(QPen(QColor(200, 110, 20), 1, Qt::DashLine));
+    auto* text = new QCPItemText(m_plot);
+    text->position->setTypeX(QCPItemPosition::ptPlotCoords);
+    text->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+    text->position->setCoords(key, 0.02);
+    text->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
+    text->setText(label);
+    text->setColor(QColor(200, 110, 20));
+    m_markers.push_back(line);
+    m_markers.push_back(text);
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void LivePlot::clearMarkers()
+{
+    for (QCPAbstractItem* item : m_markers)
+        m_plot->removeItem(item);
+    m_markers.clear();
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
 const SeriesBuffer& LivePlot::series(int index) const
 {
     return m_series.at(size_t(index))->raw;

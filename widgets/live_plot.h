@@ -19,6 +19,7 @@
 class QCustomPlot;
 class QCPGraph;
 class QCPTextElement;
+class QCPAbstractItem;
 
 namespace shard::jobs {
 struct RunSeries;
@@ -65,6 +66,11 @@ public:
     void setLegendVisible(bool visible);
     // Back to automatic ranges after the user dragged or zoomed.
     void resetView();
+    // A dashed vertical line at x = key with a short label at its top (the Monitor marks a
+    // restart at its step), kept until clearMarkers().
+    void addMarker(double key, const QString& label);
+    void clearMarkers();
+    int markerCount() const { return int(m_markers.size() / 2); } // a line and a label each
 
     QCustomPlot* customPlot() const { return m_plot; }
     int replotCount() const { return m_replotCount; }
@@ -93,6 +99,7 @@ private:
     QCustomPlot* m_plot = nullptr;
     QCPTextElement* m_title = nullptr;
     std::vector<std::unique_ptr<Series>> m_series;
+    std::vector<QCPAbstractItem*> m_markers; // lines and labels, owned by m_plot
     QTimer m_timer;
     double m_smoothing = 0.0;
     bool m_logY = false;

@@ -416,9 +416,11 @@ void MonitorPage::reset()
     m_finishReason.reset();
     m_storeResumable = false;
     m_resume->setEnabled(false);
-    for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput})
+    for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput}) {
         for (int i = 0; i < p->seriesCount(); ++i)
             p->setPoints(i, {}, {});
+        p->clearMarkers();
+    }
     m_memory->setBars({});
     m_memory->setCapacity(std::nullopt);
     m_deviceMemory->clear();
@@ -538,7 +540,16 @@ void MonitorPage::onUpdate(const jobs::FollowUpdate& u)
         if (e.kind == "error")
             m_message->showMessage(
                 tr("The run reported an error: %1").arg(QString::fromStdString(e.message)));
-        else if (e.kind == "data" && e.data.value("skipped_lines", int64_t(0)) > 0)
+        else if (e.kind == "restart") {
+            // The launcher healed a dead or hung rank (--max-restarts): marked where it failed.
+            item->setForeground(2, QColor(200, 110, 20));
+            for (LivePlot* p : {m_loss, m_gradNorm})
+                p->addMarker(double(e.step), tr("restart %1").arg(e.data.value("restart", 0)));
+            m_message->showMessage(tr("The run restarted from its checkpoint at step %1: %2")
+                                       .arg(e.data.value("checkpoint_step", int64_t(0)))
+                                       .arg(QString::fromStdString(e.message)),
+                MessageBar::Kind::Info);
+        } else if (e.kind == "data" && e.data.value("skipped_lines", int64_t(0)) > 0)
             m_message->showMessage(tr("The training data had bad lines that were skipped: %1")
                                        .arg(QString::fromStdString(e.message)),
                 MessageBar::Kind::Info);

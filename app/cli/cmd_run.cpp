@@ -22,7 +22,7 @@ struct RunOptions {
     std::string sshConfig;
     std::vector<std::string> hosts;
     std::vector<std::string> env;
-    int nproc = 0;
+    int nproc = 0; // 0: not given
     int masterPort = 0;
     bool detach = false;
     bool slurm = false;
@@ -84,9 +84,19 @@ int runCommand(const RunOptions& o)
     }
     if (o.nproc > 0)
         req.spec.procsPerNode = o.nproc;
+    // "resume": "auto" (or `--resume auto` after `--`) continues the run already in --run-dir
+    // from its latest complete checkpoint, in the same store record.
+    req.resume = !req.spec.resume.empty();
+    std::string runDir = o.runDir;
+    if (runDir.empty() && req.spec.resume == "auto") {
+        runDir = req.spec.outDir;
+        if (runDir.empty())
+            throw std::runtime_error("resume \"auto\" continues the run in a folder: name it "
+                                     "with --run-dir DIR (the interrupted run's folder)");
+    }
     const std::string name = !o.name.empty() ? o.name : req.spec.name;
     req.name = QString::fromStdString(name.empty() ? "run" : name);
-    req.runDir = QString::fromStdString(o.runDir);
+    req.runDir = QString::fromStdString(runDir);
     req.masterPort = o.masterPort;
     for (const auto& e : o.env)
         req.env << QString::fromStdString(e);
@@ -154,7 +164,9 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--name", o->name, "run name");
     cmd->add_option("--run-dir", o->runDir, "run directory (on the target)");
     cmd->add_option("--nproc", o->nproc,
-        "ranks per node (default: the spec's procs_per_node, or the train flag --nproc-per-node)");
+           "ranks per node (default: the spec's procs_per_node, or the train flag "
+           "--nproc-per-node)")
+        ->check(CLI::PositiveNumber);
     cmd->add_option("--worker", o->worker, "shard-worker program (path or name on PATH)");
     cmd->add_option("--host", o->hosts, "SSH host [user@]host[:port]; repeat for more nodes")
         ->allow_extra_args(false);

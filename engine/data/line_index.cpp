@@ -1,6 +1,9 @@
 // LineIndex: one buffered pass to find line starts; reads seek to a stored offset.
 #include "data/line_index.h"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 namespace shard::data {
@@ -9,9 +12,14 @@ LineIndex::LineIndex(
     std::string path, const std::function<bool(const std::string&, int64_t)>& onLine)
     : m_path(std::move(path))
 {
+    std::error_code ec;
+    if (std::filesystem::is_directory(m_path, ec))
+        throw std::runtime_error(m_path
+            + ": is a folder, not a data file; give a JSONL or text file (--data FILE.jsonl)");
     std::ifstream in(m_path, std::ios::binary);
     if (!in)
-        throw std::runtime_error(m_path + ": cannot open data file");
+        throw std::runtime_error(m_path + ": cannot open data file ("
+            + (std::filesystem::exists(m_path, ec) ? "permission denied?" : "no such file") + ")");
     std::string line;
     int64_t offset = 0;
     int64_t number = 0;
@@ -28,7 +36,7 @@ LineIndex::LineIndex(
         m_lines.push_back({start, number});
     }
     if (in.bad())
-        throw std::runtime_error(m_path + ": read error");
+        throw std::runtime_error(m_path + ": read error (" + std::strerror(errno) + ")");
     m_in.open(m_path, std::ios::binary);
     if (!m_in)
         throw std::runtime_error(m_path + ": cannot reopen data file");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 #include "protocol/run_spec.h"
@@ -110,6 +111,38 @@ int visibleGpuCount(const Environment& env, const std::string& driverGpus)
     return n;
 }
 
+void checkCpuRanks(int nprocPerNode, int cores, int64_t availableBytes)
+{
+    const auto mib = [](int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; };
+    const int byCores = kMaxCpuRanksPerCore * std::max(1, cores);
+    const int byMemory = availableBytes > 0
+        ? static_cast<int>(std::min<int64_t>(1024, availableBytes / kCpuRankBaseBytes))
+        : 1024;
+    const int most = std::max(1, std::min(byCores, byMemory));
+    if (nprocPerNode <= most)
+        return;
+    std::string why = std::to_string(nprocPerNode) + " CPU ranks on this node would need at least "
+        + mib(nprocPerNode * kCpuRankBaseBytes) + " of host memory before the model ("
+        + mib(kCpuRankBaseBytes) + " per rank: each is a process with its own LibTorch runtime)";
+    why += availableBytes > 0 ? ", " + mib(availableBytes) + " is available," : "";
+    why += " and share " + std::to_string(cores) + (cores == 1 ? " core" : " cores");
+    throw std::invalid_argument("launch: --nproc-per-node " + std::to_string(nprocPerNode)
+        + " is too many: " + why + "; use --nproc-per-node " + std::to_string(most)
+        + " or less (at most " + std::to_string(kMaxCpuRanksPerCore)
+        + " per core, within the available memory), or GPUs");
+}
+
+int64_t availableHostBytes()
+{
+    std::ifstream in("/proc/meminfo");
+    std::string key, unit;
+    int64_t kb = 0;
+    while (in >> key >> kb >> unit)
+        if (key == "MemAvailable:")
+            return kb * 1024;
+    return 0;
+}
+
 LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environment& env)
 {
     LaunchOptions o;
@@ -130,6 +163,7 @@ LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environme
     const auto workerDevice = protocol::flagValue(request.workerArgs, "--device");
     const int gpus = workerDevice && *workerDevice == "cpu" ? 0 : visibleGpuCount(env);
     o.nprocPerNode = request.nprocPerNode.value_or(fromWorker.value_or(std::max(1, gpus)));
+    o.cpuRanks = gpus == 0;
     if (request.nnodes)
         o.nnodes = *request.nnodes;
     else if (slurm && lookup(env, "SLURM_NNODES"))
@@ -152,6 +186,10 @@ LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environme
     o.workerArgs = request.workerArgs;
     o.hangTimeoutSec = request.hangTimeoutSec.value_or(-1.0);
     o.collectiveTimeoutSec = request.collectiveTimeoutSec.value_or(-1.0);
+    // Given to launch, or as the train flag (a spec's max_restarts comes as the launch flag).
+    const auto workerRestarts = protocol::flagValue(request.workerArgs, "--max-restarts");
+    o.maxRestarts = request.maxRestarts.value_or(
+        workerRestarts ? parseInt(*workerRestarts, "the worker's --max-restarts") : 0);
 
     if (request.runDir)
         o.runDir = *request.runDir;
@@ -193,6 +231,14 @@ LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environme
     if (request.hangTimeoutSec && !(*request.hangTimeoutSec >= 0))
         throw std::invalid_argument(
             "launch: --hang-timeout must be zero (off) or positive (seconds)");
+    if (o.maxRestarts < 0)
+        throw std::invalid_argument("launch: --max-restarts must be 0 (off) or a positive count, "
+                                    "got "
+            + std::to_string(o.maxRestarts));
+    if (o.maxRestarts > 0 && o.nnodes > 1)
+        throw std::invalid_argument("launch: --max-restarts restarts the ranks of one node; a run "
+                                    "over several nodes cannot restart in place yet (use "
+                                    "--max-restarts 0 and resume it with --resume auto)");
     if (request.collectiveTimeoutSec && !(*request.collectiveTimeoutSec > 0))
         throw std::invalid_argument("launch: --collective-timeout must be positive (seconds)");
     return o;

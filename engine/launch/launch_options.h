@@ -2,6 +2,7 @@
 // (under Slurm) the environment.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -29,6 +30,11 @@ struct LaunchOptions {
     // the run spec. Given, they are passed to the ranks through those variables.
     double hangTimeoutSec = -1.0;
     double collectiveTimeoutSec = -1.0;
+    // Restarts in place (one node): up to this many, each from the latest complete checkpoint.
+    int maxRestarts = 0;
+
+    // The ranks run on the CPU (no visible GPU, or the worker says --device cpu).
+    bool cpuRanks = false;
 
     int worldSize() const { return nprocPerNode * nnodes; }
     int globalRank(int localRank) const { return nodeRank * nprocPerNode + localRank; }
@@ -46,6 +52,21 @@ Environment currentEnvironment();
 // a port derived from SLURM_JOB_ID. The run directory defaults to the worker's `--out DIR`.
 // Throws std::invalid_argument with a one-line message naming the bad value and the fix.
 LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environment& env);
+
+// Host memory a CPU rank takes besides its model and data: a process with its own LibTorch
+// runtime and Gloo context (LibTorch 1.13: a tiny-1m rank holds ~197 MiB resident, ~16 MiB of it
+// tensors; 64 such ranks reached the 11 GB the fault probe saw).
+inline constexpr int64_t kCpuRankBaseBytes = int64_t(180) << 20;
+// CPU ranks per core past which a node is refused (they would share the cores and memory).
+inline constexpr int kMaxCpuRanksPerCore = 4;
+
+// A CPU node's rank count against its cores and available memory: refused with a one-line
+// std::invalid_argument naming the figures and the largest count that fits (64 ranks on 2 cores
+// used to start and grow to 11 GB without finishing a step).
+void checkCpuRanks(int nprocPerNode, int cores, int64_t availableBytes);
+
+// MemAvailable from /proc/meminfo, in bytes (0 when unknown).
+int64_t availableHostBytes();
 
 // The NVIDIA GPUs this process may use, without CUDA: the entries of CUDA_VISIBLE_DEVICES when
 // it is set (up to the first invalid one, as the CUDA runtime reads it; "" or "-1" = none), else

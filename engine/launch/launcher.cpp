@@ -31,6 +31,7 @@
 
 #include "launch/node_rendezvous.h"
 #include "launch/rank_heartbeat.h"
+#include "protocol/checkpoint_discovery.h"
 #include "protocol/process_signal.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
@@ -213,7 +214,21 @@ struct Launcher::Session {
     explicit Session(const LaunchOptions& options)
         : o(options)
         , runDir(options.runDir)
+        , workerArgs(options.workerArgs)
     {
+    }
+
+    // Back to the state before spawnRanks, for a restart (every rank is down and reaped).
+    void resetForRestart()
+    {
+        ranks.clear();
+        stdoutBuffer.clear();
+        stopping = false;
+        killed = false;
+        exitStatus = 0;
+        failure = {};
+        haveFailure = false;
+        ++attempt;
     }
 
     double wallTime() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -260,6 +275,8 @@ struct Launcher::Session {
 
     const LaunchOptions& o;
     protocol::RunDir runDir;
+    std::vector<std::string> workerArgs; // o.workerArgs; after a restart, with --resume auto
+    int attempt = 0;                     // 0, then one more per restart
     std::shared_ptr<spdlog::logger> logger;
     std::string launcherLog;
     std::string logError; // spdlog's report of a failed write of the log file
@@ -721,9 +738,12 @@ int Launcher::supervise()
 {
     Session s(m_options);
     setUp(s);
-    openStore(s);
-    spawnRanks(s);
-    watchRanks(s);
+    do {
+        openStore(s);
+        spawnRanks(s);
+        watchRanks(s);
+    } while (restartAfterFailure(s));
+    tearDown(s);
     return finish(s);
 }
 
@@ -786,8 +806,21 @@ void Launcher::openStore(Session& s)
         s.storePort = s.rendezvous->storePort();
     } else if (s.storePort == 0) {
         s.storePort = pickFreePort(o.masterAddr);
-    } else {
+    } else if (s.attempt == 0) {
         checkPortFree(o.masterAddr, s.storePort);
+    } else {
+        // A restart: the store of the ranks just stopped may hold the port a little longer.
+        const auto deadline = Clock::now() + rdzvTimeout;
+        while (true) {
+            try {
+                checkPortFree(o.masterAddr, s.storePort);
+                break;
+            } catch (const std::exception&) {
+                if (Clock::now() > deadline)
+                    throw;
+                std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            }
+        }
     }
 }
 
@@ -798,7 +831,7 @@ void Launcher::spawnRanks(Session& s)
     exec.exe = selfExecutable();
     exec.env = rankEnvironment(o, s.storePort);
     exec.args.push_back(exec.exe);
-    exec.args.insert(exec.args.end(), o.workerArgs.begin(), o.workerArgs.end());
+    exec.args.insert(exec.args.end(), s.workerArgs.begin(), s.workerArgs.end());
     for (auto& a : exec.args)
         exec.argv.push_back(a.data());
     exec.argv.push_back(nullptr);
@@ -853,15 +886,111 @@ void Launcher::watchRanks(Session& s)
             s.drainStdout(true);
     }
     s.drainStdout(true);
+    for (auto& r : s.ranks)
+        if (r.beatFd >= 0) {
+            ::close(r.beatFd);
+            r.beatFd = -1;
+        }
+}
 
-    // Teardown: the other nodes learn this one is done; the signals go back to normal.
+void Launcher::tearDown(Session& s)
+{
     if (s.rendezvous && !s.haveFailure)
         s.rendezvous->sendAll("DONE");
     ::close(s.sigFd);
     sigprocmask(SIG_SETMASK, &s.original, nullptr);
-    for (auto& r : s.ranks)
-        if (r.beatFd >= 0)
-            ::close(r.beatFd);
+}
+
+namespace {
+
+// The worker command for a restart: `train` continues from the latest complete checkpoint
+// (--resume auto, replacing any --resume the first start had); other commands start again as
+// they were.
+void resumeAuto(std::vector<std::string>& args)
+{
+    if (args.empty() || args.front() != "train")
+        return;
+    for (size_t i = 1; i < args.size(); ++i) {
+        if (args[i].rfind("--resume=", 0) == 0) {
+            args[i] = "--resume=auto";
+            return;
+        }
+        if (args[i] == "--resume") {
+            if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
+                args[i + 1] = "auto";
+            else
+                args.insert(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, "auto");
+            return;
+        }
+    }
+    args.push_back("--resume");
+    args.push_back("auto");
+}
+
+} // namespace
+
+bool Launcher::restartAfterFailure(Session& s)
+{
+    const LaunchOptions& o = m_options;
+    if (!s.haveFailure || o.maxRestarts <= 0)
+        return false;
+    protocol::EventRecord& failure = s.failure;
+    const std::string reason = failure.data.value("reason", "");
+    // A dead or hung rank may be healed by a restart; a stop asked for, a full disk or a lost
+    // node is not.
+    if (reason != "rank_failed" && reason != "rank_hung")
+        return false;
+    const int64_t step = s.lastKnownStep();
+    std::string cause = reason == "rank_hung" ? "a hung rank" : "a failed rank";
+    if (failure.data.contains("signal_name"))
+        cause += " (" + failure.data.value("signal_name", "") + ")";
+    else if (failure.data.contains("exit_code"))
+        cause += " (exit code " + std::to_string(failure.data.value("exit_code", 0)) + ")";
+    const std::string key = cause + " at step " + std::to_string(step);
+    const auto checkpoint = protocol::latestCompleteCheckpoint(o.runDir);
+    auto notRestarted = [&](const std::string& why) {
+        failure.message += "; not restarted: " + why;
+        failure.data["restarts"] = m_restarts;
+        failure.data["not_restarted"] = why;
+        return false;
+    };
+    if (key == m_lastFailureKey) {
+        failure.data["repeated"] = true;
+        return notRestarted("the same failure, " + key
+            + ", repeated after a restart (a failure that comes back at the same step is not "
+              "restarted again)");
+    }
+    if (m_restarts >= o.maxRestarts)
+        return notRestarted("the " + std::to_string(o.maxRestarts)
+            + " restart(s) allowed by --max-restarts are used up");
+    if (!checkpoint)
+        return notRestarted("the run has no complete checkpoint to restart from (give it "
+                            "--checkpoint-every N)");
+    ++m_restarts;
+    m_lastFailureKey = key;
+    const int64_t stepsLost = std::max<int64_t>(0, step - 1 - checkpoint->step);
+    protocol::EventRecord event;
+    event.kind = "restart";
+    event.step = step;
+    event.wallTimeSec = s.wallTime();
+    event.message = failure.message + "; restarting every rank from the checkpoint at step "
+        + std::to_string(checkpoint->step) + " (restart " + std::to_string(m_restarts) + " of "
+        + std::to_string(o.maxRestarts) + ", " + std::to_string(stepsLost) + " step(s) lost)";
+    event.data = failure.data;
+    event.data["cause"] = reason;
+    event.data["failed_step"] = step;
+    event.data["checkpoint_step"] = checkpoint->step;
+    event.data["checkpoint"] = checkpoint->dir;
+    event.data["steps_lost"] = stepsLost;
+    event.data["restart"] = m_restarts;
+    event.data["max_restarts"] = o.maxRestarts;
+    event.data.erase("reason");
+    if (!appendEvent(s.runDir.eventsFile(), event))
+        return notRestarted("the restart event could not be written");
+    s.logger->warn("{}", event.message);
+    s.resetForRestart();
+    resumeAuto(s.workerArgs);
+    return true;
 }
 
 int Launcher::finish(Session& s)
@@ -872,6 +1001,24 @@ int Launcher::finish(Session& s)
         return 0;
     }
     protocol::EventRecord& failure = s.failure;
+    // A refusal the ranks share (a bad flag, a spec or a file every rank reads): said once, as
+    // the run's error, rather than as one rank's exit with a pointer to its log.
+    int sameError = 0; // ranks that said firstError; -1 once two said different things
+    std::string firstError;
+    for (const auto& r : s.ranks) {
+        if (r.error.empty() || sameError < 0)
+            continue;
+        if (firstError.empty())
+            firstError = r.error;
+        sameError = r.error == firstError ? sameError + 1 : -1;
+    }
+    if (failure.data.value("reason", "") == "rank_failed" && sameError > 1) {
+        failure.message = std::to_string(sameError) + " of " + std::to_string(s.ranks.size())
+            + " ranks stopped with the same error: " + firstError + " (see " + s.runDir.logsDir()
+            + ")";
+        failure.data["rank_error"] = firstError;
+        failure.data["ranks_with_error"] = sameError;
+    }
     failure.wallTimeSec = s.wallTime();
     failure.step = s.lastKnownStep();
     appendEvent(s.runDir.eventsFile(), failure);

@@ -23,7 +23,9 @@ public:
     explicit Launcher(LaunchOptions options);
     ~Launcher();
 
-    // Spawns the ranks and supervises them until they all exit or one fails. Returns the exit
+    // Spawns the ranks and supervises them until they all exit or one fails (with
+    // --max-restarts, a failed or hung rank stops them all and they start again from the latest
+    // complete checkpoint, each restart a "restart" event). Returns the exit
     // status for the launcher: 0 when every rank exited 0; otherwise the failed rank's exit code,
     // 128 + signal for a rank killed by a signal (or for a launcher stopped by a signal), or 1.
     // Throws std::runtime_error for set-up errors (busy port, rendezvous timeout, run dir, a run
@@ -46,11 +48,19 @@ private:
     // Watches the ranks until they are all gone: signals, heartbeats and hangs, exits, rank 0's
     // output, the other nodes, the stop sequence; then releases the signals and pipes.
     void watchRanks(Session& s);
+    // After a failed attempt (every rank down): whether to start the ranks again
+    // (--max-restarts), with the restart event written; when not, a failure that could have
+    // been restarted says why it was not.
+    bool restartAfterFailure(Session& s);
+    // After the last attempt: the other nodes learn this one is done; the signals go back.
+    void tearDown(Session& s);
     // The final error and finish events of a failed run (written once everything is down) and
     // the launcher's exit status.
     int finish(Session& s);
 
     LaunchOptions m_options;
+    int m_restarts = 0;           // restarts done so far
+    std::string m_lastFailureKey; // cause and step of the failure the last restart followed
     std::unique_ptr<protocol::RunLock> m_lock; // the run folder's, for the run's lifetime
 };
 

@@ -56,17 +56,19 @@ public:
         m_cv.notify_all();
     }
 
-    void reportError(std::string message)
+    void reportError(std::string message, int fallbackFd)
     {
         std::lock_guard<std::mutex> lock(m_mutex);
-        if (m_fd < 0)
+        // Before start() (a flag or the spec refused): straight to the launcher's pipe.
+        const int fd = m_fd >= 0 ? m_fd : fallbackFd;
+        if (fd < 0)
             return;
         for (char& c : message)
             if (c == '\n' || c == '\r')
                 c = ' ';
         // One write of at most PIPE_BUF bytes: the pipe takes it whole, no beat cuts into it.
         const std::string line = "error " + message.substr(0, PIPE_BUF - 8) + "\n";
-        ssize_t w = ::write(m_fd, line.data(), line.size());
+        ssize_t w = ::write(fd, line.data(), line.size());
         (void)w;
     }
 
@@ -138,16 +140,28 @@ RankPhase phaseFromName(const std::string& name)
     return RankPhase::Step;
 }
 
-void RankHeartbeat::start(double hangTimeoutSec)
+namespace {
+
+// The pipe the launcher handed over, or -1.
+int heartbeatFd()
 {
     const char* v = std::getenv(kHeartbeatFdEnv);
     if (!v || !*v)
-        return;
+        return -1;
     char* end = nullptr;
     const long fd = std::strtol(v, &end, 10);
-    if (*end != '\0' || fd < 0 || ::fcntl(static_cast<int>(fd), F_GETFD) < 0)
-        return; // not handed a pipe (a worker started by hand with a stale environment)
-    beater().start(static_cast<int>(fd), hangTimeoutSec);
+    if (*end != '\0' || fd < 0 || fd > INT_MAX || ::fcntl(static_cast<int>(fd), F_GETFD) < 0)
+        return -1; // not handed a pipe (a worker started by hand with a stale environment)
+    return static_cast<int>(fd);
+}
+
+} // namespace
+
+void RankHeartbeat::start(double hangTimeoutSec)
+{
+    const int fd = heartbeatFd();
+    if (fd >= 0)
+        beater().start(fd, hangTimeoutSec);
 }
 
 void RankHeartbeat::report(int64_t step, RankPhase phase)
@@ -157,7 +171,7 @@ void RankHeartbeat::report(int64_t step, RankPhase phase)
 
 void RankHeartbeat::reportError(const std::string& message)
 {
-    beater().reportError(message);
+    beater().reportError(message, heartbeatFd());
 }
 
 } // namespace shard::launch

@@ -112,6 +112,12 @@ const std::vector<LaunchFlag>& launchFlags()
                 a.collectiveTimeoutSec = toSeconds("--collective-timeout", v);
             },
             [](const LaunchArgs& a) { return text(a.collectiveTimeoutSec); }},
+        {"--max-restarts",
+            "when a rank dies or hangs, stop every rank and start them again with --resume auto "
+            "from the latest complete checkpoint, up to N times (default 0; a failure that "
+            "repeats at the same step with the same cause is not restarted again)",
+            [](LaunchArgs& a, const std::string& v) { a.maxRestarts = toInt("--max-restarts", v); },
+            [](const LaunchArgs& a) { return text(a.maxRestarts); }},
     };
     return flags;
 }

@@ -21,6 +21,9 @@ struct LaunchArgs {
     double gracePeriodSec = 5.0;
     std::optional<double> hangTimeoutSec;
     std::optional<double> collectiveTimeoutSec;
+    // Restarts in place: a failed or hung rank stops every rank, which start again with
+    // `--resume auto` from the latest complete checkpoint, up to this many times.
+    std::optional<int> maxRestarts;
     std::vector<std::string> workerArgs; // the worker command after "--" (e.g. train --config F)
 
     // "launch", every flag that is set (timeouts only when they differ from the default), "--"

@@ -3,6 +3,7 @@
 #include "run_spec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <set>
 #include <stdexcept>
@@ -69,6 +70,7 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("allow_batch_change", s.allowBatchChange);
     f("threads", s.threads);
     f("hang_timeout_sec", s.hangTimeoutSec);
+    f("max_restarts", s.maxRestarts);
 }
 
 void oneOf(const std::string& field, const std::string& value, std::set<std::string> allowed)
@@ -231,6 +233,12 @@ void validate(const RunSpec& s)
     positive("micro_batch", static_cast<double>(s.microBatch));
     if (!(s.hangTimeoutSec >= 0))
         throw std::runtime_error("run spec: hang_timeout_sec must be 0 (off) or positive seconds");
+    if (s.maxRestarts < 0)
+        throw std::runtime_error("run spec: max_restarts must be 0 (off) or a positive count (got "
+            + std::to_string(s.maxRestarts) + ")");
+    if (s.maxRestarts > 0 && s.nodes > 1)
+        throw std::runtime_error("run spec: max_restarts restarts the ranks of one node; a run "
+                                 "over several nodes cannot restart in place yet (use 0)");
     positive("seq_len", static_cast<double>(s.seqLen));
     positive("grad_accum", static_cast<double>(s.gradAccum));
     positive("nodes", s.nodes);
@@ -243,17 +251,33 @@ void validate(const RunSpec& s)
         throw std::runtime_error("run spec: give steps (--steps N) or epochs (--epochs N)");
     if (s.warmup < 0)
         throw std::runtime_error("run spec: warmup must be >= 0");
-    if (s.clip < 0)
-        throw std::runtime_error("run spec: clip must be >= 0 (0 disables clipping)");
+    // Written as !(x >= 0) so NaN is refused too: JSON has no NaN, so a run.json would record
+    // it as null and a rerun from that spec would train with the default instead.
+    if (!(s.clip >= 0) || std::isinf(s.clip))
+        throw std::runtime_error("run spec: clip must be a finite number >= 0 (0 disables "
+                                 "clipping; got "
+            + std::to_string(s.clip) + ")");
+    if (s.checkpointEvery < 0)
+        throw std::runtime_error("run spec: checkpoint_every must be >= 0 (0 = no checkpoints; got "
+            + std::to_string(s.checkpointEvery) + ")");
+    if (s.keepCheckpoints < 0)
+        throw std::runtime_error("run spec: keep_checkpoints must be >= 0 (0 keeps all; got "
+            + std::to_string(s.keepCheckpoints) + ")");
+    const std::pair<const char*, double> reals[] = {{"lr", s.lr}, {"min_lr_ratio", s.minLrRatio},
+        {"weight_decay", s.weightDecay}, {"eps", s.eps}, {"lora_alpha", s.loraAlpha}};
+    for (const auto& [field, value] : reals)
+        if (!std::isfinite(value))
+            throw std::runtime_error(std::string("run spec: ") + field
+                + " must be a finite number (got " + std::to_string(value) + ")");
     if (s.sampleEvery < 0)
         throw std::runtime_error("run spec: sample_every must be >= 0 (0 = no samples)");
     if (s.sampleEvery > 0 && s.samplePrompts.empty())
         throw std::runtime_error("run spec: sample_every needs sample_prompts (--sample-prompts "
                                  "FILE, one prompt a line)");
     positive("sample_max_tokens", static_cast<double>(s.sampleMaxTokens));
-    if (s.evalFraction < 0 || s.evalFraction >= 1)
+    if (!(s.evalFraction >= 0 && s.evalFraction < 1))
         throw std::runtime_error("run spec: eval_fraction must be in [0, 1)");
-    if (s.beta1 < 0 || s.beta1 >= 1 || s.beta2 < 0 || s.beta2 >= 1)
+    if (!(s.beta1 >= 0 && s.beta1 < 1 && s.beta2 >= 0 && s.beta2 < 1))
         throw std::runtime_error("run spec: beta1 and beta2 must be in [0, 1)");
     try {
         s.parallelDims().validate("ranks");

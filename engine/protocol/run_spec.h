@@ -81,6 +81,9 @@ struct RunSpec {
     // A rank without progress this long is hung (the launcher stops the run); 0 = off.
     // $SHARD_HANG_TIMEOUT_S (set by `launch --hang-timeout`) overrides it.
     double hangTimeoutSec = 300.0;
+    // Restarts in place (`launch --max-restarts`): a rank that dies or hangs stops every rank,
+    // which start again from the latest complete checkpoint, up to this many times; 0 = off.
+    int maxRestarts = 0;
 
     int worldSize() const { return nodes * procsPerNode; }
     bool usesLora() const { return method == "lora" || method == "qlora"; }

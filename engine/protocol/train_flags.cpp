@@ -2,6 +2,7 @@
 #include "protocol/train_flags.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -18,16 +19,28 @@ template<typename T> T parseNumber(const char* flag, const std::string& v)
     } else if constexpr (std::is_floating_point_v<T>) {
         char* end = nullptr;
         const double d = std::strtod(v.c_str(), &end);
-        if (v.empty() || *end != '\0')
+        if (v.empty() || *end != '\0' || std::isnan(d))
             throw std::runtime_error(std::string(flag) + ": '" + v + "' is not a number");
         return static_cast<T>(d);
     } else {
         char* end = nullptr;
         errno = 0;
-        const long long n = std::strtoll(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0' || errno == ERANGE || (std::is_unsigned_v<T> && n < 0))
-            throw std::runtime_error(std::string(flag) + ": '" + v + "' is not an integer");
-        return static_cast<T>(n);
+        if constexpr (std::is_unsigned_v<T>) {
+            // strtoull would take "-1" as 2^64 - 1: a sign is refused by name.
+            if (!v.empty() && v[0] == '-')
+                throw std::runtime_error(std::string(flag) + ": '" + v
+                    + "' is negative; give a whole number from 0 to 18446744073709551615");
+            const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+            if (v.empty() || *end != '\0' || errno == ERANGE)
+                throw std::runtime_error(std::string(flag) + ": '" + v
+                    + "' is not a whole number from 0 to 18446744073709551615");
+            return static_cast<T>(n);
+        } else {
+            const long long n = std::strtoll(v.c_str(), &end, 10);
+            if (v.empty() || *end != '\0' || errno == ERANGE)
+                throw std::runtime_error(std::string(flag) + ": '" + v + "' is not an integer");
+            return static_cast<T>(n);
+        }
     }
 }
 
@@ -125,6 +138,9 @@ const std::vector<TrainFlag>& trainFlags()
         SHARD_FLAG("--nodes", nodes, "Nodes in the run"),
         SHARD_FLAG("--nproc-per-node", procsPerNode,
             "Ranks per node (under a launcher: its count; a different value is refused)"),
+        SHARD_FLAG("--max-restarts", maxRestarts,
+            "Under `shard run` / `launch`: when a rank dies or hangs, restart every rank from the "
+            "latest complete checkpoint, up to N times (0 = off)"),
         SHARD_FLAG("--checkpoint-every", checkpointEvery,
             "Save a sharded checkpoint every N steps and at the end (0 = none)"),
         SHARD_FLAG("--keep-checkpoints", keepCheckpoints, "Complete checkpoints kept (0 = all)"),

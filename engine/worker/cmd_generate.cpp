@@ -55,6 +55,7 @@ struct Source {
     std::string checkpoint; // set for a checkpoint
     plan::ModelSpec spec;
     std::string tokenizerDir;
+    std::unique_ptr<engine::SafetensorsReader> weights; // a folder's, validated
 };
 
 bool hasTokenizer(const std::string& dir)
@@ -102,6 +103,15 @@ Source resolveSource(const GenerateArgs& a)
     Source s;
     s.hfDir = dir;
     s.spec = plan::loadHfConfig(dir);
+    // Validated against its weights before anything the size of the model is built (a config
+    // of 10^9 layers is refused here, not allocated). A folder of config.json alone still gets
+    // the memory check first: it is refused by its size, else for its missing weights.
+    if (fs::exists(fs::path(dir) / "model.safetensors")
+        || fs::exists(fs::path(dir) / "model.safetensors.index.json")) {
+        engine::HfModelFolder folder = engine::openHfModelFolder(dir);
+        s.spec = folder.spec;
+        s.weights = std::move(folder.weights);
+    }
     if (hasTokenizer(dir))
         s.tokenizerDir = dir;
     return s;
@@ -240,11 +250,11 @@ void runGenerate(const GenerateArgs& a)
         // One copy of the weights, in the compute dtype on the device, filled tensor by tensor.
         at::NoGradGuard noGrad;
         const auto opts = at::TensorOptions().dtype(dtype).device(device);
-        std::unique_ptr<engine::SafetensorsReader> weights;
+        std::unique_ptr<engine::SafetensorsReader> weights = std::move(src.weights);
         std::unique_ptr<ckpt::CheckpointReader> reader;
-        if (!src.hfDir.empty())
-            weights = std::move(engine::openHfModelFolder(src.hfDir).weights);
-        else
+        if (!weights && !src.hfDir.empty())
+            weights = std::move(engine::openHfModelFolder(src.hfDir).weights); // says what lacks
+        else if (!weights)
             reader = std::make_unique<ckpt::CheckpointReader>(src.checkpoint);
         for (engine::Param* p : model.params()) {
             p->value = at::empty(p->info.shape, opts);
@@ -256,6 +266,14 @@ void runGenerate(const GenerateArgs& a)
             } else {
                 p->value.copy_(reader->readFull(ckpt::kParam, p->info.name));
             }
+            // NaN or Inf weights would decode to token 0 every time (argmax of NaN logits).
+            const bool nan = p->value.isnan().any().item<bool>();
+            if (nan || p->value.isinf().any().item<bool>())
+                throw std::runtime_error(
+                    (weights ? "model folder " + src.hfDir : "checkpoint " + src.checkpoint)
+                    + ": tensor '" + p->info.name + "' holds " + (nan ? "NaN" : "Inf")
+                    + " (as loaded in " + a.dtype
+                    + "); the weights are damaged: export or download them again");
         }
     }
     protocol::GenModelRecord mr;

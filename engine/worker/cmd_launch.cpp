@@ -3,6 +3,7 @@
 // toArgv() the studio and `shard run` build this command with.
 #include <deque>
 #include <memory>
+#include <thread>
 
 #include "command.h"
 #include "launch/launch_options.h"
@@ -40,6 +41,10 @@ CommandRegistration registration([](CLI::App& app) {
         argv.insert(argv.end(), cli->worker.begin(), cli->worker.end());
         const auto request = protocol::LaunchArgs::fromArgv(argv);
         auto options = launch::resolveLaunchOptions(request, launch::currentEnvironment());
+        if (options.cpuRanks)
+            launch::checkCpuRanks(options.nprocPerNode,
+                static_cast<int>(std::thread::hardware_concurrency()),
+                launch::availableHostBytes());
         exitCode() = launch::Launcher(options).run();
     });
 });

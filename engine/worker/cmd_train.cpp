@@ -164,7 +164,16 @@ const CommandRegistration kRegistration([](CLI::App& app) {
         a.overrides.push_back(
             {opt, [apply = flag.apply, &value](protocol::RunSpec& s) { apply(s, value); }});
     }
-    cmd->callback([args] { train(*args); });
+    cmd->callback([args] {
+        try {
+            train(*args);
+        } catch (const std::exception& e) {
+            // Also a refusal before set-up (a bad flag or spec): the launcher names it (every
+            // rank refuses alike, so it prints the reason once instead of "see rank-1.log").
+            launch::RankHeartbeat::reportError(e.what());
+            throw;
+        }
+    });
 });
 
 } // namespace

@@ -335,6 +335,10 @@ void testBadInputs()
     CHECK_THROWS(DataLoader(allBad, g_tok), "every line was bad");
     CHECK_THROWS(DataLoader(config({(g_dir / "missing.jsonl").string()}, 16), g_tok),
         "missing.jsonl: cannot open");
+    // A folder given as the data path (it used to say only "read error").
+    std::filesystem::create_directories(g_dir / "a_folder");
+    CHECK_THROWS(DataLoader(config({(g_dir / "a_folder").string()}, 16), g_tok),
+        "a_folder: is a folder, not a data file");
     CHECK_THROWS(DataLoader(config({}, 16), g_tok), "no training files");
     CHECK_THROWS(DataLoader(config({malformed}, 1), g_tok), "at least 2");
     DataConfig fmt = config({file("fmt.jsonl", good)}, 16);

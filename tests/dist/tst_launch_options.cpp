@@ -60,6 +60,46 @@ int main()
         r.runDir = "/tmp/explicit";
         expect(resolveLaunchOptions(r, {}).runDir == "/tmp/explicit", "--run-dir wins");
     }
+    // Restarts in place: the launch flag, or the train flag (shard run -- ... --max-restarts N);
+    // one node only, never negative.
+    {
+        auto r = basic();
+        expect(resolveLaunchOptions(r, {}).maxRestarts == 0, "no restarts by default");
+        r.maxRestarts = 3;
+        expect(resolveLaunchOptions(r, {}).maxRestarts == 3, "--max-restarts 3");
+        r.maxRestarts.reset();
+        r.workerArgs = {"train", "--out", "/tmp/run1", "--max-restarts", "2"};
+        expect(resolveLaunchOptions(r, {}).maxRestarts == 2, "the train flag --max-restarts 2");
+        r.maxRestarts = -1;
+        expectThrows(r, {}, "--max-restarts must be 0 (off) or a positive count");
+        r.maxRestarts = 1;
+        r.nnodes = 2;
+        r.masterPort = 29500;
+        expectThrows(r, {}, "cannot restart in place yet");
+    }
+    // CPU ranks against the node's cores and memory (issue 32: 64 ranks on 2 cores started and
+    // grew to 11 GB without a step).
+    {
+        auto refused = [](int nproc, int cores, int64_t bytes, const std::string& needle) {
+            try {
+                checkCpuRanks(nproc, cores, bytes);
+                expect(false, std::to_string(nproc) + " CPU ranks accepted");
+            } catch (const std::invalid_argument& e) {
+                expect(std::string(e.what()).find(needle) != std::string::npos,
+                    "error '" + std::string(e.what()) + "' should contain '" + needle + "'");
+            }
+        };
+        const int64_t gib = int64_t(1) << 30;
+        refused(64, 2, 16 * gib, "use --nproc-per-node 8 or less");
+        refused(64, 2, 16 * gib, "11520 MiB of host memory");
+        refused(8, 2, gib, "use --nproc-per-node 5 or less");
+        checkCpuRanks(8, 2, 16 * gib);
+        checkCpuRanks(4, 2, 0); // memory unknown: the cores decide
+        checkCpuRanks(1, 1, 1); // one rank is always allowed
+        auto r = basic();
+        r.workerArgs = {"train", "--out", "/tmp/run1", "--device", "cpu"};
+        expect(resolveLaunchOptions(r, {}).cpuRanks, "--device cpu: CPU ranks");
+    }
     // No rank count given: one rank per visible GPU on a GPU node, else 1.
     {
         const std::string gpus = "/tmp/tst_launch_options_gpus." + std::to_string(::getpid());

@@ -96,6 +96,27 @@ void testRankExitCode()
     SHARD_EXPECT(noneRemain(dir, rankPids(dir), 5), "processes remain");
 }
 
+// A refusal every rank shares (a bad train flag, read before any set-up): the launcher's error
+// says what was refused, not only "rank 1 exited with code 1; see rank-1.log" (issue 32).
+void testSharedRefusal()
+{
+    const std::string dir = makeTempDir("refusal");
+    auto p = spawnProcess({workerPath(), "launch", "--nproc-per-node", "2", "--run-dir", dir, "--",
+        "train", "--model", dir + "/no-model", "--data", dir + "/no-data.jsonl", "--out", dir,
+        "--steps", "2", "--micro-batch", "nan"});
+    SHARD_EXPECT(p.wait(60), "launcher did not exit");
+    SHARD_EXPECT(p.exitCode() == 1, "exit " + std::to_string(p.exitCode()));
+    const std::string reason = "--micro-batch: 'nan' is not an integer";
+    bool named = false;
+    for (const auto& e : events(dir))
+        named = named
+            || (e.value("kind", "") == "error"
+                && e.value("message", "").find(reason) != std::string::npos
+                && e["data"].value("rank_error", "").find(reason) != std::string::npos);
+    SHARD_EXPECT(named, "the error event names the refusal: " + readFile(dir + "/events.jsonl"));
+    SHARD_EXPECT(p.err.find(reason) != std::string::npos, "stderr names the refusal: " + p.err);
+}
+
 void testLauncherSignalled(int sig)
 {
     const std::string dir = makeTempDir(sig == SIGKILL ? "lkill" : "lterm");
@@ -245,6 +266,7 @@ int main()
 {
     testRankKilled();
     testRankExitCode();
+    testSharedRefusal();
     testLauncherSignalled(SIGTERM);
     testLauncherSignalled(SIGKILL);
     testBusyPort();

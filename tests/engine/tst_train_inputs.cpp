@@ -312,6 +312,82 @@ void offloadHostMemory()
     T_CHECK(refusal(1).empty()); // nothing in host memory to check
 }
 
+// A copy of the model folder (config.json, weights, tokenizer) at `dst`.
+std::string copyModel(const std::string& dst)
+{
+    fs::remove_all(dst);
+    fs::copy(g_model, dst, fs::copy_options::recursive);
+    return dst;
+}
+
+// Writes NaN into the first element of tensor `name` of dir/model.safetensors (fp32 or bf16),
+// through the file's own header: no Torch involved, as a damaged download would be.
+bool poisonTensor(const std::string& dir, const std::string& name)
+{
+    std::fstream f(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t headerBytes = 0;
+    f.read(reinterpret_cast<char*>(&headerBytes), 8);
+    std::string header(headerBytes, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(headerBytes));
+    const json h = json::parse(header, nullptr, false);
+    if (!f || !h.is_object() || !h.contains(name))
+        return false;
+    const std::string dtype = h[name].value("dtype", "");
+    f.seekp(
+        static_cast<std::streamoff>(8 + headerBytes + h[name]["data_offsets"][0].get<uint64_t>()));
+    const unsigned char nanF32[4] = {0x00, 0x00, 0xc0, 0x7f};
+    const unsigned char nanBf16[2] = {0xc0, 0x7f};
+    if (dtype == "F32")
+        f.write(reinterpret_cast<const char*>(nanF32), 4);
+    else if (dtype == "BF16")
+        f.write(reinterpret_cast<const char*>(nanBf16), 2);
+    else
+        return false;
+    return static_cast<bool>(f);
+}
+
+// Damaged model folders (issue 32): a config.json whose layer count the weights do not hold is
+// refused before anything its size is allocated (10^9 layers used to grow ~200 MB/s, silently);
+// NaN weights are named with the tensor, by train (not "lower the learning rate") and by
+// generate (which printed NUL tokens and exited 0).
+void damagedModels()
+{
+    const std::string layers = copyModel(g_dir + "/absurd-layers");
+    {
+        std::ifstream in(layers + "/config.json");
+        json config = json::parse(in);
+        config["num_hidden_layers"] = 1000000000;
+        std::ofstream(layers + "/config.json") << config.dump(2);
+    }
+    const std::string absurd = "num_hidden_layers is 1000000000 but the weights";
+    Result r = shard::test::runCaptured("timeout -s KILL 30 " + std::string(SHARD_WORKER)
+        + " train --model " + layers + " --data " + g_data + " --out " + g_dir
+        + "/absurd-run --steps 1 --seq-len 16 --micro-batch 2 --threads 1 2>&1");
+    T_CHECK_MSG(r.code == 1, r.output);
+    T_CHECK(contains(r, absurd));
+    r = shard::test::runCaptured("timeout -s KILL 30 " + std::string(SHARD_WORKER)
+        + " generate --model " + layers + " --prompt hi --max-new-tokens 4 2>&1");
+    T_CHECK_MSG(r.code == 1, r.output);
+    T_CHECK(contains(r, absurd));
+
+    const std::string tensor = "model.layers.0.mlp.up_proj.weight";
+    const std::string nan = copyModel(g_dir + "/nan-weights");
+    T_CHECK(poisonTensor(nan, tensor));
+    r = worker("train --model " + nan + " --data " + g_data + " --out " + g_dir
+        + "/nan-run --steps 2 --seq-len 16 --micro-batch 2 --threads 1");
+    T_CHECK_MSG(r.code == 1, r.output);
+    T_CHECK(contains(r, "the model's weights are damaged: tensor '" + tensor + "' holds NaN"));
+    const json error = event(g_dir + "/nan-run", "error");
+    T_CHECK_MSG(!error.is_null()
+            && error.value("message", "").find("tensor '" + tensor + "' holds NaN")
+                != std::string::npos,
+        error.dump());
+    r = worker("generate --model " + nan + " --prompt hi --max-new-tokens 5");
+    T_CHECK_MSG(r.code == 1, r.output);
+    T_CHECK(contains(r, "tensor '" + tensor + "' holds NaN"));
+    T_CHECK_MSG(r.output.find("\"token\"") == std::string::npos, r.output);
+}
+
 int main()
 {
     g_dir = shard::test::tempDir("tst_train_inputs");
@@ -330,6 +406,7 @@ int main()
     chatTemplate();
     skippedLines();
     rankCount();
+    damagedModels();
     fs::remove_all(g_dir);
     return shard::test::finish("tst_train_inputs");
 }

@@ -113,6 +113,78 @@ private Q_SLOTS:
         auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
         QVERIFY(!store->findRun("clash"));
     }
+
+    // `shard run` continues a run in its folder (issue 32): `--resume auto` after `--` and a
+    // RUN.json with "resume": "auto" both used to be refused with "already holds a run".
+    void resumeContinuesTheRun()
+    {
+        const QString runDir = m_dir.filePath("resumed");
+        const QStringList steps4 = {"--steps", "4", "--checkpoint-every", "2"};
+        auto o = shard(QStringList {"run", "--name", "res", "--run-dir", runDir, "--"}
+            + trainFlags(m_data) + QStringList {"--skip-bad-lines"} + steps4);
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        QVERIFY(QFile::exists(runDir + "/checkpoints/step-4/DONE"));
+
+        // The flags route: two more steps from the checkpoint at step 4.
+        o = shard(QStringList {"run", "--name", "res", "--run-dir", runDir, "--"}
+            + trainFlags(m_data)
+            + QStringList {
+                "--skip-bad-lines", "--steps", "6", "--checkpoint-every", "2", "--resume", "auto"});
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        QCOMPARE(lastMetricStep(runDir), 6);
+
+        // The RUN.json route: the run's own spec, its steps raised, "resume": "auto".
+        QJsonObject spec = readJson(runDir + "/run.json");
+        QVERIFY(!spec.isEmpty());
+        spec["steps"] = 8;
+        spec["resume"] = "auto";
+        const QString specPath = m_dir.filePath("resume-spec.json");
+        QFile f(specPath);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QJsonDocument(spec).toJson());
+        f.close();
+        o = shard({"run", "--run-dir", runDir, specPath});
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        QCOMPARE(lastMetricStep(runDir), 8);
+
+        // One record for the folder, as for a resume from the studio.
+        auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
+        RunQuery q;
+        q.text = runDir;
+        auto runs = store->listRuns(q);
+        QVERIFY(runs);
+        QCOMPARE(runs->size(), 1);
+
+        // resume "auto" without a folder to continue is refused, naming --run-dir.
+        o = shard(QStringList {"run", "--name", "nowhere", "--"} + trainFlags(m_data)
+            + QStringList {"--resume", "auto"});
+        QVERIFY(o.code != 0);
+        QVERIFY2(o.err.contains("--run-dir"), qPrintable(o.err));
+    }
+
+    // `shard run --nproc 0` used to start the spec's rank count and exit 0 (issue 32).
+    void zeroRanksRefused()
+    {
+        auto o = shard(
+            QStringList {"run", "--name", "zero", "--nproc", "0", "--"} + trainFlags(m_data));
+        QVERIFY(o.code != 0);
+        QVERIFY2(o.err.contains("--nproc"), qPrintable(o.err));
+        auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
+        QVERIFY(!store->findRun("zero"));
+    }
+
+private:
+    static int lastMetricStep(const QString& runDir)
+    {
+        QFile f(runDir + "/metrics.jsonl");
+        if (!f.open(QIODevice::ReadOnly))
+            return -1;
+        int step = -1;
+        for (const QByteArray& line : f.readAll().split('\n'))
+            if (!line.trimmed().isEmpty())
+                step = QJsonDocument::fromJson(line).object().value("step").toInt();
+        return step;
+    }
 };
 
 QTEST_GUILESS_MAIN(TestCliTrainFlags)

@@ -65,7 +65,9 @@ private Q_SLOTS:
         QTemporaryDir dir;
         auto store = RunStore::open(dir.filePath("runs.sqlite"));
         LocalLauncher launcher(*store);
-        auto id = launcher.start(request(dir.filePath("run1"), 15));
+        LaunchRequest req = request(dir.filePath("run1"), 15);
+        req.spec.maxRestarts = 2; // the spec's max_restarts reaches the node launcher
+        auto id = launcher.start(req);
         QVERIFY2(id, qPrintable(id.error()));
         auto run = store->run(*id);
         QCOMPARE(toString(run->status), QString("running"));
@@ -89,6 +91,7 @@ private Q_SLOTS:
         QVERIFY(args.open(QIODevice::ReadOnly));
         const QByteArray a = args.readAll();
         QVERIFY(a.contains("--nproc-per-node\n2\n"));
+        QVERIFY2(a.contains("--max-restarts\n2\n"), a.constData());
         QVERIFY(a.contains("--config\n" + run->runDir.toUtf8() + "/launch-spec.json\n"));
         QFile sent(run->runDir + "/launch-spec.json");
         QVERIFY(sent.open(QIODevice::ReadOnly));

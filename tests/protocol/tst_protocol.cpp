@@ -3,12 +3,14 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <cmath>
 #include <fstream>
 
 #include "protocol/config_diff.h"
 #include "protocol/jsonl_reader.h"
 #include "protocol/records.h"
 #include "protocol/run_spec.h"
+#include "protocol/train_flags.h"
 
 using namespace shard::protocol;
 
@@ -182,6 +184,69 @@ private Q_SLOTS:
         } catch (const std::runtime_error& e) {
             QVERIFY2(QString::fromUtf8(e.what()).contains(needle), e.what());
         }
+    }
+
+    // Values the fault probes slipped through (issue 32): each refused with the field and the
+    // fix, whether it comes as a train flag or in a spec.
+    void badTrainFlagValues_data()
+    {
+        QTest::addColumn<QStringList>("flags");
+        QTest::addColumn<QString>("needle");
+        QTest::newRow("clip nan") << QStringList {"--clip", "nan"}
+                                  << "--clip: 'nan' is not a number";
+        QTest::newRow("clip inf") << QStringList {"--clip", "inf"}
+                                  << "clip must be a finite number";
+        QTest::newRow("clip negative") << QStringList {"--clip", "-1"} << "clip must be a finite";
+        QTest::newRow("checkpoint every -1")
+            << QStringList {"--checkpoint-every", "-1"} << "checkpoint_every must be >= 0";
+        QTest::newRow("keep checkpoints -1")
+            << QStringList {"--keep-checkpoints", "-1"} << "keep_checkpoints must be >= 0";
+        QTest::newRow("seed -1") << QStringList {"--seed", "-1"}
+                                 << "--seed: '-1' is negative; give a whole number from 0";
+        QTest::newRow("seed text")
+            << QStringList {"--seed", "x"} << "--seed: 'x' is not a whole number";
+        QTest::newRow("micro batch nan")
+            << QStringList {"--micro-batch", "nan"} << "--micro-batch: 'nan' is not an integer";
+        QTest::newRow("max restarts -1") << QStringList {"--max-restarts", "-1"}
+                                         << "max_restarts must be 0 (off) or a positive count";
+        QTest::newRow("max restarts over nodes")
+            << QStringList {"--max-restarts", "2", "--nodes", "2"} << "cannot restart in place yet";
+        QTest::newRow("lr inf") << QStringList {"--lr", "inf"} << "lr must be a finite number";
+        QTest::newRow("eval fraction nan")
+            << QStringList {"--eval-fraction", "nan"} << "is not a number";
+    }
+
+    void badTrainFlagValues()
+    {
+        QFETCH(QStringList, flags);
+        QFETCH(QString, needle);
+        std::vector<std::string> args = {"--model", "/m", "--data", "/d", "--steps", "5"};
+        for (const QString& f : flags)
+            args.push_back(f.toStdString());
+        try {
+            RunSpec spec;
+            applyTrainFlags(spec, args);
+            validate(spec);
+            QFAIL("expected an error");
+        } catch (const std::runtime_error& e) {
+            QVERIFY2(QString::fromUtf8(e.what()).contains(needle), e.what());
+        }
+    }
+
+    // A spec built in code (not through the flags) is held to the same rule: JSON cannot record
+    // NaN, so a spec with one would not rerun as it ran.
+    void nanInSpecRefused()
+    {
+        RunSpec spec;
+        spec.model = "/m";
+        spec.data = {"/d"};
+        spec.steps = 5;
+        validate(spec);
+        spec.clip = std::nan("");
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, validate(spec));
+        spec.clip = 1.0;
+        spec.beta2 = std::nan("");
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, validate(spec));
     }
 
     void configDifferencesIgnoreDefaults()

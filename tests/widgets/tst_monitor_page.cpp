@@ -340,6 +340,30 @@ private Q_SLOTS:
         QVERIFY2(page.messageText().contains("line 7"), qPrintable(page.messageText()));
     }
 
+    // A restart in place (launch --max-restarts) is said in the message bar and marked on the
+    // loss chart at the step that failed (issue 32).
+    void restartIsShownAndMarked()
+    {
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString run
+            = startedRun(tmp, "run-restart", R"({"name":"tiny","steps":10,"strategy":"zero3"})",
+                R"X({"v":1,"type":"event","kind":"restart","wall_time":3,"step":6,)X"
+                R"X("message":"rank 1 (pid 7) was killed by signal 9 (SIGKILL); restarting )X"
+                R"X(every rank from the checkpoint at step 4 (restart 1 of 2)",)X"
+                R"X("data":{"cause":"rank_failed","rank":1,"checkpoint_step":4,"restart":1}})X"
+                "\n");
+        Service store;
+        MonitorPage page;
+        page.setStore(&store.service);
+        page.openRunDirectory(run);
+        QTRY_VERIFY_WITH_TIMEOUT(
+            page.messageText().contains("restarted from its checkpoint"), 5000);
+        QVERIFY2(page.messageText().contains("at step 4"), qPrintable(page.messageText()));
+        QCOMPARE(page.lossPlot()->markerCount(), 1);
+        QCOMPARE(page.lrPlot()->markerCount(), 0);
+    }
+
     void folderWithoutRunJsonShowsMessage()
     {
         QTemporaryDir tmp;

@@ -1,6 +1,7 @@
 // HF folder validation and output.
 #include "hf_folder.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -34,6 +35,24 @@ HfModelFolder openHfModelFolder(const std::string& dir)
         throw std::runtime_error(dir + "/config.json: model_type '" + out.spec.modelType
             + "' (mixture of experts) can be planned but not trained by this engine");
     out.weights = std::make_unique<SafetensorsReader>(dir);
+    // The layers the weights hold, before the parameter table (its size is the config's).
+    const std::string layerPrefix = "model.layers.";
+    int64_t weightLayers = 0;
+    for (const std::string& name : out.weights->names()) {
+        if (name.rfind(layerPrefix, 0) != 0)
+            continue;
+        const std::string rest = name.substr(layerPrefix.size());
+        const auto dot = rest.find('.');
+        const std::string index = rest.substr(0, dot);
+        if (!index.empty() && index.size() < 10
+            && index.find_first_not_of("0123456789") == std::string::npos)
+            weightLayers = std::max<int64_t>(weightLayers, std::stoll(index) + 1);
+    }
+    if (out.spec.numLayers > weightLayers)
+        throw std::runtime_error(dir + "/config.json: num_hidden_layers is "
+            + std::to_string(out.spec.numLayers) + " but the weights ("
+            + out.weights->files().front() + ") hold " + std::to_string(weightLayers)
+            + " layer(s); fix num_hidden_layers or use the weights written with this config");
     for (const auto& p : plan::parameterTable(out.spec)) {
         if (!out.weights->contains(p.name))
             throw std::runtime_error(out.weights->files().front() + ": missing tensor '" + p.name
@@ -51,6 +70,19 @@ HfModelFolder openHfModelFolder(const std::string& dir)
         toScalarType(info.dtype, dir + ": tensor '" + p.name + "'");
     }
     return out;
+}
+
+std::string findNonFiniteTensor(const SafetensorsReader& weights)
+{
+    for (const std::string& name : weights.names()) {
+        const at::Tensor t = weights.tensor(name);
+        if (!t.is_floating_point())
+            continue;
+        const bool nan = t.isnan().any().item<bool>();
+        if (nan || t.isinf().any().item<bool>())
+            return "tensor '" + name + "' holds " + (nan ? "NaN" : "Inf");
+    }
+    return {};
 }
 
 void writeHfConfigAndTokenizer(

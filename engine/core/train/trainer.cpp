@@ -835,6 +835,12 @@ void Trainer::readSteps(Loop& loop)
 
 std::string Trainer::nonFiniteLossMessage(double loss, int64_t step) const
 {
+    // Damaged weights (a NaN or Inf in the model folder) look like a diverged run: say which.
+    const std::string bad = findNonFiniteTensor(SafetensorsReader(m_modelDir));
+    if (!bad.empty())
+        return "loss is " + std::to_string(loss) + " at step " + std::to_string(step)
+            + ": the model's weights are damaged: " + bad + " in " + m_modelDir
+            + " (export or download the model again)";
     return "loss is " + std::to_string(loss) + " at step " + std::to_string(step)
         + "; lower the learning rate or check the data";
 }
@@ -1018,6 +1024,20 @@ void Trainer::writeFinalModel(Io& io, TrainResult& result)
     io.log->info("model written to {}", result.modelDir);
 }
 
+namespace {
+
+// A collective's error that means another rank's process or connection is gone (Gloo's words).
+bool lostPeer(const std::string& message)
+{
+    for (const char* words : {"Connection reset by peer", "Connection closed by peer",
+             "Broken pipe", "Connection refused", "Socket closed"})
+        if (message.find(words) != std::string::npos)
+            return true;
+    return false;
+}
+
+} // namespace
+
 void Trainer::fail(Io& io, const std::exception& e, int64_t step) const
 {
     // Out of memory (the GPU's caching allocator, or the counting allocator's limit on the
@@ -1029,6 +1049,14 @@ void Trainer::fail(Io& io, const std::exception& e, int64_t step) const
                                                                   : "error"}};
     const std::string message = oom ? outOfMemoryMessage(e, step, data) : e.what();
     io.log->error("{}", message);
+    // Under the launcher, a collective that failed because a peer went away is that peer's
+    // failure: the launcher names the rank that died. An unnamed "Connection reset by peer"
+    // error and a finish written here first would read as the run's verdict.
+    const char* launched = std::getenv("SHARD_LAUNCHED");
+    if (launched && std::string(launched) == "1" && m_worldSize > 1 && !oom && lostPeer(message)) {
+        io.log->error("a peer rank is gone; the launcher records the run's error");
+        throw;
+    }
     // Best effort on a full disk: the error still reaches stdout (the launcher) and stderr.
     try {
         io.event("error", step, message, data);
