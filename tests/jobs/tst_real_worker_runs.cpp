@@ -119,7 +119,7 @@ private Q_SLOTS:
         auto run = store->run(*id);
         QCOMPARE(toString(run->status), QString("stopped"));
         for (qint64 pid : rankPids)
-            QTRY_VERIFY_WITH_TIMEOUT(!LocalProcess::isAlive(pid, 0), 5000);
+            QTRY_VERIFY_WITH_TIMEOUT(!LocalProcess::isAlive(pid, 0), 30000);
         QVERIFY(!LocalProcess::isAlive(run->pid, 0));
     }
 

@@ -74,7 +74,7 @@ private Q_SLOTS:
         QSignalSpy added(&page, &ComparePage::runAdded);
         page.addRunDirectory(a);
         page.addRunDirectory(b);
-        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 2, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 2, 30000);
         QCOMPARE(page.runCount(), 2);
         page.flushCharts();
         QCOMPARE(page.lossPlot()->seriesCount(), 2);
@@ -151,9 +151,9 @@ private Q_SLOTS:
         ComparePage page;
         QSignalSpy added(&page, &ComparePage::runAdded);
         page.addRunDirectory(a);
-        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 1, 30000);
         page.addRunDirectory(b);
-        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 2, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 2, 30000);
         QTableWidget* t = page.samplesTable();
         QCOMPARE(t->columnCount(), 3);
         QCOMPARE(t->rowCount(), 3);
@@ -178,7 +178,7 @@ private Q_SLOTS:
         page.show();
         QSignalSpy failed(&page, &ComparePage::loadFailed);
         page.addRunDirectory(tmp.path());
-        QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 30000);
         QVERIFY2(page.messageText().contains("no run.json"), qPrintable(page.messageText()));
         QCOMPARE(page.runCount(), 0);
     }

@@ -53,9 +53,10 @@ private Q_SLOTS:
         QElapsedTimer t;
         t.start();
         page.setStore(&service);
-        // setStore returns at once; the listing arrives later.
-        QVERIFY(t.elapsed() < 200);
-        QTRY_COMPARE_WITH_TIMEOUT(refreshed.count(), 1, 10000);
+        // setStore returns before the listing: it comes from the store's thread, later.
+        QCOMPARE(refreshed.count(), 0);
+        QCOMPARE(page.visibleRowCount(), 0);
+        QTRY_COMPARE_WITH_TIMEOUT(refreshed.count(), 1, 30000);
         qInfo("1000 runs listed and shown in %lld ms", qint64(t.elapsed()));
         QCOMPARE(refreshed.first().first().toInt(), 1000);
         QCOMPARE(page.visibleRowCount(), 1000);
@@ -105,7 +106,7 @@ private Q_SLOTS:
         shard::jobs::RunService service(path);
         QSignalSpy refreshed(&page, &RunsPage::refreshed);
         page.setStore(&service);
-        QTRY_VERIFY_WITH_TIMEOUT(refreshed.count() > 0, 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(refreshed.count() > 0, 30000);
         auto rowOf = [&](qint64 id) {
             for (int r = 0; r < page.model()->rowCount(); ++r)
                 if (page.model()->runAt(r)->id == id)
@@ -128,11 +129,11 @@ private Q_SLOTS:
 
         // A live run is not deleted: it must be stopped first.
         page.deleteRuns({live}, true);
-        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("stop it"), 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("stop it"), 30000);
         QVERIFY(rowOf(live) >= 0);
         // A finished one goes, with its folder when asked.
         page.deleteRuns({done}, true);
-        QTRY_VERIFY_WITH_TIMEOUT(rowOf(done) < 0, 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(rowOf(done) < 0, 30000);
         QVERIFY(!QDir(folder).exists());
         auto store = jobs::RunStore::open(path, jobs::OpenMode::ReadOnly);
         QVERIFY(!store->run(done));
@@ -150,7 +151,7 @@ private Q_SLOTS:
         shard::jobs::RunService service(path);
         QSignalSpy failed(&service, &shard::jobs::RunService::openFailed);
         page.setStore(&service);
-        QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 30000);
         QTRY_VERIFY(!page.messageText().isEmpty());
         QVERIFY2(page.messageText().contains(path), qPrintable(page.messageText()));
     }
