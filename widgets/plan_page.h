@@ -67,8 +67,10 @@ Q_SIGNALS:
 private:
     void scheduleRecompute();
     void browseFolder();
+    void showDeviceMemory(); // the memory field and labels for the chosen device
     std::optional<plan::PlanInput> readFields(QString* error) const;
     void showResults();
+    QString suggestionsFor(const plan::PlanResult& chosen) const; // when it does not fit
     void fillTable();
     void showModelInfo();
 
@@ -88,7 +90,11 @@ private:
     QSpinBox* m_gpus = nullptr;
     QSpinBox* m_nodes = nullptr;
     QComboBox* m_device = nullptr;
-    QDoubleSpinBox* m_customGiB = nullptr;
+    QDoubleSpinBox* m_customGiB = nullptr; // a card's memory, a custom GPU's, a CPU node's RAM
+    QLabel* m_memoryLabel = nullptr;
+    QLabel* m_gpusLabel = nullptr;
+    double m_gpuCustomGiB = 48; // "GPU, custom size"
+    double m_cpuRamGiB = 0;     // "CPU": RAM per node; 0 = this machine's
     QDoubleSpinBox* m_hostGiB = nullptr;
     QComboBox* m_mode = nullptr;
     QTableWidget* m_table = nullptr;
