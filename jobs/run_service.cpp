@@ -276,6 +276,9 @@ public:
             return;
         }
         dropWatcher(runId);
+        // The followed run goes: its follow stops here, not at an error about a missing id.
+        if (m_follow.runId == runId)
+            unfollow();
         QString note;
         if (removeFolder && !run->runDir.isEmpty()) {
             if (run->target != QLatin1String("local"))

@@ -87,7 +87,8 @@ public:
     void renameRun(qint64 runId, const QString& name);
     void setNotes(qint64 runId, const QString& notes);
     // Removes the run's record and points; removeFolder: its folder too when it is on this
-    // machine. Refused (errorOccurred) while the run is live. Answered by runDeleted().
+    // machine. Refused (errorOccurred) while the run is live. Answered by runDeleted(); a
+    // followed run that is deleted is no longer followed.
     void deleteRun(qint64 runId, bool removeFolder);
 
 Q_SIGNALS:

@@ -259,6 +259,20 @@ void MonitorPage::setStore(jobs::RunService* store)
             m_attaching.clear();
             openStoreRun(id);
         });
+    connect(store, &jobs::RunService::runDeleted, this, [this](qint64 runId, const QString&) {
+        if (runId == 0 || runId != m_storeRunId)
+            return;
+        // The run shown is gone from the store: the page is emptied, not left on its last state.
+        reset();
+        m_storeRunId = 0;
+        ++m_storeTicket;
+        m_where.clear();
+        m_path->clear();
+        m_stop->setEnabled(false);
+        m_status->setText(tr("No run open"));
+        m_message->showMessage(
+            tr("Run %1 was deleted from the run store.").arg(runId), MessageBar::Kind::Info);
+    });
     connect(store, &jobs::RunService::runError, this, [this](qint64 runId, const QString& message) {
         if (runId == m_storeRunId && !m_finished)
             m_message->showMessage(message);

@@ -146,11 +146,13 @@ RunsPage::RunsPage(QWidget* parent)
             m_message->showMessage(tr("Select the runs to delete."), MessageBar::Kind::Info);
             return;
         }
-        QMessageBox box(QMessageBox::Warning, tr("Delete runs"),
-            tr("Delete %n run(s) from the run store? Their points and events go with them.", "",
-                int(ids.size())),
+        QMessageBox box(QMessageBox::Warning, tr("Delete runs"), deleteQuestion(ids),
             QMessageBox::Cancel, this);
-        auto* folders = new QCheckBox(tr("Also delete their folders on this machine"), &box);
+        box.setObjectName("deleteConfirmation");
+        auto* folders
+            = new QCheckBox(ids.size() == 1 ? tr("Also delete its folder on this machine")
+                                            : tr("Also delete their folders on this machine"),
+                &box);
         box.setCheckBox(folders);
         QPushButton* yes = box.addButton(tr("Delete"), QMessageBox::DestructiveRole);
         box.exec();
@@ -162,6 +164,33 @@ RunsPage::RunsPage(QWidget* parent)
         if (!dir.isEmpty() && m_store)
             m_store->attachRunDirectory(dir);
     });
+}
+
+QString RunsPage::deleteQuestion(const QVector<qint64>& runIds) const
+{
+    // Each run by id, name, status and folder: the one the user meant is recognisable, and a
+    // wrong selection is caught before anything goes.
+    auto describe = [this](qint64 id) {
+        for (int r = 0; r < m_model->rowCount(); ++r)
+            if (const jobs::RunRecord* run = m_model->runAt(r); run && run->id == id)
+                return tr("run %1 “%2” (%3%4)")
+                    .arg(id)
+                    .arg(run->name, jobs::toString(run->status),
+                        run->runDir.isEmpty() ? QString() : tr(", %1").arg(run->runDir));
+        return tr("run %1").arg(id);
+    };
+    if (runIds.size() == 1)
+        return tr("Delete %1 from the run store? Its points and events go with it.")
+            .arg(describe(runIds.front()));
+    constexpr int kListed = 10;
+    QStringList lines;
+    for (int i = 0; i < runIds.size() && i < kListed; ++i)
+        lines << QStringLiteral("• ") + describe(runIds[i]);
+    if (runIds.size() > kListed)
+        lines << tr("… and %n more", "", int(runIds.size()) - kListed);
+    return tr("Delete these %n runs from the run store? Their points and events go with them.", "",
+               int(runIds.size()))
+        + "\n\n" + lines.join('\n');
 }
 
 void RunsPage::setStore(jobs::RunService* store)

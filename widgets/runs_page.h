@@ -45,6 +45,8 @@ public:
     void setNotes(qint64 runId, const QString& notes);
     void deleteRuns(const QVector<qint64>& runIds, bool removeFolders);
     void continueRun(qint64 runId, qint64 moreSteps);
+    // What Delete asks: each run by id, name, status and folder.
+    QString deleteQuestion(const QVector<qint64>& runIds) const;
 
 Q_SIGNALS:
     // A run id: the window follows it through the store (local or remote alike).

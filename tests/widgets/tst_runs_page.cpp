@@ -3,15 +3,23 @@
 // cannot be opened gives a message.
 #include <QtTest>
 
+#include <QApplication>
 #include <QDir>
+#include <QLabel>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QTableView>
 #include <QTemporaryDir>
+#include <QTimer>
 
 #include "jobs/run_service.h"
 #include "jobs/run_store.h"
+#include "widgets/main_window.h"
+#include "widgets/monitor_page.h"
 #include "widgets/run_table_model.h"
 #include "widgets/runs_page.h"
+
+#include "studio_test_util.h"
 
 using namespace shard::widgets;
 namespace jobs = shard::jobs;
@@ -131,6 +139,13 @@ private Q_SLOTS:
         page.deleteRuns({live}, true);
         QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("stop it"), 30000);
         QVERIFY(rowOf(live) >= 0);
+        // Delete asks about each run by id, name and status.
+        const QString both = page.deleteQuestion({done, live});
+        QVERIFY2(both.contains("these 2 runs"), qPrintable(both));
+        QVERIFY2(both.contains(QString("run %1 “lr 3e-4 baseline” (failed").arg(done)),
+            qPrintable(both));
+        QVERIFY2(
+            both.contains(QString("run %1 “about to start” (queued").arg(live)), qPrintable(both));
         // A finished one goes, with its folder when asked.
         page.deleteRuns({done}, true);
         QTRY_VERIFY_WITH_TIMEOUT(rowOf(done) < 0, 30000);
@@ -138,6 +153,106 @@ private Q_SLOTS:
         auto store = jobs::RunStore::open(path, jobs::OpenMode::ReadOnly);
         QVERIFY(!store->run(done));
         QVERIFY(store->run(live));
+    }
+
+    // Delete from the window: the confirmation names the run it deletes; the Monitor, which
+    // showed that run, lets it go, and nothing complains afterwards that the run is missing.
+    void deleteNamesTheRunAndTheMonitorLetsItGo()
+    {
+        QTemporaryDir tmp;
+        shard::test::isolateSettings(tmp.filePath("settings"));
+        const QString path = tmp.filePath("runs.sqlite");
+        qint64 keep = 0, doomed = 0;
+        {
+            auto store = jobs::RunStore::open(path);
+            jobs::NewRun a;
+            a.name = "keep me";
+            a.runDir = tmp.filePath("keep");
+            keep = *store->createRun(a);
+            jobs::NewRun b;
+            b.name = "delete me";
+            b.runDir = tmp.filePath("doomed");
+            doomed = *store->createRun(b);
+            for (qint64 id : {keep, doomed})
+                QVERIFY(store->setStatus(id, jobs::RunStatus::Finished));
+        }
+        MainWindow window(path);
+        window.show();
+        RunsPage* runs = window.runsPage();
+        MonitorPage* monitor = window.monitorPage();
+        QTRY_COMPARE_WITH_TIMEOUT(runs->visibleRowCount(), 2, 30000);
+        window.monitorRun(QString::number(doomed));
+        QTRY_VERIFY_WITH_TIMEOUT(
+            monitor->finished() && monitor->runDirectory() == tmp.filePath("doomed"), 30000);
+
+        window.showPage(Page::Runs);
+        int row = -1;
+        for (int r = 0; r < runs->visibleRowCount(); ++r)
+            if (runs->view()->model()->index(r, 0).data(RunTableModel::kIdRole).toLongLong()
+                == doomed)
+                row = r;
+        QVERIFY(row >= 0);
+        runs->selectRows({row});
+        QSignalSpy errors(window.store(), &jobs::RunService::errorOccurred);
+        QSignalSpy deleted(window.store(), &jobs::RunService::runDeleted);
+        // The test answers the confirmation: it reads the question, then presses Delete.
+        QString asked;
+        QTimer answer;
+        answer.setInterval(20);
+        connect(&answer, &QTimer::timeout, this, [&] {
+            for (QWidget* w : QApplication::topLevelWidgets())
+                if (auto* box = qobject_cast<QMessageBox*>(w);
+                    box && box->isVisible() && box->objectName() == "deleteConfirmation") {
+                    answer.stop();
+                    asked = box->text();
+                    for (QAbstractButton* b : box->buttons())
+                        if (box->buttonRole(b) == QMessageBox::DestructiveRole)
+                            b->click();
+                }
+        });
+        answer.start();
+        QPushButton* del = nullptr;
+        for (auto* b : runs->findChildren<QPushButton*>())
+            if (b->text().contains("Delete"))
+                del = b;
+        QVERIFY(del);
+        del->click(); // returns when the confirmation is answered
+        QVERIFY2(
+            asked.contains(QString("run %1 “delete me” (finished").arg(doomed)), qPrintable(asked));
+        QVERIFY2(!asked.contains("keep me"), qPrintable(asked));
+        QTRY_COMPARE_WITH_TIMEOUT(deleted.count(), 1, 30000);
+        QCOMPARE(deleted.first().first().toLongLong(), doomed);
+
+        // The Monitor no longer shows it, and says why.
+        QTRY_COMPARE_WITH_TIMEOUT(monitor->storeRunId(), qint64(0), 30000);
+        QVERIFY2(
+            monitor->messageText().contains("was deleted"), qPrintable(monitor->messageText()));
+        QVERIFY(monitor->runDirectory().isEmpty());
+        QCOMPARE(monitor->pointCount(), 0);
+        QVERIFY(!monitor->finished());
+        // Nothing asked the store about the deleted run: no error, no red "no run with id" on
+        // the Runs page (an error would have reached the window before the deletion did).
+        QTRY_COMPARE_WITH_TIMEOUT(runs->visibleRowCount(), 1, 30000);
+        QVERIFY2(errors.isEmpty(),
+            qPrintable(errors.isEmpty() ? QString() : errors.first().first().toString()));
+        QVERIFY2(!runs->messageText().contains("no run with id"), qPrintable(runs->messageText()));
+        Q_UNUSED(keep);
+    }
+
+    // An empty store: the page says where runs come from instead of showing an empty grid.
+    void emptyStoreSaysWhereToStart()
+    {
+        QTemporaryDir tmp;
+        RunsPage page;
+        page.show();
+        shard::jobs::RunService service(tmp.filePath("empty.sqlite"));
+        QSignalSpy refreshed(&page, &RunsPage::refreshed);
+        page.setStore(&service);
+        QTRY_COMPARE_WITH_TIMEOUT(refreshed.count(), 1, 30000);
+        auto* hint = page.findChild<QLabel*>("emptyHint");
+        QVERIFY(hint && hint->isVisibleTo(&page));
+        QVERIFY2(hint->text().contains("Launch page") && hint->text().contains("shard run"),
+            qPrintable(hint->text()));
     }
 
     void unopenableStoreShowsMessage()
