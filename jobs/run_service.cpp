@@ -44,6 +44,20 @@ public:
         }
         m_store = std::make_unique<RunStore>(std::move(store.value()));
         m_pool.setMaxThreadCount(8);
+        // Runs recorded by another process (`shard run`, another studio) are noticed without a
+        // Refresh: the store's change counter, read every two seconds, says that one committed.
+        m_changeCheck = new QTimer(this);
+        m_changeCheck->setInterval(kChangeCheckMs);
+        connect(m_changeCheck, &QTimer::timeout, this, [this] {
+            auto version = m_store->changeCounter();
+            if (!version)
+                return;
+            const bool changed = m_storeVersion && *m_storeVersion != version.value();
+            m_storeVersion = version.value();
+            if (changed)
+                Q_EMIT storeChanged();
+        });
+        m_changeCheck->start();
         Q_EMIT opened(path, m_store->isReadOnly(), warning);
         // Runs this studio (or another) started and that are still alive are watched again.
         if (!m_store->isReadOnly()) {
@@ -308,6 +322,7 @@ Q_SIGNALS:
     void runChanged(qint64 runId);
     void stopped(qint64 runId);
     void errorOccurred(const QString& message);
+    void storeChanged();
 
 private:
     bool ready()
@@ -526,6 +541,9 @@ private:
     }
 
     static constexpr int kFollowMs = 250;
+    static constexpr int kChangeCheckMs = 2000;
+    QTimer* m_changeCheck = nullptr;
+    std::optional<qint64> m_storeVersion;
 
     struct Follow {
         qint64 runId = 0;
@@ -577,6 +595,7 @@ RunService::RunService(const QString& path, QObject* parent)
     connect(m_worker, &RunServiceWorker::resumed, this, &RunService::resumed);
     connect(m_worker, &RunServiceWorker::runDeleted, this, &RunService::runDeleted);
     connect(m_worker, &RunServiceWorker::runError, this, &RunService::runError);
+    connect(m_worker, &RunServiceWorker::storeChanged, this, &RunService::storeChanged);
     m_thread.setObjectName("run-service");
     m_thread.start();
     QMetaObject::invokeMethod(m_worker, [w = m_worker, path] { w->open(path); });

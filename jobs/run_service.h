@@ -110,6 +110,8 @@ Q_SIGNALS:
     void runError(qint64 runId, const QString& message);
     // Any request that failed, in words.
     void errorOccurred(const QString& message);
+    // Another process (or connection) changed the store: runs may have come, gone or changed.
+    void storeChanged();
 
 private:
     QThread m_thread;

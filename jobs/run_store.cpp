@@ -656,6 +656,17 @@ Status RunStore::renameRun(qint64 id, const QString& name)
 {
     if (name.trimmed().isEmpty())
         return fail(QStringLiteral("a run needs a name"));
+    // A name finds a run (`shard runs show NAME`, the Runs page's filter): two runs of one name
+    // would be told apart by their ids only.
+    auto same = d->prep("SELECT id FROM runs WHERE name = ?1 AND id <> ?2 LIMIT 1");
+    if (!same.valid())
+        return fail(d->describe(QStringLiteral("renaming run %1").arg(id)));
+    same.bind(1, name.trimmed()).bind(2, id);
+    if (same.step())
+        return fail(QStringLiteral("run %1 is already called '%2': choose another name")
+                        .arg(same.int64(0))
+                        .arg(name.trimmed()));
+    same = {};
     return d->simpleUpdate("UPDATE runs SET name = ?2 WHERE id = ?1", id,
         QStringLiteral("renaming run %1").arg(id),
         [&](auto& st) { st.bind(1, id).bind(2, name.trimmed()); });
@@ -666,6 +677,14 @@ Status RunStore::setNotes(qint64 id, const QString& notes)
     return d->simpleUpdate("UPDATE runs SET notes = ?2 WHERE id = ?1", id,
         QStringLiteral("saving the notes of run %1").arg(id),
         [&](auto& st) { st.bind(1, id).bind(2, notes); });
+}
+
+Result<qint64> RunStore::changeCounter() const
+{
+    auto st = d->prep("PRAGMA data_version");
+    if (!st.valid() || !st.step())
+        return fail(d->describe(QStringLiteral("reading the store's change counter")));
+    return static_cast<qint64>(st.int64(0));
 }
 
 Status RunStore::deleteRun(qint64 id)
@@ -692,7 +711,10 @@ Status RunStore::setStatus(qint64 id, RunStatus status, const QString& message)
 {
     const qint64 now = nowMs();
     return d->simpleUpdate(
-        "UPDATE runs SET status = ?2, message = CASE WHEN ?3 = '' THEN message ELSE ?3 END, "
+        // A run that goes live again (resumed, continued) sheds the message of how it last
+        // ended ("the launcher process ended without a finish event").
+        "UPDATE runs SET status = ?2, message = CASE WHEN ?3 <> '' THEN ?3 WHEN ?6 THEN message "
+        "WHEN status IN ('queued', 'running') THEN message ELSE '' END, "
         "started_at = CASE WHEN ?4 AND started_at IS NULL THEN ?5 ELSE started_at END, "
         "ended_at = CASE WHEN ?6 THEN coalesce(ended_at, ?5) ELSE NULL END WHERE id = ?1",
         id, QStringLiteral("updating the status of run %1").arg(id), [&](auto& st) {

@@ -151,9 +151,14 @@ public:
     // The newest run recorded at this host ("" = local) and run directory; 0 when none.
     Result<qint64> findRunByDir(const QString& host, const QString& runDir) const;
     Status deleteRun(qint64 id);
+    // Refuses a name another run has.
     Status renameRun(qint64 id, const QString& name);
     Status setNotes(qint64 id, const QString& notes);
-    // Sets started_at when entering Running (once), ended_at when entering a terminal status.
+    // Changes when another connection (the CLI, another studio, a pool thread) has committed
+    // to the store since the last call on this one (SQLite's data_version).
+    Result<qint64> changeCounter() const;
+    // Sets started_at when entering Running (once), ended_at when entering a terminal status; a
+    // run that goes from an ended status to a live one without a message loses its old message.
     Status setStatus(qint64 id, RunStatus status, const QString& message = {});
     Status setProcess(qint64 id, qint64 pid, const QByteArray& launchInfo);
     Status setJobId(qint64 id, const QString& jobId);

@@ -141,7 +141,8 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
         // The reason a run did not finish is what a user scans for; a clean finish says little.
         return r->status == jobs::RunStatus::Finished ? QString() : r->message.section('\n', 0, 0);
     case Notes:
-        return r->notes.section('\n', 0, 0);
+        // Every line, on one row (the tooltip and the Notes dialog show them as written).
+        return r->notes.trimmed().split('\n', Qt::SkipEmptyParts).join(QStringLiteral(" ⏎ "));
     }
     return {};
 }

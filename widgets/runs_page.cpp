@@ -8,6 +8,7 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QInputDialog>
+#include <QItemSelection>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMessageBox>
@@ -198,8 +199,15 @@ void RunsPage::setStore(jobs::RunService* store)
     m_store = store;
     connect(
         store, &jobs::RunService::runsListed, this, [this](const QVector<jobs::RunRecord>& runs) {
+            // The rows are replaced: the selection and the current row follow their runs.
+            const QVector<qint64> selected = selectedRunIds();
+            const QModelIndex current = m_proxy->mapToSource(m_view->currentIndex());
+            const qint64 currentId
+                = m_model->runAt(current.row()) ? m_model->runAt(current.row())->id : 0;
             m_model->setRuns(runs);
+            restoreSelection(selected, currentId);
             fitColumns();
+            clearStaleMessage(runs);
             Q_EMIT refreshed(int(runs.size()));
         });
     connect(store, &jobs::RunService::runDeleted, this, [this](qint64 id, const QString& note) {
@@ -216,6 +224,7 @@ void RunsPage::setStore(jobs::RunService* store)
             }
             m_message->showMessage(
                 tr("Run %1 continues from its latest checkpoint.").arg(to), MessageBar::Kind::Info);
+            m_continued = {to, m_message->text(), false};
             refresh();
             Q_EMIT monitorRequested(QString::number(to));
         });
@@ -242,7 +251,17 @@ void RunsPage::setStore(jobs::RunService* store)
     coalesce->setSingleShot(true);
     coalesce->setInterval(2000);
     connect(coalesce, &QTimer::timeout, this, &RunsPage::refresh);
-    connect(store, &jobs::RunService::runChanged, coalesce, [coalesce] {
+    connect(store, &jobs::RunService::runChanged, this, [this, coalesce](qint64 id) {
+        // The user's own rename or notes show at once; a training run's changes wait.
+        if (m_edited.remove(id)) {
+            refresh();
+            return;
+        }
+        if (!coalesce->isActive())
+            coalesce->start();
+    });
+    // Runs another process recorded or changed (`shard run`, another studio).
+    connect(store, &jobs::RunService::storeChanged, coalesce, [coalesce] {
         if (!coalesce->isActive())
             coalesce->start();
     });
@@ -272,14 +291,63 @@ void RunsPage::renameRun(qint64 runId, const QString& name)
         m_message->showMessage(tr("A run needs a name."));
         return;
     }
-    if (m_store)
+    // The store refuses a name another run has; the rows shown say so at once.
+    for (int r = 0; r < m_model->rowCount(); ++r)
+        if (const jobs::RunRecord* run = m_model->runAt(r);
+            run && run->id != runId && run->name == name.trimmed()) {
+            m_message->showMessage(tr("Run %1 is already called “%2”: choose another name.")
+                                       .arg(run->id)
+                                       .arg(run->name));
+            return;
+        }
+    if (m_store) {
+        m_edited.insert(runId);
         m_store->renameRun(runId, name);
+    }
 }
 
 void RunsPage::setNotes(qint64 runId, const QString& notes)
 {
-    if (m_store)
+    if (m_store) {
+        m_edited.insert(runId);
         m_store->setNotes(runId, notes);
+    }
+}
+
+void RunsPage::restoreSelection(const QVector<qint64>& selected, qint64 currentId)
+{
+    if (selected.isEmpty() && currentId == 0)
+        return;
+    QItemSelection rows;
+    QModelIndex current;
+    for (int r = 0; r < m_proxy->rowCount(); ++r) {
+        const QModelIndex i = m_proxy->index(r, 0);
+        const qint64 id = m_proxy->data(i, RunTableModel::kIdRole).toLongLong();
+        if (selected.contains(id))
+            rows.select(i, m_proxy->index(r, m_proxy->columnCount() - 1));
+        if (id == currentId)
+            current = i;
+    }
+    if (current.isValid())
+        m_view->selectionModel()->setCurrentIndex(current, QItemSelectionModel::NoUpdate);
+    m_view->selectionModel()->select(rows, QItemSelectionModel::ClearAndSelect);
+}
+
+void RunsPage::clearStaleMessage(const QVector<jobs::RunRecord>& runs)
+{
+    // "Run N continues…" is true while it does: once the run has ended again, or is gone, the
+    // message goes.
+    if (m_continued.runId == 0)
+        return;
+    const auto it = std::find_if(runs.begin(), runs.end(),
+        [&](const jobs::RunRecord& r) { return r.id == m_continued.runId; });
+    const bool live = it != runs.end() && !jobs::isTerminal(it->status);
+    m_continued.seenLive = m_continued.seenLive || live;
+    if (live || (it != runs.end() && !m_continued.seenLive))
+        return;
+    if (m_message->text() == m_continued.text)
+        m_message->clearMessage();
+    m_continued = {};
 }
 
 void RunsPage::deleteRuns(const QVector<qint64>& runIds, bool removeFolders)

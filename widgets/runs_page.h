@@ -57,9 +57,20 @@ Q_SIGNALS:
 private:
     const jobs::RunRecord* currentRun() const;
     void fitColumns();
+    void restoreSelection(const QVector<qint64>& selected, qint64 currentId);
+    void clearStaleMessage(const QVector<jobs::RunRecord>& runs);
+    void updateEmptyHint();
 
     jobs::RunService* m_store = nullptr;
     QSet<qint64> m_continuing; // runs whose continue request is on its way
+    QSet<qint64> m_edited;     // runs renamed or annotated here, until the store says done
+    // The run the "continues" message is about, until it has ended again.
+    struct Continued {
+        qint64 runId = 0;
+        QString text;
+        bool seenLive = false;
+    };
+    Continued m_continued;
     RunTableModel* m_model = nullptr;
     QSortFilterProxyModel* m_proxy = nullptr;
     QTableView* m_view = nullptr;

@@ -360,6 +360,11 @@ void showRun(const RunsOptions& o)
         qPrintable(r.createdAt.toString(Qt::ISODate)));
     if (r.pid > 0)
         std::printf("  launcher pid %lld\n", static_cast<long long>(r.pid));
+    if (!r.notes.trimmed().isEmpty()) {
+        std::printf("  notes:\n");
+        for (const QString& line : r.notes.trimmed().split('\n'))
+            std::printf("    %s\n", terminalText(line).constData());
+    }
     for (int rank = 0; rank < r.peakMemoryPerRank.size(); ++rank)
         std::printf("  rank %d peak memory %s\n", rank,
             qPrintable(jobs::formatBytes(double(r.peakMemoryPerRank[rank]))));

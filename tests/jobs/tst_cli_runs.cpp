@@ -118,6 +118,18 @@ private Q_SLOTS:
         QCOMPARE(o.code, 0);
         QVERIFY(o.out.contains("rank 1 peak memory"));
         QVERIFY(o.out.contains("finish"));
+        QVERIFY2(!o.out.contains("notes:"), qPrintable(o.out));
+        // Notes written in the studio are shown, every line of them.
+        {
+            auto s = store();
+            const qint64 alpha = s.findRun("alpha")->id;
+            QVERIFY(s.setNotes(alpha, "baseline for the lr sweep\ndiverged once at step 40"));
+        }
+        o = shard({"runs", "show", "alpha"});
+        QCOMPARE(o.code, 0);
+        QVERIFY2(o.out.contains("  notes:\n    baseline for the lr sweep\n"
+                                "    diverged once at step 40\n"),
+            qPrintable(o.out));
 
         const QString png = m_dir.filePath("cmp.png");
         o = shard({"runs", "compare", "alpha", "beta", "--png", png});

@@ -313,6 +313,55 @@ private Q_SLOTS:
         QVERIFY(!store->renameRun(12345, "x"));
         QVERIFY(store->setNotes(id, "two\nlines"));
         QCOMPARE(store->listRuns()->front().notes, QString("two\nlines"));
+
+        // A name another run has is refused (a name finds a run), the run's own is not.
+        NewRun b;
+        b.name = "taken";
+        const qint64 other = *store->createRun(b);
+        auto clash = store->renameRun(id, " taken ");
+        QVERIFY(!clash);
+        QVERIFY2(clash.error().contains(QString("run %1 is already called 'taken'").arg(other)),
+            qPrintable(clash.error()));
+        QCOMPARE(store->run(id)->name, QString("better name"));
+        QVERIFY(store->renameRun(other, "taken"));
+    }
+
+    // A run that goes live again (resumed, continued) sheds how it last ended; a live run keeps
+    // what it was told while live.
+    void liveAgainClearsTheEndMessage()
+    {
+        QTemporaryDir dir;
+        auto store = RunStore::open(dir.filePath("runs.sqlite"));
+        const qint64 id = *store->createRun({});
+        QVERIFY(store->setStatus(id, RunStatus::Running));
+        QVERIFY(store->setStatus(
+            id, RunStatus::Interrupted, "the launcher process ended without a finish event"));
+        QCOMPARE(
+            store->run(id)->message, QString("the launcher process ended without a finish event"));
+        QVERIFY(store->setStatus(id, RunStatus::Queued));
+        QCOMPARE(store->run(id)->message, QString());
+        QVERIFY(store->setStatus(id, RunStatus::Running, "waiting for the ranks"));
+        QVERIFY(store->setStatus(id, RunStatus::Running));
+        QCOMPARE(store->run(id)->message, QString("waiting for the ranks"));
+        QVERIFY(store->setStatus(id, RunStatus::Failed, "rank 1 exited with code 1"));
+        QVERIFY(store->setStatus(id, RunStatus::Failed));
+        QCOMPARE(store->run(id)->message, QString("rank 1 exited with code 1"));
+    }
+
+    // Another connection's commit is seen in the change counter; this connection's own is not.
+    void changeCounterSeesOtherWriters()
+    {
+        QTemporaryDir dir;
+        auto mine = RunStore::open(dir.filePath("runs.sqlite"));
+        auto before = mine->changeCounter();
+        QVERIFY2(before, qPrintable(before.error()));
+        QVERIFY(mine->createRun({}));
+        QCOMPARE(*mine->changeCounter(), *before);
+        {
+            auto cli = RunStore::open(dir.filePath("runs.sqlite"));
+            QVERIFY(cli->createRun({}));
+        }
+        QVERIFY(*mine->changeCounter() != *before);
     }
 
     void concurrentFirstOpen()

@@ -190,11 +190,15 @@ private Q_SLOTS:
         QVERIFY2(id > 0, qPrintable(imported.first().at(2).toString()));
         runs->continueRun(id, 2);
         MonitorPage* monitor = window.monitorPage();
+        QTRY_VERIFY2_WITH_TIMEOUT(
+            runs->messageText().contains("continues"), qPrintable(runs->messageText()), 30000);
         QTRY_COMPARE_WITH_TIMEOUT(monitor->storeRunId(), id, 20000);
         QTRY_VERIFY_WITH_TIMEOUT(
             !monitor->run().step.empty() && monitor->run().step.back() == 6.0, 120000);
         QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 60000);
-        QVERIFY2(runs->messageText().contains("continues"), qPrintable(runs->messageText()));
+        // Once the run has ended again, "continues" is no longer true and goes.
+        QTRY_VERIFY2_WITH_TIMEOUT(
+            !runs->messageText().contains("continues"), qPrintable(runs->messageText()), 30000);
     }
 };
 

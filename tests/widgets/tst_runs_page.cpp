@@ -129,11 +129,44 @@ private Q_SLOTS:
         QCOMPARE(cell(done, RunTableModel::Id), QString::number(done));
         QCOMPARE(cell(done, RunTableModel::Message), QString("rank 1 exited with code 1"));
 
+        // The edited run stays selected when the rows come back.
+        auto viewRowOf = [&](qint64 id) {
+            for (int r = 0; r < page.visibleRowCount(); ++r)
+                if (page.view()->model()->index(r, 0).data(RunTableModel::kIdRole).toLongLong()
+                    == id)
+                    return r;
+            return -1;
+        };
+        page.selectRows({viewRowOf(done)});
+        QCOMPARE(page.selectedRunIds(), QVector<qint64> {done});
         page.renameRun(done, "lr 3e-4 baseline");
-        page.setNotes(done, "diverged at step 40");
+        page.setNotes(done, "diverged at step 40\nlr too high?");
+        // Every line of the notes, on one row.
         QTRY_VERIFY_WITH_TIMEOUT(cell(done, RunTableModel::Name) == "lr 3e-4 baseline"
-                && cell(done, RunTableModel::Notes) == "diverged at step 40",
-            10000);
+                && cell(done, RunTableModel::Notes) == "diverged at step 40 ⏎ lr too high?",
+            30000);
+        QCOMPARE(page.selectedRunIds(), QVector<qint64> {done});
+        QCOMPARE(page.model()
+                     ->data(page.model()->index(rowOf(done), RunTableModel::Notes), Qt::ToolTipRole)
+                     .toString(),
+            QString("diverged at step 40\nlr too high?"));
+
+        // Another run's name is refused, and the name stays.
+        page.renameRun(live, "lr 3e-4 baseline");
+        QVERIFY2(page.messageText().contains("already called"), qPrintable(page.messageText()));
+        QCOMPARE(cell(live, RunTableModel::Name), QString("about to start"));
+
+        // A run recorded by another process (`shard run`) is listed without a Refresh.
+        qint64 fromCli = 0;
+        {
+            auto other = jobs::RunStore::open(path);
+            jobs::NewRun c;
+            c.name = "from the CLI";
+            c.runDir = tmp.filePath("cli-run");
+            fromCli = *other->createRun(c);
+        }
+        QTRY_VERIFY_WITH_TIMEOUT(rowOf(fromCli) >= 0, 30000);
+        QCOMPARE(page.selectedRunIds(), QVector<qint64> {done});
 
         // A live run is not deleted: it must be stopped first.
         page.deleteRuns({live}, true);
