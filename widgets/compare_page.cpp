@@ -131,9 +131,17 @@ ComparePage::ComparePage(QWidget* parent)
     split->setStretchFactor(1, 1);
     split->setSizes({220, 900});
 
+    // Where to start, while there is nothing to compare.
+    m_emptyHint = new QLabel(tr("Nothing to compare yet: select runs on the Runs page (Ctrl+4) "
+                                "and press “Compare selected”, or add a run folder here."),
+        this);
+    m_emptyHint->setObjectName("emptyHint");
+    m_emptyHint->setWordWrap(true);
+
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(controls);
     layout->addWidget(m_message);
+    layout->addWidget(m_emptyHint);
     layout->addWidget(split, 1);
 
     setTabOrder(m_smoothing, m_xAxisBox);
@@ -246,6 +254,7 @@ void ComparePage::addRun(jobs::RunSeries run)
     }
     rebuildPlots();
     rebuildDifferences();
+    m_emptyHint->setVisible(m_runs.empty());
     Q_EMIT runAdded(id);
 }
 
@@ -256,6 +265,7 @@ void ComparePage::removeAllRuns()
     m_runList->clear();
     rebuildPlots();
     rebuildDifferences();
+    m_emptyHint->setVisible(true);
 }
 
 void ComparePage::setRunChecked(int index, bool checked)

@@ -85,6 +85,7 @@ private:
     QPushButton* m_png = nullptr;
     QPushButton* m_csv = nullptr;
     MessageBar* m_message = nullptr;
+    QLabel* m_emptyHint = nullptr; // where to start, while no run is added
     LivePlot* m_loss = nullptr;
     LivePlot* m_memoryPlot = nullptr;
     LivePlot* m_throughput = nullptr;

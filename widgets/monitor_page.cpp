@@ -71,7 +71,7 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_progress = new QProgressBar(this);
     m_progress->setRange(0, 1);
     m_progress->setValue(0);
-    m_progress->setFormat(tr("step %v of %m"));
+    m_progress->setFormat(QString()); // no run: no "step 0 of 1"
     m_eta = new QLabel(this);
     m_eta->setMinimumWidth(160);
     m_smoothing = new QSlider(Qt::Horizontal, this);
@@ -446,6 +446,7 @@ void MonitorPage::reset()
     m_samples->clear();
     m_progress->setRange(0, 1);
     m_progress->setValue(0);
+    m_progress->setFormat(QString());
     m_eta->clear();
     m_message->clearMessage();
 }
@@ -576,6 +577,7 @@ void MonitorPage::updateProgress()
     if (m_run.size() == 0)
         return;
     const double step = m_run.step.back();
+    m_progress->setFormat(tr("step %v of %m"));
     if (m_totalSteps > 0) {
         m_progress->setRange(0, int(m_totalSteps));
         m_progress->setValue(int(std::min<double>(step, double(m_totalSteps))));

@@ -74,9 +74,15 @@ RunsPage::RunsPage(QWidget* parent)
     actions->addWidget(m_notes);
     actions->addWidget(m_continue);
     actions->addWidget(m_delete);
+    m_emptyHint = new QLabel(this);
+    m_emptyHint->setObjectName("emptyHint");
+    m_emptyHint->setWordWrap(true);
+    m_emptyHint->hide();
+
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(bar);
     layout->addWidget(m_message);
+    layout->addWidget(m_emptyHint);
     layout->addWidget(m_view, 1);
     layout->addLayout(actions);
 
@@ -207,6 +213,7 @@ void RunsPage::setStore(jobs::RunService* store)
             m_model->setRuns(runs);
             restoreSelection(selected, currentId);
             fitColumns();
+            updateEmptyHint();
             clearStaleMessage(runs);
             Q_EMIT refreshed(int(runs.size()));
         });
@@ -378,6 +385,18 @@ void RunsPage::setFilterText(const QString& text)
     if (m_filter->text() != text)
         m_filter->setText(text);
     m_proxy->setFilterFixedString(text);
+    updateEmptyHint();
+}
+
+void RunsPage::updateEmptyHint()
+{
+    // An empty table says where runs come from, or that the filter hides them.
+    if (m_model->rowCount() == 0)
+        m_emptyHint->setText(tr("No runs recorded yet. Start one on the Launch page (Ctrl+2) or "
+                                "with `shard run` in a terminal, or import a run folder."));
+    else if (m_proxy->rowCount() == 0)
+        m_emptyHint->setText(tr("No run matches “%1”.").arg(m_filter->text()));
+    m_emptyHint->setVisible(m_proxy->rowCount() == 0);
 }
 
 QVector<qint64> RunsPage::selectedRunIds() const

@@ -14,6 +14,7 @@ namespace shard::jobs {
 class RunService;
 }
 
+class QLabel;
 class QLineEdit;
 class QPushButton;
 class QSortFilterProxyModel;
@@ -84,6 +85,7 @@ private:
     QPushButton* m_delete = nullptr;
     QPushButton* m_continue = nullptr;
     MessageBar* m_message = nullptr;
+    QLabel* m_emptyHint = nullptr; // where runs come from, while the table is empty
 };
 
 } // namespace shard::widgets

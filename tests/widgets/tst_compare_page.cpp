@@ -3,6 +3,8 @@
 // PNG and CSV export write files, and a folder without run.json shows a message.
 #include <QtTest>
 
+#include <QLabel>
+
 #include <QImage>
 
 #include <QDir>
@@ -71,11 +73,16 @@ private Q_SLOTS:
         page.resize(1200, 800);
         page.show();
         QVERIFY(QTest::qWaitForWindowExposed(&page));
+        // Nothing added yet: the page says where to start.
+        auto* hint = page.findChild<QLabel*>("emptyHint");
+        QVERIFY(hint && hint->isVisibleTo(&page));
+        QVERIFY2(hint->text().contains("Runs page"), qPrintable(hint->text()));
         QSignalSpy added(&page, &ComparePage::runAdded);
         page.addRunDirectory(a);
         page.addRunDirectory(b);
         QTRY_COMPARE_WITH_TIMEOUT(added.count(), 2, 30000);
         QCOMPARE(page.runCount(), 2);
+        QVERIFY(!hint->isVisibleTo(&page));
         page.flushCharts();
         QCOMPARE(page.lossPlot()->seriesCount(), 2);
         QSet<int> counts

@@ -160,6 +160,48 @@ private Q_SLOTS:
         QCOMPARE(plot.customPlot()->xAxis->label(), QString("tokens"));
     }
 
+    // A series without points has no legend entry (the Monitor's "eval loss" before, or
+    // without, any evaluation); it gets one with its first point.
+    void legendListsSeriesWithPoints()
+    {
+        LivePlot plot;
+        plot.resize(600, 300);
+        plot.show();
+        const int train = plot.addSeries("loss", Qt::blue);
+        const int eval = plot.addSeries("eval loss", Qt::red);
+        plot.setLegendVisible(true);
+        plot.setPoints(train, {1, 2, 3}, {3, 2, 1});
+        plot.flushNow();
+        QCOMPARE(plot.customPlot()->legend->itemCount(), 1);
+        plot.appendPoints(eval, {3}, {1.5});
+        plot.flushNow();
+        QCOMPARE(plot.customPlot()->legend->itemCount(), 2);
+        plot.setPoints(eval, {}, {});
+        plot.flushNow();
+        QCOMPARE(plot.customPlot()->legend->itemCount(), 1);
+    }
+
+    // A step axis has ticks on whole steps only, however many steps there are (not 2.5, 7.5).
+    void stepTicksAreWholeSteps()
+    {
+        LivePlot plot;
+        plot.resize(600, 300);
+        plot.show();
+        const int s = plot.addSeries("loss", Qt::blue);
+        for (int n = 2; n <= 60; ++n) {
+            QVector<double> k, v;
+            for (int i = 1; i <= n; ++i) {
+                k.append(i);
+                v.append(1.0 / i);
+            }
+            plot.setPoints(s, k, v);
+            plot.flushNow();
+            for (double t : plot.customPlot()->xAxis->tickVector())
+                QVERIFY2(std::fmod(t, 1.0) == 0.0,
+                    qPrintable(QString("tick %1 with %2 steps").arg(t).arg(n)));
+        }
+    }
+
     // A loss between 0.3 and 8 on a log axis: plain 0.5, 1, 2, 5 ticks (not 7·10⁰ alone).
     void logTicksAreReadable()
     {

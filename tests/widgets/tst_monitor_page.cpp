@@ -110,6 +110,8 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitForWindowExposed(&page));
         QSignalSpy arrived(&page, &MonitorPage::pointsArrived);
         QSignalSpy finished(&page, &MonitorPage::runFinished);
+        // No run yet: no "step 0 of 1".
+        QCOMPARE(page.findChild<QProgressBar*>()->text(), QString());
         page.openRunDirectory(run);
 
         QProcess writer;
@@ -150,6 +152,8 @@ private Q_SLOTS:
         QVERIFY(progress);
         QCOMPARE(progress->maximum(), 40);
         QCOMPARE(progress->value(), 40);
+        QCOMPARE(progress->text(), QString("step 40 of 40"));
+        // The log's last lines come in an update of their own, after the one that ended the run.
         auto* log = page.findChild<QPlainTextEdit*>();
         QTRY_VERIFY_WITH_TIMEOUT(log->toPlainText().contains("[info] step 40"), 30000);
         QVERIFY(page.messageText().isEmpty());

@@ -69,8 +69,14 @@ private Q_SLOTS:
         QCOMPARE(refreshed.first().first().toInt(), 1000);
         QCOMPARE(page.visibleRowCount(), 1000);
 
+        auto* hint = page.findChild<QLabel*>("emptyHint");
+        QVERIFY(hint && !hint->isVisibleTo(&page));
         // Filter narrows by any column; sort is numeric on loss.
+        page.setFilterText("no such run");
+        QVERIFY(hint->isVisibleTo(&page));
+        QVERIFY2(hint->text().contains("No run matches"), qPrintable(hint->text()));
         page.setFilterText("tiny-15m");
+        QVERIFY(!hint->isVisibleTo(&page));
         QCOMPARE(page.visibleRowCount(), 334);
         page.setFilterText("");
         page.view()->sortByColumn(RunTableModel::BestLoss, Qt::AscendingOrder);
