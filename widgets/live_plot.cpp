@@ -293,7 +293,7 @@ void LivePlot::setTitle(const QString& title)
 
 void LivePlot::setLegendVisible(bool visible)
 {
-    m_plot->legend->setVisible(visible);
+    m_legendWanted = visible;
     for (auto& s : m_series)
         applySeriesStyle(*s);
     markAllDirty(false);
@@ -330,8 +330,10 @@ void LivePlot::applySeriesStyle(Series& s)
     // run without evaluations).
     s.rawGraph->removeFromLegend();
     s.smoothGraph->removeFromLegend();
-    if (s.visible && m_plot->legend->visible() && !s.raw.empty())
+    if (s.visible && m_legendWanted && !s.raw.empty())
         (smoothing ? s.smoothGraph : s.rawGraph)->addToLegend();
+    // An empty legend is not drawn (an empty box on a chart without points).
+    m_plot->legend->setVisible(m_legendWanted && m_plot->legend->itemCount() > 0);
 }
 
 void LivePlot::markDirty(Series& s, bool full)

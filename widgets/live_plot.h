@@ -95,6 +95,7 @@ private:
     std::vector<std::unique_ptr<Series>> m_series;
     QTimer m_timer;
     double m_smoothing = 0.0;
+    bool m_legendWanted = false; // setLegendVisible; drawn only with an entry
     bool m_logY = false;
     bool m_yIncludesZero = false;
     bool m_autoRange = true;

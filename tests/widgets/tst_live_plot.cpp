@@ -170,9 +170,12 @@ private Q_SLOTS:
         const int train = plot.addSeries("loss", Qt::blue);
         const int eval = plot.addSeries("eval loss", Qt::red);
         plot.setLegendVisible(true);
+        plot.flushNow();
+        QVERIFY(!plot.customPlot()->legend->visible()); // no points, no (empty) legend box
         plot.setPoints(train, {1, 2, 3}, {3, 2, 1});
         plot.flushNow();
         QCOMPARE(plot.customPlot()->legend->itemCount(), 1);
+        QVERIFY(plot.customPlot()->legend->visible());
         plot.appendPoints(eval, {3}, {1.5});
         plot.flushNow();
         QCOMPARE(plot.customPlot()->legend->itemCount(), 2);
