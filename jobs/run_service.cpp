@@ -74,6 +74,7 @@ public:
             return;
         RunQuery q;
         q.text = filter;
+        q.includeSpec = true; // the Runs page reads a run's schedule when it is continued
         auto runs = m_store->listRuns(q);
         if (!runs) {
             Q_EMIT errorOccurred(tr("Could not list runs: %1").arg(runs.error()));

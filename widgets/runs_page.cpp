@@ -18,6 +18,8 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include <nlohmann/json.hpp>
+
 #include "jobs/run_service.h"
 #include "widgets/message_bar.h"
 #include "widgets/run_table_model.h"
@@ -140,12 +142,15 @@ RunsPage::RunsPage(QWidget* parent)
         const jobs::RunRecord* r = currentRun();
         if (!r)
             return;
-        bool ok = false;
-        const int more = QInputDialog::getInt(this, tr("Continue run %1").arg(r->id),
-            tr("Train this many more steps from the latest checkpoint:"), 100, 1, 100000000, 1,
-            &ok);
-        if (ok)
-            continueRun(r->id, more);
+        QInputDialog dialog(this);
+        dialog.setObjectName("continueDialog");
+        dialog.setWindowTitle(tr("Continue run %1").arg(r->id));
+        dialog.setInputMode(QInputDialog::IntInput);
+        dialog.setIntRange(1, 100000000);
+        dialog.setIntValue(100);
+        dialog.setLabelText(continueQuestion(r->id));
+        if (dialog.exec() == QDialog::Accepted)
+            continueRun(r->id, dialog.intValue());
     });
     connect(m_delete, &QPushButton::clicked, this, [this] {
         const auto ids = selectedRunIds();
@@ -171,6 +176,32 @@ RunsPage::RunsPage(QWidget* parent)
         if (!dir.isEmpty() && m_store)
             m_store->attachRunDirectory(dir);
     });
+}
+
+QString RunsPage::continueQuestion(qint64 runId) const
+{
+    QString text = tr("Train run %1 this many more steps from its latest checkpoint:").arg(runId);
+    const jobs::RunRecord* run = nullptr;
+    for (int r = 0; r < m_model->rowCount() && !run; ++r)
+        if (m_model->runAt(r)->id == runId)
+            run = m_model->runAt(r);
+    if (!run)
+        return text;
+    const auto spec = nlohmann::json::parse(run->specJson.toStdString(), nullptr, false);
+    const std::string schedule
+        = spec.is_object() && spec.value("schedule", nlohmann::json()).is_string()
+        ? spec["schedule"].get<std::string>()
+        : std::string("cosine"); // the run spec's default
+    if (schedule == "constant")
+        return text;
+    // The engine stretches a decaying schedule over the new total: say so before it happens
+    // (the learning rate jumps from its end value back up after the checkpoint).
+    return text + "\n\n"
+        + tr("Its %1 learning-rate schedule is stretched to the new length: it decayed over "
+             "%2 steps, so after the checkpoint the learning rate rises again and decays over "
+             "the longer run. Warm-up is not repeated.")
+              .arg(QString::fromStdString(schedule))
+              .arg(run->totalSteps);
 }
 
 QString RunsPage::deleteQuestion(const QVector<qint64>& runIds) const

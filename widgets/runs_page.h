@@ -46,6 +46,8 @@ public:
     void setNotes(qint64 runId, const QString& notes);
     void deleteRuns(const QVector<qint64>& runIds, bool removeFolders);
     void continueRun(qint64 runId, qint64 moreSteps);
+    // What Continue asks, with what happens to the run's learning-rate schedule.
+    QString continueQuestion(qint64 runId) const;
     // What Delete asks: each run by id, name, status and folder.
     QString deleteQuestion(const QVector<qint64>& runIds) const;
 

@@ -278,6 +278,37 @@ private Q_SLOTS:
         Q_UNUSED(keep);
     }
 
+    // Continue says that a decaying schedule is stretched to the new length (the learning rate
+    // rises again after the checkpoint); a constant one is not mentioned.
+    void continueSaysTheScheduleIsStretched()
+    {
+        QTemporaryDir tmp;
+        const QString path = tmp.filePath("runs.sqlite");
+        qint64 cosine = 0, constant = 0;
+        {
+            auto store = jobs::RunStore::open(path);
+            jobs::NewRun a;
+            a.name = "cosine";
+            a.specJson = R"({"schedule":"cosine","steps":300,"lr":0.0003})";
+            cosine = *store->createRun(a);
+            jobs::NewRun b;
+            b.name = "constant";
+            b.specJson = R"({"schedule":"constant","steps":300})";
+            constant = *store->createRun(b);
+        }
+        RunsPage page;
+        shard::jobs::RunService service(path);
+        QSignalSpy refreshed(&page, &RunsPage::refreshed);
+        page.setStore(&service);
+        QTRY_COMPARE_WITH_TIMEOUT(refreshed.count(), 1, 30000);
+        const QString asked = page.continueQuestion(cosine);
+        QVERIFY2(asked.contains("cosine learning-rate schedule is stretched")
+                && asked.contains("decayed over 300 steps") && asked.contains("rises again"),
+            qPrintable(asked));
+        const QString plain = page.continueQuestion(constant);
+        QVERIFY2(plain.contains("more steps") && !plain.contains("stretched"), qPrintable(plain));
+    }
+
     // An empty store: the page says where runs come from instead of showing an empty grid.
     void emptyStoreSaysWhereToStart()
     {
