@@ -15,6 +15,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QResizeEvent>
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSettings>
@@ -178,8 +179,12 @@ PlanPage::PlanPage(QWidget* parent)
     m_table->setObjectName("components");
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_table->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
-    m_table->setMinimumHeight(200);
+    // Columns as wide as their numbers (the table scrolls before a cell elides or wraps).
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_table->horizontalHeader()->setStretchLastSection(true);
+    m_table->setWordWrap(false);
+    m_table->setTextElideMode(Qt::ElideNone);
+    m_table->setMinimumHeight(150);
     m_customGiB = new QDoubleSpinBox(this);
     m_customGiB->setObjectName("customGiB");
     m_customGiB->setRange(1, 4096);
@@ -282,7 +287,7 @@ PlanPage::PlanPage(QWidget* parent)
     leftWidget->setLayout(left);
     leftWidget->setMaximumWidth(400);
     // The form scrolls when the window is short (it is taller than the chart needs).
-    auto* leftScroll = new QScrollArea(this);
+    auto* leftScroll = m_fields = new QScrollArea(this);
     leftScroll->setObjectName("planFieldsScroll");
     leftScroll->setWidget(leftWidget);
     leftScroll->setWidgetResizable(true);
@@ -295,10 +300,12 @@ PlanPage::PlanPage(QWidget* parent)
     auto* right = new QVBoxLayout;
     right->addWidget(m_message);
     right->addWidget(m_verdict);
-    auto* chartRow = new QHBoxLayout;
-    chartRow->addWidget(m_chart, 3);
-    chartRow->addWidget(m_table, 2);
-    right->addLayout(chartRow, 1);
+    // Chart and table side by side on a wide window, the table under the chart on a narrow one
+    // (resizeEvent).
+    m_chartRow = new QBoxLayout(QBoxLayout::LeftToRight);
+    m_chartRow->addWidget(m_chart, 3);
+    m_chartRow->addWidget(m_table, 2);
+    right->addLayout(m_chartRow, 1);
     right->addWidget(m_details);
     auto* actions = new QHBoxLayout;
     actions->addStretch(1);
@@ -424,6 +431,17 @@ QString PlanPage::verdictText() const
 QString PlanPage::messageText() const
 {
     return m_message->text();
+}
+
+void PlanPage::resizeEvent(QResizeEvent* event)
+{
+    QWidget::resizeEvent(event);
+    // Side by side the chart and the table each need about 360 px; below that the title is cut
+    // and the table's numbers elide, so the table goes under the chart.
+    const int right = event->size().width() - m_fields->maximumWidth();
+    const auto direction = right < 760 ? QBoxLayout::TopToBottom : QBoxLayout::LeftToRight;
+    if (m_chartRow->direction() != direction)
+        m_chartRow->setDirection(direction);
 }
 
 void PlanPage::setModel(const QString& presetOrFolder)

@@ -13,12 +13,14 @@
 
 #include "plan/planner.h"
 
+class QBoxLayout;
 class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
 class QPushButton;
 class QLineEdit;
+class QScrollArea;
 class QSpinBox;
 class QTableWidget;
 class QTimer;
@@ -64,6 +66,9 @@ Q_SIGNALS:
     void modelLoaded(const QString& name);
     void modelFailed(const QString& message);
 
+protected:
+    void resizeEvent(QResizeEvent* event) override;
+
 private:
     void scheduleRecompute();
     void browseFolder();
@@ -98,6 +103,8 @@ private:
     QDoubleSpinBox* m_hostGiB = nullptr;
     QComboBox* m_mode = nullptr;
     QTableWidget* m_table = nullptr;
+    QBoxLayout* m_chartRow = nullptr; // chart and table: a row, or a column when narrow
+    QScrollArea* m_fields = nullptr;  // the form on the left
     QComboBox* m_strategy = nullptr;
     QSpinBox* m_shardGroup = nullptr;
     QComboBox* m_precision = nullptr;

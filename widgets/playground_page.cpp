@@ -85,6 +85,8 @@ PlaygroundPage::PlaygroundPage(QWidget* parent)
         p.status = new QLabel(p.box);
         p.status->setObjectName(i == 0 ? "status" : "compareStatus");
         p.status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        // Wraps: one line of token stats made the window at least 1162 px wide.
+        p.status->setWordWrap(true);
         auto* v = new QVBoxLayout(p.box);
         v->addWidget(p.output, 1);
         v->addWidget(p.status);
