@@ -124,9 +124,8 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
         return r->peakMemoryBytes() > 0 ? formatBytes(double(r->peakMemoryBytes())) : QString();
     case TokensPerSec:
         if (sort)
-            return r->meanTokensPerSec;
-        return r->meanTokensPerSec > 0 ? QLocale().toString(r->meanTokensPerSec, 'f', 0)
-                                       : QString();
+            return r->tokensPerSec;
+        return r->tokensPerSec > 0 ? QLocale().toString(r->tokensPerSec, 'f', 0) : QString();
     case Started:
         if (sort)
             return r->startedAt.isValid() ? r->startedAt.toMSecsSinceEpoch() : qint64(0);

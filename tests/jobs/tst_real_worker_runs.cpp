@@ -93,7 +93,7 @@ private Q_SLOTS:
         QCOMPARE(run->peakMemoryPerRank.size(), 2);
         QVERIFY(run->peakMemoryPerRank[1] > 0);
         QCOMPARE(run->strategy, QString("zero3")); // from the engine's run.json
-        QVERIFY(run->meanTokensPerSec > 0);
+        QVERIFY(run->tokensPerSec > 0);
     }
 
     void localStopLeavesNoRank()
