@@ -1,9 +1,13 @@
 // The `train` flags and the spec fields they set (see train_flags.h).
 #include "protocol/train_flags.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <set>
 #include <stdexcept>
+
+#include "protocol/adapter_shape.h"
 
 namespace shard::protocol {
 
@@ -143,8 +147,16 @@ const std::vector<TrainFlag>& trainFlags()
 #undef SHARD_FLAG
 #undef SHARD_SWITCH
 
+std::string flagKey(const std::string& flagName)
+{
+    std::string key = flagName.rfind("--", 0) == 0 ? flagName.substr(2) : flagName;
+    std::replace(key.begin(), key.end(), '-', '_');
+    return key;
+}
+
 void applyTrainFlags(RunSpec& spec, const std::vector<std::string>& args)
 {
+    std::set<std::string> given;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& word = args[i];
         const auto eq = word.find('=');
@@ -170,7 +182,9 @@ void applyTrainFlags(RunSpec& spec, const std::vector<std::string>& args)
             value = args[++i];
         }
         flag->apply(spec, value);
+        given.insert(flagKey(flag->name));
     }
+    adoptAdapterShape(spec, given);
 }
 
 } // namespace shard::protocol
