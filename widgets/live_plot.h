@@ -63,6 +63,7 @@ public:
     void setYAxisLabel(const QString& label);
     void setTitle(const QString& title);
     void setLegendVisible(bool visible);
+    bool legendVisible() const { return m_legendWanted; }
     // Back to automatic ranges after the user dragged or zoomed.
     void resetView();
 
