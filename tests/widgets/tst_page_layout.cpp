@@ -6,10 +6,13 @@
 
 #include <QHeaderView>
 #include <QLabel>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QTableWidget>
 #include <QTemporaryDir>
 
+#include "widgets/launch_page.h"
 #include "widgets/main_window.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/monitor_page.h"
@@ -76,6 +79,22 @@ private Q_SLOTS:
                                .arg(w.minimumSizeHint().height())));
             QCOMPARE(w.size(), kSmall);
         }
+    }
+
+    void launchFieldsNeedNoSideways()
+    {
+        MainWindow w;
+        w.resize(kSmall);
+        w.show();
+        w.showPage(Page::Launch);
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        settle();
+        auto* scroll = w.launchPage()->findChild<QScrollArea*>("fieldsScroll");
+        QVERIFY(scroll);
+        QVERIFY2(!scroll->horizontalScrollBar()->isVisible(),
+            qPrintable(QString("the fields need %1 px, the page shows %2")
+                           .arg(scroll->widget()->minimumSizeHint().width())
+                           .arg(scroll->viewport()->width())));
     }
 
     void planChartTitleAndTableShowWhole()
