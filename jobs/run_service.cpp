@@ -174,7 +174,8 @@ public:
             });
     }
 
-    void resumeRun(qint64 runId, qint64 moreSteps)
+    void resumeRun(
+        qint64 runId, qint64 moreSteps, ContinueSchedule schedule = ContinueSchedule::Stretch)
     {
         if (!writable())
             return;
@@ -188,11 +189,11 @@ public:
         dropWatcher(runId);
         const RunRecord record = run.value();
         offThread(
-            [record, moreSteps](RunStore& store) -> Result<qint64> {
+            [record, moreSteps, schedule](RunStore& store) -> Result<qint64> {
                 auto launcher = launcherOf(store, record);
                 if (!launcher)
                     return fail(launcher.error());
-                return launcher.value()->resume(record, moreSteps);
+                return launcher.value()->resume(record, moreSteps, schedule);
             },
             [this, runId](const Result<qint64>& id) {
                 if (!id) {
@@ -657,10 +658,11 @@ void RunService::resumeRun(qint64 runId)
     QMetaObject::invokeMethod(m_worker, [w = m_worker, runId] { w->resumeRun(runId, 0); });
 }
 
-void RunService::continueRun(qint64 runId, qint64 moreSteps)
+void RunService::continueRun(qint64 runId, qint64 moreSteps, ContinueSchedule schedule)
 {
-    QMetaObject::invokeMethod(m_worker,
-        [w = m_worker, runId, moreSteps] { w->resumeRun(runId, std::max<qint64>(1, moreSteps)); });
+    QMetaObject::invokeMethod(m_worker, [w = m_worker, runId, moreSteps, schedule] {
+        w->resumeRun(runId, std::max<qint64>(1, moreSteps), schedule);
+    });
 }
 
 void RunService::renameRun(qint64 runId, const QString& name)

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 
+#include <QButtonGroup>
 #include <QCheckBox>
+#include <QDialog>
+#include <QDialogButtonBox>
 #include <QFileDialog>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -13,7 +16,9 @@
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QRadioButton>
 #include <QSortFilterProxyModel>
+#include <QSpinBox>
 #include <QTableView>
 #include <QTimer>
 #include <QVBoxLayout>
@@ -142,15 +147,9 @@ RunsPage::RunsPage(QWidget* parent)
         const jobs::RunRecord* r = currentRun();
         if (!r)
             return;
-        QInputDialog dialog(this);
-        dialog.setObjectName("continueDialog");
-        dialog.setWindowTitle(tr("Continue run %1").arg(r->id));
-        dialog.setInputMode(QInputDialog::IntInput);
-        dialog.setIntRange(1, 100000000);
-        dialog.setIntValue(100);
-        dialog.setLabelText(continueQuestion(r->id));
-        if (dialog.exec() == QDialog::Accepted)
-            continueRun(r->id, dialog.intValue());
+        QDialog* dialog = continueDialog(r->id);
+        dialog->setAttribute(Qt::WA_DeleteOnClose);
+        dialog->open();
     });
     connect(m_delete, &QPushButton::clicked, this, [this] {
         const auto ids = selectedRunIds();
@@ -178,6 +177,45 @@ RunsPage::RunsPage(QWidget* parent)
     });
 }
 
+namespace {
+
+// What Continue needs of a run's spec: its schedule (the run spec's defaults where unset).
+struct ScheduleOf {
+    std::string kind = "cosine";
+    double lr = 1e-3;
+    double minLrRatio = 0.0;
+    int64_t warmup = 0;
+    int64_t scheduleSteps = 0;
+    bool decays() const { return kind != "constant"; }
+    double endLr() const { return lr * minLrRatio; }
+};
+
+ScheduleOf scheduleOf(const jobs::RunRecord& run)
+{
+    ScheduleOf s;
+    const auto spec = nlohmann::json::parse(run.specJson.toStdString(), nullptr, false);
+    if (!spec.is_object())
+        return s;
+    auto get = [&spec](const char* key, auto fallback) {
+        const auto it = spec.find(key);
+        if (it == spec.end() || it->is_null())
+            return fallback;
+        try {
+            return it->template get<decltype(fallback)>();
+        } catch (const nlohmann::json::exception&) {
+            return fallback;
+        }
+    };
+    s.kind = get("schedule", s.kind);
+    s.lr = get("lr", s.lr);
+    s.minLrRatio = get("min_lr_ratio", s.minLrRatio);
+    s.warmup = get("warmup", s.warmup);
+    s.scheduleSteps = get("schedule_steps", s.scheduleSteps);
+    return s;
+}
+
+} // namespace
+
 QString RunsPage::continueQuestion(qint64 runId) const
 {
     QString text = tr("Train run %1 this many more steps from its latest checkpoint:").arg(runId);
@@ -187,21 +225,83 @@ QString RunsPage::continueQuestion(qint64 runId) const
             run = m_model->runAt(r);
     if (!run)
         return text;
-    const auto spec = nlohmann::json::parse(run->specJson.toStdString(), nullptr, false);
-    const std::string schedule
-        = spec.is_object() && spec.value("schedule", nlohmann::json()).is_string()
-        ? spec["schedule"].get<std::string>()
-        : std::string("cosine"); // the run spec's default
-    if (schedule == "constant")
+    const ScheduleOf schedule = scheduleOf(*run);
+    if (!schedule.decays())
         return text;
-    // The engine stretches a decaying schedule over the new total: say so before it happens
-    // (the learning rate jumps from its end value back up after the checkpoint).
+    // A decaying schedule has ended at the checkpoint: say what each choice does to it.
     return text + "\n\n"
-        + tr("Its %1 learning-rate schedule is stretched to the new length: it decayed over "
-             "%2 steps, so after the checkpoint the learning rate rises again and decays over "
-             "the longer run. Warm-up is not repeated.")
-              .arg(QString::fromStdString(schedule))
-              .arg(run->totalSteps);
+        + tr("Its %1 learning-rate schedule decayed over %2 steps to %3. After the checkpoint "
+             "the learning rate can:")
+              .arg(QString::fromStdString(schedule.kind))
+              .arg(schedule.scheduleSteps > 0 ? schedule.scheduleSteps : run->totalSteps)
+              .arg(schedule.endLr(), 0, 'g', 3);
+}
+
+QDialog* RunsPage::continueDialog(qint64 runId)
+{
+    auto* dialog = new QDialog(this);
+    dialog->setObjectName("continueDialog");
+    dialog->setWindowTitle(tr("Continue run %1").arg(runId));
+    auto* layout = new QVBoxLayout(dialog);
+    auto* question = new QLabel(continueQuestion(runId), dialog);
+    question->setWordWrap(true);
+    layout->addWidget(question);
+    auto* steps = new QSpinBox(dialog);
+    steps->setObjectName("moreSteps");
+    steps->setRange(1, 100000000);
+    steps->setValue(100);
+    question->setBuddy(steps);
+    layout->addWidget(steps);
+
+    const jobs::RunRecord* run = nullptr;
+    for (int r = 0; r < m_model->rowCount() && !run; ++r)
+        if (m_model->runAt(r)->id == runId)
+            run = m_model->runAt(r);
+    const ScheduleOf schedule = run ? scheduleOf(*run) : ScheduleOf {};
+    auto* choices = new QButtonGroup(dialog);
+    if (run && schedule.decays()) {
+        // Each choice is a run-spec setting the engine trains with (schedule_steps,
+        // schedule_start), set by Launcher::resume.
+        auto* stretch = new QRadioButton(
+            tr("&Stretch the schedule to the new length: it rises again and decays over the "
+               "longer run (warm-up is not repeated)"),
+            dialog);
+        stretch->setObjectName("scheduleStretch");
+        auto* keep
+            = new QRadioButton(tr("&Keep the finished schedule: constant at its end value (%1)")
+                                   .arg(schedule.endLr(), 0, 'g', 3),
+                dialog);
+        keep->setObjectName("scheduleKeep");
+        if (schedule.endLr() <= 0) {
+            keep->setEnabled(false);
+            keep->setToolTip(tr("Its end value is 0: the run would not learn"));
+        }
+        auto* restart = new QRadioButton(schedule.warmup > 0
+                ? tr("&Restart warm-up (%1 steps) and decay over the new steps")
+                      .arg(schedule.warmup)
+                : tr("&Restart the decay from the full learning rate over the new steps"),
+            dialog);
+        restart->setObjectName("scheduleRestart");
+        choices->addButton(stretch, int(jobs::ContinueSchedule::Stretch));
+        choices->addButton(keep, int(jobs::ContinueSchedule::Keep));
+        choices->addButton(restart, int(jobs::ContinueSchedule::Restart));
+        for (QAbstractButton* b : choices->buttons()) {
+            qobject_cast<QRadioButton*>(b)->setAutoExclusive(true);
+            layout->addWidget(b);
+        }
+        stretch->setChecked(true);
+    }
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, dialog);
+    buttons->button(QDialogButtonBox::Ok)->setText(tr("Continue"));
+    layout->addWidget(buttons);
+    connect(buttons, &QDialogButtonBox::accepted, dialog, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, dialog, &QDialog::reject);
+    connect(dialog, &QDialog::accepted, this, [this, runId, steps, choices] {
+        const int chosen = choices->checkedId();
+        continueRun(runId, steps->value(),
+            chosen < 0 ? jobs::ContinueSchedule::Stretch : jobs::ContinueSchedule(chosen));
+    });
+    return dialog;
 }
 
 QString RunsPage::deleteQuestion(const QVector<qint64>& runIds) const
@@ -395,14 +495,14 @@ void RunsPage::deleteRuns(const QVector<qint64>& runIds, bool removeFolders)
             m_store->deleteRun(id, removeFolders);
 }
 
-void RunsPage::continueRun(qint64 runId, qint64 moreSteps)
+void RunsPage::continueRun(qint64 runId, qint64 moreSteps, jobs::ContinueSchedule schedule)
 {
     if (!m_store)
         return;
     m_continuing.insert(runId);
     m_message->showMessage(tr("Continuing run %1 for %2 more steps…").arg(runId).arg(moreSteps),
         MessageBar::Kind::Info);
-    m_store->continueRun(runId, moreSteps);
+    m_store->continueRun(runId, moreSteps, schedule);
 }
 
 void RunsPage::refresh()

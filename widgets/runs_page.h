@@ -8,12 +8,14 @@
 #include <QVector>
 #include <QWidget>
 
+#include "jobs/launcher.h"
 #include "jobs/run_store.h"
 
 namespace shard::jobs {
 class RunService;
 }
 
+class QDialog;
 class QLabel;
 class QLineEdit;
 class QPushButton;
@@ -45,9 +47,14 @@ public:
     void renameRun(qint64 runId, const QString& name);
     void setNotes(qint64 runId, const QString& notes);
     void deleteRuns(const QVector<qint64>& runIds, bool removeFolders);
-    void continueRun(qint64 runId, qint64 moreSteps);
+    void continueRun(qint64 runId, qint64 moreSteps,
+        jobs::ContinueSchedule schedule = jobs::ContinueSchedule::Stretch);
     // What Continue asks, with what happens to the run's learning-rate schedule.
     QString continueQuestion(qint64 runId) const;
+    // The Continue dialog ("continueDialog"): the step count ("moreSteps") and, for a decaying
+    // schedule, what the learning rate does after the checkpoint ("scheduleStretch",
+    // "scheduleKeep", "scheduleRestart"). Accepting it continues the run.
+    QDialog* continueDialog(qint64 runId);
     // What Delete asks: each run by id, name, status and folder.
     QString deleteQuestion(const QVector<qint64>& runIds) const;
 

@@ -56,6 +56,8 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("min_lr_ratio", s.minLrRatio);
     f("schedule", s.schedule);
     f("warmup", s.warmup);
+    f("schedule_start", s.scheduleStart);
+    f("schedule_steps", s.scheduleSteps);
     f("weight_decay", s.weightDecay);
     f("beta1", s.beta1);
     f("beta2", s.beta2);
@@ -243,6 +245,11 @@ void validate(const RunSpec& s)
         throw std::runtime_error("run spec: give steps (--steps N) or epochs (--epochs N)");
     if (s.warmup < 0)
         throw std::runtime_error("run spec: warmup must be >= 0");
+    if (s.scheduleStart < 0 || s.scheduleSteps < 0)
+        throw std::runtime_error("run spec: schedule_start and schedule_steps must be >= 0");
+    if (s.scheduleSteps > 0 && s.scheduleSteps <= s.scheduleStart)
+        throw std::runtime_error("run spec: schedule_steps (" + std::to_string(s.scheduleSteps)
+            + ") must be past schedule_start (" + std::to_string(s.scheduleStart) + ")");
     if (s.clip < 0)
         throw std::runtime_error("run spec: clip must be >= 0 (0 disables clipping)");
     if (s.sampleEvery < 0)

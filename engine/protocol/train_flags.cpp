@@ -106,6 +106,11 @@ const std::vector<TrainFlag>& trainFlags()
         SHARD_FLAG("--warmup", warmup, "Warmup steps"),
         SHARD_FLAG("--schedule", schedule, "constant, linear or cosine"),
         SHARD_FLAG("--min-lr-ratio", minLrRatio, "Floor of the decay"),
+        SHARD_FLAG("--schedule-start", scheduleStart,
+            "The step where warm-up and decay start (default 0; a continued run's checkpoint)"),
+        SHARD_FLAG("--schedule-steps", scheduleSteps,
+            "The step where the decay ends, the learning rate constant after it (default: the "
+            "run's last)"),
         SHARD_FLAG("--clip", clip, "Global gradient-norm clip (0 = off)"),
         SHARD_FLAG("--weight-decay", weightDecay, "AdamW weight decay"),
         SHARD_FLAG("--beta1", beta1, "AdamW beta1"),

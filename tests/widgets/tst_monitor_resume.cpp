@@ -4,6 +4,8 @@
 // And a run whose launcher is SIGKILLed shows as interrupted and resumes the same way.
 #include <QtTest>
 
+#include <algorithm>
+
 #include <QDir>
 #include <QFile>
 #include <QProcess>
@@ -161,7 +163,9 @@ private Q_SLOTS:
     }
 
     // Runs page ▸ Continue: a completed run trains N more steps from its latest checkpoint in
-    // the same record, and the Monitor follows it there.
+    // the same record, and the Monitor follows it there. Its learning rate after the checkpoint
+    // is what the dialog chose (issue 27, item 5): first the finished schedule kept (constant at
+    // its end value), then warm-up restarted.
     void continueForMoreSteps()
     {
         const QString worker = findWorker();
@@ -176,7 +180,8 @@ private Q_SLOTS:
         train.start(worker,
             {"train", "--model", tmp.filePath("model"), "--data", tmp.filePath("copy.jsonl"),
                 "--steps", "4", "--seq-len", "32", "--micro-batch", "2", "--checkpoint-every", "2",
-                "--name", "to-continue", "--out", run});
+                "--lr", "1e-3", "--warmup", "2", "--min-lr-ratio", "0.1", "--name", "to-continue",
+                "--out", run});
         QVERIFY(train.waitForFinished(120000));
         QVERIFY2(train.exitCode() == 0, train.readAllStandardError().constData());
 
@@ -188,7 +193,7 @@ private Q_SLOTS:
         QTRY_COMPARE_WITH_TIMEOUT(imported.count(), 1, 20000);
         const qint64 id = imported.first().at(1).toLongLong();
         QVERIFY2(id > 0, qPrintable(imported.first().at(2).toString()));
-        runs->continueRun(id, 2);
+        runs->continueRun(id, 2, shard::jobs::ContinueSchedule::Keep);
         MonitorPage* monitor = window.monitorPage();
         QTRY_VERIFY2_WITH_TIMEOUT(
             runs->messageText().contains("continues"), qPrintable(runs->messageText()), 30000);
@@ -199,6 +204,22 @@ private Q_SLOTS:
         // Once the run has ended again, "continues" is no longer true and goes.
         QTRY_VERIFY2_WITH_TIMEOUT(
             !runs->messageText().contains("continues"), qPrintable(runs->messageText()), 30000);
+        auto lrAt = [monitor](double step) {
+            const auto& s = monitor->run().step;
+            const auto at = std::find(s.begin(), s.end(), step);
+            return at == s.end() ? -1.0 : monitor->run().lr[at - s.begin()];
+        };
+        QCOMPARE(lrAt(4), 1e-4); // the cosine's end: 0.1 of 1e-3
+        QCOMPARE(lrAt(5), 1e-4);
+        QCOMPARE(lrAt(6), 1e-4);
+
+        // Then 2 more with warm-up restarted at the step-6 checkpoint: half, then all of 1e-3.
+        runs->continueRun(id, 2, shard::jobs::ContinueSchedule::Restart);
+        QTRY_VERIFY_WITH_TIMEOUT(
+            !monitor->run().step.empty() && monitor->run().step.back() == 8.0, 120000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 60000);
+        QCOMPARE(lrAt(7), 5e-4);
+        QCOMPARE(lrAt(8), 1e-3);
     }
 };
 

@@ -1,6 +1,9 @@
 // Runs page over a real SQLite store with 1,000 runs: listing arrives from the store thread
 // without blocking the UI, sorting is numeric, filtering narrows the rows, and a store that
 // cannot be opened gives a message.
+#include <QDialog>
+#include <QRadioButton>
+#include <QSpinBox>
 #include <QtTest>
 
 #include <QApplication>
@@ -289,7 +292,8 @@ private Q_SLOTS:
             auto store = jobs::RunStore::open(path);
             jobs::NewRun a;
             a.name = "cosine";
-            a.specJson = R"({"schedule":"cosine","steps":300,"lr":0.0003})";
+            a.specJson = R"({"schedule":"cosine","steps":300,"lr":0.0003,"warmup":10,)"
+                         R"("min_lr_ratio":0.1})";
             cosine = *store->createRun(a);
             jobs::NewRun b;
             b.name = "constant";
@@ -302,11 +306,26 @@ private Q_SLOTS:
         page.setStore(&service);
         QTRY_COMPARE_WITH_TIMEOUT(refreshed.count(), 1, 30000);
         const QString asked = page.continueQuestion(cosine);
-        QVERIFY2(asked.contains("cosine learning-rate schedule is stretched")
-                && asked.contains("decayed over 300 steps") && asked.contains("rises again"),
+        QVERIFY2(asked.contains("cosine learning-rate schedule decayed over 300 steps to 3e-05"),
             qPrintable(asked));
+        // The three things the engine can do after the checkpoint (issue 27, item 5), stretch
+        // (what it did before) first.
+        QDialog* dialog = page.continueDialog(cosine);
+        auto* stretch = dialog->findChild<QRadioButton*>("scheduleStretch");
+        auto* keep = dialog->findChild<QRadioButton*>("scheduleKeep");
+        auto* restart = dialog->findChild<QRadioButton*>("scheduleRestart");
+        QVERIFY(stretch && keep && restart);
+        QVERIFY(stretch->isChecked() && stretch->text().contains("rises again"));
+        QVERIFY2(keep->isEnabled() && keep->text().contains("constant at its end value (3e-05)"),
+            qPrintable(keep->text()));
+        QVERIFY2(restart->text().contains("warm-up (10 steps)"), qPrintable(restart->text()));
+        QVERIFY(dialog->findChild<QSpinBox*>("moreSteps"));
+        delete dialog;
         const QString plain = page.continueQuestion(constant);
-        QVERIFY2(plain.contains("more steps") && !plain.contains("stretched"), qPrintable(plain));
+        QVERIFY2(plain.contains("more steps") && !plain.contains("decayed"), qPrintable(plain));
+        dialog = page.continueDialog(constant);
+        QVERIFY(!dialog->findChild<QRadioButton*>("scheduleKeep")); // nothing to choose
+        delete dialog;
     }
 
     // An empty store: the page says where runs come from instead of showing an empty grid.

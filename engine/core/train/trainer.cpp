@@ -342,7 +342,8 @@ struct Trainer::Loop {
         schedule.kind = t.m_spec.schedule;
         schedule.baseLr = t.m_spec.lr;
         schedule.warmupSteps = t.m_spec.warmup;
-        schedule.totalSteps = t.m_steps;
+        schedule.totalSteps = t.m_spec.scheduleSteps > 0 ? t.m_spec.scheduleSteps : t.m_steps;
+        schedule.startStep = t.m_spec.scheduleStart;
         schedule.minLrRatio = t.m_spec.minLrRatio;
     }
 
@@ -737,7 +738,8 @@ void Trainer::resume(Io& io, Loop& loop)
         loop.accum = static_cast<int>(m_spec.gradAccum);
         loop.globalRows = m_spec.microBatch * m_strategy->worldSize();
         m_steps = stepsFor(m_spec, m_data->trainRecords(), m_strategy->worldSize());
-        loop.schedule.totalSteps = m_steps;
+        if (m_spec.scheduleSteps == 0) // a kept schedule ends where it did
+            loop.schedule.totalSteps = m_steps;
         io.log->info("{}", batch.message);
         io.event("batch", loop.firstStep, batch.message,
             {{"micro_batch", m_spec.microBatch}, {"grad_accum", m_spec.gradAccum},
