@@ -310,7 +310,8 @@ std::unique_ptr<LogTail> Launcher::logTail(const RunRecord& run, int rank) const
         fileHost(run));
 }
 
-Result<qint64> Launcher::resume(const RunRecord& recorded, qint64 moreSteps)
+Result<qint64> Launcher::resume(
+    const RunRecord& recorded, qint64 moreSteps, ContinueSchedule schedule)
 {
     RunRecord run = recorded;
     // A local run's folder is the source of truth: its run.json as it is now (the user may have
@@ -334,7 +335,28 @@ Result<qint64> Launcher::resume(const RunRecord& recorded, qint64 moreSteps)
                                     "(give it a checkpoint interval next time)")
                             .arg(run.id)
                             .arg(run.runDir));
-        spec["steps"] = spec.value("steps", int64_t(0)) + moreSteps;
+        const int64_t oldSteps = spec.value("steps", int64_t(0));
+        spec["steps"] = oldSteps + moreSteps;
+        switch (schedule) {
+        case ContinueSchedule::Stretch:
+            spec["schedule_steps"] = 0;
+            break;
+        case ContinueSchedule::Keep: // an earlier "keep" already holds the first schedule's end
+            if (spec.value("schedule_steps", int64_t(0)) == 0)
+                spec["schedule_steps"] = oldSteps;
+            break;
+        case ContinueSchedule::Restart: {
+            // Where training picks up: the latest checkpoint here, else (remote) the old end.
+            int64_t from = oldSteps;
+            if (!fileHost(run))
+                if (const auto latest
+                    = protocol::latestCompleteCheckpoint(run.runDir.toStdString()))
+                    from = latest->step;
+            spec["schedule_start"] = from;
+            spec["schedule_steps"] = 0;
+            break;
+        }
+        }
         run.specJson = QByteArray::fromStdString(spec.dump());
     }
     auto request = resumeRequest(run.specJson, run.name, run.runDir);

@@ -35,6 +35,13 @@ struct LaunchTarget {
     QString sshHost() const { return kind == QLatin1String("slurm") ? slurm.via : hosts.value(0); }
 };
 
+// A continued run's learning rate after its checkpoint (RunSpec::scheduleStart, scheduleSteps).
+enum class ContinueSchedule {
+    Stretch, // the decay stretches over the new total; warm-up is not repeated
+    Keep,    // the finished schedule: constant at its end value
+    Restart, // warm-up and decay again, over the new steps
+};
+
 class Launcher {
 public:
     virtual ~Launcher() = default;
@@ -66,8 +73,10 @@ public:
 
     // Starts a recorded run again in its directory, on its target, from its latest complete
     // checkpoint, in the same record; moreSteps > 0 raises its step count first ("continue for
-    // N more steps"). Returns the run id.
-    Result<qint64> resume(const RunRecord& run, qint64 moreSteps = 0);
+    // N more steps"), its learning rate after the checkpoint as `schedule` says. Returns the run
+    // id.
+    Result<qint64> resume(const RunRecord& run, qint64 moreSteps = 0,
+        ContinueSchedule schedule = ContinueSchedule::Stretch);
 };
 
 // A launcher for a target; `store` may be null for describe() and checkHost().

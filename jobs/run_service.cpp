@@ -44,6 +44,20 @@ public:
         }
         m_store = std::make_unique<RunStore>(std::move(store.value()));
         m_pool.setMaxThreadCount(8);
+        // Runs recorded by another process (`shard run`, another studio) are noticed without a
+        // Refresh: the store's change counter, read every two seconds, says that one committed.
+        m_changeCheck = new QTimer(this);
+        m_changeCheck->setInterval(kChangeCheckMs);
+        connect(m_changeCheck, &QTimer::timeout, this, [this] {
+            auto version = m_store->changeCounter();
+            if (!version)
+                return;
+            const bool changed = m_storeVersion && *m_storeVersion != version.value();
+            m_storeVersion = version.value();
+            if (changed)
+                Q_EMIT storeChanged();
+        });
+        m_changeCheck->start();
         Q_EMIT opened(path, m_store->isReadOnly(), warning);
         // Runs this studio (or another) started and that are still alive are watched again.
         if (!m_store->isReadOnly()) {
@@ -60,6 +74,7 @@ public:
             return;
         RunQuery q;
         q.text = filter;
+        q.includeSpec = true; // the Runs page reads a run's schedule when it is continued
         auto runs = m_store->listRuns(q);
         if (!runs) {
             Q_EMIT errorOccurred(tr("Could not list runs: %1").arg(runs.error()));
@@ -159,7 +174,8 @@ public:
             });
     }
 
-    void resumeRun(qint64 runId, qint64 moreSteps)
+    void resumeRun(
+        qint64 runId, qint64 moreSteps, ContinueSchedule schedule = ContinueSchedule::Stretch)
     {
         if (!writable())
             return;
@@ -173,11 +189,11 @@ public:
         dropWatcher(runId);
         const RunRecord record = run.value();
         offThread(
-            [record, moreSteps](RunStore& store) -> Result<qint64> {
+            [record, moreSteps, schedule](RunStore& store) -> Result<qint64> {
                 auto launcher = launcherOf(store, record);
                 if (!launcher)
                     return fail(launcher.error());
-                return launcher.value()->resume(record, moreSteps);
+                return launcher.value()->resume(record, moreSteps, schedule);
             },
             [this, runId](const Result<qint64>& id) {
                 if (!id) {
@@ -276,6 +292,9 @@ public:
             return;
         }
         dropWatcher(runId);
+        // The followed run goes: its follow stops here, not at an error about a missing id.
+        if (m_follow.runId == runId)
+            unfollow();
         QString note;
         if (removeFolder && !run->runDir.isEmpty()) {
             if (run->target != QLatin1String("local"))
@@ -305,6 +324,7 @@ Q_SIGNALS:
     void runChanged(qint64 runId);
     void stopped(qint64 runId);
     void errorOccurred(const QString& message);
+    void storeChanged();
 
 private:
     bool ready()
@@ -523,6 +543,9 @@ private:
     }
 
     static constexpr int kFollowMs = 250;
+    static constexpr int kChangeCheckMs = 2000;
+    QTimer* m_changeCheck = nullptr;
+    std::optional<qint64> m_storeVersion;
 
     struct Follow {
         qint64 runId = 0;
@@ -574,6 +597,7 @@ RunService::RunService(const QString& path, QObject* parent)
     connect(m_worker, &RunServiceWorker::resumed, this, &RunService::resumed);
     connect(m_worker, &RunServiceWorker::runDeleted, this, &RunService::runDeleted);
     connect(m_worker, &RunServiceWorker::runError, this, &RunService::runError);
+    connect(m_worker, &RunServiceWorker::storeChanged, this, &RunService::storeChanged);
     m_thread.setObjectName("run-service");
     m_thread.start();
     QMetaObject::invokeMethod(m_worker, [w = m_worker, path] { w->open(path); });
@@ -634,10 +658,11 @@ void RunService::resumeRun(qint64 runId)
     QMetaObject::invokeMethod(m_worker, [w = m_worker, runId] { w->resumeRun(runId, 0); });
 }
 
-void RunService::continueRun(qint64 runId, qint64 moreSteps)
+void RunService::continueRun(qint64 runId, qint64 moreSteps, ContinueSchedule schedule)
 {
-    QMetaObject::invokeMethod(m_worker,
-        [w = m_worker, runId, moreSteps] { w->resumeRun(runId, std::max<qint64>(1, moreSteps)); });
+    QMetaObject::invokeMethod(m_worker, [w = m_worker, runId, moreSteps, schedule] {
+        w->resumeRun(runId, std::max<qint64>(1, moreSteps), schedule);
+    });
 }
 
 void RunService::renameRun(qint64 runId, const QString& name)

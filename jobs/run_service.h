@@ -82,12 +82,15 @@ public:
     // Starts a recorded run again in its directory, on its target, from its latest complete
     // checkpoint (its spec with "resume": "auto"), in the same record; answered by resumed().
     void resumeRun(qint64 runId);
-    // The same, `moreSteps` past its recorded step count.
-    void continueRun(qint64 runId, qint64 moreSteps);
+    // The same, `moreSteps` past its recorded step count, the learning rate after the
+    // checkpoint as `schedule` says.
+    void continueRun(
+        qint64 runId, qint64 moreSteps, ContinueSchedule schedule = ContinueSchedule::Stretch);
     void renameRun(qint64 runId, const QString& name);
     void setNotes(qint64 runId, const QString& notes);
     // Removes the run's record and points; removeFolder: its folder too when it is on this
-    // machine. Refused (errorOccurred) while the run is live. Answered by runDeleted().
+    // machine. Refused (errorOccurred) while the run is live. Answered by runDeleted(); a
+    // followed run that is deleted is no longer followed.
     void deleteRun(qint64 runId, bool removeFolder);
 
 Q_SIGNALS:
@@ -109,6 +112,8 @@ Q_SIGNALS:
     void runError(qint64 runId, const QString& message);
     // Any request that failed, in words.
     void errorOccurred(const QString& message);
+    // Another process (or connection) changed the store: runs may have come, gone or changed.
+    void storeChanged();
 
 private:
     QThread m_thread;

@@ -132,13 +132,29 @@ ALTER TABLE memory ADD COLUMN cuda_ooms INTEGER NOT NULL DEFAULT 0;
     R"sql(
 ALTER TABLE memory ADD COLUMN offloaded INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // v6: one definition of a run's throughput and duration (protocol::RunPace): the tokens of
+    // its steps over their step time, and the active time at its last step (tps_sum/tps_count,
+    // a mean of per-step rates, are no longer read).
+    R"sql(
+ALTER TABLE runs ADD COLUMN step_tokens REAL NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN step_sec REAL NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN active_sec REAL NOT NULL DEFAULT 0;
+UPDATE runs SET
+    step_tokens = (SELECT total(tokens_per_sec * step_time) FROM metrics m
+        WHERE m.run_id = runs.id AND tokens_per_sec > 0 AND step_time > 0),
+    step_sec = (SELECT total(step_time) FROM metrics m
+        WHERE m.run_id = runs.id AND tokens_per_sec > 0 AND step_time > 0),
+    active_sec = coalesce((SELECT wall_time FROM metrics m WHERE m.run_id = runs.id
+        ORDER BY step DESC LIMIT 1), 0);
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == RunStore::kSchemaVersion);
 
 const char* const kRunColumns
     = "id, name, status, target, host, run_dir, pid, job_id, launch_info, message, created_at, "
       "started_at, ended_at, model, strategy, world_size, total_steps, last_step, tokens, "
-      "final_loss, best_loss, tps_sum, tps_count, peak_memory, spec, notes";
+      "final_loss, best_loss, tps_sum, tps_count, peak_memory, spec, notes, step_tokens, "
+      "step_sec, active_sec";
 
 qint64 nowMs()
 {
@@ -195,9 +211,10 @@ RunRecord readRun(const SqliteDb::Statement& st, bool includeSpec)
     r.tokens = st.int64(18);
     r.finalLoss = st.optReal(19);
     r.bestLoss = st.optReal(20);
-    const double tpsSum = st.real(21);
-    const qint64 tpsCount = st.int64(22);
-    r.meanTokensPerSec = tpsCount > 0 ? tpsSum / static_cast<double>(tpsCount) : 0.0;
+    const double stepTokens = st.real(26);
+    const double stepSec = st.real(27);
+    r.tokensPerSec = stepSec > 0 ? stepTokens / stepSec : 0.0;
+    r.activeSec = st.real(28);
     r.peakMemoryPerRank = parsePeaks(st.blob(23));
     if (includeSpec)
         r.specJson = st.blob(24);
@@ -279,6 +296,8 @@ qint64 RunRecord::peakMemoryBytes() const
 
 qint64 RunRecord::durationMs() const
 {
+    if (activeSec > 0)
+        return qint64(std::llround(activeSec * 1000.0));
     if (!startedAt.isValid())
         return 0;
     const QDateTime end = endedAt.isValid() ? endedAt : QDateTime::currentDateTime();
@@ -656,6 +675,17 @@ Status RunStore::renameRun(qint64 id, const QString& name)
 {
     if (name.trimmed().isEmpty())
         return fail(QStringLiteral("a run needs a name"));
+    // A name finds a run (`shard runs show NAME`, the Runs page's filter): two runs of one name
+    // would be told apart by their ids only.
+    auto same = d->prep("SELECT id FROM runs WHERE name = ?1 AND id <> ?2 LIMIT 1");
+    if (!same.valid())
+        return fail(d->describe(QStringLiteral("renaming run %1").arg(id)));
+    same.bind(1, name.trimmed()).bind(2, id);
+    if (same.step())
+        return fail(QStringLiteral("run %1 is already called '%2': choose another name")
+                        .arg(same.int64(0))
+                        .arg(name.trimmed()));
+    same = {};
     return d->simpleUpdate("UPDATE runs SET name = ?2 WHERE id = ?1", id,
         QStringLiteral("renaming run %1").arg(id),
         [&](auto& st) { st.bind(1, id).bind(2, name.trimmed()); });
@@ -666,6 +696,14 @@ Status RunStore::setNotes(qint64 id, const QString& notes)
     return d->simpleUpdate("UPDATE runs SET notes = ?2 WHERE id = ?1", id,
         QStringLiteral("saving the notes of run %1").arg(id),
         [&](auto& st) { st.bind(1, id).bind(2, notes); });
+}
+
+Result<qint64> RunStore::changeCounter() const
+{
+    auto st = d->prep("PRAGMA data_version");
+    if (!st.valid() || !st.step())
+        return fail(d->describe(QStringLiteral("reading the store's change counter")));
+    return static_cast<qint64>(st.int64(0));
 }
 
 Status RunStore::deleteRun(qint64 id)
@@ -692,7 +730,10 @@ Status RunStore::setStatus(qint64 id, RunStatus status, const QString& message)
 {
     const qint64 now = nowMs();
     return d->simpleUpdate(
-        "UPDATE runs SET status = ?2, message = CASE WHEN ?3 = '' THEN message ELSE ?3 END, "
+        // A run that goes live again (resumed, continued) sheds the message of how it last
+        // ended ("the launcher process ended without a finish event").
+        "UPDATE runs SET status = ?2, message = CASE WHEN ?3 <> '' THEN ?3 WHEN ?6 THEN message "
+        "WHEN status IN ('queued', 'running') THEN message ELSE '' END, "
         "started_at = CASE WHEN ?4 AND started_at IS NULL THEN ?5 ELSE started_at END, "
         "ended_at = CASE WHEN ?6 THEN coalesce(ended_at, ?5) ELSE NULL END WHERE id = ?1",
         id, QStringLiteral("updating the status of run %1").arg(id), [&](auto& st) {
@@ -1000,6 +1041,19 @@ Status RunStore::appendMetrics(
         .bind(7, static_cast<int64_t>(tokens))
         .bind(8, encodePeaks(peaks));
     if (auto s = d->done(upd, doing); !s)
+        return s;
+    // The pace over the stored steps (a resumed run logs some steps again: they replace theirs),
+    // as protocol::RunPace adds it up; the same statement as the v6 migration's.
+    auto pace = d->db.prepare(
+        "UPDATE runs SET step_tokens = (SELECT total(tokens_per_sec * step_time) FROM metrics m "
+        "WHERE m.run_id = ?1 AND tokens_per_sec > 0 AND step_time > 0), step_sec = (SELECT "
+        "total(step_time) FROM metrics m WHERE m.run_id = ?1 AND tokens_per_sec > 0 AND "
+        "step_time > 0), active_sec = coalesce((SELECT wall_time FROM metrics m WHERE m.run_id = "
+        "?1 ORDER BY step DESC LIMIT 1), 0) WHERE id = ?1");
+    if (!pace.valid())
+        return fail(d->describe(doing));
+    pace.bind(1, runId);
+    if (auto s = d->done(pace, doing); !s)
         return s;
     auto off = d->db.prepare("INSERT OR REPLACE INTO ingest_offsets(run_id, file, byte_offset) "
                              "VALUES(?1, 'metrics', ?2)");

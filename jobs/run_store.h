@@ -52,11 +52,16 @@ struct RunRecord {
     qint64 tokens = 0;
     std::optional<double> finalLoss; // loss at the highest step
     std::optional<double> bestLoss;
-    double meanTokensPerSec = 0.0;
+    // One definition each (protocol::RunPace): tokens/s is the tokens of the logged steps over
+    // the time those steps took; the active time is the run's clock at its last logged step
+    // (start-up before it, and idle gaps between a stop and a resume, are not counted).
+    double tokensPerSec = 0.0;
+    double activeSec = 0.0;
     QVector<qint64> peakMemoryPerRank; // bytes, index = rank
 
     qint64 peakMemoryBytes() const; // max over ranks, 0 if none
-    qint64 durationMs() const;      // started..ended (or now while running), 0 if not started
+    // The active time; before any step, started..ended (or now while running), 0 if not started.
+    qint64 durationMs() const;
 };
 
 struct NewRun {
@@ -117,7 +122,7 @@ enum class OpenMode { ReadWrite, ReadOnly };
 
 class RunStore {
 public:
-    static constexpr int kSchemaVersion = 5;
+    static constexpr int kSchemaVersion = 6;
 
     // $SHARD_STORE if set, else <AppDataLocation>/runs.sqlite.
     static QString defaultPath();
@@ -151,9 +156,14 @@ public:
     // The newest run recorded at this host ("" = local) and run directory; 0 when none.
     Result<qint64> findRunByDir(const QString& host, const QString& runDir) const;
     Status deleteRun(qint64 id);
+    // Refuses a name another run has.
     Status renameRun(qint64 id, const QString& name);
     Status setNotes(qint64 id, const QString& notes);
-    // Sets started_at when entering Running (once), ended_at when entering a terminal status.
+    // Changes when another connection (the CLI, another studio, a pool thread) has committed
+    // to the store since the last call on this one (SQLite's data_version).
+    Result<qint64> changeCounter() const;
+    // Sets started_at when entering Running (once), ended_at when entering a terminal status; a
+    // run that goes from an ended status to a live one without a message loses its old message.
     Status setStatus(qint64 id, RunStatus status, const QString& message = {});
     Status setProcess(qint64 id, qint64 pid, const QByteArray& launchInfo);
     Status setJobId(qint64 id, const QString& jobId);

@@ -111,4 +111,14 @@ QVector<double> logTicks125(double lo, double hi)
     return ticks;
 }
 
+double integerTickStep(double step)
+{
+    if (!(step > 1.0))
+        return 1.0;
+    const double magnitude = std::pow(10.0, std::floor(std::log10(step)));
+    const double mantissa = step / magnitude; // [1, 10)
+    const double nice = mantissa < 1.5 ? 1.0 : mantissa < 3.5 ? 2.0 : mantissa < 7.5 ? 5.0 : 10.0;
+    return nice * magnitude;
+}
+
 } // namespace shard::widgets

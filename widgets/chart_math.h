@@ -39,4 +39,8 @@ DecimatedSeries decimateMinMax(const QVector<double>& keys, const QVector<double
 // of ten when it gives more than 12 (many decades).
 QVector<double> logTicks125(double lo, double hi);
 
+// A tick step for a count axis (steps): QCustomPlot's readable `step` moved to 1, 2 or 5 times a
+// power of ten, never below 1, so no tick falls between two steps (2.5, 7.5).
+double integerTickStep(double step);
+
 } // namespace shard::widgets

@@ -75,6 +75,7 @@ ComparePage::ComparePage(QWidget* parent)
     m_samples->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_samples->setWordWrap(true);
     m_samples->verticalHeader()->setVisible(false);
+    m_samples->horizontalHeader()->setStretchLastSection(true);
     m_samples->setAccessibleName(tr("Sample completions by prompt"));
 
     auto* controls = new QHBoxLayout;
@@ -131,9 +132,17 @@ ComparePage::ComparePage(QWidget* parent)
     split->setStretchFactor(1, 1);
     split->setSizes({220, 900});
 
+    // Where to start, while there is nothing to compare.
+    m_emptyHint = new QLabel(tr("Nothing to compare yet: select runs on the Runs page (Ctrl+4) "
+                                "and press “Compare selected”, or add a run folder here."),
+        this);
+    m_emptyHint->setObjectName("emptyHint");
+    m_emptyHint->setWordWrap(true);
+
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(controls);
     layout->addWidget(m_message);
+    layout->addWidget(m_emptyHint);
     layout->addWidget(split, 1);
 
     setTabOrder(m_smoothing, m_xAxisBox);
@@ -147,8 +156,10 @@ ComparePage::ComparePage(QWidget* parent)
 
     connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
         m_smoothingValue->setText(QString::number(v / 100.0, 'f', 2));
+        // Every series, not the loss alone.
         m_loss->setSmoothing(v / 100.0);
-        m_memoryPlot->setSmoothing(0.0);
+        m_memoryPlot->setSmoothing(v / 100.0);
+        m_throughput->setSmoothing(v / 100.0);
     });
     connect(m_xAxisBox, qOverload<int>(&QComboBox::currentIndexChanged), this,
         [this] { setXAxis(XAxisKind(m_xAxisBox->currentData().toInt())); });
@@ -175,7 +186,8 @@ ComparePage::ComparePage(QWidget* parent)
             return;
         const QString error = exportPng(path);
         if (error.isEmpty())
-            m_message->showMessage(tr("Wrote %1").arg(path), MessageBar::Kind::Info);
+            m_message->showMessage(
+                tr("Wrote %1").arg(pngFilesFor(path).join(", ")), MessageBar::Kind::Info);
         else
             m_message->showMessage(error);
     });
@@ -246,6 +258,7 @@ void ComparePage::addRun(jobs::RunSeries run)
     }
     rebuildPlots();
     rebuildDifferences();
+    m_emptyHint->setVisible(m_runs.empty());
     Q_EMIT runAdded(id);
 }
 
@@ -256,6 +269,7 @@ void ComparePage::removeAllRuns()
     m_runList->clear();
     rebuildPlots();
     rebuildDifferences();
+    m_emptyHint->setVisible(true);
 }
 
 void ComparePage::setRunChecked(int index, bool checked)
@@ -331,6 +345,20 @@ void ComparePage::rebuildSamples()
         }
     const auto rows = jobs::compareSamples(runs);
     m_samples->clear();
+    m_samples->clearSpans();
+    if (rows.empty()) {
+        // Where samples come from, rather than a bare header.
+        m_samples->setColumnCount(1);
+        m_samples->setHorizontalHeaderLabels({tr("samples")});
+        m_samples->setRowCount(1);
+        m_samples->setItem(0, 0,
+            new QTableWidgetItem(runs.empty()
+                    ? tr("No runs to compare yet.")
+                    : tr("No sample completions in these runs. A run writes them when it is "
+                         "started with --sample-every N and --sample-prompts FILE.")));
+        m_samples->resizeRowsToContents();
+        return;
+    }
     m_samples->setColumnCount(int(names.size()) + 1);
     m_samples->setHorizontalHeaderLabels(QStringList {tr("prompt")} + names);
     m_samples->setRowCount(int(rows.size()));
@@ -396,15 +424,26 @@ QString ComparePage::exportPng(const QString& path)
     }
     if (!all.save(path, "PNG"))
         return tr("Could not write %1; check that the folder exists and is writable.").arg(path);
-    QFileInfo info(path);
-    const std::pair<LivePlot*, const char*> single[]
-        = {{m_memoryPlot, "-memory.png"}, {m_throughput, "-throughput.png"}};
-    for (const auto& [plot, suffix] : single) {
-        const QString file = info.dir().filePath(info.completeBaseName() + suffix);
-        if (!plot->customPlot()->savePng(file, w, h))
-            return tr("Could not write %1; check that the folder is writable.").arg(file);
+    // Alone, a chart names its runs itself: with its legend.
+    const QStringList files = pngFilesFor(path);
+    LivePlot* const single[] = {m_memoryPlot, m_throughput};
+    for (int i = 0; i < 2; ++i) {
+        LivePlot* plot = single[i];
+        const bool legend = plot->legendVisible();
+        plot->setLegendVisible(true);
+        const bool saved = plot->customPlot()->savePng(files[i + 1], w, h);
+        plot->setLegendVisible(legend);
+        if (!saved)
+            return tr("Could not write %1; check that the folder is writable.").arg(files[i + 1]);
     }
     return {};
+}
+
+QStringList ComparePage::pngFilesFor(const QString& path)
+{
+    const QFileInfo info(path);
+    return {path, info.dir().filePath(info.completeBaseName() + "-memory.png"),
+        info.dir().filePath(info.completeBaseName() + "-throughput.png")};
 }
 
 QString ComparePage::exportCsv(const QString& path)

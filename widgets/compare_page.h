@@ -43,9 +43,11 @@ public:
     void setLogY(bool on);
 
     // Writes every chart (loss, peak memory, throughput) into one PNG at its size on screen or
-    // larger, and the memory and throughput charts alone as NAME-memory.png and
-    // NAME-throughput.png; returns an error message or empty.
+    // larger, and the memory and throughput charts alone, each with its legend, as
+    // NAME-memory.png and NAME-throughput.png; returns an error message or empty.
     QString exportPng(const QString& path);
+    // The files exportPng writes for `path`: itself, NAME-memory.png, NAME-throughput.png.
+    static QStringList pngFilesFor(const QString& path);
     // One row per (run, record) with every metric recorded: run, step, tokens, wall_time, loss,
     // eval_loss, lr, grad_norm, tokens_per_sec, step_time, comm_bytes, peak_bytes.
     QString exportCsv(const QString& path);
@@ -85,6 +87,7 @@ private:
     QPushButton* m_png = nullptr;
     QPushButton* m_csv = nullptr;
     MessageBar* m_message = nullptr;
+    QLabel* m_emptyHint = nullptr; // where to start, while no run is added
     LivePlot* m_loss = nullptr;
     LivePlot* m_memoryPlot = nullptr;
     LivePlot* m_throughput = nullptr;

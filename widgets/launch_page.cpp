@@ -166,6 +166,11 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_inputs->setToolTip(tr("SSH: where the model folder and the data files come from"));
     m_target = new QComboBox(this);
     m_target->setObjectName("target");
+    // Their longest entries (a sentence, a host list) would widen the form past a 1024 px window.
+    for (QComboBox* box : {m_inputs, m_target}) {
+        box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+        box->setMinimumContentsLength(14);
+    }
     m_target->addItem(tr("This machine"), -1);
     m_presets = new QComboBox(this);
     m_presets->setEditable(true);

@@ -24,6 +24,15 @@ protected:
     QVector<double> createSubTickVector(int, const QVector<double>&) override { return {}; }
 };
 
+// Steps are counted: ticks on whole steps only (chart_math's integerTickStep).
+class StepTicker : public QCPAxisTicker {
+protected:
+    double getTickStep(const QCPRange& range) override
+    {
+        return integerTickStep(QCPAxisTicker::getTickStep(range));
+    }
+};
+
 } // namespace
 
 const QVector<double>& xColumn(const jobs::RunSeries& run, XAxisKind kind)
@@ -282,7 +291,9 @@ void LivePlot::setXAxisKind(XAxisKind kind)
         ticker->setTimeFormat("%h:%m:%s");
         m_plot->xAxis->setTicker(ticker);
     } else {
-        m_plot->xAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+        m_plot->xAxis->setTicker(kind == XAxisKind::Step
+                ? QSharedPointer<QCPAxisTicker>(QSharedPointer<StepTicker>::create())
+                : QSharedPointer<QCPAxisTicker>::create());
         m_plot->xAxis->setNumberFormat("gb");
         m_plot->xAxis->setNumberPrecision(kind == XAxisKind::Tokens ? 3 : 6);
     }
@@ -308,7 +319,7 @@ void LivePlot::setTitle(const QString& title)
 
 void LivePlot::setLegendVisible(bool visible)
 {
-    m_plot->legend->setVisible(visible);
+    m_legendWanted = visible;
     for (auto& s : m_series)
         applySeriesStyle(*s);
     markAllDirty(false);
@@ -341,11 +352,14 @@ void LivePlot::applySeriesStyle(Series& s)
     s.smoothGraph->setPen(smoothPen);
     s.rawGraph->setVisible(s.visible);
     s.smoothGraph->setVisible(s.visible && smoothing);
-    // One legend entry per series: the line the eye follows.
+    // One legend entry per series with points: the line the eye follows (no "eval loss" for a
+    // run without evaluations).
     s.rawGraph->removeFromLegend();
     s.smoothGraph->removeFromLegend();
-    if (s.visible && m_plot->legend->visible())
+    if (s.visible && m_legendWanted && !s.raw.empty())
         (smoothing ? s.smoothGraph : s.rawGraph)->addToLegend();
+    // An empty legend is not drawn (an empty box on a chart without points).
+    m_plot->legend->setVisible(m_legendWanted && m_plot->legend->itemCount() > 0);
 }
 
 void LivePlot::markDirty(Series& s, bool full)
@@ -375,6 +389,8 @@ int LivePlot::pixelWidth() const
 void LivePlot::rebuild(Series& s)
 {
     const qsizetype n = s.raw.size();
+    if ((n > 0) != (s.drawn > 0))
+        applySeriesStyle(s); // its legend entry comes with its first point, goes with its last
     const int px = pixelWidth();
     const bool decimate = n > qsizetype(kDecimateAbovePointsPerPixel) * px;
     const bool smoothing = m_smoothing > 0.0;

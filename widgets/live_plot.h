@@ -64,6 +64,7 @@ public:
     void setYAxisLabel(const QString& label);
     void setTitle(const QString& title);
     void setLegendVisible(bool visible);
+    bool legendVisible() const { return m_legendWanted; }
     // Back to automatic ranges after the user dragged or zoomed.
     void resetView();
     // A dashed vertical line at x = key with a short label at its top (the Monitor marks a
@@ -102,6 +103,7 @@ private:
     std::vector<QCPAbstractItem*> m_markers; // lines and labels, owned by m_plot
     QTimer m_timer;
     double m_smoothing = 0.0;
+    bool m_legendWanted = false; // setLegendVisible; drawn only with an entry
     bool m_logY = false;
     bool m_yIncludesZero = false;
     bool m_autoRange = true;

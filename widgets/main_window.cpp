@@ -1,6 +1,7 @@
 // MainWindow: navigation, menus, settings, and the wiring between pages and the store.
 #include "widgets/main_window.h"
 
+#include <QAbstractTextDocumentLayout>
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
@@ -13,11 +14,14 @@
 #include <QListWidget>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QScrollBar>
 #include <QSettings>
 #include <QShortcut>
 #include <QStackedWidget>
 #include <QStatusBar>
+#include <QTextBlock>
 #include <QTextBrowser>
+#include <QTextCursor>
 #include <QVBoxLayout>
 
 #include "jobs/run_service.h"
@@ -212,6 +216,15 @@ void MainWindow::showUsageGuide()
     auto* layout = new QVBoxLayout(dialog);
     layout->addWidget(text);
     dialog->show();
+    // The guide opens at the studio's own section, not at the build and CI instructions.
+    for (QTextBlock b = text->document()->begin(); b.isValid(); b = b.next())
+        if (b.blockFormat().headingLevel() > 0 && b.text() == QLatin1String("The studio")) {
+            QTextCursor at(b);
+            text->setTextCursor(at);
+            text->verticalScrollBar()->setValue(
+                int(text->document()->documentLayout()->blockBoundingRect(b).top()));
+            break;
+        }
 }
 
 void MainWindow::wirePages()

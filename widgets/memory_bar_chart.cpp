@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include <QFontMetrics>
 #include <QMouseEvent>
+#include <QResizeEvent>
 #include <QToolTip>
 
 #include "widgets/qcp.h"
@@ -109,7 +111,35 @@ void MemoryBarChart::setPredictionLabel(const QString& label)
 void MemoryBarChart::setTitle(const QString& title)
 {
     m_titleBase = title;
-    m_title->setText(titleText());
+    fitTitle();
+}
+
+void MemoryBarChart::fitTitle()
+{
+    // A title wider than the chart goes on two lines at its " · " (a cut title reads
+    // "ory per device · capacity 80.00 GiB (das").
+    QString text = titleText();
+    if (QFontMetrics(m_title->font()).horizontalAdvance(text) > width() - 8)
+        text.replace(QStringLiteral(" · "), QStringLiteral("\n"));
+    if (text != m_title->text()) {
+        m_title->setText(text);
+        m_plot->replot(QCustomPlot::rpQueuedReplot);
+    }
+}
+
+QString MemoryBarChart::barLabel(const MemoryBar& bar, double spacingPx) const
+{
+    if (!bar.measuredPeakBytes)
+        return bar.label;
+    // Measured and predicted under the bar, on one line where it fits between the bars, else
+    // one per line (side by side they ran into the next bar's: "peak 29.8 · plan 29.4peak …").
+    QStringList parts {tr("peak %1").arg(*bar.measuredPeakBytes / m_unit, 0, 'f', 1)};
+    if (bar.predictedBytes)
+        parts << tr("plan %1").arg(*bar.predictedBytes / m_unit, 0, 'f', 1);
+    const QString oneLine = parts.join(QStringLiteral(" · "));
+    const QFontMetrics metrics(m_plot->xAxis->tickLabelFont());
+    const bool fits = metrics.horizontalAdvance(oneLine) <= spacingPx - 8;
+    return bar.label + "\n" + (fits ? oneLine : parts.join("\n"));
 }
 
 QString MemoryBarChart::title() const
@@ -178,9 +208,19 @@ void MemoryBarChart::setAxisLabel(const QString& label)
     rebuild();
 }
 
+double MemoryBarChart::tickSpacingPx() const
+{
+    // The value axis and its label take about 70 px; the bars span size + 0.2 slots.
+    return std::max(1.0, (width() - 70.0) / (double(m_bars.size()) + 0.2));
+}
+
 void MemoryBarChart::resizeEvent(QResizeEvent* event)
 {
     QWidget::resizeEvent(event);
+    if (event->oldSize().width() != width() && !m_bars.empty())
+        rebuild(); // the labels under the bars and the title fit the new width
+    else
+        fitTitle();
     // As many legend columns as fit, so no entry is clipped in a narrow column.
     const int columns = std::clamp(width() / 140, 1, 4);
     if (m_plot->legend->wrap() != columns) {
@@ -234,19 +274,13 @@ void MemoryBarChart::rebuild()
     for (int b = 0; b < int(m_bars.size()); ++b) {
         const MemoryBar& bar = m_bars[size_t(b)];
         ticks.append(b + 1);
-        QString label = bar.label;
         const auto& bytes = bar.bytes;
         const double sum = std::accumulate(bytes.begin(), bytes.end(), 0.0);
         top = std::max(top, sum / unit);
         rest.append(std::max(0.0, bar.measuredPeakBytes.value_or(sum) - sum) / unit);
-        if (bar.measuredPeakBytes) {
-            // Measured and predicted side by side under the bar.
+        if (bar.measuredPeakBytes)
             top = std::max(top, *bar.measuredPeakBytes / unit);
-            label += "\n" + tr("peak %1").arg(*bar.measuredPeakBytes / unit, 0, 'f', 1);
-            if (bar.predictedBytes)
-                label += " · " + tr("plan %1").arg(*bar.predictedBytes / unit, 0, 'f', 1);
-        }
-        labels.append(label);
+        labels.append(barLabel(bar, tickSpacingPx()));
         if (m_bars[size_t(b)].predictedBytes) {
             anyPrediction = true;
             top = std::max(top, *m_bars[size_t(b)].predictedBytes / unit);
@@ -318,7 +352,7 @@ void MemoryBarChart::rebuild()
     } else {
         m_capacityLine->setVisible(false);
     }
-    m_title->setText(titleText());
+    fitTitle();
     m_plot->yAxis->setRange(0, top > 0 ? top * 1.12 : 1.0);
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }

@@ -65,6 +65,9 @@ private:
     void rebuild();
     void showToolTip(QMouseEvent* event);
     QString titleText() const;
+    void fitTitle();
+    double tickSpacingPx() const;
+    QString barLabel(const MemoryBar& bar, double spacingPx) const;
     QString formatAxisBytes(double bytes) const;
 
     QCustomPlot* m_plot = nullptr;

@@ -71,7 +71,7 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_progress = new QProgressBar(this);
     m_progress->setRange(0, 1);
     m_progress->setValue(0);
-    m_progress->setFormat(tr("step %v of %m"));
+    m_progress->setFormat(QString()); // no run: no "step 0 of 1"
     m_eta = new QLabel(this);
     m_eta->setMinimumWidth(160);
     m_smoothing = new QSlider(Qt::Horizontal, this);
@@ -259,6 +259,20 @@ void MonitorPage::setStore(jobs::RunService* store)
             m_attaching.clear();
             openStoreRun(id);
         });
+    connect(store, &jobs::RunService::runDeleted, this, [this](qint64 runId, const QString&) {
+        if (runId == 0 || runId != m_storeRunId)
+            return;
+        // The run shown is gone from the store: the page is emptied, not left on its last state.
+        reset();
+        m_storeRunId = 0;
+        ++m_storeTicket;
+        m_where.clear();
+        m_path->clear();
+        m_stop->setEnabled(false);
+        m_status->setText(tr("No run open"));
+        m_message->showMessage(
+            tr("Run %1 was deleted from the run store.").arg(runId), MessageBar::Kind::Info);
+    });
     connect(store, &jobs::RunService::runError, this, [this](qint64 runId, const QString& message) {
         if (runId == m_storeRunId && !m_finished)
             m_message->showMessage(message);
@@ -434,6 +448,7 @@ void MonitorPage::reset()
     m_samples->clear();
     m_progress->setRange(0, 1);
     m_progress->setValue(0);
+    m_progress->setFormat(QString());
     m_eta->clear();
     m_message->clearMessage();
 }
@@ -573,6 +588,7 @@ void MonitorPage::updateProgress()
     if (m_run.size() == 0)
         return;
     const double step = m_run.step.back();
+    m_progress->setFormat(tr("step %v of %m"));
     if (m_totalSteps > 0) {
         m_progress->setRange(0, int(m_totalSteps));
         m_progress->setValue(int(std::min<double>(step, double(m_totalSteps))));

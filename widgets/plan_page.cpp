@@ -15,6 +15,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QResizeEvent>
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSettings>
@@ -39,15 +40,46 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 const char* const kCustomDevice = "custom";
 const char* const kCpuDevice = "cpu";
+constexpr int64_t kMicroBatchSearchLimit = 65536; // the micro-batch field's maximum
 
-QString gibNumber(int64_t bytes)
+// One unit for a table of sizes, from its largest: GiB, or MiB / KiB where GiB would read 0.00.
+struct TableUnit {
+    double bytes;
+    const char* name;
+};
+TableUnit tableUnitFor(double largestBytes)
 {
-    return QString::number(double(bytes) / kGiB, 'f', 2);
+    if (largestBytes >= kGiB)
+        return {kGiB, "GiB"};
+    if (largestBytes >= 1024.0 * 1024.0)
+        return {1024.0 * 1024.0, "MiB"};
+    return {1024.0, "KiB"};
 }
 
+QString unitNumber(double bytes, const TableUnit& unit)
+{
+    return QString::number(bytes / unit.bytes, 'f', 2);
+}
+
+// Bytes with two decimals, as `shard plan` prints them, in GiB or, where GiB would round to
+// nothing, MiB or KiB (a tiny model's 20 MiB must not read "0.00 GiB").
 QString gib(int64_t bytes)
 {
-    return QString::number(double(bytes) / kGiB, 'f', 2) + " GiB";
+    const double b = double(bytes);
+    const double a = std::abs(b);
+    if (a >= kGiB || a == 0)
+        return QString::number(b / kGiB, 'f', 2) + " GiB";
+    if (a >= 1024.0 * 1024.0)
+        return QString::number(b / (1024.0 * 1024.0), 'f', 2) + " MiB";
+    if (a >= 1024.0)
+        return QString::number(b / 1024.0, 'f', 2) + " KiB";
+    return QString::number(bytes) + " B";
+}
+
+// This machine's RAM in GiB, to the spin box's two decimals.
+double thisMachineRamGiB()
+{
+    return std::round(double(plan::physicalMemoryBytes()) / kGiB * 100.0) / 100.0;
 }
 
 QString flops(double f)
@@ -147,8 +179,12 @@ PlanPage::PlanPage(QWidget* parent)
     m_table->setObjectName("components");
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_table->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
-    m_table->setMinimumHeight(200);
+    // Columns as wide as their numbers (the table scrolls before a cell elides or wraps).
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_table->horizontalHeader()->setStretchLastSection(true);
+    m_table->setWordWrap(false);
+    m_table->setTextElideMode(Qt::ElideNone);
+    m_table->setMinimumHeight(150);
     m_customGiB = new QDoubleSpinBox(this);
     m_customGiB->setObjectName("customGiB");
     m_customGiB->setRange(1, 4096);
@@ -195,6 +231,7 @@ PlanPage::PlanPage(QWidget* parent)
     m_lora = new LoraFields(this);
     m_toLaunch = new QPushButton(tr("Launch with these settings →"), this);
     m_toLaunch->setObjectName("toLaunch");
+    m_toLaunch->setEnabled(false); // until there is a plan
     m_message = new MessageBar(this);
     m_chart = new MemoryBarChart(tr("Memory per device"), this);
     m_chart->setCategories(planCategoryNames());
@@ -218,10 +255,14 @@ PlanPage::PlanPage(QWidget* parent)
     modelForm->addRow(m_modelInfo);
     auto* clusterBox = new QGroupBox(tr("Hardware"), this);
     auto* clusterForm = new QFormLayout(clusterBox);
-    clusterForm->addRow(tr("&GPUs per node"), m_gpus);
+    m_gpusLabel = new QLabel(tr("&GPUs per node"), this);
+    m_gpusLabel->setBuddy(m_gpus);
+    clusterForm->addRow(m_gpusLabel, m_gpus);
     clusterForm->addRow(tr("&Nodes"), m_nodes);
     clusterForm->addRow(tr("&Device"), m_device);
-    clusterForm->addRow(tr("Device &memory"), m_customGiB);
+    m_memoryLabel = new QLabel(tr("Device &memory"), this);
+    m_memoryLabel->setBuddy(m_customGiB);
+    clusterForm->addRow(m_memoryLabel, m_customGiB);
     clusterForm->addRow(tr("&Host memory per node"), m_hostGiB);
     auto* trainBox = new QGroupBox(tr("Training"), this);
     auto* trainForm = new QFormLayout(trainBox);
@@ -246,7 +287,7 @@ PlanPage::PlanPage(QWidget* parent)
     leftWidget->setLayout(left);
     leftWidget->setMaximumWidth(400);
     // The form scrolls when the window is short (it is taller than the chart needs).
-    auto* leftScroll = new QScrollArea(this);
+    auto* leftScroll = m_fields = new QScrollArea(this);
     leftScroll->setObjectName("planFieldsScroll");
     leftScroll->setWidget(leftWidget);
     leftScroll->setWidgetResizable(true);
@@ -259,10 +300,12 @@ PlanPage::PlanPage(QWidget* parent)
     auto* right = new QVBoxLayout;
     right->addWidget(m_message);
     right->addWidget(m_verdict);
-    auto* chartRow = new QHBoxLayout;
-    chartRow->addWidget(m_chart, 3);
-    chartRow->addWidget(m_table, 2);
-    right->addLayout(chartRow, 1);
+    // Chart and table side by side on a wide window, the table under the chart on a narrow one
+    // (resizeEvent).
+    m_chartRow = new QBoxLayout(QBoxLayout::LeftToRight);
+    m_chartRow->addWidget(m_chart, 3);
+    m_chartRow->addWidget(m_table, 2);
+    right->addLayout(m_chartRow, 1);
     right->addWidget(m_details);
     auto* actions = new QHBoxLayout;
     actions->addStretch(1);
@@ -309,23 +352,47 @@ PlanPage::PlanPage(QWidget* parent)
     };
     connect(m_precision, qOverload<int>(&QComboBox::currentIndexChanged), this, reduceChoice);
     reduceChoice();
-    connect(m_device, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
+    connect(m_device, qOverload<int>(&QComboBox::currentIndexChanged), this,
+        &PlanPage::showDeviceMemory);
+    // What the user types is kept per kind of device: a custom GPU's size, or the RAM of a CPU
+    // node when it is not this machine's.
+    connect(m_customGiB, qOverload<double>(&QDoubleSpinBox::valueChanged), this, [this](double v) {
         const QString d = m_device->currentData().toString();
-        m_customGiB->setEnabled(d == kCustomDevice || d == kCpuDevice);
-        m_hostGiB->setEnabled(d != kCpuDevice);
-        // A catalogue card shows its own memory (greyed), never a stale custom size.
-        if (auto card = plan::findCatalogDevice(d.toStdString()))
-            m_customGiB->setValue(double(card->spec.memoryBytes) / kGiB);
-        else if (d == kCpuDevice && m_customGiB->value() == 48)
-            m_customGiB->setValue(24);
+        if (d == kCustomDevice)
+            m_gpuCustomGiB = v;
+        else if (d == kCpuDevice)
+            m_cpuRamGiB = std::abs(v - thisMachineRamGiB()) < 0.005 ? 0.0 : v;
     });
     connect(m_strategy, qOverload<int>(&QComboBox::currentIndexChanged), this,
         [this] { m_shardGroup->setEnabled(m_strategy->currentData().toString() == "hybrid"); });
 
     // The catalogue card chosen above shows its memory in the (greyed) size field.
-    if (auto card = plan::findCatalogDevice(m_device->currentData().toString().toStdString()))
-        m_customGiB->setValue(double(card->spec.memoryBytes) / kGiB);
+    showDeviceMemory();
     setModel("llama-2-7b");
+}
+
+void PlanPage::showDeviceMemory()
+{
+    const QString d = m_device->currentData().toString();
+    const bool cpu = d == kCpuDevice;
+    m_customGiB->setEnabled(d == kCustomDevice || cpu);
+    m_hostGiB->setEnabled(!cpu);
+    m_memoryLabel->setText(cpu ? tr("RAM per &node") : tr("Device &memory"));
+    m_gpusLabel->setText(cpu ? tr("&Ranks per node") : tr("&GPUs per node"));
+    m_customGiB->setToolTip(cpu ? tr("The RAM of one node, shared by its ranks: each rank's "
+                                     "capacity is this divided by the ranks per node (this "
+                                     "machine: %1)")
+                                      .arg(gib(plan::physicalMemoryBytes()))
+                                : tr("The memory of one GPU"));
+    // Shown, not typed: a card's own memory (greyed), the custom GPU's size, the CPU node's RAM
+    // (this machine's unless the user typed another), never the previous device's.
+    const QSignalBlocker block(m_customGiB);
+    if (auto card = plan::findCatalogDevice(d.toStdString()))
+        m_customGiB->setValue(double(card->spec.memoryBytes) / kGiB);
+    else if (cpu)
+        m_customGiB->setValue(m_cpuRamGiB > 0 ? m_cpuRamGiB : thisMachineRamGiB());
+    else
+        m_customGiB->setValue(m_gpuCustomGiB);
 }
 
 void PlanPage::useHostGpus(const QString& gpuName, double memoryMiB, int count)
@@ -364,6 +431,17 @@ QString PlanPage::verdictText() const
 QString PlanPage::messageText() const
 {
     return m_message->text();
+}
+
+void PlanPage::resizeEvent(QResizeEvent* event)
+{
+    QWidget::resizeEvent(event);
+    // Side by side the chart and the table each need about 360 px; below that the title is cut
+    // and the table's numbers elide, so the table goes under the chart.
+    const int right = event->size().width() - m_fields->maximumWidth();
+    const auto direction = right < 760 ? QBoxLayout::TopToBottom : QBoxLayout::LeftToRight;
+    if (m_chartRow->direction() != direction)
+        m_chartRow->setDirection(direction);
 }
 
 void PlanPage::setModel(const QString& presetOrFolder)
@@ -461,7 +539,9 @@ std::optional<plan::PlanInput> PlanPage::readFields(QString* error) const
     in.nodes = m_nodes->value();
     const QString device = m_device->currentData().toString();
     if (device == kCpuDevice)
-        in.device = plan::DeviceSpec::cpu(int64_t(m_customGiB->value() * kGiB));
+        // This machine's RAM to the byte, as `shard plan` and the Launch page count it.
+        in.device = plan::DeviceSpec::cpu(
+            m_cpuRamGiB > 0 ? int64_t(m_cpuRamGiB * kGiB) : plan::physicalMemoryBytes());
     else if (device == kCustomDevice)
         in.device = plan::DeviceSpec::gpu(m_customGiB->value());
     else if (auto card = plan::findCatalogDevice(device.toStdString()))
@@ -489,7 +569,7 @@ void PlanPage::recompute()
     try {
         plan::validate(*in);
         m_results = plan::planAllStrategies(*in);
-        m_largestMicroBatch = plan::largestMicroBatch(*in);
+        m_largestMicroBatch = plan::largestMicroBatch(*in, kMicroBatchSearchLimit);
         m_fewestGpus = plan::fewestGpus(*in);
     } catch (const std::exception& e) {
         m_results.clear();
@@ -501,11 +581,13 @@ void PlanPage::recompute()
         m_verdict->setText(tr("No plan"));
         m_verdict->setStyleSheet(QString());
         m_details->clear();
+        m_toLaunch->setEnabled(false); // nothing to launch with
         m_message->showMessage(QString::fromUtf8(e.what()));
         Q_EMIT planChanged();
         return;
     }
     m_input = in;
+    m_toLaunch->setEnabled(true);
     // A model that failed to load stays reported; the plan shown is the previous model's.
     if (m_modelError.isEmpty())
         m_message->clearMessage();
@@ -549,24 +631,31 @@ void PlanPage::showResults()
     const double share
         = c->capacityBytes > 0 ? double(c->perDevice.total()) / double(c->capacityBytes) : 0.0;
     const bool tight = c->fits && share > plan::kSafeMemoryFraction;
+    // On the CPU a rank's capacity is its share of the node's RAM (as `shard plan` and the
+    // Launch page count it).
+    const QString capacity = c->input.device.kind == plan::DeviceKind::Cpu
+        ? tr("%1 per rank (%2 of RAM ÷ %n rank(s) per node)", "", int(c->input.gpusPerNode))
+              .arg(gib(c->capacityBytes), gib(c->input.device.memoryBytes))
+        : tr("%1 per device").arg(gib(c->capacityBytes));
     if (tight)
-        m_verdict->setText(tr("⚠ Fits, but tight: %1 uses %2 of %3 per device (%4%); plans "
-                              "over %5% of device memory risk running out")
-                               .arg(strategy, gib(c->perDevice.total()), gib(c->capacityBytes))
+        m_verdict->setText(tr("⚠ Fits, but tight: %1 uses %2 of %3 (%4%); plans over %5% of "
+                              "device memory risk running out")
+                               .arg(strategy, gib(c->perDevice.total()), capacity)
                                .arg(qRound(share * 100))
                                .arg(qRound(plan::kSafeMemoryFraction * 100)));
     else if (c->fits)
-        m_verdict->setText(tr("✔ Fits: %1 uses %2 of %3 per device (%4 free)")
-                               .arg(strategy, gib(c->perDevice.total()), gib(c->capacityBytes),
-                                   gib(c->headroomBytes)));
+        m_verdict->setText(
+            tr("✔ Fits: %1 uses %2 of %3; %4 free")
+                .arg(strategy, gib(c->perDevice.total()), capacity, gib(c->headroomBytes)));
     else if (c->headroomBytes >= 0)
         m_verdict->setText(tr("✘ Does not fit: %1 needs %2 of host memory per node for offloaded "
                               "state, the node has %3")
                                .arg(strategy, gib(c->hostBytesPerDevice * c->input.gpusPerNode),
                                    gib(c->input.device.hostMemoryBytes)));
     else
-        m_verdict->setText(tr("✘ Does not fit: %1 needs %2 per device, the device has %3")
-                               .arg(strategy, gib(c->perDevice.total()), gib(c->capacityBytes)));
+        m_verdict->setText(tr("✘ Does not fit: %1 needs %2, the capacity is %3")
+                               .arg(strategy, gib(c->perDevice.total()), capacity)
+            + suggestionsFor(*c));
     m_verdict->setStyleSheet(tight ? "color: #9a6700;"
             : c->fits              ? "color: #1d7a2e;"
                                    : "color: #b3261e;");
@@ -578,9 +667,14 @@ void PlanPage::showResults()
                  .arg(c->worldSize)
                  .arg(c->shardDegree)
                  .arg(c->replicas);
+    // The search stops at kMicroBatchSearchLimit: reaching it means memory sets no limit, not
+    // that the number is one to use (a tiny model "fitting 65536").
+    const QString largest = m_largestMicroBatch >= kMicroBatchSearchLimit
+        ? tr("not limited by memory (%1 or more)").arg(kMicroBatchSearchLimit)
+        : m_largestMicroBatch > 0 ? QString::number(m_largestMicroBatch)
+                                  : tr("none (even 1 does not fit)");
     lines << tr("Largest micro-batch that fits: <b>%1</b> · fewest GPUs that fit: <b>%2</b>")
-                 .arg(m_largestMicroBatch > 0 ? QString::number(m_largestMicroBatch)
-                                              : tr("none (even 1 does not fit)"))
+                 .arg(largest)
                  .arg(m_fewestGpus > 0 ? QString::number(m_fewestGpus) : tr("none"));
     lines << tr("FLOPs: %1 per token, %2 per step (%3 tokens) · communication: %4 sent per "
                 "device per step (gathers %5, reductions %6)")
@@ -599,6 +693,26 @@ void PlanPage::showResults()
         lines << tr("Note: %1").arg(QString::fromStdString(note).toHtmlEscaped());
     m_details->setText(lines.join("<br>"));
     showModelInfo();
+}
+
+QString PlanPage::suggestionsFor(const plan::PlanResult& c) const
+{
+    // What would fit, from what was planned anyway: another strategy, a smaller micro-batch,
+    // more GPUs; activation checkpointing when nothing else is known to.
+    QStringList fitting;
+    for (const plan::PlanResult& r : m_results)
+        if (r.fits)
+            fitting << QString::fromStdString(plan::toString(r.input.strategy));
+    QStringList tries;
+    if (!fitting.isEmpty())
+        tries << tr("%1 (fits with these settings)").arg(fitting.join(tr(", ")));
+    if (m_largestMicroBatch > 0 && m_largestMicroBatch < c.input.microBatch)
+        tries << tr("micro-batch %1 or less").arg(m_largestMicroBatch);
+    if (m_fewestGpus > c.worldSize)
+        tries << tr("%1 GPUs").arg(m_fewestGpus);
+    if (tries.isEmpty() && c.input.checkpointing == plan::Checkpointing::None)
+        tries << tr("activation checkpointing");
+    return tries.isEmpty() ? QString() : tr(". Try %1.").arg(tries.join(tr("; ")));
 }
 
 void PlanPage::showModelInfo()
@@ -620,12 +734,16 @@ void PlanPage::showModelInfo()
 void PlanPage::fillTable()
 {
     const QStringList names = planCategoryNames();
+    double largest = 0;
+    for (const plan::PlanResult& r : m_results)
+        largest = std::max({largest, double(r.perDevice.total()), double(r.hostBytesPerDevice)});
+    const TableUnit unit = tableUnitFor(largest);
     m_table->clear();
     m_table->setColumnCount(int(m_results.size()));
     m_table->setRowCount(names.size() + 2);
     QStringList rows = names;
-    rows << tr("total, GiB") << tr("host (offload)");
-    m_table->setToolTip(tr("GiB per device, by component and strategy"));
+    rows << tr("total, %1").arg(unit.name) << tr("host (offload)");
+    m_table->setToolTip(tr("%1 per device, by component and strategy").arg(unit.name));
     m_table->setVerticalHeaderLabels(rows);
     QStringList columns;
     for (int c = 0; c < int(m_results.size()); ++c) {
@@ -636,14 +754,14 @@ void PlanPage::fillTable()
         columns << label;
         const std::vector<double> bytes = planCategoryBytes(r.perDevice);
         for (int row = 0; row < int(bytes.size()); ++row)
-            m_table->setItem(row, c, new QTableWidgetItem(gibNumber(int64_t(bytes[size_t(row)]))));
-        auto* total = new QTableWidgetItem(gibNumber(r.perDevice.total()));
+            m_table->setItem(row, c, new QTableWidgetItem(unitNumber(bytes[size_t(row)], unit)));
+        auto* total = new QTableWidgetItem(unitNumber(double(r.perDevice.total()), unit));
         QFont bold = total->font();
         bold.setBold(true);
         total->setFont(bold);
         m_table->setItem(names.size(), c, total);
-        m_table->setItem(
-            names.size() + 1, c, new QTableWidgetItem(gibNumber(r.hostBytesPerDevice)));
+        m_table->setItem(names.size() + 1, c,
+            new QTableWidgetItem(unitNumber(double(r.hostBytesPerDevice), unit)));
         for (int row = 0; row < m_table->rowCount(); ++row)
             m_table->item(row, c)->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
     }
@@ -666,7 +784,8 @@ void PlanPage::saveSettings() const
     s.setValue("gpus", m_gpus->value());
     s.setValue("nodes", m_nodes->value());
     s.setValue("device", m_device->currentData());
-    s.setValue("customGiB", m_customGiB->value());
+    s.setValue("customGiB", m_gpuCustomGiB);
+    s.setValue("cpuRamGiB", m_cpuRamGiB); // 0: this machine's, whichever machine it is then
     s.setValue("hostGiB", m_hostGiB->value());
     s.setValue("mode", m_mode->currentData());
     s.setValue("strategy", m_strategy->currentData());
@@ -693,8 +812,12 @@ void PlanPage::loadSettings()
     };
     m_gpus->setValue(s.value("gpus", m_gpus->value()).toInt());
     m_nodes->setValue(s.value("nodes", m_nodes->value()).toInt());
+    // "customGiB" is a custom GPU's size only (it once held whatever the field showed, a card's
+    // 80 GiB included, which a CPU plan then used as its RAM).
+    m_gpuCustomGiB = s.value("customGiB", m_gpuCustomGiB).toDouble();
+    m_cpuRamGiB = s.value("cpuRamGiB", 0.0).toDouble();
     setCombo(m_device, "device");
-    m_customGiB->setValue(s.value("customGiB", m_customGiB->value()).toDouble());
+    showDeviceMemory();
     m_hostGiB->setValue(s.value("hostGiB", m_hostGiB->value()).toDouble());
     setCombo(m_mode, "mode");
     setCombo(m_strategy, "strategy");

@@ -13,12 +13,14 @@
 
 #include "plan/planner.h"
 
+class QBoxLayout;
 class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
 class QPushButton;
 class QLineEdit;
+class QScrollArea;
 class QSpinBox;
 class QTableWidget;
 class QTimer;
@@ -64,11 +66,16 @@ Q_SIGNALS:
     void modelLoaded(const QString& name);
     void modelFailed(const QString& message);
 
+protected:
+    void resizeEvent(QResizeEvent* event) override;
+
 private:
     void scheduleRecompute();
     void browseFolder();
+    void showDeviceMemory(); // the memory field and labels for the chosen device
     std::optional<plan::PlanInput> readFields(QString* error) const;
     void showResults();
+    QString suggestionsFor(const plan::PlanResult& chosen) const; // when it does not fit
     void fillTable();
     void showModelInfo();
 
@@ -88,10 +95,16 @@ private:
     QSpinBox* m_gpus = nullptr;
     QSpinBox* m_nodes = nullptr;
     QComboBox* m_device = nullptr;
-    QDoubleSpinBox* m_customGiB = nullptr;
+    QDoubleSpinBox* m_customGiB = nullptr; // a card's memory, a custom GPU's, a CPU node's RAM
+    QLabel* m_memoryLabel = nullptr;
+    QLabel* m_gpusLabel = nullptr;
+    double m_gpuCustomGiB = 48; // "GPU, custom size"
+    double m_cpuRamGiB = 0;     // "CPU": RAM per node; 0 = this machine's
     QDoubleSpinBox* m_hostGiB = nullptr;
     QComboBox* m_mode = nullptr;
     QTableWidget* m_table = nullptr;
+    QBoxLayout* m_chartRow = nullptr; // chart and table: a row, or a column when narrow
+    QScrollArea* m_fields = nullptr;  // the form on the left
     QComboBox* m_strategy = nullptr;
     QSpinBox* m_shardGroup = nullptr;
     QComboBox* m_precision = nullptr;

@@ -6,12 +6,16 @@
 #include <QDateTime>
 #include <QDir>
 #include <QDoubleSpinBox>
+#include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFontDatabase>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
@@ -53,6 +57,71 @@ QString number(double v)
     return QString::number(v, 'g', 6);
 }
 
+QJsonObject readJsonObject(const QString& path)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly))
+        return {};
+    return QJsonDocument::fromJson(f.readAll()).object();
+}
+
+// What the Chat row needs to know of a model path (a model folder, a run folder or one of its
+// checkpoints): the chat template its tokenizer carries, and whether its run trained on chat.
+struct ChatFacts {
+    bool known = false;     // a folder with a tokenizer_config.json was found
+    QString templateFamily; // "Llama 3", "ChatML", "Llama 2 [INST]", "a custom one"; empty: none
+    bool trainedOnChat = false;
+};
+
+ChatFacts chatFactsOf(const QString& path)
+{
+    ChatFacts facts;
+    if (path.isEmpty())
+        return facts;
+    QDir dir(path);
+    // The run folder: the path itself, its parent (run/model) or two up (run/checkpoints/step-N).
+    QString runDir;
+    for (const QString& up : {QStringLiteral("."), QStringLiteral(".."), QStringLiteral("../..")})
+        if (QFileInfo::exists(dir.filePath(up + "/run.json"))) {
+            runDir = QDir::cleanPath(dir.filePath(up));
+            break;
+        }
+    const QJsonObject run = runDir.isEmpty() ? QJsonObject() : readJsonObject(runDir + "/run.json");
+    // The tokenizer: the folder's own, else the run's exported model's, else its base model's.
+    QStringList folders {path};
+    if (!runDir.isEmpty())
+        folders << runDir + "/model" << run.value("model").toString();
+    for (const QString& folder : folders) {
+        const QString file = folder + "/tokenizer_config.json";
+        if (folder.isEmpty() || !QFileInfo::exists(file))
+            continue;
+        facts.known = true;
+        const QString text = readJsonObject(file).value("chat_template").toString();
+        if (text.contains("<|start_header_id|>"))
+            facts.templateFamily = QStringLiteral("Llama 3");
+        else if (text.contains("<|im_start|>"))
+            facts.templateFamily = QStringLiteral("ChatML");
+        else if (text.contains("[INST]"))
+            facts.templateFamily = QStringLiteral("Llama 2 [INST]");
+        else if (!text.isEmpty())
+            facts.templateFamily = QObject::tr("its own");
+        break;
+    }
+    // Trained on chat: a chat format or template named, or chat records in its first data file.
+    const QString format = run.value("data_format").toString();
+    facts.trainedOnChat
+        = format == QLatin1String("chat") || !run.value("chat_template").toString().isEmpty();
+    const QJsonArray data = run.value("data").toArray();
+    if (!facts.trainedOnChat && format == QLatin1String("auto") && !data.isEmpty()) {
+        QFile f(data.first().toString());
+        if (f.open(QIODevice::ReadOnly)) {
+            const QJsonObject first = QJsonDocument::fromJson(f.readLine()).object();
+            facts.trainedOnChat = first.contains("messages") || first.contains("conversations");
+        }
+    }
+    return facts;
+}
+
 } // namespace
 
 PlaygroundPage::PlaygroundPage(QWidget* parent)
@@ -85,6 +154,8 @@ PlaygroundPage::PlaygroundPage(QWidget* parent)
         p.status = new QLabel(p.box);
         p.status->setObjectName(i == 0 ? "status" : "compareStatus");
         p.status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        // Wraps: one line of token stats made the window at least 1162 px wide.
+        p.status->setWordWrap(true);
         auto* v = new QVBoxLayout(p.box);
         v->addWidget(p.output, 1);
         v->addWidget(p.status);
@@ -145,6 +216,11 @@ PlaygroundPage::PlaygroundPage(QWidget* parent)
     m_system->setPlaceholderText(tr("system prompt (chat)"));
     m_system->setEnabled(false);
     connect(m_chat, &QCheckBox::toggled, m_system, &QWidget::setEnabled);
+    m_chatHint = new QLabel(this);
+    m_chatHint->setObjectName("chatHint");
+    m_chatHint->setWordWrap(true);
+    m_chatHint->hide();
+    connect(m_chat, &QCheckBox::toggled, this, &PlaygroundPage::updateChatHint);
 
     m_temperature = doubleSpin(this, 0.0, 5.0, 0.1, 0.8, "temperature");
     m_temperature->setSpecialValueText(tr("0 (greedy)"));
@@ -194,6 +270,7 @@ PlaygroundPage::PlaygroundPage(QWidget* parent)
     chatRow->addWidget(m_chat);
     chatRow->addWidget(m_system, 1);
     pv->addLayout(chatRow);
+    pv->addWidget(m_chatHint);
     auto* buttons = new QHBoxLayout;
     buttons->addStretch(1);
     buttons->addWidget(m_stop);
@@ -214,7 +291,29 @@ PlaygroundPage::PlaygroundPage(QWidget* parent)
     layout->addWidget(m_message);
     layout->addLayout(answers, 1);
     connect(m_panes[1].path, &QComboBox::editTextChanged, this, [this] { updateButtons(); });
+    connect(m_panes[0].path, &QComboBox::editTextChanged, this, &PlaygroundPage::updateChatHint);
     updateButtons();
+}
+
+void PlaygroundPage::updateChatHint()
+{
+    const ChatFacts facts = chatFactsOf(modelPath(0));
+    QString hint;
+    if (facts.known && !m_chat->isChecked() && facts.trainedOnChat)
+        hint = tr("This run was fine-tuned on chat data: turn on Chat so that the prompt is "
+                  "wrapped in the template it learned (a plain prompt may get no answer).");
+    else if (facts.known && m_chat->isChecked())
+        hint = facts.templateFamily.isEmpty()
+            ? tr("This model's tokenizer has no chat template: Chat uses one guessed from its "
+                 "special tokens, which may not be what it was trained with.")
+            : tr("Chat uses the tokenizer's chat template (%1).").arg(facts.templateFamily);
+    m_chatHint->setText(hint);
+    m_chatHint->setVisible(!hint.isEmpty());
+}
+
+QString PlaygroundPage::chatHintText() const
+{
+    return m_chatHint->text();
 }
 
 PlaygroundPage::~PlaygroundPage() = default;

@@ -60,6 +60,9 @@ public:
     QString outputText(int pane) const;
     QString statusText(int pane) const;
     QString messageText() const;
+    // What the Chat row says about the first model: which template Chat applies, or that the
+    // run was fine-tuned on chat data and wants Chat on ("chatHint").
+    QString chatHintText() const;
 
 Q_SIGNALS:
     void tokenArrived(int pane);
@@ -82,12 +85,14 @@ private:
     };
     void browse(int pane);
     void updateButtons();
+    void updateChatHint();
     void onFinished(int pane, bool ok, bool cancelled, const QString& message);
 
     std::array<Pane, kPanes> m_panes;
     QString m_worker = QStringLiteral("shard-worker");
     QPlainTextEdit* m_prompt = nullptr;
     QCheckBox* m_chat = nullptr;
+    QLabel* m_chatHint = nullptr;
     QLineEdit* m_system = nullptr;
     QDoubleSpinBox* m_temperature = nullptr;
     QSpinBox* m_topK = nullptr;

@@ -124,9 +124,8 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
         return r->peakMemoryBytes() > 0 ? formatBytes(double(r->peakMemoryBytes())) : QString();
     case TokensPerSec:
         if (sort)
-            return r->meanTokensPerSec;
-        return r->meanTokensPerSec > 0 ? QLocale().toString(r->meanTokensPerSec, 'f', 0)
-                                       : QString();
+            return r->tokensPerSec;
+        return r->tokensPerSec > 0 ? QLocale().toString(r->tokensPerSec, 'f', 0) : QString();
     case Started:
         if (sort)
             return r->startedAt.isValid() ? r->startedAt.toMSecsSinceEpoch() : qint64(0);
@@ -141,7 +140,8 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
         // The reason a run did not finish is what a user scans for; a clean finish says little.
         return r->status == jobs::RunStatus::Finished ? QString() : r->message.section('\n', 0, 0);
     case Notes:
-        return r->notes.section('\n', 0, 0);
+        // Every line, on one row (the tooltip and the Notes dialog show them as written).
+        return r->notes.trimmed().split('\n', Qt::SkipEmptyParts).join(QStringLiteral(" ⏎ "));
     }
     return {};
 }

@@ -8,12 +8,15 @@
 #include <QVector>
 #include <QWidget>
 
+#include "jobs/launcher.h"
 #include "jobs/run_store.h"
 
 namespace shard::jobs {
 class RunService;
 }
 
+class QDialog;
+class QLabel;
 class QLineEdit;
 class QPushButton;
 class QSortFilterProxyModel;
@@ -44,7 +47,16 @@ public:
     void renameRun(qint64 runId, const QString& name);
     void setNotes(qint64 runId, const QString& notes);
     void deleteRuns(const QVector<qint64>& runIds, bool removeFolders);
-    void continueRun(qint64 runId, qint64 moreSteps);
+    void continueRun(qint64 runId, qint64 moreSteps,
+        jobs::ContinueSchedule schedule = jobs::ContinueSchedule::Stretch);
+    // What Continue asks, with what happens to the run's learning-rate schedule.
+    QString continueQuestion(qint64 runId) const;
+    // The Continue dialog ("continueDialog"): the step count ("moreSteps") and, for a decaying
+    // schedule, what the learning rate does after the checkpoint ("scheduleStretch",
+    // "scheduleKeep", "scheduleRestart"). Accepting it continues the run.
+    QDialog* continueDialog(qint64 runId);
+    // What Delete asks: each run by id, name, status and folder.
+    QString deleteQuestion(const QVector<qint64>& runIds) const;
 
 Q_SIGNALS:
     // A run id: the window follows it through the store (local or remote alike).
@@ -55,9 +67,20 @@ Q_SIGNALS:
 private:
     const jobs::RunRecord* currentRun() const;
     void fitColumns();
+    void restoreSelection(const QVector<qint64>& selected, qint64 currentId);
+    void clearStaleMessage(const QVector<jobs::RunRecord>& runs);
+    void updateEmptyHint();
 
     jobs::RunService* m_store = nullptr;
     QSet<qint64> m_continuing; // runs whose continue request is on its way
+    QSet<qint64> m_edited;     // runs renamed or annotated here, until the store says done
+    // The run the "continues" message is about, until it has ended again.
+    struct Continued {
+        qint64 runId = 0;
+        QString text;
+        bool seenLive = false;
+    };
+    Continued m_continued;
     RunTableModel* m_model = nullptr;
     QSortFilterProxyModel* m_proxy = nullptr;
     QTableView* m_view = nullptr;
@@ -71,6 +94,7 @@ private:
     QPushButton* m_delete = nullptr;
     QPushButton* m_continue = nullptr;
     MessageBar* m_message = nullptr;
+    QLabel* m_emptyHint = nullptr; // where runs come from, while the table is empty
 };
 
 } // namespace shard::widgets

@@ -326,10 +326,13 @@ void printHuman(const PlanInput& in, const std::vector<PlanResult>& all, const P
     row("FLOPs per step",
         si(chosen.flopsPerStep, "FLOP") + " (" + withCommas(chosen.tokensPerStep) + " tokens)");
     const DtypeBytes d = dtypeBytes(in);
-    const std::string computeName = in.precision == Precision::Fp32
+    // The ZeRO paper counts every volume in 16-bit elements, whatever the precision.
+    const bool paper = in.mode == AccountingMode::ZeroPaper;
+    const std::string computeName = paper ? "16-bit"
+        : in.precision == Precision::Fp32
         ? "fp32"
         : (in.precision == Precision::Fp16Mixed ? "fp16" : "bf16");
-    const std::string reduceName = d.reduce == 4 ? "fp32" : "bf16";
+    const std::string reduceName = paper ? "16-bit" : d.reduce == 4 ? "fp32" : "bf16";
     row(std::string("sent per ") + unit + " per step",
         gib(chosen.bytesSentPerDevicePerStep) + " GiB: gathers "
             + gib(chosen.gatherBytesPerDevicePerStep) + " (" + computeName + ") + reduces "

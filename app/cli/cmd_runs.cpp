@@ -315,9 +315,8 @@ void listRuns(const RunsOptions& o)
                 {"run_dir", r.runDir.toStdString()}, {"model", r.model.toStdString()},
                 {"strategy", r.strategy.toStdString()}, {"world_size", r.worldSize},
                 {"last_step", r.lastStep}, {"total_steps", r.totalSteps},
-                {"mean_tokens_per_sec", r.meanTokensPerSec},
-                {"peak_memory_bytes", r.peakMemoryBytes()}, {"duration_ms", r.durationMs()},
-                {"job_id", r.jobId.toStdString()}};
+                {"tokens_per_sec", r.tokensPerSec}, {"peak_memory_bytes", r.peakMemoryBytes()},
+                {"duration_ms", r.durationMs()}, {"job_id", r.jobId.toStdString()}};
             j["final_loss"] = r.finalLoss ? nlohmann::json(*r.finalLoss) : nlohmann::json();
             j["best_loss"] = r.bestLoss ? nlohmann::json(*r.bestLoss) : nlohmann::json();
             arr.push_back(j);
@@ -342,7 +341,7 @@ void listRuns(const RunsOptions& o)
             qPrintable(jobs::toString(r.status)), qPrintable(r.target),
             qPrintable(r.strategy.isEmpty() ? QStringLiteral("-") : r.strategy), r.worldSize,
             qPrintable(steps), qPrintable(lossText(r.finalLoss)), qPrintable(lossText(r.bestLoss)),
-            r.meanTokensPerSec, qPrintable(jobs::formatBytes(double(r.peakMemoryBytes()))),
+            r.tokensPerSec, qPrintable(jobs::formatBytes(double(r.peakMemoryBytes()))),
             qPrintable(r.startedAt.isValid() ? r.startedAt.toString("yyyy-MM-dd HH:mm")
                                              : QStringLiteral("-")));
     }
@@ -360,6 +359,11 @@ void showRun(const RunsOptions& o)
         qPrintable(r.createdAt.toString(Qt::ISODate)));
     if (r.pid > 0)
         std::printf("  launcher pid %lld\n", static_cast<long long>(r.pid));
+    if (!r.notes.trimmed().isEmpty()) {
+        std::printf("  notes:\n");
+        for (const QString& line : r.notes.trimmed().split('\n'))
+            std::printf("    %s\n", terminalText(line).constData());
+    }
     for (int rank = 0; rank < r.peakMemoryPerRank.size(); ++rank)
         std::printf("  rank %d peak memory %s\n", rank,
             qPrintable(jobs::formatBytes(double(r.peakMemoryPerRank[rank]))));
@@ -392,7 +396,7 @@ void compareRuns(const RunsOptions& o)
     for (const auto& r : runs)
         std::printf("%5lld  %-24s %-11s %9s %9s %9.0f %10s\n", static_cast<long long>(r.id),
             terminalText(r.name.left(24)).constData(), qPrintable(jobs::toString(r.status)),
-            qPrintable(lossText(r.finalLoss)), qPrintable(lossText(r.bestLoss)), r.meanTokensPerSec,
+            qPrintable(lossText(r.finalLoss)), qPrintable(lossText(r.bestLoss)), r.tokensPerSec,
             qPrintable(jobs::formatBytes(double(r.peakMemoryBytes()))));
     auto diff = store.compareConfigs(ids);
     if (!diff)

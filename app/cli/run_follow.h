@@ -181,7 +181,7 @@ inline void printSummary(const jobs::RunRecord& r)
     std::printf("  steps %lld, final loss %s, best loss %s, %.0f tokens/s, peak memory %s per "
                 "rank (max), %s\n",
         static_cast<long long>(r.lastStep), qPrintable(lossText(r.finalLoss)),
-        qPrintable(lossText(r.bestLoss)), r.meanTokensPerSec,
+        qPrintable(lossText(r.bestLoss)), r.tokensPerSec,
         qPrintable(jobs::formatBytes(double(r.peakMemoryBytes()))),
         qPrintable(humanDuration(r.durationMs())));
     std::printf("  run directory: %s%s\n",

@@ -59,12 +59,14 @@ TrainCheckpointer::TrainCheckpointer(protocol::RunSpec spec, std::string modelDi
     if (m_spec.keepCheckpoints < 0)
         throw std::runtime_error("--keep-checkpoints must be >= 0 (0 = keep all)");
     nlohmann::json j = protocol::toJson(m_spec);
-    // What a resume may change: length, placement (world size, strategy: resharding), the split of
-    // the global batch into micro-batches, precision and memory settings, cadence, paths.
+    // What a resume may change: length and the schedule's span (a continued run's), placement
+    // (world size, strategy: resharding), the split of the global batch into micro-batches,
+    // precision and memory settings, cadence, paths.
     for (const char* k : {"resume", "steps", "epochs", "nodes", "procs_per_node", "strategy",
              "shard_group", "micro_batch", "grad_accum", "device", "precision", "reduce_dtype",
              "checkpointing", "offload", "checkpoint_every", "keep_checkpoints", "threads",
-             "log_every", "eval_every", "name", "out", "model", "tokenizer", "allow_batch_change"})
+             "log_every", "eval_every", "name", "out", "model", "tokenizer", "allow_batch_change",
+             "schedule_start", "schedule_steps"})
         j.erase(k);
     // Runs from before the field existed keep their id.
     if (m_spec.chatTemplate.empty())

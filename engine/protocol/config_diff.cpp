@@ -49,6 +49,9 @@ std::vector<ConfigDifference> differingConfigValues(const std::vector<nlohmann::
             flatten(resolvedConfig(configs[i]), "", flat[i]);
         flat[i].erase("name");
         flat[i].erase("out");
+        // How its last process started (a resumed or continued run says "auto"), not what the
+        // run trains: Compare listed "resume — / auto".
+        flat[i].erase("resume");
         for (const auto& [k, v] : flat[i])
             keys.insert(k);
     }

@@ -57,6 +57,8 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("min_lr_ratio", s.minLrRatio);
     f("schedule", s.schedule);
     f("warmup", s.warmup);
+    f("schedule_start", s.scheduleStart);
+    f("schedule_steps", s.scheduleSteps);
     f("weight_decay", s.weightDecay);
     f("beta1", s.beta1);
     f("beta2", s.beta2);
@@ -269,6 +271,11 @@ void validate(const RunSpec& s)
         if (!std::isfinite(value))
             throw std::runtime_error(std::string("run spec: ") + field
                 + " must be a finite number (got " + std::to_string(value) + ")");
+    if (s.scheduleStart < 0 || s.scheduleSteps < 0)
+        throw std::runtime_error("run spec: schedule_start and schedule_steps must be >= 0");
+    if (s.scheduleSteps > 0 && s.scheduleSteps <= s.scheduleStart)
+        throw std::runtime_error("run spec: schedule_steps (" + std::to_string(s.scheduleSteps)
+            + ") must be past schedule_start (" + std::to_string(s.scheduleStart) + ")");
     if (s.sampleEvery < 0)
         throw std::runtime_error("run spec: sample_every must be >= 0 (0 = no samples)");
     if (s.sampleEvery > 0 && s.samplePrompts.empty())

@@ -65,6 +65,12 @@ struct RunSpec {
     double minLrRatio = 0.0;
     std::string schedule = "cosine"; // constant, linear, cosine
     int64_t warmup = 0;
+    // The steps the schedule spans, warm-up and decay (0, 0: the run's first and last). "Continue
+    // for N more steps" keeps a finished schedule (schedule_steps = the old total: the learning
+    // rate stays at its end value after it) or restarts warm-up and decay at the checkpoint
+    // (schedule_start); with neither, the decay stretches over the new total.
+    int64_t scheduleStart = 0;
+    int64_t scheduleSteps = 0;
     double weightDecay = 0.0;
     double beta1 = 0.9;
     double beta2 = 0.95;

@@ -1,10 +1,14 @@
 // The `train` flags and the spec fields they set (see train_flags.h).
 #include "protocol/train_flags.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <set>
 #include <stdexcept>
+
+#include "protocol/adapter_shape.h"
 
 namespace shard::protocol {
 
@@ -115,6 +119,11 @@ const std::vector<TrainFlag>& trainFlags()
         SHARD_FLAG("--warmup", warmup, "Warmup steps"),
         SHARD_FLAG("--schedule", schedule, "constant, linear or cosine"),
         SHARD_FLAG("--min-lr-ratio", minLrRatio, "Floor of the decay"),
+        SHARD_FLAG("--schedule-start", scheduleStart,
+            "The step where warm-up and decay start (default 0; a continued run's checkpoint)"),
+        SHARD_FLAG("--schedule-steps", scheduleSteps,
+            "The step where the decay ends, the learning rate constant after it (default: the "
+            "run's last)"),
         SHARD_FLAG("--clip", clip, "Global gradient-norm clip (0 = off)"),
         SHARD_FLAG("--weight-decay", weightDecay, "AdamW weight decay"),
         SHARD_FLAG("--beta1", beta1, "AdamW beta1"),
@@ -159,8 +168,16 @@ const std::vector<TrainFlag>& trainFlags()
 #undef SHARD_FLAG
 #undef SHARD_SWITCH
 
+std::string flagKey(const std::string& flagName)
+{
+    std::string key = flagName.rfind("--", 0) == 0 ? flagName.substr(2) : flagName;
+    std::replace(key.begin(), key.end(), '-', '_');
+    return key;
+}
+
 void applyTrainFlags(RunSpec& spec, const std::vector<std::string>& args)
 {
+    std::set<std::string> given;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& word = args[i];
         const auto eq = word.find('=');
@@ -186,7 +203,9 @@ void applyTrainFlags(RunSpec& spec, const std::vector<std::string>& args)
             value = args[++i];
         }
         flag->apply(spec, value);
+        given.insert(flagKey(flag->name));
     }
+    adoptAdapterShape(spec, given);
 }
 
 } // namespace shard::protocol

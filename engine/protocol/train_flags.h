@@ -29,8 +29,12 @@ struct TrainFlag {
 // the spec file itself, is the worker's own).
 const std::vector<TrainFlag>& trainFlags();
 
-// Applies "--flag V", "--flag=V" and switches in order (the last one wins). Throws
+// Applies "--flag V", "--flag=V" and switches in order (the last one wins); then, with
+// --lora-init, the adapter's shape where no flag set it (adoptAdapterShape). Throws
 // std::runtime_error naming an unknown flag or a bad value.
 void applyTrainFlags(RunSpec& spec, const std::vector<std::string>& args);
+
+// The run-spec key a flag sets: "--lora-rank" -> "lora_rank".
+std::string flagKey(const std::string& flagName);
 
 } // namespace shard::protocol

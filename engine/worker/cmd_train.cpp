@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "command.h"
 #include "core/train/trainer.h"
 #include "launch/rank_heartbeat.h"
+#include "protocol/adapter_shape.h"
 #include "protocol/run_dir.h"
 #include "protocol/run_spec.h"
 #include "protocol/train_flags.h"
@@ -33,6 +35,7 @@ struct TrainArgs {
     std::deque<std::string> values; // one per protocol::trainFlags() entry (stable addresses)
     CLI::Option* nprocOption = nullptr;
     std::vector<std::pair<CLI::Option*, std::function<void(protocol::RunSpec&)>>> overrides;
+    std::vector<std::string> overrideKeys; // the run-spec key of each override ("lora_rank")
 };
 
 // The heartbeat to the launcher (when there is one), from set-up on; the timeout is
@@ -78,6 +81,7 @@ void takeLauncherRankCount(protocol::RunSpec& spec, bool explicitFlag)
 void train(TrainArgs& a)
 {
     protocol::RunSpec spec;
+    std::set<std::string> userSet; // the spec's keys given (--lora-init keeps the others' shape)
     if (!a.config.empty()) {
         std::ifstream in(a.config);
         if (!in)
@@ -93,10 +97,16 @@ void train(TrainArgs& a)
         } catch (const std::exception& e) {
             throw std::runtime_error(a.config + ": " + e.what());
         }
+        if (j.is_object())
+            for (const auto& [key, value] : j.items())
+                userSet.insert(key);
     }
-    for (auto& [opt, apply] : a.overrides)
-        if (opt->count() > 0)
-            apply(spec);
+    for (size_t i = 0; i < a.overrides.size(); ++i)
+        if (a.overrides[i].first->count() > 0) {
+            a.overrides[i].second(spec);
+            userSet.insert(a.overrideKeys[i]);
+        }
+    protocol::adoptAdapterShape(spec, userSet);
     startHeartbeat(spec);
     takeLauncherRankCount(spec, a.nprocOption->count() > 0);
 #ifdef SHARD_HAVE_FSDP
@@ -163,6 +173,7 @@ const CommandRegistration kRegistration([](CLI::App& app) {
             a.nprocOption = opt;
         a.overrides.push_back(
             {opt, [apply = flag.apply, &value](protocol::RunSpec& s) { apply(s, value); }});
+        a.overrideKeys.push_back(protocol::flagKey(flag.name));
     }
     cmd->callback([args] {
         try {

@@ -4,9 +4,11 @@
 // the final checkpoint loads back to the same logits; a different model is refused by name; a
 // full disk during a checkpoint stops the run with an error event and keeps the previous one.
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <sys/mount.h>
 #include <sys/wait.h>
@@ -24,6 +26,7 @@
 #include "core/train/model_runner.h"
 #include "core/train/single_strategy.h"
 #include "protocol/process_signal.h"
+#include "protocol/run_pace.h"
 
 using namespace shard;
 using namespace ckpt_test;
@@ -93,6 +96,48 @@ static bool killWhen(pid_t pid, const std::string& trigger)
     return false;
 }
 
+// After a resume from the step-`from` checkpoint (issue 27, item 6): the resumed process's
+// "start" sits at that step and at the run's clock there (not "0:00 | 0" after the first
+// process's events), and the finish event's tokens/s and active time are the whole run's, as
+// protocol::RunPace (and so the run store) adds them up from metrics.jsonl.
+static void checkResumedEvents(const std::string& run, int64_t from)
+{
+    std::vector<nlohmann::json> starts, finishes;
+    std::istringstream events(slurp(run + "/events.jsonl"));
+    for (std::string line; std::getline(events, line);) {
+        const auto j = nlohmann::json::parse(line);
+        if (j.value("kind", "") == "start")
+            starts.push_back(j);
+        if (j.value("kind", "") == "finish")
+            finishes.push_back(j);
+    }
+    shard::protocol::RunPace pace;
+    double wallAtFrom = -1;
+    std::istringstream metrics(slurp(run + "/metrics.jsonl"));
+    for (std::string line; std::getline(metrics, line);) {
+        const auto r = shard::protocol::metricFromJson(nlohmann::json::parse(line));
+        pace.add(r);
+        if (r.step == from && wallAtFrom < 0)
+            wallAtFrom = r.wallTimeSec;
+    }
+    CHECK(starts.size() == 2);
+    CHECK(finishes.size() == 1);
+    if (starts.size() != 2 || finishes.size() != 1)
+        return;
+    const auto& resumed = starts.back();
+    std::printf("resumed start: step %lld at %.3f s (step %lld logged at %.3f s)\n",
+        static_cast<long long>(resumed.value("step", int64_t(-1))),
+        resumed.value("wall_time", -1.0), static_cast<long long>(from), wallAtFrom);
+    CHECK(resumed.value("step", int64_t(-1)) == from);
+    CHECK(wallAtFrom > 0 && resumed.value("wall_time", 0.0) >= wallAtFrom);
+    const auto& data = finishes.front()["data"];
+    const double tps = data.value("tokens_per_sec", 0.0);
+    std::printf("finish: %.1f tokens/s, the run's pace %.1f; active %.3f s vs %.3f s\n", tps,
+        pace.tokensPerSec(), data.value("active_sec", 0.0), pace.activeSec());
+    CHECK(pace.tokensPerSec() > 0 && std::abs(tps - pace.tokensPerSec()) <= 1e-9 * tps);
+    CHECK(data.value("active_sec", 0.0) == pace.activeSec());
+}
+
 static void testResume()
 {
     const std::string model = g_root + "/model";
@@ -119,6 +164,7 @@ static void testResume()
                 resumed.at(step), loss);
     CHECK(sameWeights(a + "/model", b + "/model"));
     CHECK(slurp(b + "/events.jsonl").find("resumed from") != std::string::npos);
+    checkResumedEvents(b, 3);
 
     // Killed while writing the step-6 checkpoint (or just after: either way resume is exact).
     const std::string c = g_root + "/C";

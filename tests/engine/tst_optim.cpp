@@ -110,6 +110,16 @@ int main()
         T_CHECK(near(s.at(9), 0.1, 1e-12));
         T_CHECK(near(s.at(6), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 2.0 / 5.0)), 1e-12));
         T_CHECK(s.at(5) > s.at(6) && s.at(6) > s.at(7));
+        // Continued for 5 more steps, keeping the finished schedule: its end value after it.
+        T_CHECK(near(s.at(12), 0.1, 1e-12));
+        // ... or restarting warm-up at the checkpoint (step 10) and decaying over 10..19.
+        s.startStep = 10;
+        s.totalSteps = 20;
+        T_CHECK(near(s.at(10), 0.25, 1e-12));
+        T_CHECK(near(s.at(13), 1.0, 1e-12));
+        T_CHECK(near(s.at(19), 0.1, 1e-12));
+        s.startStep = 0;
+        s.totalSteps = 10;
         s.kind = "step";
         EXPECT_THROW_WITH(validate(s), "step", "constant, linear or cosine");
         s.kind = "cosine";

@@ -118,6 +118,18 @@ private Q_SLOTS:
         QCOMPARE(o.code, 0);
         QVERIFY(o.out.contains("rank 1 peak memory"));
         QVERIFY(o.out.contains("finish"));
+        QVERIFY2(!o.out.contains("notes:"), qPrintable(o.out));
+        // Notes written in the studio are shown, every line of them.
+        {
+            auto s = store();
+            const qint64 alpha = s.findRun("alpha")->id;
+            QVERIFY(s.setNotes(alpha, "baseline for the lr sweep\ndiverged once at step 40"));
+        }
+        o = shard({"runs", "show", "alpha"});
+        QCOMPARE(o.code, 0);
+        QVERIFY2(o.out.contains("  notes:\n    baseline for the lr sweep\n"
+                                "    diverged once at step 40\n"),
+            qPrintable(o.out));
 
         const QString png = m_dir.filePath("cmp.png");
         o = shard({"runs", "compare", "alpha", "beta", "--png", png});
@@ -152,8 +164,8 @@ private Q_SLOTS:
         QVERIFY(cli.waitForStarted());
         auto s = store();
         qint64 id = 0;
-        QTRY_VERIFY_WITH_TIMEOUT((id = s.findRun("gamma").valueOr({}).id) > 0, 10000);
-        QTRY_VERIFY_WITH_TIMEOUT(*s.metricCount(id) >= 5, 10000);
+        QTRY_VERIFY_WITH_TIMEOUT((id = s.findRun("gamma").valueOr({}).id) > 0, 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(*s.metricCount(id) >= 5, 30000);
         QVERIFY2(cli.state() == QProcess::Running, "the CLI ended before the test could kill it");
         // The CLI dies mid-run.
         QCOMPARE(shard::protocol::signalProcess(static_cast<pid_t>(cli.processId()), SIGKILL), 0);
@@ -217,7 +229,7 @@ private Q_SLOTS:
         auto s = store();
         const RunRecord r = *s.findRun("delta");
         QVERIFY(LocalProcess::isAlive(r.pid, 0));
-        QTRY_VERIFY_WITH_TIMEOUT(QFile(r.runDir + "/metrics.jsonl").size() > 0, 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(QFile(r.runDir + "/metrics.jsonl").size() > 0, 30000);
         o = shard({"runs", "delete", "delta"});
         QCOMPARE(o.code, 1);
         QVERIFY(o.err.contains("stop it first"));

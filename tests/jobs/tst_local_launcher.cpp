@@ -107,7 +107,7 @@ private Q_SLOTS:
         auto id = launcher.start(request(dir.filePath("run"), 100000, 0.05));
         QVERIFY2(id, qPrintable(id.error()));
         const auto run = *store->run(*id);
-        QTRY_VERIFY_WITH_TIMEOUT(QFile(run.runDir + "/metrics.jsonl").size() > 0, 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(QFile(run.runDir + "/metrics.jsonl").size() > 0, 30000);
         QVERIFY(launcher.stop(*id, 3000));
         QVERIFY(!LocalProcess::isAlive(run.pid, LocalLauncher::startTimeOf(run)));
         auto after = store->run(*id);
@@ -131,11 +131,11 @@ private Q_SLOTS:
             liveId = *launcher.start(request(dir.filePath("live"), 100000, 0.05));
             deadId = *launcher.start(request(dir.filePath("dead"), 100000, 0.05));
             dead = *store->run(deadId);
-            QTRY_VERIFY_WITH_TIMEOUT(QFile(dead.runDir + "/metrics.jsonl").size() > 0, 5000);
+            QTRY_VERIFY_WITH_TIMEOUT(QFile(dead.runDir + "/metrics.jsonl").size() > 0, 30000);
         } // the "studio" exits; both runs go on
         // The dead one's launcher is killed without a chance to write a finish event.
         QCOMPARE(shard::protocol::signalProcess(static_cast<pid_t>(dead.pid), SIGKILL), 0);
-        QTRY_VERIFY_WITH_TIMEOUT(!LocalProcess::isAlive(dead.pid, 0), 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(!LocalProcess::isAlive(dead.pid, 0), 30000);
 
         auto store = RunStore::open(path);
         auto alive = LocalLauncher::reconcile(*store);
@@ -161,7 +161,7 @@ private Q_SLOTS:
 
         auto id = launcher.start(request(dir.filePath("used"), 2));
         QVERIFY(id);
-        QTRY_VERIFY_WITH_TIMEOUT(QFile(dir.filePath("used/events.jsonl")).size() > 0, 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(QFile(dir.filePath("used/events.jsonl")).size() > 0, 30000);
         auto reuse = launcher.start(request(dir.filePath("used"), 2));
         QVERIFY(!reuse);
         QVERIFY(reuse.error().contains("already holds a run"));

@@ -58,7 +58,7 @@ private Q_SLOTS:
     {
         RunService service(m_tmp.filePath("store.sqlite"));
         QSignalSpy opened(&service, &RunService::opened);
-        QTRY_COMPARE_WITH_TIMEOUT(opened.count(), 1, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(opened.count(), 1, 30000);
 
         // The followed run: a real local process writing a point every 50 ms for ~15 s.
         const int steps = 300;
@@ -82,7 +82,7 @@ private Q_SLOTS:
                 ended = ended || u.state.ended;
             });
         service.followRun(id, 7);
-        QTRY_VERIFY_WITH_TIMEOUT(seen.size() >= 5, 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(seen.size() >= 5, 30000);
 
         // Meanwhile a launch to a host that never answers.
         SilentHost host;
@@ -117,14 +117,14 @@ private Q_SLOTS:
 
         // Every point of the followed run arrives once, in order.
         QTRY_VERIFY_WITH_TIMEOUT(ended, 60000);
-        QTRY_COMPARE_WITH_TIMEOUT(seen.size(), steps, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(seen.size(), steps, 30000);
         for (int i = 0; i < steps; ++i)
             QCOMPARE(seen[i], double(i + 1));
 
         // The folder attached again is the same record.
         QSignalSpy attached(&service, &RunService::runAttached);
         service.attachRunDirectory(m_tmp.filePath("followed"));
-        QTRY_COMPARE_WITH_TIMEOUT(attached.count(), 1, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(attached.count(), 1, 30000);
         QCOMPARE(attached.first().at(1).toLongLong(), id);
         auto store = RunStore::open(m_tmp.filePath("store.sqlite"));
         QVERIFY(store);

@@ -11,6 +11,7 @@
 
 #include "jobs/run_series.h"
 #include "jobs/run_store.h"
+#include "protocol/run_pace.h"
 
 using namespace shard::jobs;
 using shard::protocol::MetricRecord;
@@ -156,6 +157,46 @@ private Q_SLOTS:
         QVERIFY(!store->deleteRun(*a));
     }
 
+    // One definition of a run's tokens/s and duration (issue 27, item 6): the store adds up what
+    // protocol::RunPace does, a step logged again after a resume replaces its first record, and
+    // the duration is the run's active time, not started..ended with its idle gaps.
+    void paceIsOneDefinition()
+    {
+        QTemporaryDir dir;
+        auto store = RunStore::open(dir.filePath("runs.sqlite"));
+        QVERIFY(store);
+        const qint64 id = *store->createRun({});
+        QVERIFY(store->setStatus(id, RunStatus::Running));
+        std::vector<MetricRecord> first;
+        for (int step = 1; step <= 4; ++step) {
+            first.push_back(metric(step, 3.0, 1000.0 * step));
+            first.back().stepTimeSec = 0.5 / step; // 500 tokens each
+            first.back().wallTimeSec = 10.0 * step;
+        }
+        QVERIFY(store->appendMetrics(id, first, 100));
+        // Resumed from the step-2 checkpoint (at 20 s): steps 3 and 4 again, then 5.
+        std::vector<MetricRecord> resumed;
+        for (int step = 3; step <= 5; ++step) {
+            resumed.push_back(metric(step, 2.0, 250.0));
+            resumed.back().stepTimeSec = 2.0; // 500 tokens each, slower
+            resumed.back().wallTimeSec = 20.0 + 2.0 * (step - 2);
+        }
+        QVERIFY(store->appendMetrics(id, resumed, 200));
+        shard::protocol::RunPace pace;
+        for (const auto& batch : {first, resumed})
+            for (const MetricRecord& r : batch)
+                pace.add(r);
+        auto r = store->run(id);
+        QVERIFY(r);
+        QCOMPARE(pace.tokensPerSec(), 2500.0 / (0.5 + 0.25 + 6.0));
+        QCOMPARE(r->tokensPerSec, pace.tokensPerSec());
+        QCOMPARE(pace.activeSec(), 26.0);
+        QCOMPARE(r->activeSec, 26.0);
+        // Started a moment ago by the wall clock, 26 s of training by the run's.
+        QCOMPARE(r->durationMs(), qint64(26000));
+        QCOMPARE(store->listRuns()->front().durationMs(), qint64(26000));
+    }
+
     void summaryAndSeries()
     {
         QTemporaryDir dir;
@@ -165,14 +206,19 @@ private Q_SLOTS:
         std::vector<MetricRecord> batch1
             = {metric(1, 4.0, 0, 100, 200), metric(2, 3.0, 1000, 150, 120)};
         batch1[1].evalLoss = 3.5;
+        batch1[1].stepTimeSec = 1.0; // 1000 tokens
         QVERIFY(store->appendMetrics(id, batch1, 123));
         std::vector<MetricRecord> batch2 = {metric(3, 3.25, 3000, 90, 500)};
+        batch2[0].stepTimeSec = 0.1; // 300 tokens
         QVERIFY(store->appendMetrics(id, batch2, 200));
         auto r = store->run(id);
         QCOMPARE(r->lastStep, qint64(3));
         QCOMPARE(*r->finalLoss, 3.25);
         QCOMPARE(*r->bestLoss, 3.0);
-        QCOMPARE(r->meanTokensPerSec, 2000.0); // the step without a rate is not averaged
+        // The steps' tokens over their time (not the mean of their rates, 2000); the step
+        // without a rate adds nothing.
+        QCOMPARE(r->tokensPerSec, 1300.0 / 1.1);
+        QCOMPARE(r->activeSec, 3.0); // the clock at the last step
         QCOMPARE(r->peakMemoryPerRank, (QVector<qint64> {150, 500}));
         QCOMPARE(r->peakMemoryBytes(), qint64(500));
         QCOMPARE(r->tokens, qint64(300));
@@ -313,6 +359,55 @@ private Q_SLOTS:
         QVERIFY(!store->renameRun(12345, "x"));
         QVERIFY(store->setNotes(id, "two\nlines"));
         QCOMPARE(store->listRuns()->front().notes, QString("two\nlines"));
+
+        // A name another run has is refused (a name finds a run), the run's own is not.
+        NewRun b;
+        b.name = "taken";
+        const qint64 other = *store->createRun(b);
+        auto clash = store->renameRun(id, " taken ");
+        QVERIFY(!clash);
+        QVERIFY2(clash.error().contains(QString("run %1 is already called 'taken'").arg(other)),
+            qPrintable(clash.error()));
+        QCOMPARE(store->run(id)->name, QString("better name"));
+        QVERIFY(store->renameRun(other, "taken"));
+    }
+
+    // A run that goes live again (resumed, continued) sheds how it last ended; a live run keeps
+    // what it was told while live.
+    void liveAgainClearsTheEndMessage()
+    {
+        QTemporaryDir dir;
+        auto store = RunStore::open(dir.filePath("runs.sqlite"));
+        const qint64 id = *store->createRun({});
+        QVERIFY(store->setStatus(id, RunStatus::Running));
+        QVERIFY(store->setStatus(
+            id, RunStatus::Interrupted, "the launcher process ended without a finish event"));
+        QCOMPARE(
+            store->run(id)->message, QString("the launcher process ended without a finish event"));
+        QVERIFY(store->setStatus(id, RunStatus::Queued));
+        QCOMPARE(store->run(id)->message, QString());
+        QVERIFY(store->setStatus(id, RunStatus::Running, "waiting for the ranks"));
+        QVERIFY(store->setStatus(id, RunStatus::Running));
+        QCOMPARE(store->run(id)->message, QString("waiting for the ranks"));
+        QVERIFY(store->setStatus(id, RunStatus::Failed, "rank 1 exited with code 1"));
+        QVERIFY(store->setStatus(id, RunStatus::Failed));
+        QCOMPARE(store->run(id)->message, QString("rank 1 exited with code 1"));
+    }
+
+    // Another connection's commit is seen in the change counter; this connection's own is not.
+    void changeCounterSeesOtherWriters()
+    {
+        QTemporaryDir dir;
+        auto mine = RunStore::open(dir.filePath("runs.sqlite"));
+        auto before = mine->changeCounter();
+        QVERIFY2(before, qPrintable(before.error()));
+        QVERIFY(mine->createRun({}));
+        QCOMPARE(*mine->changeCounter(), *before);
+        {
+            auto cli = RunStore::open(dir.filePath("runs.sqlite"));
+            QVERIFY(cli->createRun({}));
+        }
+        QVERIFY(*mine->changeCounter() != *before);
     }
 
     void concurrentFirstOpen()

@@ -134,6 +134,17 @@ void testJson()
     CHECK_EQ(p.code, 0);
     json pj = json::parse(p.out, nullptr, false);
     CHECK(!pj.is_discarded() && pj["mode"] == "zero-paper" && pj["gpus"] == 64);
+    // The paper's volumes are 16-bit elements: the table does not call its 2-byte reduce fp32.
+    Result pt = shard("plan --model llama-2-7b --gpus 8 --mode zero-paper");
+    CHECK_EQ(pt.code, 0);
+    const size_t sent = pt.out.find("sent per GPU per step");
+    CHECK(sent != std::string::npos);
+    if (sent != std::string::npos) {
+        const std::string line = pt.out.substr(sent, pt.out.find('\n', sent) - sent);
+        if (line.find("fp32") != std::string::npos || line.find("reduces") == std::string::npos
+            || line.find("16-bit") == std::string::npos)
+            shard::plan::test::fail(__FILE__, __LINE__, "zero-paper comm line: " + line);
+    }
     Result h = shard("plan --model llama-3-8b --gpus 8 --nodes 2 --strategy hybrid --shard-group 8 "
                      "--offload optimizer");
     CHECK_EQ(h.code, 0);

@@ -1,6 +1,8 @@
 // The launch contract written once: protocol::LaunchArgs (toArgv <-> fromArgv, the command line
 // jobs/ builds and the worker's `launch` reads) and the `train` flags table that both the worker
 // and `shard run -- <train flags>` read into a RunSpec.
+#include <QFile>
+#include <QTemporaryDir>
 #include <QTest>
 
 #include "protocol/launch_args.h"
@@ -112,6 +114,56 @@ private Q_SLOTS:
         QVERIFY(error({"--model"}).contains("--model needs a value"));
         // A seed is unsigned: a negative one is named as such (it said "not an integer").
         QVERIFY(error({"--seed", "-1"}).contains("--seed: '-1' is negative"));
+    }
+
+    // --lora-init continues an adapter in its own shape, as PEFT's from_pretrained does: rank,
+    // alpha, dropout and targets come from its adapter_config.json unless a flag sets them, and
+    // only such a flag that disagrees is an error (issue 27).
+    void loraInitTakesTheAdaptersShape()
+    {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        QFile config(dir.filePath("adapter_config.json"));
+        QVERIFY(config.open(QIODevice::WriteOnly));
+        config.write(R"({"peft_type":"LORA","r":4,"lora_alpha":8,"lora_dropout":0.05,)"
+                     R"("target_modules":["q_proj","v_proj"],"use_rslora":false,"bias":"none"})");
+        config.close();
+        const std::string adapter = dir.path().toStdString();
+        RunSpec s;
+        applyTrainFlags(s, {"--method", "lora", "--lora-init", adapter});
+        QCOMPARE(s.loraRank, int64_t(4));
+        QCOMPARE(s.loraAlpha, 8.0);
+        QCOMPARE(s.loraDropout, 0.05);
+        QCOMPARE(QString::fromStdString(s.loraTargets), QString("q,v"));
+        // The same values given explicitly agree.
+        RunSpec same;
+        applyTrainFlags(same,
+            {"--method", "lora", "--lora-rank", "4", "--lora-targets", "v,q", "--lora-init",
+                adapter});
+        QCOMPARE(same.loraRank, int64_t(4));
+        QCOMPARE(same.loraAlpha, 8.0);
+        // A different one asked for is refused, naming the flag to drop.
+        auto error = [&](const std::vector<std::string>& extra) -> QString {
+            RunSpec e;
+            std::vector<std::string> args {"--method", "lora", "--lora-init", adapter};
+            args.insert(args.end(), extra.begin(), extra.end());
+            try {
+                applyTrainFlags(e, args);
+            } catch (const std::runtime_error& x) {
+                return x.what();
+            }
+            return {};
+        };
+        const QString rank = error({"--lora-rank", "8"});
+        QVERIFY2(rank.contains("the adapter has r 4 but the run asks for r 8 (--lora-rank)")
+                && rank.contains("drop --lora-rank"),
+            qPrintable(rank));
+        QVERIFY2(error({"--lora-targets", "q,k,v,o"}).contains("--lora-targets"),
+            qPrintable(error({"--lora-targets", "q,k,v,o"})));
+        // Without --lora-init the flags' defaults stand.
+        RunSpec fresh;
+        applyTrainFlags(fresh, {"--method", "lora"});
+        QCOMPARE(fresh.loraRank, RunSpec().loraRank);
     }
 };
 

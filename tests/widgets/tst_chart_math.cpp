@@ -117,6 +117,20 @@ private Q_SLOTS:
         QCOMPARE(d.values.size(), 2);
     }
 
+    // Tick steps on a step axis are whole steps: 1, 2, 5 times a power of ten, at least 1.
+    void integerTickSteps()
+    {
+        QCOMPARE(integerTickStep(0.25), 1.0);
+        QCOMPARE(integerTickStep(1.0), 1.0);
+        QCOMPARE(integerTickStep(2.5), 2.0);
+        QCOMPARE(integerTickStep(5.0), 5.0);
+        QCOMPARE(integerTickStep(7.5), 10.0);
+        QCOMPARE(integerTickStep(25.0), 20.0);
+        QCOMPARE(integerTickStep(250.0), 200.0);
+        for (double s : {1.3, 2.5, 4.0, 12.5, 75.0, 2500.0})
+            QCOMPARE(std::fmod(integerTickStep(s), 1.0), 0.0);
+    }
+
     void logTicksAreOneTwoFive()
     {
         // A loss between 0.3 and 8: ticks below and above 1, in 1-2-5 steps.

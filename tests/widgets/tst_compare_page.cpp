@@ -3,6 +3,8 @@
 // PNG and CSV export write files, and a folder without run.json shows a message.
 #include <QtTest>
 
+#include <QLabel>
+
 #include <QImage>
 
 #include <QDir>
@@ -71,11 +73,16 @@ private Q_SLOTS:
         page.resize(1200, 800);
         page.show();
         QVERIFY(QTest::qWaitForWindowExposed(&page));
+        // Nothing added yet: the page says where to start.
+        auto* hint = page.findChild<QLabel*>("emptyHint");
+        QVERIFY(hint && hint->isVisibleTo(&page));
+        QVERIFY2(hint->text().contains("Runs page"), qPrintable(hint->text()));
         QSignalSpy added(&page, &ComparePage::runAdded);
         page.addRunDirectory(a);
         page.addRunDirectory(b);
-        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 2, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 2, 30000);
         QCOMPARE(page.runCount(), 2);
+        QVERIFY(!hint->isVisibleTo(&page));
         page.flushCharts();
         QCOMPARE(page.lossPlot()->seriesCount(), 2);
         QSet<int> counts
@@ -115,6 +122,9 @@ private Q_SLOTS:
         page.setLogY(true);
         page.flushCharts();
         QCOMPARE(page.lossPlot()->smoothing(), 0.9);
+        // Smoothing is every chart's, not the loss's alone (issue 27, item 12).
+        QCOMPARE(page.throughputPlot()->smoothing(), 0.9);
+        QCOMPARE(page.memoryPlot()->smoothing(), 0.9);
         QVERIFY(page.lossPlot()->logY());
 
         const QString csv = tmp.filePath("out.csv");
@@ -129,9 +139,20 @@ private Q_SLOTS:
                        "step_time,comm_bytes,peak_bytes"));
         const QString png = tmp.filePath("out.png");
         QCOMPARE(page.exportPng(png), QString());
+        // The message names each file written (it named the first only).
+        QCOMPARE(ComparePage::pngFilesFor(png),
+            (QStringList {
+                png, tmp.filePath("out-memory.png"), tmp.filePath("out-throughput.png")}));
         QVERIFY(QFileInfo(png).size() > 1000);
         QVERIFY(QFileInfo(tmp.filePath("out-memory.png")).size() > 1000);
         QVERIFY(QFileInfo(tmp.filePath("out-throughput.png")).size() > 1000);
+        // A chart written alone carries its legend: it differs from the same chart without one.
+        QVERIFY(!page.memoryPlot()->legendVisible()); // as shown, and left so
+        const QString bare = tmp.filePath("bare-memory.png");
+        const QImage withLegend(tmp.filePath("out-memory.png"));
+        QVERIFY(page.memoryPlot()->customPlot()->savePng(
+            bare, withLegend.width(), withLegend.height()));
+        QVERIFY(QImage(bare) != withLegend);
         // One picture of every chart shown, no smaller than the loss chart on screen.
         const QImage all(png);
         QVERIFY(all.width() >= page.lossPlot()->width() + page.memoryPlot()->width() - 2);
@@ -151,9 +172,9 @@ private Q_SLOTS:
         ComparePage page;
         QSignalSpy added(&page, &ComparePage::runAdded);
         page.addRunDirectory(a);
-        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 1, 30000);
         page.addRunDirectory(b);
-        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 2, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 2, 30000);
         QTableWidget* t = page.samplesTable();
         QCOMPARE(t->columnCount(), 3);
         QCOMPARE(t->rowCount(), 3);
@@ -171,6 +192,23 @@ private Q_SLOTS:
         QCOMPARE(t->columnCount(), 2);
     }
 
+    // Runs without samples: the tab says where samples come from (it showed a bare header).
+    void samplesTabSaysWhereSamplesComeFrom()
+    {
+        QTemporaryDir tmp;
+        const QString a = writeRun(tmp.path(), "base", 1e-3, "zero3", 10, 1.0);
+        const QString b = writeRun(tmp.path(), "tuned", 3e-4, "zero3", 10, 1.0);
+        ComparePage page;
+        QSignalSpy added(&page, &ComparePage::runAdded);
+        page.addRunDirectory(a);
+        page.addRunDirectory(b);
+        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 2, 30000);
+        QTableWidget* t = page.samplesTable();
+        QCOMPARE(t->rowCount(), 1);
+        QVERIFY2(
+            t->item(0, 0)->text().contains("--sample-every"), qPrintable(t->item(0, 0)->text()));
+    }
+
     void folderWithoutRunJsonShowsMessage()
     {
         QTemporaryDir tmp;
@@ -178,7 +216,7 @@ private Q_SLOTS:
         page.show();
         QSignalSpy failed(&page, &ComparePage::loadFailed);
         page.addRunDirectory(tmp.path());
-        QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 30000);
         QVERIFY2(page.messageText().contains("no run.json"), qPrintable(page.messageText()));
         QCOMPARE(page.runCount(), 0);
     }

@@ -43,11 +43,9 @@ private Q_SLOTS:
         page.show();
         page.addHost({"closed", "ssh", "127.0.0.1", port, "nobody", {}});
         QSignalSpy finished(&page, &HostsPage::testFinished);
-        QElapsedTimer t;
-        t.start();
         page.testSelected();
-        // testSelected returned at once: the UI thread did not wait on ssh.
-        QVERIFY(t.elapsed() < 500);
+        // testSelected returned before ssh answered: the UI thread did not wait on it.
+        QCOMPARE(finished.count(), 0);
         QVERIFY(page.testing());
         QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 15000);
         QCOMPARE(finished.first().at(0).toBool(), false);
@@ -114,7 +112,7 @@ private Q_SLOTS:
         QCOMPARE(shard::test::field<QSpinBox>(*planPage, "gpus")->value(), 2);
         // The plan itself (computed after the page's debounce) is for 2 cards of 141 GiB.
         QTRY_COMPARE_WITH_TIMEOUT(
-            planPage->input() ? planPage->input()->gpusPerNode : int64_t(0), int64_t(2), 10000);
+            planPage->input() ? planPage->input()->gpusPerNode : int64_t(0), int64_t(2), 30000);
         QCOMPARE(planPage->input()->device.memoryBytes, int64_t(141) << 30);
 
         // What the test found is kept with the host (and saved again from the form).

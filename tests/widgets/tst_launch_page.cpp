@@ -121,7 +121,7 @@ private Q_SLOTS:
         QTRY_VERIFY(page.findChild<QPushButton*>(QString())); // constructed
         QSignalSpy errors(&store, &shard::jobs::RunService::errorOccurred);
         page.start();
-        QTRY_COMPARE_WITH_TIMEOUT(errors.count(), 1, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(errors.count(), 1, 30000);
         QTRY_VERIFY(page.messageText().contains("not found"));
         QVERIFY2(page.messageText().contains("SHARD_WORKER"), qPrintable(page.messageText()));
     }

@@ -1,6 +1,9 @@
 // The window: Ctrl+1..6 switch pages, window state / theme / page / last choices survive a
 // restart through QSettings, and `shard-studio --screenshot` renders every page to a PNG (and
 // refuses an unknown page with a clear message).
+#include <QScrollBar>
+#include <QTextBlock>
+#include <QTextBrowser>
 #include <QtTest>
 
 #include <QImage>
@@ -62,7 +65,18 @@ private Q_SLOTS:
         QVERIFY2(!guide.isEmpty(), "README.md not found for Help > Usage guide");
         QFile readme(guide);
         QVERIFY(readme.open(QIODevice::ReadOnly));
-        QVERIFY(readme.readAll().contains("## Using it"));
+        const QByteArray text = readme.readAll();
+        QVERIFY(text.contains("## Using it"));
+        // One keyboard paragraph, naming every page's shortcut.
+        QCOMPARE(text.count("Keyboard:"), 1);
+        QVERIFY(text.contains(QString("Ctrl+1…%1 switch pages").arg(kPageCount).toUtf8()));
+        // F1 opens it at the studio's section, not at the build and CI instructions on top.
+        w.show();
+        w.showUsageGuide();
+        auto* browser = w.findChild<QTextBrowser*>("usageGuide");
+        QVERIFY(browser);
+        QCOMPARE(browser->textCursor().block().text(), QString("The studio"));
+        QTRY_VERIFY(browser->verticalScrollBar()->value() > 0);
     }
 
     void settingsSurviveRestart()

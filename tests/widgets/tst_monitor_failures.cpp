@@ -92,13 +92,15 @@ private Q_SLOTS:
         QElapsedTimer since;
         since.start();
         MonitorPage* monitor = window.monitorPage();
-        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 8000);
+        // Seconds on an idle machine (the time is logged); the limit leaves room for a loaded one,
+        // where loading the worker alone takes several.
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 30000);
         qInfo("failure shown %lld ms after the launch", since.elapsed());
         QVERIFY2(monitor->messageText().contains("error"), qPrintable(monitor->messageText()));
         QVERIFY2(!monitor->messageText().contains("run.json"), qPrintable(monitor->messageText()));
         QVERIFY(!monitor->findChild<QPushButton*>("stopButton")->isEnabled());
         // The cause is in the rank's log, which the page shows.
-        QTRY_VERIFY_WITH_TIMEOUT(monitor->logText().contains("config.json"), 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->logText().contains("config.json"), 30000);
         QVERIFY(!monitor->run().events.empty());
     }
 
@@ -121,24 +123,24 @@ private Q_SLOTS:
         QCOMPARE(monitor->shownLogRank(), 0);
         auto* picker = monitor->findChild<QComboBox*>("logRank");
         QVERIFY(picker);
-        QTRY_VERIFY_WITH_TIMEOUT(picker->findData(1) >= 0, 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(picker->findData(1) >= 0, 30000);
 
         const qint64 rank1 = rankPid(launcher.processId(), 1);
         QVERIFY2(rank1 > 1, "rank 1's process not found");
         QCOMPARE(::kill(pid_t(rank1), SIGKILL), 0);
         QVERIFY(launcher.waitForFinished(20000));
-        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 10000);
-        QTRY_COMPARE_WITH_TIMEOUT(monitor->shownLogRank(), 1, 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 30000);
+        QTRY_COMPARE_WITH_TIMEOUT(monitor->shownLogRank(), 1, 30000);
         QFile log(run + "/logs/rank-1.log");
         QVERIFY(log.open(QIODevice::ReadOnly));
         const QList<QByteArray> lines = log.readAll().trimmed().split('\n');
         QTRY_VERIFY_WITH_TIMEOUT(
-            monitor->logText().contains(QString::fromUtf8(lines.last())), 5000);
+            monitor->logText().contains(QString::fromUtf8(lines.last())), 30000);
 
         // The picker shows any rank's log.
         picker->setCurrentIndex(picker->findData(0));
         Q_EMIT picker->activated(picker->currentIndex());
-        QTRY_COMPARE_WITH_TIMEOUT(monitor->shownLogRank(), 0, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(monitor->shownLogRank(), 0, 30000);
     }
 
     void completedRunOffersNoResumeAndNoEta()
@@ -156,8 +158,8 @@ private Q_SLOTS:
         MonitorPage* monitor = window.monitorPage();
         QSignalSpy checked(monitor, &MonitorPage::resumeCheckDone);
         monitor->openRunDirectory(run);
-        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 10000);
-        QTRY_VERIFY_WITH_TIMEOUT(checked.count() > 0, 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(checked.count() > 0, 30000);
         QCOMPARE(checked.last().first().toBool(), false);
         QVERIFY(!monitor->canResume());
         QVERIFY2(!monitor->etaText().contains("ETA"), qPrintable(monitor->etaText()));
@@ -192,7 +194,7 @@ private Q_SLOTS:
         MonitorPage* monitor = again.monitorPage();
         // Followed by its store id: the folder is known once the service answers.
         QTRY_COMPARE_WITH_TIMEOUT(
-            QDir(monitor->runDirectory()).absolutePath(), QDir(runDir).absolutePath(), 10000);
+            QDir(monitor->runDirectory()).absolutePath(), QDir(runDir).absolutePath(), 30000);
         QTRY_VERIFY_WITH_TIMEOUT(monitor->pointCount() > 0, 30000);
         QTRY_VERIFY_WITH_TIMEOUT(monitor->runningRunCount() >= 1, 20000);
         // Stop it through the page (the store's launcher), and wait until every rank is gone.

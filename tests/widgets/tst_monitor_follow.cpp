@@ -4,6 +4,7 @@
 // run ends as finished in both the store and the page.
 #include <QtTest>
 
+#include <QFile>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 
@@ -37,23 +38,33 @@ private Q_SLOTS:
         MonitorPage* monitor = window.monitorPage();
 
         // Launched by the studio: the window follows it by the id the store gave it.
-        const shard::jobs::LaunchRequest request
+        shard::jobs::LaunchRequest request
             = shard::test::fakeRunRequest("both-ways", runDir, steps, 0.05);
+        // The run holds before step 20 until the test lets it go: it is still writing when the
+        // folder is opened, however slow the machine.
+        const QString hold = m_tmp.filePath("both-ways-go");
+        request.env << "FAKE_HOLD_AT=20"
+                    << "FAKE_HOLD_FILE=" + hold;
         QSignalSpy launched(window.store(), &shard::jobs::RunService::launched);
         window.store()->launch(request);
         QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, 20000);
         const qint64 id = launched.first().first().toLongLong();
-        QTRY_COMPARE_WITH_TIMEOUT(monitor->storeRunId(), id, 10000);
-        QTRY_VERIFY_WITH_TIMEOUT(monitor->pointCount() >= 10, 20000);
+        QTRY_COMPARE_WITH_TIMEOUT(monitor->storeRunId(), id, 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->pointCount() >= 10, 30000);
         QVERIFY(!monitor->finished());
 
         // Opened again as a folder while it writes: attached to the same record, not a second
         // one, and followed from its start again.
         window.monitorRun(runDir);
         QCOMPARE(monitor->storeRunId(), qint64(0)); // attaching
-        QTRY_COMPARE_WITH_TIMEOUT(monitor->storeRunId(), id, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(monitor->storeRunId(), id, 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->pointCount() >= 10, 30000);
+        QVERIFY(!monitor->finished());
+        QFile go(hold);
+        QVERIFY(go.open(QIODevice::WriteOnly));
+        go.close();
         QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 60000);
-        QTRY_COMPARE_WITH_TIMEOUT(monitor->pointCount(), steps, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(monitor->pointCount(), steps, 30000);
 
         // Shown once: the page's points and the loss chart's raw line are steps 1..N, in order.
         const shard::jobs::RunSeries& shown = monitor->run();

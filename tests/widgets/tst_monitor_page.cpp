@@ -52,7 +52,9 @@ QString startedRun(const QTemporaryDir& tmp, const QString& name, const QByteArr
 }
 
 // A shell loop that appends one metric line per ~40 ms; line 5 is written in two halves
-// 300 ms apart, the way a writer that is preempted mid-line leaves it.
+// 300 ms apart, the way a writer that is preempted mid-line leaves it. After lines 10 and 25 it
+// waits until the test creates the file hold-10 (hold-25) in the run folder: the test decides
+// when the writer goes on, so a loaded machine cannot make it finish before the page looks.
 QString writerScript(int records)
 {
     return QString(R"SH(cd "$1"
@@ -69,6 +71,9 @@ while [ $i -le @N@ ]; do
     printf '%s\n' "$line" >> metrics.jsonl
   fi
   echo "[info] step $i" >> logs/rank-0.log
+  if [ $i -eq 10 ] || [ $i -eq 25 ]; then
+    while [ ! -e hold-$i ]; do sleep 0.05; done
+  fi
   i=$((i + 1)); sleep 0.04
 done
 printf '{"v":1,"type":"event","kind":"finish","wall_time":9,"step":@N@,"message":"done","data":{"reason":"completed"}}\n' >> events.jsonl
@@ -105,19 +110,27 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitForWindowExposed(&page));
         QSignalSpy arrived(&page, &MonitorPage::pointsArrived);
         QSignalSpy finished(&page, &MonitorPage::runFinished);
+        // No run yet: no "step 0 of 1".
+        QCOMPARE(page.findChild<QProgressBar*>()->text(), QString());
         page.openRunDirectory(run);
 
         QProcess writer;
         writer.start("sh", {"-c", writerScript(40), "writer", run});
         QVERIFY(writer.waitForStarted());
-        // Points show up while the writer is still going.
-        QTRY_VERIFY_WITH_TIMEOUT(page.pointCount() >= 3, 5000);
+        // Points show up while the writer is still going (it holds after line 10 until told).
+        QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 10, 30000);
         QVERIFY(writer.state() == QProcess::Running);
-        QVERIFY(arrived.count() >= 1);
-        QVERIFY(writer.waitForFinished(20000));
+        QVERIFY(!page.finished());
+        const int batchesBy10 = int(arrived.count());
+        QVERIFY(batchesBy10 >= 1);
+        writeFile(run + "/hold-10", {});
+        QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 25, 30000);
+        QVERIFY(arrived.count() > batchesBy10);
+        writeFile(run + "/hold-25", {});
+        QVERIFY(writer.waitForFinished(30000));
         QCOMPARE(writer.exitCode(), 0);
-        QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 40, 5000);
-        QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 40, 30000);
+        QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 30000);
         QCOMPARE(finished.first().first().toString(), QString("completed"));
         // More than one batch arrived: the page followed the file, not read it once at the end.
         QVERIFY(arrived.count() >= 3);
@@ -139,8 +152,10 @@ private Q_SLOTS:
         QVERIFY(progress);
         QCOMPARE(progress->maximum(), 40);
         QCOMPARE(progress->value(), 40);
+        QCOMPARE(progress->text(), QString("step 40 of 40"));
+        // The log's last lines come in an update of their own, after the one that ended the run.
         auto* log = page.findChild<QPlainTextEdit*>();
-        QVERIFY(log->toPlainText().contains("[info] step 40"));
+        QTRY_VERIFY_WITH_TIMEOUT(log->toPlainText().contains("[info] step 40"), 30000);
         QVERIFY(page.messageText().isEmpty());
         // The sample event is listed with its step, prompt and completion.
         QCOMPARE(page.samplesView()->topLevelItemCount(), 1);
@@ -175,8 +190,8 @@ private Q_SLOTS:
 
         // Still running (no finish event): no resume, whatever the checkpoints.
         page.openRunDirectory(run);
-        QTRY_COMPARE_WITH_TIMEOUT(page.run().name, QString("tiny"), 3000);
-        QTest::qWait(300);
+        // The name comes in the same update as the run's state: that state is on the page now.
+        QTRY_COMPARE_WITH_TIMEOUT(page.run().name, QString("tiny"), 30000);
         QVERIFY(!button->isEnabled());
         QVERIFY(!page.canResume());
 
@@ -189,7 +204,7 @@ private Q_SLOTS:
                      R"("message":"done","data":{"reason":"completed"}})"
                      "\n");
         events.close();
-        QTRY_COMPARE_WITH_TIMEOUT(checked.count(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(checked.count(), 1, 30000);
         QCOMPARE(checked.takeFirst().first().toBool(), false);
         QVERIFY(!button->isEnabled());
 
@@ -198,7 +213,7 @@ private Q_SLOTS:
         writeFile(step2 + "/DONE", "");
         const qint64 id = page.storeRunId();
         page.openRunDirectory(run);
-        QTRY_COMPARE_WITH_TIMEOUT(checked.count(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(checked.count(), 1, 30000);
         QCOMPARE(page.storeRunId(), id);
         QCOMPARE(checked.takeFirst().first().toBool(), true);
         QVERIFY(button->isEnabled());
@@ -206,7 +221,7 @@ private Q_SLOTS:
         // A checkpoint at the last step has nothing left to train.
         writeFile(run + "/run.json", R"({"name":"tiny","steps":2,"strategy":"zero3"})");
         page.openRunDirectory(run);
-        QTRY_COMPARE_WITH_TIMEOUT(checked.count(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(checked.count(), 1, 30000);
         QCOMPARE(checked.takeFirst().first().toBool(), false);
         QVERIFY(!page.canResume());
 
@@ -214,11 +229,11 @@ private Q_SLOTS:
         // (which starts it again in the same record) and takes the offer back at once.
         writeFile(run + "/run.json", R"({"name":"tiny","steps":4,"strategy":"zero3"})");
         page.openRunDirectory(run);
-        QTRY_COMPARE_WITH_TIMEOUT(checked.count(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(checked.count(), 1, 30000);
         QCOMPARE(checked.takeFirst().first().toBool(), true);
         QTest::mouseClick(button, Qt::LeftButton);
         QVERIFY(!button->isEnabled());
-        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 30000);
         QCOMPARE(page.storeRunId(), id);
         QVERIFY(!page.canResume() || page.finished());
     }
@@ -250,18 +265,21 @@ private Q_SLOTS:
         auto* button = page.findChild<QPushButton*>("resumeButton");
         QSignalSpy done(&page, &MonitorPage::resumeDone);
         page.openRunDirectory(run);
-        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("ended early"), 5000);
-        QTRY_VERIFY_WITH_TIMEOUT(button->isEnabled(), 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("ended early"), 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(button->isEnabled(), 30000);
         QVERIFY(page.finished());
 
         QTest::mouseClick(button, Qt::LeftButton);
-        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 30000);
         QCOMPARE(done.first().first().toString(), QString());
+        QSignalSpy ended(&page, &MonitorPage::runFinished);
         page.openRunDirectory(run); // the launch reporting back
-        QTest::qWait(2500);         // the run's watcher asks about the launcher meanwhile
+        // Until the resumed process writes, the run's watcher asks about the launcher: at no
+        // point in that time is the run shown as ended.
+        QTRY_VERIFY_WITH_TIMEOUT(page.pointCount() > 0, 30000); // the resumed process writes
+        QCOMPARE(ended.count(), 0);
         QVERIFY2(!page.messageText().contains("ended early"), qPrintable(page.messageText()));
         QVERIFY(!page.finished());
-        QTRY_VERIFY_WITH_TIMEOUT(page.pointCount() > 0, 10000); // the resumed process writes
 
         // Its launcher goes too (SIGKILL: no finish event): interrupted again.
         QFile pidFile(run + "/launcher.pid");
@@ -269,7 +287,7 @@ private Q_SLOTS:
         const qint64 pid = pidFile.readAll().trimmed().toLongLong();
         QVERIFY(pid > 1 && pid != 99999999);
         QCOMPARE(::kill(pid_t(pid), SIGKILL), 0);
-        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("ended early"), 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("ended early"), 30000);
         QVERIFY(page.finished());
         qunsetenv("SHARD_WORKER");
         qunsetenv("FAKE_STEPS");
@@ -305,8 +323,8 @@ private Q_SLOTS:
         page.setStore(&store.service);
         page.show();
         page.openRunDirectory(run);
-        QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 1, 5000);
-        QTRY_VERIFY_WITH_TIMEOUT(!page.deviceMemoryText().isEmpty(), 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 1, 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(!page.deviceMemoryText().isEmpty(), 30000);
         const QString text = page.deviceMemoryText();
         QVERIFY2(text.contains("max reserved 4.00 GiB (rank 1)"), qPrintable(text));
         QVERIFY2(text.contains("alloc retries 2"), qPrintable(text));
@@ -315,11 +333,11 @@ private Q_SLOTS:
         const QString tip = page.memoryChart()->describeBar(0);
         QVERIFY2(tip.contains("GPU reserved: 2.00 GiB (peak 3.00 GiB)"), qPrintable(tip));
         // The worker's planner estimate (its start event) is the prediction each bar draws.
-        QTRY_VERIFY_WITH_TIMEOUT(page.memoryChart()->bars().at(0).predictedBytes == 6000.0, 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(page.memoryChart()->bars().at(0).predictedBytes == 6000.0, 30000);
 
         // Another folder opened in the page: the GPU line goes with the run.
         page.openRunDirectory(tmp.filePath("run-gpu-missing"));
-        QTRY_VERIFY_WITH_TIMEOUT(page.deviceMemoryText().isEmpty(), 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(page.deviceMemoryText().isEmpty(), 30000);
     }
 
     void skippedDataLinesAreShown()
@@ -336,7 +354,7 @@ private Q_SLOTS:
         MonitorPage page;
         page.setStore(&store.service);
         page.openRunDirectory(run);
-        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("skipped 24 bad lines"), 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("skipped 24 bad lines"), 30000);
         QVERIFY2(page.messageText().contains("line 7"), qPrintable(page.messageText()));
     }
 
@@ -372,12 +390,12 @@ private Q_SLOTS:
         page.setStore(&store.service);
         page.show();
         page.openRunDirectory(tmp.path());
-        QTRY_VERIFY_WITH_TIMEOUT(!page.messageText().isEmpty(), 3000);
-        QVERIFY2(page.messageText().contains("no run.json"), qPrintable(page.messageText()));
+        QTRY_VERIFY2_WITH_TIMEOUT(
+            page.messageText().contains("no run.json"), qPrintable(page.messageText()), 30000);
         QCOMPARE(page.pointCount(), 0);
 
         page.openRunDirectory(tmp.filePath("does-not-exist"));
-        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("no such folder"), 3000);
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("no such folder"), 30000);
     }
 };
 

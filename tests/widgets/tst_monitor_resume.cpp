@@ -4,6 +4,8 @@
 // And a run whose launcher is SIGKILLed shows as interrupted and resumes the same way.
 #include <QtTest>
 
+#include <algorithm>
+
 #include <QDir>
 #include <QFile>
 #include <QProcess>
@@ -63,17 +65,20 @@ private Q_SLOTS:
         window.show();
         MonitorPage* monitor = window.monitorPage();
         monitor->openRunDirectory(run);
-        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 30000);
         QCOMPARE(monitor->pointCount(), 4);
-        QTRY_VERIFY_WITH_TIMEOUT(monitor->canResume(), 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->canResume(), 30000);
 
         auto* resume = monitor->findChild<QPushButton*>("resumeButton");
         QVERIFY(resume);
         QSignalSpy done(monitor, &MonitorPage::resumeDone);
         QTest::mouseClick(resume, Qt::LeftButton);
-        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 30000);
         QCOMPARE(done.first().first().toString(), QString());
-        QCOMPARE(QDir(monitor->runDirectory()).absolutePath(), QDir(run).absolutePath());
+        // The page follows the run again from its start: its folder is known once the store's
+        // first update has come back, which a loaded machine delays.
+        QTRY_COMPARE_WITH_TIMEOUT(
+            QDir(monitor->runDirectory()).absolutePath(), QDir(run).absolutePath(), 30000);
 
         // The resumed run appends steps 5 and 6 to the same folder; the page sees them.
         QTRY_VERIFY_WITH_TIMEOUT(
@@ -120,12 +125,12 @@ private Q_SLOTS:
         launcher.kill(); // SIGKILL: the ranks die with it (PR_SET_PDEATHSIG), nothing is logged
         QVERIFY(launcher.waitForFinished(10000));
 
-        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 30000);
         QCOMPARE(finished.count(), 1);
         QCOMPARE(finished.first().first().toString(), QString("interrupted"));
         QVERIFY2(
             monitor->messageText().contains("ended early"), qPrintable(monitor->messageText()));
-        QTRY_VERIFY_WITH_TIMEOUT(monitor->canResume(), 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->canResume(), 30000);
 
         // Shorten the run to three steps past its latest complete checkpoint, then resume.
         const auto latest = shard::protocol::latestCompleteCheckpoint(run.toStdString());
@@ -145,7 +150,7 @@ private Q_SLOTS:
 
         QSignalSpy done(monitor, &MonitorPage::resumeDone);
         QTest::mouseClick(monitor->findChild<QPushButton*>("resumeButton"), Qt::LeftButton);
-        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 30000);
         QCOMPARE(done.first().first().toString(), QString());
         QTRY_VERIFY_WITH_TIMEOUT(!monitor->run().step.empty()
                 && monitor->run().step.back() == double(saved + 3) && monitor->finished(),
@@ -158,7 +163,9 @@ private Q_SLOTS:
     }
 
     // Runs page ▸ Continue: a completed run trains N more steps from its latest checkpoint in
-    // the same record, and the Monitor follows it there.
+    // the same record, and the Monitor follows it there. Its learning rate after the checkpoint
+    // is what the dialog chose (issue 27, item 5): first the finished schedule kept (constant at
+    // its end value), then warm-up restarted.
     void continueForMoreSteps()
     {
         const QString worker = findWorker();
@@ -173,7 +180,8 @@ private Q_SLOTS:
         train.start(worker,
             {"train", "--model", tmp.filePath("model"), "--data", tmp.filePath("copy.jsonl"),
                 "--steps", "4", "--seq-len", "32", "--micro-batch", "2", "--checkpoint-every", "2",
-                "--name", "to-continue", "--out", run});
+                "--lr", "1e-3", "--warmup", "2", "--min-lr-ratio", "0.1", "--name", "to-continue",
+                "--out", run});
         QVERIFY(train.waitForFinished(120000));
         QVERIFY2(train.exitCode() == 0, train.readAllStandardError().constData());
 
@@ -185,13 +193,33 @@ private Q_SLOTS:
         QTRY_COMPARE_WITH_TIMEOUT(imported.count(), 1, 20000);
         const qint64 id = imported.first().at(1).toLongLong();
         QVERIFY2(id > 0, qPrintable(imported.first().at(2).toString()));
-        runs->continueRun(id, 2);
+        runs->continueRun(id, 2, shard::jobs::ContinueSchedule::Keep);
         MonitorPage* monitor = window.monitorPage();
+        QTRY_VERIFY2_WITH_TIMEOUT(
+            runs->messageText().contains("continues"), qPrintable(runs->messageText()), 30000);
         QTRY_COMPARE_WITH_TIMEOUT(monitor->storeRunId(), id, 20000);
         QTRY_VERIFY_WITH_TIMEOUT(
             !monitor->run().step.empty() && monitor->run().step.back() == 6.0, 120000);
         QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 60000);
-        QVERIFY2(runs->messageText().contains("continues"), qPrintable(runs->messageText()));
+        // Once the run has ended again, "continues" is no longer true and goes.
+        QTRY_VERIFY2_WITH_TIMEOUT(
+            !runs->messageText().contains("continues"), qPrintable(runs->messageText()), 30000);
+        auto lrAt = [monitor](double step) {
+            const auto& s = monitor->run().step;
+            const auto at = std::find(s.begin(), s.end(), step);
+            return at == s.end() ? -1.0 : monitor->run().lr[at - s.begin()];
+        };
+        QCOMPARE(lrAt(4), 1e-4); // the cosine's end: 0.1 of 1e-3
+        QCOMPARE(lrAt(5), 1e-4);
+        QCOMPARE(lrAt(6), 1e-4);
+
+        // Then 2 more with warm-up restarted at the step-6 checkpoint: half, then all of 1e-3.
+        runs->continueRun(id, 2, shard::jobs::ContinueSchedule::Restart);
+        QTRY_VERIFY_WITH_TIMEOUT(
+            !monitor->run().step.empty() && monitor->run().step.back() == 8.0, 120000);
+        QTRY_VERIFY_WITH_TIMEOUT(monitor->finished(), 60000);
+        QCOMPARE(lrAt(7), 5e-4);
+        QCOMPARE(lrAt(8), 1e-3);
     }
 };
 

@@ -3,6 +3,8 @@
 // generation at once, and a bad model folder is a message on the page.
 #include <QDir>
 #include <QElapsedTimer>
+#include <QFile>
+#include <QFileInfo>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -132,6 +134,40 @@ private Q_SLOTS:
         PlaygroundPage empty;
         empty.generate();
         QVERIFY(empty.messageText().contains("Choose a model"));
+    }
+
+    // The Chat row names the template Chat applies, says when there is none, and suggests Chat
+    // for a run fine-tuned on chat data (issue 27, item 11: such a run answered a plain prompt
+    // with "0 tokens (stop: eos)" and nothing said why).
+    void chatHintNamesTheTemplateAndSuggestsChat()
+    {
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        auto write = [&](const QString& name, const QByteArray& text) {
+            QDir().mkpath(QFileInfo(tmp.filePath(name)).path());
+            QFile f(tmp.filePath(name));
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(text);
+        };
+        // Plain string literals: moc reads this file too.
+        write("chat.jsonl", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n");
+        write("run/run.json",
+            "{\"data\":[\"" + tmp.filePath("chat.jsonl").toUtf8()
+                + "\"],\"data_format\":\"auto\",\"chat_template\":\"\",\"model\":\"/nowhere\"}");
+        write("run/model/tokenizer_config.json",
+            "{\"chat_template\":\"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}\"}");
+        write("plain/tokenizer_config.json", "{\"tokenizer_class\":\"LlamaTokenizer\"}");
+
+        PlaygroundPage page;
+        page.setModelPath(0, tmp.filePath("run"));
+        QVERIFY2(page.chatHintText().contains("turn on Chat"), qPrintable(page.chatHintText()));
+        page.setChat(true);
+        QVERIFY2(page.chatHintText().contains("chat template (ChatML)"),
+            qPrintable(page.chatHintText()));
+        page.setModelPath(0, tmp.filePath("plain"));
+        QVERIFY2(page.chatHintText().contains("no chat template"), qPrintable(page.chatHintText()));
+        page.setChat(false);
+        QVERIFY(page.chatHintText().isEmpty()); // a plain model, a plain prompt: nothing to say
     }
 };
 

@@ -1,17 +1,28 @@
 // Runs page over a real SQLite store with 1,000 runs: listing arrives from the store thread
 // without blocking the UI, sorting is numeric, filtering narrows the rows, and a store that
 // cannot be opened gives a message.
+#include <QDialog>
+#include <QRadioButton>
+#include <QSpinBox>
 #include <QtTest>
 
+#include <QApplication>
 #include <QDir>
+#include <QLabel>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QTableView>
 #include <QTemporaryDir>
+#include <QTimer>
 
 #include "jobs/run_service.h"
 #include "jobs/run_store.h"
+#include "widgets/main_window.h"
+#include "widgets/monitor_page.h"
 #include "widgets/run_table_model.h"
 #include "widgets/runs_page.h"
+
+#include "studio_test_util.h"
 
 using namespace shard::widgets;
 namespace jobs = shard::jobs;
@@ -53,15 +64,22 @@ private Q_SLOTS:
         QElapsedTimer t;
         t.start();
         page.setStore(&service);
-        // setStore returns at once; the listing arrives later.
-        QVERIFY(t.elapsed() < 200);
-        QTRY_COMPARE_WITH_TIMEOUT(refreshed.count(), 1, 10000);
+        // setStore returns before the listing: it comes from the store's thread, later.
+        QCOMPARE(refreshed.count(), 0);
+        QCOMPARE(page.visibleRowCount(), 0);
+        QTRY_COMPARE_WITH_TIMEOUT(refreshed.count(), 1, 30000);
         qInfo("1000 runs listed and shown in %lld ms", qint64(t.elapsed()));
         QCOMPARE(refreshed.first().first().toInt(), 1000);
         QCOMPARE(page.visibleRowCount(), 1000);
 
+        auto* hint = page.findChild<QLabel*>("emptyHint");
+        QVERIFY(hint && !hint->isVisibleTo(&page));
         // Filter narrows by any column; sort is numeric on loss.
+        page.setFilterText("no such run");
+        QVERIFY(hint->isVisibleTo(&page));
+        QVERIFY2(hint->text().contains("No run matches"), qPrintable(hint->text()));
         page.setFilterText("tiny-15m");
+        QVERIFY(!hint->isVisibleTo(&page));
         QCOMPARE(page.visibleRowCount(), 334);
         page.setFilterText("");
         page.view()->sortByColumn(RunTableModel::BestLoss, Qt::AscendingOrder);
@@ -105,7 +123,7 @@ private Q_SLOTS:
         shard::jobs::RunService service(path);
         QSignalSpy refreshed(&page, &RunsPage::refreshed);
         page.setStore(&service);
-        QTRY_VERIFY_WITH_TIMEOUT(refreshed.count() > 0, 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(refreshed.count() > 0, 30000);
         auto rowOf = [&](qint64 id) {
             for (int r = 0; r < page.model()->rowCount(); ++r)
                 if (page.model()->runAt(r)->id == id)
@@ -120,23 +138,210 @@ private Q_SLOTS:
         QCOMPARE(cell(done, RunTableModel::Id), QString::number(done));
         QCOMPARE(cell(done, RunTableModel::Message), QString("rank 1 exited with code 1"));
 
+        // The edited run stays selected when the rows come back.
+        auto viewRowOf = [&](qint64 id) {
+            for (int r = 0; r < page.visibleRowCount(); ++r)
+                if (page.view()->model()->index(r, 0).data(RunTableModel::kIdRole).toLongLong()
+                    == id)
+                    return r;
+            return -1;
+        };
+        page.selectRows({viewRowOf(done)});
+        QCOMPARE(page.selectedRunIds(), QVector<qint64> {done});
         page.renameRun(done, "lr 3e-4 baseline");
-        page.setNotes(done, "diverged at step 40");
+        page.setNotes(done, "diverged at step 40\nlr too high?");
+        // Every line of the notes, on one row.
         QTRY_VERIFY_WITH_TIMEOUT(cell(done, RunTableModel::Name) == "lr 3e-4 baseline"
-                && cell(done, RunTableModel::Notes) == "diverged at step 40",
-            10000);
+                && cell(done, RunTableModel::Notes) == "diverged at step 40 ⏎ lr too high?",
+            30000);
+        QCOMPARE(page.selectedRunIds(), QVector<qint64> {done});
+        QCOMPARE(page.model()
+                     ->data(page.model()->index(rowOf(done), RunTableModel::Notes), Qt::ToolTipRole)
+                     .toString(),
+            QString("diverged at step 40\nlr too high?"));
+
+        // Another run's name is refused, and the name stays.
+        page.renameRun(live, "lr 3e-4 baseline");
+        QVERIFY2(page.messageText().contains("already called"), qPrintable(page.messageText()));
+        QCOMPARE(cell(live, RunTableModel::Name), QString("about to start"));
+
+        // A run recorded by another process (`shard run`) is listed without a Refresh.
+        qint64 fromCli = 0;
+        {
+            auto other = jobs::RunStore::open(path);
+            jobs::NewRun c;
+            c.name = "from the CLI";
+            c.runDir = tmp.filePath("cli-run");
+            fromCli = *other->createRun(c);
+        }
+        QTRY_VERIFY_WITH_TIMEOUT(rowOf(fromCli) >= 0, 30000);
+        QCOMPARE(page.selectedRunIds(), QVector<qint64> {done});
 
         // A live run is not deleted: it must be stopped first.
         page.deleteRuns({live}, true);
-        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("stop it"), 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("stop it"), 30000);
         QVERIFY(rowOf(live) >= 0);
+        // Delete asks about each run by id, name and status.
+        const QString both = page.deleteQuestion({done, live});
+        QVERIFY2(both.contains("these 2 runs"), qPrintable(both));
+        QVERIFY2(both.contains(QString("run %1 “lr 3e-4 baseline” (failed").arg(done)),
+            qPrintable(both));
+        QVERIFY2(
+            both.contains(QString("run %1 “about to start” (queued").arg(live)), qPrintable(both));
         // A finished one goes, with its folder when asked.
         page.deleteRuns({done}, true);
-        QTRY_VERIFY_WITH_TIMEOUT(rowOf(done) < 0, 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(rowOf(done) < 0, 30000);
         QVERIFY(!QDir(folder).exists());
         auto store = jobs::RunStore::open(path, jobs::OpenMode::ReadOnly);
         QVERIFY(!store->run(done));
         QVERIFY(store->run(live));
+    }
+
+    // Delete from the window: the confirmation names the run it deletes; the Monitor, which
+    // showed that run, lets it go, and nothing complains afterwards that the run is missing.
+    void deleteNamesTheRunAndTheMonitorLetsItGo()
+    {
+        QTemporaryDir tmp;
+        shard::test::isolateSettings(tmp.filePath("settings"));
+        const QString path = tmp.filePath("runs.sqlite");
+        qint64 keep = 0, doomed = 0;
+        {
+            auto store = jobs::RunStore::open(path);
+            jobs::NewRun a;
+            a.name = "keep me";
+            a.runDir = tmp.filePath("keep");
+            keep = *store->createRun(a);
+            jobs::NewRun b;
+            b.name = "delete me";
+            b.runDir = tmp.filePath("doomed");
+            doomed = *store->createRun(b);
+            for (qint64 id : {keep, doomed})
+                QVERIFY(store->setStatus(id, jobs::RunStatus::Finished));
+        }
+        MainWindow window(path);
+        window.show();
+        RunsPage* runs = window.runsPage();
+        MonitorPage* monitor = window.monitorPage();
+        QTRY_COMPARE_WITH_TIMEOUT(runs->visibleRowCount(), 2, 30000);
+        window.monitorRun(QString::number(doomed));
+        QTRY_VERIFY_WITH_TIMEOUT(
+            monitor->finished() && monitor->runDirectory() == tmp.filePath("doomed"), 30000);
+
+        window.showPage(Page::Runs);
+        int row = -1;
+        for (int r = 0; r < runs->visibleRowCount(); ++r)
+            if (runs->view()->model()->index(r, 0).data(RunTableModel::kIdRole).toLongLong()
+                == doomed)
+                row = r;
+        QVERIFY(row >= 0);
+        runs->selectRows({row});
+        QSignalSpy errors(window.store(), &jobs::RunService::errorOccurred);
+        QSignalSpy deleted(window.store(), &jobs::RunService::runDeleted);
+        // The test answers the confirmation: it reads the question, then presses Delete.
+        QString asked;
+        QTimer answer;
+        answer.setInterval(20);
+        connect(&answer, &QTimer::timeout, this, [&] {
+            for (QWidget* w : QApplication::topLevelWidgets())
+                if (auto* box = qobject_cast<QMessageBox*>(w);
+                    box && box->isVisible() && box->objectName() == "deleteConfirmation") {
+                    answer.stop();
+                    asked = box->text();
+                    for (QAbstractButton* b : box->buttons())
+                        if (box->buttonRole(b) == QMessageBox::DestructiveRole)
+                            b->click();
+                }
+        });
+        answer.start();
+        QPushButton* del = nullptr;
+        for (auto* b : runs->findChildren<QPushButton*>())
+            if (b->text().contains("Delete"))
+                del = b;
+        QVERIFY(del);
+        del->click(); // returns when the confirmation is answered
+        QVERIFY2(
+            asked.contains(QString("run %1 “delete me” (finished").arg(doomed)), qPrintable(asked));
+        QVERIFY2(!asked.contains("keep me"), qPrintable(asked));
+        QTRY_COMPARE_WITH_TIMEOUT(deleted.count(), 1, 30000);
+        QCOMPARE(deleted.first().first().toLongLong(), doomed);
+
+        // The Monitor no longer shows it, and says why.
+        QTRY_COMPARE_WITH_TIMEOUT(monitor->storeRunId(), qint64(0), 30000);
+        QVERIFY2(
+            monitor->messageText().contains("was deleted"), qPrintable(monitor->messageText()));
+        QVERIFY(monitor->runDirectory().isEmpty());
+        QCOMPARE(monitor->pointCount(), 0);
+        QVERIFY(!monitor->finished());
+        // Nothing asked the store about the deleted run: no error, no red "no run with id" on
+        // the Runs page (an error would have reached the window before the deletion did).
+        QTRY_COMPARE_WITH_TIMEOUT(runs->visibleRowCount(), 1, 30000);
+        QVERIFY2(errors.isEmpty(),
+            qPrintable(errors.isEmpty() ? QString() : errors.first().first().toString()));
+        QVERIFY2(!runs->messageText().contains("no run with id"), qPrintable(runs->messageText()));
+        Q_UNUSED(keep);
+    }
+
+    // Continue says that a decaying schedule is stretched to the new length (the learning rate
+    // rises again after the checkpoint); a constant one is not mentioned.
+    void continueSaysTheScheduleIsStretched()
+    {
+        QTemporaryDir tmp;
+        const QString path = tmp.filePath("runs.sqlite");
+        qint64 cosine = 0, constant = 0;
+        {
+            auto store = jobs::RunStore::open(path);
+            jobs::NewRun a;
+            a.name = "cosine";
+            a.specJson = R"({"schedule":"cosine","steps":300,"lr":0.0003,"warmup":10,)"
+                         R"("min_lr_ratio":0.1})";
+            cosine = *store->createRun(a);
+            jobs::NewRun b;
+            b.name = "constant";
+            b.specJson = R"({"schedule":"constant","steps":300})";
+            constant = *store->createRun(b);
+        }
+        RunsPage page;
+        shard::jobs::RunService service(path);
+        QSignalSpy refreshed(&page, &RunsPage::refreshed);
+        page.setStore(&service);
+        QTRY_COMPARE_WITH_TIMEOUT(refreshed.count(), 1, 30000);
+        const QString asked = page.continueQuestion(cosine);
+        QVERIFY2(asked.contains("cosine learning-rate schedule decayed over 300 steps to 3e-05"),
+            qPrintable(asked));
+        // The three things the engine can do after the checkpoint (issue 27, item 5), stretch
+        // (what it did before) first.
+        QDialog* dialog = page.continueDialog(cosine);
+        auto* stretch = dialog->findChild<QRadioButton*>("scheduleStretch");
+        auto* keep = dialog->findChild<QRadioButton*>("scheduleKeep");
+        auto* restart = dialog->findChild<QRadioButton*>("scheduleRestart");
+        QVERIFY(stretch && keep && restart);
+        QVERIFY(stretch->isChecked() && stretch->text().contains("rises again"));
+        QVERIFY2(keep->isEnabled() && keep->text().contains("constant at its end value (3e-05)"),
+            qPrintable(keep->text()));
+        QVERIFY2(restart->text().contains("warm-up (10 steps)"), qPrintable(restart->text()));
+        QVERIFY(dialog->findChild<QSpinBox*>("moreSteps"));
+        delete dialog;
+        const QString plain = page.continueQuestion(constant);
+        QVERIFY2(plain.contains("more steps") && !plain.contains("decayed"), qPrintable(plain));
+        dialog = page.continueDialog(constant);
+        QVERIFY(!dialog->findChild<QRadioButton*>("scheduleKeep")); // nothing to choose
+        delete dialog;
+    }
+
+    // An empty store: the page says where runs come from instead of showing an empty grid.
+    void emptyStoreSaysWhereToStart()
+    {
+        QTemporaryDir tmp;
+        RunsPage page;
+        page.show();
+        shard::jobs::RunService service(tmp.filePath("empty.sqlite"));
+        QSignalSpy refreshed(&page, &RunsPage::refreshed);
+        page.setStore(&service);
+        QTRY_COMPARE_WITH_TIMEOUT(refreshed.count(), 1, 30000);
+        auto* hint = page.findChild<QLabel*>("emptyHint");
+        QVERIFY(hint && hint->isVisibleTo(&page));
+        QVERIFY2(hint->text().contains("Launch page") && hint->text().contains("shard run"),
+            qPrintable(hint->text()));
     }
 
     void unopenableStoreShowsMessage()
@@ -150,7 +355,7 @@ private Q_SLOTS:
         shard::jobs::RunService service(path);
         QSignalSpy failed(&service, &shard::jobs::RunService::openFailed);
         page.setStore(&service);
-        QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 30000);
         QTRY_VERIFY(!page.messageText().isEmpty());
         QVERIFY2(page.messageText().contains(path), qPrintable(page.messageText()));
     }

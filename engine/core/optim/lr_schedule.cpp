@@ -9,13 +9,14 @@ namespace shard::engine {
 
 double LrSchedule::at(int64_t step) const
 {
-    if (warmupSteps > 0 && step < warmupSteps)
-        return baseLr * static_cast<double>(step + 1) / static_cast<double>(warmupSteps);
+    const int64_t s = std::max<int64_t>(0, step - startStep);
+    if (warmupSteps > 0 && s < warmupSteps)
+        return baseLr * static_cast<double>(s + 1) / static_cast<double>(warmupSteps);
     if (kind == "constant")
         return baseLr;
-    const int64_t decaySteps = std::max<int64_t>(1, totalSteps - warmupSteps - 1);
+    const int64_t decaySteps = std::max<int64_t>(1, totalSteps - startStep - warmupSteps - 1);
     const double progress = std::clamp(
-        static_cast<double>(step - warmupSteps) / static_cast<double>(decaySteps), 0.0, 1.0);
+        static_cast<double>(s - warmupSteps) / static_cast<double>(decaySteps), 0.0, 1.0);
     const double minLr = baseLr * minLrRatio;
     if (kind == "linear")
         return minLr + (baseLr - minLr) * (1.0 - progress);

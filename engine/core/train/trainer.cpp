@@ -43,9 +43,11 @@
 #include "dist/device_choice.h"
 #include "launch/rank_heartbeat.h"
 #include "plan/run_spec_bridge.h"
+#include "protocol/jsonl_reader.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
 #include "protocol/run_lock.h"
+#include "protocol/run_pace.h"
 
 namespace shard::engine {
 
@@ -295,6 +297,7 @@ struct Trainer::Io {
     std::string logError; // set by spdlog's error handler
     // The run folder's lock (rank 0 outside the launcher); released before the files close.
     std::unique_ptr<protocol::RunLock> lock;
+    nlohmann::json startData; // the "start" event's, written once a resume has set the clock
 
     void write(RecordFile& f, const nlohmann::json& j)
     {
@@ -340,7 +343,8 @@ struct Trainer::Loop {
         schedule.kind = t.m_spec.schedule;
         schedule.baseLr = t.m_spec.lr;
         schedule.warmupSteps = t.m_spec.warmup;
-        schedule.totalSteps = t.m_steps;
+        schedule.totalSteps = t.m_spec.scheduleSteps > 0 ? t.m_spec.scheduleSteps : t.m_steps;
+        schedule.startStep = t.m_spec.scheduleStart;
         schedule.minLrRatio = t.m_spec.minLrRatio;
     }
 
@@ -372,6 +376,7 @@ struct Trainer::Loop {
     double timedSec = 0.0;
     double timedCpuSec = 0.0;
     int64_t timedTokens = 0;
+    protocol::RunPace pace; // the logged steps of the whole run: the finish event's tokens/s
     int64_t runPeak = 0;
     // Steps whose loss and gradient norm are still on the device (readSteps).
     struct Unread {
@@ -563,6 +568,7 @@ TrainResult Trainer::run()
         Loop loop(*this);
         if (resuming)
             resume(io, loop);
+        announceStart(io, loop, resuming);
         loop.resetPeaks();
         loop.readsAtLastRecord = hostsync::count();
         loop.runPeak = loop.peakBytes();
@@ -593,8 +599,10 @@ TrainResult Trainer::run()
             if (m_samples && m_samples->due(step + 1, last))
                 writeSamples(io, step + 1);
             loop.runPeak = std::max(loop.runPeak, loop.peakBytes());
-            if (logged)
+            if (logged) {
                 writeMetrics(io, loop, rec, done.activationBytes);
+                loop.pace.add(rec);
+            }
             if (m_options.checkpoints)
                 saveCheckpoint(io, loop, step + 1, last);
         }
@@ -695,7 +703,17 @@ void Trainer::placeModel(Io& io, bool resuming, int threads)
     } catch (const std::exception& e) {
         io.log->info("no planner estimate for this run: {}", e.what());
     }
-    io.event("start", 0, "training started", started);
+    io.startData = std::move(started);
+}
+
+// "start" after a resume has restored the step and the run's clock: a resumed run's start sits
+// at its checkpoint's step and time, not at "0:00 | 0" after the finish it continues from.
+void Trainer::announceStart(Io& io, Loop& loop, bool resuming)
+{
+    io.event("start", loop.firstStep,
+        resuming ? "training resumed at step " + std::to_string(loop.firstStep)
+                 : std::string("training started"),
+        io.startData);
     if (const int64_t bad = m_data->badLines(); bad > 0) {
         const auto reports = m_data->badLineReports();
         std::vector<std::string> first(
@@ -718,6 +736,20 @@ void Trainer::resume(Io& io, Loop& loop)
     const double wallOffsetSec = state.wallTimeSec; // wall time of the run before this process
     io.start -= std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(wallOffsetSec));
+    // The pace counts the steps before this process too (the finish event's tokens/s is the
+    // whole run's, as the Runs page's).
+    if (m_options.writeRunDir && m_strategy->rank() == 0) {
+        protocol::readJsonlFile(protocol::RunDir(m_spec.outDir).metricsFile(), 0,
+            [&](const nlohmann::json& j, int64_t) {
+                try {
+                    const protocol::MetricRecord r = protocol::metricFromJson(j);
+                    if (r.step <= loop.firstStep)
+                        loop.pace.add(r);
+                } catch (const std::exception&) {
+                    // not a metric record: it adds nothing to the pace
+                }
+            });
+    }
     io.log->info("resumed from {} at step {}", state.checkpointDir, loop.firstStep);
     io.event("checkpoint", loop.firstStep, "resumed from " + state.checkpointDir,
         {{"action", "resume"}, {"dir", state.checkpointDir}});
@@ -731,7 +763,8 @@ void Trainer::resume(Io& io, Loop& loop)
         loop.accum = static_cast<int>(m_spec.gradAccum);
         loop.globalRows = m_spec.microBatch * m_strategy->worldSize();
         m_steps = stepsFor(m_spec, m_data->trainRecords(), m_strategy->worldSize());
-        loop.schedule.totalSteps = m_steps;
+        if (m_spec.scheduleSteps == 0) // a kept schedule ends where it did
+            loop.schedule.totalSteps = m_steps;
         io.log->info("{}", batch.message);
         io.event("batch", loop.firstStep, batch.message,
             {{"micro_batch", m_spec.microBatch}, {"grad_accum", m_spec.gradAccum},
@@ -982,8 +1015,8 @@ TrainResult Trainer::finish(Io& io, Loop& loop)
     io.event("finish", m_steps, "training finished",
         {{"reason", "completed"},
             {"final_loss", result.losses.empty() ? 0.0 : result.losses.back()},
-            {"tokens_per_sec", result.tokensPerSec}, {"peak_bytes", result.peakBytes},
-            {"skipped_lines", m_data->badLines()}});
+            {"tokens_per_sec", loop.pace.tokensPerSec()}, {"active_sec", loop.pace.activeSec()},
+            {"peak_bytes", result.peakBytes}, {"skipped_lines", m_data->badLines()}});
     return std::move(result);
 }
 

@@ -82,8 +82,11 @@ private:
     // the lock held).
     bool setUpRun(Io& io);
     // Places the parameters on the strategy (from the weights, or for the checkpoint to fill)
-    // and writes the start event (and the data event for skipped lines).
+    // and prepares the start event's data.
     void placeModel(Io& io, bool resuming, int threads);
+    // The start event, at the step and time a resume restored (and the data event for skipped
+    // lines).
+    void announceStart(Io& io, Loop& loop, bool resuming);
     // Restores the checkpoint into the loop and keeps its global batch at another rank count.
     void resume(Io& io, Loop& loop);
     // One optimizer step (0-based `step`) over its micro-batches: forward, backward, clipping,
