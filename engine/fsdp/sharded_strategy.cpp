@@ -2,6 +2,7 @@
 // the bookkeeping (memory by category, bytes sent). See sharded_strategy.h for the layout.
 #include "fsdp/sharded_strategy.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 #include <stdexcept>
@@ -52,7 +53,9 @@ struct ShardedStrategy::UnitState {
     // gathered is master: one shard rank with master dtype = compute dtype, or a frozen group
     // that stays gathered (ddp, zero1, zero2)
     bool aliased = false;
-    bool valid = false;             // gathered holds the current parameters
+    bool valid = false; // gathered holds the current parameters
+    // One rank, fp32 gradients: the leaves' gradients are the shard gradient (writeOwnGradients)
+    bool gradsInLeaves = false;
     std::vector<at::Tensor> leaves; // unsharded parameters: views of gathered, requires grad
     std::vector<dist::WorkPtr> gatherWork;
     std::vector<dist::WorkPtr> reduceWork;
@@ -490,10 +493,25 @@ void ShardedStrategy::reduceUnit(int unit)
 
 void ShardedStrategy::writeOwnGradients(UnitState& s)
 {
-    // One rank: reducing is the identity, so the unsharded gradients go straight into the fp32
-    // shard gradient (rounded through the reduce dtype, as the collective's buffers would round
-    // them), with no reduce buffers and no collective: what a one-rank run pays for sharding is
-    // one copy of each gradient.
+    // One rank: reducing is the identity. fp32 gradients reduced in fp32 are already the shard
+    // gradient: the optimizer reads them where autograd left them (optimizerTargets), with no
+    // copy. Otherwise they go straight into the fp32 shard gradient (rounded through the reduce
+    // dtype, as the collective's buffers would round them). Either way there are no reduce
+    // buffers and no collective.
+    const bool fp32 = m_options.reduceDtype == at::kFloat
+        && std::all_of(s.leaves.begin(), s.leaves.end(), [](const at::Tensor& leaf) {
+               return !leaf.grad().defined() || leaf.grad().scalar_type() == at::kFloat;
+           });
+    if (fp32 && !s.shardGrad.defined()) {
+        for (at::Tensor& leaf : s.leaves) {
+            if (!leaf.grad().defined())
+                leaf.mutable_grad() = at::zeros_like(leaf, at::MemoryFormat::Contiguous);
+            else if (!leaf.grad().is_contiguous())
+                leaf.mutable_grad() = leaf.grad().contiguous();
+        }
+        s.gradsInLeaves = true;
+        return;
+    }
     const bool fresh = !s.shardGrad.defined();
     if (fresh)
         s.shardGrad = at::empty(
@@ -558,13 +576,16 @@ std::vector<engine::OptimTarget> ShardedStrategy::optimizerTargets()
 {
     std::vector<engine::OptimTarget> out;
     for (auto& s : m_units)
-        for (const auto& p : s.params) {
+        for (size_t i = 0; i < s.params.size(); ++i) {
+            const ParamSlot& p = s.params[i];
             if (s.frozen)
                 continue;
             engine::OptimTarget t;
             t.name = p.name;
             t.master = s.master.narrow(0, p.offset, p.shardNumel).view(p.chunkShape);
-            if (s.shardGrad.defined())
+            if (s.gradsInLeaves) // one rank: the leaf is the whole shard (writeOwnGradients)
+                t.grad = s.leaves[i].grad().view(p.chunkShape);
+            else if (s.shardGrad.defined())
                 t.grad = s.shardGrad.narrow(0, p.offset, p.shardNumel).view(p.chunkShape);
             t.decay = p.decay;
             out.push_back(std::move(t));
@@ -629,6 +650,7 @@ void ShardedStrategy::zeroGrad()
 {
     for (auto& s : m_units) {
         s.shardGrad = at::Tensor();
+        s.gradsInLeaves = false;
         for (auto& leaf : s.leaves)
             leaf.mutable_grad() = at::Tensor();
     }
