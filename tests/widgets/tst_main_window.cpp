@@ -14,6 +14,7 @@
 #include <QStackedWidget>
 #include <QTemporaryDir>
 
+#include "hd_screen.h"
 #include "widgets/main_window.h"
 #include "widgets/plan_page.h"
 
@@ -147,21 +148,11 @@ private:
     QTemporaryDir m_settings;
 };
 
-// The offscreen platform's default screen is 800x800, narrower than the window's minimum width,
-// and Qt 6.8 fits a restored geometry into the screen (Qt 6.4 did not): the test runs on a
-// 1920x1080 offscreen screen, as a studio user's desktop is.
+// On a 1920x1080 offscreen screen (hd_screen.h).
 int main(int argc, char** argv)
 {
     QTemporaryDir dir;
-    if (qEnvironmentVariable("QT_QPA_PLATFORM") == QLatin1String("offscreen")) {
-        QFile config(dir.filePath("offscreen.json"));
-        if (config.open(QIODevice::WriteOnly)) {
-            config.write(R"({"screens":[{"name":"hd","x":0,"y":0,"width":1920,"height":1080,)"
-                         R"("logicalDpi":96}]})");
-            config.close();
-            qputenv("QT_QPA_PLATFORM", "offscreen:configfile=" + config.fileName().toUtf8());
-        }
-    }
+    shard::test::useHdOffscreenScreen(dir);
     QApplication app(argc, argv);
     TstMainWindow test;
     QTEST_SET_MAIN_SOURCE_PATH

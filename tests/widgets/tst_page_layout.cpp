@@ -12,6 +12,7 @@
 #include <QTableWidget>
 #include <QTemporaryDir>
 
+#include "hd_screen.h"
 #include "widgets/launch_page.h"
 #include "widgets/main_window.h"
 #include "widgets/memory_bar_chart.h"
@@ -224,20 +225,11 @@ private:
     QTemporaryDir m_settings;
 };
 
-// The offscreen platform's default screen (800x800) is smaller than the window under test: run
-// on a 1920x1080 offscreen screen, as tst_main_window does.
+// On a 1920x1080 offscreen screen (hd_screen.h).
 int main(int argc, char** argv)
 {
     QTemporaryDir dir;
-    if (qEnvironmentVariable("QT_QPA_PLATFORM") == QLatin1String("offscreen")) {
-        QFile config(dir.filePath("offscreen.json"));
-        if (config.open(QIODevice::WriteOnly)) {
-            config.write(R"({"screens":[{"name":"hd","x":0,"y":0,"width":1920,"height":1080,)"
-                         R"("logicalDpi":96}]})");
-            config.close();
-            qputenv("QT_QPA_PLATFORM", "offscreen:configfile=" + config.fileName().toUtf8());
-        }
-    }
+    shard::test::useHdOffscreenScreen(dir);
     QApplication app(argc, argv);
     TstPageLayout test;
     QTEST_SET_MAIN_SOURCE_PATH
