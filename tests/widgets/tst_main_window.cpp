@@ -15,6 +15,7 @@
 #include <QTemporaryDir>
 
 #include "hd_screen.h"
+#include "studio_test_util.h"
 #include "widgets/main_window.h"
 #include "widgets/plan_page.h"
 
@@ -29,9 +30,7 @@ class TstMainWindow : public QObject {
 private Q_SLOTS:
     void initTestCase()
     {
-        QCoreApplication::setOrganizationName("ShardStudioTest");
-        QSettings::setDefaultFormat(QSettings::IniFormat);
-        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, m_settings.path());
+        shard::test::isolateSettings(m_settings.path());
         qputenv("SHARD_STORE", m_tmp.filePath("store.sqlite").toUtf8());
     }
 

@@ -13,6 +13,7 @@
 #include <QTemporaryDir>
 
 #include "hd_screen.h"
+#include "studio_test_util.h"
 #include "widgets/launch_page.h"
 #include "widgets/main_window.h"
 #include "widgets/memory_bar_chart.h"
@@ -57,9 +58,7 @@ class TstPageLayout : public QObject {
 private Q_SLOTS:
     void initTestCase()
     {
-        QCoreApplication::setOrganizationName("ShardStudioLayoutTest");
-        QSettings::setDefaultFormat(QSettings::IniFormat);
-        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, m_settings.path());
+        shard::test::isolateSettings(m_settings.path());
         qputenv("SHARD_STORE", m_tmp.filePath("store.sqlite").toUtf8());
     }
 

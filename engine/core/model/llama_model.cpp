@@ -447,15 +447,8 @@ LossSum nextTokenLossSum(const at::Tensor& logits, const at::Tensor& labels)
 int64_t countLossTokens(const at::Tensor& labels)
 {
     // Labels on the host are counted there; on a device the count is a counted host read.
-    const at::Tensor t = labels.narrow(1, 1, labels.size(1) - 1);
-    if (!t.is_cpu())
-        return static_cast<int64_t>(hostsync::readValue(t.ne(-100).sum()));
-    const at::Tensor c = t.to(at::kLong).contiguous();
-    const int64_t* p = c.data_ptr<int64_t>();
-    int64_t n = 0;
-    for (int64_t i = 0; i < c.numel(); ++i)
-        n += p[i] != -100;
-    return n;
+    const at::Tensor n = labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum();
+    return n.is_cpu() ? n.item<int64_t>() : static_cast<int64_t>(hostsync::readValue(n));
 }
 
 } // namespace shard::engine

@@ -136,9 +136,7 @@ void AdamW::update(const std::vector<OptimTarget>& targets, double lr, double ho
         const std::vector<at::Tensor> steps(g.p.size(), step);
         std::optional<at::Tensor> unscale;
         if (onDevice)
-            unscale = at::full({}, 1.0, deviceScale.options().dtype(at::kDouble))
-                          .div(deviceScale.reshape({}).to(at::kDouble))
-                          .to(on);
+            unscale = deviceScale.reshape({}).to(at::kDouble).reciprocal().to(on);
         else if (hostScale != 1.0)
             unscale = at::full({}, 1.0 / hostScale, on);
         at::_fused_adamw_(g.p, g.g, g.m, g.v, {}, steps, lr, m_config.beta1, m_config.beta2,

@@ -152,7 +152,7 @@ std::vector<std::string> registeredStrategies();
 // the registered strategies.
 std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, int worldSize = 1);
 
-// Adds the fp64 sum of squares of `t`'s elements into `acc` (a 0-dim fp64 tensor on t's
+// Adds the fp64 sum of squares of `t`'s elements into `acc` (a one-element fp64 tensor on t's
 // device), in chunks of 2^20 elements so no fp64 copy of a large gradient is made at once.
 void addSquaredSum(at::Tensor& acc, const at::Tensor& t);
 

@@ -816,7 +816,7 @@ Trainer::Step Trainer::trainStep(Loop& loop, int64_t step)
     }
     m_strategy->allReduceSumInPlace(lossSum);
     done.step = step + 1;
-    done.lossValue = lossSum.div(at::full({1}, norm, lossSum.options()));
+    done.lossValue = lossSum / norm;
 
     // Clipping on the device: scale = clip / (norm + 1e-6) where norm > clip, else 1 (fp64, as
     // torch.nn.utils.clip_grad_norm_ computes it), handed to AdamW as a tensor.
@@ -965,9 +965,7 @@ void Trainer::writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int6
     const int64_t reads = hostsync::count();
     rec.hostReads = reads - loop.readsAtLastRecord;
     loop.readsAtLastRecord = reads;
-    timespec cpu {};
-    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0)
-        rec.cpuTimeSec = static_cast<double>(cpu.tv_sec) + 1e-9 * static_cast<double>(cpu.tv_nsec);
+    rec.cpuTimeSec = cpuSeconds();
     loop.resetPeaks();
     if (m_strategy->rank() == 0)
         io.write(io.metrics, protocol::toJson(rec));
