@@ -2,7 +2,8 @@
 # GPUs and a CUDA build of PyTorch (its LibTorch is what shard-worker builds against; Debian's
 # LibTorch is CPU-only), builds shard-worker with the NCCL backend (nccl.h + libnccl from the
 # wheel's nvidia-nccl package, or from $CUDA_HOME) and sets $worker, $ngpu, $py and
-# LD_LIBRARY_PATH. Env: PYTHON, CUDA_HOME.
+# LD_LIBRARY_PATH. Env: PYTHON, CUDA_HOME, SHARD_GPU_DEPS (carried_deps.sh: the worker's
+# libraries, nccl.h and libcudart_static.a for a machine that lacks them).
 py=${PYTHON:-python3}
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 
@@ -12,46 +13,69 @@ command -v nvidia-smi >/dev/null || fail "no nvidia-smi: this script needs a mac
 ngpu=$(nvidia-smi -L | grep -c '^GPU' || true)
 (( ngpu > 0 )) || fail "nvidia-smi lists no GPU"
 info=$("$py" - <<'PY' 2>/dev/null
-import os, torch
-import importlib.util
-nccl = importlib.util.find_spec("nvidia.nccl")
-nccl_dir = ""
-if nccl is not None and nccl.submodule_search_locations:
-    nccl_dir = list(nccl.submodule_search_locations)[0]
+import glob, os, torch
+# The wheel's NCCL (nvidia-nccl-cu1x): nvidia/nccl/{include,lib} or a per-CUDA folder under nvidia/.
+nccl_inc = nccl_lib = ""
+try:
+    import nvidia
+    for base in list(nvidia.__path__):
+        heads = sorted(glob.glob(os.path.join(base, "**", "nccl.h"), recursive=True))
+        libs = sorted(glob.glob(os.path.join(base, "**", "libnccl.so.2"), recursive=True))
+        if heads and libs:
+            nccl_inc, nccl_lib = os.path.dirname(heads[0]), os.path.dirname(libs[0])
+            break
+except ImportError:
+    pass
 print(torch.utils.cmake_prefix_path)
 print(torch.version.cuda or "")
 print(int(torch._C._GLIBCXX_USE_CXX11_ABI))
-print(nccl_dir)
+print(nccl_inc)
+print(nccl_lib)
 PY
 ) || fail "$py cannot import torch; install a CUDA build of PyTorch (pip install torch)"
 prefix=$(sed -n 1p <<<"$info")
 torch_cuda=$(sed -n 2p <<<"$info")
 abi=$(sed -n 3p <<<"$info")
-wheel_nccl=$(sed -n 4p <<<"$info")
+wheel_nccl_inc=$(sed -n 4p <<<"$info")
+wheel_nccl_lib=$(sed -n 5p <<<"$info")
 [[ -n "$torch_cuda" ]] || fail "the installed PyTorch is CPU-only; install a CUDA build"
 [[ "$abi" == 1 ]] || fail "this PyTorch uses the pre-C++11 ABI; the project's system libraries \
 (spdlog, Qt-free deps) use the C++11 ABI: install a PyTorch >= 2.7 wheel (C++11 ABI)"
 
-# NCCL: the wheel's own (same library LibTorch loads), else the toolkit's.
+# NCCL: the wheel's own (the library LibTorch loads), else the toolkit's; libnccl.so.2 is
+# dlopen'ed at run time, so only nccl.h is needed to build.
 nccl_args=(-DSHARD_CUDA_ROOT="$cuda_home")
-if [[ -n "$wheel_nccl" && -f "$wheel_nccl/include/nccl.h" ]]; then
-    export NCCL_HOME="$wheel_nccl"
-    # The wheel ships libnccl.so.2 only; give find_library a name it can use.
-    mkdir -p "$build/nccl-link"
-    ln -sf "$wheel_nccl/lib/libnccl.so.2" "$build/nccl-link/libnccl.so"
-    nccl_args+=(-DSHARD_NCCL_INCLUDE_DIR="$wheel_nccl/include"
-                -DSHARD_NCCL_LIBRARY="$build/nccl-link/libnccl.so")
+if [[ -n "$wheel_nccl_inc" ]]; then
+    export NCCL_HOME="$(dirname "$wheel_nccl_inc")"
+    nccl_args+=(-DSHARD_NCCL_INCLUDE_DIR="$wheel_nccl_inc")
+elif [[ ! -f $cuda_home/include/nccl.h && -f ${SHARD_GPU_DEPS:-/nonexistent}/nccl/include/nccl.h ]]; then
+    nccl_args+=(-DSHARD_NCCL_INCLUDE_DIR="$SHARD_GPU_DEPS/nccl/include")
+fi
+# The CUDA runtime is linked statically; a toolkit without libcudart_static.a takes a carried one.
+if ! ls "$cuda_home"/lib64/libcudart_static.a "$cuda_home"/lib/libcudart_static.a >/dev/null 2>&1 \
+    && [[ -f ${SHARD_GPU_DEPS:-/nonexistent}/cuda/libcudart_static.a ]]; then
+    nccl_args+=(-DSHARD_CUDART_LIBRARY="$SHARD_GPU_DEPS/cuda/libcudart_static.a")
+fi
+
+# A machine without the worker's libraries (spdlog, fmt, CLI11, nlohmann-json, PCRE2, ICU) takes
+# them from unpacked .debs: SHARD_GPU_DEPS=DIR (bench/gpu/carried_deps.sh).
+deps_cmake_args=() deps_prefix=
+if [[ -n ${SHARD_GPU_DEPS:-} ]]; then
+    source "$here/carried_deps.sh"
 fi
 
 echo "{\"check\":\"configure\",\"gpus\":$ngpu,\"torch_cuda\":\"$torch_cuda\",\"prefix\":\"$prefix\"}"
+# SHARD_WITH_GLOO=AUTO: a wheel's LibTorch may lack Gloo's headers; the GPU runs use NCCL.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DSHARD_BUILD_STUDIO=OFF -DSHARD_BUILD_TESTS=OFF -DSHARD_BUILD_BENCH=OFF \
-    -DCMAKE_PREFIX_PATH="$prefix" -DCUDAToolkit_ROOT="$cuda_home" "${nccl_args[@]}" \
+    -DCMAKE_PREFIX_PATH="${deps_prefix:+$deps_prefix;}$prefix" -DCUDAToolkit_ROOT="$cuda_home" \
+    -DSHARD_WITH_GLOO=AUTO "${nccl_args[@]}" "${deps_cmake_args[@]}" \
     > "$build.configure.log" 2>&1 || fail "configure failed, see $build.configure.log"
 grep -q "NCCL backend ON" "$build.configure.log" || fail "NCCL was not found, see $build.configure.log"
-cmake --build "$build" --target shard-worker -j "$(nproc)" > "$build.build.log" 2>&1 \
+# -k 0: every compile error in one pass (a GPU machine's minutes are few).
+cmake --build "$build" --target shard-worker -j "$(nproc)" -- -k 0 > "$build.build.log" 2>&1 \
     || fail "build failed, see $build.build.log"
 worker=$build/engine/worker/shard-worker
 torch_lib=$(dirname "$prefix")/../lib
-export LD_LIBRARY_PATH="$torch_lib:${wheel_nccl:+$wheel_nccl/lib:}${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$torch_lib:${wheel_nccl_lib:+$wheel_nccl_lib:}${LD_LIBRARY_PATH:-}"
 

@@ -22,6 +22,9 @@ std::string buildInfo()
 #else
     info += ", NCCL backend off";
 #endif
+#ifndef SHARD_HAVE_GLOO
+    info += ", Gloo backend off";
+#endif
     return info;
 }
 

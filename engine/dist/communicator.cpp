@@ -4,7 +4,9 @@
 
 #include <stdexcept>
 
+#ifdef SHARD_HAVE_GLOO
 #include "dist/gloo_communicator.h"
+#endif
 #include "dist/rank_env.h"
 #ifdef SHARD_HAVE_NCCL
 #include "dist/nccl_communicator.h"
@@ -123,8 +125,15 @@ HybridGroups makeHybridGroups(Communicator& world, int shardGroupSize)
 
 std::shared_ptr<Communicator> createCommunicator(const std::string& backend, const RankEnv& env)
 {
-    if (backend == "gloo")
+    if (backend == "gloo") {
+#ifdef SHARD_HAVE_GLOO
         return GlooCommunicator::create(env);
+#else
+        throw std::runtime_error("this shard-worker was built without Gloo (its LibTorch had no "
+                                 "Gloo headers at configure time); use --backend nccl on CUDA "
+                                 "devices, or rebuild against a LibTorch with Gloo");
+#endif
+    }
     if (backend == "nccl") {
 #ifdef SHARD_HAVE_NCCL
         return NcclCommunicator::create(env);
