@@ -64,6 +64,7 @@ if [[ -n ${SHARD_GPU_DEPS:-} ]]; then
     source "$here/carried_deps.sh"
 fi
 
+mkdir -p "$build"
 echo "{\"check\":\"configure\",\"gpus\":$ngpu,\"torch_cuda\":\"$torch_cuda\",\"prefix\":\"$prefix\"}"
 # SHARD_WITH_GLOO=AUTO: a wheel's LibTorch may lack Gloo's headers; the GPU runs use NCCL.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \

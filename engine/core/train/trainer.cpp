@@ -23,10 +23,6 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
-#include <spdlog/sinks/base_sink.h>
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "core/memory/counting_allocator.h"
 #include "core/memory/device_memory.h"
@@ -39,6 +35,7 @@
 #include "core/train/global_batch.h"
 #include "core/train/host_sync.h"
 #include "core/train/model_runner.h"
+#include "core/train/run_log.h"
 #include "core/train/training_samples.h"
 #include "dist/device_choice.h"
 #include "launch/rank_heartbeat.h"
@@ -147,28 +144,6 @@ int64_t countTokens(const std::vector<TrainRow>& rows)
             n += r.labels[i] != -100;
     return n;
 }
-
-// A rank's stderr when it is the rank's log (under the launcher): every write checked, and a
-// failure reported with its reason (stdio's stderr keeps only an error flag).
-class CheckedStderrSink : public spdlog::sinks::base_sink<std::mutex> {
-protected:
-    void sink_it_(const spdlog::details::log_msg& msg) override
-    {
-        spdlog::memory_buf_t line;
-        formatter_->format(msg, line);
-        size_t done = 0;
-        while (done < line.size()) {
-            const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0)
-                throw spdlog::spdlog_ex(std::string("write failed (")
-                    + (n < 0 ? std::strerror(errno) : "nothing written") + ")");
-            done += static_cast<size_t>(n);
-        }
-    }
-    void flush_() override { }
-};
 
 // The byte count after `label` in an allocator's message ("Tried to allocate 2.00 GiB"), or -1.
 int64_t bytesAfter(const std::string& text, const std::string& label)
@@ -293,8 +268,7 @@ struct Trainer::Io {
     bool toStdout = false;
     bool stderrIsLog = false; // under the launcher this rank's stderr is its log file
     Clock::time_point start = Clock::now();
-    std::shared_ptr<spdlog::logger> log;
-    std::string logError; // set by spdlog's error handler
+    std::unique_ptr<RunLog> log;
     // The run folder's lock (rank 0 outside the launcher); released before the files close.
     std::unique_ptr<protocol::RunLock> lock;
     nlohmann::json startData; // the "start" event's, written once a resume has set the clock
@@ -312,8 +286,8 @@ struct Trainer::Io {
     // The logs took every line so far (checked once per step).
     void checkLogs()
     {
-        if (!logError.empty())
-            throw protocol::RunDirWriteError("rank log: " + logError);
+        if (log && !log->failure().empty())
+            throw protocol::RunDirWriteError("rank log: " + log->failure());
         if (stderrIsLog && std::ferror(stderr))
             throw protocol::RunDirWriteError("rank log (stderr): write failed");
     }
@@ -594,7 +568,7 @@ TrainResult Trainer::run()
                 const double ev = evaluate(loop);
                 rec.evalLoss = ev;
                 loop.result.evalLosses.push_back({step + 1, ev});
-                io.log->info("step {} eval loss {:.6f}", step + 1, ev);
+                io.log->info(strprintf("step %lld eval loss %.6f", static_cast<long long>(step + 1), ev));
             }
             if (m_samples && m_samples->due(step + 1, last))
                 writeSamples(io, step + 1);
@@ -629,9 +603,7 @@ bool Trainer::setUpRun(Io& io)
     const bool resuming = checkpoints && checkpoints->resuming();
 
     // Logging: stderr plus <run>/logs/rank-<r>.log.
-    std::vector<spdlog::sink_ptr> sinks {underLauncher
-            ? spdlog::sink_ptr(std::make_shared<CheckedStderrSink>())
-            : spdlog::sink_ptr(std::make_shared<spdlog::sinks::stderr_color_sink_mt>())};
+    std::string logFile;
     if (m_options.writeRunDir) {
         std::error_code ec;
         fs::create_directories(dir.logsDir(), ec);
@@ -645,16 +617,9 @@ bool Trainer::setUpRun(Io& io)
         // Under `shard-worker launch` this rank's stderr already goes to the same log file.
         io.stderrIsLog = underLauncher;
         if (!underLauncher)
-            sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(
-                dir.rankLog(m_strategy->rank())));
+            logFile = dir.rankLog(m_strategy->rank());
     }
-    io.log = std::make_shared<spdlog::logger>("engine.train", sinks.begin(), sinks.end());
-    io.log->set_level(spdlog::level::info);
-    io.log->flush_on(spdlog::level::info);
-    io.log->set_error_handler([&io](const std::string& msg) {
-        if (io.logError.empty())
-            io.logError = msg;
-    });
+    io.log = std::make_unique<RunLog>(underLauncher, logFile);
     io.toStdout = leader && m_options.recordsToStdout;
     if (m_options.writeRunDir && leader) {
         if (!fs::exists(dir.specFile()))
@@ -680,11 +645,13 @@ void Trainer::placeModel(Io& io, bool resuming, int threads)
     });
     m_weights.reset(); // unmap
     const auto& ms = m_model->spec();
-    io.log->info("model {} ({} parameters, {} trained, {} layers), strategy {} rank {}/{}, "
-                 "device {}, {} threads, precision {}, checkpointing {}",
-        ms.name, m_model->numParams(), m_model->numTrainableParams(), ms.numLayers,
-        m_strategy->name(), m_strategy->rank(), m_strategy->worldSize(), m_device.str(), threads,
-        m_spec.precision, m_spec.checkpointing);
+    io.log->info(strprintf("model %s (%lld parameters, %lld trained, %d layers), strategy %s "
+                           "rank %d/%d, device %s, %d threads, precision %s, checkpointing %s",
+        ms.name.c_str(), static_cast<long long>(m_model->numParams()),
+        static_cast<long long>(m_model->numTrainableParams()), static_cast<int>(ms.numLayers),
+        std::string(m_strategy->name()).c_str(), static_cast<int>(m_strategy->rank()),
+        static_cast<int>(m_strategy->worldSize()), m_device.str().c_str(), threads,
+        m_spec.precision.c_str(), m_spec.checkpointing.c_str()));
     nlohmann::json started = {{"params", m_model->numParams()}, {"strategy", m_strategy->name()},
         {"world_size", m_strategy->worldSize()}, {"device", m_device.str()}, {"threads", threads},
         {"steps", m_steps}};
@@ -701,7 +668,7 @@ void Trainer::placeModel(Io& io, bool resuming, int threads)
         if (planned.hostBytesPerDevice > 0) // offload: the state it puts in host memory
             started["planned_host_bytes"] = planned.hostBytesPerDevice;
     } catch (const std::exception& e) {
-        io.log->info("no planner estimate for this run: {}", e.what());
+        io.log->info(std::string("no planner estimate for this run: ") + e.what());
     }
     io.startData = std::move(started);
 }
@@ -718,8 +685,8 @@ void Trainer::announceStart(Io& io, Loop& loop, bool resuming)
         const auto reports = m_data->badLineReports();
         std::vector<std::string> first(
             reports.begin(), reports.begin() + std::min<size_t>(reports.size(), 5));
-        io.log->warn("skipped {} bad data lines (--skip-bad-lines), first: {}", bad,
-            first.empty() ? std::string() : first.front());
+        io.log->warn(strprintf("skipped %lld bad data lines (--skip-bad-lines), first: %s",
+            static_cast<long long>(bad), first.empty() ? "" : first.front().c_str()));
         io.event("data", 0,
             "skipped " + std::to_string(bad) + " bad line" + (bad == 1 ? "" : "s")
                 + " (--skip-bad-lines)" + (first.empty() ? "" : "; first: " + first.front()),
@@ -750,7 +717,8 @@ void Trainer::resume(Io& io, Loop& loop)
                 }
             });
     }
-    io.log->info("resumed from {} at step {}", state.checkpointDir, loop.firstStep);
+    io.log->info(strprintf("resumed from %s at step %lld", state.checkpointDir.c_str(),
+        static_cast<long long>(loop.firstStep)));
     io.event("checkpoint", loop.firstStep, "resumed from " + state.checkpointDir,
         {{"action", "resume"}, {"dir", state.checkpointDir}});
     // Keep the checkpoint's global batch at another rank count (or refuse, or record the change
@@ -765,7 +733,7 @@ void Trainer::resume(Io& io, Loop& loop)
         m_steps = stepsFor(m_spec, m_data->trainRecords(), m_strategy->worldSize());
         if (m_spec.scheduleSteps == 0) // a kept schedule ends where it did
             loop.schedule.totalSteps = m_steps;
-        io.log->info("{}", batch.message);
+        io.log->info(batch.message);
         io.event("batch", loop.firstStep, batch.message,
             {{"micro_batch", m_spec.microBatch}, {"grad_accum", m_spec.gradAccum},
                 {"world_size", m_strategy->worldSize()},
@@ -777,8 +745,8 @@ void Trainer::resume(Io& io, Loop& loop)
     if (m_options.writeRunDir && m_strategy->rank() == 0)
         writeSpecFile(protocol::RunDir(m_spec.outDir).specFile(), m_spec);
     if (loop.firstStep >= m_steps)
-        io.log->warn(
-            "the checkpoint is at step {} of {}: nothing left to train", loop.firstStep, m_steps);
+        io.log->warn(strprintf("the checkpoint is at step %lld of %lld: nothing left to train",
+            static_cast<long long>(loop.firstStep), static_cast<long long>(m_steps)));
 }
 
 Trainer::Step Trainer::trainStep(Loop& loop, int64_t step)
@@ -969,10 +937,11 @@ void Trainer::writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int6
     loop.resetPeaks();
     if (m_strategy->rank() == 0)
         io.write(io.metrics, protocol::toJson(rec));
-    io.log->info("step {}/{} loss {:.6f} lr {:.3g} grad_norm {:.4f} {:.0f} tok/s "
-                 "mem {:.1f} MiB peak {:.1f} MiB",
-        rec.step, m_steps, rec.loss, rec.lr, rec.gradNorm, rec.tokensPerSec,
-        mine.currentBytes / 1048576.0, mine.peakBytes / 1048576.0);
+    io.log->info(strprintf("step %lld/%lld loss %.6f lr %.3g grad_norm %.4f %.0f tok/s "
+                           "mem %.1f MiB peak %.1f MiB",
+        static_cast<long long>(rec.step), static_cast<long long>(m_steps), double(rec.loss),
+        double(rec.lr), double(rec.gradNorm), double(rec.tokensPerSec),
+        mine.currentBytes / 1048576.0, mine.peakBytes / 1048576.0));
 }
 
 void Trainer::saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last)
@@ -992,7 +961,8 @@ void Trainer::saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last)
     // The checkpoint's size: every rank's shard file (one small collective).
     const auto bytes
         = static_cast<int64_t>(m_strategy->allReduceSum(static_cast<double>(saved.bytes)));
-    io.log->info("checkpoint {} written in {:.2f} s", saved.dir, saved.seconds);
+    io.log->info(strprintf("checkpoint %s written in %.2f s", saved.dir.c_str(),
+        double(saved.seconds)));
     io.event("checkpoint", step, "checkpoint written",
         {{"action", "save"}, {"dir", saved.dir}, {"seconds", saved.seconds}, {"bytes", bytes}});
 }
@@ -1052,7 +1022,7 @@ void Trainer::writeFinalModel(Io& io, TrainResult& result)
     fs::remove_all(dir.modelOutDir());
     fs::rename(tmp, dir.modelOutDir());
     result.modelDir = dir.modelOutDir();
-    io.log->info("model written to {}", result.modelDir);
+    io.log->info("model written to " + result.modelDir);
 }
 
 namespace {
@@ -1079,7 +1049,7 @@ void Trainer::fail(Io& io, const std::exception& e, int64_t step) const
             : dynamic_cast<const protocol::RunDirWriteError*>(&e) ? "write_failed"
                                                                   : "error"}};
     const std::string message = oom ? outOfMemoryMessage(e, step, data) : e.what();
-    io.log->error("{}", message);
+    io.log->error(message);
     // Under the launcher, a collective that failed because a peer went away is that peer's
     // failure: the launcher names the rank that died. An unnamed "Connection reset by peer"
     // error and a finish written here first would read as the run's verdict.
