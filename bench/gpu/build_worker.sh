@@ -52,8 +52,8 @@ elif [[ ! -f $cuda_home/include/nccl.h && -f ${SHARD_GPU_DEPS:-/nonexistent}/ncc
     nccl_args+=(-DSHARD_NCCL_INCLUDE_DIR="$SHARD_GPU_DEPS/nccl/include")
 fi
 # The CUDA runtime is linked statically; a toolkit without libcudart_static.a takes a carried one.
-if ! ls "$cuda_home"/lib64/libcudart_static.a "$cuda_home"/lib/libcudart_static.a >/dev/null 2>&1 \
-    && [[ -f ${SHARD_GPU_DEPS:-/nonexistent}/cuda/libcudart_static.a ]]; then
+if [[ ! -f $cuda_home/lib64/libcudart_static.a && ! -f $cuda_home/lib/libcudart_static.a \
+    && -f ${SHARD_GPU_DEPS:-/nonexistent}/cuda/libcudart_static.a ]]; then
     nccl_args+=(-DSHARD_CUDART_LIBRARY="$SHARD_GPU_DEPS/cuda/libcudart_static.a")
 fi
 
