@@ -1,18 +1,25 @@
 // shard-worker export: a checkpoint (or a run directory's newest complete checkpoint) as a Hugging
-// Face folder, written tensor by tensor.
+// Face folder, written tensor by tensor; or, with --format gguf, a Hugging Face folder or a
+// checkpoint (LoRA merged) as one GGUF file for llama.cpp / Ollama with a Modelfile beside it.
 #if __has_include("ckpt/hf_export.h")
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "ckpt/checkpoint_store.h"
+#include "ckpt/gguf_export.h"
 #include "ckpt/hf_export.h"
 #include "command.h"
 
 namespace {
 
 struct ExportArgs {
+    std::string format = "hf";
+    std::string model;
+    std::string type = "f16";
+    std::string name;
     std::string checkpoint;
     std::string out;
     std::string dtype = "fp32";
@@ -21,22 +28,95 @@ struct ExportArgs {
     bool merge = false;
 };
 
+// GGUF from a Hugging Face folder, or from a checkpoint through a temporary merged fp32 export
+// beside the output (removed afterwards).
+void exportGgufCommand(const ExportArgs& a)
+{
+    namespace fs = std::filesystem;
+    if (a.model.empty() == a.checkpoint.empty())
+        throw std::runtime_error("--format gguf takes one source: --model FOLDER (a Hugging Face "
+                                 "folder) or --checkpoint (a checkpoint or run folder)");
+    if (fs::path(a.out).extension() != ".gguf")
+        throw std::runtime_error("--out '" + a.out + "': name the file NAME.gguf");
+    if (fs::exists(a.out))
+        throw std::runtime_error("--out '" + a.out + "' already exists; choose a new name");
+    shard::ckpt::GgufOptions o;
+    o.type = a.type;
+    o.name = a.name;
+    std::string source = a.model;
+    std::string temp;
+    if (!a.checkpoint.empty()) {
+        const std::string dir = shard::ckpt::resolveResume(a.checkpoint, "");
+        temp = a.out + ".hf-tmp";
+        std::error_code ec;
+        fs::remove_all(temp, ec);
+        shard::ckpt::ExportOptions hf;
+        hf.dtype = "fp32";
+        hf.tokenizerDir = a.tokenizer;
+        hf.merge = true;
+        shard::ckpt::exportHuggingFace(dir, temp, hf);
+        source = temp;
+        if (o.name.empty())
+            o.name = fs::path(a.checkpoint).lexically_normal().filename().string();
+    }
+    try {
+        const auto r = shard::ckpt::exportGguf(source, a.out, o);
+        if (r.f16Fallbacks > 0)
+            std::fprintf(stderr,
+                "export: %lld matri%s with rows that are not whole 32-value blocks written as f16 "
+                "(q8_0 needs rows of a multiple of 32)\n",
+                static_cast<long long>(r.f16Fallbacks), r.f16Fallbacks == 1 ? "x" : "ces");
+        std::fprintf(stderr,
+            "export: %s -> %s (%s, %s, tokenizer %s/%s, %lld tensors, %.1f MiB)%s%s\n",
+            source.c_str(), r.file.c_str(), r.architecture.c_str(), a.type.c_str(),
+            r.tokenizerModel.c_str(), r.pre.c_str(), static_cast<long long>(r.tensors),
+            r.bytes / 1048576.0, r.modelfile.empty() ? "" : "; Modelfile ",
+            r.modelfile.c_str());
+    } catch (...) {
+        if (!temp.empty()) {
+            std::error_code ec;
+            fs::remove_all(temp, ec);
+        }
+        throw;
+    }
+    if (!temp.empty()) {
+        std::error_code ec;
+        fs::remove_all(temp, ec);
+    }
+}
+
 const shard::worker::CommandRegistration kRegistration([](CLI::App& app) {
     auto a = std::make_shared<ExportArgs>();
     CLI::App* cmd = app.add_subcommand(
-        "export", "Export a checkpoint as a Hugging Face folder (config, safetensors, tokenizer)");
+        "export", "Export a checkpoint as a Hugging Face folder, or a model as GGUF (--format gguf)");
+    cmd->add_option("--format", a->format, "hf (a Hugging Face folder, default) or gguf (one file "
+                                           "for llama.cpp / Ollama, with an Ollama Modelfile)");
     cmd->add_option("--checkpoint", a->checkpoint,
-           "Checkpoint folder (checkpoints/step-N) or a run folder (its newest complete one)")
+        "Checkpoint folder (checkpoints/step-N) or a run folder (its newest complete one)");
+    cmd->add_option("--model", a->model,
+        "--format gguf: a Hugging Face model folder (a run's model/ folder, say) instead of a "
+        "checkpoint");
+    cmd->add_option("--out", a->out,
+           "Output folder (hf: must not exist or be empty) or file (gguf: NAME.gguf)")
         ->required();
-    cmd->add_option("--out", a->out, "Output folder (must not exist or be empty)")->required();
-    cmd->add_option("--dtype", a->dtype, "fp32 (default, bit-exact) or bf16");
+    cmd->add_option("--type", a->type, "--format gguf: f32, f16 (default), bf16 or q8_0");
+    cmd->add_option("--name", a->name, "--format gguf: general.name (default: the folder's)");
+    cmd->add_option("--dtype", a->dtype, "hf: fp32 (default, bit-exact) or bf16");
     cmd->add_option("--tokenizer", a->tokenizer,
         "Folder with the tokenizer files (default: the run's model folder)");
     cmd->add_option("--max-shard-mib", a->maxShardMiB, "Largest safetensors shard (MiB)");
     cmd->add_flag("--merge", a->merge,
         "LoRA checkpoints: write the base with the adapters merged (W + scale B A) instead of the "
-        "PEFT adapter folder");
+        "PEFT adapter folder (--format gguf always merges)");
     cmd->callback([a] {
+        if (a->format == "gguf") {
+            exportGgufCommand(*a);
+            return;
+        }
+        if (a->format != "hf")
+            throw std::runtime_error("--format '" + a->format + "': use hf or gguf");
+        if (a->checkpoint.empty())
+            throw std::runtime_error("--checkpoint is required (a checkpoint or a run folder)");
         if (a->maxShardMiB <= 0)
             throw std::runtime_error("--max-shard-mib must be positive");
         const std::string dir = shard::ckpt::resolveResume(a->checkpoint, "");

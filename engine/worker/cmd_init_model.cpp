@@ -24,12 +24,18 @@ struct InitModelArgs {
     std::string out;
     uint64_t seed = 0;
     std::string dtype = "f32";
+    std::string tokenizer; // a folder whose tokenizer files are copied (default: demo tokenizer)
+    double initScale = 1.0; // multiplies the matrices' random values (norm weights stay 1)
 };
 
 void initModel(const InitModelArgs& a)
 {
     namespace fs = std::filesystem;
     auto spec = plan::findPreset(a.preset);
+    // A folder holding a config.json (or the file itself): any shape the engine supports.
+    if (!spec && (fs::exists(fs::path(a.preset) / "config.json")
+            || (fs::is_regular_file(a.preset) && fs::path(a.preset).extension() == ".json")))
+        spec = plan::loadHfConfig(a.preset);
     if (!spec) {
         std::string close;
         for (const auto& n : plan::closePresetNames(a.preset))
@@ -49,13 +55,18 @@ void initModel(const InitModelArgs& a)
     engine::NamedTensors tensors;
     for (engine::Param* p : model.params()) {
         at::Tensor t = engine::LlamaModel::initialValue(*p, a.seed);
+        if (a.initScale != 1.0 && t.dim() >= 2)
+            t = t * a.initScale;
         tensors.push_back({p->info.name, a.dtype == "f32" ? t : t.to(at::kBFloat16)});
     }
     fs::create_directories(a.out);
-    engine::writeHfConfigAndTokenizer(a.out, *spec, {});
+    if (!a.tokenizer.empty() && !fs::exists(fs::path(a.tokenizer) / "tokenizer.json"))
+        throw std::runtime_error("--tokenizer '" + a.tokenizer + "' has no tokenizer.json");
+    engine::writeHfConfigAndTokenizer(a.out, *spec, a.tokenizer);
     engine::writeSafetensorsFolder(a.out, tensors);
 #ifdef SHARD_TOKENIZER_AVAILABLE
-    tokenizer::writeDemoTokenizer(a.out, static_cast<int>(spec->vocabSize));
+    if (a.tokenizer.empty())
+        tokenizer::writeDemoTokenizer(a.out, static_cast<int>(spec->vocabSize));
 #else
     spdlog::warn("this build has no tokenizer library; {} has no tokenizer files", a.out);
 #endif
@@ -67,10 +78,16 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     auto args = std::make_shared<InitModelArgs>();
     auto* cmd = app.add_subcommand(
         "init-model", "Write a Hugging Face model folder with seeded random weights from a preset");
-    cmd->add_option("--preset", args->preset, "Model preset (tiny-1m, tiny-15m, tiny-100m, ...)")
+    cmd->add_option("--preset", args->preset,
+           "Model preset (tiny-1m, tiny-15m, tiny-100m, ...) or a folder holding a config.json")
         ->required();
+    cmd->add_option("--tokenizer", args->tokenizer,
+        "Copy this folder's tokenizer files (default: a demo tokenizer of the vocabulary's size)");
     cmd->add_option("--out", args->out, "Output folder")->required();
     cmd->add_option("--seed", args->seed, "Random seed of the weights");
+    cmd->add_option("--init-scale", args->initScale,
+        "Multiply the matrices' random values (tests: larger weights make attention and the "
+        "next token depend on every part of the model)");
     cmd->add_option("--dtype", args->dtype, "Stored dtype: f32 (default) or bf16");
     cmd->callback([args] { initModel(*args); });
 });
