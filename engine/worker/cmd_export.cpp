@@ -11,6 +11,7 @@
 #include "ckpt/checkpoint_store.h"
 #include "ckpt/gguf_export.h"
 #include "ckpt/hf_export.h"
+#include "ckpt/manifest.h"
 #include "command.h"
 
 namespace {
@@ -53,7 +54,8 @@ void exportGgufCommand(const ExportArgs& a)
         shard::ckpt::ExportOptions hf;
         hf.dtype = "fp32";
         hf.tokenizerDir = a.tokenizer;
-        hf.merge = true;
+        // LoRA: the base with the adapters merged (GGUF holds one model); full fine-tuning as is.
+        hf.merge = shard::ckpt::readManifest(dir + "/manifest.json").trainState.contains("lora");
         shard::ckpt::exportHuggingFace(dir, temp, hf);
         source = temp;
         if (o.name.empty())

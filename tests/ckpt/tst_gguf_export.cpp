@@ -22,6 +22,7 @@
 
 #include "ckpt_test_util.h"
 #include "core/safetensors/safetensors_file.h"
+#include "plan/model_spec.h"
 
 using namespace ckpt_test;
 namespace fs = std::filesystem;
@@ -478,6 +479,30 @@ void testByteLevel(const std::string& root, bool llamaCpp)
     }
 }
 
+// From a run folder: the newest checkpoint through a temporary Hugging Face export (removed
+// afterwards), the same values as the folder `export --format hf` writes.
+void testCheckpoint(const std::string& root)
+{
+    const std::string dir = root + "/ckpt";
+    fs::create_directories(dir);
+    CHECK(makeTinyModelAndData(g_worker, dir, 1));
+    CHECK(worker({"train", "--model", dir + "/model", "--data", dir + "/data.jsonl",
+                     "--data-format", "tokenized", "--steps", "2", "--micro-batch", "1",
+                     "--seq-len", "16", "--checkpoint-every", "2", "--out", dir + "/run"},
+        dir + "/train.log"));
+    CHECK(worker({"export", "--format", "gguf", "--checkpoint", dir + "/run", "--out",
+                     dir + "/run.gguf", "--type", "f32"},
+        dir + "/gguf.log"));
+    CHECK(worker({"export", "--checkpoint", dir + "/run", "--out", dir + "/hf"}, dir + "/hf.log"));
+    CHECK(!fs::exists(dir + "/run.gguf.hf-tmp"));
+    if (!fs::exists(dir + "/run.gguf") || !fs::exists(dir + "/hf/config.json"))
+        return;
+    const auto spec = shard::plan::loadHfConfig(dir + "/hf");
+    checkFileAgainstSource(dir + "/hf", dir + "/run.gguf", "f32", spec.numHeads,
+        spec.numKvHeads, true);
+    CHECK(readGguf(dir + "/run.gguf").kv.at("general.name") == "run");
+}
+
 void testErrors(const std::string& root)
 {
     const std::string model = root + "/tiny";
@@ -540,6 +565,7 @@ int main()
             kNpm.c_str());
     testStories(tmp.path, llamaCpp);
     testByteLevel(tmp.path, llamaCpp);
+    testCheckpoint(tmp.path);
     testErrors(tmp.path);
     return finish("gguf export");
 }
