@@ -16,6 +16,7 @@
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QDir>
 #include <QRadioButton>
 #include <QSortFilterProxyModel>
 #include <QSpinBox>
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "jobs/run_service.h"
+#include "widgets/export_dialog.h"
 #include "widgets/message_bar.h"
 #include "widgets/run_table_model.h"
 
@@ -63,6 +65,10 @@ RunsPage::RunsPage(QWidget* parent)
     m_notes = new QPushButton(tr("N&otes…"), this);
     m_continue = new QPushButton(tr("Con&tinue…"), this);
     m_continue->setToolTip(tr("Train the selected run for more steps from its latest checkpoint"));
+    m_exportModel = new QPushButton(tr("E&xport model…"), this);
+    m_exportModel->setObjectName("exportModel");
+    m_exportModel->setToolTip(tr("Save the selected run's model as a GGUF file (llama.cpp, "
+                                 "Ollama, LM Studio) or a Hugging Face folder"));
     m_delete = new QPushButton(tr("&Delete…"), this);
     m_message = new MessageBar(this);
 
@@ -80,6 +86,7 @@ RunsPage::RunsPage(QWidget* parent)
     actions->addWidget(m_rename);
     actions->addWidget(m_notes);
     actions->addWidget(m_continue);
+    actions->addWidget(m_exportModel);
     actions->addWidget(m_delete);
     m_emptyHint = new QLabel(this);
     m_emptyHint->setObjectName("emptyHint");
@@ -101,7 +108,8 @@ RunsPage::RunsPage(QWidget* parent)
     setTabOrder(m_view, m_rename);
     setTabOrder(m_rename, m_notes);
     setTabOrder(m_notes, m_continue);
-    setTabOrder(m_continue, m_delete);
+    setTabOrder(m_continue, m_exportModel);
+    setTabOrder(m_exportModel, m_delete);
 
     connect(m_filter, &QLineEdit::textChanged, this, &RunsPage::setFilterText);
     connect(m_refresh, &QPushButton::clicked, this, &RunsPage::refresh);
@@ -148,6 +156,25 @@ RunsPage::RunsPage(QWidget* parent)
         if (!r)
             return;
         QDialog* dialog = continueDialog(r->id);
+        dialog->setAttribute(Qt::WA_DeleteOnClose);
+        dialog->open();
+    });
+    connect(m_exportModel, &QPushButton::clicked, this, [this] {
+        const jobs::RunRecord* r = currentRun();
+        if (!r) {
+            m_message->showMessage(tr("Select the run to export."), MessageBar::Kind::Info);
+            return;
+        }
+        if (r->target != QLatin1String("local") || !QDir(r->runDir).exists()) {
+            m_message->showMessage(tr("Run %1's folder is not on this machine: export it where "
+                                      "it ran (shard-worker export --format gguf --checkpoint %2 "
+                                      "--out NAME.gguf).")
+                                       .arg(r->id)
+                                       .arg(r->runDir),
+                MessageBar::Kind::Info);
+            return;
+        }
+        auto* dialog = new ExportDialog(r->runDir, r->name, this);
         dialog->setAttribute(Qt::WA_DeleteOnClose);
         dialog->open();
     });

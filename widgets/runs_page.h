@@ -93,6 +93,7 @@ private:
     QPushButton* m_notes = nullptr;
     QPushButton* m_delete = nullptr;
     QPushButton* m_continue = nullptr;
+    QPushButton* m_exportModel = nullptr;
     MessageBar* m_message = nullptr;
     QLabel* m_emptyHint = nullptr; // where runs come from, while the table is empty
 };

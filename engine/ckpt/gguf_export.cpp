@@ -683,6 +683,8 @@ GgufResult exportGguf(
                 f.write(q.data(), q.size());
             }
             f.pad();
+            if (options.progress)
+                options.progress(int64_t(&p - plans.data()) + 1, int64_t(plans.size()));
         }
         result.bytes = int64_t(f.pos());
         f.close();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace shard::ckpt {
@@ -12,6 +13,8 @@ struct GgufOptions {
     std::string type = "f16"; // f32, f16, bf16 or q8_0 (norms, biases and 1-D tensors stay f32)
     std::string name;         // general.name (default: the folder's name)
     bool modelfile = true;    // write <out without .gguf>.Modelfile beside the file
+    // Called after each tensor is written (done of total).
+    std::function<void(int64_t done, int64_t total)> progress;
 };
 
 struct GgufResult {

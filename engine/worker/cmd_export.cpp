@@ -44,6 +44,11 @@ void exportGgufCommand(const ExportArgs& a)
     shard::ckpt::GgufOptions o;
     o.type = a.type;
     o.name = a.name;
+    // One line per tensor on stderr: the studio's export dialog reads them for its progress bar.
+    o.progress = [](int64_t done, int64_t total) {
+        std::fprintf(stderr, "export: tensor %lld/%lld\n", static_cast<long long>(done),
+            static_cast<long long>(total));
+    };
     std::string source = a.model;
     std::string temp;
     if (!a.checkpoint.empty()) {

@@ -1,7 +1,11 @@
 // Runs page over a real SQLite store with 1,000 runs: listing arrives from the store thread
 // without blocking the UI, sorting is numeric, filtering narrows the rows, and a store that
 // cannot be opened gives a message.
+#include <QComboBox>
 #include <QDialog>
+#include <QLineEdit>
+#include <QProcess>
+#include <QProgressBar>
 #include <QRadioButton>
 #include <QSpinBox>
 #include <QtTest>
@@ -17,6 +21,7 @@
 
 #include "jobs/run_service.h"
 #include "jobs/run_store.h"
+#include "widgets/export_dialog.h"
 #include "widgets/main_window.h"
 #include "widgets/monitor_page.h"
 #include "widgets/run_table_model.h"
@@ -342,6 +347,59 @@ private Q_SLOTS:
         QVERIFY(hint && hint->isVisibleTo(&page));
         QVERIFY2(hint->text().contains("Launch page") && hint->text().contains("shard run"),
             qPrintable(hint->text()));
+    }
+
+    // Export model…: a finished local run to GGUF through the real worker, with the progress bar
+    // counting tensors and the file and Modelfile on disk; then the failures it explains.
+    void exportRunToGguf()
+    {
+        const QString worker = shard::test::findWorker();
+        if (worker.isEmpty())
+            QSKIP("shard-worker of this build not found (build the shard-worker target)");
+        QTemporaryDir tmp;
+        const QString error = shard::test::setUpTinyTask(tmp.path(), worker, 8);
+        QVERIFY2(error.isEmpty(), qPrintable(error));
+        const QString runDir = tmp.filePath("run");
+        QProcess train;
+        train.start(worker, {"train", "--model", tmp.filePath("model"), "--data",
+                                tmp.filePath("copy.jsonl"), "--data-format", "tokenized", "--steps",
+                                "2", "--micro-batch", "1", "--seq-len", "16", "--out", runDir});
+        QVERIFY(train.waitForFinished(120000));
+        QVERIFY2(train.exitCode() == 0, train.readAllStandardError().constData());
+
+        ExportDialog dialog(runDir, "tiny run");
+        dialog.setWorkerProgram(worker);
+        dialog.show();
+        shard::test::selectData(shard::test::field<QComboBox>(dialog, "exportFormat"), "gguf");
+        shard::test::selectData(shard::test::field<QComboBox>(dialog, "exportType"), "q8_0");
+        const QString out = shard::test::field<QLineEdit>(dialog, "exportOut")->text();
+        QCOMPARE(out, runDir + "/export/tiny-run-q8_0.gguf");
+        QVERIFY(dialog.workerArguments().contains(runDir + "/model")); // the final model
+        QSignalSpy finished(&dialog, &ExportDialog::finished);
+        dialog.start();
+        QVERIFY(dialog.isRunning());
+        QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 120000);
+        QVERIFY2(finished.at(0).at(0).toBool(), qPrintable(dialog.statusText()));
+        QVERIFY(QFileInfo(out).size() > 0);
+        QVERIFY(QFileInfo::exists(runDir + "/export/tiny-run-q8_0.Modelfile"));
+        auto* progress = shard::test::field<QProgressBar>(dialog, "exportProgress");
+        QCOMPARE(progress->value(), progress->maximum());
+        QVERIFY2(dialog.statusText().contains("ollama create"), qPrintable(dialog.statusText()));
+        if (qEnvironmentVariableIsSet("SHARD_LAYOUT_PNG")) // to look at it
+            dialog.grab().save(qEnvironmentVariable("SHARD_LAYOUT_PNG") + "/export-dialog.png");
+
+        // The same name again: refused before the worker starts.
+        dialog.start();
+        QVERIFY(!dialog.isRunning());
+        QVERIFY2(dialog.statusText().contains("already exists"), qPrintable(dialog.statusText()));
+        // A Hugging Face folder needs a checkpoint, and this run wrote none: the worker's reason.
+        shard::test::selectData(shard::test::field<QComboBox>(dialog, "exportFormat"), "hf");
+        dialog.start();
+        QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 120000);
+        QVERIFY(!finished.at(1).at(0).toBool());
+        QVERIFY2(dialog.statusText().startsWith("The export failed: ")
+                && dialog.statusText().contains("checkpoint"),
+            qPrintable(dialog.statusText()));
     }
 
     void unopenableStoreShowsMessage()
