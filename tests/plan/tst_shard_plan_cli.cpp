@@ -184,6 +184,46 @@ void testHfFolder()
     CHECK(!j.is_discarded() && j["params"] == 7615616512LL && j["model"] == "Qwen2.5-7B");
 }
 
+// `shard doctor`: the real checks of this machine (the build tree's worker is found and its
+// LibTorch named; a machine without a GPU trains on the CPU), and a missing worker is the one
+// failure, with the command that fixes it.
+void testDoctor()
+{
+    Result r = shard("doctor");
+    CHECK(r.out.find("shard-worker") != std::string::npos);
+    if (fs::exists(fs::path(SHARD_BINARY_DIR) / "engine" / "worker" / "shard-worker")) {
+        CHECK_EQ(r.code, 0);
+        CHECK(r.out.find("LibTorch") != std::string::npos);
+    }
+    Result j = shard("doctor --json");
+    const json d = json::parse(j.out, nullptr, false);
+    CHECK(d.is_object() && d["checks"].is_array());
+    bool worker = false, system = false, gpu = false;
+    for (const auto& c : d["checks"]) {
+        CHECK(c.contains("status") && c.contains("detail") && c.contains("fix"));
+        if (c["name"] == "shard-worker")
+            worker = c["status"] == "ok";
+        if (c["name"] == "system")
+            system = c["detail"].get<std::string>().find("GiB RAM") != std::string::npos;
+        if (c["name"] == "gpu")
+            gpu = true;
+        if (c["status"] == "missing") // anything missing says how to fix it
+            CHECK(!c["fix"].get<std::string>().empty());
+    }
+    // The build tree's worker, when this build has one.
+    if (fs::exists(fs::path(SHARD_BINARY_DIR) / "engine" / "worker" / "shard-worker"))
+        CHECK(worker);
+    CHECK(system && gpu);
+    const std::string cmd = std::string("SHARD_WORKER=/nonexistent/shard-worker '")
+        + SHARD_BINARY_DIR + "/app/shard' doctor > '" + (tempDir() / "doctor.txt").string()
+        + "' 2>&1";
+    const int status = std::system(cmd.c_str());
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    const std::string out = slurp(tempDir() / "doctor.txt");
+    CHECK(out.find("MISSING shard-worker") != std::string::npos);
+    CHECK(out.find("fix: build it") != std::string::npos);
+}
+
 void testModels()
 {
     Result r = shard("models");
@@ -297,6 +337,7 @@ int main()
     testHumanTable();
     testJson();
     testModels();
+    testDoctor();
     testHfFolder();
     testCalibration();
     testLora();
