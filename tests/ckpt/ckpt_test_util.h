@@ -4,7 +4,9 @@
 #pragma once
 
 #include <condition_variable>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -94,6 +97,28 @@ struct TempDir {
         std::error_code ec;
         std::filesystem::remove_all(path, ec);
     }
+};
+
+// A 2 MiB tmpfs mounted at `path` (created) for the full-disk tests, unmounted when this goes
+// out of scope; mounted() is false (after a SKIP line naming `what`) where mounting is not
+// allowed (not root).
+struct SmallTmpfs {
+    std::string path;
+    bool ok = false;
+    SmallTmpfs(const std::string& at, const char* what) : path(at)
+    {
+        std::filesystem::create_directories(path);
+        ok = mount("tmpfs", path.c_str(), "tmpfs", 0, "size=2m") == 0;
+        if (!ok)
+            std::printf("SKIP %s: cannot mount a tmpfs here (%s); run as root to test ENOSPC\n",
+                what, std::strerror(errno));
+    }
+    ~SmallTmpfs()
+    {
+        if (ok)
+            umount2(path.c_str(), MNT_DETACH);
+    }
+    bool mounted() const { return ok; }
 };
 
 // The shard-worker binary named by $SHARD_WORKER (the test's CMake sets it), or "" after saying

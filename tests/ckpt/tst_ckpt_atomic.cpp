@@ -157,17 +157,9 @@ static void testFullDisk()
 {
     TempDir tmp;
     const std::string mnt = tmp.path + "/small";
-    fs::create_directories(mnt);
-    if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=2m") != 0) {
-        std::printf("SKIP full-disk test: cannot mount a tmpfs here (%s); run as root to test "
-                    "ENOSPC\n",
-            std::strerror(errno));
+    const SmallTmpfs small2m(mnt, "full-disk test");
+    if (!small2m.mounted())
         return;
-    }
-    struct Unmount {
-        std::string path;
-        ~Unmount() { umount2(path.c_str(), MNT_DETACH); }
-    } unmount {mnt};
     const std::string run = mnt + "/run";
     const std::string ckpts = run + "/checkpoints";
     const Synthetic small = makeSynthetic(kSmall, 1);
