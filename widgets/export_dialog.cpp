@@ -43,8 +43,8 @@ ExportDialog::ExportDialog(const QString& runDir, const QString& runName, QWidge
     m_type = new QComboBox(this);
     m_type->setObjectName(QStringLiteral("exportType"));
     m_type->addItem(tr("f16 (half the size of f32, the usual choice)"), QStringLiteral("f16"));
-    m_type->addItem(tr("q8_0 (8-bit: about half of f16, close to it in quality)"),
-        QStringLiteral("q8_0"));
+    m_type->addItem(
+        tr("q8_0 (8-bit: about half of f16, close to it in quality)"), QStringLiteral("q8_0"));
     m_type->addItem(tr("bf16"), QStringLiteral("bf16"));
     m_type->addItem(tr("f32 (exact)"), QStringLiteral("f32"));
     m_out = new QLineEdit(this);
@@ -86,15 +86,15 @@ ExportDialog::ExportDialog(const QString& runDir, const QString& runName, QWidge
     setMinimumWidth(fontMetrics().averageCharWidth() * 90);
 
     connect(m_format, &QComboBox::currentIndexChanged, this, &ExportDialog::updateChoices);
-    connect(m_type, &QComboBox::currentIndexChanged, this,
-        [this] { m_out->setText(defaultOutput()); });
+    connect(
+        m_type, &QComboBox::currentIndexChanged, this, [this] { m_out->setText(defaultOutput()); });
     connect(m_browse, &QPushButton::clicked, this, [this] {
         const bool gguf = m_format->currentData().toString() == QLatin1String("gguf");
         const QString path = gguf
-            ? QFileDialog::getSaveFileName(this, tr("Export as GGUF"), m_out->text(),
-                  tr("GGUF files (*.gguf)"))
-            : QFileDialog::getExistingDirectory(this, tr("Export to a new folder"),
-                  QFileInfo(m_out->text()).path());
+            ? QFileDialog::getSaveFileName(
+                this, tr("Export as GGUF"), m_out->text(), tr("GGUF files (*.gguf)"))
+            : QFileDialog::getExistingDirectory(
+                this, tr("Export to a new folder"), QFileInfo(m_out->text()).path());
         if (!path.isEmpty())
             m_out->setText(path);
     });
@@ -124,8 +124,8 @@ QString ExportDialog::defaultOutput() const
     QString name = m_runName.isEmpty() ? QFileInfo(m_runDir).fileName() : m_runName;
     name.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9._-]+")), QStringLiteral("-"));
     if (m_format->currentData().toString() == QLatin1String("gguf"))
-        return base + QLatin1Char('/') + name + QLatin1Char('-')
-            + m_type->currentData().toString() + QStringLiteral(".gguf");
+        return base + QLatin1Char('/') + name + QLatin1Char('-') + m_type->currentData().toString()
+            + QStringLiteral(".gguf");
     return base + QLatin1Char('/') + name + QStringLiteral("-hf");
 }
 
@@ -159,8 +159,8 @@ QStringList ExportDialog::workerArguments() const
         else
             args << QStringLiteral("--checkpoint") << m_runDir;
         args << QStringLiteral("--type") << m_type->currentData().toString();
-        args << QStringLiteral("--name") << (m_runName.isEmpty() ? QFileInfo(m_runDir).fileName()
-                                                                 : m_runName);
+        args << QStringLiteral("--name")
+             << (m_runName.isEmpty() ? QFileInfo(m_runDir).fileName() : m_runName);
     } else {
         args << QStringLiteral("--checkpoint") << m_runDir;
     }
@@ -243,7 +243,8 @@ void ExportDialog::onFinished(int exitCode, QProcess::ExitStatus status)
             text += QLatin1Char(' ')
                 + tr("Run it with llama.cpp (llama-cli -m %1) or Ollama (ollama create NAME -f "
                      "%2).")
-                      .arg(out, QFileInfo(out).path() + QLatin1Char('/')
+                      .arg(out,
+                          QFileInfo(out).path() + QLatin1Char('/')
                               + QFileInfo(out).completeBaseName() + QStringLiteral(".Modelfile"));
         m_status->setText(text);
     } else {
@@ -258,10 +259,10 @@ void ExportDialog::onFinished(int exitCode, QProcess::ExitStatus status)
             QDir(out + QStringLiteral(".hf-tmp")).removeRecursively();
             QDir(out + QStringLiteral(".tmp")).removeRecursively();
         }
-        m_status->setText(m_cancelled ? tr("Cancelled: nothing was written under %1.").arg(out)
-                                      : tr("The export failed: %1")
-                                            .arg(reason.isEmpty() ? tr("exit code %1").arg(exitCode)
-                                                                  : reason));
+        m_status->setText(m_cancelled
+                ? tr("Cancelled: nothing was written under %1.").arg(out)
+                : tr("The export failed: %1")
+                      .arg(reason.isEmpty() ? tr("exit code %1").arg(exitCode) : reason));
     }
     Q_EMIT finished(ok);
 }

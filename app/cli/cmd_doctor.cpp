@@ -106,12 +106,13 @@ std::vector<Check> diagnose()
             os = line.substr(12);
     if (os.size() >= 2 && os.front() == '"')
         os = os.substr(1, os.size() - 2);
-    struct sysinfo si {};
+    struct sysinfo si { };
     ::sysinfo(&si);
     const double ramGiB = double(si.totalram) * si.mem_unit / double(1ull << 30);
     char sys[160];
-    std::snprintf(sys, sizeof sys, "%s, %u CPU cores, %.1f GiB RAM (CPU ranks and offloaded state "
-                                   "live here)",
+    std::snprintf(sys, sizeof sys,
+        "%s, %u CPU cores, %.1f GiB RAM (CPU ranks and offloaded state "
+        "live here)",
         os.empty() ? "unknown Linux" : os.c_str(), std::thread::hardware_concurrency(), ramGiB);
     checks.push_back({"system", "ok", sys, ""});
 
@@ -123,8 +124,8 @@ std::vector<Check> diagnose()
     if (version.code != 0) {
         checks.push_back({"shard-worker", "missing",
             worker.isEmpty() ? "not found ($SHARD_WORKER, next to shard, or on the PATH)"
-                             : "found at " + worker.toStdString() + " but `--version` failed: "
-                    + firstLine(version.out),
+                             : "found at " + worker.toStdString()
+                    + " but `--version` failed: " + firstLine(version.out),
             "build it (cmake --build build/release --target shard-worker) or install the "
             "shard-studio package; or set SHARD_WORKER=/path/to/shard-worker"});
     } else {
@@ -147,8 +148,9 @@ std::vector<Check> diagnose()
     std::vector<std::string> gpus;
     std::string driverVersion;
     if (!smi.isEmpty()) {
-        const Run q = run(smi, {QStringLiteral("--query-gpu=name,memory.total,compute_cap,driver_version"),
-                                   QStringLiteral("--format=csv,noheader")});
+        const Run q = run(smi,
+            {QStringLiteral("--query-gpu=name,memory.total,compute_cap,driver_version"),
+                QStringLiteral("--format=csv,noheader")});
         std::istringstream lines(q.code == 0 ? q.out : std::string());
         for (std::string line; std::getline(lines, line);) {
             if (line.empty())
@@ -196,18 +198,20 @@ std::vector<Check> diagnose()
                 ? "cuDNN installed"
                 : "cuDNN not installed: the engine's Llama and Qwen models do not use it, but a "
                   "CUDA LibTorch built with cuDNN may need it to load",
-            ldconfigHas("libcudnn") ? "" : "apt install nvidia-cudnn (Debian, contrib: it fetches "
-                                           "cuDNN from NVIDIA)"});
+            ldconfigHas("libcudnn") ? ""
+                                    : "apt install nvidia-cudnn (Debian, contrib: it fetches "
+                                      "cuDNN from NVIDIA)"});
     }
 
     // Remote launches.
-    const Run ssh = run(QStandardPaths::findExecutable(QStringLiteral("ssh")), {QStringLiteral("-V")});
+    const Run ssh
+        = run(QStandardPaths::findExecutable(QStringLiteral("ssh")), {QStringLiteral("-V")});
     checks.push_back({"ssh", ssh.started ? "ok" : "warn",
         ssh.started ? firstLine(ssh.out) + " (SSH launches)"
                     : "no ssh client: runs cannot be launched or followed on other machines",
         ssh.started ? "" : "apt install openssh-client"});
-    const Run sinfo
-        = run(QStandardPaths::findExecutable(QStringLiteral("sinfo")), {QStringLiteral("--version")});
+    const Run sinfo = run(
+        QStandardPaths::findExecutable(QStringLiteral("sinfo")), {QStringLiteral("--version")});
     std::string slurmVersion = firstLine(sinfo.out);
     std::istringstream sinfoLines(sinfo.out); // a misconfigured client prints errors first
     for (std::string line; std::getline(sinfoLines, line);)
@@ -229,12 +233,14 @@ int doctor(bool asJson)
     if (asJson) {
         nlohmann::json out = nlohmann::json::array();
         for (const auto& c : checks)
-            out.push_back({{"name", c.name}, {"status", c.status}, {"detail", c.detail},
-                {"fix", c.fix}});
+            out.push_back(
+                {{"name", c.name}, {"status", c.status}, {"detail", c.detail}, {"fix", c.fix}});
         std::printf("%s\n", nlohmann::json({{"checks", out}}).dump(1).c_str());
     } else {
         for (const auto& c : checks) {
-            const char* mark = c.status == "ok" ? "ok     " : c.status == "warn" ? "note   " : "MISSING";
+            const char* mark = c.status == "ok" ? "ok     "
+                : c.status == "warn"            ? "note   "
+                                                : "MISSING";
             std::printf("%s %-14s %s\n", mark, c.name.c_str(), c.detail.c_str());
             if (!c.fix.empty())
                 std::printf("        %-14s fix: %s\n", "", c.fix.c_str());
@@ -247,7 +253,8 @@ const CommandRegistration kDoctor([](CLI::App& app) {
     auto* sub = app.add_subcommand(
         "doctor", "What this machine can train with, and how to fix what is missing");
     auto asJson = std::make_shared<bool>(false);
-    sub->add_flag("--json", *asJson, "One JSON object: {\"checks\": [{name, status, detail, fix}]}");
+    sub->add_flag(
+        "--json", *asJson, "One JSON object: {\"checks\": [{name, status, detail, fix}]}");
     sub->callback([asJson] { exitCode() = doctor(*asJson); });
 });
 

@@ -138,8 +138,14 @@ struct Vocab {
 };
 
 // llama.cpp's token types.
-enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5,
-    kByte = 6 };
+enum TokenType : int32_t {
+    kNormal = 1,
+    kUnknown = 2,
+    kControl = 3,
+    kUserDefined = 4,
+    kUnused = 5,
+    kByte = 6
+};
 
 std::string mergeText(const json& m)
 {
@@ -231,8 +237,9 @@ Vocab readVocab(const std::string& dir, int64_t vocabSize)
         v.model = "gpt2";
         v.pre = byteLevelPre(tok);
     } else {
-        fail(dir + "/tokenizer.json is neither SentencePiece-style (BPE with byte_fallback) nor "
-                   "byte-level BPE; GGUF's tokenizers cannot express it");
+        fail(dir
+            + "/tokenizer.json is neither SentencePiece-style (BPE with byte_fallback) nor "
+              "byte-level BPE; GGUF's tokenizers cannot express it");
     }
 
     // Tokens by id: the vocabulary, then the added tokens.
@@ -300,8 +307,8 @@ Vocab readVocab(const std::string& dir, int64_t vocabSize)
 // ---- tensors -------------------------------------------------------------------------------
 
 struct TensorPlan {
-    std::string name;     // GGUF name
-    std::string source;   // safetensors name ("" for computed tensors)
+    std::string name;           // GGUF name
+    std::string source;         // safetensors name ("" for computed tensors)
     std::vector<int64_t> shape; // Hugging Face (row-major) shape
     GgmlType type = kGgmlF32;
     int permuteHeads = 0; // > 0: llama.cpp's q/k row order for this many heads
@@ -313,10 +320,13 @@ struct TensorPlan {
 uint64_t tensorBytes(GgmlType t, int64_t numel)
 {
     switch (t) {
-    case kGgmlF32: return uint64_t(numel) * 4;
+    case kGgmlF32:
+        return uint64_t(numel) * 4;
     case kGgmlF16:
-    case kGgmlBF16: return uint64_t(numel) * 2;
-    case kGgmlQ8_0: return uint64_t(numel / kQ8Block) * 34;
+    case kGgmlBF16:
+        return uint64_t(numel) * 2;
+    case kGgmlQ8_0:
+        return uint64_t(numel / kQ8Block) * 34;
     }
     return 0;
 }
@@ -377,7 +387,8 @@ void quantizeQ8_0(const float* x, int64_t n, std::vector<char>& out)
 
 class OutFile {
 public:
-    explicit OutFile(const std::string& path) : m_path(path)
+    explicit OutFile(const std::string& path)
+        : m_path(path)
     {
         m_f = std::fopen(path.c_str(), "wb");
         if (!m_f)
@@ -391,8 +402,7 @@ public:
     void write(const void* p, size_t n)
     {
         if (n && std::fwrite(p, 1, n, m_f) != n)
-            fail("writing " + m_path + " failed: " + std::strerror(errno)
-                + " (is the disk full?)");
+            fail("writing " + m_path + " failed: " + std::strerror(errno) + " (is the disk full?)");
         m_pos += n;
     }
     void pad()
@@ -403,8 +413,7 @@ public:
     void close()
     {
         if (std::fflush(m_f) != 0 || ::fsync(fileno(m_f)) != 0)
-            fail("writing " + m_path + " failed: " + std::strerror(errno)
-                + " (is the disk full?)");
+            fail("writing " + m_path + " failed: " + std::strerror(errno) + " (is the disk full?)");
         const int rc = std::fclose(m_f);
         m_f = nullptr;
         if (rc != 0)
@@ -441,8 +450,8 @@ std::string ollamaTemplate(const std::string& chatTemplate, std::vector<std::str
     return {};
 }
 
-void writeModelfile(const std::string& path, const std::string& ggufName,
-    const tokenizer::Tokenizer& tok)
+void writeModelfile(
+    const std::string& path, const std::string& ggufName, const tokenizer::Tokenizer& tok)
 {
     std::vector<std::string> stops;
     const std::string tmpl = ollamaTemplate(tok.chatTemplate(), stops);

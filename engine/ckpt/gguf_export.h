@@ -19,8 +19,8 @@ struct GgufOptions {
 
 struct GgufResult {
     std::string file;
-    std::string modelfile; // "" when not written
-    std::string architecture; // llama, qwen2, qwen3
+    std::string modelfile;      // "" when not written
+    std::string architecture;   // llama, qwen2, qwen3
     std::string tokenizerModel; // llama (SentencePiece-style) or gpt2 (byte-level BPE)
     std::string pre;            // tokenizer.ggml.pre
     int64_t tensors = 0;
@@ -33,7 +33,7 @@ struct GgufResult {
 // Reads `modelDir` (config.json, safetensors, tokenizer.json, tokenizer_config.json) and writes
 // `outFile` through `<outFile>.partial`, renamed once complete (a failed or interrupted export
 // leaves nothing under the final name). Throws with a message naming what GGUF cannot express.
-GgufResult exportGguf(const std::string& modelDir, const std::string& outFile,
-    const GgufOptions& options);
+GgufResult exportGguf(
+    const std::string& modelDir, const std::string& outFile, const GgufOptions& options);
 
 } // namespace shard::ckpt

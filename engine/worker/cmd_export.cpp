@@ -77,8 +77,7 @@ void exportGgufCommand(const ExportArgs& a)
             "export: %s -> %s (%s, %s, tokenizer %s/%s, %lld tensors, %.1f MiB)%s%s\n",
             source.c_str(), r.file.c_str(), r.architecture.c_str(), a.type.c_str(),
             r.tokenizerModel.c_str(), r.pre.c_str(), static_cast<long long>(r.tensors),
-            r.bytes / 1048576.0, r.modelfile.empty() ? "" : "; Modelfile ",
-            r.modelfile.c_str());
+            r.bytes / 1048576.0, r.modelfile.empty() ? "" : "; Modelfile ", r.modelfile.c_str());
     } catch (...) {
         if (!temp.empty()) {
             std::error_code ec;
@@ -94,10 +93,11 @@ void exportGgufCommand(const ExportArgs& a)
 
 const shard::worker::CommandRegistration kRegistration([](CLI::App& app) {
     auto a = std::make_shared<ExportArgs>();
-    CLI::App* cmd = app.add_subcommand(
-        "export", "Export a checkpoint as a Hugging Face folder, or a model as GGUF (--format gguf)");
-    cmd->add_option("--format", a->format, "hf (a Hugging Face folder, default) or gguf (one file "
-                                           "for llama.cpp / Ollama, with an Ollama Modelfile)");
+    CLI::App* cmd = app.add_subcommand("export",
+        "Export a checkpoint as a Hugging Face folder, or a model as GGUF (--format gguf)");
+    cmd->add_option("--format", a->format,
+        "hf (a Hugging Face folder, default) or gguf (one file "
+        "for llama.cpp / Ollama, with an Ollama Modelfile)");
     cmd->add_option("--checkpoint", a->checkpoint,
         "Checkpoint folder (checkpoints/step-N) or a run folder (its newest complete one)");
     cmd->add_option("--model", a->model,

@@ -24,7 +24,7 @@ struct InitModelArgs {
     std::string out;
     uint64_t seed = 0;
     std::string dtype = "f32";
-    std::string tokenizer; // a folder whose tokenizer files are copied (default: demo tokenizer)
+    std::string tokenizer;  // a folder whose tokenizer files are copied (default: demo tokenizer)
     double initScale = 1.0; // multiplies the matrices' random values (norm weights stay 1)
 };
 
@@ -33,7 +33,8 @@ void initModel(const InitModelArgs& a)
     namespace fs = std::filesystem;
     auto spec = plan::findPreset(a.preset);
     // A folder holding a config.json (or the file itself): any shape the engine supports.
-    if (!spec && (fs::exists(fs::path(a.preset) / "config.json")
+    if (!spec
+        && (fs::exists(fs::path(a.preset) / "config.json")
             || (fs::is_regular_file(a.preset) && fs::path(a.preset).extension() == ".json")))
         spec = plan::loadHfConfig(a.preset);
     if (!spec) {

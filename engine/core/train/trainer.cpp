@@ -568,7 +568,8 @@ TrainResult Trainer::run()
                 const double ev = evaluate(loop);
                 rec.evalLoss = ev;
                 loop.result.evalLosses.push_back({step + 1, ev});
-                io.log->info(strprintf("step %lld eval loss %.6f", static_cast<long long>(step + 1), ev));
+                io.log->info(
+                    strprintf("step %lld eval loss %.6f", static_cast<long long>(step + 1), ev));
             }
             if (m_samples && m_samples->due(step + 1, last))
                 writeSamples(io, step + 1);
@@ -961,8 +962,8 @@ void Trainer::saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last)
     // The checkpoint's size: every rank's shard file (one small collective).
     const auto bytes
         = static_cast<int64_t>(m_strategy->allReduceSum(static_cast<double>(saved.bytes)));
-    io.log->info(strprintf("checkpoint %s written in %.2f s", saved.dir.c_str(),
-        double(saved.seconds)));
+    io.log->info(
+        strprintf("checkpoint %s written in %.2f s", saved.dir.c_str(), double(saved.seconds)));
     io.event("checkpoint", step, "checkpoint written",
         {{"action", "save"}, {"dir", saved.dir}, {"seconds", saved.seconds}, {"bytes", bytes}});
 }
