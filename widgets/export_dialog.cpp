@@ -20,9 +20,19 @@ namespace shard::widgets {
 
 namespace {
 
-// The run's final model folder when training finished, else "" (the newest checkpoint is used).
+// A Hugging Face model folder itself (config.json, no checkpoint manifest).
+bool isModelFolder(const QString& dir)
+{
+    return QFileInfo::exists(dir + QStringLiteral("/config.json"))
+        && !QFileInfo::exists(dir + QStringLiteral("/manifest.json"));
+}
+
+// The model to export as GGUF: the folder itself when it is a model folder, a run's final model
+// when training finished, else "" (the newest checkpoint is used).
 QString finalModel(const QString& runDir)
 {
+    if (isModelFolder(runDir))
+        return runDir;
     const QString model = QDir(runDir).filePath(QStringLiteral("model"));
     return QFileInfo::exists(model + QStringLiteral("/config.json")) ? model : QString();
 }
@@ -120,7 +130,10 @@ ExportDialog::~ExportDialog()
 
 QString ExportDialog::defaultOutput() const
 {
-    const QString base = QDir(m_runDir).filePath(QStringLiteral("export"));
+    // A run's folder gets an export/ folder; a model folder (read-only, say) is left alone.
+    const QString base = isModelFolder(m_runDir)
+        ? QDir::home().filePath(QStringLiteral("shard-exports"))
+        : QDir(m_runDir).filePath(QStringLiteral("export"));
     QString name = m_runName.isEmpty() ? QFileInfo(m_runDir).fileName() : m_runName;
     name.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9._-]+")), QStringLiteral("-"));
     if (m_format->currentData().toString() == QLatin1String("gguf"))
@@ -134,7 +147,13 @@ void ExportDialog::updateChoices()
     const bool gguf = m_format->currentData().toString() == QLatin1String("gguf");
     m_type->setEnabled(gguf);
     const QString model = finalModel(m_runDir);
-    if (gguf)
+    m_export->setEnabled(gguf || !isModelFolder(m_runDir));
+    if (isModelFolder(m_runDir))
+        m_source->setText(gguf ? tr("From the model folder %1.").arg(m_runDir)
+                               : tr("%1 is already a Hugging Face folder: there is nothing to "
+                                    "export in that format.")
+                                     .arg(m_runDir));
+    else if (gguf)
         m_source->setText(model.isEmpty()
                 ? tr("From the run's newest checkpoint (LoRA adapters merged into the base).")
                 : tr("From the run's final model (%1).").arg(model));

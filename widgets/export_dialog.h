@@ -1,6 +1,7 @@
-// Runs ▸ Export model…: a local run's weights as a GGUF file for llama.cpp / Ollama / LM Studio
-// (with an Ollama Modelfile beside it) or as a Hugging Face folder, through `shard-worker export`
-// in a child process: a progress bar while it writes, its message when it ends, and Cancel.
+// Runs ▸ Export model… and Playground ▸ Export…: a local run's weights (or a model folder's) as a
+// GGUF file for llama.cpp / Ollama / LM Studio (with an Ollama Modelfile beside it) or a run's as
+// a Hugging Face folder, through `shard-worker export` in a child process: a progress bar while
+// it writes, its message when it ends, and Cancel.
 #pragma once
 
 #include <QDialog>
@@ -18,7 +19,8 @@ namespace shard::widgets {
 class ExportDialog : public QDialog {
     Q_OBJECT
 public:
-    // runDir: the run's folder on this machine; runName: for the default file name.
+    // runDir: the run's folder on this machine, one of its checkpoints, or a Hugging Face model
+    // folder; runName: for the default file name.
     ExportDialog(const QString& runDir, const QString& runName, QWidget* parent = nullptr);
     ~ExportDialog() override;
 

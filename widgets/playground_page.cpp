@@ -25,6 +25,7 @@
 #include <QVBoxLayout>
 
 #include "jobs/generate_process.h"
+#include "widgets/export_dialog.h"
 #include "widgets/message_bar.h"
 
 namespace shard::widgets {
@@ -142,6 +143,15 @@ PlaygroundPage::PlaygroundPage(QWidget* parent)
         auto* row = new QHBoxLayout;
         row->addWidget(p.path, 1);
         row->addWidget(p.browse);
+        if (i == 0) {
+            // GGUF for llama.cpp / Ollama of the model being tried (Runs has the same dialog).
+            m_export = new QPushButton(tr("E&xport…"), this);
+            m_export->setObjectName("exportModel");
+            m_export->setToolTip(tr("Save this model as a GGUF file for llama.cpp, Ollama or "
+                                    "LM Studio"));
+            row->addWidget(m_export);
+            connect(m_export, &QPushButton::clicked, this, [this] { openExport(); });
+        }
         auto* label = new QLabel(titles[i], this);
         label->setBuddy(p.path);
         models->addRow(label, row);
@@ -469,6 +479,23 @@ void PlaygroundPage::onFinished(int pane, bool ok, bool cancelled, const QString
     Q_EMIT paneFinished(pane, ok, cancelled);
     if (!isRunning())
         Q_EMIT allFinished();
+}
+
+ExportDialog* PlaygroundPage::openExport()
+{
+    const QString path = modelPath(0);
+    if (path.isEmpty() || !QFileInfo(path).isDir()) {
+        m_message->showMessage(path.isEmpty()
+                ? tr("Choose a model folder, a run or a checkpoint to export.")
+                : tr("%1 is not a folder on this machine.").arg(path),
+            MessageBar::Kind::Info);
+        return nullptr;
+    }
+    auto* dialog = new ExportDialog(path, QFileInfo(path).fileName(), this);
+    dialog->setWorkerProgram(m_worker);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    dialog->open();
+    return dialog;
 }
 
 void PlaygroundPage::browse(int pane)

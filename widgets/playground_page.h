@@ -28,6 +28,7 @@ struct RunRecord;
 
 namespace shard::widgets {
 
+class ExportDialog;
 class MessageBar;
 
 class PlaygroundPage : public QWidget {
@@ -53,6 +54,10 @@ public:
 
     // The `shard-worker generate` arguments for a pane (empty when it has no model).
     QStringList workerArgs(int pane) const;
+
+    // Export… for pane 0's model: opens the export dialog (GGUF), or says what is missing.
+    // Returns the dialog (owned by the page, deleted on close) or nullptr.
+    ExportDialog* openExport();
 
     void generate();
     void stop();
@@ -105,6 +110,7 @@ private:
     QComboBox* m_dtype = nullptr;
     QCheckBox* m_ignoreEos = nullptr;
     QPushButton* m_generate = nullptr;
+    QPushButton* m_export = nullptr;
     QPushButton* m_stop = nullptr;
     MessageBar* m_message = nullptr;
 };

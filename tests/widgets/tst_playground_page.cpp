@@ -1,17 +1,22 @@
 // PlaygroundPage with the real shard-worker (offscreen): answers stream token by token, two panes
 // with the same prompt and seed give the same text from the same model, Stop cancels a long
 // generation at once, and a bad model folder is a message on the page.
+#include <QComboBox>
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
+#include <QLineEdit>
+#include <QPushButton>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QtTest>
 
 #include "studio_test_util.h"
+#include "widgets/export_dialog.h"
 #include "widgets/playground_page.h"
 
+using shard::widgets::ExportDialog;
 using shard::widgets::PlaygroundPage;
 
 class TstPlaygroundPage : public QObject {
@@ -120,6 +125,35 @@ private Q_SLOTS:
         QTest::qWait(300);
         QCOMPARE(tokens.count(), seen); // nothing after the stop
         QVERIFY(seen < 2000);
+    }
+
+    // Export…: the model being tried, as GGUF, through the real worker; a model folder has no
+    // Hugging Face export to offer, and no model is a message.
+    void exportsTheModelAsGguf()
+    {
+        PlaygroundPage page;
+        page.setWorkerProgram(m_worker);
+        page.show();
+        QVERIFY(!page.openExport()); // no model chosen yet
+        page.setModelPath(0, m_model);
+        ExportDialog* dialog = page.openExport();
+        QVERIFY(dialog);
+        QVERIFY(dialog->workerArguments().contains(m_model));
+        auto* out = shard::test::field<QLineEdit>(*dialog, "exportOut");
+        QVERIFY2(out->text().endsWith("shard-exports/model-f16.gguf"), qPrintable(out->text()));
+        out->setText(m_tmp.path() + "/exported/model-f16.gguf");
+        QSignalSpy finished(dialog, &ExportDialog::finished);
+        dialog->start();
+        QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 120000);
+        QVERIFY2(finished.at(0).at(0).toBool(), qPrintable(dialog->statusText()));
+        QVERIFY(QFileInfo(m_tmp.path() + "/exported/model-f16.gguf").size() > 0);
+        QVERIFY(QFileInfo::exists(m_tmp.path() + "/exported/model-f16.Modelfile"));
+        shard::test::selectData(shard::test::field<QComboBox>(*dialog, "exportFormat"), "hf");
+        bool anyEnabled = false;
+        for (auto* b : dialog->findChildren<QPushButton*>())
+            anyEnabled = anyEnabled || (b->text().contains("Export") && b->isEnabled());
+        QVERIFY(!anyEnabled); // already a Hugging Face folder
+        dialog->close();
     }
 
     void badModelIsAMessage()
