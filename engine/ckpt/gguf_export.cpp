@@ -14,6 +14,7 @@
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -57,7 +58,6 @@ struct Bytes {
         data.insert(data.end(), c, c + n);
     }
     void u32(uint32_t v) { raw(&v, 4); }
-    void i32(int32_t v) { raw(&v, 4); }
     void u64(uint64_t v) { raw(&v, 8); }
     void f32(float v) { raw(&v, 4); }
     void str(const std::string& s)
@@ -110,14 +110,11 @@ struct Metadata {
     }
 };
 
-json readJson(const fs::path& path, bool required)
+json readJson(const fs::path& path)
 {
     std::ifstream in(path);
-    if (!in) {
-        if (required)
-            fail("cannot read " + path.string());
-        return json::object();
-    }
+    if (!in)
+        fail("cannot read " + path.string());
     try {
         return json::parse(in);
     } catch (const std::exception& e) {
@@ -147,50 +144,48 @@ enum TokenType : int32_t {
     kByte = 6
 };
 
-std::string mergeText(const json& m)
+// A merge's two parts: "a b" (split at the first space, as Hugging Face reads it) or ["a", "b"].
+std::pair<std::string, std::string> mergeParts(const json& m)
 {
-    if (m.is_string())
-        return m.get<std::string>();
+    if (m.is_string()) {
+        const std::string t = m.get<std::string>();
+        const size_t space = t.find(' ');
+        if (space == std::string::npos)
+            fail("tokenizer.json: merge \"" + t + "\" has no space");
+        return {t.substr(0, space), t.substr(space + 1)};
+    }
     if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
-        return m[0].get<std::string>() + " " + m[1].get<std::string>();
+        return {m[0].get<std::string>(), m[1].get<std::string>()};
     fail("tokenizer.json: a merge is neither \"a b\" nor [\"a\", \"b\"]: " + m.dump());
+}
+
+// Every object in `node` (itself included, depth first) whose "type" is `type`.
+std::vector<const json*> nodesOfType(const json& node, const std::string& type)
+{
+    std::vector<const json*> out;
+    const auto walk = [&](const auto& self, const json& n) -> void {
+        if (n.is_object() && n.value("type", std::string()) == type)
+            out.push_back(&n);
+        if (n.is_structured())
+            for (const auto& child : n)
+                self(self, child);
+    };
+    walk(walk, node);
+    return out;
 }
 
 bool containsType(const json& node, const std::string& type)
 {
-    if (node.is_object()) {
-        if (node.value("type", std::string()) == type)
-            return true;
-        for (const auto& [k, v] : node.items())
-            if (containsType(v, type))
-                return true;
-    } else if (node.is_array()) {
-        for (const auto& v : node)
-            if (containsType(v, type))
-                return true;
-    }
-    return false;
-}
-
-void collectSplitPatterns(const json& node, std::vector<std::string>& out)
-{
-    if (node.is_object()) {
-        if (node.value("type", std::string()) == "Split" && node.contains("pattern")
-            && node["pattern"].contains("Regex"))
-            out.push_back(node["pattern"]["Regex"].get<std::string>());
-        for (const auto& [k, v] : node.items())
-            collectSplitPatterns(v, out);
-    } else if (node.is_array()) {
-        for (const auto& v : node)
-            collectSplitPatterns(v, out);
-    }
+    return !nodesOfType(node, type).empty();
 }
 
 // The llama.cpp pre-tokenizer whose regex is this tokenizer's (llama.cpp matches them by name).
 std::string byteLevelPre(const json& tok)
 {
     std::vector<std::string> patterns;
-    collectSplitPatterns(tok["pre_tokenizer"], patterns);
+    for (const json* split : nodesOfType(tok["pre_tokenizer"], "Split"))
+        if (split->contains("pattern") && (*split)["pattern"].contains("Regex"))
+            patterns.push_back((*split)["pattern"]["Regex"].get<std::string>());
     const std::string llama3 = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
                                "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
                                "\\s+(?!\\S)|\\s+";
@@ -215,7 +210,7 @@ std::string byteLevelPre(const json& tok)
 
 Vocab readVocab(const std::string& dir, int64_t vocabSize)
 {
-    const json tok = readJson(fs::path(dir) / "tokenizer.json", true);
+    const json tok = readJson(fs::path(dir) / "tokenizer.json");
     if (!tok.contains("model") || !tok["model"].is_object())
         fail(dir + "/tokenizer.json has no \"model\"");
     const json& model = tok["model"];
@@ -271,23 +266,19 @@ Vocab readVocab(const std::string& dir, int64_t vocabSize)
             v.types[id] = kUnused;
         }
 
-    std::vector<std::string> merges;
+    std::vector<std::pair<std::string, std::string>> merges;
     for (const auto& m : model.value("merges", json::array()))
-        merges.push_back(mergeText(m));
-    if (v.model == "gpt2") {
-        v.merges = std::move(merges);
+        merges.push_back(mergeParts(m));
+    if (v.model == "gpt2") { // GGUF's merges are "a b"
+        for (const auto& [a, b] : merges)
+            v.merges.push_back(a + " " + b);
         return v;
     }
     // SentencePiece-style: llama.cpp merges the adjacent pair whose joined token scores highest,
     // so a token's score is minus the rank of the first merge that makes it.
     std::unordered_map<std::string, size_t> rank;
-    for (size_t r = 0; r < merges.size(); ++r) {
-        const std::string& m = merges[r];
-        const size_t space = m.find(' ');
-        if (space == std::string::npos)
-            fail("tokenizer.json: merge \"" + m + "\" has no space");
-        rank.emplace(m.substr(0, space) + m.substr(space + 1), r);
-    }
+    for (size_t r = 0; r < merges.size(); ++r)
+        rank.emplace(merges[r].first + merges[r].second, r);
     v.scores.assign(v.tokens.size(), 0.0f);
     const std::string unk = model.value("unk_token", std::string());
     for (size_t id = 0; id < v.tokens.size(); ++id) {
