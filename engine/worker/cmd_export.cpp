@@ -49,46 +49,42 @@ void exportGgufCommand(const ExportArgs& a)
         std::fprintf(stderr, "export: tensor %lld/%lld\n", static_cast<long long>(done),
             static_cast<long long>(total));
     };
+    // The temporary Hugging Face folder goes when this returns or throws.
+    struct TempFolder {
+        std::string path;
+        ~TempFolder()
+        {
+            std::error_code ec;
+            if (!path.empty())
+                fs::remove_all(path, ec);
+        }
+    } temp;
     std::string source = a.model;
-    std::string temp;
     if (!a.checkpoint.empty()) {
         const std::string dir = shard::ckpt::resolveResume(a.checkpoint, "");
-        temp = a.out + ".hf-tmp";
+        temp.path = a.out + ".hf-tmp";
         std::error_code ec;
-        fs::remove_all(temp, ec);
+        fs::remove_all(temp.path, ec);
         shard::ckpt::ExportOptions hf;
         hf.dtype = "fp32";
         hf.tokenizerDir = a.tokenizer;
         // LoRA: the base with the adapters merged (GGUF holds one model); full fine-tuning as is.
         hf.merge = shard::ckpt::readManifest(dir + "/manifest.json").trainState.contains("lora");
-        shard::ckpt::exportHuggingFace(dir, temp, hf);
-        source = temp;
+        shard::ckpt::exportHuggingFace(dir, temp.path, hf);
+        source = temp.path;
         if (o.name.empty())
             o.name = fs::path(a.checkpoint).lexically_normal().filename().string();
     }
-    try {
-        const auto r = shard::ckpt::exportGguf(source, a.out, o);
-        if (r.f16Fallbacks > 0)
-            std::fprintf(stderr,
-                "export: %lld matri%s with rows that are not whole 32-value blocks written as f16 "
-                "(q8_0 needs rows of a multiple of 32)\n",
-                static_cast<long long>(r.f16Fallbacks), r.f16Fallbacks == 1 ? "x" : "ces");
+    const auto r = shard::ckpt::exportGguf(source, a.out, o);
+    if (r.f16Fallbacks > 0)
         std::fprintf(stderr,
-            "export: %s -> %s (%s, %s, tokenizer %s/%s, %lld tensors, %.1f MiB)%s%s\n",
-            source.c_str(), r.file.c_str(), r.architecture.c_str(), a.type.c_str(),
-            r.tokenizerModel.c_str(), r.pre.c_str(), static_cast<long long>(r.tensors),
-            r.bytes / 1048576.0, r.modelfile.empty() ? "" : "; Modelfile ", r.modelfile.c_str());
-    } catch (...) {
-        if (!temp.empty()) {
-            std::error_code ec;
-            fs::remove_all(temp, ec);
-        }
-        throw;
-    }
-    if (!temp.empty()) {
-        std::error_code ec;
-        fs::remove_all(temp, ec);
-    }
+            "export: %lld matri%s with rows that are not whole 32-value blocks written as f16 "
+            "(q8_0 needs rows of a multiple of 32)\n",
+            static_cast<long long>(r.f16Fallbacks), r.f16Fallbacks == 1 ? "x" : "ces");
+    std::fprintf(stderr, "export: %s -> %s (%s, %s, tokenizer %s/%s, %lld tensors, %.1f MiB)%s%s\n",
+        source.c_str(), r.file.c_str(), r.architecture.c_str(), a.type.c_str(),
+        r.tokenizerModel.c_str(), r.pre.c_str(), static_cast<long long>(r.tensors),
+        r.bytes / 1048576.0, r.modelfile.empty() ? "" : "; Modelfile ", r.modelfile.c_str());
 }
 
 const shard::worker::CommandRegistration kRegistration([](CLI::App& app) {

@@ -31,28 +31,17 @@ struct InitModelArgs {
 void initModel(const InitModelArgs& a)
 {
     namespace fs = std::filesystem;
-    auto spec = plan::findPreset(a.preset);
-    // A folder holding a config.json (or the file itself): any shape the engine supports.
-    if (!spec
-        && (fs::exists(fs::path(a.preset) / "config.json")
-            || (fs::is_regular_file(a.preset) && fs::path(a.preset).extension() == ".json")))
-        spec = plan::loadHfConfig(a.preset);
-    if (!spec) {
-        std::string close;
-        for (const auto& n : plan::closePresetNames(a.preset))
-            close += (close.empty() ? "" : ", ") + n;
-        throw std::runtime_error("unknown preset '" + a.preset + "'"
-            + (close.empty() ? std::string() : " (did you mean: " + close + "?)"));
-    }
+    // A preset, or a folder holding a config.json (any shape the engine supports).
+    plan::ModelSpec spec = plan::resolveModel(a.preset);
     if (a.dtype != "f32" && a.dtype != "bf16")
         throw std::runtime_error("--dtype must be f32 or bf16");
     if (fs::exists(fs::path(a.out) / "config.json")
         || fs::exists(fs::path(a.out) / "model.safetensors"))
         throw std::runtime_error(
             "'" + a.out + "' already holds a model; choose another --out or remove it first");
-    spec->name = fs::path(a.out).filename().string();
-    spec->torchDtype = a.dtype == "f32" ? "float32" : "bfloat16";
-    engine::LlamaModel model(*spec);
+    spec.name = fs::path(a.out).filename().string();
+    spec.torchDtype = a.dtype == "f32" ? "float32" : "bfloat16";
+    engine::LlamaModel model(spec);
     engine::NamedTensors tensors;
     for (engine::Param* p : model.params()) {
         at::Tensor t = engine::LlamaModel::initialValue(*p, a.seed);
@@ -63,11 +52,11 @@ void initModel(const InitModelArgs& a)
     fs::create_directories(a.out);
     if (!a.tokenizer.empty() && !fs::exists(fs::path(a.tokenizer) / "tokenizer.json"))
         throw std::runtime_error("--tokenizer '" + a.tokenizer + "' has no tokenizer.json");
-    engine::writeHfConfigAndTokenizer(a.out, *spec, a.tokenizer);
+    engine::writeHfConfigAndTokenizer(a.out, spec, a.tokenizer);
     engine::writeSafetensorsFolder(a.out, tensors);
 #ifdef SHARD_TOKENIZER_AVAILABLE
     if (a.tokenizer.empty())
-        tokenizer::writeDemoTokenizer(a.out, static_cast<int>(spec->vocabSize));
+        tokenizer::writeDemoTokenizer(a.out, static_cast<int>(spec.vocabSize));
 #else
     spdlog::warn("this build has no tokenizer library; {} has no tokenizer files", a.out);
 #endif
