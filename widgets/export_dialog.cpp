@@ -95,7 +95,11 @@ ExportDialog::ExportDialog(const QString& runDir, const QString& runName, QWidge
     layout->addLayout(buttons);
     setMinimumWidth(fontMetrics().averageCharWidth() * 90);
 
-    connect(m_format, &QComboBox::currentIndexChanged, this, &ExportDialog::updateChoices);
+    // A new format or type proposes a new file name; finishing an export keeps the user's.
+    connect(m_format, &QComboBox::currentIndexChanged, this, [this] {
+        updateChoices();
+        m_out->setText(defaultOutput());
+    });
     connect(
         m_type, &QComboBox::currentIndexChanged, this, [this] { m_out->setText(defaultOutput()); });
     connect(m_browse, &QPushButton::clicked, this, [this] {
@@ -118,6 +122,7 @@ ExportDialog::ExportDialog(const QString& runDir, const QString& runName, QWidge
         reject();
     });
     updateChoices();
+    m_out->setText(defaultOutput());
 }
 
 ExportDialog::~ExportDialog()
@@ -128,13 +133,18 @@ ExportDialog::~ExportDialog()
     }
 }
 
+QString ExportDialog::exportName() const
+{
+    return m_runName.isEmpty() ? QFileInfo(m_runDir).fileName() : m_runName;
+}
+
 QString ExportDialog::defaultOutput() const
 {
     // A run's folder gets an export/ folder; a model folder (read-only, say) is left alone.
     const QString base = isModelFolder(m_runDir)
         ? QDir::home().filePath(QStringLiteral("shard-exports"))
         : QDir(m_runDir).filePath(QStringLiteral("export"));
-    QString name = m_runName.isEmpty() ? QFileInfo(m_runDir).fileName() : m_runName;
+    QString name = exportName();
     name.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9._-]+")), QStringLiteral("-"));
     if (m_format->currentData().toString() == QLatin1String("gguf"))
         return base + QLatin1Char('/') + name + QLatin1Char('-') + m_type->currentData().toString()
@@ -163,7 +173,6 @@ void ExportDialog::updateChoices()
                 : tr("From the run's newest checkpoint. The final model is already a Hugging "
                      "Face folder: %1")
                       .arg(model));
-    m_out->setText(defaultOutput());
 }
 
 QStringList ExportDialog::workerArguments() const
@@ -178,8 +187,7 @@ QStringList ExportDialog::workerArguments() const
         else
             args << QStringLiteral("--checkpoint") << m_runDir;
         args << QStringLiteral("--type") << m_type->currentData().toString();
-        args << QStringLiteral("--name")
-             << (m_runName.isEmpty() ? QFileInfo(m_runDir).fileName() : m_runName);
+        args << QStringLiteral("--name") << exportName();
     } else {
         args << QStringLiteral("--checkpoint") << m_runDir;
     }
@@ -247,9 +255,8 @@ void ExportDialog::readProgress()
 void ExportDialog::onFinished(int exitCode, QProcess::ExitStatus status)
 {
     readProgress();
-    m_export->setEnabled(true);
     m_format->setEnabled(true);
-    updateChoices();
+    updateChoices(); // the export button and the type, as the format allows
     m_close->setText(tr("&Close"));
     const bool ok = status == QProcess::NormalExit && exitCode == 0;
     const QString out = m_out->text();

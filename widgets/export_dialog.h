@@ -36,10 +36,12 @@ Q_SIGNALS:
     void finished(bool ok);
 
 private:
+    // The type, the export button and the source line, as the format and the source allow.
     void updateChoices();
     void readProgress();
     void onFinished(int exitCode, QProcess::ExitStatus status);
     QString defaultOutput() const;
+    QString exportName() const; // general.name and the default file name
 
     QString m_runDir;
     QString m_runName;

@@ -146,6 +146,10 @@ private Q_SLOTS:
         dialog->start();
         QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 120000);
         QVERIFY2(finished.at(0).at(0).toBool(), qPrintable(dialog->statusText()));
+        // The path the user chose, in the message and still in the field.
+        QVERIFY2(dialog->statusText().contains(m_tmp.path() + "/exported/model-f16.gguf"),
+            qPrintable(dialog->statusText()));
+        QCOMPARE(out->text(), m_tmp.path() + "/exported/model-f16.gguf");
         QVERIFY(QFileInfo(m_tmp.path() + "/exported/model-f16.gguf").size() > 0);
         QVERIFY(QFileInfo::exists(m_tmp.path() + "/exported/model-f16.Modelfile"));
         shard::test::selectData(shard::test::field<QComboBox>(*dialog, "exportFormat"), "hf");
