@@ -87,12 +87,13 @@ QString findWorker()
     return QStandardPaths::findExecutable(QStringLiteral("shard-worker"));
 }
 
-bool ldconfigHas(const std::string& lib)
+// The shared libraries the dynamic linker knows (`ldconfig -p`).
+std::string linkerCache()
 {
     Run r = run(QStringLiteral("/sbin/ldconfig"), {QStringLiteral("-p")});
     if (!r.started)
         r = run(QStringLiteral("ldconfig"), {QStringLiteral("-p")});
-    return r.out.find(lib) != std::string::npos;
+    return r.out;
 }
 
 std::vector<Check> diagnose()
@@ -180,7 +181,8 @@ std::vector<Check> diagnose()
                 "build the worker against a CUDA PyTorch's LibTorch: `bash "
                 "bench/gpu/build_worker.sh` does it (python3 -m pip install torch, then the "
                 "README's GPU section), or on Debian 13 install libtorch-cuda-dev and rebuild"});
-        const bool nccl = ldconfigHas("libnccl.so.2");
+        const std::string libs = linkerCache(); // read once for NCCL and cuDNN
+        const bool nccl = libs.find("libnccl.so.2") != std::string::npos;
         if (!workerNccl || !nccl)
             checks.push_back({"nccl", gpus.size() > 1 ? "missing" : "warn",
                 !workerNccl ? "shard-worker was built without the NCCL backend (no nccl.h at "
@@ -193,14 +195,14 @@ std::vector<Check> diagnose()
                               "LD_LIBRARY_PATH at a PyTorch wheel's nvidia/nccl/lib"});
         else
             checks.push_back({"nccl", "ok", "NCCL backend built in, libnccl.so.2 installed", ""});
-        checks.push_back({"cudnn", ldconfigHas("libcudnn") ? "ok" : "warn",
-            ldconfigHas("libcudnn")
-                ? "cuDNN installed"
-                : "cuDNN not installed: the engine's Llama and Qwen models do not use it, but a "
-                  "CUDA LibTorch built with cuDNN may need it to load",
-            ldconfigHas("libcudnn") ? ""
-                                    : "apt install nvidia-cudnn (Debian, contrib: it fetches "
-                                      "cuDNN from NVIDIA)"});
+        const bool cudnn = libs.find("libcudnn") != std::string::npos;
+        checks.push_back({"cudnn", cudnn ? "ok" : "warn",
+            cudnn ? "cuDNN installed"
+                  : "cuDNN not installed: the engine's Llama and Qwen models do not use it, but a "
+                    "CUDA LibTorch built with cuDNN may need it to load",
+            cudnn ? ""
+                  : "apt install nvidia-cudnn (Debian, contrib: it fetches "
+                    "cuDNN from NVIDIA)"});
     }
 
     // Remote launches.
