@@ -42,3 +42,9 @@ bench_train() {
             --out "$out/$name" >/dev/null 2>"$out/$name.err"
     fi
 }
+
+# bench_prompt_of N: a prompt of exactly N tokens on stdout: N-1 words after BOS ("a" is one
+# token in every tokenizer the generation benchmarks use).
+bench_prompt_of() {
+    python3 -c "import sys; print(' '.join(['a'] * (int(sys.argv[1]) - 1)), end='')" "$1"
+}

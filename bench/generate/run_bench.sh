@@ -22,11 +22,9 @@ if [[ -f $stories/model.safetensors ]]; then
 else
     echo "stories260k absent ($stories): measuring tiny-100m only" >&2
 fi
-# A prompt of exactly N tokens: N-1 words after BOS ("a" is one token in both tokenizers).
-prompt_of() { python3 -c "import sys; print(' '.join(['a'] * (int(sys.argv[1]) - 1)), end='')" "$1"; }
 for m in "${models[@]}"; do
     read -r name dir plen new <<<"$m"
-    prompt_of "$plen" >"$out/prompt.txt"
+    bench_prompt_of "$plen" >"$out/prompt.txt"
     for dtype in fp32 bf16; do
         for ((r = 0; r < rounds; r++)); do
             "$worker" generate --model "$dir" --prompt-file "$out/prompt.txt" --ignore-eos \

@@ -39,10 +39,9 @@ for _ in range(7):
 print(f"{best:.2f}")
 PY
 )
-prompt_of() { python3 -c "import sys; print(' '.join(['a'] * (int(sys.argv[1]) - 1)), end='')" "$1"; }
 for m in "${models[@]}"; do
     read -r name dir plen new <<<"$m"
-    prompt_of "$plen" >"$out/prompt.txt"
+    bench_prompt_of "$plen" >"$out/prompt.txt"
     "$worker" tokenize --tokenizer "$dir" --text-file "$out/prompt.txt" --json \
         | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)['ids']))" >"$out/ids.json"
     for t in f32 bf16 f16; do

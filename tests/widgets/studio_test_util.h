@@ -105,6 +105,22 @@ inline QString setUpTinyTask(const QString& dir, const QString& worker, int rows
     return {};
 }
 
+// `worker train` on setUpTinyTask's model and copy task (in `dir`) into `run`, with `args`
+// added; returns an error (the worker's stderr) or empty.
+inline QString trainTinyRun(
+    const QString& worker, const QString& dir, const QString& run, const QStringList& args)
+{
+    QProcess train;
+    train.start(worker,
+        QStringList {"train", "--model", dir + "/model", "--data", dir + "/copy.jsonl"} + args
+            + QStringList {"--out", run});
+    if (!train.waitForFinished(120000))
+        return QStringLiteral("training %1 did not finish").arg(run);
+    if (train.exitStatus() != QProcess::NormalExit || train.exitCode() != 0)
+        return QString::fromUtf8(train.readAllStandardError());
+    return {};
+}
+
 // The highest step of a `kind` event in `events`, or -1 when there is none.
 template<typename Events> qint64 lastEventStep(const Events& events, const std::string& kind)
 {

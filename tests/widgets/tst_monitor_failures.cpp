@@ -146,13 +146,9 @@ private Q_SLOTS:
     void completedRunOffersNoResumeAndNoEta()
     {
         const QString run = m_tmp.filePath("completed");
-        QProcess train;
-        train.start(m_worker,
-            {"train", "--model", m_tmp.filePath("model"), "--data", m_tmp.filePath("copy.jsonl"),
-                "--steps", "4", "--seq-len", "32", "--micro-batch", "2", "--checkpoint-every", "2",
-                "--out", run});
-        QVERIFY(train.waitForFinished(120000));
-        QVERIFY2(train.exitCode() == 0, train.readAllStandardError().constData());
+        const QString trained = shard::test::trainTinyRun(m_worker, m_tmp.path(), run,
+            {"--steps", "4", "--seq-len", "32", "--micro-batch", "2", "--checkpoint-every", "2"});
+        QVERIFY2(trained.isEmpty(), qPrintable(trained));
         MainWindow window(m_tmp.filePath("store.sqlite"));
         window.show();
         MonitorPage* monitor = window.monitorPage();

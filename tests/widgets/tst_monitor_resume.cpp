@@ -43,13 +43,9 @@ private Q_SLOTS:
 
         // The first run: 4 steps, checkpoints at steps 2 and 4.
         const QString run = tmp.filePath("run");
-        QProcess train;
-        train.start(worker,
-            {"train", "--model", tmp.filePath("model"), "--data", tmp.filePath("copy.jsonl"),
-                "--steps", "4", "--seq-len", "32", "--micro-batch", "2", "--checkpoint-every", "2",
-                "--out", run});
-        QVERIFY(train.waitForFinished(120000));
-        QVERIFY2(train.exitCode() == 0, train.readAllStandardError().constData());
+        const QString trained = shard::test::trainTinyRun(worker, tmp.path(), run,
+            {"--steps", "4", "--seq-len", "32", "--micro-batch", "2", "--checkpoint-every", "2"});
+        QVERIFY2(trained.isEmpty(), qPrintable(trained));
 
         // The user extends the run to 6 steps.
         QFile spec(run + "/run.json");
@@ -176,14 +172,10 @@ private Q_SLOTS:
         const QString setUp = shard::test::setUpTinyTask(tmp.path(), worker, 100);
         QVERIFY2(setUp.isEmpty(), qPrintable(setUp));
         const QString run = tmp.filePath("to-continue");
-        QProcess train;
-        train.start(worker,
-            {"train", "--model", tmp.filePath("model"), "--data", tmp.filePath("copy.jsonl"),
-                "--steps", "4", "--seq-len", "32", "--micro-batch", "2", "--checkpoint-every", "2",
-                "--lr", "1e-3", "--warmup", "2", "--min-lr-ratio", "0.1", "--name", "to-continue",
-                "--out", run});
-        QVERIFY(train.waitForFinished(120000));
-        QVERIFY2(train.exitCode() == 0, train.readAllStandardError().constData());
+        const QString trained = shard::test::trainTinyRun(worker, tmp.path(), run,
+            {"--steps", "4", "--seq-len", "32", "--micro-batch", "2", "--checkpoint-every", "2",
+                "--lr", "1e-3", "--warmup", "2", "--min-lr-ratio", "0.1", "--name", "to-continue"});
+        QVERIFY2(trained.isEmpty(), qPrintable(trained));
 
         MainWindow window(tmp.filePath("store.sqlite"));
         window.show();

@@ -4,7 +4,6 @@
 #include <QComboBox>
 #include <QDialog>
 #include <QLineEdit>
-#include <QProcess>
 #include <QProgressBar>
 #include <QRadioButton>
 #include <QSpinBox>
@@ -360,13 +359,10 @@ private Q_SLOTS:
         const QString error = shard::test::setUpTinyTask(tmp.path(), worker, 8);
         QVERIFY2(error.isEmpty(), qPrintable(error));
         const QString runDir = tmp.filePath("run");
-        QProcess train;
-        train.start(worker,
-            {"train", "--model", tmp.filePath("model"), "--data", tmp.filePath("copy.jsonl"),
-                "--data-format", "tokenized", "--steps", "2", "--micro-batch", "1", "--seq-len",
-                "16", "--out", runDir});
-        QVERIFY(train.waitForFinished(120000));
-        QVERIFY2(train.exitCode() == 0, train.readAllStandardError().constData());
+        const QString trained = shard::test::trainTinyRun(worker, tmp.path(), runDir,
+            {"--data-format", "tokenized", "--steps", "2", "--micro-batch", "1", "--seq-len",
+                "16"});
+        QVERIFY2(trained.isEmpty(), qPrintable(trained));
 
         ExportDialog dialog(runDir, "tiny run");
         dialog.setWorkerProgram(worker);
