@@ -30,7 +30,7 @@ OUT=$out bash "$here/train_vs_fsdp2.sh" > "$out/train.log" 2>&1
 rc=$?
 echo "train_vs_fsdp2: exit $rc at $(since)" >> "$report"
 cp build/gpu.configure.log "$out/configure.log" 2>/dev/null
-[[ -f build/gpu.build.log ]] && grep -E "error|Error" -A4 build/gpu.build.log | head -c 400000 \
+[[ -f build/gpu.build.log ]] && grep -E "FAILED:|error|Error" -A4 build/gpu.build.log | head -c 400000 \
     > "$out/build-errors.txt"
 if [[ -x build/gpu/engine/worker/shard-worker ]]; then
     bash "$here/run_nccl_zero3.sh" > "$out/nccl_zero3.log" 2>&1

@@ -9,7 +9,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
-#include <spdlog/spdlog.h>
 
 #include "core/memory/host_transfer.h"
 #include "core/memory/storage.h"

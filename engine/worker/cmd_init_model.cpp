@@ -1,10 +1,10 @@
 // `shard-worker init-model --preset NAME --out DIR [--seed K]`: a Hugging Face folder with seeded
 // random weights (config.json, model.safetensors, a demo tokenizer) for the tiny presets and demos.
+#include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
-#include <spdlog/spdlog.h>
 
 #include "command.h"
 #include "core/model/hf_folder.h"
@@ -58,10 +58,16 @@ void initModel(const InitModelArgs& a)
     if (a.tokenizer.empty())
         tokenizer::writeDemoTokenizer(a.out, static_cast<int>(spec.vocabSize));
 #else
-    spdlog::warn("this build has no tokenizer library; {} has no tokenizer files", a.out);
+    std::fprintf(stderr,
+        "init-model: warning: this build has no tokenizer library; %s has no "
+        "tokenizer files\n",
+        a.out.c_str());
 #endif
-    spdlog::info(
-        "wrote {} ({} parameters, seed {}) to {}", a.preset, model.numParams(), a.seed, a.out);
+    // printf, not spdlog: this TU sees LibTorch's headers, and a PyTorch wheel's LibTorch carries
+    // its own {fmt} (docs/ARCHITECTURE.md, "Building against a PyTorch wheel").
+    std::printf("init-model: wrote %s (%lld parameters, seed %llu) to %s\n", a.preset.c_str(),
+        static_cast<long long>(model.numParams()), static_cast<unsigned long long>(a.seed),
+        a.out.c_str());
 }
 
 const CommandRegistration kRegistration([](CLI::App& app) {
