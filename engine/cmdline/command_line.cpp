@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <exception>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include "shard/version.h"
 
 namespace shard::cmdline {
@@ -38,6 +41,13 @@ int runCommandLine(
         return 1;
     }
     return exitCode();
+}
+
+void logToStderr(const std::string& name, bool warningsOnly)
+{
+    spdlog::set_default_logger(spdlog::stderr_color_mt(name));
+    if (warningsOnly)
+        spdlog::set_level(spdlog::level::warn);
 }
 
 } // namespace shard::cmdline

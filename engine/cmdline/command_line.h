@@ -32,4 +32,10 @@ struct CommandRegistration {
 int runCommandLine(CLI::App& app, const std::string& program, int argc, char** argv,
     const std::string& buildInfo = {});
 
+// spdlog's default logger becomes `name` on stderr (coloured on a terminal), from warnings up
+// when warningsOnly. Here rather than in main(): shard-worker's main.cpp is compiled with
+// LibTorch's include directories, and a PyTorch wheel's carry their own {fmt}, which must not
+// meet spdlog's (docs/ARCHITECTURE.md, "Building against a PyTorch wheel").
+void logToStderr(const std::string& name, bool warningsOnly = false);
+
 } // namespace shard::cmdline

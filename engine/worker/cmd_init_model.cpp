@@ -65,9 +65,9 @@ void initModel(const InitModelArgs& a)
 #endif
     // printf, not spdlog: this TU sees LibTorch's headers, and a PyTorch wheel's LibTorch carries
     // its own {fmt} (docs/ARCHITECTURE.md, "Building against a PyTorch wheel").
-    std::printf("init-model: wrote %s (%lld parameters, seed %llu) to %s\n", a.preset.c_str(),
-        static_cast<long long>(model.numParams()), static_cast<unsigned long long>(a.seed),
-        a.out.c_str());
+    std::fprintf(stderr, "init-model: wrote %s (%lld parameters, seed %llu) to %s\n",
+        a.preset.c_str(), static_cast<long long>(model.numParams()),
+        static_cast<unsigned long long>(a.seed), a.out.c_str());
 }
 
 const CommandRegistration kRegistration([](CLI::App& app) {
