@@ -13,10 +13,13 @@
 
 #include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <stdexcept>
 #include <thread>
+
+#include "protocol/launch_args.h"
 
 namespace shard::dist {
 
@@ -206,6 +209,48 @@ class TcpStoreServer {
 public:
     TcpStoreServer(const std::string& host, int port)
     {
+        m_listenFd = inheritedListenFd(port);
+        if (m_listenFd < 0)
+            bindAndListen(host, port);
+        m_port = localPort(m_listenFd);
+        if (::pipe2(m_wake, O_CLOEXEC) != 0) {
+            ::close(m_listenFd);
+            throw std::runtime_error(std::string("pipe() failed: ") + std::strerror(errno));
+        }
+        m_acceptThread = std::thread([this] { acceptLoop(); });
+    }
+
+    // Under `shard-worker launch`, rank 0 gets the socket the launcher opened on MASTER_PORT
+    // (protocol::kStoreListenFdEnv); -1 when there is none, or it is not a socket listening on
+    // `port` (then this rank binds the port itself, as a rank started by hand does).
+    static int inheritedListenFd(int port)
+    {
+        const char* value = std::getenv(protocol::kStoreListenFdEnv);
+        if (!value)
+            return -1;
+        const int fd = std::atoi(value);
+        ::unsetenv(protocol::kStoreListenFdEnv); // one store per process takes it
+        int listening = 0;
+        socklen_t len = sizeof listening;
+        if (fd < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0
+            || !listening || localPort(fd) != port)
+            return -1;
+        ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+        return fd;
+    }
+
+    static int localPort(int fd)
+    {
+        sockaddr_storage bound {};
+        socklen_t len = sizeof bound;
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+        return bound.ss_family == AF_INET6
+            ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+            : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    }
+
+    void bindAndListen(const std::string& host, int port)
+    {
         AddrInfo ai;
         resolveHost(host, port, ai);
         const addrinfo* a = ai.list;
@@ -228,17 +273,6 @@ public:
             ::close(m_listenFd);
             throw std::runtime_error(std::string("listen() failed: ") + std::strerror(err));
         }
-        sockaddr_storage bound {};
-        socklen_t len = sizeof bound;
-        ::getsockname(m_listenFd, reinterpret_cast<sockaddr*>(&bound), &len);
-        m_port = bound.ss_family == AF_INET6
-            ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-            : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-        if (::pipe2(m_wake, O_CLOEXEC) != 0) {
-            ::close(m_listenFd);
-            throw std::runtime_error(std::string("pipe() failed: ") + std::strerror(errno));
-        }
-        m_acceptThread = std::thread([this] { acceptLoop(); });
     }
 
     ~TcpStoreServer()

@@ -32,6 +32,7 @@
 #include "launch/node_rendezvous.h"
 #include "launch/rank_heartbeat.h"
 #include "protocol/checkpoint_discovery.h"
+#include "protocol/launch_args.h"
 #include "protocol/process_signal.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
@@ -170,7 +171,7 @@ std::vector<std::string> rankEnvironment(const LaunchOptions& o, int storePort)
     std::vector<std::string> baseEnv;
     const char* overridden[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
         "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "SHARD_RDZV_TIMEOUT_S", "SHARD_RUN_DIR",
-        "SHARD_LAUNCHED", kHeartbeatFdEnv};
+        "SHARD_LAUNCHED", kHeartbeatFdEnv, protocol::kStoreListenFdEnv};
     for (const auto& [key, value] : currentEnvironment()) {
         bool skip = false;
         for (const char* name : overridden)
@@ -217,6 +218,13 @@ struct Launcher::Session {
         , workerArgs(options.workerArgs)
     {
     }
+    ~Session()
+    {
+        if (storeListenFd >= 0)
+            ::close(storeListenFd);
+    }
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
 
     // Back to the state before spawnRanks, for a restart (every rank is down and reaped).
     void resetForRestart()
@@ -286,6 +294,9 @@ struct Launcher::Session {
     int sigFd = -1;
     std::unique_ptr<NodeRendezvous> rendezvous; // more than one node
     int storePort = 0;                          // where the ranks' TCPStore listens
+    // The store's listening socket, held from the first attempt to the end and handed to global
+    // rank 0 (protocol::kStoreListenFdEnv); -1 on nodes other than node 0.
+    int storeListenFd = -1;
     std::vector<Rank> ranks;
     int stdoutPipe = -1; // rank 0's stdout, read end
     std::string stdoutBuffer;
@@ -506,6 +517,10 @@ void Launcher::Session::startRank(int local, const RankExec& exec)
     std::vector<std::string> envStrings = exec.env;
     envStrings.push_back("RANK=" + std::to_string(r.globalRank));
     envStrings.push_back("LOCAL_RANK=" + std::to_string(local));
+    const int listenFd = r.globalRank == 0 ? storeListenFd : -1;
+    if (listenFd >= 0)
+        envStrings.push_back(std::string(protocol::kStoreListenFdEnv) + "="
+            + std::to_string(protocol::kStoreListenFd));
     std::vector<char*> envp;
     for (auto& e : envStrings)
         envp.push_back(e.data());
@@ -533,6 +548,10 @@ void Launcher::Session::startRank(int local, const RankExec& exec)
             ::_exit(126); // the launcher died before we armed the death signal
         ::signal(SIGPIPE, SIG_DFL);
         ::sigprocmask(SIG_SETMASK, &original, nullptr);
+        // The store's socket goes to a high descriptor first, so the dup2s below (onto 0-3)
+        // cannot close it, and onto its fixed one last (what was there is already copied).
+        const int storeFd
+            = listenFd >= 0 ? ::fcntl(listenFd, F_DUPFD_CLOEXEC, protocol::kStoreListenFd + 6) : -1;
         ::dup2(exec.devNull, STDIN_FILENO);
         ::dup2(forwardStdout ? pipeFds[1] : logFd, STDOUT_FILENO);
         ::dup2(logFd, STDERR_FILENO);
@@ -540,6 +559,8 @@ void Launcher::Session::startRank(int local, const RankExec& exec)
             ::fcntl(kRankHeartbeatFd, F_SETFD, 0);
         else
             ::dup2(beatFds[1], kRankHeartbeatFd);
+        if (storeFd >= 0)
+            ::dup2(storeFd, protocol::kStoreListenFd);
         ::execve(exec.exe.c_str(), exec.argv.data(), envp.data());
         const char msg[] = "launch: execve of the worker failed\n";
         ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -795,7 +816,6 @@ void Launcher::setUp(Session& s)
 void Launcher::openStore(Session& s)
 {
     const LaunchOptions& o = m_options;
-    s.storePort = o.masterPort;
     const auto rdzvTimeout
         = std::chrono::milliseconds(static_cast<long long>(o.rdzvTimeoutSec * 1000.0));
     if (o.nnodes > 1) {
@@ -804,23 +824,14 @@ void Launcher::openStore(Session& s)
         s.rendezvous = std::make_unique<NodeRendezvous>(
             o.nnodes, o.nodeRank, o.nprocPerNode, o.masterAddr, o.masterPort, rdzvTimeout);
         s.storePort = s.rendezvous->storePort();
-    } else if (s.storePort == 0) {
-        s.storePort = pickFreePort(o.masterAddr);
-    } else if (s.attempt == 0) {
-        checkPortFree(o.masterAddr, s.storePort);
-    } else {
-        // A restart: the store of the ranks just stopped may hold the port a little longer.
-        const auto deadline = Clock::now() + rdzvTimeout;
-        while (true) {
-            try {
-                checkPortFree(o.masterAddr, s.storePort);
-                break;
-            } catch (const std::exception&) {
-                if (Clock::now() > deadline)
-                    throw;
-                std::this_thread::sleep_for(std::chrono::milliseconds(200));
-            }
-        }
+        if (s.storeListenFd >= 0)
+            ::close(s.storeListenFd);
+        s.storeListenFd = s.rendezvous->takeStoreListenFd();
+    } else if (s.storeListenFd < 0) {
+        // One node: the launcher listens on --master-port (0: a free port) itself, once; the
+        // ranks of every attempt find the port held (docs/ARCHITECTURE.md, section 3, step 5).
+        s.storeListenFd = listenOn(o.masterAddr, o.masterPort, protocol::kStoreBacklog);
+        s.storePort = boundPort(s.storeListenFd);
     }
 }
 

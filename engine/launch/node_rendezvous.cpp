@@ -15,6 +15,8 @@
 #include <thread>
 #include <unistd.h>
 
+#include "protocol/launch_args.h"
+
 namespace shard::launch {
 
 namespace {
@@ -120,22 +122,14 @@ int listenOn(const std::string& host, int port, int backlog)
     return fd;
 }
 
-int pickFreePort(const std::string& host)
+int boundPort(int fd)
 {
-    int fd = listenOn(host, 0, 1);
     sockaddr_storage addr {};
     socklen_t len = sizeof addr;
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    ::close(fd);
     if (addr.ss_family == AF_INET6)
         return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
     return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-}
-
-void checkPortFree(const std::string& host, int port)
-{
-    // SO_REUSEADDR is set as the TCPStore sets it, so TIME_WAIT leftovers do not count as busy.
-    ::close(listenOn(host, port, 1));
 }
 
 NodeRendezvous::NodeRendezvous(int nnodes, int nodeRank, int nprocPerNode,
@@ -207,11 +201,17 @@ NodeRendezvous::NodeRendezvous(int nnodes, int nodeRank, int nprocPerNode,
                 peer.nodeRank = rank;
                 m_peers.push_back(std::move(peer));
             }
-            m_storePort = pickFreePort(masterAddr);
+            // The store's socket stays open from here to global rank 0 (the launcher hands it
+            // over), so no other process can take the port in between.
+            m_storeListenFd = listenOn(masterAddr, 0, protocol::kStoreBacklog);
+            m_storePort = boundPort(m_storeListenFd);
             for (auto& peer : m_peers)
                 sendLine(peer.fd, "GO " + std::to_string(m_storePort));
         } catch (...) {
             ::close(listenFd);
+            if (m_storeListenFd >= 0)
+                ::close(m_storeListenFd);
+            m_storeListenFd = -1;
             for (auto& peer : m_peers)
                 ::close(peer.fd);
             m_peers.clear();
@@ -265,6 +265,8 @@ NodeRendezvous::NodeRendezvous(int nnodes, int nodeRank, int nprocPerNode,
 
 NodeRendezvous::~NodeRendezvous()
 {
+    if (m_storeListenFd >= 0)
+        ::close(m_storeListenFd);
     for (auto& peer : m_peers)
         if (peer.fd >= 0)
             ::close(peer.fd);

@@ -1,6 +1,7 @@
 // Launcher-to-launcher rendezvous for multi-node runs: node 0 listens on --master-addr:
-// --master-port, the other nodes join; node 0 then picks the port of the ranks' TCPStore and
-// sends it to every node. The connections stay open as a control channel: a node whose ranks
+// --master-port, the other nodes join; node 0 then opens the listening socket of the ranks'
+// TCPStore (on a free port) and sends its port to every node; the launcher hands the socket to
+// global rank 0. The connections stay open as a control channel: a node whose ranks
 // fail sends ABORT, a node that finishes sends DONE, and a lost connection stops the run.
 #pragma once
 
@@ -12,10 +13,8 @@ namespace shard::launch {
 
 // A listening socket on host:port, or a clear error ("port 29500 on 127.0.0.1 is in use ...").
 int listenOn(const std::string& host, int port, int backlog);
-// A port that was free on host a moment ago (bind to port 0, read it back, close).
-int pickFreePort(const std::string& host);
-// Throws if host:port cannot be bound (busy port), with the fix in the message.
-void checkPortFree(const std::string& host, int port);
+// The port a bound socket listens on.
+int boundPort(int fd);
 
 class NodeRendezvous {
 public:
@@ -37,6 +36,14 @@ public:
 
     // The port the ranks' TCPStore (rank 0) listens on.
     int storePort() const { return m_storePort; }
+    // Node 0: the store's listening socket, which the caller now owns (-1 on other nodes, or
+    // once taken).
+    int takeStoreListenFd()
+    {
+        const int fd = m_storeListenFd;
+        m_storeListenFd = -1;
+        return fd;
+    }
     // Node 0: one peer per other node. Other nodes: one peer, node 0.
     std::vector<Peer>& peers() { return m_peers; }
     // Sends one line ("ABORT ...", "DONE") to every open peer; errors are ignored (the peer may
@@ -47,6 +54,7 @@ public:
 
 private:
     int m_storePort = 0;
+    int m_storeListenFd = -1;
     std::vector<Peer> m_peers;
 };
 

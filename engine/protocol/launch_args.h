@@ -10,6 +10,14 @@
 
 namespace shard::protocol {
 
+// The launcher opens the listening socket of the ranks' TCPStore itself and hands it to global
+// rank 0 as this inherited descriptor, named by this variable: the port cannot be taken by
+// another process between the launcher choosing it and rank 0 listening on it (a free port that
+// was only probed could be, and was, under parallel tests), and a restart finds it still held.
+inline constexpr const char* kStoreListenFdEnv = "SHARD_STORE_LISTEN_FD";
+inline constexpr int kStoreListenFd = 4; // kRankHeartbeatFd (3) + 1
+inline constexpr int kStoreBacklog = 1024;
+
 struct LaunchArgs {
     std::optional<int> nprocPerNode;
     std::optional<int> nnodes;

@@ -1,9 +1,14 @@
 // TcpStore: every c10d::Store operation against a real server on loopback, blocking get/wait
 // released by another client, timeouts, a busy port, nobody serving, and that the server
-// listens on exactly the address it was given (127.0.0.2 is loopback too, but not asked for).
+// listens on exactly the address it was given (127.0.0.2 is loopback too, but not asked for);
+// a server adopts the listening socket a launcher hands it (SHARD_STORE_LISTEN_FD) and binds
+// the port itself when the descriptor is not one listening on that port.
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <chrono>
 #include <cstdio>
@@ -12,6 +17,7 @@
 #include <thread>
 
 #include "dist/tcp_store.h"
+#include "protocol/launch_args.h"
 
 using shard::dist::TcpStore;
 using namespace std::chrono_literals;
@@ -46,6 +52,58 @@ std::vector<uint8_t> bytes(const std::string& s)
 bool contains(const std::string& s, const std::string& needle)
 {
     return s.find(needle) != std::string::npos;
+}
+
+// A socket listening on 127.0.0.1 (on a free port), as the launcher opens it; its port.
+int listeningSocket(int& port)
+{
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::listen(fd, 16);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    port = ntohs(addr.sin_port);
+    return fd;
+}
+
+void inheritedSocket()
+{
+    using shard::protocol::kStoreListenFdEnv;
+    // The handed-over socket is served: binding the port again would fail (it is listening here).
+    int port = 0;
+    const int fd = listeningSocket(port);
+    ::setenv(kStoreListenFdEnv, std::to_string(fd).c_str(), 1);
+    std::string error;
+    try {
+        TcpStore server("127.0.0.1", port, true, 2000ms);
+        expect(std::getenv(kStoreListenFdEnv) == nullptr, "the variable is taken once");
+        TcpStore client("127.0.0.1", port, false, 2000ms);
+        client.set("k", bytes("v"));
+        expect(server.get("k") == bytes("v"), "the inherited socket serves clients");
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    expect(error.empty(), "a server on the inherited socket: " + error);
+    expect(::fcntl(fd, F_GETFD) == -1, "the store closed the socket it adopted");
+
+    // A descriptor listening on another port, or none at all, is not taken: the server binds.
+    int otherPort = 0;
+    const int other = listeningSocket(otherPort);
+    ::setenv(kStoreListenFdEnv, std::to_string(other).c_str(), 1);
+    {
+        TcpStore server("127.0.0.1", 0, true, 2000ms);
+        expect(server.port() != otherPort, "a socket on another port is not adopted");
+    }
+    expect(::fcntl(other, F_GETFD) != -1, "a socket not adopted stays open");
+    ::close(other);
+    ::setenv(kStoreListenFdEnv, "987", 1);
+    {
+        TcpStore server("127.0.0.1", 0, true, 2000ms);
+        expect(server.port() > 0, "a closed descriptor: the server binds a port itself");
+    }
 }
 
 } // namespace
@@ -127,6 +185,8 @@ int main()
     auto orphan = c10::make_intrusive<TcpStore>("127.0.0.1", port, false, 5000ms);
     server.reset();
     expect(contains(errorOf([&] { orphan->get("a"); }), "lost the connection"), "server gone");
+
+    inheritedSocket();
 
     if (failures == 0)
         std::printf("tst_tcp_store: all passed\n");
