@@ -89,7 +89,7 @@ print(json.dumps({"impl": "engine", "checkpointing": ckpt, "offload": offload,
     "tokens_per_sec": statistics.median(warm),
     "loss_step1": metrics[0]["loss"], "params": start["data"]["params"],
     # Reads of tensor values to the host per logged step (--log-every 1: per step); each one
-    # waits for the GPU. The engine's budget is 1 (docs/ARCHITECTURE.md, tst_host_reads).
+    # waits for the GPU. The engine's budget is 1, 2 with offload (docs/ARCHITECTURE.md).
     "host_reads": max(m.get("host_reads", -1) for m in metrics),
     "planned_peak": start["data"].get("planned_peak_bytes"),
     "planned_host": start["data"].get("planned_host_bytes"),
@@ -158,12 +158,15 @@ lines.append(f"\nOffload optimizer (checkpointing full): step-1 loss {o['loss_st
              f"{gib(o['offloaded'] + grad_shard)} against the planner's {gib(o.get('planned_host'))}; "
              f"tokens/s {o['tokens_per_sec'] / f['tokens_per_sec']:.2f}x of the run without offload")
 # A step reads one value set back to the host per logged step (the loss and gradient norm of the
-# steps since the last read); more means a sync crept back into the step.
+# steps since the last read); with the optimizer on the host, one more: clipping's factor, read
+# once the gradients have come to the host (their copy waited for the GPU already). More means a
+# sync crept back into the step.
 for r in rows:
-    if r["impl"] == "engine" and r.get("host_reads", -1) > 1:
+    budget = 1 if r.get("offload", "none") == "none" else 2
+    if r["impl"] == "engine" and r.get("host_reads", -1) > budget:
         ok = False
         lines.append(f"\nHOST READS: the engine run ({r['checkpointing']}, offload {r['offload']}) "
-                     f"read {r['host_reads']} values per step to the host (budget 1)")
+                     f"read {r['host_reads']} values per step to the host (budget {budget})")
 json.dump({"rows": rows, "losses_agree": ok}, open(out + "/train_vs_fsdp2.json", "w"), indent=1)
 open(out + "/train_vs_fsdp2.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
