@@ -23,6 +23,8 @@ common_packages() {
         libspdlog-dev nlohmann-json3-dev libcli11-dev
         # tokenizer: pre-tokenizer regexes (PCRE2 with JIT) and Unicode normalization (ICU)
         libpcre2-dev libicu-dev
+        # TensorBoard event files in (engine/tbio: the event schema subset, compiled by protoc)
+        libprotobuf-dev protobuf-compiler
         # tests: offscreen GUI, real sshd and Slurm on loopback, reference values, tokenizer refs
         xvfb xauth openssh-server openssh-client slurm-wlm python3 python3-torch
         iproute2 procps psmisc util-linux
