@@ -147,6 +147,19 @@ UPDATE runs SET
     active_sec = coalesce((SELECT wall_time FROM metrics m WHERE m.run_id = runs.id
         ORDER BY step DESC LIMIT 1), 0);
 )sql",
+    // v7: runs imported from other tools' logs (TensorBoard event files, trainer_state.json):
+    // where they came from, and every scalar under its own tag.
+    R"sql(
+ALTER TABLE runs ADD COLUMN source TEXT NOT NULL DEFAULT '';
+CREATE TABLE scalars(
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    tag TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    wall_time REAL NOT NULL DEFAULT 0,
+    value REAL,
+    PRIMARY KEY(run_id, tag, step)
+) WITHOUT ROWID;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == RunStore::kSchemaVersion);
 
@@ -154,7 +167,7 @@ const char* const kRunColumns
     = "id, name, status, target, host, run_dir, pid, job_id, launch_info, message, created_at, "
       "started_at, ended_at, model, strategy, world_size, total_steps, last_step, tokens, "
       "final_loss, best_loss, tps_sum, tps_count, peak_memory, spec, notes, step_tokens, "
-      "step_sec, active_sec";
+      "step_sec, active_sec, source";
 
 qint64 nowMs()
 {
@@ -219,6 +232,7 @@ RunRecord readRun(const SqliteDb::Statement& st, bool includeSpec)
     if (includeSpec)
         r.specJson = st.blob(24);
     r.notes = st.text(25);
+    r.source = st.blob(29);
     return r;
 }
 
@@ -802,9 +816,10 @@ Result<MetricSeries> RunStore::metricSeries(qint64 runId, qint64 afterStep) cons
         s.tokens.push_back(static_cast<double>(st.int64(1)));
         s.wallTime.push_back(st.real(2));
         s.loss.push_back(st.isNull(3) ? std::nan("") : st.real(3));
-        s.lr.push_back(st.real(4));
-        s.gradNorm.push_back(st.real(5));
-        s.tokensPerSec.push_back(st.real(6));
+        // NULL where an imported run did not log the value at this step.
+        s.lr.push_back(st.isNull(4) ? std::nan("") : st.real(4));
+        s.gradNorm.push_back(st.isNull(5) ? std::nan("") : st.real(5));
+        s.tokensPerSec.push_back(st.isNull(6) ? std::nan("") : st.real(6));
         s.stepTime.push_back(st.real(7));
         s.commBytes.push_back(static_cast<double>(st.int64(8)));
         if (!st.isNull(9)) {
@@ -1113,6 +1128,111 @@ Status RunStore::addEvent(qint64 runId, const protocol::EventRecord& e)
     if (auto s = d->done(ins, doing); !s)
         return s;
     return tx.commit(doing);
+}
+
+namespace {
+
+std::optional<double> valueOrNull(double v)
+{
+    return std::isnan(v) ? std::nullopt : std::optional<double>(v);
+}
+
+} // namespace
+
+Status RunStore::storeImported(qint64 runId, const QByteArray& sourceJson,
+    const std::vector<ImportedPoint>& points, const std::vector<TaggedPoint>& scalars)
+{
+    const QString doing = QStringLiteral("storing the imported points of run %1").arg(runId);
+    Impl::Tx tx(d.get());
+    if (auto s = tx.begin(doing); !s)
+        return s;
+    auto ins = d->db.prepare(
+        "INSERT OR REPLACE INTO metrics(run_id, step, tokens, loss, lr, grad_norm, "
+        "tokens_per_sec, step_time, wall_time, eval_loss) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+        "?9, ?10)");
+    auto tag = d->db.prepare("INSERT OR REPLACE INTO scalars(run_id, tag, step, wall_time, value) "
+                             "VALUES(?1, ?2, ?3, ?4, ?5)");
+    if (!ins.valid() || !tag.valid())
+        return fail(d->describe(doing));
+    for (const auto& p : points) {
+        ins.reset();
+        ins.bind(1, runId)
+            .bind(2, static_cast<int64_t>(p.step))
+            .bind(3, static_cast<int64_t>(std::isnan(p.tokens) ? 0 : std::llround(p.tokens)))
+            .bind(4, valueOrNull(p.loss))
+            .bind(5, valueOrNull(p.lr))
+            .bind(6, valueOrNull(p.gradNorm))
+            .bind(7, valueOrNull(p.tokensPerSec))
+            .bind(8, valueOrNull(p.stepTime))
+            .bind(9, p.wallTime)
+            .bind(10, valueOrNull(p.evalLoss));
+        if (ins.exec() != SQLITE_DONE)
+            return fail(d->describe(doing));
+    }
+    for (const auto& p : scalars) {
+        tag.reset();
+        tag.bind(1, runId)
+            .bind(2, p.tag)
+            .bind(3, static_cast<int64_t>(p.step))
+            .bind(4, p.wallTime)
+            .bind(5, valueOrNull(p.value));
+        if (tag.exec() != SQLITE_DONE)
+            return fail(d->describe(doing));
+    }
+    // The summary from what is stored, as the engine's ingestion keeps it (final loss at the
+    // highest step that has one).
+    auto upd = d->db.prepare(
+        "UPDATE runs SET source = ?2, "
+        "last_step = coalesce((SELECT max(step) FROM metrics WHERE run_id = ?1), 0), "
+        "final_loss = (SELECT loss FROM metrics WHERE run_id = ?1 AND loss IS NOT NULL "
+        "ORDER BY step DESC LIMIT 1), "
+        "best_loss = (SELECT min(loss) FROM metrics WHERE run_id = ?1), "
+        "tokens = coalesce((SELECT max(tokens) FROM metrics WHERE run_id = ?1), 0), "
+        "step_tokens = (SELECT total(tokens_per_sec * step_time) FROM metrics m WHERE m.run_id = "
+        "?1 AND tokens_per_sec > 0 AND step_time > 0), "
+        "step_sec = (SELECT total(step_time) FROM metrics m WHERE m.run_id = ?1 AND "
+        "tokens_per_sec > 0 AND step_time > 0), "
+        "active_sec = coalesce((SELECT wall_time FROM metrics m WHERE m.run_id = ?1 ORDER BY "
+        "step DESC LIMIT 1), 0) WHERE id = ?1");
+    if (!upd.valid())
+        return fail(d->describe(doing));
+    upd.bind(1, runId).bind(2, sourceJson);
+    if (auto s = d->done(upd, doing); !s)
+        return s;
+    return tx.commit(doing);
+}
+
+Result<QStringList> RunStore::scalarTags(qint64 runId) const
+{
+    auto st = d->prep("SELECT DISTINCT tag FROM scalars WHERE run_id = ?1 ORDER BY tag");
+    if (!st.valid())
+        return fail(d->describe(QStringLiteral("reading the tags of run %1").arg(runId)));
+    st.bind(1, runId);
+    QStringList tags;
+    while (st.step())
+        tags << st.text(0);
+    if (st.lastCode() != SQLITE_DONE)
+        return fail(d->describe(QStringLiteral("reading the tags of run %1").arg(runId)));
+    return tags;
+}
+
+Result<ScalarSeries> RunStore::scalarSeries(qint64 runId, const QString& tag) const
+{
+    auto st = d->prep("SELECT step, wall_time, value FROM scalars WHERE run_id = ?1 AND tag = ?2 "
+                      "ORDER BY step");
+    const QString doing = QStringLiteral("reading %1 of run %2").arg(tag).arg(runId);
+    if (!st.valid())
+        return fail(d->describe(doing));
+    st.bind(1, runId).bind(2, tag);
+    ScalarSeries s;
+    while (st.step()) {
+        s.step.push_back(static_cast<double>(st.int64(0)));
+        s.wallTime.push_back(st.real(1));
+        s.value.push_back(st.isNull(2) ? std::nan("") : st.real(2));
+    }
+    if (st.lastCode() != SQLITE_DONE)
+        return fail(d->describe(doing));
+    return s;
 }
 
 Status markStoppedOnRequest(RunStore& store, qint64 runId)

@@ -4,6 +4,7 @@
 // store on the same file for another thread; WAL lets readers and one writer work together).
 #pragma once
 
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -40,6 +41,8 @@ struct RunRecord {
     QByteArray launchInfo; // JSON, launcher-specific (per-host pids, ssh options, sbatch path)
     QString message;       // finish reason or last error
     QString notes;         // the user's notes
+    // An imported run's origin, JSON {"tool", "path", "host", "files"}; empty for the engine's.
+    QByteArray source;
     QDateTime createdAt, startedAt, endedAt;
 
     // From the spec, for listing without parsing JSON.
@@ -88,6 +91,27 @@ struct MetricSeries {
     int size() const { return step.size(); }
 };
 
+// One step of an imported run in the store's metric columns; NaN where the tool logged no value.
+struct ImportedPoint {
+    qint64 step = 0;
+    double tokens = std::nan("");
+    double loss = std::nan(""), lr = std::nan(""), gradNorm = std::nan("");
+    double tokensPerSec = std::nan(""), stepTime = std::nan(""), evalLoss = std::nan("");
+    double wallTime = 0.0; // seconds since the run's first point
+};
+
+// A scalar under its own tag (every scalar of an imported run).
+struct TaggedPoint {
+    QString tag;
+    qint64 step = 0;
+    double wallTime = 0.0; // seconds since the epoch
+    double value = 0.0;
+};
+
+struct ScalarSeries {
+    QVector<double> step, wallTime, value;
+};
+
 struct MemorySeries {
     int rank = 0;
     QVector<double> step;
@@ -122,7 +146,7 @@ enum class OpenMode { ReadWrite, ReadOnly };
 
 class RunStore {
 public:
-    static constexpr int kSchemaVersion = 6;
+    static constexpr int kSchemaVersion = 7;
 
     // $SHARD_STORE if set, else <AppDataLocation>/runs.sqlite.
     static QString defaultPath();
@@ -187,6 +211,15 @@ public:
         qint64 newOffset);
     // Events made by a launcher (not read from events.jsonl), e.g. "interrupted".
     Status addEvent(qint64 runId, const protocol::EventRecord& event);
+
+    // Imported runs (jobs/run_import.h). One transaction: the points replace those at the same
+    // steps (and tags), the source is recorded, and the run's summary (last step, final and best
+    // loss, tokens, pace) is recomputed from what is stored.
+    Status storeImported(qint64 runId, const QByteArray& sourceJson,
+        const std::vector<ImportedPoint>& points, const std::vector<TaggedPoint>& scalars);
+    // An imported run's tags, and one tag's points in step order.
+    Result<QStringList> scalarTags(qint64 runId) const;
+    Result<ScalarSeries> scalarSeries(qint64 runId, const QString& tag) const;
 
 private:
     struct Impl;

@@ -19,6 +19,7 @@
 #include <QTemporaryFile>
 
 #include "command.h"
+#include "jobs/run_import.h"
 #include "jobs/run_series.h"
 #include "run_follow.h"
 #include "terminal_text.h"
@@ -375,7 +376,41 @@ void showRun(const RunsOptions& o)
                 static_cast<long long>(e.step), terminalText(e.message).constData(),
                 e.dataJson == "{}" ? "" : e.dataJson.constData());
     }
+    if (!r.source.isEmpty()) {
+        std::printf("  imported: %s\n", r.source.constData());
+        if (auto tags = store.scalarTags(r.id); tags && !tags->isEmpty())
+            std::printf("  scalars (%lld tags): %s\n", static_cast<long long>(tags->size()),
+                terminalText(tags->join(", ")).constData());
+    }
     std::printf("  spec: %s\n", r.specJson.constData());
+}
+
+void importRuns(const RunsOptions& o)
+{
+    if (o.runs.empty())
+        throw std::runtime_error("give the folders or files to import");
+    jobs::RunStore store = openStore(o.store);
+    int failed = 0;
+    for (const auto& path : o.runs) {
+        auto report = jobs::importRuns(store, QString::fromStdString(path));
+        if (!report) {
+            std::fprintf(stderr, "shard runs import: %s\n", qPrintable(report.error()));
+            ++failed;
+            continue;
+        }
+        for (const auto& r : report->runs) {
+            std::printf("%s run %lld %s: %s, %d steps, %d scalar tags, %lld points from %s\n",
+                r.created ? "imported" : "updated", static_cast<long long>(r.runId),
+                terminalText(r.name).constData(), qPrintable(r.tool), r.steps, r.tags,
+                static_cast<long long>(r.points), terminalText(r.folder).constData());
+            for (const QString& note : r.notes)
+                std::printf("  note: %s\n", terminalText(note).constData());
+        }
+        for (const QString& why : report->skipped)
+            std::printf("skipped %s\n", terminalText(why).constData());
+    }
+    if (failed > 0)
+        exitCode() = 1;
 }
 
 void compareRuns(const RunsOptions& o)
@@ -502,7 +537,8 @@ void deleteRuns(const RunsOptions& o)
 
 const CommandRegistration kRegistration([](CLI::App& app) {
     auto o = std::make_shared<RunsOptions>();
-    auto* cmd = app.add_subcommand("runs", "list, show, compare, export or delete recorded runs");
+    auto* cmd
+        = app.add_subcommand("runs", "list, show, compare, export, import or delete recorded runs");
     cmd->require_subcommand(1);
     cmd->add_option("--store", o->store, "run store (default $SHARD_STORE or the app data folder)");
 
@@ -532,6 +568,13 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     exp->add_flag("--memory", o->memory, "per-rank memory points instead of metrics");
     exp->fallthrough();
     exp->callback([o] { exportRun(*o); });
+
+    auto* imp = cmd->add_subcommand("import",
+        "record runs other tools logged: TensorBoard event files (Hugging Face Trainer, "
+        "torchtitan, DeepSpeed, Megatron-LM, Lightning) or trainer_state.json; again to update");
+    imp->add_option("paths", o->runs, "folders (searched recursively) or files")->required();
+    imp->fallthrough();
+    imp->callback([o] { importRuns(*o); });
 
     auto* del = cmd->add_subcommand("delete", "remove runs from the store (files are kept)");
     del->add_option("runs", o->runs, "run ids or names")->required();

@@ -1,0 +1,385 @@
+#include "jobs/run_import.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include <QDir>
+#include <QDirIterator>
+#include <QFile>
+#include <QFileInfo>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QRegularExpression>
+
+#include "jobs/run_store.h"
+#include "tbio/event_reader.h"
+#include "tbio/known_tags.h"
+
+namespace shard::jobs {
+
+namespace {
+
+constexpr const char* kTrainerState = "trainer_state.json";
+
+struct Candidate {
+    QString folder;
+    QStringList eventFiles; // sorted: the names carry the start time, so older files come first
+    QString trainerState;
+};
+
+// What one run's files hold, before it is stored.
+struct RunData {
+    std::vector<TaggedPoint> scalars;
+    std::map<qint64, ImportedPoint> steps;
+    std::map<QString, std::set<std::string>> toolTags; // tool -> its known tags seen
+    QStringList notes;
+    QJsonObject extra;     // goes into the source
+    QStringList filesRead; // the files the points came from
+};
+
+void setIfUnset(double& field, double value)
+{
+    if (std::isnan(field))
+        field = value;
+}
+
+void addKnown(RunData& run, const std::string& tag, qint64 step, double relWall, double value)
+{
+    const auto known = tbio::knownTag(tag);
+    if (!known)
+        return;
+    ImportedPoint& p = run.steps[step];
+    p.step = step;
+    p.wallTime = std::max(p.wallTime, relWall);
+    switch (known->metric) {
+    case tbio::StoreMetric::Loss:
+        setIfUnset(p.loss, value);
+        break;
+    case tbio::StoreMetric::EvalLoss:
+        setIfUnset(p.evalLoss, value);
+        break;
+    case tbio::StoreMetric::LearningRate:
+        setIfUnset(p.lr, value);
+        break;
+    case tbio::StoreMetric::GradNorm:
+        setIfUnset(p.gradNorm, value);
+        break;
+    case tbio::StoreMetric::TokensPerSec:
+        setIfUnset(p.tokensPerSec, value);
+        break;
+    case tbio::StoreMetric::Tokens:
+        setIfUnset(p.tokens, value);
+        break;
+    case tbio::StoreMetric::StepTime:
+        setIfUnset(p.stepTime, value);
+        break;
+    }
+    run.toolTags[QString::fromUtf8(known->tool)].insert(tag);
+}
+
+RunData readEventRun(const Candidate& c)
+{
+    RunData run;
+    // By tag and step; a restarted job logs some steps again: the later wall time wins.
+    std::map<std::pair<std::string, qint64>, tbio::ScalarPoint> merged;
+    std::map<std::string, qint64> skipped;
+    QString writer;
+    for (const QString& file : c.eventFiles) {
+        tbio::EventFileScan scan;
+        try {
+            scan = tbio::readEventFile(file.toStdString());
+        } catch (const std::exception& e) {
+            run.notes << QString::fromUtf8(e.what());
+            continue;
+        }
+        run.filesRead << file;
+        for (const auto& p : scan.scalars) {
+            auto [it, fresh] = merged.try_emplace({p.tag, p.step}, p);
+            if (!fresh && p.wallTime >= it->second.wallTime)
+                it->second = p;
+        }
+        for (const auto& [kind, n] : scan.skipped)
+            skipped[kind] += n;
+        if (scan.crcFailures > 0)
+            run.notes << QStringLiteral("%1: %2 record(s) failed their CRC and were skipped")
+                             .arg(file)
+                             .arg(scan.crcFailures);
+        if (scan.truncatedTail)
+            run.notes << QStringLiteral("%1: the last record is incomplete (still being written?)")
+                             .arg(file);
+        if (!scan.error.empty())
+            run.notes << QString::fromStdString(scan.error);
+        if (writer.isEmpty())
+            writer = QString::fromStdString(scan.writer);
+    }
+    if (!skipped.empty()) {
+        QStringList parts;
+        for (const auto& [kind, n] : skipped)
+            parts << QStringLiteral("%1 %2").arg(QString::fromStdString(kind)).arg(n);
+        run.notes << QStringLiteral("not scalars, skipped: %1").arg(parts.join(", "));
+    }
+    double t0 = std::numeric_limits<double>::infinity();
+    for (const auto& [key, p] : merged)
+        if (p.wallTime > 0)
+            t0 = std::min(t0, p.wallTime);
+    if (!std::isfinite(t0))
+        t0 = 0;
+    for (const auto& [key, p] : merged) {
+        run.scalars.push_back({QString::fromStdString(p.tag), p.step, p.wallTime, p.value});
+        addKnown(run, p.tag, p.step, std::max(0.0, p.wallTime - t0), p.value);
+    }
+    if (!writer.isEmpty())
+        run.extra["writer"] = writer;
+    return run;
+}
+
+Result<RunData> readTrainerState(const QString& file)
+{
+    QFile f(file);
+    if (!f.open(QIODevice::ReadOnly))
+        return fail(QStringLiteral("cannot read %1: %2").arg(file, f.errorString()));
+    QJsonParseError err {};
+    const QJsonDocument doc = QJsonDocument::fromJson(f.readAll(), &err);
+    if (err.error != QJsonParseError::NoError)
+        return fail(QStringLiteral("%1 is not valid JSON: %2 at byte %3")
+                        .arg(file, err.errorString())
+                        .arg(err.offset));
+    const QJsonObject root = doc.object();
+    if (!root.value("log_history").isArray())
+        return fail(QStringLiteral("%1 has no log_history list: not a Hugging Face Trainer state")
+                        .arg(file));
+    RunData run;
+    int bad = 0;
+    for (const QJsonValue& v : root.value("log_history").toArray()) {
+        const QJsonObject entry = v.toObject();
+        if (!entry.value("step").isDouble()) {
+            ++bad;
+            continue;
+        }
+        const qint64 step = entry.value("step").toInteger();
+        for (auto it = entry.begin(); it != entry.end(); ++it) {
+            if (it.key() == "step" || !it.value().isDouble())
+                continue;
+            const std::string tag = tbio::huggingFaceTag(it.key().toStdString());
+            run.scalars.push_back({QString::fromStdString(tag), step, 0.0, it.value().toDouble()});
+            addKnown(run, tag, step, 0.0, it.value().toDouble());
+        }
+    }
+    if (bad > 0)
+        run.notes << QStringLiteral("%1: %2 log_history entr%3 without a step skipped")
+                         .arg(file)
+                         .arg(bad)
+                         .arg(bad == 1 ? "y" : "ies");
+    for (const char* key : {"best_model_checkpoint", "best_metric", "global_step", "max_steps",
+             "num_train_epochs", "epoch"})
+        if (root.contains(key) && !root.value(key).isNull())
+            run.extra[key] = root.value(key);
+    run.toolTags["Hugging Face Trainer"].insert(kTrainerState);
+    return run;
+}
+
+// The folder a Trainer writes checkpoint-N/ into.
+QString outputFolderOf(const QString& trainerState)
+{
+    const QDir dir = QFileInfo(trainerState).absoluteDir();
+    if (dir.dirName().startsWith("checkpoint-"))
+        return QFileInfo(dir.absolutePath()).absolutePath();
+    return dir.absolutePath();
+}
+
+int checkpointNumber(const QString& trainerState)
+{
+    const QString name = QFileInfo(trainerState).absoluteDir().dirName();
+    static const QRegularExpression re("^checkpoint-(\\d+)$");
+    const auto m = re.match(name);
+    return m.hasMatch() ? m.captured(1).toInt() : std::numeric_limits<int>::max();
+}
+
+Result<std::vector<Candidate>> discover(const QString& path, QStringList& skipped)
+{
+    const QFileInfo fi(path);
+    if (!fi.exists())
+        return fail(QStringLiteral("%1 does not exist").arg(path));
+    std::map<QString, Candidate> byFolder;
+    std::map<QString, QString> trainerStates; // output folder -> newest trainer_state.json
+    auto addEventFile = [&](const QFileInfo& f) {
+        Candidate& c = byFolder[f.absolutePath()];
+        c.folder = f.absolutePath();
+        c.eventFiles << f.absoluteFilePath();
+    };
+    auto addTrainerState = [&](const QFileInfo& f) {
+        const QString out = outputFolderOf(f.absoluteFilePath());
+        auto it = trainerStates.find(out);
+        if (it == trainerStates.end()
+            || checkpointNumber(f.absoluteFilePath()) > checkpointNumber(it->second))
+            trainerStates[out] = f.absoluteFilePath();
+    };
+    if (fi.isFile()) {
+        if (tbio::isEventFileName(fi.fileName().toStdString())) {
+            // A file names its run: the folder's event files together.
+            const QDir dir = fi.absoluteDir();
+            for (const QFileInfo& f : dir.entryInfoList(QDir::Files, QDir::Name))
+                if (tbio::isEventFileName(f.fileName().toStdString()))
+                    addEventFile(f);
+        } else if (fi.fileName() == kTrainerState) {
+            trainerStates[fi.absolutePath()] = fi.absoluteFilePath();
+        } else {
+            return fail(QStringLiteral("%1 is neither a TensorBoard event file "
+                                       "(events.out.tfevents.*) nor a trainer_state.json; give "
+                                       "one of those, or a folder holding them")
+                            .arg(path));
+        }
+    } else {
+        QDirIterator it(
+            fi.absoluteFilePath(), QDir::Files | QDir::NoSymLinks, QDirIterator::Subdirectories);
+        while (it.hasNext()) {
+            const QFileInfo f(it.next());
+            if (tbio::isEventFileName(f.fileName().toStdString()))
+                addEventFile(f);
+            else if (f.fileName() == kTrainerState)
+                addTrainerState(f);
+        }
+    }
+    std::vector<Candidate> out;
+    for (auto& [folder, c] : byFolder) {
+        std::sort(c.eventFiles.begin(), c.eventFiles.end());
+        out.push_back(c);
+    }
+    for (const auto& [outFolder, file] : trainerStates) {
+        bool covered = false;
+        for (const auto& [folder, c] : byFolder)
+            covered = covered || folder == outFolder || folder.startsWith(outFolder + '/');
+        if (covered) {
+            skipped
+                << QStringLiteral("%1: the same run's event files are imported instead").arg(file);
+            continue;
+        }
+        Candidate c;
+        c.folder = QFileInfo(file).absolutePath();
+        c.trainerState = file;
+        out.push_back(c);
+    }
+    if (out.empty())
+        return fail(QStringLiteral("%1 holds no TensorBoard event files (events.out.tfevents.*) "
+                                   "and no trainer_state.json")
+                        .arg(path));
+    return out;
+}
+
+// The tool whose names the run uses most; one common name alone ("train/loss" is also what many
+// scripts log through a bare SummaryWriter) does not name a tool.
+QString toolOf(const RunData& run, bool trainerState)
+{
+    if (trainerState)
+        return QStringLiteral("Hugging Face Trainer");
+    QString best;
+    size_t tags = 1;
+    for (const auto& [tool, seen] : run.toolTags)
+        if (seen.size() > tags) {
+            best = tool;
+            tags = seen.size();
+        }
+    return best.isEmpty() ? QStringLiteral("TensorBoard") : best;
+}
+
+} // namespace
+
+Result<ImportReport> importRuns(RunStore& store, const QString& path)
+{
+    ImportReport report;
+    auto found = discover(path, report.skipped);
+    if (!found)
+        return fail(found.error());
+    const QFileInfo root(path);
+    const QDir base = root.isFile() ? root.absoluteDir() : QDir(root.absoluteFilePath());
+    const QString baseParent = QFileInfo(base.absolutePath()).absolutePath();
+    for (const Candidate& c : *found) {
+        RunData data;
+        if (!c.trainerState.isEmpty()) {
+            auto read = readTrainerState(c.trainerState);
+            if (!read) {
+                report.skipped << read.error();
+                continue;
+            }
+            data = std::move(*read);
+        } else {
+            data = readEventRun(c);
+        }
+        if (data.scalars.empty()) {
+            report.skipped << QStringLiteral("%1: no scalars%2")
+                                  .arg(c.folder,
+                                      data.notes.isEmpty() ? QString()
+                                                           : " (" + data.notes.join("; ") + ")");
+            continue;
+        }
+        ImportedRun r;
+        r.folder = c.folder;
+        r.format = c.trainerState.isEmpty() ? "tensorboard" : "trainer_state";
+        r.tool = toolOf(data, !c.trainerState.isEmpty());
+        r.notes = data.notes;
+        r.name = QDir(baseParent).relativeFilePath(c.folder);
+        auto existing = store.findRunByDir(QString(), c.folder);
+        if (!existing)
+            return fail(existing.error());
+        if (*existing > 0) {
+            auto rec = store.run(*existing);
+            if (!rec)
+                return fail(rec.error());
+            if (rec->target != "import") {
+                report.skipped << QStringLiteral("%1 is the folder of run %2, which Shard Studio "
+                                                 "ran; its own records are kept")
+                                      .arg(c.folder)
+                                      .arg(*existing);
+                continue;
+            }
+            r.runId = *existing;
+        } else {
+            NewRun n;
+            n.name = r.name;
+            n.target = "import";
+            n.runDir = c.folder;
+            n.status = RunStatus::Finished;
+            auto id = store.createRun(n);
+            if (!id)
+                return fail(id.error());
+            r.runId = *id;
+            r.created = true;
+        }
+        QJsonObject source = data.extra;
+        source["tool"] = r.tool;
+        source["format"] = r.format;
+        source["path"] = c.folder;
+        source["host"] = "";
+        source["files"] = QJsonArray::fromStringList(
+            c.trainerState.isEmpty() ? data.filesRead : QStringList {c.trainerState});
+        std::vector<ImportedPoint> points;
+        points.reserve(data.steps.size());
+        for (const auto& [step, p] : data.steps)
+            points.push_back(p);
+        if (auto s = store.storeImported(r.runId,
+                QJsonDocument(source).toJson(QJsonDocument::Compact), points, data.scalars);
+            !s)
+            return fail(s.error());
+        if (auto s = store.setStatus(r.runId, RunStatus::Finished,
+                QStringLiteral("imported from %1 (%2)").arg(r.tool, c.folder));
+            !s)
+            return fail(s.error());
+        std::set<QString> tags;
+        for (const auto& p : data.scalars)
+            tags.insert(p.tag);
+        r.tags = static_cast<int>(tags.size());
+        r.points = static_cast<qint64>(data.scalars.size());
+        r.steps = static_cast<int>(points.size());
+        report.runs.push_back(r);
+    }
+    if (report.runs.isEmpty())
+        return fail(
+            QStringLiteral("nothing to import from %1: %2").arg(path, report.skipped.join("; ")));
+    return report;
+}
+
+} // namespace shard::jobs

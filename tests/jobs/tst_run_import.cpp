@@ -1,0 +1,313 @@
+// `shard runs import`: the fixtures other tools wrote (../shared/fixtures) become runs with the
+// right tool, tags and points (each tag's stored series equals the independently decoded
+// scalars, one point per step where a file repeats a step: the later wall time wins), known
+// tags fill the metric columns, trainer_state.json's log_history, importing again updates without
+// duplicating, a restarted job's two files merge, an engine run's folder is not imported over,
+// and bad input is refused with its name; the CLI prints the new run ids.
+#include <cmath>
+#include <map>
+
+#include <QDir>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include "jobs/run_import.h"
+#include "jobs/run_store.h"
+#include "tbio/tfrecord.h"
+
+using namespace shard::jobs;
+
+namespace {
+
+const QString kFixtures = QStringLiteral(SHARD_SOURCE_DIR "/../shared/fixtures");
+
+QByteArray readAll(const QString& path)
+{
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+void writeAll(const QString& path, const QByteArray& bytes)
+{
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    QCOMPARE(f.write(bytes), bytes.size());
+}
+
+// Event{wall_time, step, summary{value{tag, simple_value}}} in protobuf's wire format by hand.
+QByteArray scalarEvent(double wall, int step, const QByteArray& tag, float value)
+{
+    QByteArray val = QByteArray("\x0a") + char(tag.size()) + tag + '\x15';
+    val.append(reinterpret_cast<const char*>(&value), 4);
+    const QByteArray summary = QByteArray("\x0a") + char(val.size()) + val;
+    QByteArray e("\x09");
+    e.append(reinterpret_cast<const char*>(&wall), 8);
+    e += '\x10';
+    e += char(step);
+    e += '\x2a';
+    e += char(summary.size());
+    e += summary;
+    return QByteArray::fromStdString(shard::tbio::frameRecord(e.toStdString()));
+}
+
+QByteArray versionRecord()
+{
+    return QByteArray::fromStdString(
+        shard::tbio::frameRecord(std::string("\x1a\x0d", 2) + "brain.Event:2"));
+}
+
+const ImportedRun* runNamed(const ImportReport& r, const QString& suffix)
+{
+    for (const auto& run : r.runs)
+        if (run.folder.endsWith(suffix))
+            return &run;
+    return nullptr;
+}
+
+} // namespace
+
+class TestRunImport : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void fixtures();
+    void trainerState();
+    void restartedJobMerges();
+    void badInput();
+    void cli();
+
+private:
+    QTemporaryDir m_tmp;
+};
+
+void TestRunImport::fixtures()
+{
+    if (!QDir(kFixtures).exists())
+        QSKIP(qPrintable(kFixtures + " is absent (files other tools wrote); skipping"));
+    auto store = RunStore::open(m_tmp.filePath("fixtures.sqlite"));
+    QVERIFY2(store, qPrintable(store.error()));
+    auto report = importRuns(*store, kFixtures);
+    QVERIFY2(report, qPrintable(report.error()));
+    QCOMPARE(report->runs.size(), 9); // 6 event-file folders + 3 trainer_state.json
+    for (const auto& r : report->runs)
+        QVERIFY(r.created);
+
+    // Each event file's tags equal the decoded ones; a repeated step keeps the later point.
+    int compared = 0;
+    for (const auto& r : report->runs) {
+        if (r.format != "tensorboard")
+            continue;
+        QDir dir(r.folder);
+        std::map<QString, std::map<qint64, std::pair<double, double>>>
+            expected; // tag->step->(wall,v)
+        for (const QString& name : dir.entryList({"*.scalars.json"}, QDir::Files)) {
+            const QJsonObject tags = QJsonDocument::fromJson(readAll(dir.filePath(name))).object();
+            for (auto it = tags.begin(); it != tags.end(); ++it)
+                for (const QJsonValue& p : it.value().toArray()) {
+                    const QJsonArray a = p.toArray();
+                    auto& slot = expected[it.key()][a[0].toInteger()];
+                    if (a[1].toDouble() >= slot.first)
+                        slot = {a[1].toDouble(), a[2].toDouble()};
+                }
+        }
+        auto tags = store->scalarTags(r.runId);
+        QVERIFY(tags);
+        QCOMPARE(tags->size(), int(expected.size()));
+        for (const auto& [tag, points] : expected) {
+            auto s = store->scalarSeries(r.runId, tag);
+            QVERIFY(s);
+            QCOMPARE(s->step.size(), int(points.size()));
+            int i = 0;
+            for (const auto& [step, wv] : points) {
+                QCOMPARE(qint64(s->step[i]), step);
+                QCOMPARE(s->wallTime[i], wv.first);
+                QCOMPARE(s->value[i], wv.second);
+                ++i;
+            }
+            ++compared;
+        }
+    }
+    QVERIFY(compared >= 40);
+
+    // Tools and the metric columns.
+    const ImportedRun* hf = runNamed(*report, "runs/Jul09_15-21-15_Doan");
+    QVERIFY(hf);
+    QCOMPARE(hf->tool, QString("Hugging Face Trainer"));
+    auto m = store->metricSeries(hf->runId);
+    QVERIFY(m);
+    QCOMPARE(m->step.first(), 10.0);
+    QCOMPARE(float(m->loss.first()), 10.4023f); // trainer_state.json's first loss
+    QCOMPARE(float(m->lr.first()), 1e-05f);
+    QCOMPARE(m->evalStep, QVector<double>({200, 400, 600}));
+    QCOMPARE(float(m->evalLoss[2]), 7.1875f); // trainer_state's best_metric at checkpoint-600
+    const ImportedRun* titan = runNamed(*report, "tb/20260814-1704");
+    QVERIFY(titan);
+    QCOMPARE(titan->tool, QString("torchtitan"));
+    QCOMPARE(titan->tags, 17);
+    auto t = store->metricSeries(titan->runId);
+    QVERIFY(t && t->size() == 1 && t->tokensPerSec[0] > 0 && t->gradNorm[0] > 0 && t->lr[0] > 0);
+    QCOMPARE(runNamed(*report, "classification/ResNet")->tool, QString("PyTorch Lightning"));
+    QCOMPARE(runNamed(*report, "JAX/tutorial5/tensorboards/ResNet")->tool, QString("TensorBoard"));
+    QVERIFY(report->skipped.join('\n').contains("hparams 3")); // the HF hparams side folder
+    QVERIFY(report->skipped.join('\n').contains("checkpoint-600/trainer_state.json: the same run's "
+                                                "event files are imported instead"));
+
+    // The run's record: imported, finished, with its source.
+    auto rec = store->run(hf->runId);
+    QVERIFY(rec);
+    QCOMPARE(rec->target, QString("import"));
+    QVERIFY(rec->status == RunStatus::Finished);
+    const QJsonObject source = QJsonDocument::fromJson(rec->source).object();
+    QCOMPARE(source["tool"].toString(), QString("Hugging Face Trainer"));
+    QCOMPARE(source["writer"].toString(), QString("tensorboard.summary.writer.event_file_writer"));
+    QCOMPARE(rec->lastStep, 800);
+
+    // Again: the same runs are updated, nothing is stored twice.
+    const qint64 before = *store->metricCount(hf->runId);
+    auto again = importRuns(*store, kFixtures);
+    QVERIFY(again);
+    QCOMPARE(again->runs.size(), 9);
+    for (int i = 0; i < 9; ++i) {
+        QVERIFY(!again->runs[i].created);
+        QCOMPARE(again->runs[i].runId, report->runs[i].runId);
+    }
+    QCOMPARE(*store->metricCount(hf->runId), before);
+    QCOMPARE(store->listRuns()->size(), 9);
+}
+
+void TestRunImport::trainerState()
+{
+    const QString file = kFixtures + "/ljh696__MetaMath/output/trainer_state.json";
+    if (!QFile::exists(file))
+        QSKIP(qPrintable(file + " is absent; skipping"));
+    auto store = RunStore::open(m_tmp.filePath("state.sqlite"));
+    QVERIFY(store);
+    auto report = importRuns(*store, file);
+    QVERIFY2(report, qPrintable(report.error()));
+    QCOMPARE(report->runs.size(), 1);
+    const ImportedRun& r = report->runs[0];
+    QCOMPARE(r.format, QString("trainer_state"));
+    QCOMPARE(r.tool, QString("Hugging Face Trainer"));
+    const QJsonArray history
+        = QJsonDocument::fromJson(readAll(file)).object()["log_history"].toArray();
+    std::map<qint64, double> losses, gradNorms;
+    for (const QJsonValue& v : history) {
+        const QJsonObject e = v.toObject();
+        if (e.contains("loss"))
+            losses[e["step"].toInteger()] = e["loss"].toDouble();
+        if (e.contains("grad_norm"))
+            gradNorms[e["step"].toInteger()] = e["grad_norm"].toDouble();
+    }
+    QVERIFY(losses.size() > 100 && !gradNorms.empty());
+    auto m = store->metricSeries(r.runId);
+    QVERIFY(m);
+    int checked = 0;
+    for (int i = 0; i < m->size(); ++i) {
+        const qint64 step = qint64(m->step[i]);
+        if (auto it = losses.find(step); it != losses.end()) {
+            QCOMPARE(m->loss[i], it->second);
+            ++checked;
+        }
+        if (auto it = gradNorms.find(step); it != gradNorms.end())
+            QCOMPARE(m->gradNorm[i], it->second);
+    }
+    QCOMPARE(checked, int(losses.size()));
+    auto tags = store->scalarTags(r.runId);
+    QVERIFY(tags && tags->contains("train/loss") && tags->contains("train/grad_norm"));
+}
+
+void TestRunImport::restartedJobMerges()
+{
+    // A job that died after step 3 and restarted from step 2 writes a second, later file: the
+    // repeated steps take the second file's values, the others stay.
+    QDir dir(m_tmp.filePath("restarted/run"));
+    QVERIFY(dir.mkpath("."));
+    writeAll(dir.filePath("events.out.tfevents.1000.host.1.0"),
+        versionRecord() + scalarEvent(1000, 1, "train/loss", 4.0f)
+            + scalarEvent(1001, 2, "train/loss", 3.0f) + scalarEvent(1002, 3, "train/loss", 2.5f));
+    writeAll(dir.filePath("events.out.tfevents.2000.host.2.0"),
+        versionRecord() + scalarEvent(2000, 2, "train/loss", 3.1f)
+            + scalarEvent(2001, 3, "train/loss", 2.6f) + scalarEvent(2002, 4, "train/loss", 2.0f));
+    auto store = RunStore::open(m_tmp.filePath("restart.sqlite"));
+    QVERIFY(store);
+    auto report = importRuns(*store, m_tmp.filePath("restarted"));
+    QVERIFY2(report, qPrintable(report.error()));
+    QCOMPARE(report->runs.size(), 1);
+    auto m = store->metricSeries(report->runs[0].runId);
+    QVERIFY(m);
+    QCOMPARE(m->step, QVector<double>({1, 2, 3, 4}));
+    QCOMPARE(m->loss, QVector<double>({4.0, double(3.1f), double(2.6f), 2.0}));
+    QCOMPARE(m->wallTime, QVector<double>({0, 1000, 1001, 1002})); // from the first point
+    QCOMPARE(report->runs[0].name, QString("restarted/run"));
+
+    // A folder the engine ran in is its own record, not imported over.
+    auto engineRun = store->createRun(NewRun {"mine", "{}", "local", "", dir.absolutePath()});
+    QVERIFY(engineRun);
+    // (the import above owns the newest record of that folder; the engine's is newer now)
+    auto again = importRuns(*store, m_tmp.filePath("restarted"));
+    QVERIFY(!again);
+    QVERIFY2(again.error().contains("which Shard Studio ran"), qPrintable(again.error()));
+}
+
+void TestRunImport::badInput()
+{
+    auto store = RunStore::open(m_tmp.filePath("bad.sqlite"));
+    QVERIFY(store);
+    auto missing = importRuns(*store, m_tmp.filePath("absent"));
+    QVERIFY(!missing && missing.error().endsWith("absent does not exist"));
+    writeAll(m_tmp.filePath("notes.txt"), "hello");
+    auto text = importRuns(*store, m_tmp.filePath("notes.txt"));
+    QVERIFY(!text && text.error().contains("neither a TensorBoard event file"));
+    QDir empty(m_tmp.filePath("empty"));
+    QVERIFY(empty.mkpath("."));
+    auto none = importRuns(*store, empty.absolutePath());
+    QVERIFY(!none && none.error().contains("holds no TensorBoard event files"));
+    QDir broken(m_tmp.filePath("broken/checkpoint-10"));
+    QVERIFY(broken.mkpath("."));
+    writeAll(broken.filePath("trainer_state.json"), "{\"log_history\": [ {\"step\": 1,");
+    auto json = importRuns(*store, m_tmp.filePath("broken"));
+    QVERIFY(!json);
+    QVERIFY2(
+        json.error().contains("trainer_state.json is not valid JSON"), qPrintable(json.error()));
+    QDir fake(m_tmp.filePath("fake"));
+    QVERIFY(fake.mkpath("."));
+    writeAll(fake.filePath("events.out.tfevents.1.x"), "{\"this\": \"is JSON, not TFRecord\"}");
+    auto notEvents = importRuns(*store, fake.absolutePath());
+    QVERIFY(!notEvents);
+    QVERIFY2(notEvents.error().contains("events.out.tfevents.1.x is not a TensorBoard event file"),
+        qPrintable(notEvents.error()));
+    QCOMPARE(store->listRuns()->size(), 0); // nothing half-recorded
+}
+
+void TestRunImport::cli()
+{
+    const QString shard = QStringLiteral(SHARD_BINARY_DIR "/app/shard");
+    QDir dir(m_tmp.filePath("cli/run"));
+    QVERIFY(dir.mkpath("."));
+    writeAll(dir.filePath("events.out.tfevents.5.host.1.0"),
+        versionRecord() + scalarEvent(10, 1, "train/loss", 2.0f)
+            + scalarEvent(11, 2, "train/loss", 1.0f));
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("SHARD_STORE", m_tmp.filePath("cli.sqlite"));
+    p.setProcessEnvironment(env);
+    p.start(shard, {"runs", "import", m_tmp.filePath("cli")});
+    QVERIFY(p.waitForFinished(60000));
+    const QString out = QString::fromUtf8(p.readAllStandardOutput());
+    QCOMPARE(p.exitCode(), 0);
+    QVERIFY2(
+        out.startsWith("imported run 1 cli/run: TensorBoard, 2 steps, 1 scalar tags, 2 points"),
+        qPrintable(out));
+    p.start(shard, {"runs", "import", m_tmp.filePath("cli/absent")});
+    QVERIFY(p.waitForFinished(60000));
+    QCOMPARE(p.exitCode(), 1);
+    QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains("does not exist"));
+}
+
+QTEST_GUILESS_MAIN(TestRunImport)
+#include "tst_run_import.moc"
