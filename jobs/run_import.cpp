@@ -276,6 +276,8 @@ QString toolOf(const RunData& run, bool trainerState)
 {
     if (trainerState)
         return QStringLiteral("Hugging Face Trainer");
+    if (run.extra.value("writer").toString() == "shard-studio")
+        return QStringLiteral("Shard Studio");
     QString best;
     size_t tags = 1;
     for (const auto& [tool, seen] : run.toolTags)

@@ -26,7 +26,7 @@ common_packages() {
         # TensorBoard event files in (engine/tbio: the event schema subset, compiled by protoc)
         libprotobuf-dev protobuf-compiler
         # tests: offscreen GUI, real sshd and Slurm on loopback, reference values, tokenizer refs
-        xvfb xauth openssh-server openssh-client slurm-wlm python3 python3-torch
+        xvfb xauth openssh-server openssh-client slurm-wlm python3 python3-torch python3-protobuf
         iproute2 procps psmisc util-linux
     )
 }

@@ -66,6 +66,7 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("clip", s.clip);
     f("seed", s.seed);
     f("log_every", s.logEvery);
+    f("tensorboard", s.tensorboard);
     f("checkpoint_every", s.checkpointEvery);
     f("keep_checkpoints", s.keepCheckpoints);
     f("resume", s.resume);

@@ -78,6 +78,8 @@ struct RunSpec {
     double clip = 1.0; // 0 disables
     uint64_t seed = 0;
     int64_t logEvery = 1;
+    // TensorBoard event files beside metrics.jsonl (rank 0), Hugging Face Trainer's tag names.
+    bool tensorboard = true;
     int64_t checkpointEvery = 0;
     int64_t keepCheckpoints = 2;
     std::string resume; // "", "auto" or a checkpoint path

@@ -137,6 +137,8 @@ const std::vector<TrainFlag>& trainFlags()
         SHARD_FLAG(
             "--sample-max-tokens", sampleMaxTokens, "Tokens per sample completion (default 32)"),
         SHARD_FLAG("--log-every", logEvery, "Metric record every N steps"),
+        SHARD_SWITCH("--no-tensorboard", tensorboard, false,
+            "Write no TensorBoard event files beside metrics.jsonl"),
         SHARD_FLAG("--strategy", strategy, "ddp, zero1, zero2, zero3, hybrid"),
         SHARD_FLAG("--shard-group", shardGroup, "Hybrid shard-group size"),
         SHARD_FLAG("--threads", threads, "Intra-op threads (0 = auto)"),

@@ -3,7 +3,9 @@
 // scalars, one point per step where a file repeats a step: the later wall time wins), known
 // tags fill the metric columns, trainer_state.json's log_history, importing again updates without
 // duplicating, a restarted job's two files merge, an engine run's folder is not imported over,
-// and bad input is refused with its name; the CLI prints the new run ids.
+// and bad input is refused with its name; the CLI prints the new run ids. The engine's own
+// event files (shard-worker train) hold what metrics.jsonl holds, read by this reader and by a
+// Python reader written here on Debian's python3-protobuf.
 #include <cmath>
 #include <map>
 
@@ -13,11 +15,13 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QTest>
 
 #include "jobs/run_import.h"
 #include "jobs/run_store.h"
+#include "tbio/event_reader.h"
 #include "tbio/tfrecord.h"
 
 using namespace shard::jobs;
@@ -80,6 +84,7 @@ private Q_SLOTS:
     void restartedJobMerges();
     void badInput();
     void cli();
+    void engineWritesTensorboard();
 
 private:
     QTemporaryDir m_tmp;
@@ -307,6 +312,155 @@ void TestRunImport::cli()
     QVERIFY(p.waitForFinished(60000));
     QCOMPARE(p.exitCode(), 1);
     QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains("does not exist"));
+}
+
+namespace {
+
+// The framing (with its CRC-32C, table-driven here) and the messages in Python, the messages
+// through protoc's Python code for the project's schema subset.
+const char* const kPythonReader = R"py(
+import json, struct, sys
+sys.path.insert(0, sys.argv[1])
+import tensorboard_event_pb2 as pb
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+def masked(data):
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+out = {}
+with open(sys.argv[2], "rb") as f:
+    while True:
+        header = f.read(12)
+        if len(header) < 12:
+            break
+        (length,) = struct.unpack("<Q", header[:8])
+        assert struct.unpack("<I", header[8:])[0] == masked(header[:8]), "length crc"
+        data = f.read(length)
+        assert struct.unpack("<I", f.read(4))[0] == masked(data), "data crc"
+        e = pb.Event()
+        e.ParseFromString(data)
+        if e.HasField("summary"):
+            for v in e.summary.value:
+                out.setdefault(v.tag, []).append([e.step, v.simple_value])
+        elif e.HasField("file_version"):
+            out["__version__"] = e.file_version
+            out["__writer__"] = e.source_metadata.writer
+print(json.dumps(out))
+)py";
+
+} // namespace
+
+void TestRunImport::engineWritesTensorboard()
+{
+    const QString worker = QStringLiteral(SHARD_BINARY_DIR "/engine/worker/shard-worker");
+    if (!QFile::exists(worker))
+        QSKIP("this build has no shard-worker (SHARD_BUILD_ENGINE=OFF)");
+    QDir dir(m_tmp.filePath("engine"));
+    QVERIFY(dir.mkpath("."));
+    auto run = [&](const QStringList& args) {
+        QProcess p;
+        p.setProcessChannelMode(QProcess::MergedChannels);
+        p.start(worker, args);
+        const bool done = p.waitForFinished(120000);
+        const QString out = QString::fromUtf8(p.readAll());
+        return done && p.exitCode() == 0 ? QString() : out;
+    };
+    QCOMPARE(run({"init-model", "--preset", "tiny-1m", "--out", dir.filePath("model")}), QString());
+    QCOMPARE(run({"make-data", "--task", "arithmetic", "--out", dir.filePath("data.jsonl"),
+                 "--count", "200"}),
+        QString());
+    QCOMPARE(run({"train", "--model", dir.filePath("model"), "--data", dir.filePath("data.jsonl"),
+                 "--out", dir.filePath("run"), "--steps", "6", "--micro-batch", "4", "--seq-len",
+                 "64", "--threads", "1", "--eval-every", "3", "--eval-fraction", "0.1"}),
+        QString());
+    QCOMPARE(run({"train", "--model", dir.filePath("model"), "--data", dir.filePath("data.jsonl"),
+                 "--out", dir.filePath("quiet"), "--steps", "2", "--micro-batch", "4", "--seq-len",
+                 "64", "--threads", "1", "--no-tensorboard"}),
+        QString());
+    QVERIFY(
+        QDir(dir.filePath("quiet")).entryList({"events.out.tfevents.*"}, QDir::Files).isEmpty());
+    const QStringList files
+        = QDir(dir.filePath("run")).entryList({"events.out.tfevents.*"}, QDir::Files);
+    QCOMPARE(files.size(), 1);
+    const QString eventFile = dir.filePath("run/" + files[0]);
+
+    // metrics.jsonl, the reference.
+    std::map<qint64, QJsonObject> records;
+    for (const QByteArray& line : readAll(dir.filePath("run/metrics.jsonl")).split('\n'))
+        if (!line.trimmed().isEmpty()) {
+            const QJsonObject o = QJsonDocument::fromJson(line).object();
+            records[o["step"].toInteger()] = o;
+        }
+    QCOMPARE(int(records.size()), 6);
+
+    // This project's reader.
+    const auto scan = shard::tbio::readEventFile(eventFile.toStdString());
+    QCOMPARE(scan.writer, std::string("shard-studio"));
+    std::map<std::string, std::map<qint64, double>> got;
+    for (const auto& p : scan.scalars)
+        got[p.tag][p.step] = p.value;
+    const std::pair<const char*, const char*> columns[]
+        = {{"train/loss", "loss"}, {"train/learning_rate", "lr"}, {"train/grad_norm", "grad_norm"},
+            {"train/tokens_per_sec", "tokens_per_sec"}, {"train/num_input_tokens_seen", "tokens"}};
+    for (const auto& [tag, key] : columns) {
+        QCOMPARE(int(got[tag].size()), 6);
+        for (const auto& [step, o] : records)
+            QCOMPARE(got[tag][step], double(float(o[key].toDouble())));
+    }
+    int evals = 0;
+    for (const auto& [step, o] : records)
+        if (o.contains("eval_loss")) {
+            QCOMPARE(got["eval/loss"][step], double(float(o["eval_loss"].toDouble())));
+            ++evals;
+        }
+    QVERIFY(evals >= 1);
+    QCOMPARE(int(got["eval/loss"].size()), evals);
+
+    // A Python reader on Debian's protobuf (/usr/bin/python3: the python3-protobuf package).
+    QProcess check;
+    check.start("/usr/bin/python3", {"-c", "import google.protobuf"});
+    check.waitForFinished(60000);
+    if (check.exitCode() != 0 || QStandardPaths::findExecutable("protoc").isEmpty())
+        QSKIP("python3-protobuf or protoc is not installed (scripts/setup.sh installs them)");
+    const QString proto = QStringLiteral(SHARD_SOURCE_DIR "/engine/tbio");
+    QProcess protoc;
+    protoc.start("protoc",
+        {"--proto_path=" + proto, "--python_out=" + dir.absolutePath(),
+            proto + "/tensorboard_event.proto"});
+    QVERIFY(protoc.waitForFinished(60000) && protoc.exitCode() == 0);
+    QProcess py;
+    py.start("/usr/bin/python3", {"-c", kPythonReader, dir.absolutePath(), eventFile});
+    QVERIFY(py.waitForFinished(60000));
+    QVERIFY2(py.exitCode() == 0, py.readAllStandardError().constData());
+    const QJsonObject fromPython = QJsonDocument::fromJson(py.readAllStandardOutput()).object();
+    QCOMPARE(fromPython["__version__"].toString(), QString("brain.Event:2"));
+    QCOMPARE(fromPython["__writer__"].toString(), QString("shard-studio"));
+    for (const auto& [tag, points] : got) {
+        const QJsonArray list = fromPython[QString::fromStdString(tag)].toArray();
+        QCOMPARE(list.size(), int(points.size()));
+        int i = 0;
+        for (const auto& [step, value] : points) {
+            QCOMPARE(list[i].toArray()[0].toInteger(), step);
+            QCOMPARE(list[i].toArray()[1].toDouble(), value);
+            ++i;
+        }
+    }
+
+    // And the importer names the tool.
+    auto store = RunStore::open(m_tmp.filePath("engine.sqlite"));
+    QVERIFY(store);
+    auto report = importRuns(*store, dir.filePath("run"));
+    QVERIFY2(report, qPrintable(report.error()));
+    QCOMPARE(report->runs[0].tool, QString("Shard Studio"));
+    QCOMPARE(report->runs[0].steps, 6);
 }
 
 QTEST_GUILESS_MAIN(TestRunImport)

@@ -44,6 +44,7 @@
 #include "protocol/run_dir.h"
 #include "protocol/run_lock.h"
 #include "protocol/run_pace.h"
+#include "tbio/event_writer.h"
 
 namespace shard::engine {
 
@@ -264,6 +265,9 @@ struct RecordFile {
 struct Trainer::Io {
     RecordFile metrics;
     RecordFile events;
+    // <run>/events.out.tfevents.*: each metric record again, for TensorBoard and the tools that
+    // read its files (rank 0; a failed write stops this file only, with a warning).
+    std::unique_ptr<tbio::EventFileWriter> tensorboard;
     bool toStdout = false;
     bool stderrIsLog = false; // under the launcher this rank's stderr is its log file
     Clock::time_point start = Clock::now();
@@ -281,6 +285,39 @@ struct Trainer::Io {
             std::fflush(stdout);
         }
         f.append(line);
+    }
+    // A metric record as a TensorBoard event, under Hugging Face Trainer's names where it has
+    // one (tbio/known_tags.cpp), so the studio's importer and other tools map it back.
+    void tensorboardRecord(const protocol::MetricRecord& rec)
+    {
+        if (!tensorboard)
+            return;
+        std::vector<std::pair<std::string, float>> scalars = {
+            {"train/loss", static_cast<float>(rec.loss)},
+            {"train/learning_rate", static_cast<float>(rec.lr)},
+            {"train/grad_norm", static_cast<float>(rec.gradNorm)},
+            {"train/tokens_per_sec", static_cast<float>(rec.tokensPerSec)},
+            {"train/step_time", static_cast<float>(rec.stepTimeSec)},
+            {"train/num_input_tokens_seen", static_cast<float>(rec.tokens)},
+        };
+        if (rec.evalLoss)
+            scalars.emplace_back("eval/loss", static_cast<float>(*rec.evalLoss));
+        int64_t peak = 0;
+        for (const auto& m : rec.memory)
+            peak = std::max<int64_t>(peak, m.peakBytes);
+        if (peak > 0)
+            scalars.emplace_back("memory/peak(GiB)", static_cast<float>(peak / 1073741824.0));
+        const double now
+            = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+        try {
+            tensorboard->write(now, rec.step, scalars);
+        } catch (const std::exception& e) {
+            log->warn(std::string(e.what())
+                + "; no more TensorBoard events are written "
+                  "(metrics.jsonl holds every record)");
+            tensorboard.reset();
+        }
     }
     // The logs took every line so far (checked once per step).
     void checkLogs()
@@ -626,6 +663,13 @@ bool Trainer::setUpRun(Io& io)
             writeFirstSpecFile(dir.specFile(), m_spec);
         io.metrics.open(dir.metricsFile());
         io.events.open(dir.eventsFile());
+        if (m_spec.tensorboard) {
+            try {
+                io.tensorboard = std::make_unique<tbio::EventFileWriter>(dir.root());
+            } catch (const std::exception& e) {
+                io.log->warn(std::string(e.what()) + "; the run goes on without it");
+            }
+        }
     }
     return resuming;
 }
@@ -935,8 +979,10 @@ void Trainer::writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int6
     loop.readsAtLastRecord = reads;
     rec.cpuTimeSec = cpuSeconds();
     loop.resetPeaks();
-    if (m_strategy->rank() == 0)
+    if (m_strategy->rank() == 0) {
         io.write(io.metrics, protocol::toJson(rec));
+        io.tensorboardRecord(rec);
+    }
     io.log->info(strprintf("step %lld/%lld loss %.6f lr %.3g grad_norm %.4f %.0f tok/s "
                            "mem %.1f MiB peak %.1f MiB",
         static_cast<long long>(rec.step), static_cast<long long>(m_steps), double(rec.loss),
