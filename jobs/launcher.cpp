@@ -1,5 +1,6 @@
 // The Launcher interface over LocalLauncher, SshLauncher and SlurmLauncher (see launcher.h).
 #include "jobs/launcher.h"
+#include "jobs/run_import.h"
 
 #include <QFile>
 #include <QProcess>
@@ -389,6 +390,8 @@ Result<std::unique_ptr<Launcher>> makeLauncher(
     if (target.kind == QLatin1String("slurm"))
         return std::unique_ptr<Launcher>(
             std::make_unique<SlurmTarget>(store, target.slurm, sshOptions));
+    if (target.kind == QLatin1String("import"))
+        return std::unique_ptr<Launcher>(std::make_unique<ImportTarget>(store));
     return fail(QObject::tr("unknown launch target '%1' (local, ssh or slurm)").arg(target.kind));
 }
 

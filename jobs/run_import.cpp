@@ -384,4 +384,104 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
     return report;
 }
 
+ImportWatcher::ImportWatcher(RunStore& store, qint64 runId, QString folder, QObject* parent)
+    : RunWatcher(parent)
+    , m_store(store)
+    , m_runId(runId)
+    , m_folder(std::move(folder))
+{
+    connect(&m_timer, &QTimer::timeout, this, [this] { poll(); });
+}
+
+void ImportWatcher::start(int pollMs)
+{
+    m_signature = signature(); // the import that recorded the run read these files
+    m_timer.start(pollMs);
+}
+
+QString ImportWatcher::signature() const
+{
+    QStringList parts;
+    QDirIterator it(m_folder, QDir::Files | QDir::NoSymLinks);
+    while (it.hasNext()) {
+        const QFileInfo f(it.next());
+        if (tbio::isEventFileName(f.fileName().toStdString()) || f.fileName() == kTrainerState)
+            parts << QStringLiteral("%1:%2:%3")
+                         .arg(f.fileName())
+                         .arg(f.size())
+                         .arg(f.lastModified().toMSecsSinceEpoch());
+    }
+    parts.sort();
+    return parts.join('|');
+}
+
+bool ImportWatcher::poll()
+{
+    const QString now = signature();
+    if (now == m_signature)
+        return false;
+    m_signature = now;
+    auto report = importRuns(m_store, m_folder);
+    if (!report) {
+        Q_EMIT errorOccurred(m_runId, report.error());
+        return false;
+    }
+    auto run = m_store.run(m_runId);
+    Q_EMIT pointsAdded(m_runId, run ? run->lastStep : 0);
+    return true;
+}
+
+namespace {
+
+QString notStudios()
+{
+    return QObject::tr("an imported run was trained by another tool; start, stop or resume it "
+                       "where it runs");
+}
+
+} // namespace
+
+Result<qint64> ImportTarget::start(const LaunchRequest&)
+{
+    return fail(notStudios());
+}
+
+Status ImportTarget::stop(qint64, int)
+{
+    return fail(notStudios());
+}
+
+Result<QString> ImportTarget::describe(const LaunchRequest&) const
+{
+    return fail(notStudios());
+}
+
+Result<HostCheck> ImportTarget::checkHost(const QString&) const
+{
+    return fail(notStudios());
+}
+
+Result<qint64> ImportTarget::attach(const QString& runDir)
+{
+    if (!m_store)
+        return fail(QObject::tr("importing needs the run store"));
+    auto report = importRuns(*m_store, runDir);
+    if (!report)
+        return fail(report.error());
+    const QString folder = QFileInfo(runDir).absoluteFilePath();
+    for (const auto& r : report->runs)
+        if (r.folder == folder)
+            return r.runId;
+    return report->runs.first().runId;
+}
+
+Result<std::unique_ptr<RunWatcher>> ImportTarget::watch(const RunRecord& run, QObject* parent)
+{
+    if (!m_store)
+        return fail(QObject::tr("following an imported run needs the run store"));
+    auto w = std::make_unique<ImportWatcher>(*m_store, run.id, run.runDir, parent);
+    w->start();
+    return std::unique_ptr<RunWatcher>(std::move(w));
+}
+
 } // namespace shard::jobs

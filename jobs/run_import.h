@@ -9,9 +9,12 @@
 
 #include <QString>
 #include <QStringList>
+#include <QTimer>
 #include <QVector>
 
+#include "jobs/launcher.h"
 #include "jobs/result.h"
+#include "jobs/run_watcher.h"
 
 namespace shard::jobs {
 
@@ -39,5 +42,49 @@ struct ImportReport {
 // trainer_state.json). Fails with a message naming the path when it does not exist or holds no
 // run, or a file in it cannot be read as what its name says it is.
 Result<ImportReport> importRuns(RunStore& store, const QString& path);
+
+// Follows an imported run while its job writes: when the folder's event files (or its
+// trainer_state.json) change, the run is imported again (its points replace those at the same
+// steps, so each point is stored once) and pointsAdded is emitted. It never ends by itself: the
+// job that writes the files is not the studio's to watch.
+class ImportWatcher : public RunWatcher {
+    Q_OBJECT
+public:
+    // `store` must outlive the watcher and belong to this thread.
+    ImportWatcher(RunStore& store, qint64 runId, QString folder, QObject* parent = nullptr);
+    qint64 runId() const override { return m_runId; }
+    void start(int pollMs = 1000);
+    // Imports again when the files changed since the last call; true when it did.
+    bool poll();
+
+private:
+    QString signature() const;
+    RunStore& m_store;
+    qint64 m_runId;
+    QString m_folder;
+    QString m_signature;
+    QTimer m_timer;
+};
+
+// The launch target of imported runs (RunRecord::target "import"): they can be watched and
+// attached (imported), not started, stopped or resumed by the studio.
+class ImportTarget : public Launcher {
+public:
+    explicit ImportTarget(RunStore* store)
+        : m_store(store)
+    {
+    }
+    QString kind() const override { return QStringLiteral("import"); }
+    Result<qint64> start(const LaunchRequest& request) override;
+    Status stop(qint64 runId, int graceMs) override;
+    Result<QString> describe(const LaunchRequest& request) const override;
+    Result<HostCheck> checkHost(const QString& workerProgram) const override;
+    Result<qint64> attach(const QString& runDir) override;
+    std::optional<SshHost> fileHost(const RunRecord&) const override { return std::nullopt; }
+    Result<std::unique_ptr<RunWatcher>> watch(const RunRecord& run, QObject* parent) override;
+
+private:
+    RunStore* m_store;
+};
 
 } // namespace shard::jobs

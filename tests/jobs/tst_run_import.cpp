@@ -15,10 +15,12 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "jobs/launcher.h"
 #include "jobs/run_import.h"
 #include "jobs/run_store.h"
 #include "tbio/event_reader.h"
@@ -85,6 +87,7 @@ private Q_SLOTS:
     void badInput();
     void cli();
     void engineWritesTensorboard();
+    void followsAGrowingRun();
 
 private:
     QTemporaryDir m_tmp;
@@ -461,6 +464,46 @@ void TestRunImport::engineWritesTensorboard()
     QVERIFY2(report, qPrintable(report.error()));
     QCOMPARE(report->runs[0].tool, QString("Shard Studio"));
     QCOMPARE(report->runs[0].steps, 6);
+}
+
+void TestRunImport::followsAGrowingRun()
+{
+    // A job still writing: the watcher imports what each write adds (a record split across two
+    // writes, then a new file after a restart), every point once, in step order.
+    QDir dir(m_tmp.filePath("growing/run"));
+    QVERIFY(dir.mkpath("."));
+    const QString first = dir.filePath("events.out.tfevents.100.host.1.0");
+    writeAll(first, versionRecord() + scalarEvent(100, 1, "train/loss", 5.0f));
+    auto store = RunStore::open(m_tmp.filePath("growing.sqlite"));
+    QVERIFY(store);
+    auto report = importRuns(*store, dir.absolutePath());
+    QVERIFY(report);
+    const qint64 id = report->runs[0].runId;
+    auto launcher = launcherOf(*store, *store->run(id));
+    QVERIFY2(launcher, qPrintable(launcher.error()));
+    QCOMPARE(launcher.value()->kind(), QString("import"));
+    QVERIFY(!launcher.value()->stop(id, 0)); // not the studio's to stop
+    auto watcher = launcher.value()->watch(*store->run(id), nullptr);
+    QVERIFY2(watcher, qPrintable(watcher.error()));
+    QSignalSpy added(watcher.value().get(), &RunWatcher::pointsAdded);
+    auto append = [](const QString& path, const QByteArray& bytes) {
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::Append));
+        QCOMPARE(f.write(bytes), bytes.size());
+    };
+    const QByteArray second = scalarEvent(101, 2, "train/loss", 4.0f);
+    append(first, second.left(9)); // half a record: nothing new yet
+    append(first, second.mid(9));
+    QTRY_COMPARE_WITH_TIMEOUT(*store->metricCount(id), qint64(2), 20000);
+    writeAll(dir.filePath("events.out.tfevents.200.host.2.0"),
+        versionRecord() + scalarEvent(200, 2, "train/loss", 3.5f)
+            + scalarEvent(201, 3, "train/loss", 3.0f));
+    QTRY_COMPARE_WITH_TIMEOUT(*store->metricCount(id), qint64(3), 20000);
+    QVERIFY(added.count() >= 2);
+    auto m = store->metricSeries(id);
+    QCOMPARE(m->step, QVector<double>({1, 2, 3}));
+    QCOMPARE(m->loss, QVector<double>({5.0, 3.5, 3.0}));
+    QCOMPARE(store->listRuns()->size(), 1);
 }
 
 QTEST_GUILESS_MAIN(TestRunImport)
