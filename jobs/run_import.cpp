@@ -384,6 +384,17 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
     return report;
 }
 
+bool hasImportableFiles(const QString& folder)
+{
+    QDirIterator it(folder, QDir::Files | QDir::NoSymLinks, QDirIterator::Subdirectories);
+    while (it.hasNext()) {
+        const QFileInfo f(it.next());
+        if (tbio::isEventFileName(f.fileName().toStdString()) || f.fileName() == kTrainerState)
+            return true;
+    }
+    return false;
+}
+
 ImportWatcher::ImportWatcher(RunStore& store, qint64 runId, QString folder, QObject* parent)
     : RunWatcher(parent)
     , m_store(store)

@@ -43,6 +43,11 @@ struct ImportReport {
 // run, or a file in it cannot be read as what its name says it is.
 Result<ImportReport> importRuns(RunStore& store, const QString& path);
 
+// Whether `folder` (searched recursively, up to the first hit) holds an event file or a
+// trainer_state.json: a folder the studio opens is imported when it does and holds no run of
+// its own (run.json, metrics.jsonl).
+bool hasImportableFiles(const QString& folder);
+
 // Follows an imported run while its job writes: when the folder's event files (or its
 // trainer_state.json) change, the run is imported again (its points replace those at the same
 // steps, so each point is stored once) and pointsAdded is emitted. It never ends by itself: the

@@ -19,6 +19,7 @@
 #include "jobs/local_launcher.h"
 #include "jobs/local_run_watcher.h"
 #include "jobs/log_tail.h"
+#include "jobs/run_import.h"
 #include "protocol/checkpoint_discovery.h"
 
 namespace shard::jobs {
@@ -382,6 +383,12 @@ private:
             if (known && known.value() != 0 && m_watchers.contains(known.value()))
                 return known.value();
         }
+        // A folder the engine did not write (no run.json or metrics.jsonl), holding another
+        // tool's TensorBoard files or trainer_state.json, is imported.
+        const QDir dir(directory);
+        if (!directory.isEmpty() && !dir.exists(QStringLiteral("run.json"))
+            && !dir.exists(QStringLiteral("metrics.jsonl")) && hasImportableFiles(directory))
+            return ImportTarget(m_store.get()).attach(directory);
         return LocalLauncher(*m_store).attach(directory);
     }
 

@@ -61,6 +61,10 @@ RunsPage::RunsPage(QWidget* parent)
     m_monitor = new QPushButton(tr("&Monitor"), this);
     m_compare = new QPushButton(tr("&Compare selected"), this);
     m_import = new QPushButton(tr("&Import run folder…"), this);
+    m_import->setToolTip(tr("A run folder of Shard Studio, or another tool's logs: TensorBoard "
+                            "event files (Hugging Face Trainer, torchtitan, DeepSpeed, "
+                            "Megatron-LM, Lightning) or a trainer_state.json, followed while "
+                            "they grow"));
     m_rename = new QPushButton(tr("Re&name…"), this);
     m_notes = new QPushButton(tr("N&otes…"), this);
     m_continue = new QPushButton(tr("Con&tinue…"), this);

@@ -20,6 +20,9 @@
 #include "jobs/run_service.h"
 #include "protocol/checkpoint_discovery.h"
 #include "protocol/run_dir.h"
+#include "jobs/run_store.h"
+#include "tbio/event_writer.h"
+#include "tbio/tfrecord.h"
 #include "widgets/live_plot.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/monitor_page.h"
@@ -380,6 +383,33 @@ private Q_SLOTS:
         QVERIFY2(page.messageText().contains("at step 4"), qPrintable(page.messageText()));
         QCOMPARE(page.lossPlot()->markerCount(), 1);
         QCOMPARE(page.lrPlot()->markerCount(), 0);
+    }
+
+    void anotherToolsLogFolderIsImportedAndShown()
+    {
+        // A folder of TensorBoard event files (another tool's run): opened, it is imported and
+        // drawn like the engine's own runs.
+        QTemporaryDir tmp;
+        const QString run = tmp.filePath("tb/run-1");
+        QVERIFY(QDir().mkpath(run));
+        std::string bytes = shard::tbio::frameRecord(std::string("\x1a\x0d", 2) + "brain.Event:2");
+        for (int step = 1; step <= 5; ++step)
+            bytes += shard::tbio::frameRecord(shard::tbio::scalarEventBytes(1000.0 + step, step,
+                {{"train/loss", 5.0f - step * 0.5f}, {"train/learning_rate", 1e-4f}}));
+        writeFile(run + "/events.out.tfevents.1000.host.1.0", QByteArray::fromStdString(bytes));
+        Service store;
+        MonitorPage page;
+        page.setStore(&store.service);
+        page.show();
+        page.openRunDirectory(run);
+        QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 5, 30000);
+        auto runs = shard::jobs::RunStore::open(store.dir.filePath("runs.db"),
+            shard::jobs::OpenMode::ReadOnly);
+        QVERIFY(runs);
+        const auto listed = runs->listRuns();
+        QVERIFY(listed && listed->size() == 1);
+        QCOMPARE(listed->first().target, QString("import"));
+        QCOMPARE(listed->first().runDir, QDir(run).absolutePath());
     }
 
     void folderWithoutRunJsonShowsMessage()
