@@ -18,6 +18,7 @@
 #include "jobs/run_store.h"
 #include "tbio/event_reader.h"
 #include "tbio/known_tags.h"
+#include "tbio/log_lines.h"
 
 namespace shard::jobs {
 
@@ -26,9 +27,10 @@ namespace {
 constexpr const char* kTrainerState = "trainer_state.json";
 
 struct Candidate {
-    QString folder;
+    QString folder;         // the run's key in the store: its folder, or a log file's path
     QStringList eventFiles; // sorted: the names carry the start time, so older files come first
     QString trainerState;
+    QString logFile; // a job's stdout
 };
 
 // What one run's files hold, before it is stored.
@@ -39,6 +41,7 @@ struct RunData {
     QStringList notes;
     QJsonObject extra;     // goes into the source
     QStringList filesRead; // the files the points came from
+    QString tool;          // set by readers of one tool's format
 };
 
 void setIfUnset(double& field, double value)
@@ -178,7 +181,53 @@ Result<RunData> readTrainerState(const QString& file)
              "num_train_epochs", "epoch"})
         if (root.contains(key) && !root.value(key).isNull())
             run.extra[key] = root.value(key);
-    run.toolTags["Hugging Face Trainer"].insert(kTrainerState);
+    run.tool = QStringLiteral("Hugging Face Trainer");
+    return run;
+}
+
+// A job's stdout: Hugging Face Trainer's dict lines (no step in them: each training line is
+// the next logged step, an evaluation line belongs to the step before it) or torchtitan's step
+// lines.
+Result<RunData> readLogRun(const QString& file)
+{
+    QFile f(file);
+    if (!f.open(QIODevice::ReadOnly))
+        return fail(QStringLiteral("cannot read %1: %2").arg(file, f.errorString()));
+    RunData run;
+    qint64 hfStep = 0;
+    qint64 lines = 0;
+    bool hf = false, titan = false;
+    while (!f.atEnd()) {
+        // A line longer than 1 MiB is read in pieces: no metric line is that long.
+        const QByteArray line = f.readLine(1 << 20);
+        auto parsed = tbio::parseLogLine(line.trimmed().toStdString());
+        if (!parsed)
+            continue;
+        ++lines;
+        qint64 step = 0;
+        if (parsed->step) {
+            step = *parsed->step;
+            titan = true;
+        } else {
+            hf = true;
+            if (parsed->kind == tbio::LogLine::Kind::HuggingFaceTrain)
+                ++hfStep;
+            step = std::max<qint64>(hfStep, 1);
+        }
+        for (const auto& [tag, value] : parsed->values) {
+            run.scalars.push_back({QString::fromStdString(tag), step, 0.0, value});
+            addKnown(run, tag, step, 0.0, value);
+        }
+    }
+    if (lines == 0)
+        return fail(QStringLiteral("%1 has no metric lines of Hugging Face Trainer "
+                                   "({'loss': ...}) or torchtitan (step: N  loss: ...)")
+                        .arg(file));
+    if (hf)
+        run.notes << QStringLiteral("Hugging Face Trainer prints no step: its logged lines are "
+                                    "numbered 1, 2, 3, ... (multiply by logging_steps)");
+    run.tool = hf && !titan ? QStringLiteral("Hugging Face Trainer") : QStringLiteral("torchtitan");
+    run.extra["lines"] = lines;
     return run;
 }
 
@@ -228,10 +277,11 @@ Result<std::vector<Candidate>> discover(const QString& path, QStringList& skippe
         } else if (fi.fileName() == kTrainerState) {
             trainerStates[fi.absolutePath()] = fi.absoluteFilePath();
         } else {
-            return fail(QStringLiteral("%1 is neither a TensorBoard event file "
-                                       "(events.out.tfevents.*) nor a trainer_state.json; give "
-                                       "one of those, or a folder holding them")
-                            .arg(path));
+            // Any other file is read as a job's stdout (train.log, slurm-1234.out).
+            Candidate c;
+            c.folder = fi.absoluteFilePath();
+            c.logFile = c.folder;
+            return std::vector<Candidate> {c};
         }
     } else {
         QDirIterator it(
@@ -272,10 +322,10 @@ Result<std::vector<Candidate>> discover(const QString& path, QStringList& skippe
 
 // The tool whose names the run uses most; one common name alone ("train/loss" is also what many
 // scripts log through a bare SummaryWriter) does not name a tool.
-QString toolOf(const RunData& run, bool trainerState)
+QString toolOf(const RunData& run)
 {
-    if (trainerState)
-        return QStringLiteral("Hugging Face Trainer");
+    if (!run.tool.isEmpty()) // trainer_state.json, a log: the tool its reader recognised
+        return run.tool;
     if (run.extra.value("writer").toString() == "shard-studio")
         return QStringLiteral("Shard Studio");
     QString best;
@@ -301,7 +351,12 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
     const QString baseParent = QFileInfo(base.absolutePath()).absolutePath();
     for (const Candidate& c : *found) {
         RunData data;
-        if (!c.trainerState.isEmpty()) {
+        if (!c.logFile.isEmpty()) {
+            auto read = readLogRun(c.logFile);
+            if (!read)
+                return fail(read.error());
+            data = std::move(*read);
+        } else if (!c.trainerState.isEmpty()) {
             auto read = readTrainerState(c.trainerState);
             if (!read) {
                 report.skipped << read.error();
@@ -320,8 +375,10 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
         }
         ImportedRun r;
         r.folder = c.folder;
-        r.format = c.trainerState.isEmpty() ? "tensorboard" : "trainer_state";
-        r.tool = toolOf(data, !c.trainerState.isEmpty());
+        r.format = !c.logFile.isEmpty() ? "log"
+            : c.trainerState.isEmpty()  ? "tensorboard"
+                                        : "trainer_state";
+        r.tool = toolOf(data);
         r.notes = data.notes;
         r.name = QDir(baseParent).relativeFilePath(c.folder);
         auto existing = store.findRunByDir(QString(), c.folder);
@@ -356,8 +413,9 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
         source["format"] = r.format;
         source["path"] = c.folder;
         source["host"] = "";
-        source["files"] = QJsonArray::fromStringList(
-            c.trainerState.isEmpty() ? data.filesRead : QStringList {c.trainerState});
+        source["files"] = QJsonArray::fromStringList(!c.logFile.isEmpty() ? QStringList {c.logFile}
+                : c.trainerState.isEmpty()                                ? data.filesRead
+                                           : QStringList {c.trainerState});
         std::vector<ImportedPoint> points;
         points.reserve(data.steps.size());
         for (const auto& [step, p] : data.steps)
@@ -412,6 +470,11 @@ void ImportWatcher::start(int pollMs)
 
 QString ImportWatcher::signature() const
 {
+    const QFileInfo self(m_folder);
+    if (self.isFile()) // a log file's run
+        return QStringLiteral("%1:%2")
+            .arg(self.size())
+            .arg(self.lastModified().toMSecsSinceEpoch());
     QStringList parts;
     QDirIterator it(m_folder, QDir::Files | QDir::NoSymLinks);
     while (it.hasNext()) {

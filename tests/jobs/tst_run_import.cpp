@@ -88,6 +88,7 @@ private Q_SLOTS:
     void cli();
     void engineWritesTensorboard();
     void followsAGrowingRun();
+    void logs();
 
 private:
     QTemporaryDir m_tmp;
@@ -270,7 +271,9 @@ void TestRunImport::badInput()
     QVERIFY(!missing && missing.error().endsWith("absent does not exist"));
     writeAll(m_tmp.filePath("notes.txt"), "hello");
     auto text = importRuns(*store, m_tmp.filePath("notes.txt"));
-    QVERIFY(!text && text.error().contains("neither a TensorBoard event file"));
+    QVERIFY2(
+        !text && text.error().contains("notes.txt has no metric lines of Hugging Face Trainer"),
+        qPrintable(text.error()));
     QDir empty(m_tmp.filePath("empty"));
     QVERIFY(empty.mkpath("."));
     auto none = importRuns(*store, empty.absolutePath());
@@ -504,6 +507,72 @@ void TestRunImport::followsAGrowingRun()
     QCOMPARE(m->step, QVector<double>({1, 2, 3}));
     QCOMPARE(m->loss, QVector<double>({5.0, 3.5, 3.0}));
     QCOMPARE(store->listRuns()->size(), 1);
+}
+
+void TestRunImport::logs()
+{
+    auto store = RunStore::open(m_tmp.filePath("logs.sqlite"));
+    QVERIFY(store);
+    // Hugging Face Trainer's stdout: dicts after tqdm's bar (carriage returns), evaluation and
+    // the final summary; no step in them.
+    writeAll(m_tmp.filePath("hf.out"),
+        "***** Running training *****\n"
+        "  0%|          | 0/30 [00:00<?, ?it/s]\r 33%|###3      | 10/30 [00:05<00:10,  2.00it/s]"
+        "{'loss': 2.5, 'grad_norm': 1.25, 'learning_rate': 4.5e-05, 'epoch': 0.33}\n"
+        "{'loss': 2.0, 'grad_norm': 0.75, 'learning_rate': 3e-05, 'epoch': 0.67}\n"
+        "{'eval_loss': 2.25, 'eval_runtime': 1.5, 'eval_samples_per_second': 100.0, 'epoch': "
+        "0.67}\n"
+        "{'loss': 1.5, 'grad_norm': 0.5, 'learning_rate': 1.5e-05, 'epoch': 1.0}\n"
+        "{'train_runtime': 15.0, 'train_samples_per_second': 8.0, 'train_loss': 2.0, 'epoch': "
+        "1.0}\n");
+    auto hf = importRuns(*store, m_tmp.filePath("hf.out"));
+    QVERIFY2(hf, qPrintable(hf.error()));
+    QCOMPARE(hf->runs[0].tool, QString("Hugging Face Trainer"));
+    QCOMPARE(hf->runs[0].format, QString("log"));
+    auto m = store->metricSeries(hf->runs[0].runId);
+    QVERIFY(m);
+    QCOMPARE(m->step, QVector<double>({1, 2, 3}));
+    QCOMPARE(m->loss, QVector<double>({2.5, 2.0, 1.5}));
+    QCOMPARE(m->gradNorm, QVector<double>({1.25, 0.75, 0.5}));
+    QCOMPARE(m->lr, QVector<double>({4.5e-05, 3e-05, 1.5e-05}));
+    QCOMPARE(m->evalStep, QVector<double>({2}));
+    QCOMPARE(m->evalLoss, QVector<double>({2.25}));
+    QVERIFY(store->scalarTags(hf->runs[0].runId)->contains("train/train_runtime"));
+
+    // torchtitan's step lines, with its colour codes and logger prefix.
+    const QByteArray esc("\x1b");
+    QByteArray titan = "[rank0]:[titan] 2026-01-05 10:00:00,000 - root - INFO - Training starts\n";
+    for (int step = 1; step <= 3; ++step)
+        titan += "[rank0]:[titan] 2026-01-05 10:00:0" + QByteArray::number(step)
+            + ",000 - root - INFO - " + esc + "[31mstep: " + QByteArray::number(step) + "  " + esc
+            + "[32mloss: " + QByteArray::number(8.0 - step, 'f', 4) + "  " + esc
+            + "[33mgrad_norm:  1.2500  " + esc + "[34mmemory: 12.50GiB(15.75%)  " + esc
+            + "[35mtps: 1,234  " + esc + "[36mtflops: 56.70  " + esc + "[35mmfu: 18.20%" + esc
+            + "[39m\n";
+    writeAll(m_tmp.filePath("titan.log"), titan);
+    auto t = importRuns(*store, m_tmp.filePath("titan.log"));
+    QVERIFY2(t, qPrintable(t.error()));
+    QCOMPARE(t->runs[0].tool, QString("torchtitan"));
+    m = store->metricSeries(t->runs[0].runId);
+    QCOMPARE(m->step, QVector<double>({1, 2, 3}));
+    QCOMPARE(m->loss, QVector<double>({7.0, 6.0, 5.0}));
+    QCOMPARE(m->tokensPerSec, QVector<double>({1234, 1234, 1234}));
+    auto mfu = store->scalarSeries(t->runs[0].runId, "mfu(%)");
+    QVERIFY(mfu && mfu->value == QVector<double>({18.2, 18.2, 18.2}));
+    auto mem = store->scalarSeries(t->runs[0].runId, "memory/max_reserved(GiB)");
+    QVERIFY(mem && mem->value.first() == 12.5);
+
+    // The log grows: the watcher imports the new lines.
+    auto launcher = launcherOf(*store, *store->run(t->runs[0].runId));
+    QVERIFY(launcher);
+    auto watcher = launcher.value()->watch(*store->run(t->runs[0].runId), nullptr);
+    QVERIFY(watcher);
+    {
+        QFile f(m_tmp.filePath("titan.log"));
+        QVERIFY(f.open(QIODevice::Append));
+        f.write("step: 4  loss:  3.5000  grad_norm:  1.0000\n");
+    }
+    QTRY_COMPARE_WITH_TIMEOUT(*store->metricCount(t->runs[0].runId), qint64(4), 20000);
 }
 
 QTEST_GUILESS_MAIN(TestRunImport)
