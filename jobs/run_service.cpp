@@ -100,6 +100,20 @@ public:
         Q_EMIT seriesLoaded(ticket, out);
     }
 
+    void loadScalars(qint64 runId, const QString& tag, quint64 ticket)
+    {
+        if (!ready())
+            return;
+        auto tags = m_store->scalarTags(runId);
+        const QStringList all = tags ? tags.value() : QStringList();
+        const QString chosen = all.contains(tag) ? tag : all.value(0);
+        ScalarSeries series;
+        if (!chosen.isEmpty())
+            if (auto s = m_store->scalarSeries(runId, chosen); s)
+                series = std::move(s.value());
+        Q_EMIT scalarsLoaded(ticket, runId, all, chosen, series);
+    }
+
     void attachRunDirectory(const QString& directory)
     {
         if (!ready())
@@ -320,6 +334,8 @@ Q_SIGNALS:
     void openFailed(const QString& message);
     void runsListed(const QVector<shard::jobs::RunRecord>& runs);
     void seriesLoaded(quint64 ticket, const std::vector<shard::jobs::RunSeries>& runs);
+    void scalarsLoaded(quint64 ticket, qint64 runId, const QStringList& tags, const QString& tag,
+        const shard::jobs::ScalarSeries& series);
     void runAttached(const QString& directory, qint64 runId, const QString& error);
     void launched(qint64 runId, const QString& runDir, bool remote);
     void runChanged(qint64 runId);
@@ -588,6 +604,7 @@ RunService::RunService(const QString& path, QObject* parent)
     qRegisterMetaType<QVector<shard::jobs::RunRecord>>();
     qRegisterMetaType<std::vector<shard::jobs::RunSeries>>();
     qRegisterMetaType<shard::jobs::FollowUpdate>();
+    qRegisterMetaType<shard::jobs::ScalarSeries>();
     m_worker = new RunServiceWorker;
     m_worker->moveToThread(&m_thread);
     connect(&m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
@@ -595,6 +612,7 @@ RunService::RunService(const QString& path, QObject* parent)
     connect(m_worker, &RunServiceWorker::openFailed, this, &RunService::openFailed);
     connect(m_worker, &RunServiceWorker::runsListed, this, &RunService::runsListed);
     connect(m_worker, &RunServiceWorker::seriesLoaded, this, &RunService::seriesLoaded);
+    connect(m_worker, &RunServiceWorker::scalarsLoaded, this, &RunService::scalarsLoaded);
     connect(m_worker, &RunServiceWorker::runAttached, this, &RunService::runAttached);
     connect(m_worker, &RunServiceWorker::launched, this, &RunService::launched);
     connect(m_worker, &RunServiceWorker::runChanged, this, &RunService::runChanged);
@@ -625,6 +643,12 @@ void RunService::loadSeries(const QVector<qint64>& runIds, quint64 ticket)
 {
     QMetaObject::invokeMethod(
         m_worker, [w = m_worker, runIds, ticket] { w->loadSeries(runIds, ticket); });
+}
+
+void RunService::loadScalars(qint64 runId, const QString& tag, quint64 ticket)
+{
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker, runId, tag, ticket] { w->loadScalars(runId, tag, ticket); });
 }
 
 void RunService::attachRunDirectory(const QString& directory)

@@ -63,6 +63,9 @@ public:
     void listRuns(const QString& filter = {});
     // Loads runs as series plus their specs; answered by seriesLoaded with the ticket.
     void loadSeries(const QVector<qint64>& runIds, quint64 ticket);
+    // A run's scalar tags (imported runs keep every scalar under its tag) and one tag's points:
+    // `tag`, or the first tag when the run has no such tag. Answered by scalarsLoaded.
+    void loadScalars(qint64 runId, const QString& tag, quint64 ticket);
     // The run recorded for a run folder on this machine, recorded and ingested first when it is
     // not (made by the CLI, another studio, or a copy); answered by runAttached.
     void attachRunDirectory(const QString& directory);
@@ -98,6 +101,8 @@ Q_SIGNALS:
     void openFailed(const QString& message);
     void runsListed(const QVector<shard::jobs::RunRecord>& runs);
     void seriesLoaded(quint64 ticket, const std::vector<shard::jobs::RunSeries>& runs);
+    void scalarsLoaded(quint64 ticket, qint64 runId, const QStringList& tags, const QString& tag,
+        const shard::jobs::ScalarSeries& series);
     // The answer to attachRunDirectory: the run's id, or 0 and the error in words.
     void runAttached(const QString& directory, qint64 runId, const QString& error);
     // `remote`: the run directory is on another host (SSH, Slurm over a login node).
@@ -126,3 +131,4 @@ private:
 Q_DECLARE_METATYPE(QVector<shard::jobs::RunRecord>)
 Q_DECLARE_METATYPE(std::vector<shard::jobs::RunSeries>)
 Q_DECLARE_METATYPE(shard::jobs::FollowUpdate)
+Q_DECLARE_METATYPE(shard::jobs::ScalarSeries)

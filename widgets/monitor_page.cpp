@@ -13,6 +13,7 @@
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QSignalBlocker>
 #include <QSlider>
 #include <QSplitter>
 #include <QTabWidget>
@@ -177,10 +178,37 @@ MonitorPage::MonitorPage(QWidget* parent)
     logRow->addStretch(1);
     logLayout->addLayout(logRow);
     logLayout->addWidget(m_log, 1);
+    // Every scalar a run logged under its own tag (imported runs): a tag picker and its curve.
+    auto* scalarsBox = new QWidget(this);
+    auto* scalarsLayout = new QVBoxLayout(scalarsBox);
+    scalarsLayout->setContentsMargins(0, 0, 0, 0);
+    auto* scalarRow = new QHBoxLayout;
+    m_scalarTag = new QComboBox(scalarsBox);
+    m_scalarTag->setObjectName("scalarTag");
+    m_scalarTag->setAccessibleName(tr("Scalar"));
+    m_scalarTag->setMinimumContentsLength(24);
+    auto* scalarLabel = new QLabel(tr("Scalar"), scalarsBox);
+    scalarLabel->setBuddy(m_scalarTag);
+    m_scalarsNote
+        = new QLabel(tr("This run has no other scalars: runs imported from TensorBoard files, "
+                        "trainer_state.json or logs keep every scalar they logged under its tag."),
+            scalarsBox);
+    m_scalarsNote->setWordWrap(true);
+    scalarRow->addWidget(scalarLabel);
+    scalarRow->addWidget(m_scalarTag);
+    scalarRow->addWidget(m_scalarsNote, 1);
+    m_scalars = new LivePlot(QString(), scalarsBox);
+    m_scalars->addSeries(tr("value"), Theme::seriesColor(5));
+    scalarsLayout->addLayout(scalarRow);
+    scalarsLayout->addWidget(m_scalars, 1);
     auto* tabs = new QTabWidget(this);
+    m_tabs = tabs;
     tabs->addTab(logBox, tr("&Log"));
     tabs->addTab(m_events, tr("&Events"));
     tabs->addTab(m_samples, tr("Sa&mples"));
+    tabs->addTab(scalarsBox, tr("Scala&rs"));
+    connect(tabs, &QTabWidget::currentChanged, this, [this] { requestScalars(); });
+    connect(m_scalarTag, qOverload<int>(&QComboBox::activated), this, [this] { requestScalars(); });
     auto* split = new QSplitter(Qt::Vertical, this);
     split->addWidget(charts);
     split->addWidget(tabs);
@@ -232,9 +260,53 @@ QString MonitorPage::runDirectory() const
     return m_where;
 }
 
+QStringList MonitorPage::scalarTags() const
+{
+    QStringList tags;
+    for (int i = 0; i < m_scalarTag->count(); ++i)
+        tags << m_scalarTag->itemText(i);
+    return tags;
+}
+
+void MonitorPage::showScalar(const QString& tag)
+{
+    m_scalarTag->setCurrentText(tag);
+    m_tabs->setCurrentWidget(m_scalars->parentWidget());
+    requestScalars();
+}
+
+int MonitorPage::scalarPointCount() const
+{
+    return int(m_scalars->series(0).size());
+}
+
+void MonitorPage::requestScalars()
+{
+    // Loaded when the tab is shown (and again as points arrive while it is).
+    if (m_store && m_storeRunId != 0 && m_tabs->currentWidget() == m_scalars->parentWidget())
+        m_store->loadScalars(m_storeRunId, m_scalarTag->currentText(), m_storeTicket);
+}
+
 void MonitorPage::setStore(jobs::RunService* store)
 {
     m_store = store;
+    connect(store, &jobs::RunService::scalarsLoaded, this,
+        [this](quint64 ticket, qint64 runId, const QStringList& tags, const QString& tag,
+            const jobs::ScalarSeries& series) {
+            if (ticket != m_storeTicket || runId != m_storeRunId)
+                return;
+            if (scalarTags() != tags) {
+                const QSignalBlocker block(m_scalarTag);
+                m_scalarTag->clear();
+                m_scalarTag->addItems(tags);
+            }
+            m_scalarTag->setCurrentText(tag);
+            m_scalarTag->setVisible(!tags.isEmpty());
+            m_scalarsNote->setVisible(tags.isEmpty());
+            m_scalars->setTitle(tag);
+            m_scalars->setYAxisLabel(tag);
+            m_scalars->setPoints(0, series.step, series.value);
+        });
     connect(store, &jobs::RunService::runFollowed, this,
         [this](quint64 ticket, const jobs::FollowUpdate& u) {
             if (m_storeRunId == 0 || ticket != m_storeTicket)
@@ -314,6 +386,7 @@ void MonitorPage::openStoreRun(qint64 runId)
     m_status->setText(tr("Connecting to run %1…").arg(runId));
     m_stop->setEnabled(true);
     m_store->followRun(runId, m_storeTicket);
+    requestScalars();
 }
 
 void MonitorPage::onStoreState(const jobs::FollowUpdate::State& st)
@@ -430,6 +503,9 @@ void MonitorPage::reset()
     m_finishReason.reset();
     m_storeResumable = false;
     m_resume->setEnabled(false);
+    m_scalarTag->clear();
+    m_scalars->setPoints(0, {}, {});
+    m_scalars->setTitle(QString());
     for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput}) {
         for (int i = 0; i < p->seriesCount(); ++i)
             p->setPoints(i, {}, {});
@@ -487,6 +563,8 @@ QString MonitorPage::runningLabel() const
 
 void MonitorPage::onUpdate(const jobs::FollowUpdate& u)
 {
+    if (u.points.size() > 0)
+        requestScalars();
     if (u.specChanged) {
         m_message->clearMessage();
         m_run.config = u.spec;

@@ -23,6 +23,7 @@ class QPlainTextEdit;
 class QProgressBar;
 class QPushButton;
 class QSlider;
+class QTabWidget;
 class QTimer;
 class QTreeWidget;
 
@@ -55,6 +56,11 @@ public:
     QString runDirectory() const;
     const jobs::RunSeries& run() const { return m_run; }
     int pointCount() const { return int(m_run.size()); }
+    // The Scalars tab: the run's tags (imported runs keep every scalar under its tag), the one
+    // shown, and its points.
+    QStringList scalarTags() const;
+    void showScalar(const QString& tag);
+    int scalarPointCount() const;
     QString messageText() const;
     QString logText() const;
     QString etaText() const;
@@ -137,6 +143,11 @@ private:
     QLabel* m_logLabel = nullptr;
     QTreeWidget* m_events = nullptr;
     QTreeWidget* m_samples = nullptr;
+    QComboBox* m_scalarTag = nullptr;
+    LivePlot* m_scalars = nullptr;
+    QLabel* m_scalarsNote = nullptr;
+    QTabWidget* m_tabs = nullptr;
+    void requestScalars();
 };
 
 QStringList memoryCategoryNames();

@@ -410,6 +410,11 @@ private Q_SLOTS:
         QVERIFY(listed && listed->size() == 1);
         QCOMPARE(listed->first().target, QString("import"));
         QCOMPARE(listed->first().runDir, QDir(run).absolutePath());
+        // Every scalar under its tag, in the Scalars tab.
+        page.showScalar("train/learning_rate");
+        QTRY_COMPARE_WITH_TIMEOUT(
+            page.scalarTags(), QStringList({"train/learning_rate", "train/loss"}), 30000);
+        QTRY_COMPARE_WITH_TIMEOUT(page.scalarPointCount(), 5, 30000);
     }
 
     void folderWithoutRunJsonShowsMessage()
