@@ -231,6 +231,82 @@ Result<RunData> readLogRun(const QString& file)
     return run;
 }
 
+QString toolOf(const RunData& run);
+int checkpointNumber(const QString& trainerState);
+
+QJsonObject jsonFile(const QString& path)
+{
+    QFile f(path);
+    if (f.size() > (1 << 20) || !f.open(QIODevice::ReadOnly))
+        return {};
+    return QJsonDocument::fromJson(f.readAll()).object();
+}
+
+// What is known of an imported run's set-up, as its spec (compared like the engine's run.json):
+// the model's config.json, a DeepSpeed config, the Trainer's settings from trainer_state.json,
+// found in the run's folder and up to three folders above it (a Trainer's output folder holds
+// runs/<name>/ for its event files), never above `top`.
+QJsonObject specOf(const QString& runPath, const QString& top, const RunData& data)
+{
+    QJsonObject spec;
+    QJsonObject modelConfig, deepspeed, trainer;
+    QDir dir(QFileInfo(runPath).isDir() ? runPath : QFileInfo(runPath).absolutePath());
+    for (int up = 0; up < 4; ++up) {
+        for (const QFileInfo& f : dir.entryInfoList({"*.json"}, QDir::Files, QDir::Name)) {
+            const QString name = f.fileName();
+            if (modelConfig.isEmpty() && name == "config.json") {
+                const QJsonObject o = jsonFile(f.absoluteFilePath());
+                if (o.contains("model_type"))
+                    modelConfig = o;
+            } else if (deepspeed.isEmpty()
+                && (name.contains("ds") || name.contains("deepspeed") || name.contains("zero"))) {
+                const QJsonObject o = jsonFile(f.absoluteFilePath());
+                if (o.contains("zero_optimization"))
+                    deepspeed = o;
+            } else if (trainer.isEmpty() && name == kTrainerState) {
+                trainer = jsonFile(f.absoluteFilePath());
+            }
+        }
+        if (trainer.isEmpty()) {
+            // A Trainer output folder's newest checkpoint-N/trainer_state.json.
+            int newest = -1;
+            for (const QFileInfo& c : dir.entryInfoList({"checkpoint-*"}, QDir::Dirs)) {
+                const int n = checkpointNumber(c.absoluteFilePath() + "/" + kTrainerState);
+                if (n != std::numeric_limits<int>::max() && n > newest
+                    && QFile::exists(c.absoluteFilePath() + "/" + kTrainerState)) {
+                    newest = n;
+                    trainer = jsonFile(c.absoluteFilePath() + "/" + kTrainerState);
+                }
+            }
+        }
+        if (dir.absolutePath() == top || !dir.cdUp())
+            break;
+    }
+    if (!modelConfig.isEmpty()) {
+        spec["model_config"] = modelConfig;
+        const QString name = modelConfig.value("_name_or_path").toString();
+        spec["model"] = name.isEmpty() ? modelConfig.value("model_type").toString() : name;
+    }
+    if (!deepspeed.isEmpty()) {
+        spec["deepspeed"] = deepspeed;
+        const QJsonValue stage = deepspeed.value("zero_optimization").toObject().value("stage");
+        if (stage.isDouble())
+            spec["strategy"] = QStringLiteral("zero%1").arg(stage.toInt());
+    }
+    if (!trainer.isEmpty()) {
+        QJsonObject t;
+        for (const char* key : {"max_steps", "num_train_epochs", "logging_steps", "eval_steps",
+                 "save_steps", "train_batch_size", "best_model_checkpoint", "best_metric"})
+            if (trainer.contains(key) && !trainer.value(key).isNull())
+                t[key] = trainer.value(key);
+        spec["trainer"] = t;
+        if (trainer.value("max_steps").isDouble())
+            spec["steps"] = trainer.value("max_steps").toInteger();
+    }
+    spec["imported_from"] = toolOf(data);
+    return spec;
+}
+
 // The folder a Trainer writes checkpoint-N/ into.
 QString outputFolderOf(const QString& trainerState)
 {
@@ -381,6 +457,8 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
         r.tool = toolOf(data);
         r.notes = data.notes;
         r.name = QDir(baseParent).relativeFilePath(c.folder);
+        const QByteArray spec
+            = QJsonDocument(specOf(c.folder, baseParent, data)).toJson(QJsonDocument::Compact);
         auto existing = store.findRunByDir(QString(), c.folder);
         if (!existing)
             return fail(existing.error());
@@ -396,10 +474,13 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
                 continue;
             }
             r.runId = *existing;
+            if (auto st = store.setSpec(r.runId, spec); !st)
+                return fail(st.error());
         } else {
             NewRun n;
             n.name = r.name;
             n.target = "import";
+            n.specJson = spec;
             n.runDir = c.folder;
             n.status = RunStatus::Finished;
             auto id = store.createRun(n);

@@ -89,6 +89,7 @@ private Q_SLOTS:
     void engineWritesTensorboard();
     void followsAGrowingRun();
     void logs();
+    void configBesideTheRun();
 
 private:
     QTemporaryDir m_tmp;
@@ -573,6 +574,48 @@ void TestRunImport::logs()
         f.write("step: 4  loss:  3.5000  grad_norm:  1.0000\n");
     }
     QTRY_COMPARE_WITH_TIMEOUT(*store->metricCount(t->runs[0].runId), qint64(4), 20000);
+}
+
+void TestRunImport::configBesideTheRun()
+{
+    // A Trainer output folder: the model's config.json, a DeepSpeed config, checkpoint-N/ with
+    // trainer_state.json and runs/<name>/ with the event files. Two such runs compare by what
+    // differs in their set-up.
+    auto store = RunStore::open(m_tmp.filePath("config.sqlite"));
+    QVERIFY(store);
+    QVector<qint64> ids;
+    for (int stage : {2, 3}) {
+        QDir out(m_tmp.filePath(QStringLiteral("outputs/stage%1").arg(stage)));
+        QVERIFY(out.mkpath("runs/Dec04_10-00-00_host") && out.mkpath("checkpoint-20"));
+        writeAll(out.filePath("config.json"),
+            R"({"_name_or_path": "meta-llama/Llama-3.2-1B", "model_type": "llama",
+                "hidden_size": 2048, "num_hidden_layers": 16})");
+        writeAll(out.filePath("ds_config.json"),
+            QStringLiteral(R"({"zero_optimization": {"stage": %1}, "bf16": {"enabled": true}})")
+                .arg(stage)
+                .toUtf8());
+        writeAll(out.filePath("checkpoint-20/trainer_state.json"),
+            R"({"max_steps": 100, "logging_steps": 10, "log_history": [{"step": 10, "loss": 2.0}]})");
+        writeAll(out.filePath("runs/Dec04_10-00-00_host/events.out.tfevents.1.host.1.0"),
+            versionRecord() + scalarEvent(1, 10, "train/loss", 2.0f));
+        auto report = importRuns(*store, out.absolutePath());
+        QVERIFY2(report, qPrintable(report.error()));
+        QCOMPARE(report->runs.size(), 1); // the trainer_state.json is the same run's
+        auto run = store->run(report->runs[0].runId);
+        QVERIFY(run);
+        QCOMPARE(run->model, QString("meta-llama/Llama-3.2-1B"));
+        QCOMPARE(run->strategy, QStringLiteral("zero%1").arg(stage));
+        QCOMPARE(run->totalSteps, 100);
+        ids << run->id;
+    }
+    auto diff = store->compareConfigs(ids);
+    QVERIFY(diff);
+    QStringList keys;
+    for (const auto& d : *diff)
+        keys << d.key;
+    QVERIFY2(keys.contains("strategy") && keys.contains("deepspeed.zero_optimization.stage")
+            && !keys.contains("model"),
+        qPrintable(keys.join(", ")));
 }
 
 QTEST_GUILESS_MAIN(TestRunImport)
