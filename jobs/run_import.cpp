@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include <QDateTime>
 #include <QDir>
 #include <QDirIterator>
 #include <QFile>
@@ -13,6 +14,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QProcess>
 #include <QRegularExpression>
 
 #include "jobs/run_store.h"
@@ -416,7 +418,77 @@ QString toolOf(const RunData& run)
 
 } // namespace
 
-Result<ImportReport> importRuns(RunStore& store, const QString& path)
+namespace {
+
+// Where a mirrored remote folder came from: runs are keyed by host and remote path.
+struct RemoteOrigin {
+    QString host;
+    QString remoteRoot; // the PATH of HOST:PATH, absolute on the host
+    QString mirrorRoot; // its copy here
+};
+
+Result<ImportReport> importLocal(RunStore& store, const QString& path, const RemoteOrigin* origin);
+
+} // namespace
+
+bool isRemoteImportPath(const QString& path)
+{
+    static const QRegularExpression re(QStringLiteral("^([A-Za-z0-9_.@\\-]+(:[0-9]+)?):(.+)$"));
+    return !QFileInfo::exists(path) && re.match(path).hasMatch();
+}
+
+Result<ImportReport> importRuns(RunStore& store, const QString& path, const SshOptions& ssh)
+{
+    if (!isRemoteImportPath(path))
+        return importLocal(store, path, nullptr);
+    // HOST:PATH: the files an import reads, in one tar stream over ssh.
+    static const QRegularExpression re(QStringLiteral("^([A-Za-z0-9_.@\\-]+(:[0-9]+)?):(.+)$"));
+    const auto m = re.match(path);
+    auto host = SshHost::parse(m.captured(1));
+    if (!host)
+        return fail(host.error());
+    const QString remote = m.captured(3);
+    SshClient client(ssh);
+    const QString script = QStringLiteral(
+        "p=%1; case $p in \\~/*) p=$HOME/${p#\\~/};; esac; "
+        "if [ -d \"$p\" ]; then cd \"$p\" && echo \"D $(pwd)\" && find . -type f -size -268435456c "
+        "\\( -name 'events.out.tfevents.*' -o -name trainer_state.json -o -name config.json "
+        "-o -name '*ds*.json' -o -name '*deepspeed*.json' -o -name '*zero*.json' \\) -print | "
+        "tar -cf - -T - | base64; "
+        "elif [ -f \"$p\" ]; then cd \"$(dirname \"$p\")\" && echo \"F $(pwd)\" && "
+        "tar -cf - \"$(basename \"$p\")\" | base64; "
+        "else echo \"$p: no such file or folder\" >&2; exit 3; fi")
+                               .arg(SshClient::shellQuote(remote));
+    auto r = client.run(*host, script, {}, 10 * 60 * 1000);
+    if (!r)
+        return fail(QStringLiteral("%1: %2").arg(path, r.error()));
+    if (r->exitCode != 0)
+        return fail(QStringLiteral("%1: %2").arg(
+            path, QString::fromLocal8Bit(r->err).trimmed().section('\n', -1)));
+    const int newline = r->out.indexOf('\n');
+    const QString head = QString::fromUtf8(r->out.left(newline)).trimmed();
+    const bool isFile = head.startsWith("F ");
+    const QString remoteDir = head.mid(2);
+    const QByteArray tarData = QByteArray::fromBase64(r->out.mid(newline + 1));
+    const QString mirror = QFileInfo(store.path()).absolutePath() + "/imported/"
+        + host->toString().replace(':', '_') + remoteDir;
+    QDir().mkpath(mirror);
+    QProcess tar;
+    tar.setWorkingDirectory(mirror);
+    tar.start(QStringLiteral("tar"), {QStringLiteral("-xf"), QStringLiteral("-")});
+    tar.write(tarData);
+    tar.closeWriteChannel();
+    if (!tar.waitForFinished(10 * 60 * 1000) || tar.exitCode() != 0)
+        return fail(QStringLiteral("%1: the files fetched could not be unpacked into %2: %3")
+                        .arg(path, mirror, QString::fromLocal8Bit(tar.readAllStandardError())));
+    const QString remoteFile = QFileInfo(remote).fileName();
+    RemoteOrigin origin {host->toString(), remoteDir, mirror};
+    return importLocal(store, isFile ? mirror + "/" + remoteFile : mirror, &origin);
+}
+
+namespace {
+
+Result<ImportReport> importLocal(RunStore& store, const QString& path, const RemoteOrigin* origin)
 {
     ImportReport report;
     auto found = discover(path, report.skipped);
@@ -450,7 +522,6 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
             continue;
         }
         ImportedRun r;
-        r.folder = c.folder;
         r.format = !c.logFile.isEmpty() ? "log"
             : c.trainerState.isEmpty()  ? "tensorboard"
                                         : "trainer_state";
@@ -459,7 +530,13 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
         r.name = QDir(baseParent).relativeFilePath(c.folder);
         const QByteArray spec
             = QJsonDocument(specOf(c.folder, baseParent, data)).toJson(QJsonDocument::Compact);
-        auto existing = store.findRunByDir(QString(), c.folder);
+        // A mirrored remote folder's runs are keyed by their host and path there.
+        const QString hostOf = origin ? origin->host : QString();
+        const QString key = origin && c.folder.startsWith(origin->mirrorRoot)
+            ? origin->remoteRoot + c.folder.mid(origin->mirrorRoot.size())
+            : c.folder;
+        r.folder = hostOf.isEmpty() ? key : hostOf + ":" + key;
+        auto existing = store.findRunByDir(hostOf, key);
         if (!existing)
             return fail(existing.error());
         if (*existing > 0) {
@@ -469,7 +546,7 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
             if (rec->target != "import") {
                 report.skipped << QStringLiteral("%1 is the folder of run %2, which Shard Studio "
                                                  "ran; its own records are kept")
-                                      .arg(c.folder)
+                                      .arg(key)
                                       .arg(*existing);
                 continue;
             }
@@ -481,7 +558,8 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
             n.name = r.name;
             n.target = "import";
             n.specJson = spec;
-            n.runDir = c.folder;
+            n.host = hostOf;
+            n.runDir = key;
             n.status = RunStatus::Finished;
             auto id = store.createRun(n);
             if (!id)
@@ -492,8 +570,10 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
         QJsonObject source = data.extra;
         source["tool"] = r.tool;
         source["format"] = r.format;
-        source["path"] = c.folder;
-        source["host"] = "";
+        source["path"] = key;
+        source["host"] = hostOf;
+        if (origin)
+            source["mirror"] = c.folder;
         source["files"] = QJsonArray::fromStringList(!c.logFile.isEmpty() ? QStringList {c.logFile}
                 : c.trainerState.isEmpty()                                ? data.filesRead
                                            : QStringList {c.trainerState});
@@ -506,7 +586,8 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
             !s)
             return fail(s.error());
         if (auto s = store.setStatus(r.runId, RunStatus::Finished,
-                QStringLiteral("imported from %1 (%2)").arg(r.tool, c.folder));
+                QStringLiteral("imported from %1 (%2)")
+                    .arg(r.tool, hostOf.isEmpty() ? key : hostOf + ":" + key));
             !s)
             return fail(s.error());
         std::set<QString> tags;
@@ -522,6 +603,8 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path)
             QStringLiteral("nothing to import from %1: %2").arg(path, report.skipped.join("; ")));
     return report;
 }
+
+} // namespace
 
 bool hasImportableFiles(const QString& folder)
 {
@@ -545,12 +628,16 @@ ImportWatcher::ImportWatcher(RunStore& store, qint64 runId, QString folder, QObj
 
 void ImportWatcher::start(int pollMs)
 {
-    m_signature = signature(); // the import that recorded the run read these files
+    if (isRemoteImportPath(m_folder))
+        pollMs = std::max(pollMs, 10000); // each poll fetches the folder again over ssh
+    m_signature = signature();            // the import that recorded the run read these files
     m_timer.start(pollMs);
 }
 
 QString ImportWatcher::signature() const
 {
+    if (isRemoteImportPath(m_folder)) // nothing here tells what changed there: fetch again
+        return QString::number(QDateTime::currentMSecsSinceEpoch());
     const QFileInfo self(m_folder);
     if (self.isFile()) // a log file's run
         return QStringLiteral("%1:%2")
@@ -630,11 +717,20 @@ Result<qint64> ImportTarget::attach(const QString& runDir)
     return report->runs.first().runId;
 }
 
+std::optional<SshHost> ImportTarget::fileHost(const RunRecord& run) const
+{
+    if (run.host.isEmpty())
+        return std::nullopt;
+    auto host = SshHost::parse(run.host);
+    return host ? std::optional<SshHost>(*host) : std::nullopt;
+}
+
 Result<std::unique_ptr<RunWatcher>> ImportTarget::watch(const RunRecord& run, QObject* parent)
 {
     if (!m_store)
         return fail(QObject::tr("following an imported run needs the run store"));
-    auto w = std::make_unique<ImportWatcher>(*m_store, run.id, run.runDir, parent);
+    auto w = std::make_unique<ImportWatcher>(
+        *m_store, run.id, run.host.isEmpty() ? run.runDir : run.host + ":" + run.runDir, parent);
     w->start();
     return std::unique_ptr<RunWatcher>(std::move(w));
 }

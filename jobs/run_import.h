@@ -15,6 +15,7 @@
 #include "jobs/launcher.h"
 #include "jobs/result.h"
 #include "jobs/run_watcher.h"
+#include "jobs/ssh_client.h"
 
 namespace shard::jobs {
 
@@ -38,10 +39,16 @@ struct ImportReport {
     QStringList skipped; // folders or files with nothing to import, and why
 };
 
-// Imports every run under `path` (a folder searched recursively, an event file, or a
-// trainer_state.json). Fails with a message naming the path when it does not exist or holds no
-// run, or a file in it cannot be read as what its name says it is.
-Result<ImportReport> importRuns(RunStore& store, const QString& path);
+// Imports every run under `path` (a folder searched recursively, an event file, a
+// trainer_state.json or a job's stdout log), on this machine or, as HOST:PATH, on an SSH host
+// (its event files, trainer_state.json, configs and logs are fetched over ssh into a mirror
+// beside the store, then imported; the runs record the host and its path). Fails with a
+// message naming the path when it does not exist or holds no run, or a file in it cannot be
+// read as what its name says it is.
+Result<ImportReport> importRuns(
+    RunStore& store, const QString& path, const SshOptions& ssh = SshOptions::fromEnvironment());
+// "HOST:PATH" for a path that names no file here (a user@host[:port]: prefix and a path).
+bool isRemoteImportPath(const QString& path);
 
 // Whether `folder` (searched recursively, up to the first hit) holds an event file or a
 // trainer_state.json: a folder the studio opens is imported when it does and holds no run of
@@ -55,7 +62,8 @@ bool hasImportableFiles(const QString& folder);
 class ImportWatcher : public RunWatcher {
     Q_OBJECT
 public:
-    // `store` must outlive the watcher and belong to this thread.
+    // `store` must outlive the watcher and belong to this thread. `folder` is local, or
+    // HOST:PATH (then fetched again every poll, as nothing tells this machine what changed).
     ImportWatcher(RunStore& store, qint64 runId, QString folder, QObject* parent = nullptr);
     qint64 runId() const override { return m_runId; }
     void start(int pollMs = 1000);
@@ -85,7 +93,7 @@ public:
     Result<QString> describe(const LaunchRequest& request) const override;
     Result<HostCheck> checkHost(const QString& workerProgram) const override;
     Result<qint64> attach(const QString& runDir) override;
-    std::optional<SshHost> fileHost(const RunRecord&) const override { return std::nullopt; }
+    std::optional<SshHost> fileHost(const RunRecord& run) const override;
     Result<std::unique_ptr<RunWatcher>> watch(const RunRecord& run, QObject* parent) override;
 
 private:

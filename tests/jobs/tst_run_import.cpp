@@ -23,6 +23,8 @@
 #include "jobs/launcher.h"
 #include "jobs/run_import.h"
 #include "jobs/run_store.h"
+#include "jobs/ssh_client.h"
+#include "sshd_fixture.h"
 #include "tbio/event_reader.h"
 #include "tbio/tfrecord.h"
 
@@ -90,6 +92,7 @@ private Q_SLOTS:
     void followsAGrowingRun();
     void logs();
     void configBesideTheRun();
+    void overSsh();
 
 private:
     QTemporaryDir m_tmp;
@@ -616,6 +619,60 @@ void TestRunImport::configBesideTheRun()
     QVERIFY2(keys.contains("strategy") && keys.contains("deepspeed.zero_optimization.stage")
             && !keys.contains("model"),
         qPrintable(keys.join(", ")));
+}
+
+void TestRunImport::overSsh()
+{
+    // HOST:PATH through a real sshd on loopback: the files are fetched, the run records the
+    // host and its path there, importing again updates it. CTest runs it as tst_run_import_ssh
+    // (label ssh, like the other tests that start an sshd).
+    if (qEnvironmentVariableIsEmpty("SHARD_TEST_SSH"))
+        QSKIP("run as tst_run_import_ssh");
+    SshdFixture sshd;
+    QString why;
+    if (!sshd.start(1, &why))
+        QSKIP(qPrintable("no sshd here: " + why));
+    SshOptions ssh;
+    ssh.configFile = sshd.configFile();
+    ssh.controlDir = m_tmp.filePath("cm");
+    ssh.connectTimeoutSec = 10;
+    QDir dir(m_tmp.filePath("cluster/job-7/tb"));
+    QVERIFY(dir.mkpath("."));
+    const QString file = dir.filePath("events.out.tfevents.7.node.1.0");
+    writeAll(file,
+        versionRecord() + scalarEvent(10, 1, "train/loss", 3.0f)
+            + scalarEvent(11, 2, "train/loss", 2.0f));
+    auto store = RunStore::open(m_tmp.filePath("ssh-store/runs.sqlite"));
+    QVERIFY(store);
+    const QString remote = "node0:" + m_tmp.filePath("cluster");
+    auto report = importRuns(*store, remote, ssh);
+    QVERIFY2(report, qPrintable(report.error()));
+    QCOMPARE(report->runs.size(), 1);
+    const qint64 id = report->runs[0].runId;
+    QCOMPARE(report->runs[0].folder, "node0:" + dir.absolutePath());
+    auto run = store->run(id);
+    QCOMPARE(run->host, QString("node0"));
+    QCOMPARE(run->runDir, dir.absolutePath());
+    QCOMPARE(*store->metricCount(id), qint64(2));
+    // Again, after the job logged more: the same run, one point more.
+    {
+        QFile f(file);
+        QVERIFY(f.open(QIODevice::Append));
+        f.write(scalarEvent(12, 3, "train/loss", 1.5f));
+    }
+    auto again = importRuns(*store, remote, ssh);
+    QVERIFY2(again, qPrintable(again.error()));
+    QVERIFY(!again->runs[0].created);
+    QCOMPARE(again->runs[0].runId, id);
+    QCOMPARE(*store->metricCount(id), qint64(3));
+    QCOMPARE(store->listRuns()->size(), 1);
+    auto missing = importRuns(*store, "node0:" + m_tmp.filePath("nothing-here"), ssh);
+    QVERIFY(!missing);
+    QVERIFY2(missing.error().contains("no such file or folder"), qPrintable(missing.error()));
+    auto down = importRuns(*store, "down:/tmp", ssh);
+    QVERIFY(!down);
+    QVERIFY2(down.error().startsWith("down:/tmp: "), qPrintable(down.error()));
+    SshClient(ssh).closeMaster(*SshHost::parse("node0"));
 }
 
 QTEST_GUILESS_MAIN(TestRunImport)
