@@ -571,8 +571,11 @@ const CommandRegistration kRegistration([](CLI::App& app) {
 
     auto* imp = cmd->add_subcommand("import",
         "record runs other tools logged: TensorBoard event files (Hugging Face Trainer, "
-        "torchtitan, DeepSpeed, Megatron-LM, Lightning) or trainer_state.json; again to update");
-    imp->add_option("paths", o->runs, "folders (searched recursively) or files")->required();
+        "torchtitan, DeepSpeed, Megatron-LM, Lightning), trainer_state.json or a stdout log; "
+        "again to update");
+    imp->add_option("paths", o->runs,
+           "folders (searched recursively) or files, here or as HOST:PATH over ssh")
+        ->required();
     imp->fallthrough();
     imp->callback([o] { importRuns(*o); });
 
