@@ -18,9 +18,9 @@
 #include <csignal>
 
 #include "jobs/run_service.h"
+#include "jobs/run_store.h"
 #include "protocol/checkpoint_discovery.h"
 #include "protocol/run_dir.h"
-#include "jobs/run_store.h"
 #include "tbio/event_writer.h"
 #include "tbio/tfrecord.h"
 #include "widgets/live_plot.h"
@@ -403,8 +403,8 @@ private Q_SLOTS:
         page.show();
         page.openRunDirectory(run);
         QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 5, 30000);
-        auto runs = shard::jobs::RunStore::open(store.dir.filePath("runs.db"),
-            shard::jobs::OpenMode::ReadOnly);
+        auto runs = shard::jobs::RunStore::open(
+            store.dir.filePath("runs.db"), shard::jobs::OpenMode::ReadOnly);
         QVERIFY(runs);
         const auto listed = runs->listRuns();
         QVERIFY(listed && listed->size() == 1);
