@@ -35,6 +35,12 @@ struct Candidate {
     QString logFile; // a job's stdout
 };
 
+// An event file or a trainer_state.json: what a folder is searched for.
+bool isImportableFile(const QFileInfo& f)
+{
+    return tbio::isEventFileName(f.fileName().toStdString()) || f.fileName() == kTrainerState;
+}
+
 // What one run's files hold, before it is stored.
 struct RunData {
     std::vector<TaggedPoint> scalars;
@@ -431,19 +437,28 @@ Result<ImportReport> importLocal(RunStore& store, const QString& path, const Rem
 
 } // namespace
 
-bool isRemoteImportPath(const QString& path)
+namespace {
+
+// HOST:PATH ([user@]host[:port]:path) for a path that names no file here; no match otherwise.
+QRegularExpressionMatch matchRemote(const QString& path)
 {
     static const QRegularExpression re(QStringLiteral("^([A-Za-z0-9_.@\\-]+(:[0-9]+)?):(.+)$"));
-    return !QFileInfo::exists(path) && re.match(path).hasMatch();
+    return QFileInfo::exists(path) ? QRegularExpressionMatch() : re.match(path);
+}
+
+} // namespace
+
+bool isRemoteImportPath(const QString& path)
+{
+    return matchRemote(path).hasMatch();
 }
 
 Result<ImportReport> importRuns(RunStore& store, const QString& path, const SshOptions& ssh)
 {
-    if (!isRemoteImportPath(path))
+    const QRegularExpressionMatch m = matchRemote(path);
+    if (!m.hasMatch())
         return importLocal(store, path, nullptr);
     // HOST:PATH: the files an import reads, in one tar stream over ssh.
-    static const QRegularExpression re(QStringLiteral("^([A-Za-z0-9_.@\\-]+(:[0-9]+)?):(.+)$"));
-    const auto m = re.match(path);
     auto host = SshHost::parse(m.captured(1));
     if (!host)
         return fail(host.error());
@@ -611,7 +626,7 @@ bool hasImportableFiles(const QString& folder)
     QDirIterator it(folder, QDir::Files | QDir::NoSymLinks, QDirIterator::Subdirectories);
     while (it.hasNext()) {
         const QFileInfo f(it.next());
-        if (tbio::isEventFileName(f.fileName().toStdString()) || f.fileName() == kTrainerState)
+        if (isImportableFile(f))
             return true;
     }
     return false;
@@ -647,7 +662,7 @@ QString ImportWatcher::signature() const
     QDirIterator it(m_folder, QDir::Files | QDir::NoSymLinks);
     while (it.hasNext()) {
         const QFileInfo f(it.next());
-        if (tbio::isEventFileName(f.fileName().toStdString()) || f.fileName() == kTrainerState)
+        if (isImportableFile(f))
             parts << QStringLiteral("%1:%2:%3")
                          .arg(f.fileName())
                          .arg(f.size())
