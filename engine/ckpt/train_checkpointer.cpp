@@ -80,6 +80,15 @@ TrainCheckpointer::TrainCheckpointer(protocol::RunSpec spec, std::string modelDi
             j.erase(k);
     if (m_spec.method != "qlora")
         j.erase("qlora_double_quant");
+    // Supervised runs keep the id they had before preference objectives existed; a preference
+    // run's id holds only its own objective's settings.
+    if (m_spec.objective == "sft")
+        j.erase("objective");
+    if (m_spec.objective != "dpo")
+        for (const char* k : {"dpo_loss", "dpo_beta", "dpo_label_smoothing", "reference"})
+            j.erase(k);
+    if (m_spec.objective != "orpo")
+        j.erase("orpo_lambda");
     const std::string base = fs::path(m_spec.outDir).lexically_normal().filename().string();
     m_runId = (base.empty() ? std::string("run") : base) + "-" + configHash(j).substr(8, 8);
 }

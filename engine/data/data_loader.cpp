@@ -51,6 +51,7 @@ struct DataLoader::Impl {
     int64_t orderEpoch = -1;
     std::vector<int64_t> order; // empty: file order
     std::optional<Example> pending;
+    bool preference = false; // every source holds preference pairs: two rows per record
 
     int64_t badLines = 0;
     std::vector<std::string> reports;
@@ -101,7 +102,7 @@ struct DataLoader::Impl {
         sources.push_back(std::move(src));
     }
 
-    Example buildRecord(int64_t global)
+    template<typename F> auto withRecord(int64_t global, F&& build)
     {
         const auto it = std::upper_bound(sourceStart.begin(), sourceStart.end(), global);
         const size_t s = static_cast<size_t>(it - sourceStart.begin()) - 1;
@@ -109,10 +110,32 @@ struct DataLoader::Impl {
         const int64_t local = global - sourceStart[s];
         const std::string line = src.index->read(local);
         try {
-            return builder->build(nlohmann::json::parse(line), src.format);
+            return build(nlohmann::json::parse(line), src.format);
         } catch (const std::exception& e) {
             throw std::runtime_error(src.index->path() + ":"
                 + std::to_string(src.index->line(local).number) + ": " + e.what());
+        }
+    }
+    Example buildRecord(int64_t global)
+    {
+        return withRecord(global,
+            [&](const nlohmann::json& r, DataFormat format) { return builder->build(r, format); });
+    }
+    // A pair's two rows (chosen, then rejected), cut to seqLen as truncatePair says and padded.
+    void pairRows(int64_t global, std::vector<Sample>& out, bool countCut)
+    {
+        PairExample pair = withRecord(
+            global, [&](const nlohmann::json& r, DataFormat) { return builder->buildPair(r); });
+        if (truncatePair(pair, cfg.seqLen) && countCut)
+            ++truncated;
+        for (Example* ex : {&pair.chosen, &pair.rejected}) {
+            Sample row;
+            row.inputIds = std::move(ex->ids);
+            row.labels = std::move(ex->labels);
+            row.inputIds.resize(static_cast<size_t>(cfg.seqLen), padId);
+            row.labels.resize(static_cast<size_t>(cfg.seqLen), kIgnoreLabel);
+            row.record = global;
+            out.push_back(std::move(row));
         }
     }
 
@@ -241,9 +264,22 @@ DataLoader::DataLoader(DataConfig config, std::shared_ptr<const tokenizer::Token
         d.sourceStart.push_back(total);
         total += d.sources.back().index->size();
     }
-    for (const auto& s : d.sources)
+    std::string pairFile, otherFile;
+    for (size_t i = 0; i < d.sources.size(); ++i) {
+        const Source& s = d.sources[i];
+        const std::string& path = s.index->path();
+        (s.format == DataFormat::Preference ? pairFile : otherFile) = path;
         if (s.format == DataFormat::Chat)
             d.builder->requireChatTemplate();
+    }
+    if (!pairFile.empty() && !otherFile.empty())
+        throw std::runtime_error("data: " + pairFile + " holds preference pairs and " + otherFile
+            + " does not; a run trains on one kind (use preference data for --objective dpo or "
+              "orpo, and other formats for sft)");
+    d.preference = !pairFile.empty();
+    if (d.preference && d.cfg.packing)
+        throw std::runtime_error(
+            "data: preference pairs are not packed (each pair is two rows); drop --packing");
 
     if (d.cfg.validationFraction > 0.0) {
         const auto nEval = std::max<int64_t>(
@@ -274,6 +310,18 @@ std::vector<Sample> DataLoader::nextGlobalBatch(int64_t rows)
     Impl& d = *m_impl;
     std::vector<Sample> out;
     out.reserve(static_cast<size_t>(std::max<int64_t>(rows, 0)));
+    if (d.preference) {
+        if (rows % 2 != 0)
+            throw std::runtime_error("data: preference pairs come two rows at a time (asked for "
+                + std::to_string(rows) + " rows)");
+        for (int64_t p = 0; p < rows / 2; ++p) {
+            d.ensureOrder();
+            const int64_t k = d.order.empty() ? d.pos.index : d.order[d.pos.index];
+            d.pairRows(d.trainIds[k], out, true);
+            d.advance();
+        }
+        return out;
+    }
     for (int64_t r = 0; r < rows; ++r)
         out.push_back(d.makeRow([&d]() -> Example* { return &d.peek(); }, [&d] { d.advance(); }));
     return out;
@@ -319,9 +367,48 @@ std::vector<Sample> DataLoader::evalSamples(int64_t maxRows)
         ++next;
     };
     const int64_t saved = d.truncated;
+    if (d.preference) {
+        for (size_t i = 0; i < d.evalIds.size() && (maxRows < 0 || int64_t(out.size()) < maxRows);
+             ++i)
+            d.pairRows(d.evalIds[i], out, false);
+        return out;
+    }
     while (next < d.evalIds.size() && (maxRows < 0 || static_cast<int64_t>(out.size()) < maxRows))
         out.push_back(d.makeRow(peek, consume));
     d.truncated = saved; // the truncation count reports training records
+    return out;
+}
+
+bool DataLoader::preference() const
+{
+    return m_impl->preference;
+}
+
+int64_t DataLoader::totalRecords() const
+{
+    return static_cast<int64_t>(m_impl->trainIds.size() + m_impl->evalIds.size());
+}
+
+std::vector<Sample> DataLoader::recordSamples(int64_t global)
+{
+    Impl& d = *m_impl;
+    if (global < 0 || global >= totalRecords())
+        throw std::runtime_error("data: record " + std::to_string(global) + " is outside [0, "
+            + std::to_string(totalRecords()) + ")");
+    std::vector<Sample> out;
+    if (d.preference) {
+        d.pairRows(global, out, false);
+        return out;
+    }
+    Example ex = d.buildRecord(global);
+    Sample row;
+    const size_t n = std::min(ex.ids.size(), static_cast<size_t>(d.cfg.seqLen));
+    row.inputIds.assign(ex.ids.begin(), ex.ids.begin() + n);
+    row.labels.assign(ex.labels.begin(), ex.labels.begin() + n);
+    row.inputIds.resize(static_cast<size_t>(d.cfg.seqLen), d.padId);
+    row.labels.resize(static_cast<size_t>(d.cfg.seqLen), kIgnoreLabel);
+    row.record = global;
+    out.push_back(std::move(row));
     return out;
 }
 

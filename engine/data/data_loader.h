@@ -72,6 +72,14 @@ public:
 
     int64_t trainRecords() const;
     int64_t evalRecords() const;
+    // Every source holds preference pairs (DPO, ORPO): each record is two rows, chosen then
+    // rejected, and nextGlobalBatch takes an even number of rows (a pair never splits).
+    bool preference() const;
+    // Training and validation records together; a record's global number is its Sample::record.
+    int64_t totalRecords() const;
+    // The rows of one record by its global number, cut and padded as in training (a pair: two
+    // rows; another record: one, not packed).
+    std::vector<Sample> recordSamples(int64_t global);
     int64_t badLines() const;                               // lines skipped (skipBadLines)
     const std::vector<std::string>& badLineReports() const; // the first few "file:line: reason"
     int64_t truncatedRecords() const;                       // records cut to seqLen so far

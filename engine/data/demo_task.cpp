@@ -67,6 +67,47 @@ std::vector<DemoExample> generateDemoExamples(DemoTask task, int64_t count, uint
     return out;
 }
 
+std::string demoWrongAnswer(DemoTask task, const DemoExample& ex)
+{
+    uint64_t h = 1469598103934665603ull; // FNV-1a of the prompt: the same wrong answer each time
+    for (unsigned char c : ex.prompt)
+        h = (h ^ c) * 1099511628211ull;
+    if (task == DemoTask::Arithmetic) {
+        const long long right = std::stoll(ex.answer);
+        const long long off = 1 + static_cast<long long>(h % 9);
+        return std::to_string((h >> 8) % 2 == 0 || right - off < 0 ? right + off : right - off);
+    }
+    // Copy: the words in another order, or one word too many when there is one order only.
+    std::vector<std::string> words;
+    std::string w;
+    for (char c : ex.answer + " ") {
+        if (c != ' ') {
+            w += c;
+        } else if (!w.empty()) {
+            words.push_back(w);
+            w.clear();
+        }
+    }
+    std::string out;
+    if (words.size() >= 2 && words.front() != words.back()) {
+        std::swap(words.front(), words.back());
+    } else {
+        words.push_back(words.empty() ? std::string("again") : words.back());
+    }
+    for (size_t i = 0; i < words.size(); ++i)
+        out += (i ? " " : "") + words[i];
+    return out;
+}
+
+nlohmann::json demoPreferenceRecord(DemoTask task, const DemoExample& ex)
+{
+    return {{"prompt", nlohmann::json::array({{{"role", "user"}, {"content", ex.prompt}}})},
+        {"chosen", nlohmann::json::array({{{"role", "assistant"}, {"content", ex.answer}}})},
+        {"rejected",
+            nlohmann::json::array(
+                {{{"role", "assistant"}, {"content", demoWrongAnswer(task, ex)}}})}};
+}
+
 nlohmann::json demoRecord(const DemoExample& ex, DataFormat format)
 {
     switch (format) {
@@ -77,8 +118,8 @@ nlohmann::json demoRecord(const DemoExample& ex, DataFormat format)
     case DataFormat::Alpaca:
         return {{"instruction", ex.prompt}, {"input", ""}, {"output", ex.answer}};
     default:
-        throw std::runtime_error(
-            "demo data: format must be chat or alpaca (got " + dataFormatName(format) + ")");
+        throw std::runtime_error("demo data: format must be chat, alpaca or preference (got "
+            + dataFormatName(format) + ")");
     }
 }
 
@@ -90,7 +131,10 @@ void writeDemoData(
     if (!out)
         throw std::runtime_error(path + ": cannot write");
     for (const auto& ex : examples)
-        out << demoRecord(ex, format).dump() << '\n';
+        out << (format == DataFormat::Preference ? demoPreferenceRecord(task, ex)
+                                                 : demoRecord(ex, format))
+                   .dump()
+            << '\n';
     if (!out)
         throw std::runtime_error(path + ": write failed");
 }
@@ -98,6 +142,8 @@ void writeDemoData(
 std::vector<int32_t> demoPromptIds(const tokenizer::Tokenizer& tokenizer,
     const DemoExample& example, DataFormat format, const std::string& chatTemplate)
 {
+    if (format == DataFormat::Preference)
+        format = DataFormat::Chat; // the pairs' prompt is the chat prompt
     SampleBuilder builder(&tokenizer, false, chatTemplate);
     Example ex = builder.build(demoRecord(example, format), format);
     size_t k = 0;

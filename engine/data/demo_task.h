@@ -35,7 +35,12 @@ std::vector<DemoExample> generateDemoExamples(DemoTask task, int64_t count, uint
 // "output"}; other formats throw.
 nlohmann::json demoRecord(const DemoExample& example, DataFormat format);
 
-// Writes `count` records to `path` (one JSON object per line).
+// A wrong answer of the same kind, deterministic per example: arithmetic off by 1 to 9, copy
+// with words swapped (or one repeated).
+std::string demoWrongAnswer(DemoTask task, const DemoExample& example);
+// A preference pair (conversational, TRL's form): the right answer chosen over a wrong one.
+nlohmann::json demoPreferenceRecord(DemoTask task, const DemoExample& example);
+// Writes `count` records to `path` (one JSON object per line): chat, alpaca or preference.
 void writeDemoData(
     const std::string& path, DemoTask task, int64_t count, uint64_t seed, DataFormat format);
 

@@ -14,6 +14,9 @@ constexpr int32_t kIgnoreLabel = -100;
 struct Sample {
     std::vector<int32_t> inputIds;
     std::vector<int32_t> labels;
+    // The record it came from (its global number: training files, then validation files), for
+    // what is kept per record (DPO's precomputed reference); -1 when packed from several.
+    int64_t record = -1;
 };
 
 } // namespace shard::data

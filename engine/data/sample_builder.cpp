@@ -3,6 +3,7 @@
 // these boundaries), so training sees the same tokens as inference; otherwise per segment.
 #include "data/sample_builder.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -24,8 +25,10 @@ DataFormat parseDataFormat(std::string_view name)
         return DataFormat::Chat;
     if (name == "tokenized")
         return DataFormat::Tokenized;
+    if (name == "preference")
+        return DataFormat::Preference;
     throw std::runtime_error("unknown data format '" + std::string(name)
-        + "' (use auto, text, alpaca, chat or tokenized)");
+        + "' (use auto, text, alpaca, chat, tokenized or preference)");
 }
 
 std::string dataFormatName(DataFormat format)
@@ -41,6 +44,8 @@ std::string dataFormatName(DataFormat format)
         return "chat";
     case DataFormat::Tokenized:
         return "tokenized";
+    case DataFormat::Preference:
+        return "preference";
     }
     return "?";
 }
@@ -53,6 +58,8 @@ std::optional<DataFormat> detectFormat(const nlohmann::json& record, std::string
     }
     if (record.contains("input_ids"))
         return DataFormat::Tokenized;
+    if (record.contains("chosen") || record.contains("rejected"))
+        return DataFormat::Preference;
     if (record.contains("messages"))
         return DataFormat::Chat;
     if (record.contains("instruction"))
@@ -63,7 +70,8 @@ std::optional<DataFormat> detectFormat(const nlohmann::json& record, std::string
     for (auto it = record.begin(); it != record.end(); ++it)
         keys += (keys.empty() ? "" : ", ") + it.key();
     why = "unknown record shape (keys: " + (keys.empty() ? std::string("none") : keys)
-        + "); expected \"text\", \"instruction\"/\"output\", \"messages\" or \"input_ids\"";
+        + "); expected \"text\", \"instruction\"/\"output\", \"messages\", \"input_ids\" or "
+          "\"prompt\"/\"chosen\"/\"rejected\"";
     return std::nullopt;
 }
 
@@ -84,6 +92,92 @@ std::string checkIds(const nlohmann::json& arr, const char* key, int64_t vocabSi
             return std::string("\"") + key + "\"[" + std::to_string(i) + "] = " + std::to_string(x)
                 + " is outside the vocabulary [0, " + std::to_string(vocabSize) + ")"
                 + (labels ? " and is not -100" : "");
+    }
+    return {};
+}
+
+// Empty when `msgs` is a list of {"role", "content"} messages with known roles.
+std::string messagesError(const nlohmann::json& msgs, const std::string& key, bool allowEmpty)
+{
+    if (!msgs.is_array() || (!allowEmpty && msgs.empty()))
+        return "\"" + key + "\" is not a non-empty array of messages";
+    for (size_t i = 0; i < msgs.size(); ++i) {
+        const auto& m = msgs[i];
+        const std::string at = key + "[" + std::to_string(i) + "]";
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string()
+            || !m.contains("content") || !m["content"].is_string())
+            return at + " needs string \"role\" and \"content\"";
+        const auto& role = m["role"].get_ref<const std::string&>();
+        if (role != "system" && role != "user" && role != "assistant")
+            return at + " has unknown role '" + role + "' (expected system, user, assistant)";
+    }
+    return {};
+}
+
+std::vector<tokenizer::ChatMessage> messages(const nlohmann::json& msgs, size_t from = 0)
+{
+    std::vector<tokenizer::ChatMessage> out;
+    for (size_t i = from; i < msgs.size(); ++i)
+        out.push_back({msgs[i]["role"].get<std::string>(), msgs[i]["content"].get<std::string>()});
+    return out;
+}
+
+// Conversational pairs without "prompt": the turns chosen and rejected share.
+size_t sharedTurns(const nlohmann::json& chosen, const nlohmann::json& rejected)
+{
+    size_t n = 0;
+    while (n < chosen.size() && n < rejected.size() && chosen[n] == rejected[n])
+        ++n;
+    return n;
+}
+
+std::string preferenceError(const nlohmann::json& r)
+{
+    for (const char* key : {"chosen", "rejected"})
+        if (!r.contains(key))
+            return std::string("missing \"") + key + "\" (a preference pair needs \"chosen\" and "
+                                                   "\"rejected\")";
+    const auto& c = r["chosen"];
+    const auto& rj = r["rejected"];
+    if (c.is_string() != rj.is_string() || c.is_array() != rj.is_array())
+        return "\"chosen\" and \"rejected\" must both be text or both be message lists";
+    if (c.is_string()) {
+        if (!r.contains("prompt") || !r["prompt"].is_string())
+            return "text pairs need a string \"prompt\" (or give chosen/rejected as message "
+                   "lists)";
+        if (c.get_ref<const std::string&>().empty() || rj.get_ref<const std::string&>().empty())
+            return std::string("empty \"") + (c.get_ref<const std::string&>().empty() ? "chosen"
+                                                                                  : "rejected")
+                + "\" answer";
+        if (c == rj)
+            return "\"chosen\" and \"rejected\" are the same answer (nothing to prefer)";
+        return {};
+    }
+    if (!c.is_array())
+        return "\"chosen\" and \"rejected\" must be strings or message lists";
+    for (const char* key : {"chosen", "rejected"})
+        if (auto e = messagesError(r[key], key, false); !e.empty())
+            return e;
+    size_t promptTurns = 0;
+    if (r.contains("prompt")) {
+        if (auto e = messagesError(r["prompt"], "prompt", false); !e.empty())
+            return e + " (conversational pairs give the prompt as messages)";
+    } else {
+        promptTurns = sharedTurns(c, rj);
+        if (promptTurns == 0)
+            return "no \"prompt\", and \"chosen\" and \"rejected\" share no leading turns to "
+                   "take it from";
+    }
+    if (c == rj)
+        return "\"chosen\" and \"rejected\" are the same answer (nothing to prefer)";
+    for (const char* key : {"chosen", "rejected"}) {
+        const auto& msgs = r[key];
+        if (msgs.size() <= promptTurns)
+            return std::string("\"") + key + "\" has no answer after the prompt's turns";
+        if (msgs.back()["role"] != "assistant")
+            return std::string("\"") + key + "\" must end with an assistant answer";
+        if (msgs.back()["content"].get_ref<const std::string&>().empty())
+            return std::string("empty \"") + key + "\" answer";
     }
     return {};
 }
@@ -117,21 +211,12 @@ std::string validateRecord(const nlohmann::json& r, DataFormat format, int64_t v
     case DataFormat::Chat: {
         if (!r.contains("messages"))
             return "missing \"messages\"";
-        const auto& msgs = r["messages"];
-        if (!msgs.is_array() || msgs.empty())
+        if (!r["messages"].is_array() || r["messages"].empty())
             return "\"messages\" is not a non-empty array";
-        for (size_t i = 0; i < msgs.size(); ++i) {
-            const auto& m = msgs[i];
-            const std::string at = "messages[" + std::to_string(i) + "]";
-            if (!m.is_object() || !m.contains("role") || !m["role"].is_string()
-                || !m.contains("content") || !m["content"].is_string())
-                return at + " needs string \"role\" and \"content\"";
-            const auto& role = m["role"].get_ref<const std::string&>();
-            if (role != "system" && role != "user" && role != "assistant")
-                return at + " has unknown role '" + role + "' (expected system, user, assistant)";
-        }
-        return {};
+        return messagesError(r["messages"], "messages", false);
     }
+    case DataFormat::Preference:
+        return preferenceError(r);
     case DataFormat::Tokenized: {
         if (!r.contains("input_ids"))
             return "missing \"input_ids\"";
@@ -268,9 +353,112 @@ Example SampleBuilder::build(const nlohmann::json& r, DataFormat format)
         // The templates write BOS themselves where the model expects it.
         return buildSegments(tokenizer::renderChat(*m_chatTemplate, messages, tok, false), false);
     }
+    case DataFormat::Preference:
+        throw std::runtime_error("a preference pair makes two rows (SampleBuilder::buildPair)");
     default:
         throw std::runtime_error("record format not resolved");
     }
+}
+
+Example SampleBuilder::buildChatAnswer(const std::vector<tokenizer::ChatMessage>& prompt,
+    const std::vector<tokenizer::ChatMessage>& answer, size_t& promptTokens)
+{
+    const tokenizer::Tokenizer& tok = *m_tokenizer;
+    std::string promptText;
+    for (const auto& seg : tokenizer::renderChat(*m_chatTemplate, prompt, tok, true))
+        promptText += seg.text;
+    std::vector<tokenizer::ChatMessage> all = prompt;
+    all.insert(all.end(), answer.begin(), answer.end());
+    std::vector<tokenizer::ChatSegment> segments = tokenizer::renderChat(*m_chatTemplate, all, tok);
+    // Only what follows the prompt (with its assistant header) is the answer: every piece that
+    // starts inside the prompt's text is masked, earlier assistant turns included.
+    size_t offset = 0;
+    std::string whole;
+    for (auto& seg : segments) {
+        if (offset < promptText.size())
+            seg.trainable = false;
+        offset += seg.text.size();
+        whole += seg.text;
+    }
+    if (whole.compare(0, promptText.size(), promptText) != 0)
+        throw std::runtime_error("the chat template renders the prompt turns differently when "
+                                 "an answer follows; give the pair as text (prompt, chosen, "
+                                 "rejected strings)");
+    const bool saved = m_trainOnPrompt;
+    m_trainOnPrompt = false;
+    Example ex = buildSegments(segments, false);
+    m_trainOnPrompt = saved;
+    promptTokens = 0;
+    while (promptTokens < ex.labels.size() && ex.labels[promptTokens] == kIgnoreLabel)
+        ++promptTokens;
+    return ex;
+}
+
+PairExample SampleBuilder::buildPair(const nlohmann::json& r)
+{
+    if (!m_tokenizer)
+        throw std::runtime_error("preference data needs a tokenizer (a model folder with "
+                                 "tokenizer.json)");
+    const tokenizer::Tokenizer& tok = *m_tokenizer;
+    PairExample pair;
+    if (r["chosen"].is_string()) {
+        // As TRL: prompt and answers encoded apart, EOS after each answer.
+        const std::vector<int32_t> prompt
+            = tok.encode(r["prompt"].get_ref<const std::string&>(), true);
+        auto answer = [&](const std::string& text) {
+            Example ex;
+            ex.ids = prompt;
+            ex.labels.assign(prompt.size(), kIgnoreLabel);
+            std::vector<int32_t> a = tok.encode(text, false);
+            if (tok.eosId() >= 0)
+                a.push_back(tok.eosId());
+            ex.ids.insert(ex.ids.end(), a.begin(), a.end());
+            ex.labels.insert(ex.labels.end(), a.begin(), a.end());
+            return ex;
+        };
+        pair.chosen = answer(r["chosen"].get<std::string>());
+        pair.rejected = answer(r["rejected"].get<std::string>());
+        pair.promptTokens = prompt.size();
+        return pair;
+    }
+    requireChatTemplate();
+    const auto& c = r["chosen"];
+    const auto& rj = r["rejected"];
+    std::vector<tokenizer::ChatMessage> prompt;
+    size_t from = 0;
+    if (r.contains("prompt")) {
+        prompt = messages(r["prompt"]);
+    } else {
+        from = sharedTurns(c, rj);
+        prompt = messages(c, 0);
+        prompt.resize(from);
+    }
+    size_t pc = 0, pr = 0;
+    pair.chosen = buildChatAnswer(prompt, messages(c, from), pc);
+    pair.rejected = buildChatAnswer(prompt, messages(rj, from), pr);
+    pair.promptTokens = std::min(pc, pr);
+    return pair;
+}
+
+bool truncatePair(PairExample& pair, int64_t seqLen)
+{
+    const size_t S = static_cast<size_t>(seqLen);
+    const size_t P = pair.promptTokens;
+    const size_t longest = std::max(pair.chosen.ids.size(), pair.rejected.ids.size()) - P;
+    if (P + longest <= S)
+        return false;
+    const size_t keepPrompt = std::min(P, std::max(S / 2, S > longest ? S - longest : 0));
+    const size_t drop = P - keepPrompt;
+    for (Example* ex : {&pair.chosen, &pair.rejected}) {
+        ex->ids.erase(ex->ids.begin(), ex->ids.begin() + drop);
+        ex->labels.erase(ex->labels.begin(), ex->labels.begin() + drop);
+        if (ex->ids.size() > S) {
+            ex->ids.resize(S);
+            ex->labels.resize(S);
+        }
+    }
+    pair.promptTokens = keepPrompt;
+    return true;
 }
 
 } // namespace shard::data

@@ -18,9 +18,12 @@ class Tokenizer;
 
 namespace shard::data {
 
-enum class DataFormat { Auto, Text, Alpaca, Chat, Tokenized };
+// Preference: pairs for DPO/ORPO as Hugging Face TRL reads them, {"prompt", "chosen",
+// "rejected"} as text, or conversational (message lists; without "prompt" the turns chosen and
+// rejected share are the prompt).
+enum class DataFormat { Auto, Text, Alpaca, Chat, Tokenized, Preference };
 
-// "auto", "text", "alpaca", "chat", "tokenized"; throws naming the accepted values.
+// "auto", "text", "alpaca", "chat", "tokenized", "preference"; throws naming the accepted values.
 DataFormat parseDataFormat(std::string_view name);
 std::string dataFormatName(DataFormat format);
 
@@ -37,6 +40,19 @@ struct Example {
     std::vector<int32_t> labels;
 };
 
+// A preference pair: the same prompt (its tokens masked) followed by the chosen and by the
+// rejected answer (labelled, ending in EOS or the template's end of turn).
+struct PairExample {
+    Example chosen;
+    Example rejected;
+    size_t promptTokens = 0; // the leading tokens both share
+};
+
+// Cuts a pair that does not fit seqLen tokens, as TRL does: the prompt keeps its last tokens,
+// at most max(seqLen / 2, seqLen - the longer answer); each answer keeps its first tokens up to
+// the sequence length. Returns whether anything was cut.
+bool truncatePair(PairExample& pair, int64_t seqLen);
+
 class SampleBuilder {
 public:
     // tokenizer may be null for pre-tokenized data only. chatTemplate: a name, or empty to
@@ -52,9 +68,16 @@ public:
     // template; only assistant answers and their end-of-turn tokens are labelled unless
     // trainOnPrompt. Tokenized: as given (labels default to input_ids).
     Example build(const nlohmann::json& record, DataFormat format);
+    // A validated preference record. Text: BOS (as the tokenizer adds) + prompt, then the answer
+    // + EOS. Conversational: the chat template over prompt + answer turns, the prompt rendered
+    // with the assistant header; only the answer's turns are labelled (trainOnPrompt does not
+    // apply: a preference is about the answers).
+    PairExample buildPair(const nlohmann::json& record);
 
 private:
     Example buildSegments(const std::vector<tokenizer::ChatSegment>& segments, bool addPrefix);
+    Example buildChatAnswer(const std::vector<tokenizer::ChatMessage>& prompt,
+        const std::vector<tokenizer::ChatMessage>& answer, size_t& promptTokens);
 
     const tokenizer::Tokenizer* m_tokenizer;
     bool m_trainOnPrompt;

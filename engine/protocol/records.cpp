@@ -106,6 +106,8 @@ nlohmann::json toJson(const MetricRecord& r)
     for (const auto& m : r.memory)
         mem.push_back(toJson(m));
     j["memory"] = std::move(mem);
+    if (!r.scalars.empty())
+        j["scalars"] = r.scalars;
     return j;
 }
 
@@ -129,6 +131,10 @@ MetricRecord metricFromJson(const nlohmann::json& j)
     if (auto it = j.find("memory"); it != j.end() && it->is_array())
         for (const auto& m : *it)
             r.memory.push_back(rankMemoryFromJson(m));
+    if (auto it = j.find("scalars"); it != j.end() && it->is_object())
+        for (auto s = it->begin(); s != it->end(); ++s)
+            if (s.value().is_number())
+                r.scalars[s.key()] = s.value().get<double>();
     return r;
 }
 

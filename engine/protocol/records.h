@@ -59,6 +59,9 @@ struct MetricRecord {
     // differences between records give CPU-seconds per step. Negative: not written.
     double cpuTimeSec = -1.0;
     std::vector<RankMemory> memory;
+    // Further named scalars of the step (JSON "scalars": {"rewards/margins": 0.4, ...}), e.g. a
+    // preference objective's rewards; empty for supervised runs (not written).
+    std::map<std::string, double> scalars;
 };
 
 struct EventRecord {

@@ -48,6 +48,12 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("lora_rslora", s.loraRslora);
     f("lora_init", s.loraInit);
     f("qlora_double_quant", s.qloraDoubleQuant);
+    f("objective", s.objective);
+    f("dpo_loss", s.dpoLoss);
+    f("dpo_beta", s.dpoBeta);
+    f("dpo_label_smoothing", s.dpoLabelSmoothing);
+    f("orpo_lambda", s.orpoLambda);
+    f("reference", s.reference);
     f("steps", s.steps);
     f("epochs", s.epochs);
     f("micro_batch", s.microBatch);
@@ -171,6 +177,18 @@ bool offloadOnCpuForTests()
     return v != nullptr && std::string(v) == "1";
 }
 
+const std::vector<std::string>& objectiveNames()
+{
+    static const std::vector<std::string> names {"sft", "dpo", "orpo"};
+    return names;
+}
+
+const std::vector<std::string>& dpoLossNames()
+{
+    static const std::vector<std::string> names {"sigmoid", "ipo"};
+    return names;
+}
+
 const std::vector<std::string>& loraTargetNames()
 {
     static const std::vector<std::string> names {"q", "k", "v", "o", "gate", "up", "down"};
@@ -178,6 +196,57 @@ const std::vector<std::string>& loraTargetNames()
 }
 
 namespace {
+
+void validateObjective(const RunSpec& s)
+{
+    if (s.method == "dpo" || s.method == "orpo")
+        throw std::runtime_error("run spec: method says which weights train (full, lora or "
+                                 "qlora); "
+            + s.method + " is a training objective: use --objective " + s.method
+            + " (with --method full, lora or qlora)");
+    oneOf("objective", s.objective, {objectiveNames().begin(), objectiveNames().end()});
+    oneOf("dpo_loss", s.dpoLoss, {dpoLossNames().begin(), dpoLossNames().end()});
+    oneOf("reference", s.reference, {"auto", "live", "precomputed"});
+    for (const auto& [field, value] : {std::pair<const char*, double> {"dpo_beta", s.dpoBeta},
+             {"dpo_label_smoothing", s.dpoLabelSmoothing}, {"orpo_lambda", s.orpoLambda}})
+        if (!std::isfinite(value))
+            throw std::runtime_error(std::string("run spec: ") + field
+                + " must be a finite number (got " + std::to_string(value) + ")");
+    if (!s.usesPreferencePairs())
+        return;
+    if (s.packing)
+        throw std::runtime_error("run spec: " + s.objective
+            + " trains on preference pairs, one pair per two rows, which are not packed; drop "
+              "--packing");
+    if (s.dataFormat != "auto" && s.dataFormat != "preference")
+        throw std::runtime_error("run spec: " + s.objective
+            + " reads preference pairs (\"prompt\", \"chosen\", \"rejected\"); data_format "
+            + s.dataFormat + " has none: use --data-format preference or auto");
+    if (s.objective == "dpo") {
+        positive("dpo_beta", s.dpoBeta);
+        if (!(s.dpoLabelSmoothing >= 0 && s.dpoLabelSmoothing < 0.5))
+            throw std::runtime_error(
+                "run spec: dpo_label_smoothing must be in [0, 0.5) (cDPO's label noise; got "
+                + std::to_string(s.dpoLabelSmoothing) + ")");
+        if (s.dpoLabelSmoothing > 0 && s.dpoLoss != "sigmoid")
+            throw std::runtime_error("run spec: dpo_label_smoothing applies to the sigmoid loss "
+                                     "(cDPO); with dpo_loss "
+                + s.dpoLoss + " use 0");
+        if (s.resolvedReference() == "live" && !s.usesLora())
+            throw std::runtime_error(
+                "run spec: reference live with full fine-tuning needs a second, frozen copy of "
+                "the model, which this engine does not keep; use --reference precomputed (the "
+                "reference log-probabilities computed in one pass before training) or --method "
+                "lora");
+    } else {
+        if (!(s.orpoLambda >= 0))
+            throw std::runtime_error("run spec: orpo_lambda must be >= 0 (got "
+                + std::to_string(s.orpoLambda) + ")");
+        if (s.reference != "auto")
+            throw std::runtime_error(
+                "run spec: orpo has no reference model; drop --reference (it is DPO's)");
+    }
+}
 
 void validateLora(const RunSpec& s)
 {
@@ -221,6 +290,7 @@ void validateLora(const RunSpec& s)
 
 void validate(const RunSpec& s)
 {
+    validateObjective(s);
     validateLora(s);
     oneOf("strategy", s.strategy, {strategyNames().begin(), strategyNames().end()});
     oneOf("precision", s.precision, {"fp32", "bf16-mixed", "bf16", "fp16-mixed"});
@@ -232,7 +302,8 @@ void validate(const RunSpec& s)
             + s.precision + " reduces in its own dtype); use --reduce-dtype fp32");
     oneOf("schedule", s.schedule, {"constant", "linear", "cosine"});
     oneOf("device", s.device, {"auto", "cpu", "cuda"});
-    oneOf("data_format", s.dataFormat, {"auto", "text", "alpaca", "chat", "tokenized"});
+    oneOf("data_format", s.dataFormat,
+        {"auto", "text", "alpaca", "chat", "tokenized", "preference"});
     positive("micro_batch", static_cast<double>(s.microBatch));
     if (!(s.hangTimeoutSec >= 0))
         throw std::runtime_error("run spec: hang_timeout_sec must be 0 (off) or positive seconds");

@@ -56,6 +56,19 @@ struct RunSpec {
     std::string loraInit;                // a PEFT adapter folder to continue training
     bool qloraDoubleQuant = true;        // QLoRA: the NF4 absmax double-quantised (bitsandbytes')
 
+    // What the run optimizes (engine/core/train/preference.h): sft (next-token loss on the
+    // labelled tokens), dpo or orpo (preference pairs: prompt, chosen, rejected). Independent of
+    // `method`, which says which weights train (full, lora, qlora).
+    std::string objective = "sft";
+    std::string dpoLoss = "sigmoid"; // sigmoid (DPO), ipo
+    double dpoBeta = 0.1;            // DPO's beta (IPO's tau)
+    double dpoLabelSmoothing = 0.0;  // cDPO's epsilon, in [0, 0.5); sigmoid only
+    double orpoLambda = 0.1;         // ORPO's weight of the odds-ratio term
+    // DPO's reference log-probabilities: live (a forward of the reference each step; with LoRA
+    // the base with its adapters off) or precomputed (one pass over the data before training,
+    // kept in memory); auto: live with LoRA/QLoRA, precomputed with full fine-tuning.
+    std::string reference = "auto";
+
     int64_t steps = 0;
     int64_t epochs = 0;
     int64_t microBatch = 1;
@@ -95,6 +108,17 @@ struct RunSpec {
 
     int worldSize() const { return nodes * procsPerNode; }
     bool usesLora() const { return method == "lora" || method == "qlora"; }
+    // Trained on preference pairs (dpo, orpo): two sequences per record.
+    bool usesPreferencePairs() const { return objective == "dpo" || objective == "orpo"; }
+    // DPO's reference resolved: "live" or "precomputed" ("" without DPO).
+    std::string resolvedReference() const
+    {
+        if (objective != "dpo")
+            return {};
+        if (reference != "auto")
+            return reference;
+        return usesLora() ? "live" : "precomputed";
+    }
     // The sharding fields, typed; throws std::runtime_error on an unknown strategy name.
     ParallelDims parallelDims() const
     {
@@ -119,6 +143,9 @@ bool offloadOnCpuForTests();
 // reduces in fp32, pure 16-bit precisions in their own dtype).
 const std::vector<std::string>& reduceDtypes();
 bool hasReduceDtypeChoice(const std::string& precision);
+// The training objectives ("sft", "dpo", "orpo") and DPO's losses ("sigmoid", "ipo").
+const std::vector<std::string>& objectiveNames();
+const std::vector<std::string>& dpoLossNames();
 // The --lora-targets vocabulary: q, k, v, o, gate, up, down.
 const std::vector<std::string>& loraTargetNames();
 

@@ -72,7 +72,8 @@ const std::vector<TrainFlag>& trainFlags()
         SHARD_FLAG("--out", outDir, "Run directory"),
         SHARD_FLAG("--steps", steps, "Optimizer steps"),
         SHARD_FLAG("--epochs", epochs, "Epochs (when --steps is not given)"),
-        SHARD_FLAG("--micro-batch", microBatch, "Rows per rank per micro-step"),
+        SHARD_FLAG("--micro-batch", microBatch,
+            "Rows per rank per micro-step (preference pairs with --objective dpo|orpo)"),
         SHARD_FLAG("--seq-len", seqLen, "Sequence length"),
         SHARD_FLAG("--lr", lr, "Peak learning rate"),
         SHARD_FLAG("--seed", seed, "Seed (data order, init)"),
@@ -81,7 +82,8 @@ const std::vector<TrainFlag>& trainFlags()
         SHARD_SWITCH("--skip-bad-lines", skipBadLines, true, "Skip (and count) bad lines"),
         SHARD_SWITCH("--train-on-prompt", trainOnPrompt, true,
             "Also train on prompt tokens of instruction and chat data"),
-        SHARD_FLAG("--data-format", dataFormat, "auto, text, alpaca, chat or tokenized"),
+        SHARD_FLAG("--data-format", dataFormat,
+            "auto, text, alpaca, chat, tokenized or preference (prompt, chosen, rejected)"),
         SHARD_FLAG("--chat-template", chatTemplate,
             "Chat data: llama3, chatml (qwen) or llama2, or a template file (.jinja / "
             "tokenizer_config.json) of one of them (default: the tokenizer's)"),
@@ -103,6 +105,20 @@ const std::vector<TrainFlag>& trainFlags()
         SHARD_FLAG("--method", method,
             "full (every weight), lora (low-rank adapters on a frozen base) or qlora (adapters on "
             "an NF4 base)"),
+        SHARD_FLAG("--objective", objective,
+            "sft (next-token loss, default), dpo (direct preference optimization) or orpo "
+            "(odds-ratio preference optimization, no reference model); dpo and orpo read "
+            "preference pairs (prompt, chosen, rejected)"),
+        SHARD_FLAG("--dpo-loss", dpoLoss, "DPO's loss: sigmoid (DPO, default) or ipo"),
+        SHARD_FLAG("--dpo-beta", dpoBeta,
+            "DPO's beta: how far the policy may move from the reference (default 0.1)"),
+        SHARD_FLAG("--dpo-label-smoothing", dpoLabelSmoothing,
+            "cDPO: the assumed fraction of flipped preference labels, in [0, 0.5) (default 0)"),
+        SHARD_FLAG("--orpo-lambda", orpoLambda, "ORPO's weight of the odds-ratio term (default 0.1)"),
+        SHARD_FLAG("--reference", reference,
+            "DPO's reference log-probabilities: auto (default: live with lora/qlora, precomputed "
+            "with full), live (the base with its adapters off, each step) or precomputed (one "
+            "pass over the data before training)"),
         SHARD_FLAG("--lora-rank", loraRank, "LoRA rank r (default 8)"),
         SHARD_FLAG("--lora-alpha", loraAlpha,
             "LoRA alpha: the adapter term is scaled by alpha / r (default 16)"),

@@ -117,7 +117,92 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     }
 };
 
+// The rows' log-probabilities of their targets (chunked, no gradient).
+at::Tensor chunkedLogProbs(
+    const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets, int64_t chunkRows)
+{
+    at::NoGradGuard noGrad;
+    const int64_t n = h.size(0);
+    const at::ScalarType wide = at::promoteTypes(h.scalar_type(), at::kFloat);
+    at::Tensor out = at::empty({n}, h.options().dtype(wide));
+    for (int64_t r0 = 0; r0 < n; r0 += chunkRows) {
+        const int64_t rows = std::min(chunkRows, n - r0);
+        const at::Tensor tc = targets.narrow(0, r0, rows);
+        const at::Tensor z = fused::cast(fused::linear(h.narrow(0, r0, rows), w), wide);
+        const at::Tensor valid = tc.ne(-100);
+        const at::Tensor safe = at::where(valid, tc, at::zeros_like(tc)).unsqueeze(1);
+        out.narrow(0, r0, rows)
+            .copy_((z.gather(1, safe).squeeze(1) - at::logsumexp(z, 1)) * valid.to(wide));
+    }
+    return out;
+}
+
+struct LinearTokenLogProbs : torch::autograd::Function<LinearTokenLogProbs> {
+    static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& w,
+        const at::Tensor& targets, int64_t chunkRows)
+    {
+        ctx->saved_data["chunk"] = chunkRows;
+        ctx->save_for_backward({h, w, targets});
+        return chunkedLogProbs(h, w, targets, chunkRows);
+    }
+
+    static variable_list backward(AutogradContext* ctx, variable_list gradOutputs)
+    {
+        at::NoGradGuard noGrad;
+        auto saved = ctx->get_saved_variables();
+        const at::Tensor& h = saved[0];
+        const at::Tensor& w = saved[1];
+        const at::Tensor& targets = saved[2];
+        const int64_t chunkRows = ctx->saved_data["chunk"].toInt();
+        const bool wantH = ctx->needs_input_grad(0), wantW = ctx->needs_input_grad(1);
+        const int64_t n = h.size(0);
+        const at::ScalarType compute = h.scalar_type();
+        const at::ScalarType wide = at::promoteTypes(compute, at::kFloat);
+        const at::Tensor g = gradOutputs[0].to(wide);
+        at::Tensor gradH, gradW;
+        if (wantH)
+            gradH = at::empty_like(h);
+        if (wantW)
+            gradW = at::zeros_like(w);
+        for (int64_t r0 = 0; r0 < n; r0 += chunkRows) {
+            const int64_t rows = std::min(chunkRows, n - r0);
+            const at::Tensor hc = h.narrow(0, r0, rows);
+            const at::Tensor tc = targets.narrow(0, r0, rows);
+            at::Tensor z = fused::cast(fused::linear(hc, w), wide);
+            const at::Tensor valid = tc.ne(-100);
+            const at::Tensor safe = at::where(valid, tc, at::zeros_like(tc)).unsqueeze(1);
+            // d logp / d z = onehot(target) - softmax(z), times the row's gradient; in place.
+            z.sub_(at::logsumexp(z, 1).unsqueeze(1)).exp_().neg_();
+            z.scatter_add_(1, safe, at::ones({rows, 1}, z.options()));
+            z.mul_((g.narrow(0, r0, rows) * valid.to(wide)).unsqueeze(1));
+            const at::Tensor gc = fused::cast(z, compute);
+            z = at::Tensor();
+            if (wantH)
+                gradH.narrow(0, r0, rows).copy_(fused::matmul(gc, w));
+            if (wantW)
+                addProduct(gradW, gc.t(), hc);
+        }
+        return {gradH, gradW, at::Tensor(), at::Tensor()};
+    }
+};
+
 } // namespace
+
+at::Tensor linearTokenLogProbs(
+    const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targets, int64_t chunkRows)
+{
+    TORCH_CHECK(h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1),
+        "linearTokenLogProbs: h (N, H) and W (V, H) expected");
+    TORCH_CHECK(targets.dim() == 1 && targets.size(0) == h.size(0),
+        "linearTokenLogProbs: one target per row of h expected");
+    if (chunkRows <= 0)
+        chunkRows = plan::lossChunkRows(h.size(0), h.size(1), weight.size(0));
+    chunkRows = std::max<int64_t>(1, chunkRows);
+    const bool grads = at::GradMode::is_enabled() && (h.requires_grad() || weight.requires_grad());
+    if (!grads)
+        return chunkedLogProbs(h, weight, targets, chunkRows);
+    return LinearTokenLogProbs::apply(h, weight, targets, chunkRows);
+}
 
 at::Tensor linearCrossEntropySum(const at::Tensor& h, const at::Tensor& weight,
     const at::Tensor& targets, double gradScale, int64_t chunkRows)

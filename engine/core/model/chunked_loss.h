@@ -25,4 +25,12 @@ namespace shard::engine {
 at::Tensor linearCrossEntropySum(const at::Tensor& h, const at::Tensor& weight,
     const at::Tensor& targets, double gradScale = 1.0, int64_t chunkRows = 0);
 
+// Per row, log softmax(h W^T)[target] (0 where the target is -100): (N,) in fp32 (fp64 for fp64
+// inputs), for losses of whole sequences (DPO, ORPO). The logits exist one chunk at a time, as in
+// linearCrossEntropySum; the gradient of each row is known only once the caller's loss has seen
+// every row, so the backward computes each chunk's logits again (one more head GEMM) instead of
+// keeping them. chunkRows <= 0 picks plan::lossChunkRows(N, H, V).
+at::Tensor linearTokenLogProbs(const at::Tensor& h, const at::Tensor& weight,
+    const at::Tensor& targets, int64_t chunkRows = 0);
+
 } // namespace shard::engine

@@ -432,6 +432,14 @@ LossSum LlamaModel::headLossSum(const std::vector<at::Tensor>& root, const at::T
     return out; // tokens: counted by the caller where its labels are (countLossTokens)
 }
 
+at::Tensor LlamaModel::headTokenLogProbs(
+    const std::vector<at::Tensor>& root, const at::Tensor& x, const at::Tensor& labels) const
+{
+    const int64_t b = x.size(0), s = x.size(1), H = x.size(2);
+    at::Tensor h = rmsNorm(x.narrow(1, 0, s - 1), root[m_root.norm]).reshape({-1, H});
+    return linearTokenLogProbs(h, headWeight(root), nextTokenTargets(labels)).reshape({b, s - 1});
+}
+
 LossSum nextTokenLossSum(const at::Tensor& logits, const at::Tensor& labels)
 {
     const int64_t s = logits.size(1), V = logits.size(2);

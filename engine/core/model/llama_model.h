@@ -113,6 +113,10 @@ public:
     // The final norm, the LM head and the next-token loss in one step, without the batch's
     // logits (linearCrossEntropySum); gradScale is what the caller divides the sum by. The
     // result's tokens stay 0: the caller counts them where its labels are (countLossTokens).
+    // The final norm, the LM head and each position's log-probability of its next-token target
+    // (linearTokenLogProbs): (batch, seq - 1), fp32, 0 where the target is masked.
+    at::Tensor headTokenLogProbs(
+        const std::vector<at::Tensor>& root, const at::Tensor& x, const at::Tensor& labels) const;
     LossSum headLossSum(const std::vector<at::Tensor>& root, const at::Tensor& x,
         const at::Tensor& labels, double gradScale = 1.0) const;
     RopeTables rope(int64_t seqLen, at::ScalarType dtype) const;

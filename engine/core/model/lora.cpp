@@ -158,7 +158,7 @@ at::Tensor Adapters::apply(
     const at::Tensor& y, const at::Tensor& x, const std::vector<at::Tensor>& w, Target t) const
 {
     const int i = static_cast<int>(t);
-    if (a[i] < 0)
+    if (a[i] < 0 || m_context.off)
         return y;
     at::Tensor in = x;
     const double p = m_config.dropout;

@@ -75,6 +75,7 @@ public:
         bool training = false;
         uint64_t seed = 0;
         int layer = 0;
+        bool off = false; // the base alone (DPO's reference with LoRA): no adapter term
     };
     void setContext(const Context& c) const { m_context = c; }
     const Context& context() const { return m_context; }

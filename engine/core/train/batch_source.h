@@ -17,6 +17,7 @@ namespace shard::engine {
 struct TrainRow {
     std::vector<int32_t> inputIds;
     std::vector<int32_t> labels;
+    int64_t record = -1; // the record's global number (data::Sample::record)
 };
 
 class BatchSource {
@@ -32,6 +33,12 @@ public:
     virtual void setPosition(const nlohmann::json& position);
     virtual int64_t trainRecords() const = 0;
     // Lines left out as bad (--skip-bad-lines) and the first few "file:line: reason".
+    // Preference pairs (DPO, ORPO): rows come in (chosen, rejected) pairs of one record.
+    virtual bool preference() const { return false; }
+    // Every record (training then held-out) and the rows of one by its global number, for a
+    // pass over the whole data (DPO's precomputed reference).
+    virtual int64_t totalRecords() const { return 0; }
+    virtual std::vector<TrainRow> recordRows(int64_t /*record*/) { return {}; }
     virtual int64_t badLines() const { return 0; }
     virtual std::vector<std::string> badLineReports() const { return {}; }
 };

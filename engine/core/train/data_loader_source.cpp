@@ -59,7 +59,7 @@ std::vector<TrainRow> DataLoaderSource::convert(
                 throw std::runtime_error(std::string(what) + " (" + m_files + "): token id "
                     + std::to_string(id) + " is outside the model's vocabulary [0, "
                     + std::to_string(m_vocab) + "); was the data tokenized for another model?");
-        out.push_back({std::move(s.inputIds), std::move(s.labels)});
+        out.push_back({std::move(s.inputIds), std::move(s.labels), s.record});
     }
     return out;
 }

@@ -21,6 +21,12 @@ public:
     nlohmann::json position() const override;
     void setPosition(const nlohmann::json& position) override;
     int64_t trainRecords() const override { return m_loader->trainRecords(); }
+    bool preference() const override { return m_loader->preference(); }
+    int64_t totalRecords() const override { return m_loader->totalRecords(); }
+    std::vector<TrainRow> recordRows(int64_t record) override
+    {
+        return convert(m_loader->recordSamples(record), "data");
+    }
     int64_t badLines() const override { return m_loader->badLines(); }
     std::vector<std::string> badLineReports() const override { return m_loader->badLineReports(); }
 

@@ -178,6 +178,7 @@ at::Tensor ModelRunner::trunk(const at::Tensor& hostIds, std::vector<at::Tensor>
     const lora::Adapters* adapters = m_model.adapters();
     lora::Adapters::Context dropout;
     dropout.training = grad;
+    dropout.off = m_adaptersOff;
     if (adapters && grad && adapters->config().dropout > 0) {
         at::Generator gen = at::detail::getDefaultCPUGenerator();
         std::lock_guard<std::mutex> lock(gen.mutex());
@@ -243,6 +244,13 @@ LossSum ModelRunner::lossSum(const at::Tensor& ids, const at::Tensor& labels, do
     // Under zero3 the root is gathered again by this marker's backward, before the loss's.
     out.sum = endRoot(out.sum);
     return out;
+}
+
+at::Tensor ModelRunner::tokenLogProbs(const at::Tensor& ids, const at::Tensor& labels)
+{
+    std::vector<at::Tensor> root;
+    const at::Tensor x = trunk(ids, root);
+    return endRoot(m_model.headTokenLogProbs(root, x, labels.to(m_config.device)));
 }
 
 } // namespace shard::engine

@@ -27,6 +27,12 @@ public:
     // head and loss (LlamaModel::headLossSum), so the batch's logits are never kept. gradScale:
     // what the caller divides the sum by before its backward.
     LossSum lossSum(const at::Tensor& ids, const at::Tensor& labels, double gradScale = 1.0);
+    // Each position's log-probability of its next-token target, (batch, seq - 1) fp32 on
+    // config().device, 0 where the label is masked (LlamaModel::headTokenLogProbs): the
+    // sequence log-probabilities of preference objectives.
+    at::Tensor tokenLogProbs(const at::Tensor& ids, const at::Tensor& labels);
+    // LoRA: the forwards that follow run the base alone (adapters off), e.g. DPO's reference.
+    void setAdaptersOff(bool off) { m_adaptersOff = off; }
     const ForwardConfig& config() const { return m_config; }
 
 private:
@@ -42,6 +48,7 @@ private:
     ForwardConfig m_config;
     RopeTables m_rope;
     int64_t m_ropeLen = 0;
+    bool m_adaptersOff = false;
     at::Tensor m_dummy; // requires grad: keeps the first block's post-backward marker in the graph
 };
 

@@ -34,6 +34,7 @@
 #include "core/train/global_batch.h"
 #include "core/train/host_sync.h"
 #include "core/train/model_runner.h"
+#include "core/train/preference.h"
 #include "core/train/run_log.h"
 #include "core/train/training_samples.h"
 #include "dist/device_choice.h"
@@ -307,6 +308,10 @@ struct Trainer::Io {
             peak = std::max<int64_t>(peak, m.peakBytes);
         if (peak > 0)
             scalars.emplace_back("memory/peak(GiB)", static_cast<float>(peak / 1073741824.0));
+        // A preference run's rewards as TRL's trainers log them ("train/rewards/margins").
+        for (const auto& [name, value] : rec.scalars)
+            scalars.emplace_back(name.rfind("eval/", 0) == 0 ? name : "train/" + name,
+                static_cast<float>(value));
         const double now
             = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
                   .count();
@@ -393,6 +398,7 @@ struct Trainer::Loop {
         int64_t step = 0;
         at::Tensor loss;
         at::Tensor norm;
+        at::Tensor stats; // preference objectives: the step's means (preferenceStatNames)
     };
     std::vector<Unread> unread;
     int64_t readsAtLastRecord = 0; // hostsync::count() when the previous record was written
@@ -414,7 +420,37 @@ struct Trainer::Step {
     int64_t tokens = 0;          // every rank's rows, masked labels included
     int64_t activationBytes = 0; // the largest of its micro-batches'
     Clock::time_point end;
+    // Preference objectives: [ORPO's NLL, then the per-pair statistics' means] (fp64, global).
+    at::Tensor stats;
 };
+
+// A preference pair forward of this rank's pairs.
+struct Trainer::PairForward {
+    PreferenceLoss loss;
+    at::Tensor chosenNll;     // ORPO: the chosen answers' summed -log p (differentiable)
+    int64_t chosenTokens = 0; // their tokens
+};
+
+namespace {
+
+// LoRA: the runner's forwards see the base alone while this lives (DPO's reference).
+struct AdaptersOff {
+    explicit AdaptersOff(ModelRunner& r)
+        : runner(r)
+    {
+        runner.setAdaptersOff(true);
+    }
+    ~AdaptersOff() { runner.setAdaptersOff(false); }
+    ModelRunner& runner;
+};
+
+// Labelled tokens of each row (the positions predicting a next token), fp64 on the host.
+at::Tensor rowTokenCounts(const at::Tensor& labels)
+{
+    return labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum(1).to(at::kDouble);
+}
+
+} // namespace
 
 Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
     : m_spec(std::move(spec))
@@ -470,6 +506,18 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
 
     // The data (validated line by line by shard_data).
     m_data = std::make_unique<DataLoaderSource>(m_spec, m_modelDir, ms.vocabSize);
+    if (m_spec.usesPreferencePairs() != m_data->preference()) {
+        if (m_data->preference())
+            throw std::runtime_error(m_spec.data.front()
+                + " holds preference pairs (prompt, chosen, rejected): train them with "
+                  "--objective dpo or --objective orpo");
+        throw std::runtime_error("--objective " + m_spec.objective
+            + " trains on preference pairs, and " + m_spec.data.front()
+            + " holds none: give JSON lines with \"prompt\", \"chosen\" and \"rejected\" "
+              "(text, or message lists as Hugging Face TRL reads them)");
+    }
+    if (m_spec.usesPreferencePairs())
+        m_preference = std::make_unique<PreferenceConfig>(PreferenceConfig::fromSpec(m_spec));
     if (m_spec.evalEvery > 0 && m_data->evalRows().empty())
         throw std::runtime_error("--eval-every needs held-out data (--eval-data FILE or "
                                  "--eval-fraction F)");
@@ -576,6 +624,8 @@ TrainResult Trainer::run()
     try {
         placeModel(io, resuming, threads);
         Loop loop(*this);
+        if (m_spec.resolvedReference() == "precomputed")
+            precomputeReference(io, loop);
         if (resuming)
             resume(io, loop);
         announceStart(io, loop, resuming);
@@ -588,7 +638,7 @@ TrainResult Trainer::run()
             launch::RankHeartbeat::report(step + 1, launch::RankPhase::Step);
             io.checkLogs();
             Step done = trainStep(loop, step);
-            loop.unread.push_back({done.step, done.lossValue, done.normValue});
+            loop.unread.push_back({done.step, done.lossValue, done.normValue, done.stats});
             const bool last = step + 1 == m_steps;
             const bool logged = (step + 1) % m_spec.logEvery == 0 || last;
             // The losses and norms reach the host once per logged step (and before a
@@ -600,8 +650,10 @@ TrainResult Trainer::run()
                 done.gradNorm = loop.result.gradNorms.back();
             }
             protocol::MetricRecord rec = metricRecord(io, loop, done, step + 1);
+            if (logged && m_preference && !loop.result.scalars.empty())
+                rec.scalars = loop.result.scalars.back();
             if (m_spec.evalEvery > 0 && ((step + 1) % m_spec.evalEvery == 0 || last)) {
-                const double ev = evaluate(loop);
+                const double ev = evaluate(loop, rec.scalars);
                 rec.evalLoss = ev;
                 loop.result.evalLosses.push_back({step + 1, ev});
                 io.log->info(
@@ -679,11 +731,14 @@ void Trainer::placeModel(Io& io, bool resuming, int threads)
     // Placement: the strategy pulls each parameter's full value once, in order.
     // (When resuming, the checkpoint fills the parameters: the weights are not read.)
     const SafetensorsReader& weights = *m_weights;
+    // DPO's precomputed reference is the model before training: a resume computes it again from
+    // the weights, then the checkpoint replaces them.
+    const bool referenceFromWeights = m_spec.resolvedReference() == "precomputed";
     m_strategy->setup(*m_model, [&](const Param& p) {
-        if (resuming && !p.frozen) // a LoRA base is not in the checkpoint
+        if (resuming && !p.frozen && !referenceFromWeights) // a LoRA base is not in the checkpoint
             return at::zeros(p.info.shape, at::kFloat);
         if (m_adapters && lora::isAdapterName(p.info.name))
-            return m_adapters->value(p);
+            return resuming ? at::zeros(p.info.shape, at::kFloat) : m_adapters->value(p);
         at::Tensor t = weights.tensor(p.info.name);
         return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
     });
@@ -802,10 +857,52 @@ Trainer::Step Trainer::trainStep(Loop& loop, int64_t step)
     const double cpu0 = cpuSeconds();
     std::vector<std::vector<TrainRow>> micro;
     int64_t stepTokens = 0;
+    // A preference micro-batch of globalRows pairs is twice as many rows.
+    const int64_t rowsPerMicro = m_preference ? 2 * globalRows : globalRows;
     for (int k = 0; k < K; ++k) {
-        micro.push_back(m_data->nextGlobalBatch(globalRows));
+        micro.push_back(m_data->nextGlobalBatch(rowsPerMicro));
         stepTokens += countTokens(micro.back());
     }
+    if (m_preference) {
+        preferenceMicroSteps(loop, micro, done);
+    } else {
+        supervisedMicroSteps(loop, micro, stepTokens, done);
+    }
+    done.step = step + 1;
+
+
+    // Clipping on the device: scale = clip / (norm + 1e-6) where norm > clip, else 1 (fp64, as
+    // torch.nn.utils.clip_grad_norm_ computes it), handed to AdamW as a tensor.
+    auto targets = m_strategy->optimizerTargets();
+    done.normValue = m_strategy->gradSquaredNorm(targets).sqrt();
+    at::Tensor scale;
+    if (m_spec.clip > 0) {
+        const at::Tensor clip = at::full({1}, m_spec.clip, done.normValue.options());
+        scale = at::where(done.normValue > clip, clip.div(done.normValue.add(1e-6)),
+            at::ones_like(done.normValue));
+    }
+    done.lr = loop.schedule.at(step);
+    loop.adamw.step(targets, done.lr, scale);
+    targets.clear();
+    m_strategy->afterOptimizerStep();
+    m_strategy->zeroGrad();
+    done.end = Clock::now();
+    done.seconds = seconds(t0, done.end);
+    done.tokens = rowsPerMicro * K * m_spec.seqLen;
+    loop.tokensSeen += done.tokens;
+    if (step > loop.firstStep || m_steps == loop.firstStep + 1) {
+        loop.timedSec += done.seconds;
+        loop.timedCpuSec += cpuSeconds() - cpu0;
+        loop.timedTokens += done.tokens;
+    }
+    return done;
+}
+
+void Trainer::supervisedMicroSteps(
+    Loop& loop, const std::vector<std::vector<TrainRow>>& micro, int64_t stepTokens, Step& done)
+{
+    const int K = loop.accum;
+    const int64_t globalRows = loop.globalRows;
     const double norm = static_cast<double>(std::max<int64_t>(1, stepTokens));
     // The loss sum in fp64 on the device, micro-step by micro-step (nothing read back here).
     at::Tensor lossSum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
@@ -827,34 +924,131 @@ Trainer::Step Trainer::trainStep(Loop& loop, int64_t step)
         m_strategy->endMicroStep(k, K);
     }
     m_strategy->allReduceSumInPlace(lossSum);
-    done.step = step + 1;
     done.lossValue = lossSum / norm;
+}
 
-    // Clipping on the device: scale = clip / (norm + 1e-6) where norm > clip, else 1 (fp64, as
-    // torch.nn.utils.clip_grad_norm_ computes it), handed to AdamW as a tensor.
-    auto targets = m_strategy->optimizerTargets();
-    done.normValue = m_strategy->gradSquaredNorm(targets).sqrt();
-    at::Tensor scale;
-    if (m_spec.clip > 0) {
-        const at::Tensor clip = at::full({1}, m_spec.clip, done.normValue.options());
-        scale = at::where(done.normValue > clip, clip.div(done.normValue.add(1e-6)),
-            at::ones_like(done.normValue));
+Trainer::PairForward Trainer::pairForward(
+    Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi)
+{
+    const int64_t n = hi - lo;
+    const at::Tensor ids = rowsTensor(rows, 2 * lo, 2 * hi, false);
+    const at::Tensor labels = rowsTensor(rows, 2 * lo, 2 * hi, true);
+    const at::Tensor hostCounts = rowTokenCounts(labels).view({n, 2});
+    const at::Tensor counts = hostCounts.to(m_device);
+    PairLogProbs reference;
+    if (m_preference->objective == "dpo") {
+        at::Tensor ref;
+        if (m_reference.defined()) {
+            std::vector<int64_t> index;
+            for (int64_t r = 2 * lo; r < 2 * hi; ++r) {
+                if (rows[r].record < 0)
+                    throw std::logic_error("a preference row without its record number");
+                index.push_back(2 * rows[r].record + (r % 2));
+            }
+            ref = m_reference.index_select(0, at::tensor(index, at::kLong).to(m_device));
+        } else {
+            // The reference is the base with its adapters off: a forward without gradients
+            // before the policy's (under zero3 it gathers each unit once more).
+            at::NoGradGuard noGrad;
+            AdaptersOff off(loop.runner);
+            ref = loop.runner.tokenLogProbs(ids, labels).sum(1).to(at::kDouble);
+        }
+        ref = ref.view({n, 2});
+        reference = {ref.select(1, 0), ref.select(1, 1), counts.select(1, 0), counts.select(1, 1)};
     }
-    done.lr = loop.schedule.at(step);
-    loop.adamw.step(targets, done.lr, scale);
-    targets.clear();
-    m_strategy->afterOptimizerStep();
-    m_strategy->zeroGrad();
-    done.end = Clock::now();
-    done.seconds = seconds(t0, done.end);
-    done.tokens = globalRows * K * m_spec.seqLen;
-    loop.tokensSeen += done.tokens;
-    if (step > loop.firstStep || m_steps == loop.firstStep + 1) {
-        loop.timedSec += done.seconds;
-        loop.timedCpuSec += cpuSeconds() - cpu0;
-        loop.timedTokens += done.tokens;
+    const at::Tensor seq = loop.runner.tokenLogProbs(ids, labels).sum(1).to(at::kDouble).view({n, 2});
+    const PairLogProbs policy {
+        seq.select(1, 0), seq.select(1, 1), counts.select(1, 0), counts.select(1, 1)};
+    PairForward out;
+    out.loss = preferenceLoss(*m_preference, policy,
+        m_preference->objective == "dpo" ? &reference : nullptr);
+    if (m_preference->objective == "orpo") {
+        out.chosenNll = -policy.chosen;
+        out.chosenTokens = static_cast<int64_t>(hostCounts.select(1, 0).sum().item<double>());
     }
-    return done;
+    return out;
+}
+
+void Trainer::preferenceMicroSteps(
+    Loop& loop, const std::vector<std::vector<TrainRow>>& micro, Step& done)
+{
+    const int K = loop.accum;
+    const int64_t pairs = loop.globalRows; // pairs of one micro-batch over all ranks
+    const double stepPairs = static_cast<double>(pairs * K);
+    // ORPO's NLL is the mean over the step's chosen tokens, every rank's (counted on the host:
+    // every rank holds the global batch).
+    int64_t chosenTokens = 0;
+    for (const auto& rows : micro)
+        for (size_t r = 0; r < rows.size(); r += 2)
+            for (size_t i = 1; i < rows[r].labels.size(); ++i)
+                chosenTokens += rows[r].labels[i] != -100;
+    const double nllNorm = static_cast<double>(std::max<int64_t>(1, chosenTokens));
+    // [loss, NLL, per-pair statistics] summed in fp64 on the device.
+    at::Tensor sums = at::zeros(
+        {2 + kPreferenceStatCount}, at::TensorOptions().dtype(at::kDouble).device(m_device));
+    for (int k = 0; k < K; ++k) {
+        m_strategy->beginMicroStep(k, K);
+        auto [lo, hi] = m_strategy->rowRange(pairs);
+        if (hi > lo) {
+            const int64_t before = loop.liveBytes();
+            PairForward f = pairForward(loop, micro[k], lo, hi);
+            done.activationBytes = std::max(done.activationBytes, loop.liveBytes() - before);
+            at::Tensor loss = f.loss.losses.sum() / stepPairs;
+            if (f.chosenNll.defined()) {
+                const at::Tensor nll = f.chosenNll.sum() / nllNorm;
+                loss = loss + nll;
+                sums.narrow(0, 1, 1).add_(nll.detach().reshape({1}));
+            }
+            loss.backward();
+            sums.narrow(0, 0, 1).add_(loss.detach().reshape({1}));
+            sums.narrow(0, 2, kPreferenceStatCount).add_(f.loss.stats.sum(0));
+        }
+        if (m_strategy->wantsUnitHooks())
+            m_strategy->postBackward(0);
+        m_strategy->endMicroStep(k, K);
+    }
+    m_strategy->allReduceSumInPlace(sums);
+    done.lossValue = sums.narrow(0, 0, 1);
+    at::Tensor stats = sums.narrow(0, 1, 1 + kPreferenceStatCount).clone();
+    stats.narrow(0, 1, kPreferenceStatCount).div_(stepPairs);
+    done.stats = stats;
+}
+
+void Trainer::precomputeReference(Io& io, Loop& loop)
+{
+    at::NoGradGuard noGrad;
+    AdaptersOff off(loop.runner); // LoRA: the reference is the base alone
+    const auto t0 = Clock::now();
+    const int64_t total = m_data->totalRecords();
+    m_reference = at::zeros({2 * total}, at::TensorOptions().dtype(at::kDouble).device(m_device));
+    const int64_t chunk = m_spec.microBatch * m_strategy->worldSize();
+    for (int64_t b = 0; b < total; b += chunk) {
+        launch::RankHeartbeat::report(0, launch::RankPhase::Setup);
+        const int64_t e = std::min(total, b + chunk);
+        auto [lo, hi] = m_strategy->rowRange(e - b);
+        if (hi > lo) {
+            std::vector<TrainRow> rows;
+            for (int64_t rec = b + lo; rec < b + hi; ++rec)
+                for (TrainRow& r : m_data->recordRows(rec))
+                    rows.push_back(std::move(r));
+            const int64_t n = static_cast<int64_t>(rows.size());
+            const at::Tensor lp = loop.runner.tokenLogProbs(
+                rowsTensor(rows, 0, n, false), rowsTensor(rows, 0, n, true));
+            m_reference.narrow(0, 2 * (b + lo), n).copy_(lp.sum(1).to(at::kDouble));
+        } else {
+            // Fewer pairs than ranks in the last chunk: this rank still takes part in the
+            // forward (sharded strategies gather inside it), on one row that counts nothing.
+            const std::vector<TrainRow> rows = m_data->recordRows(b);
+            const at::Tensor ids = rowsTensor(rows, 0, 1, false);
+            loop.runner.tokenLogProbs(ids, at::full_like(ids, -100));
+        }
+    }
+    m_strategy->allReduceSumInPlace(m_reference);
+    const double sec = seconds(t0, Clock::now());
+    io.log->info(strprintf("DPO reference: log-probabilities of %lld pairs precomputed in %.1f s",
+        static_cast<long long>(total), sec));
+    io.startData["reference_pairs"] = total;
+    io.startData["reference_sec"] = sec;
 }
 
 void Trainer::readSteps(Loop& loop)
@@ -865,16 +1059,31 @@ void Trainer::readSteps(Loop& loop)
     for (const Loop::Unread& u : loop.unread) {
         values.push_back(u.loss.reshape({1}));
         values.push_back(u.norm.reshape({1}));
+        if (u.stats.defined())
+            values.push_back(u.stats.reshape({-1}).to(u.loss.scalar_type()));
     }
     const std::vector<double> read = hostsync::readValues(at::cat(values));
     const std::vector<Loop::Unread> steps = std::move(loop.unread);
     loop.unread.clear();
-    for (size_t i = 0; i < steps.size(); ++i) {
-        const double loss = read[2 * i];
+    size_t pos = 0;
+    for (const Loop::Unread& u : steps) {
+        const double loss = read[pos++];
         if (!std::isfinite(loss))
-            throw std::runtime_error(nonFiniteLossMessage(loss, steps[i].step));
+            throw std::runtime_error(nonFiniteLossMessage(loss, u.step));
         loop.result.losses.push_back(loss);
-        loop.result.gradNorms.push_back(read[2 * i + 1]);
+        loop.result.gradNorms.push_back(read[pos++]);
+        if (!u.stats.defined())
+            continue;
+        // [ORPO's NLL, then the per-pair statistics] (preferenceMicroSteps).
+        std::map<std::string, double> scalars;
+        const double nll = read[pos++];
+        if (m_preference->objective == "orpo")
+            scalars["nll_loss"] = nll;
+        const auto& names = preferenceStatNames(m_preference->objective);
+        for (size_t k = 0; k < static_cast<size_t>(kPreferenceStatCount); ++k, ++pos)
+            if (k < names.size())
+                scalars[names[k]] = read[pos];
+        loop.result.scalars.push_back(std::move(scalars));
     }
 }
 
@@ -906,10 +1115,38 @@ protocol::MetricRecord Trainer::metricRecord(
     return rec;
 }
 
-double Trainer::evaluate(Loop& loop)
+double Trainer::evaluate(Loop& loop, std::map<std::string, double>& scalars)
 {
     at::NoGradGuard noGrad;
     const auto rows = m_data->evalRows();
+    if (m_preference) {
+        // The mean pair loss (ORPO: plus the NLL per chosen token) and the reward accuracy.
+        const int64_t pairs = static_cast<int64_t>(rows.size()) / 2;
+        const int64_t chunk = m_spec.microBatch * m_strategy->worldSize();
+        at::Tensor acc = at::zeros({4}, at::TensorOptions().dtype(at::kDouble).device(m_device));
+        for (int64_t b = 0; b < pairs; b += chunk) {
+            const int64_t e = std::min(pairs, b + chunk);
+            const std::vector<TrainRow> batch(rows.begin() + 2 * b, rows.begin() + 2 * e);
+            auto [lo, hi] = m_strategy->rowRange(e - b);
+            if (hi > lo) {
+                const PairForward f = pairForward(loop, batch, lo, hi);
+                acc.narrow(0, 0, 1).add_(f.loss.losses.sum().reshape({1}));
+                acc.narrow(0, 1, 1).add_(
+                    f.loss.stats.select(1, kRewardAccuracy).sum().reshape({1}));
+                if (f.chosenNll.defined()) {
+                    acc.narrow(0, 2, 1).add_(f.chosenNll.sum().reshape({1}));
+                    acc.narrow(0, 3, 1).add_(static_cast<double>(f.chosenTokens));
+                }
+            } else {
+                pairForward(loop, batch, 0, 1); // every rank takes part in a sharded forward
+            }
+        }
+        m_strategy->allReduceSumInPlace(acc);
+        const std::vector<double> v = hostsync::readValues(acc);
+        const double n = static_cast<double>(std::max<int64_t>(1, pairs));
+        scalars["eval/rewards/accuracies"] = v[1] / n;
+        return v[0] / n + (v[3] > 0 ? v[2] / v[3] : 0.0);
+    }
     double tokens = 0.0;
     at::Tensor sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
     const int64_t chunk = m_spec.microBatch * m_strategy->worldSize();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -15,6 +16,7 @@
 #include "core/model/llama_model.h"
 #include "core/train/batch_source.h"
 #include "core/train/checkpoint_hooks.h"
+#include "core/train/preference.h"
 #include "core/train/strategy.h"
 #include "protocol/run_spec.h"
 
@@ -42,6 +44,8 @@ struct TrainResult {
     std::vector<double> losses;                         // per step, before that step's update
     std::vector<double> gradNorms;                      // per step, before clipping
     std::vector<std::pair<int64_t, double>> evalLosses; // (step, loss)
+    // Preference objectives: per step, the means over the step's pairs (preferenceStatNames).
+    std::vector<std::map<std::string, double>> scalars;
     double tokensPerSec = 0.0;                          // mean over the steps after the first
     double meanStepSec = 0.0;
     double cpuTokensPerSec = 0.0; // the same per second of process CPU time (robust to load)
@@ -99,8 +103,23 @@ private:
     // The metric record of a step done (1-based `step`); takes the step's comm bytes.
     protocol::MetricRecord metricRecord(
         const Io& io, const Loop& loop, const Step& done, int64_t step);
-    // The mean loss per token over the held-out rows (collective).
-    double evaluate(Loop& loop);
+    // The mean loss per token over the held-out rows (collective); preference objectives: the
+    // mean loss per pair, and their reward accuracy into `scalars` ("eval/...").
+    double evaluate(Loop& loop, std::map<std::string, double>& scalars);
+    // Supervised: one optimizer step's micro-batches (next-token loss over stepTokens tokens).
+    void supervisedMicroSteps(Loop& loop, const std::vector<std::vector<TrainRow>>& micro,
+        int64_t stepTokens, Step& done);
+    // Preference objectives: one optimizer step's micro-batches of pairs (forward, loss,
+    // backward); fills the step's loss and statistics (on the device).
+    void preferenceMicroSteps(Loop& loop, const std::vector<std::vector<TrainRow>>& micro,
+        Step& done);
+    // The policy's and (DPO) the reference's log-probabilities of this rank's pairs among
+    // `rows` (chosen, rejected, chosen, ...), and the preference loss of each pair.
+    struct PairForward;
+    PairForward pairForward(Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi);
+    // DPO with --reference precomputed: every record's reference log-probabilities, one
+    // forward pass over the data without gradients (collective), before training.
+    void precomputeReference(Io& io, Loop& loop);
     void writeSamples(Io& io, int64_t step);
     // Adds every rank's memory to the record (collective), writes it (rank 0) and logs the step.
     void writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int64_t activationBytes);
@@ -125,6 +144,10 @@ private:
     std::unique_ptr<SafetensorsReader> m_weights;
     std::unique_ptr<TrainingSamples> m_samples;      // sample_every > 0
     std::unique_ptr<lora::AdapterSource> m_adapters; // method lora: the adapters' first values
+    std::unique_ptr<PreferenceConfig> m_preference;  // objective dpo or orpo
+    // DPO, reference precomputed: (chosen, rejected) summed log-probabilities per record, by
+    // the record's global number (fp64, 2 x records, on the device).
+    at::Tensor m_reference;
     at::ScalarType m_computeDtype = at::kFloat;
     c10::Device m_device = c10::Device(c10::DeviceType::CPU);
     int64_t m_steps = 0;
