@@ -135,8 +135,9 @@ std::string preferenceError(const nlohmann::json& r)
 {
     for (const char* key : {"chosen", "rejected"})
         if (!r.contains(key))
-            return std::string("missing \"") + key + "\" (a preference pair needs \"chosen\" and "
-                                                   "\"rejected\")";
+            return std::string("missing \"") + key
+                + "\" (a preference pair needs \"chosen\" and "
+                  "\"rejected\")";
     const auto& c = r["chosen"];
     const auto& rj = r["rejected"];
     if (c.is_string() != rj.is_string() || c.is_array() != rj.is_array())
@@ -146,9 +147,8 @@ std::string preferenceError(const nlohmann::json& r)
             return "text pairs need a string \"prompt\" (or give chosen/rejected as message "
                    "lists)";
         if (c.get_ref<const std::string&>().empty() || rj.get_ref<const std::string&>().empty())
-            return std::string("empty \"") + (c.get_ref<const std::string&>().empty() ? "chosen"
-                                                                                  : "rejected")
-                + "\" answer";
+            return std::string("empty \"")
+                + (c.get_ref<const std::string&>().empty() ? "chosen" : "rejected") + "\" answer";
         if (c == rj)
             return "\"chosen\" and \"rejected\" are the same answer (nothing to prefer)";
         return {};

@@ -240,8 +240,8 @@ void validateObjective(const RunSpec& s)
                 "lora");
     } else {
         if (!(s.orpoLambda >= 0))
-            throw std::runtime_error("run spec: orpo_lambda must be >= 0 (got "
-                + std::to_string(s.orpoLambda) + ")");
+            throw std::runtime_error(
+                "run spec: orpo_lambda must be >= 0 (got " + std::to_string(s.orpoLambda) + ")");
         if (s.reference != "auto")
             throw std::runtime_error(
                 "run spec: orpo has no reference model; drop --reference (it is DPO's)");
@@ -302,8 +302,8 @@ void validate(const RunSpec& s)
             + s.precision + " reduces in its own dtype); use --reduce-dtype fp32");
     oneOf("schedule", s.schedule, {"constant", "linear", "cosine"});
     oneOf("device", s.device, {"auto", "cpu", "cuda"});
-    oneOf("data_format", s.dataFormat,
-        {"auto", "text", "alpaca", "chat", "tokenized", "preference"});
+    oneOf(
+        "data_format", s.dataFormat, {"auto", "text", "alpaca", "chat", "tokenized", "preference"});
     positive("micro_batch", static_cast<double>(s.microBatch));
     if (!(s.hangTimeoutSec >= 0))
         throw std::runtime_error("run spec: hang_timeout_sec must be 0 (off) or positive seconds");

@@ -22,8 +22,8 @@ const std::vector<std::string>& preferenceStatNames(const std::string& objective
     static const std::vector<std::string> dpo {"rewards/chosen", "rewards/rejected",
         "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected"};
     static const std::vector<std::string> orpo {"rewards/chosen", "rewards/rejected",
-        "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected",
-        "log_odds_ratio", "log_odds_chosen"};
+        "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected", "log_odds_ratio",
+        "log_odds_chosen"};
     return objective == "orpo" ? orpo : dpo;
 }
 
@@ -75,8 +75,8 @@ PreferenceLoss preferenceLoss(
     } else {
         throw std::runtime_error("preference loss: unknown objective '" + config.objective + "'");
     }
-    out.stats = at::stack({rewardC, rewardR, rewardC.gt(rewardR).to(at::kDouble),
-                              rewardC - rewardR, pc.detach(), pr.detach(), logOddsRatio, logOdds},
+    out.stats = at::stack({rewardC, rewardR, rewardC.gt(rewardR).to(at::kDouble), rewardC - rewardR,
+                              pc.detach(), pr.detach(), logOddsRatio, logOdds},
         1);
     return out;
 }

@@ -310,8 +310,8 @@ struct Trainer::Io {
             scalars.emplace_back("memory/peak(GiB)", static_cast<float>(peak / 1073741824.0));
         // A preference run's rewards as TRL's trainers log them ("train/rewards/margins").
         for (const auto& [name, value] : rec.scalars)
-            scalars.emplace_back(name.rfind("eval/", 0) == 0 ? name : "train/" + name,
-                static_cast<float>(value));
+            scalars.emplace_back(
+                name.rfind("eval/", 0) == 0 ? name : "train/" + name, static_cast<float>(value));
         const double now
             = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
                   .count();
@@ -870,7 +870,6 @@ Trainer::Step Trainer::trainStep(Loop& loop, int64_t step)
     }
     done.step = step + 1;
 
-
     // Clipping on the device: scale = clip / (norm + 1e-6) where norm > clip, else 1 (fp64, as
     // torch.nn.utils.clip_grad_norm_ computes it), handed to AdamW as a tensor.
     auto targets = m_strategy->optimizerTargets();
@@ -956,12 +955,13 @@ Trainer::PairForward Trainer::pairForward(
         ref = ref.view({n, 2});
         reference = {ref.select(1, 0), ref.select(1, 1), counts.select(1, 0), counts.select(1, 1)};
     }
-    const at::Tensor seq = loop.runner.tokenLogProbs(ids, labels).sum(1).to(at::kDouble).view({n, 2});
+    const at::Tensor seq
+        = loop.runner.tokenLogProbs(ids, labels).sum(1).to(at::kDouble).view({n, 2});
     const PairLogProbs policy {
         seq.select(1, 0), seq.select(1, 1), counts.select(1, 0), counts.select(1, 1)};
     PairForward out;
-    out.loss = preferenceLoss(*m_preference, policy,
-        m_preference->objective == "dpo" ? &reference : nullptr);
+    out.loss = preferenceLoss(
+        *m_preference, policy, m_preference->objective == "dpo" ? &reference : nullptr);
     if (m_preference->objective == "orpo") {
         out.chosenNll = -policy.chosen;
         out.chosenTokens = static_cast<int64_t>(hostCounts.select(1, 0).sum().item<double>());

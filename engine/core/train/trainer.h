@@ -46,7 +46,7 @@ struct TrainResult {
     std::vector<std::pair<int64_t, double>> evalLosses; // (step, loss)
     // Preference objectives: per step, the means over the step's pairs (preferenceStatNames).
     std::vector<std::map<std::string, double>> scalars;
-    double tokensPerSec = 0.0;                          // mean over the steps after the first
+    double tokensPerSec = 0.0; // mean over the steps after the first
     double meanStepSec = 0.0;
     double cpuTokensPerSec = 0.0; // the same per second of process CPU time (robust to load)
     int64_t peakBytes = 0;        // counting allocator, whole run
@@ -111,8 +111,8 @@ private:
         int64_t stepTokens, Step& done);
     // Preference objectives: one optimizer step's micro-batches of pairs (forward, loss,
     // backward); fills the step's loss and statistics (on the device).
-    void preferenceMicroSteps(Loop& loop, const std::vector<std::vector<TrainRow>>& micro,
-        Step& done);
+    void preferenceMicroSteps(
+        Loop& loop, const std::vector<std::vector<TrainRow>>& micro, Step& done);
     // The policy's and (DPO) the reference's log-probabilities of this rank's pairs among
     // `rows` (chosen, rejected, chosen, ...), and the preference loss of each pair.
     struct PairForward;
