@@ -980,10 +980,28 @@ Status RunStore::appendMetrics(
         "cuda_allocated_peak, cuda_reserved, cuda_reserved_peak, cuda_alloc_retries, cuda_ooms, "
         "offloaded) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
         "?17, ?18, ?19, ?20)");
-    if (!ins.valid() || !mem.valid())
+    // A record's further scalars (a preference run's rewards) as tags, named as the engine's
+    // TensorBoard file names them, so the Scalars tab and Compare read engine and imported runs
+    // alike.
+    auto tag = d->db.prepare("INSERT OR REPLACE INTO scalars(run_id, tag, step, wall_time, value) "
+                             "VALUES(?1, ?2, ?3, ?4, ?5)");
+    if (!ins.valid() || !mem.valid() || !tag.valid())
         return fail(d->describe(doing));
     bool first = !hadPoints;
     for (const auto& r : records) {
+        for (const auto& [name, value] : r.scalars) {
+            const QString qname = QString::fromStdString(name);
+            tag.reset();
+            tag.bind(1, runId)
+                .bind(2,
+                    qname.startsWith(QLatin1String("eval/")) ? qname
+                                                             : QStringLiteral("train/") + qname)
+                .bind(3, static_cast<int64_t>(r.step))
+                .bind(4, r.wallTimeSec)
+                .bind(5, value);
+            if (tag.exec() != SQLITE_DONE)
+                return fail(d->describe(doing));
+        }
         ins.reset();
         ins.bind(1, runId)
             .bind(2, static_cast<int64_t>(r.step))

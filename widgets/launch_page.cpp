@@ -8,6 +8,7 @@
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QFontMetrics>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -21,13 +22,17 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include "data/sample_builder.h"
 #include "jobs/launcher.h"
 #include "jobs/local_launcher.h"
 #include "jobs/run_service.h"
 #include "plan/run_spec_bridge.h"
+#include "tokenizer/tokenizer.h"
 
 #include "widgets/lora_fields.h"
 #include "widgets/message_bar.h"
+
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -101,7 +106,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_data->setObjectName("data");
     m_data->setPlaceholderText(tr("train.jsonl; more.jsonl"));
     auto* browseData = new QPushButton(tr("Browse…"), this);
-    m_format = combo(this, {"auto", "text", "alpaca", "chat", "tokenized"}, "format");
+    m_format = combo(this, {"auto", "text", "alpaca", "chat", "tokenized", "preference"}, "format");
     m_out = new QLineEdit(this);
     m_out->setObjectName("runsRoot");
     m_out->setPlaceholderText(jobs::LocalLauncher::defaultRunsRoot());
@@ -184,6 +189,14 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_preview->setObjectName("preview");
     m_preview->setReadOnly(true);
     m_preview->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    m_pairs = new QPlainTextEdit(this);
+    m_pairs->setObjectName("pairPreview");
+    m_pairs->setReadOnly(true);
+    m_pairs->setLineWrapMode(QPlainTextEdit::WidgetWidth);
+    m_pairs->setFixedHeight(QFontMetrics(m_pairs->font()).lineSpacing() * 9);
+    m_pairs->setToolTip(tr("The first pairs of the data as the model sees them: the chat "
+                           "template applied, the prompt and each answer as tokens decoded"));
+    m_pairs->setVisible(false);
     m_message = new MessageBar(this);
     auto problemLabel = [this](const char* name) {
         auto* l = new QLabel(this);
@@ -221,6 +234,9 @@ LaunchPage::LaunchPage(QWidget* parent)
     dataForm->addRow(tr("F&ormat"), m_format);
     dataForm->addRow(QString(), m_packing);
     dataForm->addRow(QString(), m_skipBadLines);
+    m_pairsLabel = new QLabel(tr("Pairs"), this);
+    m_pairsLabel->setVisible(false);
+    dataForm->addRow(m_pairsLabel, m_pairs);
     dataForm->addRow(tr("E&val data"), m_evalData);
     dataForm->addRow(tr("Eval e&very (steps)"), m_evalEvery);
     dataForm->addRow(tr("&Output folder"), m_out);
@@ -322,6 +338,11 @@ LaunchPage::LaunchPage(QWidget* parent)
             m_ranks, m_nodes, m_shardGroup, m_evalEvery, m_keepCheckpoints, m_maxRestarts})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, changed);
     connect(m_lora, &LoraFields::changed, this, changed);
+    // Preference pairs are not packed (the engine refuses it).
+    auto packingChoice
+        = [this] { m_packing->setEnabled(m_lora->objective() == QLatin1String("sft")); };
+    connect(m_lora, &LoraFields::changed, this, packingChoice);
+    packingChoice();
     for (QCheckBox* b : {m_packing, m_skipBadLines})
         connect(b, &QCheckBox::toggled, this, changed);
     connect(m_strategy, qOverload<int>(&QComboBox::currentIndexChanged), this,
@@ -464,7 +485,7 @@ protocol::RunSpec LaunchPage::fieldsSpec() const
         if (!f.trimmed().isEmpty())
             s.data.push_back(f.trimmed().toStdString());
     s.dataFormat = m_format->currentData().toString().toStdString();
-    s.packing = m_packing->isChecked();
+    s.packing = m_packing->isChecked() && m_packing->isEnabled();
     s.skipBadLines = m_skipBadLines->isChecked();
     s.evalData = m_evalData->text().trimmed().toStdString();
     s.evalEvery = m_evalEvery->value();
@@ -587,12 +608,71 @@ void LaunchPage::updatePreview()
         return;
     }
     m_preview->setPlainText(text.value());
+    updatePairPreview(r.value().spec);
     const InputProblems problems = showInputProblems();
     m_start->setEnabled(m_store != nullptr && !m_starting && !problems.blocking());
     const bool ssh = target().kind == "ssh";
     m_inputs->setVisible(ssh);
     m_inputsLabel->setVisible(ssh);
     Q_EMIT previewChanged();
+}
+
+QString LaunchPage::pairPreview() const
+{
+    return m_pairs->isHidden() ? QString() : m_pairs->toPlainText();
+}
+
+void LaunchPage::updatePairPreview(const protocol::RunSpec& spec)
+{
+    const bool pairs = spec.usesPreferencePairs();
+    const bool here = target().kind == "local" || copiesInputs();
+    m_pairs->setVisible(pairs);
+    m_pairsLabel->setVisible(pairs);
+    if (!pairs)
+        return;
+    if (!here || spec.data.empty()) {
+        m_pairs->setPlainText(tr("(the data is read where the run starts)"));
+        m_pairsKey.clear();
+        return;
+    }
+    const QString file = QString::fromStdString(spec.data.front());
+    const QString tokDir
+        = QString::fromStdString(spec.tokenizer.empty() ? spec.model : spec.tokenizer);
+    const QFileInfo fi(file), ti(tokDir + "/tokenizer.json");
+    // Made again only when the file, the tokenizer, the template or the length change.
+    const QString key = QStringList {fi.absoluteFilePath(),
+        fi.lastModified().toString(Qt::ISODateWithMs), QString::number(fi.size()),
+        ti.absoluteFilePath(), ti.lastModified().toString(Qt::ISODateWithMs),
+        QString::fromStdString(spec.chatTemplate), QString::number(spec.seqLen)}
+                            .join('|');
+    if (key == m_pairsKey)
+        return;
+    m_pairsKey = key;
+    if (!fi.isFile() || !ti.isFile()) {
+        m_pairs->setPlainText(fi.isFile() ? tr("(no tokenizer.json in %1)").arg(tokDir)
+                                          : tr("(no such file: %1)").arg(file));
+        return;
+    }
+    QString text;
+    try {
+        const auto tok = tokenizer::Tokenizer::fromFolder(tokDir.toStdString());
+        for (const data::PairPreview& p :
+            data::previewPairs(spec.data.front(), tok, spec.chatTemplate, spec.seqLen, 3)) {
+            text += tr("line %1").arg(p.line);
+            if (!p.problem.empty()) {
+                text += tr(": %1\n").arg(QString::fromStdString(p.problem));
+                continue;
+            }
+            text += (p.truncated ? tr(" (cut to %1 tokens)").arg(spec.seqLen) : QString()) + "\n";
+            text += tr("  prompt:   %1\n  chosen:   %2\n  rejected: %3\n")
+                        .arg(QString::fromStdString(p.prompt).trimmed(),
+                            QString::fromStdString(p.chosen).trimmed(),
+                            QString::fromStdString(p.rejected).trimmed());
+        }
+    } catch (const std::exception& e) {
+        text = QString::fromUtf8(e.what());
+    }
+    m_pairs->setPlainText(text.isEmpty() ? tr("(no pairs in %1)").arg(file) : text);
 }
 
 InputProblems LaunchPage::checkInputs() const
@@ -657,6 +737,24 @@ InputProblems LaunchPage::checkInputs() const
                             "{\"text\": \"...\"}.")
                              .arg(QFileInfo(f).fileName());
                 break;
+            }
+            // The objective and the kind of data must agree (the engine refuses the others).
+            if (j.is_object()) {
+                std::string why;
+                const bool isPair
+                    = data::detectFormat(j, why) == std::optional(data::DataFormat::Preference);
+                if (spec.usesPreferencePairs() && !isPair) {
+                    p.data = tr("%1 holds no preference pairs: %2 needs lines with \"prompt\", "
+                                "\"chosen\" and \"rejected\" (text, or message lists).")
+                                 .arg(QFileInfo(f).fileName(),
+                                     QString::fromStdString(spec.objective).toUpper());
+                    break;
+                }
+                if (!spec.usesPreferencePairs() && isPair) {
+                    p.data = tr("%1 holds preference pairs: choose the objective DPO or ORPO.")
+                                 .arg(QFileInfo(f).fileName());
+                    break;
+                }
             }
         }
     }

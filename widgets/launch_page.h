@@ -72,6 +72,9 @@ public:
     // What start() will hand the launcher (run directory and port fixed by the preview).
     jobs::Result<jobs::LaunchRequest> request() const;
     QString commandPreview() const;
+    // Preference objectives: the first data pairs as the model sees them (chat template applied,
+    // cut to the sequence length); empty otherwise.
+    QString pairPreview() const;
     void start();
 
     // Fills the form from a run's run.json ("launch again like this run").
@@ -97,6 +100,7 @@ Q_SIGNALS:
 
 private:
     void updatePreview();
+    void updatePairPreview(const protocol::RunSpec& spec);
     InputProblems showInputProblems();
     // keepBase: the hidden settings stay those of the last preset or run loaded.
     void toFields(const protocol::RunSpec& s, bool keepBase = false);
@@ -150,6 +154,9 @@ private:
     QPushButton* m_loadPreset = nullptr;
     QPushButton* m_start = nullptr;
     QPlainTextEdit* m_preview = nullptr;
+    QPlainTextEdit* m_pairs = nullptr; // preference pairs' preview
+    QLabel* m_pairsLabel = nullptr;
+    QString m_pairsKey; // what the shown preview was made from
     MessageBar* m_message = nullptr;
     QLabel* m_nameProblem = nullptr;
     QLabel* m_modelProblem = nullptr;

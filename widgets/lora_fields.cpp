@@ -8,6 +8,7 @@
 #include <QLineEdit>
 #include <QSettings>
 #include <QSpinBox>
+#include <QStandardItemModel>
 
 #include "plan/run_spec_bridge.h"
 
@@ -52,10 +53,62 @@ LoraFields::LoraFields(QWidget* parent)
     m_doubleQuant->setToolTip(tr("8-bit block scales instead of fp32 (bitsandbytes' double "
                                  "quantisation): about 0.37 bits less per base parameter"));
 
+    m_objective = new QComboBox(parent);
+    m_objective->setObjectName("objective");
+    m_objective->addItem(tr("supervised (next token)"), "sft");
+    m_objective->addItem(tr("DPO (preference pairs)"), "dpo");
+    m_objective->addItem(tr("ORPO (pairs, no reference)"), "orpo");
+    m_objective->setToolTip(tr("What the run optimises: the next-token loss on the labelled "
+                               "tokens, or a preference between a chosen and a rejected answer "
+                               "(data lines with prompt, chosen and rejected)"));
+    m_dpoLoss = new QComboBox(parent);
+    m_dpoLoss->setObjectName("dpoLoss");
+    m_dpoLoss->addItem(tr("sigmoid (DPO)"), "sigmoid");
+    m_dpoLoss->addItem(tr("IPO"), "ipo");
+    m_dpoBeta = new QDoubleSpinBox(parent);
+    m_dpoBeta->setObjectName("dpoBeta");
+    m_dpoBeta->setDecimals(3);
+    m_dpoBeta->setRange(0.001, 100);
+    m_dpoBeta->setSingleStep(0.05);
+    m_dpoBeta->setValue(defaults.dpoBeta);
+    m_dpoBeta->setToolTip(tr("How far the policy may move from the reference: small values let "
+                             "it move further (TRL's default 0.1)"));
+    m_labelSmoothing = new QDoubleSpinBox(parent);
+    m_labelSmoothing->setObjectName("dpoLabelSmoothing");
+    m_labelSmoothing->setDecimals(3);
+    m_labelSmoothing->setRange(0, 0.499);
+    m_labelSmoothing->setSingleStep(0.05);
+    m_labelSmoothing->setValue(defaults.dpoLabelSmoothing);
+    m_labelSmoothing->setToolTip(tr("Conservative DPO: the fraction of preference labels assumed "
+                                    "flipped (sigmoid loss only)"));
+    m_orpoLambda = new QDoubleSpinBox(parent);
+    m_orpoLambda->setObjectName("orpoLambda");
+    m_orpoLambda->setDecimals(3);
+    m_orpoLambda->setRange(0, 100);
+    m_orpoLambda->setSingleStep(0.05);
+    m_orpoLambda->setValue(defaults.orpoLambda);
+    m_orpoLambda->setToolTip(tr("Weight of ORPO's odds-ratio term beside the chosen answers' "
+                                "next-token loss"));
+    m_reference = new QComboBox(parent);
+    m_reference->setObjectName("reference");
+    m_reference->addItem(tr("automatic"), "auto");
+    m_reference->addItem(tr("live (LoRA base, adapters off)"), "live");
+    m_reference->addItem(tr("precomputed before training"), "precomputed");
+    m_reference->setToolTip(tr("DPO's reference log-probabilities: with LoRA/QLoRA the base with "
+                               "its adapters off, each step; or one pass over the data before "
+                               "training (full fine-tuning keeps no second copy of the model)"));
+
     connect(m_method, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
         updateEnabled();
         Q_EMIT changed();
     });
+    for (QComboBox* c : {m_objective, m_dpoLoss, m_reference})
+        connect(c, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
+            updateEnabled();
+            Q_EMIT changed();
+        });
+    for (QDoubleSpinBox* s : {m_dpoBeta, m_labelSmoothing, m_orpoLambda})
+        connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this, &LoraFields::changed);
     connect(m_rank, qOverload<int>(&QSpinBox::valueChanged), this, &LoraFields::changed);
     for (QDoubleSpinBox* s : {m_alpha, m_dropout})
         connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this, &LoraFields::changed);
@@ -74,11 +127,18 @@ void LoraFields::addRows(QFormLayout* form) const
     form->addRow(tr("LoRA &targets"), m_targets);
     form->addRow(QString(), m_rslora);
     form->addRow(QString(), m_doubleQuant);
+    form->addRow(tr("Ob&jective"), m_objective);
+    form->addRow(tr("DPO loss"), m_dpoLoss);
+    form->addRow(tr("DPO beta"), m_dpoBeta);
+    form->addRow(tr("Label smoothing"), m_labelSmoothing);
+    form->addRow(tr("ORPO lambda"), m_orpoLambda);
+    form->addRow(tr("Reference"), m_reference);
 }
 
 QList<QWidget*> LoraFields::widgets() const
 {
-    return {m_method, m_rank, m_alpha, m_dropout, m_targets, m_rslora, m_doubleQuant};
+    return {m_method, m_rank, m_alpha, m_dropout, m_targets, m_rslora, m_doubleQuant, m_objective,
+        m_dpoLoss, m_dpoBeta, m_labelSmoothing, m_orpoLambda, m_reference};
 }
 
 void LoraFields::updateEnabled()
@@ -88,6 +148,25 @@ void LoraFields::updateEnabled()
         std::initializer_list<QWidget*> {m_rank, m_alpha, m_dropout, m_targets, m_rslora})
         w->setEnabled(method != "full");
     m_doubleQuant->setEnabled(method == "qlora");
+    const QString objective = m_objective->currentData().toString();
+    const bool dpo = objective == "dpo";
+    for (QWidget* w : std::initializer_list<QWidget*> {m_dpoLoss, m_dpoBeta, m_reference})
+        w->setEnabled(dpo);
+    m_labelSmoothing->setEnabled(dpo && m_dpoLoss->currentData().toString() == "sigmoid");
+    m_orpoLambda->setEnabled(objective == "orpo");
+    // A live reference is the LoRA base with its adapters off: full fine-tuning has none.
+    if (auto* model = qobject_cast<QStandardItemModel*>(m_reference->model())) {
+        const int live = m_reference->findData("live");
+        if (QStandardItem* item = model->item(live))
+            item->setEnabled(method != "full");
+        if (method == "full" && m_reference->currentIndex() == live)
+            m_reference->setCurrentIndex(m_reference->findData("auto"));
+    }
+}
+
+QString LoraFields::objective() const
+{
+    return m_objective->currentData().toString();
 }
 
 void LoraFields::writeTo(protocol::RunSpec& spec) const
@@ -99,6 +178,15 @@ void LoraFields::writeTo(protocol::RunSpec& spec) const
     spec.loraTargets = m_targets->text().remove(' ').toStdString();
     spec.loraRslora = m_rslora->isChecked();
     spec.qloraDoubleQuant = m_doubleQuant->isChecked();
+    spec.objective = m_objective->currentData().toString().toStdString();
+    spec.dpoLoss = m_dpoLoss->currentData().toString().toStdString();
+    spec.dpoBeta = m_dpoBeta->value();
+    // Only what applies is written: the engine refuses smoothing with IPO and a reference
+    // setting without DPO.
+    spec.dpoLabelSmoothing = spec.dpoLoss == "sigmoid" ? m_labelSmoothing->value() : 0.0;
+    spec.orpoLambda = m_orpoLambda->value();
+    spec.reference
+        = spec.objective == "dpo" ? m_reference->currentData().toString().toStdString() : "auto";
 }
 
 void LoraFields::writeTo(plan::PlanInput& in) const
@@ -107,6 +195,8 @@ void LoraFields::writeTo(plan::PlanInput& in) const
     protocol::RunSpec s;
     writeTo(s);
     plan::applyLoraFieldsOf(s, in);
+    in.objective = s.objective;
+    in.reference = s.resolvedReference();
 }
 
 void LoraFields::show(const protocol::RunSpec& spec)
@@ -120,6 +210,14 @@ void LoraFields::show(const protocol::RunSpec& spec)
     m_targets->setText(QString::fromStdString(spec.loraTargets));
     m_rslora->setChecked(spec.loraRslora);
     m_doubleQuant->setChecked(spec.qloraDoubleQuant);
+    for (const auto& [box, value] :
+        {std::pair<QComboBox*, std::string> {m_objective, spec.objective},
+            {m_dpoLoss, spec.dpoLoss}, {m_reference, spec.reference}})
+        if (const int k = box->findData(QString::fromStdString(value)); k >= 0)
+            box->setCurrentIndex(k);
+    m_dpoBeta->setValue(spec.dpoBeta);
+    m_labelSmoothing->setValue(spec.dpoLabelSmoothing);
+    m_orpoLambda->setValue(spec.orpoLambda);
 }
 
 void LoraFields::save(QSettings& s) const
@@ -131,6 +229,12 @@ void LoraFields::save(QSettings& s) const
     s.setValue("loraTargets", m_targets->text());
     s.setValue("loraRslora", m_rslora->isChecked());
     s.setValue("doubleQuant", m_doubleQuant->isChecked());
+    s.setValue("objective", m_objective->currentData());
+    s.setValue("dpoLoss", m_dpoLoss->currentData());
+    s.setValue("dpoBeta", m_dpoBeta->value());
+    s.setValue("dpoLabelSmoothing", m_labelSmoothing->value());
+    s.setValue("orpoLambda", m_orpoLambda->value());
+    s.setValue("reference", m_reference->currentData());
 }
 
 void LoraFields::restore(const QSettings& s)
@@ -144,6 +248,14 @@ void LoraFields::restore(const QSettings& s)
     m_targets->setText(s.value("loraTargets", m_targets->text()).toString());
     m_rslora->setChecked(s.value("loraRslora", m_rslora->isChecked()).toBool());
     m_doubleQuant->setChecked(s.value("doubleQuant", m_doubleQuant->isChecked()).toBool());
+    for (const auto& [box, key] : {std::pair<QComboBox*, const char*> {m_objective, "objective"},
+             {m_dpoLoss, "dpoLoss"}, {m_reference, "reference"}})
+        if (const int k = box->findData(s.value(key)); k >= 0)
+            box->setCurrentIndex(k);
+    m_dpoBeta->setValue(s.value("dpoBeta", m_dpoBeta->value()).toDouble());
+    m_labelSmoothing->setValue(s.value("dpoLabelSmoothing", m_labelSmoothing->value()).toDouble());
+    m_orpoLambda->setValue(s.value("orpoLambda", m_orpoLambda->value()).toDouble());
+    updateEnabled();
 }
 
 } // namespace shard::widgets

@@ -1,6 +1,9 @@
 // The fine-tuning method and its LoRA / QLoRA fields, shared by the Plan and Launch pages:
-// method, rank, alpha, dropout, targets, rsLoRA and QLoRA's double quantisation. The LoRA fields
-// are enabled only for LoRA and QLoRA, double quantisation only for QLoRA. The ranges are the
+// method, rank, alpha, dropout, targets, rsLoRA and QLoRA's double quantisation; then the
+// training objective (supervised, DPO, ORPO) with DPO's loss, beta, label smoothing and
+// reference, and ORPO's lambda. The LoRA fields are enabled only for LoRA and QLoRA, double
+// quantisation only for QLoRA, each objective's fields only for it (label smoothing for DPO's
+// sigmoid loss; a live reference only with LoRA/QLoRA, as the engine trains). The ranges are the
 // engine's (rank >= 1, dropout in [0, 1)), so the form offers nothing the engine refuses; the
 // targets are checked by the run spec's validation where the page shows its errors.
 #pragma once
@@ -26,7 +29,8 @@ class LoraFields : public QObject {
     Q_OBJECT
 public:
     // The fields are children of `parent` (object names method, loraRank, loraAlpha,
-    // loraDropout, loraTargets, loraRslora, doubleQuant).
+    // loraDropout, loraTargets, loraRslora, doubleQuant, objective, dpoLoss, dpoBeta,
+    // dpoLabelSmoothing, orpoLambda, reference).
     explicit LoraFields(QWidget* parent);
 
     // Adds a row per field to `form`, the method first.
@@ -37,6 +41,9 @@ public:
     void writeTo(protocol::RunSpec& spec) const;
     void writeTo(plan::PlanInput& in) const;
     void show(const protocol::RunSpec& spec);
+
+    // The objective chosen: "sft", "dpo" or "orpo".
+    QString objective() const;
 
     // Keys method, loraRank, ... in the settings' current group.
     void save(QSettings& settings) const;
@@ -55,6 +62,12 @@ private:
     QLineEdit* m_targets = nullptr;
     QCheckBox* m_rslora = nullptr;
     QCheckBox* m_doubleQuant = nullptr;
+    QComboBox* m_objective = nullptr; // sft, dpo, orpo
+    QComboBox* m_dpoLoss = nullptr;   // sigmoid, ipo
+    QDoubleSpinBox* m_dpoBeta = nullptr;
+    QDoubleSpinBox* m_labelSmoothing = nullptr;
+    QDoubleSpinBox* m_orpoLambda = nullptr;
+    QComboBox* m_reference = nullptr; // auto, live, precomputed
 };
 
 } // namespace shard::widgets

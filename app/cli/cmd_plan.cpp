@@ -43,6 +43,8 @@ struct PlanOptions {
     std::string mode = "engine";
     std::string calibration;
     std::string method = "full";
+    std::string objective = "sft";
+    std::string reference = "auto";
     std::string loraRank = "8";
     std::string loraAlpha = "16";
     std::string loraDropout = "0";
@@ -148,7 +150,29 @@ PlanInput buildInput(const PlanOptions& o)
         in.shardGroup = parseCount("--shard-group", o.shardGroup);
     }
     in.device = deviceFor(o);
+    if (o.method == "dpo" || o.method == "orpo")
+        throw std::runtime_error("--method says which weights train (full, lora or qlora); "
+            + o.method + " is a training objective: use --objective " + o.method);
     in.method = parseMethod(o.method);
+    {
+        // The run spec's rules for the objective and DPO's reference (protocol::validate).
+        protocol::RunSpec probe;
+        probe.objective = o.objective;
+        probe.reference = o.reference;
+        probe.method = o.method;
+        const auto& names = protocol::objectiveNames();
+        if (std::find(names.begin(), names.end(), o.objective) == names.end())
+            throw std::runtime_error(
+                "--objective '" + o.objective + "' is not one of sft, dpo, orpo");
+        if (o.reference != "auto" && o.reference != "live" && o.reference != "precomputed")
+            throw std::runtime_error(
+                "--reference '" + o.reference + "' is not one of auto, live, precomputed");
+        if (probe.resolvedReference() == "live" && !probe.usesLora())
+            throw std::runtime_error("--reference live needs --method lora or qlora (the base "
+                                     "with its adapters off); full fine-tuning uses precomputed");
+        in.objective = o.objective;
+        in.reference = probe.resolvedReference();
+    }
     in.loraRank = parseCount("--lora-rank", o.loraRank);
     in.loraAlpha = parseNumber("--lora-alpha", o.loraAlpha);
     in.loraDropout = parseNumber("--lora-dropout", o.loraDropout);
@@ -244,6 +268,10 @@ void printHuman(const PlanInput& in, const std::vector<PlanResult>& all, const P
     } else {
         std::printf("Method  full fine-tuning\n");
     }
+    if (in.objective != "sft")
+        std::printf("Objective %s: micro-batch counts pairs, %lld sequences each%s\n",
+            in.objective.c_str(), static_cast<long long>(in.sequencesPerSample()),
+            in.reference.empty() ? "" : (", reference " + in.reference).c_str());
     std::printf("\n");
 
     const int labelWidth = 24, colWidth = 12;
@@ -430,6 +458,14 @@ const CommandRegistration kPlan([](CLI::App& app) {
             ->type_name("K"),
         sub->add_option("--method", o->method, "full (default), lora or qlora (NF4 base)")
             ->type_name("M"),
+        sub->add_option("--objective", o->objective,
+               "sft (default), dpo or orpo: preference pairs, two sequences per micro-batch "
+               "element")
+            ->type_name("O"),
+        sub->add_option("--reference", o->reference,
+               "DPO's reference: auto (default), live (LoRA/QLoRA: the base with its adapters "
+               "off) or precomputed")
+            ->type_name("R"),
         sub->add_option("--lora-rank", o->loraRank, "LoRA rank r (default 8)")->type_name("R"),
         sub->add_option("--lora-alpha", o->loraAlpha, "LoRA alpha (default 16)")->type_name("A"),
         sub->add_option("--lora-dropout", o->loraDropout, "LoRA dropout (default 0)")

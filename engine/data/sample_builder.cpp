@@ -4,6 +4,7 @@
 #include "data/sample_builder.h"
 
 #include <algorithm>
+#include <fstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -459,6 +460,45 @@ bool truncatePair(PairExample& pair, int64_t seqLen)
     }
     pair.promptTokens = keepPrompt;
     return true;
+}
+
+std::vector<PairPreview> previewPairs(const std::string& path,
+    const tokenizer::Tokenizer& tokenizer, const std::string& chatTemplate, int64_t seqLen,
+    int count)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw std::runtime_error(path + ": cannot read");
+    SampleBuilder builder(&tokenizer, false, chatTemplate);
+    std::vector<PairPreview> out;
+    std::string text;
+    int64_t line = 0;
+    while (static_cast<int>(out.size()) < count && std::getline(in, text)) {
+        ++line;
+        if (text.find_first_not_of(" \t\r") == std::string::npos)
+            continue;
+        PairPreview p;
+        p.line = line;
+        try {
+            const nlohmann::json record = nlohmann::json::parse(text);
+            p.problem = validateRecord(record, DataFormat::Preference, tokenizer.vocabSize());
+            if (p.problem.empty()) {
+                PairExample pair = builder.buildPair(record);
+                p.truncated = truncatePair(pair, seqLen);
+                const auto from = static_cast<std::ptrdiff_t>(pair.promptTokens);
+                p.prompt = tokenizer.decode(
+                    std::vector<int32_t>(pair.chosen.ids.begin(), pair.chosen.ids.begin() + from));
+                p.chosen = tokenizer.decode(
+                    std::vector<int32_t>(pair.chosen.ids.begin() + from, pair.chosen.ids.end()));
+                p.rejected = tokenizer.decode(std::vector<int32_t>(
+                    pair.rejected.ids.begin() + from, pair.rejected.ids.end()));
+            }
+        } catch (const std::exception& e) {
+            p.problem = e.what();
+        }
+        out.push_back(std::move(p));
+    }
+    return out;
 }
 
 } // namespace shard::data

@@ -53,6 +53,24 @@ struct PairExample {
 // the sequence length. Returns whether anything was cut.
 bool truncatePair(PairExample& pair, int64_t seqLen);
 
+// One preference pair as the model sees it (the Launch page's preview): the prompt and both
+// answers decoded from their tokens, special tokens and chat markers included, after the cut
+// to seqLen; or the line's problem.
+struct PairPreview {
+    int64_t line = 0; // 1-based
+    std::string prompt;
+    std::string chosen;
+    std::string rejected;
+    bool truncated = false;
+    std::string problem; // set: this line is not a usable pair
+};
+
+// The first `count` lines of a JSONL file read as preference pairs. chatTemplate as in
+// DataConfig. Throws when the file cannot be read.
+std::vector<PairPreview> previewPairs(const std::string& path,
+    const tokenizer::Tokenizer& tokenizer, const std::string& chatTemplate, int64_t seqLen,
+    int count);
+
 class SampleBuilder {
 public:
     // tokenizer may be null for pre-tokenized data only. chatTemplate: a name, or empty to

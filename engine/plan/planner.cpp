@@ -775,8 +775,9 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     Internal st = paper ? paperModelStates(in, shapes, res.shardDegree)
         : in.usesLora() ? engineLoraStates(in, res.shardDegree)
                         : engineModelStates(in, shapes, res.shardDegree);
+    const int64_t sequences = in.microBatch * in.sequencesPerSample();
     ActivationBytes act
-        = paper ? paperActivations(in, in.microBatch) : engineActivations(in, in.microBatch);
+        = paper ? paperActivations(in, sequences) : engineActivations(in, sequences);
     const Calibration& k = in.calibration;
     const double fixed = in.device.overheadBytes >= 0
         ? static_cast<double>(in.device.overheadBytes)
@@ -835,15 +836,21 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     const double attn = 12.0 * static_cast<double>(s.numLayers)
         * static_cast<double>(s.numHeads * s.headDim) * static_cast<double>(in.seqLen);
     res.flopsPerToken = 6.0 * static_cast<double>(shapes.activeParams) + attn;
-    const int64_t tokensPerDevice = in.microBatch * in.seqLen * in.gradAccum;
+    const int64_t tokensPerDevice
+        = in.microBatch * in.sequencesPerSample() * in.seqLen * in.gradAccum;
     res.tokensPerStep = tokensPerDevice * res.worldSize;
     res.flopsPerStep = res.flopsPerToken * static_cast<double>(res.tokensPerStep);
     double hwPerToken = res.flopsPerToken;
     if (in.checkpointing == Checkpointing::Full)
         hwPerToken += (2.0 * static_cast<double>(shapes.activeParams) + attn / 3.0);
+    // DPO with a live reference: one more forward (without gradients) of every pair, and under
+    // sharded parameters its gathers: a forward's besides the forward's and backward's.
+    const bool liveReference = in.objective == "dpo" && in.reference == "live";
+    if (liveReference)
+        hwPerToken += 2.0 * static_cast<double>(shapes.activeParams) + attn / 3.0;
     res.deviceFlopsPerStep = hwPerToken * static_cast<double>(tokensPerDevice);
 
-    res.gatherBytesPerDevicePerStep = toBytes(st.gatherBytes);
+    res.gatherBytesPerDevicePerStep = toBytes(st.gatherBytes * (liveReference ? 1.5 : 1.0));
     res.reduceBytesPerDevicePerStep = toBytes(st.reduceBytes);
     res.bytesSentPerDevicePerStep
         = res.gatherBytesPerDevicePerStep + res.reduceBytesPerDevicePerStep;
@@ -878,6 +885,16 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     // Notes a reader needs.
     if (res.worldSize == 1 && in.strategy != Strategy::Ddp)
         res.notes.push_back("sharding gains nothing on 1 GPU: each shard is the whole model");
+    if (in.objective != "sft")
+        res.notes.push_back(in.objective + ": each micro-batch element is a pair, two sequences "
+            + "(chosen, rejected) in one forward"
+            + (in.objective == "orpo"        ? std::string("; no reference model")
+                    : in.reference == "live" ? std::string("; the reference is the base with its "
+                                                           "adapters off: no second copy, one "
+                                                           "more forward without gradients")
+                                             : std::string("; the reference log-probabilities are "
+                                                           "computed in one pass before training "
+                                                           "and kept (16 bytes a pair)")));
     if (in.strategy == Strategy::Hybrid && in.shardGroup == res.worldSize && res.worldSize > 1)
         res.notes.push_back("hybrid with one group of all " + std::to_string(res.worldSize)
             + " GPUs shards like zero3");
@@ -1296,6 +1313,12 @@ nlohmann::json toJson(const PlanResult& r)
         }
     }
     j["micro_batch"] = in.microBatch;
+    if (in.objective != "sft") {
+        j["objective"] = in.objective;
+        j["sequences_per_sample"] = in.sequencesPerSample();
+        if (!in.reference.empty())
+            j["reference"] = in.reference;
+    }
     j["seq_len"] = in.seqLen;
     j["grad_accum"] = in.gradAccum;
     j["gpus"] = r.worldSize;

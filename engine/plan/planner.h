@@ -107,8 +107,16 @@ struct PlanInput {
     std::string loraTargets = "q,k,v,o"; // any of q,k,v,o,gate,up,down
     bool loraRslora = false;
     bool qloraDoubleQuant = true; // QLoRA: 8-bit block scales (see nf4Bytes)
+    // The training objective (run spec `objective`): sft, or dpo / orpo on preference pairs,
+    // whose micro-batch counts pairs: two sequences (chosen, rejected) in one forward. DPO's
+    // reference: "live" (LoRA: the base with its adapters off, a forward without gradients
+    // before the policy's, which holds nothing at the peak) or "precomputed" (16 bytes a record).
+    std::string objective = "sft";
+    std::string reference;
 
     bool usesLora() const { return method != Method::Full; }
+    // Sequences of one micro-batch element: 2 for preference pairs.
+    int64_t sequencesPerSample() const { return objective == "sft" ? 1 : 2; }
     int64_t worldSize() const { return gpusPerNode * nodes; }
     protocol::ParallelDims parallelDims() const
     {

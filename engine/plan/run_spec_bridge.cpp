@@ -53,6 +53,8 @@ void applyRunFieldsOf(const protocol::RunSpec& spec, PlanInput& in)
     in.microBatch = spec.microBatch;
     in.seqLen = spec.seqLen;
     in.gradAccum = spec.gradAccum;
+    in.objective = spec.objective;
+    in.reference = spec.resolvedReference();
     applyLoraFieldsOf(spec, in);
 }
 
@@ -82,6 +84,7 @@ void applyPlanToSpec(const PlanInput& in, const std::string& modelSource, protoc
     spec.microBatch = in.microBatch;
     spec.seqLen = in.seqLen;
     spec.gradAccum = in.gradAccum;
+    spec.objective = in.objective;
     spec.method = toString(in.method);
     spec.loraRank = in.loraRank;
     spec.loraAlpha = in.loraAlpha;

@@ -17,13 +17,15 @@ struct MakeDataOptions {
 
 shard::worker::CommandRegistration registration([](CLI::App& app) {
     auto opts = std::make_shared<MakeDataOptions>();
-    CLI::App* cmd = app.add_subcommand(
-        "make-data", "Write a demo task with checkable answers as JSONL (chat, alpaca or preference pairs)");
+    CLI::App* cmd = app.add_subcommand("make-data",
+        "Write a demo task with checkable answers as JSONL (chat, alpaca or preference pairs)");
     cmd->add_option("--task", opts->task, "arithmetic | copy")->required();
     cmd->add_option("--out", opts->out, "Output .jsonl file")->required();
     cmd->add_option("--count", opts->count, "Number of samples")->required();
     cmd->add_option("--seed", opts->seed, "Random seed (default 0)");
-    cmd->add_option("--format", opts->format, "chat (default) | alpaca | preference (the right answer chosen over a wrong one, for --objective dpo|orpo)");
+    cmd->add_option("--format", opts->format,
+        "chat (default) | alpaca | preference (the right answer chosen over a wrong one, for "
+        "--objective dpo|orpo)");
     cmd->callback([opts] {
         const auto task = shard::data::parseDemoTask(opts->task);
         const auto format = shard::data::parseDataFormat(opts->format);

@@ -436,6 +436,8 @@ test::CommandOutput worker(const std::string& args)
 }
 
 struct Metrics {
+    int64_t peak = 0;        // the counting allocator's, max over records and ranks
+    int64_t plannedPeak = 0; // the planner's for this run (the start event's)
     std::vector<double> loss;
     std::vector<std::map<std::string, double>> scalars;
     std::vector<double> evalAccuracy;
@@ -456,6 +458,14 @@ Metrics readMetrics(const std::string& run)
         if (s.count("eval/rewards/accuracies"))
             m.evalAccuracy.push_back(s["eval/rewards/accuracies"]);
         m.scalars.push_back(std::move(s));
+        for (const auto& r : j["memory"])
+            m.peak = std::max<int64_t>(m.peak, r.value("peak", int64_t(0)));
+    }
+    std::ifstream events(run + "/events.jsonl");
+    while (std::getline(events, line)) {
+        const json j = json::parse(line);
+        if (j.value("kind", "") == "start")
+            m.plannedPeak = j["data"].value("planned_peak_bytes", int64_t(0));
     }
     return m;
 }
@@ -506,6 +516,8 @@ void testStepOne()
     }
 }
 
+void testPlan(const Metrics& dpo, const Metrics& orpo);
+
 void testRanks()
 {
     // zero3 at 2 and 4 ranks equals 1 rank (same global batch of 4 pairs) over 6 steps, and so
@@ -524,12 +536,42 @@ void testRanks()
         T_CHECK(worst <= 1e-5);
         T_CHECK(m->evalAccuracy == one.evalAccuracy);
     }
-    const Metrics o1 = run("o1", 1, "--objective orpo --steps 4 --strategy zero3 --micro-batch 4");
-    const Metrics o2 = run("o2", 2, "--objective orpo --steps 4 --strategy zero3 --micro-batch 2");
-    T_CHECK(o1.loss.size() == 4 && o2.loss.size() == 4);
+    const Metrics o1 = run("o1", 1, "--objective orpo --steps 6 --strategy zero3 --micro-batch 4");
+    const Metrics o2 = run("o2", 2, "--objective orpo --steps 6 --strategy zero3 --micro-batch 2");
+    T_CHECK(o1.loss.size() == 6 && o2.loss.size() == 6);
     for (size_t i = 0; i < std::min(o1.loss.size(), o2.loss.size()); ++i)
         T_CHECK(std::abs(o1.loss[i] - o2.loss[i]) <= 1e-5 * std::abs(o1.loss[i]));
     T_CHECK(!o1.scalars.empty() && o1.scalars[0].count("nll_loss") == 1);
+    testPlan(one, o1);
+}
+
+void testPlan(const Metrics& dpo, const Metrics& orpo)
+{
+    // The planner counts a pair as two sequences: a DPO or ORPO run's measured peak equals a
+    // supervised run's with twice the micro-batch, and the plan holds it within 5%.
+    const std::string chat = g_dir + "/chat.jsonl";
+    const auto made
+        = worker("make-data --task arithmetic --format chat --count 20 --seed 4 --out " + chat);
+    T_CHECK_MSG(made.code == 0, made.output);
+    const std::string out = g_dir + "/sft";
+    const auto r = worker("train --model " + g_model + " --data " + chat + " --out " + out
+        + " --seq-len 48 --schedule constant --threads 1 --seed 3 --lr 2e-3 --steps 6 "
+          "--strategy zero3 --micro-batch 8");
+    T_CHECK_MSG(r.code == 0, r.output);
+    const Metrics sft = readMetrics(out);
+    for (const auto& [name, m] :
+        {std::pair<const char*, const Metrics*> {"dpo", &dpo}, {"orpo", &orpo}}) {
+        std::printf("%s: peak %.2f MiB, planned %.2f MiB (%.3f); supervised with twice the "
+                    "micro-batch %.2f MiB, planned %.2f MiB\n",
+            name, m->peak / 1048576.0, m->plannedPeak / 1048576.0,
+            double(m->peak) / double(std::max<int64_t>(1, m->plannedPeak)), sft.peak / 1048576.0,
+            sft.plannedPeak / 1048576.0);
+        T_CHECK(m->plannedPeak == sft.plannedPeak);
+        T_CHECK(std::abs(double(m->peak) / double(sft.peak) - 1.0) <= 0.01);
+        T_CHECK_MSG(
+            std::abs(double(m->peak) / double(std::max<int64_t>(1, m->plannedPeak)) - 1.0) <= 0.05,
+            std::string(name) + ": the planner's peak is more than 5% off the measured one");
+    }
 }
 
 void testResume()
