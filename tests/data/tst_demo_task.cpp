@@ -47,13 +47,50 @@ int main()
     CHECK_EQ(demoAccuracy(DemoTask::Arithmetic, {"1", "2", "3", "4"}, {"1", "x", "3", "5"}), 0.5);
     CHECK_THROWS(parseDemoTask("sorting"), "unknown demo task 'sorting'");
     CHECK_THROWS(generateDemoExamples(DemoTask::Copy, 0, 1), "--count must be positive");
-    CHECK_THROWS(demoRecord(a[0], DataFormat::Text), "format must be chat or alpaca");
+    CHECK_THROWS(demoRecord(a[0], DataFormat::Text), "format must be chat, alpaca or preference");
+    // Preference pairs: a wrong answer of the same kind, never the right one, the same each time.
+    for (const auto task : {DemoTask::Arithmetic, DemoTask::Copy})
+        for (const auto& ex : generateDemoExamples(task, 100, 2)) {
+            const std::string wrong = demoWrongAnswer(task, ex);
+            CHECK(!wrong.empty() && wrong != ex.answer);
+            CHECK(!scoreDemoAnswer(task, ex.answer, wrong));
+            CHECK_EQ(wrong, demoWrongAnswer(task, ex));
+        }
 
     // Written as chat and Alpaca JSONL, the loader trains exactly on the answers.
     const auto dir = tempDir("tst_demo_task");
     shard::tokenizer::writeDemoTokenizer((dir / "model").string(), 512);
     auto tok = std::make_shared<const shard::tokenizer::Tokenizer>(
         shard::tokenizer::Tokenizer::fromFolder((dir / "model").string()));
+    {
+        // Written as pairs, the loader makes (chosen, rejected) rows whose answers decode to the
+        // right and the wrong answer after the same chat prompt.
+        const auto path = (dir / "demo-preference.jsonl").string();
+        writeDemoData(path, DemoTask::Arithmetic, 10, 3, DataFormat::Preference);
+        DataConfig cfg;
+        cfg.files = {path};
+        cfg.seqLen = 64;
+        cfg.shuffle = false;
+        DataLoader loader(cfg, tok);
+        CHECK(loader.preference());
+        const auto rows = loader.nextGlobalBatch(20);
+        const auto examples = generateDemoExamples(DemoTask::Arithmetic, 10, 3);
+        for (size_t i = 0; i < examples.size(); ++i) {
+            for (int side = 0; side < 2; ++side) {
+                std::vector<int32_t> labelled;
+                for (int32_t l : rows[2 * i + side].labels)
+                    if (l != kIgnoreLabel)
+                        labelled.push_back(l);
+                const std::string want = side == 0
+                    ? examples[i].answer
+                    : demoWrongAnswer(DemoTask::Arithmetic, examples[i]);
+                CHECK_EQ(tok->decode(labelled), want + "<|eot_id|>");
+            }
+            const auto prompt = demoPromptIds(*tok, examples[i], DataFormat::Preference);
+            CHECK(std::equal(prompt.begin(), prompt.end(), rows[2 * i].inputIds.begin()));
+            CHECK(std::equal(prompt.begin(), prompt.end(), rows[2 * i + 1].inputIds.begin()));
+        }
+    }
     for (const auto format : {DataFormat::Chat, DataFormat::Alpaca}) {
         const auto path = (dir / ("demo-" + dataFormatName(format) + ".jsonl")).string();
         writeDemoData(path, DemoTask::Arithmetic, 20, 3, format);

@@ -3,7 +3,10 @@
 // installed) shows a message instead of starting anything.
 #include <QtTest>
 
+#include <QCheckBox>
 #include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QStandardItemModel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
@@ -18,6 +21,7 @@
 #include "jobs/slurm_launcher.h"
 #include "jobs/ssh_launcher.h"
 #include "plan/model_spec.h"
+#include "tokenizer/demo_tokenizer.h"
 #include "widgets/launch_page.h"
 
 #include "studio_test_util.h"
@@ -281,6 +285,85 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(errors.count() >= 1, 30000);
         QTRY_VERIFY(!page.messageText().isEmpty());
         QVERIFY2(page.messageText().contains("127.0.0.1"), qPrintable(page.messageText()));
+    }
+
+    // Preference tuning: the objective's fields become the spec, packing and a live reference
+    // with full fine-tuning are not offered, the data kind is checked against the objective,
+    // and the first pairs are shown through the chat template.
+    void preferenceObjective()
+    {
+        LaunchPage page;
+        page.show();
+        page.setRunsRoot(m_tmp.filePath("runs"));
+        page.setRunName("dpo");
+        page.setSteps(10);
+        const QString model = validModelFolder() + "-tok";
+        QDir().mkpath(model);
+        for (const char* name : {"config.json", "model.safetensors"})
+            QFile::copy(validModelFolder() + "/" + name, model + "/" + name);
+        shard::tokenizer::writeDemoTokenizer(model.toStdString(), 512);
+        page.setModelFolder(model);
+        const QString pairs = m_tmp.filePath("pairs.jsonl");
+        QFile f(pairs);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"prompt":[{"role":"user","content":"What is 2 + 2?"}],)"
+                R"("chosen":[{"role":"assistant","content":"4"}],)"
+                R"("rejected":[{"role":"assistant","content":"5"}]})"
+                "\n"
+                R"({"prompt":"Name a colour.","chosen":"blue","rejected":"blue"})"
+                "\n");
+        f.close();
+        page.setDataFiles({pairs});
+        auto label = [&](const char* name) { return page.findChild<QLabel*>(name); };
+        // Pairs with the supervised objective: say which objective reads them.
+        QTRY_VERIFY2(label("dataProblem")->text().contains("DPO or ORPO"),
+            qPrintable(label("dataProblem")->text()));
+        auto* objective = page.findChild<QComboBox*>("objective");
+        objective->setCurrentIndex(objective->findData("dpo"));
+        QTRY_VERIFY(label("dataProblem")->isHidden());
+        auto* packing = page.findChild<QCheckBox*>("packing");
+        QVERIFY(!packing->isEnabled());
+        auto* preview = page.findChild<QPlainTextEdit*>("pairPreview");
+        QTRY_VERIFY(preview->isVisible());
+        QTRY_VERIFY2(page.pairPreview().contains("chosen:"), qPrintable(page.pairPreview()));
+        // The first pair through the Llama 3 template; the second is refused with its reason.
+        QVERIFY2(page.pairPreview().contains("What is 2 + 2?")
+                && page.pairPreview().contains("<|start_header_id|>assistant"),
+            qPrintable(page.pairPreview()));
+        QVERIFY2(page.pairPreview().contains("line 2: \"chosen\" and \"rejected\" are the same"),
+            qPrintable(page.pairPreview()));
+        page.findChild<QDoubleSpinBox*>("dpoBeta")->setValue(0.25);
+        auto spec = page.spec();
+        QVERIFY2(spec, qPrintable(spec.error()));
+        QCOMPARE(spec.value().objective, std::string("dpo"));
+        QCOMPARE(spec.value().dpoBeta, 0.25);
+        QCOMPARE(spec.value().resolvedReference(), std::string("precomputed"));
+        QVERIFY(!spec.value().packing);
+        QVERIFY(page.commandPreview().contains("\"objective\": \"dpo\""));
+        // A live reference is the LoRA base: offered with LoRA only.
+        auto* reference = page.findChild<QComboBox*>("reference");
+        auto* items = qobject_cast<QStandardItemModel*>(reference->model());
+        QVERIFY(items && !items->item(reference->findData("live"))->isEnabled());
+        auto* method = page.findChild<QComboBox*>("method");
+        method->setCurrentIndex(method->findData("lora"));
+        QVERIFY(items->item(reference->findData("live"))->isEnabled());
+        reference->setCurrentIndex(reference->findData("live"));
+        QCOMPARE(page.spec().value().resolvedReference(), std::string("live"));
+        method->setCurrentIndex(method->findData("full"));
+        QCOMPARE(reference->currentData().toString(), QString("auto"));
+        // Label smoothing goes with the sigmoid loss only.
+        auto* loss = page.findChild<QComboBox*>("dpoLoss");
+        loss->setCurrentIndex(loss->findData("ipo"));
+        QVERIFY(!page.findChild<QDoubleSpinBox*>("dpoLabelSmoothing")->isEnabled());
+        QVERIFY(page.spec());
+        // Supervised data with a preference objective.
+        page.setDataFiles({validDataFile()});
+        QTRY_VERIFY2(label("dataProblem")->text().contains("holds no preference pairs"),
+            qPrintable(label("dataProblem")->text()));
+        objective->setCurrentIndex(objective->findData("sft"));
+        QTRY_VERIFY(label("dataProblem")->isHidden());
+        QVERIFY(packing->isEnabled());
+        QVERIFY(page.pairPreview().isEmpty());
     }
 
 private:

@@ -196,6 +196,43 @@ private Q_SLOTS:
         QCOMPARE(colours.size(), names.size());
     }
 
+    // Preference objectives: a pair is two sequences (the activations of twice the micro-batch),
+    // DPO's reference and its note follow the method; the fields' rules are the engine's.
+    void objectiveChangesThePlan()
+    {
+        PlanPage page;
+        page.show();
+        page.setModel("llama-3.1-8b");
+        selectData(field<QComboBox>(page, "strategy"), "zero3");
+        field<QSpinBox>(page, "gpus")->setValue(8);
+        field<QSpinBox>(page, "microBatch")->setValue(2);
+        field<QSpinBox>(page, "seqLen")->setValue(2048);
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.microBatch == 2
+            && page.chosen()->input.seqLen == 2048 && page.chosen()->worldSize == 8);
+        field<QSpinBox>(page, "microBatch")->setValue(4);
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.microBatch == 4);
+        const int64_t sftFour = page.chosen()->perDevice.activations;
+        field<QSpinBox>(page, "microBatch")->setValue(2);
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.microBatch == 2);
+        selectData(field<QComboBox>(page, "objective"), "dpo");
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.objective == "dpo");
+        QCOMPARE(page.chosen()->perDevice.activations, sftFour);
+        QCOMPARE(page.chosen()->input.reference, std::string("precomputed"));
+        bool noted = false;
+        for (const auto& n : page.chosen()->notes)
+            noted = noted || n.find("two sequences") != std::string::npos;
+        QVERIFY(noted);
+        selectData(field<QComboBox>(page, "method"), "lora");
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.reference == "live");
+        selectData(field<QComboBox>(page, "objective"), "orpo");
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.objective == "orpo"
+            && page.chosen()->input.reference.empty());
+        QVERIFY(!field<QComboBox>(page, "reference")->isEnabled());
+        QVERIFY(field<QDoubleSpinBox>(page, "orpoLambda")->isEnabled());
+        selectData(field<QComboBox>(page, "objective"), "sft");
+        selectData(field<QComboBox>(page, "method"), "full");
+    }
+
     // Device "CPU (host memory)": a rank's capacity is the node's RAM divided by the ranks per
     // node, this machine's RAM unless the user types another, as `shard plan` and the Launch
     // page count it; never the memory of the card chosen before, and not after a restart either
