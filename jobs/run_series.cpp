@@ -33,6 +33,15 @@ void RunSeries::append(const protocol::MetricRecord& r)
     peakBytes.append(peak);
     if (!r.memory.empty())
         lastMemory = r.memory;
+    for (const auto& [name, value] : r.scalars) {
+        const QString tag = QString::fromStdString(name);
+        ScalarSeries& t
+            = scalars[tag.startsWith(QLatin1String("eval/")) ? tag
+                                                             : QStringLiteral("train/") + tag];
+        t.step.append(double(r.step));
+        t.wallTime.append(r.wallTimeSec);
+        t.value.append(value);
+    }
 }
 
 void RunSeries::append(const RunSeries& more)
@@ -51,6 +60,12 @@ void RunSeries::append(const RunSeries& more)
     if (!more.lastMemory.empty())
         lastMemory = more.lastMemory;
     events.insert(events.end(), more.events.begin(), more.events.end());
+    for (auto it = more.scalars.begin(); it != more.scalars.end(); ++it) {
+        ScalarSeries& t = scalars[it.key()];
+        t.step += it->step;
+        t.wallTime += it->wallTime;
+        t.value += it->value;
+    }
 }
 
 namespace {
@@ -148,6 +163,23 @@ Result<RunSeries> loadStoredSeries(
         r.cudaOoms = qint64(rank.cudaOoms.value(i));
         r.offloadedBytes = qint64(rank.offloaded.value(i));
         s.lastMemory.push_back(r);
+    }
+    // Every tag's points after afterStep (the store's scalars table: engine and imported runs).
+    if (auto tags = store.scalarTags(runId); tags) {
+        for (const QString& tag : tags.value()) {
+            auto points = store.scalarSeries(runId, tag);
+            if (!points)
+                continue;
+            ScalarSeries kept;
+            for (qsizetype i = 0; i < points->step.size(); ++i)
+                if (points->step[i] > double(afterStep)) {
+                    kept.step.append(points->step[i]);
+                    kept.wallTime.append(points->wallTime.value(i));
+                    kept.value.append(points->value.value(i));
+                }
+            if (!kept.step.isEmpty())
+                s.scalars.insert(tag, kept);
+        }
     }
     qint64 newest = afterEventId;
     for (const EventRow& row : events.value()) {

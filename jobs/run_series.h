@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include <QMap>
 #include <QString>
 #include <QStringList>
 #include <QVector>
@@ -29,6 +30,9 @@ struct RunSeries {
     QVector<double> peakBytes; // largest peak over ranks, per record
     std::vector<protocol::RankMemory> lastMemory;
     std::vector<protocol::EventRecord> events;
+    // Further scalars by tag, each at its own steps: a preference run's rewards ("train/
+    // rewards/margins", as its TensorBoard file names them), an imported run's every tag.
+    QMap<QString, ScalarSeries> scalars;
 
     void append(const protocol::MetricRecord& record);
     // Appends the points and events of `more`, a later part of the same run.

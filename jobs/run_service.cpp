@@ -106,7 +106,13 @@ public:
             return;
         auto tags = m_store->scalarTags(runId);
         const QStringList all = tags ? tags.value() : QStringList();
-        const QString chosen = all.contains(tag) ? tag : all.value(0);
+        // A preference run opens on its reward margin (then its accuracy), else the first tag.
+        QString chosen = all.contains(tag) ? tag : QString();
+        for (const char* preferred : {"train/rewards/margins", "train/rewards/accuracies"})
+            if (chosen.isEmpty() && all.contains(QLatin1String(preferred)))
+                chosen = QLatin1String(preferred);
+        if (chosen.isEmpty())
+            chosen = all.value(0);
         ScalarSeries series;
         if (!chosen.isEmpty())
             if (auto s = m_store->scalarSeries(runId, chosen); s)

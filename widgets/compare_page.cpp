@@ -77,6 +77,16 @@ ComparePage::ComparePage(QWidget* parent)
     m_samples->verticalHeader()->setVisible(false);
     m_samples->horizontalHeader()->setStretchLastSection(true);
     m_samples->setAccessibleName(tr("Sample completions by prompt"));
+    m_scalarTag = new QComboBox(this);
+    m_scalarTag->setObjectName("scalarTag");
+    m_scalarTag->setAccessibleName(tr("Scalar to compare"));
+    m_scalarTag->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+    m_scalarPlot = new LivePlot(tr("Scalar"), this);
+    m_scalarPlot->setLegendVisible(true);
+    m_scalarsNote = new QLabel(tr("These runs record no further scalars (preference runs record "
+                                  "their rewards; imported runs every TensorBoard tag)."),
+        this);
+    m_scalarsNote->setWordWrap(true);
 
     auto* controls = new QHBoxLayout;
     controls->addWidget(new QLabel(tr("&Smoothing"), this));
@@ -121,6 +131,19 @@ ComparePage::ComparePage(QWidget* parent)
     auto* bottom = new QTabWidget(this);
     bottom->addTab(diffBox, tr("Settings"));
     bottom->addTab(m_samples, tr("Samples"));
+    auto* scalarsBox = new QWidget(this);
+    auto* scalarsLayout = new QVBoxLayout(scalarsBox);
+    scalarsLayout->setContentsMargins(0, 0, 0, 0);
+    auto* tagRow = new QHBoxLayout;
+    auto* tagLabel = new QLabel(tr("&Tag"), scalarsBox);
+    tagLabel->setBuddy(m_scalarTag);
+    tagRow->addWidget(tagLabel);
+    tagRow->addWidget(m_scalarTag);
+    tagRow->addStretch(1);
+    scalarsLayout->addLayout(tagRow);
+    scalarsLayout->addWidget(m_scalarsNote);
+    scalarsLayout->addWidget(m_scalarPlot, 1);
+    bottom->addTab(scalarsBox, tr("Scalars"));
     right->addWidget(bottom);
     right->setStretchFactor(0, 3);
     right->setStretchFactor(1, 1);
@@ -160,7 +183,10 @@ ComparePage::ComparePage(QWidget* parent)
         m_loss->setSmoothing(v / 100.0);
         m_memoryPlot->setSmoothing(v / 100.0);
         m_throughput->setSmoothing(v / 100.0);
+        m_scalarPlot->setSmoothing(v / 100.0);
     });
+    connect(m_scalarTag, qOverload<int>(&QComboBox::currentIndexChanged), this,
+        [this] { rebuildScalars(); });
     connect(m_xAxisBox, qOverload<int>(&QComboBox::currentIndexChanged), this,
         [this] { setXAxis(XAxisKind(m_xAxisBox->currentData().toInt())); });
     connect(m_log, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogY(on); });
@@ -177,6 +203,7 @@ ComparePage::ComparePage(QWidget* parent)
         m_loss->setSeriesVisible(row, checked);
         m_memoryPlot->setSeriesVisible(row, checked);
         m_throughput->setSeriesVisible(row, checked);
+        rebuildScalars();
         rebuildDifferences();
     });
     connect(m_png, &QPushButton::clicked, this, [this] {
@@ -332,6 +359,57 @@ void ComparePage::rebuildPlots()
         m_throughput->setPoints(t, x, run.tokensPerSec);
         m_throughput->setSeriesVisible(t, m_checked[i]);
     }
+    rebuildScalars();
+}
+
+QStringList ComparePage::scalarTags() const
+{
+    QStringList tags;
+    for (int i = 0; i < m_scalarTag->count(); ++i)
+        tags << m_scalarTag->itemText(i);
+    return tags;
+}
+
+void ComparePage::setScalarTag(const QString& tag)
+{
+    m_scalarTag->setCurrentText(tag);
+}
+
+void ComparePage::rebuildScalars()
+{
+    // The union of the runs' tags; the tag picked stays picked while a run has it (a preference
+    // run's margin first).
+    QStringList tags;
+    for (const jobs::RunSeries& run : m_runs)
+        for (auto it = run.scalars.begin(); it != run.scalars.end(); ++it)
+            if (!tags.contains(it.key()))
+                tags << it.key();
+    tags.sort();
+    QString tag = m_scalarTag->currentText();
+    if (!tags.contains(tag))
+        tag = tags.contains("train/rewards/margins") ? QStringLiteral("train/rewards/margins")
+                                                     : tags.value(0);
+    if (tags != scalarTags()) {
+        const QSignalBlocker block(m_scalarTag);
+        m_scalarTag->clear();
+        m_scalarTag->addItems(tags);
+    }
+    {
+        const QSignalBlocker block(m_scalarTag);
+        m_scalarTag->setCurrentText(tag);
+    }
+    m_scalarTag->setEnabled(!tags.isEmpty());
+    m_scalarsNote->setVisible(tags.isEmpty());
+    m_scalarPlot->removeAllSeries();
+    m_scalarPlot->setTitle(tag.isEmpty() ? tr("Scalar") : tag);
+    m_scalarPlot->setYAxisLabel(tag);
+    for (size_t i = 0; i < m_runs.size(); ++i) {
+        const int k = m_scalarPlot->addSeries(m_runs[i].name, Theme::seriesColor(int(i)));
+        const auto it = m_runs[i].scalars.find(tag);
+        if (it != m_runs[i].scalars.end())
+            m_scalarPlot->setPoints(k, it->step, it->value);
+        m_scalarPlot->setSeriesVisible(k, m_checked[i]);
+    }
 }
 
 void ComparePage::rebuildSamples()
@@ -478,13 +556,13 @@ QString ComparePage::exportCsv(const QString& path)
 
 void ComparePage::flushCharts()
 {
-    for (LivePlot* p : {m_loss, m_memoryPlot, m_throughput})
+    for (LivePlot* p : {m_loss, m_memoryPlot, m_throughput, m_scalarPlot})
         p->flushNow();
 }
 
 void ComparePage::restyle()
 {
-    for (LivePlot* p : {m_loss, m_memoryPlot, m_throughput})
+    for (LivePlot* p : {m_loss, m_memoryPlot, m_throughput, m_scalarPlot})
         p->restyle();
 }
 

@@ -55,6 +55,11 @@ public:
     LivePlot* lossPlot() const { return m_loss; }
     LivePlot* memoryPlot() const { return m_memoryPlot; }
     LivePlot* throughputPlot() const { return m_throughput; }
+    // Further scalars (a preference run's rewards, an imported run's tags): the union of the
+    // runs' tags to pick from, and the plot of the one picked, a series per run.
+    LivePlot* scalarPlot() const { return m_scalarPlot; }
+    QStringList scalarTags() const;
+    void setScalarTag(const QString& tag);
     QTableWidget* differencesTable() const { return m_diff; }
     // The checked runs' sample completions: a row per prompt, a column per run.
     QTableWidget* samplesTable() const { return m_samples; }
@@ -70,6 +75,7 @@ private:
     void rebuildPlots();
     void rebuildDifferences();
     void rebuildSamples();
+    void rebuildScalars();
     void browse();
 
     std::vector<jobs::RunSeries> m_runs;
@@ -93,6 +99,9 @@ private:
     LivePlot* m_throughput = nullptr;
     QTableWidget* m_diff = nullptr;
     QTableWidget* m_samples = nullptr;
+    QComboBox* m_scalarTag = nullptr;
+    LivePlot* m_scalarPlot = nullptr;
+    QLabel* m_scalarsNote = nullptr;
 };
 
 } // namespace shard::widgets

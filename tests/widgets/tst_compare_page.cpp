@@ -25,7 +25,7 @@ namespace protocol = shard::protocol;
 namespace {
 
 QString writeRun(const QString& root, const QString& name, double lr, const char* strategy,
-    int records, double lossScale)
+    int records, double lossScale, bool rewards = false)
 {
     const QString dir = root + "/" + name;
     QDir().mkpath(dir);
@@ -44,6 +44,10 @@ QString writeRun(const QString& root, const QString& name, double lr, const char
         r.wallTimeSec = i * 0.5;
         r.memory.push_back({0, 100, 0, 50, 200, 30, 5, 400, 1000 + i});
         r.memory.push_back({1, 100, 0, 50, 200, 30, 5, 400, 2000 + i});
+        if (rewards) { // a preference run's statistics
+            r.scalars["rewards/margins"] = lossScale * 0.01 * i;
+            r.scalars["rewards/accuracies"] = std::min(1.0, 0.02 * i);
+        }
         metrics.write(QByteArray::fromStdString(protocol::encodeLine(protocol::toJson(r)) + "\n"));
     }
     return dir;
@@ -158,6 +162,34 @@ private Q_SLOTS:
         QVERIFY(all.width() >= page.lossPlot()->width() + page.memoryPlot()->width() - 2);
         QVERIFY(all.height() >= page.lossPlot()->height());
         QVERIFY(!page.exportCsv(tmp.filePath("no/such/dir/x.csv")).isEmpty());
+    }
+
+    // Preference runs' rewards (a metric record's scalars) are compared on the Scalars tab: the
+    // union of the runs' tags, the margin first, one series per run; a run without the tag has
+    // an empty series, and runs without any show a note instead.
+    void scalarsOfPreferenceRuns()
+    {
+        QTemporaryDir tmp;
+        ComparePage page;
+        page.show();
+        QSignalSpy added(&page, &ComparePage::runAdded);
+        page.addRunDirectory(writeRun(tmp.path(), "plain", 1e-3, "zero3", 10, 1.0));
+        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 1, 30000);
+        QVERIFY(page.scalarTags().isEmpty());
+        page.addRunDirectory(writeRun(tmp.path(), "dpo-a", 1e-3, "zero3", 30, 1.0, true));
+        page.addRunDirectory(writeRun(tmp.path(), "dpo-b", 3e-4, "zero3", 20, 2.0, true));
+        QTRY_COMPARE_WITH_TIMEOUT(added.count(), 3, 30000);
+        QCOMPARE(
+            page.scalarTags(), (QStringList {"train/rewards/accuracies", "train/rewards/margins"}));
+        page.flushCharts();
+        QCOMPARE(page.scalarPlot()->seriesCount(), 3);
+        QSet<int> counts;
+        for (int k = 0; k < 3; ++k)
+            counts.insert(page.scalarPlot()->drawnPointCount(k));
+        QCOMPARE(counts, (QSet<int> {0, 30, 20}));
+        page.setScalarTag("train/rewards/accuracies");
+        page.flushCharts();
+        QCOMPARE(page.scalarPlot()->seriesCount(), 3);
     }
 
     void samplesSideBySide()
