@@ -81,6 +81,15 @@ LoraFields::LoraFields(QWidget* parent)
     m_labelSmoothing->setValue(defaults.dpoLabelSmoothing);
     m_labelSmoothing->setToolTip(tr("Conservative DPO: the fraction of preference labels assumed "
                                     "flipped (sigmoid loss only)"));
+    m_dpoNllWeight = new QDoubleSpinBox(parent);
+    m_dpoNllWeight->setObjectName("dpoNllWeight");
+    m_dpoNllWeight->setDecimals(3);
+    m_dpoNllWeight->setRange(0, 100);
+    m_dpoNllWeight->setSingleStep(0.1);
+    m_dpoNllWeight->setValue(defaults.dpoNllWeight);
+    m_dpoNllWeight->setToolTip(tr("Adds this weight times the chosen answers' next-token loss "
+                                  "(TRL's rpo_alpha): keeps them likely where the answers of a "
+                                  "pair differ in a few tokens"));
     m_orpoLambda = new QDoubleSpinBox(parent);
     m_orpoLambda->setObjectName("orpoLambda");
     m_orpoLambda->setDecimals(3);
@@ -107,7 +116,7 @@ LoraFields::LoraFields(QWidget* parent)
             updateEnabled();
             Q_EMIT changed();
         });
-    for (QDoubleSpinBox* s : {m_dpoBeta, m_labelSmoothing, m_orpoLambda})
+    for (QDoubleSpinBox* s : {m_dpoBeta, m_labelSmoothing, m_dpoNllWeight, m_orpoLambda})
         connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this, &LoraFields::changed);
     connect(m_rank, qOverload<int>(&QSpinBox::valueChanged), this, &LoraFields::changed);
     for (QDoubleSpinBox* s : {m_alpha, m_dropout})
@@ -131,6 +140,7 @@ void LoraFields::addRows(QFormLayout* form) const
     form->addRow(tr("DPO loss"), m_dpoLoss);
     form->addRow(tr("DPO beta"), m_dpoBeta);
     form->addRow(tr("Label smoothing"), m_labelSmoothing);
+    form->addRow(tr("DPO NLL weight"), m_dpoNllWeight);
     form->addRow(tr("ORPO lambda"), m_orpoLambda);
     form->addRow(tr("Reference"), m_reference);
 }
@@ -150,7 +160,8 @@ void LoraFields::updateEnabled()
     m_doubleQuant->setEnabled(method == "qlora");
     const QString objective = m_objective->currentData().toString();
     const bool dpo = objective == "dpo";
-    for (QWidget* w : std::initializer_list<QWidget*> {m_dpoLoss, m_dpoBeta, m_reference})
+    for (QWidget* w :
+        std::initializer_list<QWidget*> {m_dpoLoss, m_dpoBeta, m_dpoNllWeight, m_reference})
         w->setEnabled(dpo);
     m_labelSmoothing->setEnabled(dpo && m_dpoLoss->currentData().toString() == "sigmoid");
     m_orpoLambda->setEnabled(objective == "orpo");
@@ -185,6 +196,7 @@ void LoraFields::writeTo(protocol::RunSpec& spec) const
     // setting without DPO.
     spec.dpoLabelSmoothing = spec.dpoLoss == "sigmoid" ? m_labelSmoothing->value() : 0.0;
     spec.orpoLambda = m_orpoLambda->value();
+    spec.dpoNllWeight = spec.objective == "dpo" ? m_dpoNllWeight->value() : 0.0;
     spec.reference
         = spec.objective == "dpo" ? m_reference->currentData().toString().toStdString() : "auto";
 }
@@ -218,6 +230,7 @@ void LoraFields::show(const protocol::RunSpec& spec)
     m_dpoBeta->setValue(spec.dpoBeta);
     m_labelSmoothing->setValue(spec.dpoLabelSmoothing);
     m_orpoLambda->setValue(spec.orpoLambda);
+    m_dpoNllWeight->setValue(spec.dpoNllWeight);
 }
 
 void LoraFields::save(QSettings& s) const
@@ -234,6 +247,7 @@ void LoraFields::save(QSettings& s) const
     s.setValue("dpoBeta", m_dpoBeta->value());
     s.setValue("dpoLabelSmoothing", m_labelSmoothing->value());
     s.setValue("orpoLambda", m_orpoLambda->value());
+    s.setValue("dpoNllWeight", m_dpoNllWeight->value());
     s.setValue("reference", m_reference->currentData());
 }
 
@@ -255,6 +269,7 @@ void LoraFields::restore(const QSettings& s)
     m_dpoBeta->setValue(s.value("dpoBeta", m_dpoBeta->value()).toDouble());
     m_labelSmoothing->setValue(s.value("dpoLabelSmoothing", m_labelSmoothing->value()).toDouble());
     m_orpoLambda->setValue(s.value("orpoLambda", m_orpoLambda->value()).toDouble());
+    m_dpoNllWeight->setValue(s.value("dpoNllWeight", m_dpoNllWeight->value()).toDouble());
     updateEnabled();
 }
 

@@ -30,7 +30,7 @@ class LoraFields : public QObject {
 public:
     // The fields are children of `parent` (object names method, loraRank, loraAlpha,
     // loraDropout, loraTargets, loraRslora, doubleQuant, objective, dpoLoss, dpoBeta,
-    // dpoLabelSmoothing, orpoLambda, reference).
+    // dpoLabelSmoothing, dpoNllWeight, orpoLambda, reference).
     explicit LoraFields(QWidget* parent);
 
     // Adds a row per field to `form`, the method first.
@@ -67,6 +67,7 @@ private:
     QDoubleSpinBox* m_dpoBeta = nullptr;
     QDoubleSpinBox* m_labelSmoothing = nullptr;
     QDoubleSpinBox* m_orpoLambda = nullptr;
+    QDoubleSpinBox* m_dpoNllWeight = nullptr;
     QComboBox* m_reference = nullptr; // auto, live, precomputed
 };
 

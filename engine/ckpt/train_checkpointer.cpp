@@ -85,10 +85,13 @@ TrainCheckpointer::TrainCheckpointer(protocol::RunSpec spec, std::string modelDi
     if (m_spec.objective == "sft")
         j.erase("objective");
     if (m_spec.objective != "dpo")
-        for (const char* k : {"dpo_loss", "dpo_beta", "dpo_label_smoothing", "reference"})
+        for (const char* k :
+            {"dpo_loss", "dpo_beta", "dpo_label_smoothing", "reference", "dpo_nll_weight"})
             j.erase(k);
     if (m_spec.objective != "orpo")
         j.erase("orpo_lambda");
+    if (m_spec.dpoNllWeight == 0) // runs from before the field keep their id
+        j.erase("dpo_nll_weight");
     const std::string base = fs::path(m_spec.outDir).lexically_normal().filename().string();
     m_runId = (base.empty() ? std::string("run") : base) + "-" + configHash(j).substr(8, 8);
 }

@@ -53,6 +53,7 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("dpo_beta", s.dpoBeta);
     f("dpo_label_smoothing", s.dpoLabelSmoothing);
     f("orpo_lambda", s.orpoLambda);
+    f("dpo_nll_weight", s.dpoNllWeight);
     f("reference", s.reference);
     f("steps", s.steps);
     f("epochs", s.epochs);
@@ -208,7 +209,8 @@ void validateObjective(const RunSpec& s)
     oneOf("dpo_loss", s.dpoLoss, {dpoLossNames().begin(), dpoLossNames().end()});
     oneOf("reference", s.reference, {"auto", "live", "precomputed"});
     for (const auto& [field, value] : {std::pair<const char*, double> {"dpo_beta", s.dpoBeta},
-             {"dpo_label_smoothing", s.dpoLabelSmoothing}, {"orpo_lambda", s.orpoLambda}})
+             {"dpo_label_smoothing", s.dpoLabelSmoothing}, {"orpo_lambda", s.orpoLambda},
+             {"dpo_nll_weight", s.dpoNllWeight}})
         if (!std::isfinite(value))
             throw std::runtime_error(std::string("run spec: ") + field
                 + " must be a finite number (got " + std::to_string(value) + ")");
@@ -232,6 +234,9 @@ void validateObjective(const RunSpec& s)
             throw std::runtime_error("run spec: dpo_label_smoothing applies to the sigmoid loss "
                                      "(cDPO); with dpo_loss "
                 + s.dpoLoss + " use 0");
+        if (!(s.dpoNllWeight >= 0))
+            throw std::runtime_error("run spec: dpo_nll_weight must be >= 0 (got "
+                + std::to_string(s.dpoNllWeight) + ")");
         if (s.resolvedReference() == "live" && !s.usesLora())
             throw std::runtime_error(
                 "run spec: reference live with full fine-tuning needs a second, frozen copy of "

@@ -64,6 +64,9 @@ struct RunSpec {
     double dpoBeta = 0.1;            // DPO's beta (IPO's tau)
     double dpoLabelSmoothing = 0.0;  // cDPO's epsilon, in [0, 0.5); sigmoid only
     double orpoLambda = 0.1;         // ORPO's weight of the odds-ratio term
+    // DPO: the weight of the chosen answers' next-token loss added to DPO's (TRL's rpo_alpha,
+    // "RPO"); 0 = plain DPO. Keeps the chosen answers likely where pairs differ in few tokens.
+    double dpoNllWeight = 0.0;
     // DPO's reference log-probabilities: live (a forward of the reference each step; with LoRA
     // the base with its adapters off) or precomputed (one pass over the data before training,
     // kept in memory); auto: live with LoRA/QLoRA, precomputed with full fine-tuning.

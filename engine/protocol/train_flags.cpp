@@ -114,6 +114,9 @@ const std::vector<TrainFlag>& trainFlags()
             "DPO's beta: how far the policy may move from the reference (default 0.1)"),
         SHARD_FLAG("--dpo-label-smoothing", dpoLabelSmoothing,
             "cDPO: the assumed fraction of flipped preference labels, in [0, 0.5) (default 0)"),
+        SHARD_FLAG("--dpo-nll-weight", dpoNllWeight,
+            "DPO: add this weight times the chosen answers' next-token loss (TRL's rpo_alpha; "
+            "default 0)"),
         SHARD_FLAG(
             "--orpo-lambda", orpoLambda, "ORPO's weight of the odds-ratio term (default 0.1)"),
         SHARD_FLAG("--reference", reference,

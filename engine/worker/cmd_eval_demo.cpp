@@ -2,6 +2,7 @@
 // task, by greedy generation.
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
@@ -26,6 +27,7 @@ struct EvalDemoOptions {
     uint64_t seed = 1000;
     int maxNewTokens = 12;
     bool json = false;
+    std::string pairsOut; // preference pairs from the model's wrong answers
 };
 
 // Greedy continuation of `prompt` until a stop token or `maxNew` tokens (KV-cache decoding).
@@ -61,16 +63,45 @@ void runEvalDemo(const EvalDemoOptions& o)
     const auto examples = shard::data::generateDemoExamples(task, o.count, o.seed);
     std::vector<std::string> expected, outputs;
     nlohmann::json samples = nlohmann::json::array();
+    std::ofstream pairs;
+    if (!o.pairsOut.empty()) {
+        pairs.open(o.pairsOut, std::ios::binary | std::ios::trunc);
+        if (!pairs)
+            throw std::runtime_error("--pairs-out " + o.pairsOut + ": cannot write");
+    }
+    int64_t pairCount = 0;
     for (const auto& ex : examples) {
         const auto prompt = shard::data::demoPromptIds(tok, ex, shard::data::DataFormat::Chat);
         const auto answer = tok.decode(greedy(model, tok, prompt, o.maxNewTokens), true);
         expected.push_back(ex.answer);
         outputs.push_back(answer);
+        // The model's own wrong answer rejected, the right one chosen (on-policy pairs for
+        // --objective dpo|orpo); an empty answer teaches nothing and is left out.
+        if (pairs.is_open() && !shard::data::scoreDemoAnswer(task, ex.answer, answer)) {
+            const auto first = answer.find_first_not_of(" \t\n");
+            const auto last = answer.find_last_not_of(" \t\n");
+            const std::string wrong = first == std::string::npos
+                ? std::string()
+                : answer.substr(first, last - first + 1);
+            if (!wrong.empty() && wrong != ex.answer) {
+                nlohmann::json pair = shard::data::demoPreferenceRecord(task, ex);
+                pair["rejected"][0]["content"] = wrong;
+                pairs << pair.dump() << '\n';
+                ++pairCount;
+            }
+        }
         if (samples.size() < 5)
             samples.push_back({{"prompt", ex.prompt}, {"expected", ex.answer}, {"output", answer},
                 {"correct", shard::data::scoreDemoAnswer(task, ex.answer, answer)}});
     }
     const double accuracy = shard::data::demoAccuracy(task, expected, outputs);
+    if (pairs.is_open()) {
+        pairs.flush();
+        if (!pairs)
+            throw std::runtime_error("--pairs-out " + o.pairsOut + ": write failed");
+        std::cerr << "eval-demo: wrote " << pairCount << " preference pairs (the model's wrong "
+                  << "answers rejected) to " << o.pairsOut << "\n";
+    }
     if (o.json) {
         std::cout << nlohmann::json {{"task", shard::data::demoTaskName(task)}, {"count", o.count},
             {"seed", o.seed}, {"accuracy", accuracy},
@@ -100,6 +131,9 @@ shard::worker::CommandRegistration registration([](CLI::App& app) {
     cmd->add_option("--seed", o->seed, "Question seed (default 1000; training data uses others)");
     cmd->add_option("--max-new-tokens", o->maxNewTokens, "Generation limit (default 12)")
         ->check(CLI::PositiveNumber);
+    cmd->add_option("--pairs-out", o->pairsOut,
+        "Also write a preference pair (JSONL) for each wrong answer: the right answer chosen, "
+        "the model's own rejected (on-policy data for --objective dpo or orpo)");
     cmd->add_flag("--json", o->json,
         "Print {\"task\",\"count\",\"seed\",\"accuracy\",\"samples\":[...]} on one line");
     cmd->callback([o] { runEvalDemo(*o); });

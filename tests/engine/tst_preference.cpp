@@ -82,7 +82,8 @@ double logSigmoid(double t)
 // token log-probabilities; ORPO's NLL the mean over every chosen token of the batch). Returns the
 // batch loss as a differentiable tensor built from the per-pair sums.
 at::Tensor referenceLoss(const std::string& kind, double beta, double smoothing,
-    const at::Tensor& seq, const std::vector<double>& counts, const std::vector<double>& ref)
+    const at::Tensor& seq, const std::vector<double>& counts, const std::vector<double>& ref,
+    double nllWeight = 0.0)
 {
     const int64_t P = seq.size(0) / 2;
     at::Tensor total = at::zeros({}, at::kDouble);
@@ -102,6 +103,8 @@ at::Tensor referenceLoss(const std::string& kind, double beta, double smoothing,
                 const at::Tensor z = (c / nc - r / nr) - (ref[2 * i] / nc - ref[2 * i + 1] / nr);
                 total = total + (z - 1.0 / (2.0 * beta)) * (z - 1.0 / (2.0 * beta));
             }
+            // RPO: the chosen answers' NLL per token over the batch, weighted.
+            total = total + nllWeight * (-c) / chosenTokens * static_cast<double>(P);
         } else { // orpo
             const at::Tensor ac = c / nc, ar = r / nr;
             const at::Tensor odds
@@ -121,6 +124,7 @@ struct Case {
     double beta;
     double smoothing;
     bool lora;
+    double nllWeight = 0.0; // DPO's --dpo-nll-weight
 };
 
 void testAgainstReference(const Case& c)
@@ -210,6 +214,7 @@ void testAgainstReference(const Case& c)
     pc.dpoLoss = c.loss;
     pc.beta = c.beta;
     pc.labelSmoothing = c.smoothing;
+    pc.nllWeight = c.objective == "orpo" ? 1.0 : c.nllWeight;
     const at::Tensor pairs = seqMine.view({P, 2});
     const at::Tensor cnt = at::tensor(counts, at::kDouble).view({P, 2});
     const at::Tensor refT = at::tensor(ref, at::kDouble).view({P, 2});
@@ -219,14 +224,14 @@ void testAgainstReference(const Case& c)
         refT.select(1, 0), refT.select(1, 1), cnt.select(1, 0), cnt.select(1, 1)};
     PreferenceLoss pl = preferenceLoss(pc, policy, c.objective == "dpo" ? &reference : nullptr);
     at::Tensor loss = pl.losses.mean();
-    if (c.objective == "orpo")
-        loss = loss - policy.chosen.sum() / cnt.select(1, 0).sum();
+    if (pc.nllWeight > 0)
+        loss = loss - policy.chosen.sum() * pc.nllWeight / cnt.select(1, 0).sum();
     loss.backward();
 
     // The reference.
     const at::Tensor seqTheirs = referenceSequenceLogps(m, theirs, ids, labels);
-    const at::Tensor refLoss = referenceLoss(
-        c.objective == "orpo" ? "orpo" : c.loss, c.beta, c.smoothing, seqTheirs, counts, ref);
+    const at::Tensor refLoss = referenceLoss(c.objective == "orpo" ? "orpo" : c.loss, c.beta,
+        c.smoothing, seqTheirs, counts, ref, c.nllWeight);
     refLoss.backward();
 
     const double lossRel = std::abs(loss.item<double>() - refLoss.item<double>())
@@ -243,11 +248,12 @@ void testAgainstReference(const Case& c)
             worst = std::max(worst, maxRel(mine[u][i].grad(), theirs[u][i].grad()));
             ++compared;
         }
-    std::printf("%s %s%s%s: loss %.9f (reference %.9f, rel %.3g), gradients max rel %.3g over %d "
+    std::printf("%s %s%s%s%s: loss %.9f (reference %.9f, rel %.3g), gradients max rel %.3g over %d "
                 "tensors\n",
         c.objective.c_str(), c.objective == "dpo" ? c.loss.c_str() : "",
-        c.smoothing > 0 ? " smoothed" : "", c.lora ? " lora" : " full", loss.item<double>(),
-        refLoss.item<double>(), lossRel, worst, compared);
+        c.smoothing > 0 ? " smoothed" : "", c.nllWeight > 0 ? " +nll" : "",
+        c.lora ? " lora" : " full", loss.item<double>(), refLoss.item<double>(), lossRel, worst,
+        compared);
     T_CHECK_MSG(lossRel <= 1e-10, "the preference loss differs from the float64 reference");
     T_CHECK_MSG(worst <= 1e-6, "the preference gradient differs from the float64 reference");
     T_CHECK(compared > 0);
@@ -542,6 +548,15 @@ void testRanks()
     for (size_t i = 0; i < std::min(o1.loss.size(), o2.loss.size()); ++i)
         T_CHECK(std::abs(o1.loss[i] - o2.loss[i]) <= 1e-5 * std::abs(o1.loss[i]));
     T_CHECK(!o1.scalars.empty() && o1.scalars[0].count("nll_loss") == 1);
+    // DPO with the chosen answers' NLL (RPO): at step 1 the DPO part is ln 2, so the loss is
+    // ln 2 + weight x the NLL it reports.
+    const Metrics rpo
+        = run("rpo", 1, "--objective dpo --dpo-nll-weight 0.5 --steps 1 --micro-batch 4");
+    if (!rpo.scalars.empty() && rpo.scalars[0].count("nll_loss"))
+        T_CHECK(
+            std::abs(rpo.loss[0] - (std::log(2.0) + 0.5 * rpo.scalars[0].at("nll_loss"))) < 1e-12);
+    else
+        T_CHECK_MSG(false, "the DPO+NLL run reports no nll_loss");
     testPlan(one, o1);
 }
 
@@ -639,10 +654,12 @@ int main()
 {
     g_dir = test::tempDir("tst_preference");
     testChunking();
-    for (const Case& c : {Case {"dpo", "sigmoid", 0.1, 0.0, false},
-             Case {"dpo", "sigmoid", 0.3, 0.15, false}, Case {"dpo", "ipo", 0.5, 0.0, false},
-             Case {"orpo", "", 0.2, 0.0, false}, Case {"dpo", "sigmoid", 0.1, 0.0, true},
-             Case {"dpo", "ipo", 0.5, 0.0, true}, Case {"orpo", "", 0.2, 0.0, true}})
+    for (const Case& c :
+        {Case {"dpo", "sigmoid", 0.1, 0.0, false}, Case {"dpo", "sigmoid", 0.3, 0.15, false},
+            Case {"dpo", "ipo", 0.5, 0.0, false}, Case {"orpo", "", 0.2, 0.0, false},
+            Case {"dpo", "sigmoid", 0.1, 0.0, true}, Case {"dpo", "ipo", 0.5, 0.0, true},
+            Case {"orpo", "", 0.2, 0.0, true}, Case {"dpo", "sigmoid", 0.2, 0.0, false, 0.7},
+            Case {"dpo", "sigmoid", 0.2, 0.0, true, 1.0}})
         testAgainstReference(c);
     g_model = test::writeTinyModel(g_dir + "/model", tinySpec());
     testData(g_model);

@@ -14,6 +14,7 @@ PreferenceConfig PreferenceConfig::fromSpec(const protocol::RunSpec& spec)
     c.dpoLoss = spec.dpoLoss;
     c.beta = spec.objective == "orpo" ? spec.orpoLambda : spec.dpoBeta;
     c.labelSmoothing = spec.dpoLabelSmoothing;
+    c.nllWeight = spec.objective == "orpo" ? 1.0 : spec.dpoNllWeight;
     return c;
 }
 

@@ -27,6 +27,9 @@ struct PreferenceConfig {
     std::string dpoLoss = "sigmoid";
     double beta = 0.1; // DPO's beta; ORPO's lambda
     double labelSmoothing = 0.0;
+    // The weight of the chosen answers' NLL (mean over their tokens) added to the loss: ORPO's
+    // is 1; DPO's is --dpo-nll-weight (TRL's rpo_alpha), 0 by default.
+    double nllWeight = 0.0;
     static PreferenceConfig fromSpec(const protocol::RunSpec& spec);
 };
 

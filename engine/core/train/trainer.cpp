@@ -962,7 +962,7 @@ Trainer::PairForward Trainer::pairForward(
     PairForward out;
     out.loss = preferenceLoss(
         *m_preference, policy, m_preference->objective == "dpo" ? &reference : nullptr);
-    if (m_preference->objective == "orpo") {
+    if (m_preference->nllWeight > 0) {
         out.chosenNll = -policy.chosen;
         out.chosenTokens = static_cast<int64_t>(hostCounts.select(1, 0).sum().item<double>());
     }
@@ -995,7 +995,7 @@ void Trainer::preferenceMicroSteps(
             done.activationBytes = std::max(done.activationBytes, loop.liveBytes() - before);
             at::Tensor loss = f.loss.losses.sum() / stepPairs;
             if (f.chosenNll.defined()) {
-                const at::Tensor nll = f.chosenNll.sum() / nllNorm;
+                const at::Tensor nll = f.chosenNll.sum() * (m_preference->nllWeight / nllNorm);
                 loss = loss + nll;
                 sums.narrow(0, 1, 1).add_(nll.detach().reshape({1}));
             }
@@ -1077,8 +1077,8 @@ void Trainer::readSteps(Loop& loop)
         // [ORPO's NLL, then the per-pair statistics] (preferenceMicroSteps).
         std::map<std::string, double> scalars;
         const double nll = read[pos++];
-        if (m_preference->objective == "orpo")
-            scalars["nll_loss"] = nll;
+        if (m_preference->nllWeight > 0)
+            scalars["nll_loss"] = nll / m_preference->nllWeight;
         const auto& names = preferenceStatNames(m_preference->objective);
         for (size_t k = 0; k < static_cast<size_t>(kPreferenceStatCount); ++k, ++pos)
             if (k < names.size())
@@ -1134,7 +1134,8 @@ double Trainer::evaluate(Loop& loop, std::map<std::string, double>& scalars)
                 acc.narrow(0, 1, 1).add_(
                     f.loss.stats.select(1, kRewardAccuracy).sum().reshape({1}));
                 if (f.chosenNll.defined()) {
-                    acc.narrow(0, 2, 1).add_(f.chosenNll.sum().reshape({1}));
+                    acc.narrow(0, 2, 1).add_(
+                        f.chosenNll.sum().reshape({1}) * m_preference->nllWeight);
                     acc.narrow(0, 3, 1).add_(static_cast<double>(f.chosenTokens));
                 }
             } else {
