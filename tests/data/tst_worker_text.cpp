@@ -111,7 +111,7 @@ int main()
     CHECK(r.output.find("--count must be positive") != std::string::npos);
     r = run("make-data --task copy --format text --out " + a.string() + " --count 2", true);
     CHECK_EQ(r.code, 1);
-    CHECK(r.output.find("format must be chat or alpaca") != std::string::npos);
+    CHECK(r.output.find("format must be chat, alpaca or preference") != std::string::npos);
 
     std::filesystem::remove_all(dir);
     return finish("tst_worker_text");
