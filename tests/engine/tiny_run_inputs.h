@@ -2,11 +2,13 @@
 // data of counting sequences from random starts (a pattern a tiny model learns in a few steps).
 #pragma once
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include "core/model/hf_folder.h"
@@ -14,6 +16,22 @@
 #include "tokenizer/demo_tokenizer.h"
 
 namespace shard::test {
+
+// The tiny-1m preset in fp32 under another name (the tests' own models).
+inline plan::ModelSpec tinyFp32Spec(const std::string& name)
+{
+    auto spec = *plan::findPreset("tiny-1m");
+    spec.name = name;
+    spec.torchDtype = "float32";
+    return spec;
+}
+
+// The largest elementwise difference relative to b's largest magnitude.
+inline double maxRelDiff(const at::Tensor& a, const at::Tensor& b)
+{
+    const double scale = std::max(1e-300, b.abs().max().item<double>());
+    return (a - b).abs().max().item<double>() / scale;
+}
 
 inline std::string writeTinyModel(const std::string& dir, const plan::ModelSpec& spec)
 {

@@ -36,10 +36,7 @@ std::string g_dir;
 
 plan::ModelSpec tinySpec()
 {
-    auto spec = *plan::findPreset("tiny-1m");
-    spec.name = "lora-test";
-    spec.torchDtype = "float32";
-    return spec;
+    return test::tinyFp32Spec("lora-test");
 }
 
 std::string makeModel(const std::string& name)
@@ -80,8 +77,7 @@ TrainResult train(const protocol::RunSpec& s, bool files = false)
 
 double maxRel(const at::Tensor& a, const at::Tensor& b)
 {
-    const double scale = std::max(1e-300, b.abs().max().item<double>());
-    return (a - b).abs().max().item<double>() / scale;
+    return test::maxRelDiff(a, b);
 }
 
 // Loss of a float64 forward with the given unit weights (the model's own pieces).

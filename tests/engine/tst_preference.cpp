@@ -39,16 +39,12 @@ std::string g_dir;
 
 plan::ModelSpec tinySpec()
 {
-    auto spec = *plan::findPreset("tiny-1m");
-    spec.name = "preference-test";
-    spec.torchDtype = "float32";
-    return spec;
+    return test::tinyFp32Spec("preference-test");
 }
 
 double maxRel(const at::Tensor& a, const at::Tensor& b)
 {
-    const double scale = std::max(1e-300, b.abs().max().item<double>());
-    return (a - b).abs().max().item<double>() / scale;
+    return test::maxRelDiff(a, b);
 }
 
 // ---- The independent float64 reference ----------------------------------------------------
