@@ -25,6 +25,8 @@ common_packages() {
         libpcre2-dev libicu-dev
         # TensorBoard event files in (engine/tbio: the event schema subset, compiled by protoc)
         libprotobuf-dev protobuf-compiler
+        # other engines' configs in and out of the planner: accelerate YAML, torchtitan TOML
+        libyaml-cpp-dev libtomlplusplus-dev
         # tests: offscreen GUI, real sshd and Slurm on loopback, reference values, tokenizer refs
         xvfb xauth openssh-server openssh-client slurm-wlm python3 python3-torch python3-protobuf
         iproute2 procps psmisc util-linux

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "plan/engine_configs.h"
 #include "plan/planner.h"
 #include "plan/run_spec_bridge.h"
 #include "protocol/run_spec.h"
@@ -52,6 +54,18 @@ struct PlanOptions {
     bool noDoubleQuant = false;
     bool json = false;
     bool showCalibration = false;
+    // Another engine's config (DeepSpeed JSON, accelerate YAML, torchtitan TOML) as the plan.
+    std::string deepspeed;
+    std::string accelerate;
+    std::string torchtitan;
+    // Write the plan as another engine's config or launch command.
+    std::string exportKind;
+    std::string script = "train.py";
+    std::string configPath;
+    std::string out;
+    // Which flags were given (a config value contradicting one is an error).
+    bool gpusGiven = false, microGiven = false, accumGiven = false, precisionGiven = false,
+         checkpointingGiven = false, modelGiven = false;
 };
 
 int64_t parseCount(const std::string& flag, const std::string& text)
@@ -128,7 +142,10 @@ PlanInput buildInput(const PlanOptions& o)
         return in;
     }
     PlanInput in;
-    in.model = resolveModel(o.model);
+    // A torchtitan config may name its own model ([model] name and flavor).
+    const bool modelFromConfig = o.model.empty() && !o.torchtitan.empty();
+    if (!modelFromConfig)
+        in.model = resolveModel(o.model);
     in.strategy = parseStrategy(o.strategy);
     in.precision = parsePrecision(o.precision);
     in.checkpointing = parseCheckpointing(o.checkpointing);
@@ -183,7 +200,8 @@ PlanInput buildInput(const PlanOptions& o)
             std::llround(parseGiB("--overhead", o.overhead, true) * 1024.0 * 1024 * 1024));
     if (!o.calibration.empty())
         in.calibration = Calibration::load(o.calibration);
-    validate(in);
+    if (!modelFromConfig)
+        validate(in);
     return in;
 }
 
@@ -377,6 +395,232 @@ void printHuman(const PlanInput& in, const std::vector<PlanResult>& all, const P
         std::printf("Note: %s\n", n.c_str());
 }
 
+nlohmann::json configJson(const ImportedConfig& c)
+{
+    nlohmann::json j;
+    j["kind"] = toString(c.kind);
+    j["path"] = c.path;
+    nlohmann::json resolved = nlohmann::json::object();
+    for (const auto& [k, v] : c.resolved)
+        resolved[k] = v;
+    j["resolved"] = resolved;
+    j["not_modelled"] = c.notModelled;
+    j["warnings"] = c.warnings;
+    j["strategy"] = toString(c.input.strategy);
+    j["offload"] = toString(c.input.offload);
+    j["precision"] = toString(c.input.precision);
+    j["micro_batch"] = c.input.microBatch;
+    j["grad_accum"] = c.input.gradAccum;
+    j["gpus"] = c.input.worldSize();
+    if (c.usesDeepSpeed) {
+        const DeepSpeedSettings& d = c.deepspeed;
+        j["deepspeed"] = {{"stage", d.stage}, {"offload_optimizer", d.offloadOptimizer},
+            {"offload_param", d.offloadParams}, {"overlap_comm", d.overlapComm},
+            {"reduce_bucket_size", d.reduceBucketSize},
+            {"allgather_bucket_size", d.allgatherBucketSize},
+            {"stage3_prefetch_bucket_size", d.prefetchBucketSize},
+            {"stage3_max_live_parameters", d.maxLiveParameters},
+            {"stage3_param_persistence_threshold", d.paramPersistenceThreshold},
+            {"sub_group_size", d.subGroupSize}, {"mics_shard_size", d.micsShardSize}};
+    }
+    return j;
+}
+
+void printConfigHeader(const ImportedConfig& c)
+{
+    const PlanInput& in = c.input;
+    std::printf("Config  %s (%s): %s, offload %s, %s, micro-batch %lld x accumulation %lld x %lld "
+                "GPUs\n",
+        c.path.c_str(), toString(c.kind).c_str(), toString(in.strategy).c_str(),
+        toString(in.offload).c_str(), toString(in.precision).c_str(),
+        static_cast<long long>(in.microBatch), static_cast<long long>(in.gradAccum),
+        static_cast<long long>(in.worldSize()));
+    if (!c.resolved.empty()) {
+        std::printf("Resolved (\"auto\" and derived values):\n");
+        for (const auto& [k, v] : c.resolved)
+            std::printf("  %s = %s\n", k.c_str(), v.c_str());
+    }
+    if (!c.notModelled.empty()) {
+        std::printf("Not modelled (read, not counted):\n");
+        for (const auto& n : c.notModelled)
+            std::printf("  %s\n", n.c_str());
+    }
+    for (const auto& w : c.warnings)
+        std::printf("Warning: %s\n", w.c_str());
+    std::printf("\n");
+}
+
+// DeepSpeed's accounting beside Shard Studio's engine for the same layout, and DeepSpeed's
+// own estimator of model states.
+void printDeepSpeed(const PlanOptions& o, const ImportedConfig& c)
+{
+    const PlanInput& in = c.input;
+    const DeepSpeedSettings& ds = c.deepspeed;
+    const PlanResult r = planDeepSpeed(in, ds);
+    const DeepSpeedEstimate est = deepSpeedEstimator(in, ds);
+    std::optional<PlanResult> engine;
+    std::string engineWhy;
+    try {
+        PlanInput e = in;
+        e.mode = AccountingMode::Engine;
+        engine = shard::plan::plan(e);
+    } catch (const std::exception& e) {
+        engineWhy = e.what();
+    }
+    if (o.json) {
+        nlohmann::json j;
+        j["config"] = configJson(c);
+        j["deepspeed"] = toJson(r);
+        if (engine)
+            j["engine"] = toJson(*engine);
+        else
+            j["engine_error"] = engineWhy;
+        j["deepspeed_estimator"]
+            = {{"gpu_bytes", est.gpuBytes}, {"cpu_bytes_per_node", est.cpuBytesPerNode},
+                {"largest_layer_params", est.largestLayerParams}};
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    const ModelSpec& m = in.model;
+    std::printf("Model   %s (%s parameters) on %lld GPU%s (%lld node%s x %lld) x %s GiB\n",
+        m.name.c_str(), formatParamCount(r.params).c_str(), static_cast<long long>(in.worldSize()),
+        in.worldSize() == 1 ? "" : "s", static_cast<long long>(in.nodes), in.nodes == 1 ? "" : "s",
+        static_cast<long long>(in.gpusPerNode), gib(in.device.memoryBytes).c_str());
+    std::string offload = ds.offloadOptimizer ? "optimizer to cpu" : "none";
+    if (ds.offloadParams)
+        offload = ds.offloadOptimizer ? "optimizer and params to cpu" : "params to cpu";
+    std::printf("Config  %s (DeepSpeed): ZeRO stage %d%s, offload %s%s, %s, micro-batch %lld x "
+                "accumulation %lld x %lld GPUs = train_batch_size %lld\n",
+        c.path.c_str(), ds.stage,
+        ds.micsShardSize > 0
+            ? (" (MiCS groups of " + std::to_string(ds.micsShardSize) + ")").c_str()
+            : "",
+        offload.c_str(), ds.pinMemory ? " (pinned)" : "", toString(in.precision).c_str(),
+        static_cast<long long>(in.microBatch), static_cast<long long>(in.gradAccum),
+        static_cast<long long>(in.worldSize()),
+        static_cast<long long>(in.microBatch * in.gradAccum * in.worldSize()));
+    std::printf("        seq-len %lld, activation checkpointing %s (the script's "
+                "--gradient_checkpointing)\n",
+        static_cast<long long>(in.seqLen), toString(in.checkpointing).c_str());
+    if (!c.resolved.empty()) {
+        std::printf("Resolved (\"auto\" and derived values):\n");
+        for (const auto& [k, v] : c.resolved)
+            std::printf("  %s = %s\n", k.c_str(), v.c_str());
+    }
+    if (!c.notModelled.empty()) {
+        std::printf("Not modelled (read, not counted):\n");
+        for (const auto& n : c.notModelled)
+            std::printf("  %s\n", n.c_str());
+    }
+    for (const auto& w : c.warnings)
+        std::printf("Warning: %s\n", w.c_str());
+    std::printf("\n%-28s%14s%22s\n", "Memory per GPU (GiB)", "DeepSpeed",
+        ("Shard Studio " + toString(in.strategy)).c_str());
+    const std::vector<std::pair<std::string, std::string>> labels = {
+        {"sharded_params", "params (16-bit + master)"}, {"gathered_params", "params (gathered)"},
+        {"grads", "gradients"}, {"optimizer", "optimizer (AdamW)"}, {"activations", "activations"},
+        {"logits", "logits + grad"}, {"comm_buffers", "comm buffers"}, {"overhead", "overhead"}};
+    auto valueOf = [](const MemoryBreakdown& b, const std::string& key) {
+        for (const auto& [k, v] : b.components())
+            if (k == key)
+                return v;
+        return int64_t {0};
+    };
+    for (const auto& [key, label] : labels)
+        std::printf("  %-26s%14s%22s\n", label.c_str(), gib(valueOf(r.perDevice, key)).c_str(),
+            engine ? gib(valueOf(engine->perDevice, key)).c_str() : "-");
+    std::printf("  %s\n", std::string(62, '-').c_str());
+    std::printf("  %-26s%14s%22s\n", "total", gib(r.perDevice.total()).c_str(),
+        engine ? gib(engine->perDevice.total()).c_str() : "-");
+    std::printf("  %-26s%14s%22s\n", "fits?", r.fits ? "yes" : "NO",
+        engine ? (engine->fits ? "yes" : "NO") : "-");
+    if (r.hostBytesPerDevice > 0 || (engine && engine->hostBytesPerDevice > 0))
+        std::printf("  %-26s%14s%22s\n", "host RAM per GPU", gib(r.hostBytesPerDevice).c_str(),
+            engine ? gib(engine->hostBytesPerDevice).c_str() : "-");
+    if (!engine)
+        std::printf("  (Shard Studio's engine: %s)\n", engineWhy.c_str());
+    std::printf("\nDeepSpeed's own estimator (estimate_zero%d_model_states_mem_needs, model states "
+                "only): %s GiB per GPU, %s GiB host per node (largest layer %s parameters)\n",
+        ds.stage == 3 ? 3 : 2, gib(est.gpuBytes).c_str(), gib(est.cpuBytesPerNode).c_str(),
+        formatParamCount(est.largestLayerParams).c_str());
+    const int64_t total = r.perDevice.total();
+    if (r.fits)
+        std::printf("Verdict: FITS - %s of %s GiB per GPU, %s GiB headroom\n", gib(total).c_str(),
+            gib(r.capacityBytes).c_str(), gib(r.headroomBytes).c_str());
+    else
+        std::printf("Verdict: DOES NOT FIT - needs %s of %s GiB per GPU\n", gib(total).c_str(),
+            gib(r.capacityBytes).c_str());
+    std::printf("Where DeepSpeed differs from Shard Studio's engine:\n");
+    if (in.precision != Precision::Fp32)
+        std::printf("  - DeepSpeed keeps a 16-bit copy of the parameters beside the fp32 master "
+                    "(%s), and the master's fp32 gradient%s; the engine casts each unit when "
+                    "it gathers it\n",
+            ds.stage == 3 ? "a 1/N partition" : "whole on every GPU",
+            ds.stage == 3 ? " one sub group at a time" : "");
+    if (ds.stage >= 1 && ds.stage < 3)
+        std::printf("  - its reduce and all-gather buckets (%s + %s elements, x4.5 under "
+                    "overlap_comm) against the engine's one flat buffer per unit\n",
+            si(ds.reduceBucketSize, "").c_str(), si(ds.allgatherBucketSize, "").c_str());
+    if (ds.stage == 3)
+        std::printf("  - ZeRO-3 gathers a block plus stage3_prefetch_bucket_size (%s), capped by "
+                    "stage3_max_live_parameters (%s), and keeps parameters under "
+                    "stage3_param_persistence_threshold (%s) whole\n",
+            si(ds.prefetchBucketSize, "").c_str(), si(ds.maxLiveParameters, "").c_str(),
+            si(ds.paramPersistenceThreshold, "").c_str());
+    std::printf("  - activations and logits are the model's (the ZeRO-paper accounting's "
+                "Llama terms), not the engine's fused kernels\n");
+}
+
+void writeOut(const PlanOptions& o, const std::string& text)
+{
+    if (o.out.empty() || o.out == "-") {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        return;
+    }
+    const std::string tmp = o.out + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        if (!f)
+            throw std::runtime_error(o.out + ": cannot write (check the folder exists)");
+        f << text;
+        if (!f.flush())
+            throw std::runtime_error(o.out + ": could not write all of it (disk full?)");
+    }
+    if (std::rename(tmp.c_str(), o.out.c_str()) != 0)
+        throw std::runtime_error(o.out + ": cannot replace it");
+}
+
+void exportPlan(const PlanOptions& o, const PlanInput& in)
+{
+    const std::string k = o.exportKind;
+    ExportedConfig e;
+    auto configFor = [&](const char* dflt) { return o.configPath.empty() ? dflt : o.configPath; };
+    if (k == "deepspeed")
+        e = writeDeepSpeedConfig(in);
+    else if (k == "accelerate")
+        e = writeAccelerateConfig(in);
+    else if (k == "torchtitan")
+        e = writeTorchtitanConfig(in);
+    else if (k == "torchrun")
+        e = writeLaunchCommand(in, Launcher::Torchrun, o.script, o.configPath);
+    else if (k == "deepspeed-launch")
+        e = writeLaunchCommand(in, Launcher::DeepSpeed, o.script, configFor("ds_config.json"));
+    else if (k == "accelerate-launch")
+        e = writeLaunchCommand(in, Launcher::Accelerate, o.script, configFor("accelerate.yaml"));
+    else if (k == "sbatch")
+        e = writeSbatchScript(in, Launcher::Torchrun, o.script, o.configPath);
+    else if (k == "sbatch-deepspeed")
+        e = writeSbatchScript(in, Launcher::DeepSpeed, o.script, configFor("ds_config.json"));
+    else
+        throw std::runtime_error("--export '" + k
+            + "' is not one of deepspeed, accelerate, "
+              "torchtitan, torchrun, deepspeed-launch, accelerate-launch, "
+              "sbatch, sbatch-deepspeed");
+    writeOut(o, e.text);
+    for (const auto& n : e.notExpressed)
+        std::fprintf(stderr, "shard plan: not in the %s output: %s\n", k.c_str(), n.c_str());
+}
+
 void runPlan(const PlanOptions& o)
 {
     if (o.showCalibration) {
@@ -384,10 +628,35 @@ void runPlan(const PlanOptions& o)
         std::printf("%s\n", c.toJson().dump(2).c_str());
         return;
     }
-    if (o.model.empty() && o.spec.empty())
+    if (o.model.empty() && o.spec.empty() && o.torchtitan.empty())
         throw std::runtime_error("--model is required: a preset (see `shard models`) or a "
                                  "Hugging Face folder with config.json (or --spec RUN.json)");
-    const PlanInput in = buildInput(o);
+    PlanInput in = buildInput(o);
+    std::optional<ImportedConfig> config;
+    if (!o.deepspeed.empty() || !o.accelerate.empty() || !o.torchtitan.empty()) {
+        ConfigContext ctx;
+        ctx.base = in;
+        ctx.gpusGiven = o.gpusGiven;
+        ctx.microBatchGiven = o.microGiven;
+        ctx.gradAccumGiven = o.accumGiven;
+        ctx.precisionGiven = o.precisionGiven;
+        ctx.checkpointingGiven = o.checkpointingGiven;
+        ctx.modelGiven = !o.model.empty();
+        config = !o.deepspeed.empty() ? readDeepSpeedConfig(o.deepspeed, ctx)
+            : !o.accelerate.empty()   ? readAccelerateConfig(o.accelerate, ctx)
+                                      : readTorchtitanConfig(o.torchtitan, ctx);
+        in = config->input;
+    }
+    if (!o.exportKind.empty()) {
+        exportPlan(o, in);
+        return;
+    }
+    if (config && config->usesDeepSpeed) {
+        printDeepSpeed(o, *config);
+        return;
+    }
+    if (config && !o.json)
+        printConfigHeader(*config);
     const std::vector<PlanResult> all = planAllStrategies(in);
     const PlanResult* chosen = nullptr;
     for (const auto& r : all)
@@ -417,6 +686,8 @@ void runPlan(const PlanOptions& o)
         j["strategies"] = strategies;
         j["largest_micro_batch"] = largestBatch;
         j["fewest_gpus"] = fewest;
+        if (config)
+            j["config"] = configJson(*config);
         std::printf("%s\n", j.dump(2).c_str());
         return;
     }
@@ -488,7 +759,49 @@ const CommandRegistration kPlan([](CLI::App& app) {
         ->type_name("FILE");
     sub->add_flag("--show-calibration", o->showCalibration, "Print the coefficients and exit");
     sub->add_flag("--json", o->json, "One JSON object instead of the table");
-    sub->callback([o] { runPlan(*o); });
+    CLI::Option* configs[] = {
+        sub->add_option("--deepspeed", o->deepspeed,
+               "Plan a DeepSpeed JSON config (ZeRO stage, offload, precision, batch; \"auto\" "
+               "filled from --micro-batch, --grad-accum, --precision) with DeepSpeed's "
+               "accounting beside the engine's")
+            ->type_name("FILE"),
+        sub->add_option("--accelerate", o->accelerate,
+               "Plan an accelerate config (FSDP, DeepSpeed or DDP; YAML as `accelerate config` "
+               "writes it)")
+            ->type_name("FILE"),
+        sub->add_option("--torchtitan", o->torchtitan,
+               "Plan a torchtitan TOML ([parallelism], [training], [activation_checkpoint]); "
+               "--model may be left out for the presets torchtitan names")
+            ->type_name("FILE"),
+    };
+    for (CLI::Option* c : configs) {
+        spec->excludes(c);
+        for (const char* flag : {"--strategy", "--shard-group", "--offload", "--reduce-dtype"})
+            c->excludes(sub->get_option(flag));
+        for (CLI::Option* other : configs)
+            if (other != c)
+                c->excludes(other);
+    }
+    sub->add_option("--export", o->exportKind,
+           "Write the plan for another engine instead of the table: deepspeed (JSON), "
+           "accelerate (YAML), torchtitan (TOML), torchrun, deepspeed-launch, "
+           "accelerate-launch (command lines), sbatch, sbatch-deepspeed (Slurm scripts)")
+        ->type_name("KIND");
+    sub->add_option("--script", o->script, "The training script the command runs (train.py)")
+        ->type_name("PATH");
+    sub->add_option("--config-path", o->configPath,
+           "The config file the exported command names (ds_config.json, accelerate.yaml)")
+        ->type_name("PATH");
+    sub->add_option("--out", o->out, "Write the export to FILE instead of stdout")
+        ->type_name("FILE");
+    sub->callback([o, sub] {
+        o->gpusGiven = sub->get_option("--gpus")->count() + sub->get_option("--nodes")->count() > 0;
+        o->microGiven = sub->get_option("--micro-batch")->count() > 0;
+        o->accumGiven = sub->get_option("--grad-accum")->count() > 0;
+        o->precisionGiven = sub->get_option("--precision")->count() > 0;
+        o->checkpointingGiven = sub->get_option("--checkpointing")->count() > 0;
+        runPlan(*o);
+    });
 });
 
 } // namespace

@@ -326,6 +326,69 @@ void testErrors()
     CHECK(one.out.find("sharding gains nothing on 1 GPU") != std::string::npos);
 }
 
+// Other engines' configs: `--deepspeed` with DeepSpeed's accounting beside the engine's, the
+// exports written to files and planned again, and a bad config refused in one line.
+void testEngineConfigs()
+{
+    const fs::path dir = tempDir();
+    // A plan exported as a DeepSpeed config, then planned from it (the seeds' 2 x 8 GPUs).
+    Result exp = shard("plan --model llama-2-7b --gpus 8 --nodes 2 --offload optimizer "
+                       "--micro-batch 2 --export deepspeed --out '"
+        + (dir / "ds.json").string() + "'");
+    CHECK_EQ(exp.code, 0);
+    CHECK(exp.out.empty());
+    CHECK(exp.err.find("not in the deepspeed output: sequence length") != std::string::npos);
+    Result ds = shard("plan --deepspeed '" + (dir / "ds.json").string()
+        + "' --model llama-2-7b --gpus 8 --nodes 2");
+    CHECK_EQ(ds.code, 0);
+    for (const char* needle : {"ZeRO stage 3, offload optimizer to cpu (pinned), bf16-mixed, "
+                               "micro-batch 2 x accumulation 1 x 16 GPUs = train_batch_size 32",
+             "DeepSpeed's own estimator (estimate_zero3_model_states_mem_needs",
+             "Shard Studio zero3", "Where DeepSpeed differs"})
+        if (ds.out.find(needle) == std::string::npos)
+            shard::plan::test::fail(
+                __FILE__, __LINE__, std::string("no '") + needle + "' in\n" + ds.out);
+    Result js = shard("plan --deepspeed '" + (dir / "ds.json").string()
+        + "' --model llama-2-7b --gpus 8 --nodes 2 --json");
+    CHECK_EQ(js.code, 0);
+    const nlohmann::json j = nlohmann::json::parse(js.out);
+    CHECK_EQ(j["config"]["deepspeed"]["stage"].get<int>(), 3);
+    CHECK(j["deepspeed"]["per_device"]["total"].get<int64_t>() > 0);
+    CHECK(j["engine"]["per_device"]["total"].get<int64_t>() > 0);
+    CHECK(j["deepspeed_estimator"]["gpu_bytes"].get<int64_t>() > 0);
+    // accelerate and torchtitan exports plan again as the same layout.
+    CHECK_EQ(shard("plan --model llama-2-7b --gpus 8 --nodes 2 --strategy hybrid --shard-group 8 "
+                   "--checkpointing full --export accelerate --out '"
+                 + (dir / "acc.yaml").string() + "'")
+                 .code,
+        0);
+    Result acc = shard(
+        "plan --accelerate '" + (dir / "acc.yaml").string() + "' --model llama-2-7b --json");
+    CHECK_EQ(acc.code, 0);
+    const nlohmann::json a = nlohmann::json::parse(acc.out);
+    CHECK_EQ(a["config"]["strategy"].get<std::string>(), std::string("hybrid"));
+    CHECK_EQ(a["config"]["gpus"].get<int64_t>(), 16);
+    CHECK_EQ(a["checkpointing"].get<std::string>(), std::string("full"));
+    Result tt = shard("plan --model llama-2-7b --gpus 8 --strategy zero2 --export torchtitan");
+    CHECK_EQ(tt.code, 0);
+    CHECK(tt.out.find("fsdp_reshard_after_forward = 'never'") != std::string::npos);
+    Result sb = shard("plan --model llama-2-7b --gpus 8 --nodes 4 --export sbatch --script run.py");
+    CHECK(sb.out.find("#SBATCH --nodes=4") != std::string::npos);
+    CHECK(sb.out.find("run.py") != std::string::npos);
+    // Bad input: one line naming the file and the fix.
+    std::ofstream(dir / "bad.json") << R"({"train_batch_size": 30,
+        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2})";
+    expectError(
+        "plan --deepspeed '" + (dir / "bad.json").string() + "' --model llama-2-7b --gpus 8",
+        "train_batch_size 30 is not train_micro_batch_size_per_gpu 2");
+    // The config decides the strategy: a flag that would too is refused by the parser.
+    Result both = shard("plan --deepspeed '" + (dir / "ds.json").string()
+        + "' --model llama-2-7b --gpus 8 --strategy zero2");
+    CHECK(both.code != 0);
+    CHECK(both.err.find("--strategy excludes --deepspeed") != std::string::npos);
+    expectError("plan --model llama-2-7b --export megatron", "--export 'megatron' is not one of");
+}
+
 } // namespace
 
 int main()
@@ -342,6 +405,7 @@ int main()
     testCalibration();
     testLora();
     testErrors();
+    testEngineConfigs();
     fs::remove_all(tempDir());
     return shard::plan::test::finish("tst_shard_plan_cli");
 }
