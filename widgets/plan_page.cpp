@@ -4,24 +4,34 @@
 #include <algorithm>
 #include <cmath>
 
+#include <QApplication>
+#include <QClipboard>
 #include <QComboBox>
+#include <QDialog>
+#include <QDialogButtonBox>
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
+#include <QFileInfo>
+#include <QFontDatabase>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMenu>
+#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QResizeEvent>
+#include <QSaveFile>
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSettings>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QTimer>
+#include <QToolButton>
 #include <QVBoxLayout>
 
 #include "jobs/result.h"
@@ -175,6 +185,13 @@ PlanPage::PlanPage(QWidget* parent)
     m_mode->setObjectName("mode");
     m_mode->addItem(tr("Shard Studio engine"), "engine");
     m_mode->addItem(tr("ZeRO paper (Rajbhandari et al.)"), "zero-paper");
+    m_mode->addItem(tr("DeepSpeed (its partitioning and buckets)"), "deepspeed");
+    m_mode->setItemData(m_mode->count() - 1,
+        tr("What DeepSpeed itself holds: 16-bit parameters beside the fp32 master, its reduce "
+           "and all-gather buckets (4.5x under overlap_comm), ZeRO-3's prefetch and live-"
+           "parameter limits (an imported config's, else the Hugging Face Trainer's \"auto\" "
+           "values) and the model's activations"),
+        Qt::ToolTipRole);
     m_table = new QTableWidget(this);
     m_table->setObjectName("components");
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -232,6 +249,32 @@ PlanPage::PlanPage(QWidget* parent)
     m_toLaunch = new QPushButton(tr("Launch with these settings →"), this);
     m_toLaunch->setObjectName("toLaunch");
     m_toLaunch->setEnabled(false); // until there is a plan
+    m_importConfig = new QPushButton(tr("&Import a config…"), this);
+    m_importConfig->setObjectName("importConfig");
+    m_importConfig->setToolTip(tr("Plan a DeepSpeed JSON, an accelerate YAML or a torchtitan "
+                                  "TOML: it sets the fields below"));
+    m_export = new QToolButton(this);
+    m_export->setObjectName("exportFor");
+    m_export->setText(tr("&Export for…"));
+    m_export->setToolTip(tr("Write this plan as a DeepSpeed, accelerate or torchtitan config, "
+                            "a launch command or an sbatch script"));
+    m_export->setPopupMode(QToolButton::InstantPopup);
+    m_export->setEnabled(false); // until there is a plan
+    {
+        auto* menu = new QMenu(m_export);
+        const std::pair<QString, QString> kinds[] = {{tr("DeepSpeed config (JSON)"), "deepspeed"},
+            {tr("accelerate config (YAML)"), "accelerate"},
+            {tr("torchtitan config (TOML)"), "torchtitan"}, {tr("torchrun command"), "torchrun"},
+            {tr("deepspeed command"), "deepspeed-launch"},
+            {tr("accelerate launch command"), "accelerate-launch"},
+            {tr("sbatch script (srun torchrun)"), "sbatch"}};
+        for (const auto& [label, kind] : kinds) {
+            QAction* a = menu->addAction(label);
+            a->setObjectName("export-" + kind);
+            connect(a, &QAction::triggered, this, [this, k = kind] { showExport(k); });
+        }
+        m_export->setMenu(menu);
+    }
     m_message = new MessageBar(this);
     m_chart = new MemoryBarChart(tr("Memory per device"), this);
     m_chart->setCategories(planCategoryNames());
@@ -252,6 +295,7 @@ PlanPage::PlanPage(QWidget* parent)
     auto* modelForm = new QFormLayout(modelBox);
     modelForm->addRow(tr("&Preset"), m_modelBox);
     modelForm->addRow(m_openFolder);
+    modelForm->addRow(m_importConfig);
     modelForm->addRow(m_modelInfo);
     auto* clusterBox = new QGroupBox(tr("Hardware"), this);
     auto* clusterForm = new QFormLayout(clusterBox);
@@ -309,6 +353,7 @@ PlanPage::PlanPage(QWidget* parent)
     right->addWidget(m_details);
     auto* actions = new QHBoxLayout;
     actions->addStretch(1);
+    actions->addWidget(m_export);
     actions->addWidget(m_toLaunch);
     right->addLayout(actions);
 
@@ -317,10 +362,10 @@ PlanPage::PlanPage(QWidget* parent)
     layout->addLayout(right, 1);
 
     // Tab order follows the form top to bottom.
-    QList<QWidget*> order = {m_modelBox, m_openFolder, m_gpus, m_nodes, m_device, m_customGiB,
-        m_hostGiB, m_strategy, m_shardGroup, m_precision, m_checkpointing, m_offload, m_reduceDtype,
-        m_microBatch, m_seqLen, m_gradAccum, m_mode};
-    order << m_lora->widgets() << m_toLaunch;
+    QList<QWidget*> order = {m_modelBox, m_openFolder, m_importConfig, m_gpus, m_nodes, m_device,
+        m_customGiB, m_hostGiB, m_strategy, m_shardGroup, m_precision, m_checkpointing, m_offload,
+        m_reduceDtype, m_microBatch, m_seqLen, m_gradAccum, m_mode};
+    order << m_lora->widgets() << m_export << m_toLaunch;
     for (qsizetype i = 1; i < order.size(); ++i)
         setTabOrder(order[i - 1], order[i]);
 
@@ -331,6 +376,13 @@ PlanPage::PlanPage(QWidget* parent)
     connect(m_modelBox, qOverload<int>(&QComboBox::activated), this,
         [this] { setModel(m_modelBox->currentData().toString()); });
     connect(m_openFolder, &QPushButton::clicked, this, &PlanPage::browseFolder);
+    connect(m_importConfig, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this,
+            tr("Import a DeepSpeed, accelerate or torchtitan config"), QString(),
+            tr("Engine configs (*.json *.yaml *.yml *.toml);;All files (*)"));
+        if (!path.isEmpty())
+            importConfig(path);
+    });
     connect(m_toLaunch, &QPushButton::clicked, this, [this] {
         if (m_input)
             Q_EMIT launchRequested(*m_input, m_modelSource);
@@ -505,6 +557,177 @@ void PlanPage::browseFolder()
         setModel(dir);
 }
 
+bool PlanPage::importConfig(const QString& path)
+{
+    QString error;
+    auto fields = readFields(&error);
+    if (!fields) {
+        m_message->showMessage(error);
+        return false;
+    }
+    const QString ext = QFileInfo(path).suffix().toLower();
+    plan::EngineConfigKind kind = plan::EngineConfigKind::DeepSpeed;
+    if (ext == "yaml" || ext == "yml")
+        kind = plan::EngineConfigKind::Accelerate;
+    else if (ext == "toml")
+        kind = plan::EngineConfigKind::Torchtitan;
+    else if (ext != "json") {
+        m_message->showMessage(tr("%1: not a config this page reads (a DeepSpeed .json, an "
+                                  "accelerate .yaml or a torchtitan .toml)")
+                                   .arg(path));
+        return false;
+    }
+    // The page's fields fill what the config leaves open ("auto", the GPUs of a DeepSpeed or
+    // torchtitan config); accelerate's num_processes decides the GPUs itself.
+    plan::ConfigContext ctx;
+    ctx.base = *fields;
+    ctx.gpusGiven = kind != plan::EngineConfigKind::Accelerate;
+    ctx.modelGiven = kind != plan::EngineConfigKind::Torchtitan;
+    plan::ImportedConfig c;
+    try {
+        try {
+            c = plan::readEngineConfig(kind, path.toStdString(), ctx);
+        } catch (const std::exception& e) {
+            // A torchtitan model the planner has no preset for: the page's model.
+            if (kind != plan::EngineConfigKind::Torchtitan
+                || std::string(e.what()).find("pass --model") == std::string::npos)
+                throw;
+            ctx.modelGiven = true;
+            c = plan::readEngineConfig(kind, path.toStdString(), ctx);
+        }
+    } catch (const std::exception& e) {
+        m_message->showMessage(tr("Cannot import: %1").arg(QString::fromUtf8(e.what())));
+        return false;
+    }
+    const plan::PlanInput& in = c.input;
+    if (in.model.name != fields->model.name)
+        setModel(QString::fromStdString(in.model.name));
+    auto setData = [](QComboBox* box, const std::string& value) {
+        const int i = box->findData(QString::fromStdString(value));
+        if (i >= 0)
+            box->setCurrentIndex(i);
+    };
+    m_gpus->setValue(int(in.gpusPerNode));
+    m_nodes->setValue(int(in.nodes));
+    if (in.device.kind == plan::DeviceKind::Cpu)
+        setData(m_device, kCpuDevice);
+    setData(m_strategy, plan::toString(in.strategy));
+    if (in.strategy == plan::Strategy::Hybrid)
+        m_shardGroup->setValue(int(in.shardGroup));
+    setData(m_precision, plan::toString(in.precision));
+    setData(m_checkpointing, plan::toString(in.checkpointing));
+    setData(m_offload, plan::toString(in.offload));
+    setData(m_reduceDtype, in.bf16Reduce ? "bf16" : "fp32");
+    m_microBatch->setValue(int(in.microBatch));
+    m_seqLen->setValue(int(in.seqLen));
+    m_gradAccum->setValue(int(in.gradAccum));
+    if (c.usesDeepSpeed) {
+        m_importedDeepSpeed = c.deepspeed;
+        setData(m_mode, "deepspeed");
+    } else {
+        m_importedDeepSpeed.reset();
+        if (m_mode->currentData().toString() == "deepspeed")
+            setData(m_mode, "engine");
+    }
+    m_importedPath = path;
+    QStringList lines;
+    lines << tr("Imported %1 (%2).")
+                 .arg(QFileInfo(path).fileName(), QString::fromStdString(plan::toString(c.kind)));
+    QStringList resolved;
+    for (const auto& [k, v] : c.resolved)
+        resolved << QString::fromStdString(k + " = " + v);
+    if (!resolved.isEmpty())
+        lines << tr("Resolved: %1.").arg(resolved.join("; "));
+    QStringList left;
+    for (const auto& n : c.notModelled)
+        left << QString::fromStdString(n);
+    if (!left.isEmpty())
+        lines << tr("Not modelled: %1.").arg(left.join("; "));
+    for (const auto& w : c.warnings)
+        lines << tr("Warning: %1").arg(QString::fromStdString(w));
+    m_message->showMessage(lines.join('\n'), MessageBar::Kind::Info);
+    scheduleRecompute();
+    return true;
+}
+
+plan::ExportedConfig PlanPage::exportFor(const QString& kind) const
+{
+    if (!m_input)
+        return {};
+    const plan::PlanInput& in = *m_input;
+    if (kind == "deepspeed")
+        return plan::writeDeepSpeedConfig(in);
+    if (kind == "accelerate")
+        return plan::writeAccelerateConfig(in);
+    if (kind == "torchtitan")
+        return plan::writeTorchtitanConfig(in);
+    if (kind == "torchrun")
+        return plan::writeLaunchCommand(in, plan::Launcher::Torchrun, "train.py", "");
+    if (kind == "deepspeed-launch")
+        return plan::writeLaunchCommand(
+            in, plan::Launcher::DeepSpeed, "train.py", "ds_config.json");
+    if (kind == "accelerate-launch")
+        return plan::writeLaunchCommand(
+            in, plan::Launcher::Accelerate, "train.py", "accelerate.yaml");
+    if (kind == "sbatch")
+        return plan::writeSbatchScript(in, plan::Launcher::Torchrun, "train.py", "");
+    return {};
+}
+
+void PlanPage::showExport(const QString& kind)
+{
+    const plan::ExportedConfig e = exportFor(kind);
+    if (e.text.empty())
+        return;
+    auto* dialog = new QDialog(this);
+    dialog->setObjectName("exportDialog");
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    dialog->setWindowTitle(tr("Export for %1").arg(kind));
+    auto* layout = new QVBoxLayout(dialog);
+    if (!e.notExpressed.empty()) {
+        QStringList lines;
+        for (const auto& n : e.notExpressed)
+            lines << QStringLiteral("• ") + QString::fromStdString(n).toHtmlEscaped();
+        auto* notes = new QLabel(
+            tr("<b>Not in this file</b> (the target cannot say it, or it is the script's):<br>%1")
+                .arg(lines.join("<br>")),
+            dialog);
+        notes->setObjectName("exportNotes");
+        notes->setWordWrap(true);
+        layout->addWidget(notes);
+    }
+    auto* text = new QPlainTextEdit(QString::fromStdString(e.text), dialog);
+    text->setObjectName("exportText");
+    text->setReadOnly(true);
+    text->setLineWrapMode(QPlainTextEdit::NoWrap);
+    QFont mono = QFontDatabase::systemFont(QFontDatabase::FixedFont);
+    text->setFont(mono);
+    layout->addWidget(text, 1);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, dialog);
+    QPushButton* save = buttons->addButton(tr("&Save…"), QDialogButtonBox::ActionRole);
+    QPushButton* copy = buttons->addButton(tr("&Copy"), QDialogButtonBox::ActionRole);
+    layout->addWidget(buttons);
+    connect(buttons, &QDialogButtonBox::rejected, dialog, &QDialog::close);
+    connect(copy, &QPushButton::clicked, dialog,
+        [text] { QApplication::clipboard()->setText(text->toPlainText()); });
+    const QString suggested = kind == "deepspeed" ? "ds_config.json"
+        : kind == "accelerate"                    ? "accelerate.yaml"
+        : kind == "torchtitan"                    ? "train_config.toml"
+        : kind == "sbatch"                        ? "job.sbatch"
+                                                  : "launch.sh";
+    connect(save, &QPushButton::clicked, dialog, [dialog, text, suggested] {
+        const QString path = QFileDialog::getSaveFileName(dialog, tr("Save the export"), suggested);
+        if (path.isEmpty())
+            return;
+        QSaveFile f(path);
+        if (!f.open(QIODevice::WriteOnly) || f.write(text->toPlainText().toUtf8()) < 0
+            || !f.commit())
+            text->appendPlainText(tr("\n# could not save %1: %2").arg(path, f.errorString()));
+    });
+    dialog->resize(720, 520);
+    dialog->show();
+}
+
 void PlanPage::scheduleRecompute()
 {
     m_debounce->start();
@@ -549,7 +772,10 @@ std::optional<plan::PlanInput> PlanPage::readFields(QString* error) const
     if (in.device.kind == plan::DeviceKind::Gpu)
         in.device.hostMemoryBytes = int64_t(m_hostGiB->value() * kGiB);
     try {
-        in.mode = plan::parseAccountingMode(m_mode->currentData().toString().toStdString());
+        const QString mode = m_mode->currentData().toString();
+        // DeepSpeed's accounting is planned apart (recompute); the input is the engine's.
+        in.mode = mode == "deepspeed" ? plan::AccountingMode::Engine
+                                      : plan::parseAccountingMode(mode.toStdString());
     } catch (const std::exception& e) {
         *error = QString::fromUtf8(e.what());
         return std::nullopt;
@@ -569,8 +795,24 @@ void PlanPage::recompute()
     try {
         plan::validate(*in);
         m_results = plan::planAllStrategies(*in);
-        m_largestMicroBatch = plan::largestMicroBatch(*in, kMicroBatchSearchLimit);
-        m_fewestGpus = plan::fewestGpus(*in);
+        if (m_mode->currentData().toString() == "deepspeed") {
+            // Each strategy as DeepSpeed lays it out (ddp = stage 0, hybrid = MiCS), with an
+            // imported config's buckets and knobs.
+            for (plan::PlanResult& r : m_results) {
+                const plan::DeepSpeedSettings ds = m_importedDeepSpeed
+                    ? plan::deepSpeedSettingsFor(r.input, *m_importedDeepSpeed)
+                    : plan::deepSpeedSettingsFor(r.input);
+                r = plan::planDeepSpeed(r.input, ds);
+            }
+            const plan::DeepSpeedSettings ds = m_importedDeepSpeed
+                ? plan::deepSpeedSettingsFor(*in, *m_importedDeepSpeed)
+                : plan::deepSpeedSettingsFor(*in);
+            m_largestMicroBatch = plan::largestMicroBatchDeepSpeed(*in, ds, kMicroBatchSearchLimit);
+            m_fewestGpus = 0; // not searched under DeepSpeed's accounting
+        } else {
+            m_largestMicroBatch = plan::largestMicroBatch(*in, kMicroBatchSearchLimit);
+            m_fewestGpus = plan::fewestGpus(*in);
+        }
     } catch (const std::exception& e) {
         m_results.clear();
         m_input.reset();
@@ -582,17 +824,20 @@ void PlanPage::recompute()
         m_verdict->setStyleSheet(QString());
         m_details->clear();
         m_toLaunch->setEnabled(false); // nothing to launch with
+        m_export->setEnabled(false);
         m_message->showMessage(QString::fromUtf8(e.what()));
         Q_EMIT planChanged();
         return;
     }
     m_input = in;
     m_toLaunch->setEnabled(true);
-    // A model that failed to load stays reported; the plan shown is the previous model's.
-    if (m_modelError.isEmpty())
-        m_message->clearMessage();
-    else
+    m_export->setEnabled(true);
+    // A model that failed to load stays reported; the plan shown is the previous model's. An
+    // imported config's summary stays until the next import.
+    if (!m_modelError.isEmpty())
         m_message->showMessage(m_modelError);
+    else if (m_importedPath.isEmpty())
+        m_message->clearMessage();
     showResults();
     Q_EMIT planChanged();
 }
@@ -675,7 +920,10 @@ void PlanPage::showResults()
                                   : tr("none (even 1 does not fit)");
     lines << tr("Largest micro-batch that fits: <b>%1</b> · fewest GPUs that fit: <b>%2</b>")
                  .arg(largest)
-                 .arg(m_fewestGpus > 0 ? QString::number(m_fewestGpus) : tr("none"));
+                 .arg(m_mode->currentData().toString() == "deepspeed"
+                         ? tr("not searched under DeepSpeed's accounting")
+                         : m_fewestGpus > 0 ? QString::number(m_fewestGpus)
+                                            : tr("none"));
     lines << tr("FLOPs: %1 per token, %2 per step (%3 tokens) · communication: %4 sent per "
                 "device per step (gathers %5, reductions %6)")
                  .arg(flops(c->flopsPerToken), flops(c->flopsPerStep))

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plan/engine_configs.h"
 #include "plan/planner.h"
 
 class QBoxLayout;
@@ -24,6 +25,7 @@ class QScrollArea;
 class QSpinBox;
 class QTableWidget;
 class QTimer;
+class QToolButton;
 
 namespace shard::widgets {
 
@@ -54,6 +56,20 @@ public:
     QString verdictText() const;
     QString messageText() const;
     MemoryBarChart* chart() const { return m_chart; }
+
+    // Another engine's config as the plan: a DeepSpeed JSON, an accelerate YAML or a torchtitan
+    // TOML (by its extension) sets the fields; "auto" values are filled from them. A DeepSpeed
+    // config switches the accounting to DeepSpeed's with its buckets and knobs. What was
+    // resolved, left out or not understood is shown in the page's message. False (and the
+    // reason shown) when the file cannot be used; the fields are then left as they were.
+    bool importConfig(const QString& path);
+    QString importedConfig() const { return m_importedPath; }
+    // The plan written for another engine: "deepspeed", "accelerate", "torchtitan" (configs),
+    // "torchrun", "deepspeed-launch", "accelerate-launch" (commands), "sbatch" (a Slurm
+    // script); empty text when there is no plan.
+    plan::ExportedConfig exportFor(const QString& kind) const;
+    // A dialog with the export, what it cannot say, and Save / Copy.
+    void showExport(const QString& kind);
 
     void saveSettings() const;
     void loadSettings();
@@ -91,6 +107,10 @@ private:
     QComboBox* m_modelBox = nullptr;
     QPushButton* m_openFolder = nullptr;
     QPushButton* m_toLaunch = nullptr;
+    QPushButton* m_importConfig = nullptr;
+    QToolButton* m_export = nullptr;
+    std::optional<plan::DeepSpeedSettings> m_importedDeepSpeed; // its knobs, for DeepSpeed mode
+    QString m_importedPath;
     QLabel* m_modelInfo = nullptr;
     QSpinBox* m_gpus = nullptr;
     QSpinBox* m_nodes = nullptr;

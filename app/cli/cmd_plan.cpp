@@ -567,8 +567,9 @@ void printDeepSpeed(const PlanOptions& o, const ImportedConfig& c)
                     "stage3_param_persistence_threshold (%s) whole\n",
             si(ds.prefetchBucketSize, "").c_str(), si(ds.maxLiveParameters, "").c_str(),
             si(ds.paramPersistenceThreshold, "").c_str());
-    std::printf("  - activations and logits are the model's (the ZeRO-paper accounting's "
-                "Llama terms), not the engine's fused kernels\n");
+    std::printf("  - activations and logits are the model's in eager PyTorch (the ZeRO-paper "
+                "accounting's Llama terms, attention scores included; SDPA / flash attention "
+                "keep less), not the engine's fused kernels\n");
 }
 
 void writeOut(const PlanOptions& o, const std::string& text)

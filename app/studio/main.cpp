@@ -171,7 +171,11 @@ int main(int argc, char** argv)
         "Run store file (default $SHARD_STORE or the app data "
         "folder).",
         "FILE");
-    parser.addOptions({shotOpt, pageOpt, runOpt, themeOpt, sizeOpt, storeOpt});
+    QCommandLineOption planConfigOpt("plan-config",
+        "Open the Plan page with another engine's config imported: a DeepSpeed .json, an "
+        "accelerate .yaml or a torchtitan .toml.",
+        "FILE");
+    parser.addOptions({shotOpt, pageOpt, runOpt, themeOpt, sizeOpt, storeOpt, planConfigOpt});
     parser.process(app);
 
     std::optional<Page> page;
@@ -203,6 +207,8 @@ int main(int argc, char** argv)
         window.hostsPage()->loadSettings();
         window.setTheme(
             parser.isSet(themeOpt) ? Theme::fromName(parser.value(themeOpt)) : ThemeKind::Light);
+        if (parser.isSet(planConfigOpt))
+            window.planPage()->importConfig(parser.value(planConfigOpt));
         return screenshot(window, parser.value(shotOpt), page.value_or(Page::Plan), runs, size);
     }
     window.restoreSettings();
@@ -210,6 +216,11 @@ int main(int argc, char** argv)
         window.setTheme(Theme::fromName(parser.value(themeOpt)));
     if (page)
         window.showPage(*page);
+    if (parser.isSet(planConfigOpt)) {
+        window.planPage()->importConfig(parser.value(planConfigOpt));
+        if (!page)
+            window.showPage(Page::Plan);
+    }
     if (!runs.isEmpty()) {
         if (page == Page::Compare)
             window.compareRuns(runs);

@@ -335,7 +335,8 @@ DeepSpeedSettings deepSpeedSettingsFor(const PlanInput& in)
     ds.stage = stageOf(in.strategy);
     if (in.strategy == Strategy::Hybrid)
         ds.micsShardSize = in.shardGroup > 0 ? in.shardGroup : in.gpusPerNode;
-    ds.offloadOptimizer = in.offload != Offload::None;
+    // DeepSpeed offloads from stage 1 on, parameters under stage 3 only.
+    ds.offloadOptimizer = in.offload != Offload::None && ds.stage >= 1;
     ds.offloadParams = in.offload == Offload::ParamsAndOptimizer && ds.stage == 3;
     ds.pinMemory = ds.offloadOptimizer;
     ds.overlapComm = true;
@@ -347,6 +348,40 @@ DeepSpeedSettings deepSpeedSettingsFor(const PlanInput& in)
     ds.paramPersistenceThreshold = 10 * h;
     ds.gradientClipping = 1.0;
     return ds;
+}
+
+DeepSpeedSettings deepSpeedSettingsFor(const PlanInput& in, const DeepSpeedSettings& knobs)
+{
+    DeepSpeedSettings ds = knobs;
+    const DeepSpeedSettings layout = deepSpeedSettingsFor(in);
+    ds.stage = layout.stage;
+    ds.micsShardSize = layout.micsShardSize;
+    ds.offloadOptimizer = layout.offloadOptimizer;
+    ds.offloadParams = layout.offloadParams;
+    ds.pinMemory = knobs.pinMemory || layout.offloadOptimizer;
+    return ds;
+}
+
+int64_t largestMicroBatchDeepSpeed(const PlanInput& in, const DeepSpeedSettings& ds, int64_t limit)
+{
+    auto fits = [&](int64_t b) {
+        PlanInput i = in;
+        i.microBatch = b;
+        return planDeepSpeed(i, ds).fits;
+    };
+    if (!fits(1))
+        return 0;
+    int64_t lo = 1, hi = 2;
+    while (hi <= limit && fits(hi)) {
+        lo = hi;
+        hi *= 2;
+    }
+    hi = std::min(hi, limit + 1);
+    while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
 }
 
 ImportedConfig parseDeepSpeedConfig(

@@ -92,8 +92,15 @@ struct DeepSpeedEstimate {
 };
 DeepSpeedEstimate deepSpeedEstimator(const PlanInput& in, const DeepSpeedSettings& ds);
 
-// Settings DeepSpeed would use for a plan (for the report and the export).
+// Settings DeepSpeed would use for a plan (for the report and the export): the stage, MiCS
+// group and offload of `in`, the Hugging Face Trainer's "auto" bucket sizes.
 DeepSpeedSettings deepSpeedSettingsFor(const PlanInput& in);
+// The layout of `in` (stage, MiCS group, offload) with the buckets and stage-3 knobs of `knobs`
+// (an imported config's, planned under another strategy).
+DeepSpeedSettings deepSpeedSettingsFor(const PlanInput& in, const DeepSpeedSettings& knobs);
+// Largest micro-batch <= limit that fits under DeepSpeed's accounting (0 when 1 does not).
+int64_t largestMicroBatchDeepSpeed(
+    const PlanInput& in, const DeepSpeedSettings& ds, int64_t limit = 65536);
 
 enum class Launcher { Torchrun, DeepSpeed, Accelerate };
 std::string toString(Launcher l); // "torchrun", "deepspeed", "accelerate"

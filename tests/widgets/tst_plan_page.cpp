@@ -5,16 +5,19 @@
 
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDialog>
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QFile>
 #include <QLabel>
 #include <QLineEdit>
+#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QToolButton>
 
 #include <nlohmann/json.hpp>
 
@@ -433,6 +436,126 @@ private Q_SLOTS:
         QVERIFY(page.messageText().isEmpty());
         QVERIFY(page.chosen());
         QCOMPARE(page.chosen()->shardDegree, int64_t(4));
+    }
+
+    // A DeepSpeed config sets the fields and the page plans it with DeepSpeed's accounting and
+    // the config's knobs; a bad config leaves the fields as they were and says why.
+    void importsDeepSpeedConfig()
+    {
+        QTemporaryDir dir;
+        PlanPage page;
+        page.show();
+        page.setModel("llama-2-7b");
+        field<QSpinBox>(page, "gpus")->setValue(4);
+        field<QSpinBox>(page, "nodes")->setValue(2);
+        page.recompute();
+        const QString path = dir.filePath("ds_config.json");
+        {
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": "auto",
+                "bf16": {"enabled": true}, "zero_optimization": {"stage": 2,
+                "offload_optimizer": {"device": "cpu"}, "overlap_comm": true,
+                "reduce_bucket_size": 2e8, "allgather_bucket_size": 2e8}})");
+        }
+        QVERIFY(page.importConfig(path));
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.strategy == plan::Strategy::Zero2);
+        QCOMPARE(field<QComboBox>(page, "offload")->currentData().toString(), QString("optimizer"));
+        QCOMPARE(field<QComboBox>(page, "mode")->currentData().toString(), QString("deepspeed"));
+        QCOMPARE(field<QSpinBox>(page, "microBatch")->value(), 2);
+        QCOMPARE(field<QSpinBox>(page, "gpus")->value(), 4); // the page's GPUs fill the config's
+        QVERIFY(page.messageText().contains("Imported ds_config.json"));
+        QVERIFY(page.messageText().contains("gradient_accumulation_steps = 1"));
+        // The chosen bar is DeepSpeed's accounting with the config's buckets: 2 bytes x 4.5 x
+        // (2e8 + 2e8).
+        const plan::PlanResult* c = page.chosen();
+        QCOMPARE(double(c->perDevice.commBuffers), 2.0 * 4.5 * 4e8);
+        QCOMPARE(double(c->perDevice.shardedParams), 2.0 * 6738415616.0);
+        QCOMPARE(c->peakPhase, std::string("backward (DeepSpeed's accounting)"));
+        // Another strategy on the page keeps the config's buckets (stage 3: one reduce bucket,
+        // doubled under overlap_comm).
+        selectData(field<QComboBox>(page, "strategy"), "zero3");
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.strategy == plan::Strategy::Zero3);
+        QCOMPARE(double(page.chosen()->perDevice.commBuffers), 2.0 * 2e8 * 2.0);
+
+        // A config DeepSpeed would refuse: nothing changes, the message says what is wrong.
+        const QString bad = dir.filePath("bad.json");
+        {
+            QFile f(bad);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(R"({"train_batch_size": 7, "zero_optimization": {"stage": 1}})");
+        }
+        QVERIFY(!page.importConfig(bad));
+        QVERIFY(page.messageText().contains("train_batch_size 7 does not split over 8 GPUs"));
+        QCOMPARE(field<QComboBox>(page, "strategy")->currentData().toString(), QString("zero3"));
+        QVERIFY(!page.importConfig(dir.filePath("notes.txt")));
+        QVERIFY(page.messageText().contains("not a config this page reads"));
+    }
+
+    // accelerate's FSDP template: its process count and sharding strategy become the fields,
+    // and the accounting stays the engine's (FSDP is what the engine implements).
+    void importsAccelerateConfig()
+    {
+        const QString fixture = QStringLiteral(SHARD_SOURCE_DIR)
+            + "/../shared/fixtures/huggingface__accelerate/fsdp.yaml";
+        if (!QFile::exists(fixture))
+            QSKIP("../shared/fixtures is absent (configs other projects wrote)");
+        PlanPage page;
+        page.show();
+        page.setModel("llama-2-7b");
+        page.recompute();
+        QVERIFY(page.importConfig(fixture));
+        QTRY_VERIFY(page.chosen() && page.chosen()->worldSize == 2);
+        QCOMPARE(field<QComboBox>(page, "strategy")->currentData().toString(), QString("zero3"));
+        QCOMPARE(field<QComboBox>(page, "reduceDtype")->currentData().toString(), QString("bf16"));
+        QCOMPARE(field<QComboBox>(page, "mode")->currentData().toString(), QString("engine"));
+        QVERIFY(page.messageText().contains("Not modelled"));
+    }
+
+    // "Export for…": every format is written from the page's plan, and a config reads back as
+    // the same plan.
+    void exportsThePlan()
+    {
+        PlanPage page;
+        page.show();
+        page.setModel("llama-2-7b");
+        selectData(field<QComboBox>(page, "strategy"), "hybrid");
+        field<QSpinBox>(page, "gpus")->setValue(8);
+        field<QSpinBox>(page, "nodes")->setValue(2);
+        field<QSpinBox>(page, "shardGroup")->setValue(8);
+        selectData(field<QComboBox>(page, "checkpointing"), "full");
+        page.recompute();
+        QVERIFY(page.chosen());
+        QVERIFY(page.findChild<QToolButton*>("exportFor")->isEnabled());
+        for (const char* kind : {"deepspeed", "accelerate", "torchtitan", "torchrun",
+                 "deepspeed-launch", "accelerate-launch", "sbatch"})
+            QVERIFY2(!page.exportFor(kind).text.empty(), kind);
+        const plan::ExportedConfig ds = page.exportFor("deepspeed");
+        QVERIFY(QString::fromStdString(ds.text).contains("\"mics_shard_size\": 8"));
+        QTemporaryDir dir;
+        const QString path = dir.filePath("back.json");
+        {
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(QByteArray::fromStdString(ds.text));
+        }
+        PlanPage again;
+        again.setModel("llama-2-7b");
+        field<QSpinBox>(again, "gpus")->setValue(8);
+        field<QSpinBox>(again, "nodes")->setValue(2);
+        again.recompute();
+        QVERIFY(again.importConfig(path));
+        QTRY_VERIFY(again.chosen() && again.chosen()->input.strategy == plan::Strategy::Hybrid);
+        QCOMPARE(again.chosen()->input.shardGroup, int64_t(8));
+        // The dialog shows the text and what the target cannot say.
+        page.showExport("deepspeed");
+        QDialog* dialog = nullptr;
+        QTRY_VERIFY((dialog = page.findChild<QDialog*>("exportDialog")) != nullptr);
+        auto* text = dialog->findChild<QPlainTextEdit*>("exportText");
+        QVERIFY(text && text->toPlainText().contains("\"stage\": 3"));
+        auto* notes = dialog->findChild<QLabel*>("exportNotes");
+        QVERIFY(notes && notes->text().contains("gradient_checkpointing"));
+        dialog->close();
     }
 
     void catalogueTableAndWarnings()
