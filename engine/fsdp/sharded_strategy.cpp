@@ -90,7 +90,7 @@ ShardedStrategy::ShardedStrategy(engine::StrategyOptions options)
     // The trainer has refused offload on CPU ranks (outside tests) and with LoRA.
     m_offload = m_options.spec.offload != "none";
     m_offloadParams = m_options.spec.offload == "params+optimizer";
-    const dist::RankEnv env = dist::RankEnv::fromEnvironment();
+    const dist::RankEnv& env = m_options.rank;
     // NCCL for CUDA tensors, Gloo for CPU ones; SHARD_DIST_BACKEND overrides (a backend that
     // does not take this device's tensors says so at the first collective).
     const char* backendEnv = std::getenv("SHARD_DIST_BACKEND");

@@ -14,6 +14,7 @@
 
 #include "command.h"
 #include "core/train/trainer.h"
+#include "dist/rank_env.h"
 #include "launch/rank_heartbeat.h"
 #include "protocol/adapter_shape.h"
 #include "protocol/run_dir.h"
@@ -54,19 +55,17 @@ void startHeartbeat(const protocol::RunSpec& spec)
     launch::RankHeartbeat::report(0, launch::RankPhase::Setup);
 }
 
-int envCount(const char* name)
-{
-    const char* v = std::getenv(name);
-    return v && *v ? std::atoi(v) : 0;
-}
-
 // Under `shard-worker launch` the launcher's rank count is the run's: run.json records it and
 // the hybrid group is checked against it. An explicit --nproc-per-node that disagrees is refused
 // (the launcher, not this flag, decides how many ranks start).
 void takeLauncherRankCount(protocol::RunSpec& spec, bool explicitFlag)
 {
-    const int local = envCount("LOCAL_WORLD_SIZE");
-    const int world = envCount("WORLD_SIZE");
+    // The same rank identity the trainer reads (a launcher's RANK..., or srun's SLURM_*).
+    const dist::RankEnv env = dist::RankEnv::fromEnvironment();
+    if (env.source == "single")
+        return;
+    const int local = env.localWorldSize;
+    const int world = env.worldSize;
     if (local < 1 || world < local || world % local != 0)
         return;
     if (explicitFlag && spec.procsPerNode != local)

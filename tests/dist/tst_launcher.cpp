@@ -15,6 +15,7 @@
 
 #include "process_runner.h"
 #include "protocol/process_signal.h"
+#include "run_outputs.h"
 
 using namespace shard::testing;
 
@@ -260,6 +261,54 @@ void testTwoNodes()
         "processes remain after a remote failure");
 }
 
+// Ranks started one process each by srun (SLURM_PROCID..., no RANK): the trainer and its process
+// groups read the same identity, so rank 1 does not take itself for rank 0 (one metric record
+// per step, not two; an epoch of 64 records in steps of 2 x 2 ranks, not of 2 x 1), and the
+// losses equal a `shard-worker launch` run's of the same world size.
+void testRanksFromSrun()
+{
+    const std::string root = makeTempDir("srun");
+    if (!makeTinyRunInputs(root)) {
+        SHARD_EXPECT(false, "srun: no inputs");
+        return;
+    }
+    auto trainArgs = [&](const std::string& out) {
+        return std::vector<std::string> {"train", "--model", root + "/model", "--data",
+            root + "/data.jsonl", "--out", out, "--epochs", "1", "--micro-batch", "2", "--seq-len",
+            "64", "--lr", "1e-3", "--strategy", "zero3", "--threads", "1"};
+    };
+    const std::string ref = root + "/launch";
+    trainWithWorker("launch reference", 2, trainArgs(ref), ref, 240);
+    const std::string out = root + "/srun";
+    const std::string port = std::to_string(freePort());
+    std::vector<Process> ranks;
+    for (int r = 0; r < 2; ++r) {
+        std::vector<std::string> argv = {workerPath()};
+        const auto args = trainArgs(out);
+        argv.insert(argv.end(), args.begin(), args.end());
+        ranks.push_back(spawnProcess(argv,
+            {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "NODE_RANK=",
+                "SLURM_PROCID=" + std::to_string(r), "SLURM_NTASKS=2",
+                "SLURM_LOCALID=" + std::to_string(r), "SLURM_NODEID=0", "SLURM_NNODES=1",
+                "SLURM_NTASKS_PER_NODE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}));
+    }
+    for (int r = 0; r < 2; ++r)
+        SHARD_EXPECT(ranks[r].wait(240) && ranks[r].exitCode() == 0,
+            "srun rank " + std::to_string(r) + " exits 0: " + ranks[r].err);
+    int records = 0;
+    std::istringstream lines(readFile(out + "/metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);)
+        records += line.find("\"type\":\"metric\"") != std::string::npos;
+    SHARD_EXPECT(records == 16,
+        "16 steps, one metric record each from rank 0 alone, got " + std::to_string(records) + ":\n"
+            + readFile(out + "/metrics.jsonl"));
+    const auto a = stepLosses(ref), b = stepLosses(out);
+    SHARD_EXPECT(a.size() == 16 && a == b, "srun ranks train as launched ranks do");
+    const auto spec = nlohmann::json::parse(readFile(out + "/run.json"), nullptr, false);
+    SHARD_EXPECT(!spec.is_discarded() && spec.value("procs_per_node", 0) == 2,
+        "run.json records srun's 2 ranks: " + readFile(out + "/run.json").substr(0, 400));
+}
+
 } // namespace
 
 int main()
@@ -272,6 +321,7 @@ int main()
     testBusyPort();
     testNodeNeverJoins();
     testTwoNodes();
+    testRanksFromSrun();
     if (g_failures == 0) {
         std::printf("tst_launcher: all passed\n");
         removeTempDirs();

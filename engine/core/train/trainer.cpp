@@ -53,19 +53,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int envInt(const char* name, int fallback)
-{
-    const char* v = std::getenv(name);
-    if (!v || !*v)
-        return fallback;
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end != '\0' || n < 0)
-        throw std::runtime_error(std::string("environment variable ") + name + "='" + v
-            + "' is not a non-negative integer");
-    return static_cast<int>(n);
-}
-
 using Clock = std::chrono::steady_clock;
 
 double cpuSeconds()
@@ -207,12 +194,12 @@ void checkThreads(int requested)
             + " or less, or 0 for cores / ranks on the node");
 }
 
-int configureThreads(int requested)
+int configureThreads(int requested, int localWorldSize)
 {
     checkThreads(requested);
     int n = requested;
     if (n <= 0) {
-        const int local = std::max(1, envInt("LOCAL_WORLD_SIZE", 1));
+        const int local = std::max(1, localWorldSize);
         n = std::max(1, usableCores() / local);
     }
     at::set_num_threads(n);
@@ -462,15 +449,18 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
     // One rank per GPU: LOCAL_RANK picks it. run.json records the device the run resolved
     // --device to (docs/ARCHITECTURE.md, "Devices").
     const std::string askedDevice = m_spec.device;
-    m_device = dist::resolveDevice(m_spec.device, envInt("LOCAL_RANK", 0));
+    // Rank identity is read once, here (RANK... from a launcher, SLURM_PROCID... from srun),
+    // and handed to the strategy: the trainer and its process groups cannot disagree.
+    m_rankEnv = dist::RankEnv::fromEnvironment();
+    m_device = dist::resolveDevice(m_spec.device, m_rankEnv.localRank);
     if (m_spec.offload != "none" && m_device.is_cpu() && !protocol::offloadOnCpuForTests())
         throw std::runtime_error("--offload " + m_spec.offload
             + " moves state from GPU memory to host memory, and --device " + askedDevice
             + " trains on the CPU here (no GPU): use --offload none, or --device cuda on a GPU "
               "node");
     m_spec.device = m_device.is_cuda() ? "cuda" : "cpu";
-    m_rank = envInt("RANK", 0);
-    m_worldSize = std::max(1, envInt("WORLD_SIZE", 1));
+    m_rank = m_rankEnv.rank;
+    m_worldSize = std::max(1, m_rankEnv.worldSize);
     m_computeDtype = computeDtypeFor(m_spec.precision);
     if (m_spec.data.size() != 1)
         throw std::runtime_error("give exactly one data file (--data FILE.jsonl); "
@@ -522,7 +512,7 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
         throw std::runtime_error("--eval-every needs held-out data (--eval-data FILE or "
                                  "--eval-fraction F)");
 
-    const int localWorld = std::max(1, envInt("LOCAL_WORLD_SIZE", 1));
+    const int localWorld = std::max(1, m_rankEnv.localWorldSize);
     checkMicroBatch(m_spec, ms, m_worldSize, localWorld, m_data->trainRecords());
     checkOffloadHostMemory(m_spec, ms, m_worldSize, localWorld, plan::physicalMemoryBytes());
 
@@ -539,6 +529,7 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
     so.checkpointing = m_spec.checkpointing == "full";
     so.device = m_device;
     so.spec = m_spec;
+    so.rank = m_rankEnv;
     m_strategy = makeStrategy(so, m_worldSize);
 }
 
@@ -549,7 +540,7 @@ std::string Trainer::outOfMemoryMessage(
 {
     const CountingAllocator& alloc = CountingAllocator::install();
     const int rank = m_strategy ? m_strategy->rank() : m_rank;
-    const int localWorld = std::max(1, envInt("LOCAL_WORLD_SIZE", 1));
+    const int localWorld = std::max(1, m_rankEnv.localWorldSize);
     // What was asked for and how much there is, from the error itself (a later refusal while
     // the error unwinds must not change them): the counting allocator's limit on the CPU, the
     // CUDA caching allocator's message on a GPU.
@@ -618,7 +609,7 @@ TrainResult Trainer::run()
 {
     Io io;
     const bool resuming = setUpRun(io);
-    const int threads = configureThreads(m_spec.threads);
+    const int threads = configureThreads(m_spec.threads, m_rankEnv.localWorldSize);
     int64_t currentStep = 0; // for the error event
     at::manual_seed(m_spec.seed);
     try {

@@ -18,6 +18,7 @@
 #include "core/train/checkpoint_hooks.h"
 #include "core/train/preference.h"
 #include "core/train/strategy.h"
+#include "dist/rank_env.h"
 #include "protocol/run_spec.h"
 
 namespace shard::protocol {
@@ -151,6 +152,7 @@ private:
     at::ScalarType m_computeDtype = at::kFloat;
     c10::Device m_device = c10::Device(c10::DeviceType::CPU);
     int64_t m_steps = 0;
+    dist::RankEnv m_rankEnv; // read once from the environment; passed to the strategy
     int m_rank = 0;
     int m_worldSize = 1;
 };
@@ -160,7 +162,7 @@ int usableCores();
 // Throws unless 0 <= requested <= usableCores() (more threads than cores only slows a rank down).
 void checkThreads(int requested);
 // Intra-op threads for a rank: `requested` if > 0, else usable cores / ranks on this node
-// (LOCAL_WORLD_SIZE), at least 1. Sets them and returns the count.
-int configureThreads(int requested);
+// (RankEnv::localWorldSize), at least 1. Sets them and returns the count.
+int configureThreads(int requested, int localWorldSize);
 
 } // namespace shard::engine
