@@ -5,7 +5,10 @@
 #include <fstream>
 #include <sstream>
 
+#include <QCoreApplication>
+
 #include "command.h"
+#include "jobs/command_run.h"
 #include "protocol/run_spec.h"
 #include "protocol/train_flags.h"
 #include "run_follow.h"
@@ -32,6 +35,11 @@ struct RunOptions {
     int cpusPerTask = 0;
     std::string time, partition, account;
     std::vector<std::string> args;
+    // A command instead of the engine (jobs/command_run.h).
+    std::string command;
+    std::string workdir;
+    bool resume = false;
+    double graceSec = 10;
 };
 
 protocol::RunSpec readSpec(const std::string& path)
@@ -53,8 +61,56 @@ protocol::RunSpec readSpec(const std::string& path)
     }
 }
 
+// `shard run --command '...'`: the command as a run on this machine.
+int runUserCommand(const RunOptions& o)
+{
+    if (!o.args.empty())
+        throw std::runtime_error("--command runs the command given to it: drop the run spec or "
+                                 "train flags ("
+            + o.args.front() + ")");
+    if (o.slurm || !o.hosts.empty())
+        throw std::runtime_error("--command runs on this machine for now; over SSH, run `shard "
+                                 "run --command` on that host, or submit the sbatch script "
+                                 "`shard plan --export sbatch` writes");
+    if (o.resume && o.runDir.empty())
+        throw std::runtime_error("--resume runs the command again in its run folder: name it "
+                                 "with --run-dir DIR");
+    jobs::CommandRunRequest req;
+    req.name = QString::fromStdString(o.name);
+    req.spec.command = QString::fromStdString(o.command);
+    req.spec.workdir = QString::fromStdString(o.workdir);
+    for (const auto& e : o.env)
+        req.spec.env << QString::fromStdString(e);
+    req.spec.graceMs = static_cast<int>(o.graceSec * 1000);
+    req.runDir = QString::fromStdString(o.runDir);
+    req.resume = o.resume;
+    req.supervisor = QCoreApplication::applicationFilePath();
+    jobs::RunStore store = openStore(o.store);
+    const jobs::Result<qint64> id = jobs::startCommandRun(store, req);
+    if (!id)
+        throw std::runtime_error(id.error().toStdString());
+    auto run = store.run(*id);
+    std::printf("run %lld '%s' started (command): %s\n", static_cast<long long>(*id),
+        terminalText(run->name).constData(), qPrintable(run->runDir));
+    if (o.detach) {
+        std::printf("detached: `shard attach %lld` to follow, `shard stop %lld` to stop\n",
+            static_cast<long long>(*id), static_cast<long long>(*id));
+        return 0;
+    }
+    std::printf("(Ctrl-C detaches; the run goes on)\n");
+    const jobs::RunRecord final = followRun(store, *id);
+    if (jobs::isTerminal(final.status))
+        printSummary(final);
+    return exitCodeFor(final.status);
+}
+
 int runCommand(const RunOptions& o)
 {
+    if (!o.command.empty())
+        return runUserCommand(o);
+    if (o.resume)
+        throw std::runtime_error("--resume applies to --command runs; an engine run resumes "
+                                 "with `-- --resume auto` and --run-dir");
     if (!o.sshConfig.empty())
         qputenv("SHARD_SSH_CONFIG", QByteArray::fromStdString(o.sshConfig));
     jobs::LaunchRequest req;
@@ -185,6 +241,17 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--time", o->time, "Slurm: time limit (e.g. 02:00:00)");
     cmd->add_option("--partition", o->partition, "Slurm: partition");
     cmd->add_option("--account", o->account, "Slurm: account");
+    cmd->add_option("--command", o->command,
+        "run this command instead of the engine (e.g. 'torchrun --nproc_per_node 2 train.py'): "
+        "recorded, followed from the metric lines it prints, stoppable");
+    cmd->add_option("--workdir", o->workdir,
+        "--command: the folder it runs in (default: the run "
+        "folder)");
+    cmd->add_flag("--resume", o->resume,
+        "--command: run the command again in --run-dir, in the same store record");
+    cmd->add_option("--grace", o->graceSec,
+           "--command: seconds between TERM and KILL when stopped (default 10)")
+        ->check(CLI::PositiveNumber);
     // `run.json`, or the worker's train flags after `--` (kept verbatim and in order).
     cmd->add_option("args", o->args, "RUN.json, or -- <shard-worker train flags>");
     cmd->callback([o] { exitCode() = runCommand(*o); });

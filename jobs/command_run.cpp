@@ -1,0 +1,628 @@
+// A command as a run (command_run.h).
+#include "jobs/command_run.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <map>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <QCoreApplication>
+#include <QDateTime>
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QProcessEnvironment>
+#include <QRegularExpression>
+#include <QSaveFile>
+#include <QStandardPaths>
+#include <nlohmann/json.hpp>
+
+#include "jobs/launch_request.h"
+#include "jobs/local_launcher.h"
+#include "jobs/local_process.h"
+#include "jobs/run_store.h"
+#include "protocol/records.h"
+#include "protocol/run_dir.h"
+#include "tbio/known_tags.h"
+#include "tbio/log_lines.h"
+
+namespace shard::jobs {
+
+namespace {
+
+constexpr const char* kCommandFile = "command.json";
+
+QString commandFile(const QString& runDir)
+{
+    return runDir + QLatin1Char('/') + QLatin1String(kCommandFile);
+}
+
+} // namespace
+
+QByteArray CommandSpec::toJson() const
+{
+    nlohmann::json env = nlohmann::json::array();
+    for (const QString& kv : this->env)
+        env.push_back(kv.toStdString());
+    const nlohmann::json j = {{"kind", "command"}, {"command", command.toStdString()},
+        {"workdir", workdir.toStdString()}, {"env", env}, {"grace_ms", graceMs}};
+    return QByteArray::fromStdString(j.dump(2) + "\n");
+}
+
+CommandSpec CommandSpec::fromJson(const QByteArray& json)
+{
+    const auto j = nlohmann::json::parse(json.toStdString(), nullptr, false);
+    if (!j.is_object() || j.value("kind", std::string()) != "command")
+        throw std::runtime_error("not a command run's spec (command.json with \"kind\": "
+                                 "\"command\")");
+    CommandSpec s;
+    if (!j.contains("command") || !j["command"].is_string()
+        || j["command"].get<std::string>().empty())
+        throw std::runtime_error("command.json has no \"command\" to run");
+    s.command = QString::fromStdString(j["command"].get<std::string>());
+    s.workdir = QString::fromStdString(j.value("workdir", std::string()));
+    if (j.contains("env") && j["env"].is_array())
+        for (const auto& e : j["env"])
+            if (e.is_string())
+                s.env << QString::fromStdString(e.get<std::string>());
+    s.graceMs = j.value("grace_ms", 10000);
+    return s;
+}
+
+bool isCommandSpec(const QByteArray& specJson)
+{
+    const auto j = nlohmann::json::parse(specJson.toStdString(), nullptr, false);
+    return j.is_object() && j.value("kind", std::string()) == "command";
+}
+
+QString findShardCli()
+{
+    const QString env = qEnvironmentVariable("SHARD_CLI");
+    if (!env.isEmpty())
+        return QFileInfo(env).isExecutable() ? QFileInfo(env).absoluteFilePath() : QString();
+    if (QCoreApplication::instance()) {
+        const QString appDir = QCoreApplication::applicationDirPath();
+        for (const QString& rel : {QStringLiteral("/shard"), QStringLiteral("/../shard"),
+                 QStringLiteral("/../app/shard")}) {
+            const QString candidate = QDir::cleanPath(appDir + rel);
+            if (QFileInfo(candidate).isExecutable() && QFileInfo(candidate).isFile())
+                return candidate;
+        }
+    }
+    return QStandardPaths::findExecutable(QStringLiteral("shard"));
+}
+
+Result<qint64> startCommandRun(RunStore& store, const CommandRunRequest& request)
+{
+    CommandSpec spec = request.spec;
+    if (spec.command.trimmed().isEmpty())
+        return fail(QStringLiteral("give the command to run: --command 'torchrun ... train.py'"));
+    for (const QString& kv : spec.env)
+        if (kv.indexOf('=') <= 0)
+            return fail(QStringLiteral("--env '%1' is not KEY=VALUE").arg(kv));
+    const QString name = request.name.isEmpty() ? QStringLiteral("command") : request.name;
+    QString runDir = request.runDir;
+    if (runDir.isEmpty())
+        runDir = LocalLauncher::defaultRunsRoot() + QLatin1Char('/') + safeDirName(name)
+            + QLatin1Char('-')
+            + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
+    runDir = QDir(runDir).absolutePath();
+    const protocol::RunDir files(runDir.toStdString());
+    const bool hasRun = QFileInfo::exists(QString::fromStdString(files.eventsFile()))
+        || QFileInfo::exists(QString::fromStdString(files.metricsFile()));
+    if (request.resume && !QFileInfo::exists(commandFile(runDir)))
+        return fail(
+            QStringLiteral("%1 holds no command run (command.json) to run again").arg(runDir));
+    if (!request.resume && hasRun)
+        return fail(QStringLiteral("run directory %1 already holds a run; choose another run name "
+                                   "or folder, or --resume to run its command again there")
+                        .arg(runDir));
+    if (spec.workdir.isEmpty())
+        spec.workdir = runDir;
+    spec.workdir = QDir(spec.workdir).absolutePath();
+    if (!QFileInfo(spec.workdir).isDir() && spec.workdir != runDir)
+        return fail(QStringLiteral("--workdir %1: no such folder").arg(spec.workdir));
+    if (!QDir().mkpath(runDir + QStringLiteral("/logs")))
+        return fail(QStringLiteral("cannot create the run directory %1 (check permissions and "
+                                   "free space)")
+                        .arg(runDir));
+    QSaveFile f(commandFile(runDir));
+    if (!f.open(QIODevice::WriteOnly) || f.write(spec.toJson()) < 0 || !f.commit())
+        return fail(QStringLiteral("cannot write %1: %2").arg(f.fileName(), f.errorString()));
+    const QString supervisor = request.supervisor.isEmpty()
+        ? findShardCli()
+        : QFileInfo(request.supervisor).absoluteFilePath();
+    if (supervisor.isEmpty() || !QFileInfo(supervisor).isExecutable())
+        return fail(QStringLiteral("the shard program, which watches a command run, was not found: "
+                                   "install it, put it on PATH or set $SHARD_CLI"));
+    NewRun nr;
+    nr.name = name;
+    nr.specJson = spec.toJson();
+    nr.target = QStringLiteral("local");
+    nr.runDir = runDir;
+    auto id = request.resume ? store.reopenOrCreateRun(nr) : store.createRun(nr);
+    if (!id)
+        return id;
+    const QString log = runDir + QStringLiteral("/logs/launcher.out");
+    auto spawned = LocalProcess::spawnDetached(
+        supervisor, {QStringLiteral("supervise-command"), runDir}, runDir, log);
+    if (!spawned) {
+        (void)store.setStatus(*id, RunStatus::Failed, spawned.error());
+        return fail(spawned.error());
+    }
+    const nlohmann::json info = {{"start_time", spawned->startTime}, {"log", log.toStdString()},
+        {"supervisor", supervisor.toStdString()}};
+    if (auto s = store.setProcess(*id, spawned->pid, QByteArray::fromStdString(info.dump())); !s)
+        return fail(s.error());
+    if (auto s = store.setStatus(*id, RunStatus::Running); !s)
+        return fail(s.error());
+    return id;
+}
+
+std::optional<LauncherFailure> parseLauncherFailure(const QByteArray& stderrText)
+{
+    const QString s = QString::fromUtf8(stderrText);
+    // torchrun (torch.distributed.elastic): the ChildFailedError table.
+    const int root = s.lastIndexOf(QLatin1String("Root Cause (first observed failure)"));
+    if (root >= 0) {
+        LauncherFailure f;
+        f.source = QStringLiteral("torchrun");
+        static const QRegularExpression entryRe(
+            QStringLiteral("\\brank\\s*:\\s*(\\d+)[^\\n]*\\n\\s*exitcode\\s*:\\s*(-?\\d+)"));
+        const auto rootEntry = entryRe.match(s, root);
+        if (rootEntry.hasMatch()) {
+            f.rank = rootEntry.captured(1).toInt();
+            f.exitCode = rootEntry.captured(2).toInt();
+            f.failures.append({f.rank, f.exitCode});
+        }
+        // The "Failures:" table above the root cause lists the others.
+        const int table = s.lastIndexOf(QLatin1String("Failures:"), root);
+        for (auto it
+             = entryRe.globalMatch(s.mid(table >= 0 ? table : root, root - std::max(table, 0)));
+             table >= 0 && it.hasNext();) {
+            const auto m = it.next();
+            const QPair<int, int> entry {m.captured(1).toInt(), m.captured(2).toInt()};
+            if (!f.failures.contains(entry))
+                f.failures.append(entry);
+        }
+        return f;
+    }
+    // deepspeed's launcher: "... exits with return code = N".
+    static const QRegularExpression dsRe(QStringLiteral("exits with return code = (-?\\d+)"));
+    const auto ds = dsRe.match(s);
+    if (ds.hasMatch()) {
+        LauncherFailure f;
+        f.source = QStringLiteral("deepspeed");
+        f.exitCode = ds.captured(1).toInt();
+        static const QRegularExpression rankRe(QStringLiteral("local_rank[=: ]+(\\d+)"));
+        const auto rank = rankRe.match(s);
+        if (rank.hasMatch())
+            f.rank = rank.captured(1).toInt();
+        return f;
+    }
+    return std::nullopt;
+}
+
+// --- The supervisor --------------------------------------------------------------------------
+
+namespace {
+
+volatile std::sig_atomic_t g_stopRequested = 0;
+
+void onStopSignal(int)
+{
+    g_stopRequested = 1;
+}
+
+// Appends whole lines with write(2), as the engine's record files are written.
+class AppendFile {
+public:
+    explicit AppendFile(const QString& path)
+    {
+        m_fd = ::open(
+            path.toLocal8Bit().constData(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    }
+    ~AppendFile()
+    {
+        if (m_fd >= 0)
+            ::close(m_fd);
+    }
+    void write(const char* data, size_t n)
+    {
+        while (m_fd >= 0 && n > 0) {
+            const ssize_t w = ::write(m_fd, data, n);
+            if (w < 0) {
+                if (errno == EINTR)
+                    continue;
+                return; // a full disk loses output, never the run
+            }
+            data += w;
+            n -= static_cast<size_t>(w);
+        }
+    }
+    void line(const std::string& s)
+    {
+        const std::string l = s + "\n";
+        write(l.data(), l.size());
+    }
+
+private:
+    int m_fd = -1;
+};
+
+double secondsSince(std::chrono::steady_clock::time_point t0)
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The last step in an earlier metrics.jsonl (a relaunch numbers Hugging Face lines on from it).
+int64_t lastRecordedStep(const QString& metricsFile)
+{
+    QFile f(metricsFile);
+    int64_t last = 0;
+    if (!f.open(QIODevice::ReadOnly))
+        return 0;
+    while (!f.atEnd()) {
+        const auto j = nlohmann::json::parse(f.readLine().toStdString(), nullptr, false);
+        if (j.is_object() && j.contains("step") && j["step"].is_number_integer())
+            last = std::max<int64_t>(last, j["step"].get<int64_t>());
+    }
+    return last;
+}
+
+// Metric lines of the command's output, merged by step into the engine's metric records.
+class MetricLines {
+public:
+    MetricLines(AppendFile& out, int64_t firstStep, std::chrono::steady_clock::time_point t0)
+        : m_out(out)
+        , m_hfStep(firstStep)
+        , m_t0(t0)
+    {
+    }
+    void line(const std::string& text)
+    {
+        auto parsed = tbio::parseLogLine(text);
+        if (!parsed || parsed->kind == tbio::LogLine::Kind::HuggingFaceSummary)
+            return;
+        int64_t step = 0;
+        if (parsed->step) {
+            step = *parsed->step;
+        } else {
+            // Hugging Face prints no step: each training line is the next logged step, an
+            // evaluation line belongs to the step before it.
+            if (parsed->kind == tbio::LogLine::Kind::HuggingFaceTrain)
+                ++m_hfStep;
+            step = std::max<int64_t>(m_hfStep, 1);
+        }
+        Pending& p = m_steps[step];
+        p.rec.step = step;
+        p.rec.wallTimeSec = secondsSince(m_t0);
+        for (const auto& [tag, value] : parsed->values) {
+            if (const auto known = tbio::knownTag(tag)) {
+                switch (known->metric) {
+                case tbio::StoreMetric::Loss:
+                    p.rec.loss = value;
+                    p.hasLoss = true;
+                    break;
+                case tbio::StoreMetric::EvalLoss:
+                    p.rec.evalLoss = value;
+                    break;
+                case tbio::StoreMetric::LearningRate:
+                    p.rec.lr = value;
+                    break;
+                case tbio::StoreMetric::GradNorm:
+                    p.rec.gradNorm = value;
+                    break;
+                case tbio::StoreMetric::TokensPerSec:
+                    p.rec.tokensPerSec = value;
+                    break;
+                case tbio::StoreMetric::Tokens:
+                    p.rec.tokens = static_cast<int64_t>(value);
+                    break;
+                case tbio::StoreMetric::StepTime:
+                    p.rec.stepTimeSec = value;
+                    break;
+                }
+            }
+            // Every value is also kept under its name (the store files names without "eval/"
+            // under "train/").
+            const std::string name = tag.rfind("train/", 0) == 0 ? tag.substr(6) : tag;
+            p.rec.scalars[name] = value;
+        }
+        p.dirty = true;
+    }
+    // Writes the steps that changed (a step written again replaces the earlier record).
+    void flush()
+    {
+        for (auto it = m_steps.begin(); it != m_steps.end();) {
+            Pending& p = it->second;
+            if (p.dirty && p.hasLoss) {
+                m_out.line(protocol::toJson(p.rec).dump());
+                p.dirty = false;
+            }
+            // Keep the last few steps for a late evaluation line; drop older ones.
+            if (!m_steps.empty() && it->first + 8 < m_steps.rbegin()->first && !p.dirty)
+                it = m_steps.erase(it);
+            else
+                ++it;
+        }
+    }
+
+private:
+    struct Pending {
+        protocol::MetricRecord rec;
+        bool hasLoss = false;
+        bool dirty = false;
+    };
+    AppendFile& m_out;
+    int64_t m_hfStep;
+    std::chrono::steady_clock::time_point m_t0;
+    std::map<int64_t, Pending> m_steps;
+};
+
+// Splits a stream into lines for `onLine` (a line longer than 1 MiB is cut there).
+struct LineSplitter {
+    std::string buffer;
+    template<class F> void feed(const char* data, size_t n, F&& onLine)
+    {
+        buffer.append(data, n);
+        size_t start = 0;
+        for (size_t nl; (nl = buffer.find('\n', start)) != std::string::npos; start = nl + 1)
+            onLine(buffer.substr(start, nl - start));
+        buffer.erase(0, start);
+        if (buffer.size() > (1u << 20)) {
+            onLine(buffer);
+            buffer.clear();
+        }
+    }
+    template<class F> void finish(F&& onLine)
+    {
+        if (!buffer.empty())
+            onLine(buffer);
+        buffer.clear();
+    }
+};
+
+} // namespace
+
+int superviseCommand(const QString& runDirArg)
+{
+    const QString runDir = QDir(runDirArg).absolutePath();
+    const protocol::RunDir files(runDir.toStdString());
+    AppendFile events(QString::fromStdString(files.eventsFile()));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto event = [&](const std::string& kind, const std::string& message, nlohmann::json data) {
+        protocol::EventRecord e;
+        e.kind = kind;
+        e.wallTimeSec = secondsSince(t0);
+        e.message = message;
+        e.data = std::move(data);
+        events.line(protocol::toJson(e).dump());
+    };
+    CommandSpec spec;
+    {
+        QFile f(commandFile(runDir));
+        if (!f.open(QIODevice::ReadOnly)) {
+            event("finish", "cannot read " + commandFile(runDir).toStdString(),
+                {{"reason", "failed"}});
+            return 2;
+        }
+        try {
+            spec = CommandSpec::fromJson(f.readAll());
+        } catch (const std::exception& e) {
+            event("finish", commandFile(runDir).toStdString() + ": " + e.what(),
+                {{"reason", "failed"}});
+            return 2;
+        }
+    }
+    {
+        QFile pid(QString::fromStdString(files.pidFile()));
+        if (pid.open(QIODevice::WriteOnly | QIODevice::Truncate))
+            pid.write(QByteArray::number(qint64(::getpid())) + '\n');
+    }
+    const int64_t firstStep = lastRecordedStep(QString::fromStdString(files.metricsFile()));
+    AppendFile metricsFile(QString::fromStdString(files.metricsFile()));
+    AppendFile stdoutLog(runDir + QStringLiteral("/logs/stdout.log"));
+    AppendFile stderrLog(runDir + QStringLiteral("/logs/stderr.log"));
+    AppendFile rankLog(runDir + QStringLiteral("/logs/rank-0.log"));
+    MetricLines metrics(metricsFile, firstStep, t0);
+
+    struct sigaction sa { };
+    sa.sa_handler = onStopSignal;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP})
+        ::sigaction(sig, &sa, nullptr);
+
+    int outPipe[2], errPipe[2];
+    if (::pipe2(outPipe, O_CLOEXEC) != 0 || ::pipe2(errPipe, O_CLOEXEC) != 0) {
+        event("finish", std::string("cannot create pipes: ") + std::strerror(errno),
+            {{"reason", "failed"}});
+        return 2;
+    }
+    const QByteArray workdir = QFile::encodeName(spec.workdir.isEmpty() ? runDir : spec.workdir);
+    const QByteArray command = spec.command.toLocal8Bit();
+    QList<QByteArray> envPairs;
+    for (const QString& kv : spec.env)
+        envPairs << kv.toLocal8Bit();
+    const pid_t child = ::fork();
+    if (child < 0) {
+        event("finish", std::string("cannot start the command: ") + std::strerror(errno),
+            {{"reason", "failed"}});
+        return 2;
+    }
+    if (child == 0) {
+        // The command stays in the supervisor's process group: a stop reaches every process it
+        // starts, and a KILL of the group (LocalProcess::terminate) leaves none behind.
+        ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+        ::signal(SIGTERM, SIG_DFL);
+        ::signal(SIGINT, SIG_DFL);
+        ::signal(SIGHUP, SIG_DFL);
+        ::dup2(outPipe[1], STDOUT_FILENO);
+        ::dup2(errPipe[1], STDERR_FILENO);
+        const int devnull = ::open("/dev/null", O_RDONLY);
+        if (devnull >= 0)
+            ::dup2(devnull, STDIN_FILENO);
+        if (::chdir(workdir.constData()) != 0) {
+            const std::string m = "shard: cannot enter the working folder " + workdir.toStdString()
+                + ": " + std::strerror(errno) + "\n";
+            (void)!::write(STDERR_FILENO, m.data(), m.size());
+            ::_exit(127);
+        }
+        for (const QByteArray& kv : envPairs) {
+            const int eq = kv.indexOf('=');
+            ::setenv(kv.left(eq).constData(), kv.mid(eq + 1).constData(), 1);
+        }
+        ::execl("/bin/sh", "sh", "-c", command.constData(), static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    ::close(outPipe[1]);
+    ::close(errPipe[1]);
+    event("start", "command started: " + spec.command.toStdString(),
+        {{"command", spec.command.toStdString()}, {"workdir", workdir.toStdString()},
+            {"pid", child}});
+
+    QByteArray stderrTail; // the end of stderr, for the launcher's failure report
+    std::string lastStderrLine;
+    LineSplitter outLines, errLines;
+    auto onLine = [&](const std::string& l) { metrics.line(l); };
+    int fds[2] = {outPipe[0], errPipe[0]};
+    bool exited = false, stopping = false, finishWritten = false;
+    int status = 0;
+    auto stopDeadline = std::chrono::steady_clock::time_point::max();
+    std::chrono::steady_clock::time_point drainUntil {};
+    while (true) {
+        pollfd p[2];
+        int n = 0;
+        for (int fd : fds)
+            if (fd >= 0)
+                p[n++] = {fd, POLLIN, 0};
+        if (n == 0 && exited)
+            break;
+        if (n > 0)
+            ::poll(p, static_cast<nfds_t>(n), 250);
+        else
+            ::usleep(100 * 1000);
+        for (int i = 0; i < n; ++i) {
+            if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            char buf[65536];
+            const ssize_t got = ::read(p[i].fd, buf, sizeof buf);
+            if (got <= 0) {
+                if (got < 0 && (errno == EINTR || errno == EAGAIN))
+                    continue;
+                for (int& fd : fds)
+                    if (fd == p[i].fd) {
+                        ::close(fd);
+                        fd = -1;
+                    }
+                continue;
+            }
+            const size_t len = static_cast<size_t>(got);
+            rankLog.write(buf, len);
+            if (p[i].fd == outPipe[0]) {
+                stdoutLog.write(buf, len);
+                outLines.feed(buf, len, onLine);
+            } else {
+                stderrLog.write(buf, len);
+                stderrTail.append(buf, static_cast<qsizetype>(len));
+                if (stderrTail.size() > (256 << 10))
+                    stderrTail = stderrTail.right(128 << 10);
+                errLines.feed(buf, len, [&](const std::string& l) {
+                    if (!l.empty())
+                        lastStderrLine = l;
+                    metrics.line(l);
+                });
+            }
+        }
+        metrics.flush();
+        if (!exited) {
+            const pid_t w = ::waitpid(child, &status, WNOHANG);
+            if (w == child) {
+                exited = true;
+                // Output a background process still holds open is read for a moment more.
+                drainUntil = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+            }
+        } else if (std::chrono::steady_clock::now() > drainUntil) {
+            break;
+        }
+        if (g_stopRequested && !stopping && !exited) {
+            stopping = true;
+            ::signal(SIGTERM, SIG_IGN); // the group's TERM is for the command
+            ::killpg(::getpgrp(), SIGTERM);
+            stopDeadline = std::chrono::steady_clock::now()
+                + std::chrono::milliseconds(std::max(500, spec.graceMs - 1000));
+        }
+        if (stopping && !exited && std::chrono::steady_clock::now() > stopDeadline) {
+            metrics.flush();
+            event("finish",
+                "stopped on request; the command did not exit after TERM, so it was "
+                "killed",
+                {{"reason", "stopped"}, {"signal", SIGKILL}});
+            finishWritten = true;
+            ::killpg(::getpgrp(), SIGKILL); // this process too
+        }
+    }
+    outLines.finish(onLine);
+    errLines.finish(onLine);
+    metrics.flush();
+    for (int fd : fds)
+        if (fd >= 0)
+            ::close(fd);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status)
+        : WIFSIGNALED(status)          ? 128 + WTERMSIG(status)
+                                       : 1;
+    if (!finishWritten) {
+        nlohmann::json data = {{"exit_code", code}};
+        std::string message;
+        if (WIFSIGNALED(status))
+            data["signal"] = WTERMSIG(status);
+        if (stopping || g_stopRequested) {
+            data["reason"] = "stopped";
+            message = "stopped on request (the command exited with status " + std::to_string(code)
+                + ")";
+        } else if (code == 0) {
+            data["reason"] = "completed";
+            message = "the command exited with status 0";
+        } else {
+            data["reason"] = "failed";
+            message = "the command exited with status " + std::to_string(code);
+            if (const auto f = parseLauncherFailure(stderrTail)) {
+                data["launcher"] = f->source.toStdString();
+                data["rank_exit_code"] = f->exitCode;
+                nlohmann::json all = nlohmann::json::array();
+                std::string ranks;
+                for (const auto& [r, c] : f->failures) {
+                    all.push_back({{"rank", r}, {"exit_code", c}});
+                    ranks += (ranks.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r)
+                        + " exit code " + std::to_string(c);
+                }
+                data["failures"] = all;
+                if (f->rank >= 0) {
+                    data["rank"] = f->rank;
+                    message += ": " + ranks + " (" + f->source.toStdString()
+                        + "'s report; it saw rank " + std::to_string(f->rank) + " fail first)";
+                } else {
+                    message += ": a rank exited with code " + std::to_string(f->exitCode) + " ("
+                        + f->source.toStdString() + "'s report)";
+                }
+            } else if (code == 127) {
+                message += " (command not found, or its folder could not be entered"
+                    + (lastStderrLine.empty() ? std::string() : ": " + lastStderrLine) + ")";
+            } else if (!lastStderrLine.empty()) {
+                message += "; its last error line: " + lastStderrLine.substr(0, 300);
+            }
+        }
+        event("finish", message, data);
+    }
+    return code;
+}
+
+} // namespace shard::jobs

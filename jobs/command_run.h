@@ -1,0 +1,74 @@
+// A run that is a command instead of the engine: `shard run --command 'torchrun ... train.py'`.
+// Its folder holds command.json (the command, its working folder and environment), the
+// command's output (logs/stdout.log, logs/stderr.log, and both in logs/rank-0.log for the
+// Monitor's log pane) and the studio's records: metrics.jsonl from the metric lines the command
+// prints (Hugging Face Trainer's dicts, torchtitan's step lines: tbio::parseLogLine) and
+// events.jsonl (start; finish with the exit status and, from torchrun's or deepspeed's own
+// failure report, the rank that failed). A supervisor process (`shard supervise-command DIR`,
+// detached, the run's recorded pid) runs the command in its process group, so the run is
+// followed, stopped and re-attached like any local run (docs/ARCHITECTURE.md, "Your command as
+// a run").
+#pragma once
+
+#include <optional>
+
+#include <QByteArray>
+#include <QList>
+#include <QPair>
+#include <QString>
+#include <QStringList>
+
+#include "jobs/result.h"
+
+namespace shard::jobs {
+
+class RunStore;
+
+struct CommandSpec {
+    QString command;     // run by /bin/sh -c in `workdir`
+    QString workdir;     // absolute; the run folder when empty
+    QStringList env;     // KEY=VALUE added to the command's environment
+    int graceMs = 10000; // after TERM, how long the command has before KILL
+
+    QByteArray toJson() const; // command.json, and the run's recorded spec
+    // Throws std::runtime_error naming what is wrong.
+    static CommandSpec fromJson(const QByteArray& json);
+};
+
+// Whether a recorded spec is a command run's.
+bool isCommandSpec(const QByteArray& specJson);
+
+struct CommandRunRequest {
+    QString name;
+    CommandSpec spec;
+    QString runDir;      // empty: a new folder under LocalLauncher::defaultRunsRoot()
+    bool resume = false; // run the command again in runDir, in the same store record
+    QString supervisor;  // the `shard` program; empty: findShardCli()
+};
+
+// Records the run (target "local") and starts its supervisor detached; returns the run id.
+Result<qint64> startCommandRun(RunStore& store, const CommandRunRequest& request);
+
+// The `shard` command-line program: $SHARD_CLI, beside this program (or the build tree's
+// app/shard from app/studio), or on PATH; empty when none is found.
+QString findShardCli();
+
+// What a launcher's failure report says: torchrun's "Root Cause (first observed failure)"
+// block (rank, exitcode) or deepspeed's launcher line; nullopt when the text has neither.
+struct LauncherFailure {
+    int rank = -1; // torchrun's root cause ("first observed failure"); -1 unknown
+    int exitCode = 0;
+    QString source; // "torchrun" or "deepspeed"
+    // Every failed rank the report lists (rank, exit code), the root cause first: a rank that
+    // exits on purpose and the peers that then lose it fail within the same second, so the
+    // root cause alone may name a peer.
+    QList<QPair<int, int>> failures;
+};
+std::optional<LauncherFailure> parseLauncherFailure(const QByteArray& stderrText);
+
+// The supervisor's loop (`shard supervise-command RUNDIR`): runs command.json's command,
+// writes the run folder as above, forwards TERM (then KILL after the grace period) to the
+// command's processes. Returns the command's exit status (128 + signal when signalled).
+int superviseCommand(const QString& runDir);
+
+} // namespace shard::jobs

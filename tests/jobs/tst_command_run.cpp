@@ -1,0 +1,249 @@
+// A command as a run, as a user runs it: `shard run --command 'torchrun ... train.py'` with
+// Debian's PyTorch (a small model under torchrun on two CPU ranks over Gloo, FSDP FULL_SHARD
+// where this PyTorch can import it, else DDP), printing Hugging Face Trainer's log lines: the
+// run is recorded, its points stored, a failing rank named from torchrun's own report, a stop
+// leaves no process behind, a relaunch continues the same record; bad commands say why.
+#include <QDir>
+#include <QDirIterator>
+#include <QFile>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include "jobs/command_run.h"
+#include "jobs/run_store.h"
+#include "jobs_test_util.h"
+
+using namespace shard::jobs;
+
+namespace {
+
+const QString kScript = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/scripts/torchrun_train.py");
+
+// torchrun through Debian's python3 (/usr/bin/python3 has python3-torch). --redirects 1 --tee 1:
+// Debian 12's torchrun (PyTorch 1.13 under Python 3.11) fails on its default "0" (its Std enum
+// no longer iterates the zero member); USE_LIBUV=0 (--env): Debian 13's PyTorch 2.6 has no
+// libuv. Neither is set by the studio on its own (docs: "Your command as a run").
+QString torchrunCommand()
+{
+    return QStringLiteral("/usr/bin/python3 -m torch.distributed.run --standalone "
+                          "--nproc_per_node 2 --redirects 1 --tee 1 '%1'")
+        .arg(kScript);
+}
+
+bool haveTorch()
+{
+    QProcess p;
+    p.start("/usr/bin/python3", {"-c", "import torch.distributed.run"});
+    return p.waitForFinished(60000) && p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0;
+}
+
+// Processes (not zombies) in process group `pgid`.
+int liveInGroup(qint64 pgid)
+{
+    int n = 0;
+    QDirIterator it("/proc", QDir::Dirs | QDir::NoDotAndDotDot);
+    while (it.hasNext()) {
+        const QString dir = it.next();
+        QFile stat(dir + "/stat");
+        if (!stat.open(QIODevice::ReadOnly))
+            continue;
+        const QByteArray s = stat.readAll();
+        const int close = s.lastIndexOf(')');
+        const QList<QByteArray> f = s.mid(close + 2).split(' ');
+        if (f.size() > 3 && f[0] != "Z" && f[2].toLongLong() == pgid)
+            ++n;
+    }
+    return n;
+}
+
+} // namespace
+
+class TestCommandRun : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir m_dir;
+    bool m_torch = false;
+
+    QProcessEnvironment env() const
+    {
+        QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
+        e.insert("SHARD_STORE", m_dir.filePath("runs.sqlite"));
+        e.insert("SHARD_RUNS_DIR", m_dir.filePath("runs"));
+        return e;
+    }
+
+    shard::test::CliOut shard(const QStringList& args, int timeoutMs = 180000) const
+    {
+        return shard::test::runShard(env(), args, timeoutMs);
+    }
+
+    RunStore store() const
+    {
+        return std::move(RunStore::open(m_dir.filePath("runs.sqlite"))).value();
+    }
+
+    QStringList torchrun(const QString& runDir, const QStringList& envs) const
+    {
+        QStringList a = {"run", "--name", QFileInfo(runDir).fileName(), "--run-dir", runDir,
+            "--env", "USE_LIBUV=0"};
+        for (const QString& e : envs)
+            a << "--env" << e;
+        a << "--command" << torchrunCommand();
+        return a;
+    }
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QVERIFY(m_dir.isValid());
+        m_torch = haveTorch();
+    }
+
+    void trainsUnderTorchrun()
+    {
+        if (!m_torch)
+            QSKIP("/usr/bin/python3 has no torch (python3-torch, which setup.sh installs)");
+        const QString dir = m_dir.filePath("train");
+        const auto o = shard(torchrun(dir, {"STEPS=20"}));
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        QVERIFY(o.out.contains("finished (the command exited with status 0)"));
+        RunStore s = store();
+        const qint64 id = s.findRunByDir(QString(), dir).value();
+        QVERIFY(id > 0);
+        const RunRecord run = s.run(id).value();
+        QCOMPARE(toString(run.status), toString(RunStatus::Finished));
+        QCOMPARE(run.target, QString("local"));
+        QVERIFY(isCommandSpec(run.specJson));
+        const MetricSeries m = s.metricSeries(id).value();
+        QCOMPARE(m.size(), 20);
+        QCOMPARE(m.step.front(), 1.0);
+        QCOMPARE(m.step.back(), 20.0);
+        QCOMPARE(m.lr.back(), 0.01);
+        QVERIFY2(m.loss.back() < 0.5 * m.loss.front(), "the model learns");
+        // The command's output is kept: the wrapper it chose, and stdout/stderr apart.
+        QFile out(dir + "/logs/stdout.log");
+        QVERIFY(out.open(QIODevice::ReadOnly));
+        const QByteArray text = out.readAll();
+        QVERIFY(text.contains("wrapper: "));
+        qInfo("torchrun wrapped the model in %s",
+            text.mid(text.indexOf("wrapper: ") + 9, 40).split('\n').front().constData());
+        QVERIFY(QFile::exists(dir + "/logs/stderr.log"));
+        QVERIFY(QFile::exists(dir + "/command.json"));
+    }
+
+    void failingRankIsNamed()
+    {
+        if (!m_torch)
+            QSKIP("/usr/bin/python3 has no torch (python3-torch, which setup.sh installs)");
+        const QString dir = m_dir.filePath("fails");
+        const auto o = shard(torchrun(dir, {"STEPS=20", "FAIL_RANK=1", "FAIL_STEP=4"}));
+        QVERIFY2(o.code != 0, qPrintable(o.out));
+        RunStore s = store();
+        const qint64 id = s.findRunByDir(QString(), dir).value();
+        const RunRecord run = s.run(id).value();
+        QCOMPARE(toString(run.status), toString(RunStatus::Failed));
+        QVERIFY2(run.message.contains("rank 1 exit code 3"), qPrintable(run.message));
+        QVERIFY2(run.message.contains("torchrun's report"), qPrintable(run.message));
+        // The steps before the failure are stored.
+        QVERIFY(s.metricSeries(id).value().size() >= 2);
+    }
+
+    void stopAndRelaunch()
+    {
+        if (!m_torch)
+            QSKIP("/usr/bin/python3 has no torch (python3-torch, which setup.sh installs)");
+        const QString dir = m_dir.filePath("long");
+        QStringList args = torchrun(dir, {"STEPS=100000", "STEP_SLEEP=0.1"});
+        args.insert(1, "--detach");
+        const auto o = shard(args);
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        RunStore s = store();
+        const qint64 id = s.findRunByDir(QString(), dir).value();
+        const qint64 supervisor = s.run(id).value().pid;
+        QVERIFY(supervisor > 0);
+        // It trains: points arrive (rank 0's lines through torchrun's tee).
+        QTRY_VERIFY_WITH_TIMEOUT(
+            QFile(dir + "/metrics.jsonl").size() > 0 && QFile::exists(dir + "/metrics.jsonl") &&
+                [&] {
+                    QFile f(dir + "/metrics.jsonl");
+                    return f.open(QIODevice::ReadOnly) && f.readAll().count('\n') >= 3;
+                }(),
+            120000);
+        const auto stop = shard({"stop", QString::number(id)});
+        QVERIFY2(stop.code == 0, qPrintable(stop.out + stop.err));
+        QCOMPARE(toString(store().run(id).value().status), toString(RunStatus::Stopped));
+        // No process of the run is left: torchrun, its ranks, the shell, the supervisor.
+        QTRY_COMPARE_WITH_TIMEOUT(liveInGroup(supervisor), 0, 30000);
+        const qint64 before = store().metricSeries(id).value().step.back();
+
+        // Relaunched in its folder: the same record, its steps numbered on.
+        QStringList again = torchrun(dir, {"STEPS=2"});
+        again.insert(1, "--resume");
+        const auto r = shard(again);
+        QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+        RunStore after = store();
+        QCOMPARE(after.findRunByDir(QString(), dir).value(), id);
+        QCOMPARE(toString(after.run(id).value().status), toString(RunStatus::Finished));
+        QCOMPARE(after.metricSeries(id).value().step.back(), double(before + 2));
+    }
+
+    void badCommands()
+    {
+        // Not found: exit 127 in the run's message, with the shell's line.
+        const QString dir = m_dir.filePath("missing");
+        const auto o = shard({"run", "--run-dir", dir, "--command", "no-such-trainer-xyz --go"});
+        QVERIFY(o.code != 0);
+        const RunRecord run = store().run(store().findRunByDir(QString(), dir).value()).value();
+        QCOMPARE(toString(run.status), toString(RunStatus::Failed));
+        QVERIFY2(run.message.contains("status 127") && run.message.contains("command not found")
+                && run.message.contains("no-such-trainer-xyz"),
+            qPrintable(run.message));
+        // Exits at once with its own status and error line.
+        const QString quick = m_dir.filePath("quick");
+        const auto q
+            = shard({"run", "--run-dir", quick, "--command", "echo 'bad config' >&2; exit 4"});
+        QVERIFY(q.code != 0);
+        const RunRecord qr = store().run(store().findRunByDir(QString(), quick).value()).value();
+        QVERIFY2(qr.message.contains("status 4") && qr.message.contains("bad config"),
+            qPrintable(qr.message));
+        // Refused before anything starts.
+        auto refused = [&](const QStringList& args, const QString& needle) {
+            const auto r = shard(args);
+            QVERIFY2(r.code != 0 && r.err.contains(needle), qPrintable(r.err));
+        };
+        refused(
+            {"run", "--command", "true", "--workdir", m_dir.filePath("nowhere")}, "no such folder");
+        refused({"run", "--command", "true", "--resume"}, "--resume runs the command again");
+        refused({"run", "--command", "true", "--", "--steps", "3"}, "drop the run spec");
+        refused({"run", "--command", "true", "--env", "NOEQUALS"}, "is not KEY=VALUE");
+        refused({"run", "--run-dir", quick, "--command", "true"}, "already holds a run");
+    }
+
+    void launcherReports()
+    {
+        const QByteArray torchrunText
+            = "Failures:\n[1]:\n  time      : 2026\n  host      : n1\n"
+              "  rank      : 5 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n"
+              "------\nRoot Cause (first observed failure):\n[0]:\n"
+              "  time      : 2026\n  host      : n0\n"
+              "  rank      : 2 (local_rank: 2)\n  exitcode  : 1 (pid: 3)\n";
+        const auto t = parseLauncherFailure(torchrunText);
+        QVERIFY(t);
+        QCOMPARE(t->rank, 2);
+        QCOMPARE(t->exitCode, 1);
+        QCOMPARE(t->failures.size(), 2);
+        QCOMPARE(t->failures[1], qMakePair(5, -9));
+        const auto d = parseLauncherFailure(
+            "[launch.py:319:sigkill_handler] ['python', 'train.py', '--local_rank=1'] exits with "
+            "return code = 7");
+        QVERIFY(d);
+        QCOMPARE(d->source, QString("deepspeed"));
+        QCOMPARE(d->exitCode, 7);
+        QCOMPARE(d->rank, 1);
+        QVERIFY(!parseLauncherFailure("Traceback (most recent call last):\nValueError: x\n"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCommandRun)
+#include "tst_command_run.moc"
