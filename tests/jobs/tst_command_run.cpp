@@ -6,7 +6,9 @@
 #include <QDir>
 #include <QDirIterator>
 #include <QFile>
+#include <QHostAddress>
 #include <QProcess>
+#include <QTcpServer>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -18,17 +20,29 @@ using namespace shard::jobs;
 
 namespace {
 
-const QString kScript = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/scripts/torchrun_train.py");
+const QString kScripts = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/scripts");
 
-// torchrun through Debian's python3 (/usr/bin/python3 has python3-torch). --redirects 1 --tee 1:
-// Debian 12's torchrun (PyTorch 1.13 under Python 3.11) fails on its default "0" (its Std enum
-// no longer iterates the zero member); USE_LIBUV=0 (--env): Debian 13's PyTorch 2.6 has no
-// libuv. Neither is set by the studio on its own (docs: "Your command as a run").
+int freePort()
+{
+    QTcpServer s;
+    s.listen(QHostAddress::LocalHost, 0);
+    return s.serverPort();
+}
+
+// torchrun through Debian's python3 (/usr/bin/python3 has python3-torch), with a static
+// rendezvous on loopback. --redirects 1 --tee 1: Debian 12's torchrun (PyTorch 1.13 under
+// Python 3.11) fails on its default "0" (its Std enum no longer iterates the zero member).
+// torchrun_nolibuv.py: Debian 13's PyTorch 2.6 is built without libuv and torchrun asks for it
+// whatever USE_LIBUV says; under USE_LIBUV=0 (--env) the wrapper and the script mend that, and
+// elsewhere the wrapper is plain torchrun. The studio sets none of this on its own (README,
+// "Your command as a run").
 QString torchrunCommand()
 {
-    return QStringLiteral("/usr/bin/python3 -m torch.distributed.run --standalone "
-                          "--nproc_per_node 2 --redirects 1 --tee 1 '%1'")
-        .arg(kScript);
+    return QStringLiteral("/usr/bin/python3 '%1/torchrun_nolibuv.py' --nnodes 1 --master_addr "
+                          "127.0.0.1 --master_port %2 --nproc_per_node 2 --redirects 1 --tee 1 "
+                          "'%1/torchrun_train.py'")
+        .arg(kScripts)
+        .arg(freePort());
 }
 
 bool haveTorch()

@@ -9,6 +9,20 @@ import time
 import torch
 import torch.distributed as dist
 
+if os.environ.get("USE_LIBUV") == "0" and "use_libuv" in (dist.TCPStore.__init__.__doc__ or ""):
+    # A PyTorch built without libuv (Debian 13's 2.6): a rank joining torchrun's store asks for
+    # libuv whatever USE_LIBUV says (torch/distributed/rendezvous.py, agent store).
+    import importlib
+
+    # (not `import ... as`: torch.distributed.rendezvous is also a function of that package)
+    rendezvous = importlib.import_module("torch.distributed.rendezvous")
+
+    class TCPStore(dist.TCPStore):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("use_libuv", False)
+            super().__init__(*args, **kwargs)
+
+    rendezvous.TCPStore = TCPStore
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
@@ -16,7 +30,8 @@ model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.L
 try:
     from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
 
-    model = FullyShardedDataParallel(model, sharding_strategy=ShardingStrategy.FULL_SHARD)
+    model = FullyShardedDataParallel(model, sharding_strategy=ShardingStrategy.FULL_SHARD,
+                                     device_id=torch.device("cpu"))
     wrapper = "FSDP(FULL_SHARD)"
 except Exception as e:  # noqa: BLE001 - any import failure falls back the same way
     model = torch.nn.parallel.DistributedDataParallel(model)
