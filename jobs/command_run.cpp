@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -17,6 +18,7 @@
 #include <QCoreApplication>
 #include <QDateTime>
 #include <QDir>
+#include <QDirIterator>
 #include <QFile>
 #include <QFileInfo>
 #include <QProcessEnvironment>
@@ -31,6 +33,7 @@
 #include "jobs/run_store.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
+#include "tbio/event_reader.h"
 #include "tbio/known_tags.h"
 #include "tbio/log_lines.h"
 
@@ -53,7 +56,8 @@ QByteArray CommandSpec::toJson() const
     for (const QString& kv : this->env)
         env.push_back(kv.toStdString());
     const nlohmann::json j = {{"kind", "command"}, {"command", command.toStdString()},
-        {"workdir", workdir.toStdString()}, {"env", env}, {"grace_ms", graceMs}};
+        {"workdir", workdir.toStdString()}, {"logdir", logdir.toStdString()}, {"env", env},
+        {"grace_ms", graceMs}};
     return QByteArray::fromStdString(j.dump(2) + "\n");
 }
 
@@ -69,6 +73,7 @@ CommandSpec CommandSpec::fromJson(const QByteArray& json)
         throw std::runtime_error("command.json has no \"command\" to run");
     s.command = QString::fromStdString(j["command"].get<std::string>());
     s.workdir = QString::fromStdString(j.value("workdir", std::string()));
+    s.logdir = QString::fromStdString(j.value("logdir", std::string()));
     if (j.contains("env") && j["env"].is_array())
         for (const auto& e : j["env"])
             if (e.is_string())
@@ -130,6 +135,9 @@ Result<qint64> startCommandRun(RunStore& store, const CommandRunRequest& request
     spec.workdir = QDir(spec.workdir).absolutePath();
     if (!QFileInfo(spec.workdir).isDir() && spec.workdir != runDir)
         return fail(QStringLiteral("--workdir %1: no such folder").arg(spec.workdir));
+    // A relative log folder is the command's: inside its working folder. It may not exist yet.
+    if (!spec.logdir.isEmpty())
+        spec.logdir = QDir(spec.workdir).absoluteFilePath(spec.logdir);
     if (!QDir().mkpath(runDir + QStringLiteral("/logs")))
         return fail(QStringLiteral("cannot create the run directory %1 (check permissions and "
                                    "free space)")
@@ -287,10 +295,14 @@ public:
         , m_t0(t0)
     {
     }
+    // Stdout lines without a step are not stored (a log folder gives the real steps).
+    void ignoreSteplessLines() { m_stepless = false; }
     void line(const std::string& text)
     {
         auto parsed = tbio::parseLogLine(text);
         if (!parsed || parsed->kind == tbio::LogLine::Kind::HuggingFaceSummary)
+            return;
+        if (!parsed->step && !m_stepless)
             return;
         int64_t step = 0;
         if (parsed->step) {
@@ -302,10 +314,16 @@ public:
                 ++m_hfStep;
             step = std::max<int64_t>(m_hfStep, 1);
         }
+        for (const auto& [tag, value] : parsed->values)
+            this->value(step, tag, value);
+    }
+    // One scalar of a step (a log line's, or an event file's).
+    void value(int64_t step, const std::string& tag, double value)
+    {
         Pending& p = m_steps[step];
         p.rec.step = step;
         p.rec.wallTimeSec = secondsSince(m_t0);
-        for (const auto& [tag, value] : parsed->values) {
+        {
             if (const auto known = tbio::knownTag(tag)) {
                 switch (known->metric) {
                 case tbio::StoreMetric::Loss:
@@ -363,9 +381,60 @@ private:
         bool dirty = false;
     };
     AppendFile& m_out;
+    bool m_stepless = true;
     int64_t m_hfStep;
     std::chrono::steady_clock::time_point m_t0;
     std::map<int64_t, Pending> m_steps;
+};
+
+// The event files of a TensorBoard log folder, read on from where the last poll stopped.
+class LogdirFollower {
+public:
+    LogdirFollower(QString dir, MetricLines& metrics)
+        : m_dir(std::move(dir))
+        , m_metrics(metrics)
+    {
+    }
+    // Reads what the files gained; returns notes to record once (a file that is not an event
+    // file, a broken frame).
+    QStringList poll()
+    {
+        QStringList notes;
+        if (m_dir.isEmpty() || !QFileInfo(m_dir).isDir())
+            return notes;
+        QDirIterator it(m_dir, QDir::Files, QDirIterator::Subdirectories);
+        while (it.hasNext()) {
+            const QString path = it.next();
+            if (!tbio::isEventFileName(QFileInfo(path).fileName().toStdString()))
+                continue;
+            const std::string key = path.toStdString();
+            if (m_refused.count(key))
+                continue;
+            const int64_t offset = m_offsets[key];
+            if (QFileInfo(path).size() <= offset)
+                continue;
+            try {
+                const tbio::EventFileScan scan = tbio::readEventFile(key, offset);
+                for (const tbio::ScalarPoint& p : scan.scalars)
+                    m_metrics.value(p.step, p.tag, p.value);
+                m_offsets[key] = scan.endOffset;
+                if (!scan.error.empty()) {
+                    notes << QString::fromStdString(scan.error);
+                    m_refused.insert(key);
+                }
+            } catch (const std::exception& e) {
+                notes << QString::fromUtf8(e.what());
+                m_refused.insert(key);
+            }
+        }
+        return notes;
+    }
+
+private:
+    QString m_dir;
+    MetricLines& m_metrics;
+    std::map<std::string, int64_t> m_offsets;
+    std::set<std::string> m_refused;
 };
 
 // Splits a stream into lines for `onLine` (a line longer than 1 MiB is cut there).
@@ -434,6 +503,14 @@ int superviseCommand(const QString& runDirArg)
     AppendFile stderrLog(runDir + QStringLiteral("/logs/stderr.log"));
     AppendFile rankLog(runDir + QStringLiteral("/logs/rank-0.log"));
     MetricLines metrics(metricsFile, firstStep, t0);
+    LogdirFollower logdir(spec.logdir, metrics);
+    if (!spec.logdir.isEmpty())
+        metrics.ignoreSteplessLines();
+    auto followLogdir = [&] {
+        for (const QString& note : logdir.poll())
+            event("warning", note.toStdString(), {{"logdir", spec.logdir.toStdString()}});
+    };
+    auto lastLogdirPoll = std::chrono::steady_clock::now();
 
     struct sigaction sa { };
     sa.sa_handler = onStopSignal;
@@ -542,6 +619,10 @@ int superviseCommand(const QString& runDirArg)
                 });
             }
         }
+        if (std::chrono::steady_clock::now() - lastLogdirPoll > std::chrono::seconds(1)) {
+            followLogdir();
+            lastLogdirPoll = std::chrono::steady_clock::now();
+        }
         metrics.flush();
         if (!exited) {
             const pid_t w = ::waitpid(child, &status, WNOHANG);
@@ -572,6 +653,7 @@ int superviseCommand(const QString& runDirArg)
     }
     outLines.finish(onLine);
     errLines.finish(onLine);
+    followLogdir();
     metrics.flush();
     for (int fd : fds)
         if (fd >= 0)

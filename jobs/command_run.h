@@ -25,9 +25,13 @@ namespace shard::jobs {
 class RunStore;
 
 struct CommandSpec {
-    QString command;     // run by /bin/sh -c in `workdir`
-    QString workdir;     // absolute; the run folder when empty
-    QStringList env;     // KEY=VALUE added to the command's environment
+    QString command; // run by /bin/sh -c in `workdir`
+    QString workdir; // absolute; the run folder when empty
+    QStringList env; // KEY=VALUE added to the command's environment
+    // A TensorBoard log folder the command writes (absolute; empty: none). Its event files are
+    // followed while the command runs and their scalars are the run's points, at the steps the
+    // files give; Hugging Face's stdout lines (which carry no step) are then not stored.
+    QString logdir;
     int graceMs = 10000; // after TERM, how long the command has before KILL
 
     QByteArray toJson() const; // command.json, and the run's recorded spec

@@ -38,6 +38,7 @@ struct RunOptions {
     // A command instead of the engine (jobs/command_run.h).
     std::string command;
     std::string workdir;
+    std::string logdir;
     bool resume = false;
     double graceSec = 10;
 };
@@ -79,6 +80,7 @@ int runUserCommand(const RunOptions& o)
     req.name = QString::fromStdString(o.name);
     req.spec.command = QString::fromStdString(o.command);
     req.spec.workdir = QString::fromStdString(o.workdir);
+    req.spec.logdir = QString::fromStdString(o.logdir);
     for (const auto& e : o.env)
         req.spec.env << QString::fromStdString(e);
     req.spec.graceMs = static_cast<int>(o.graceSec * 1000);
@@ -247,6 +249,9 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--workdir", o->workdir,
         "--command: the folder it runs in (default: the run "
         "folder)");
+    cmd->add_option("--logdir", o->logdir,
+        "--command: the TensorBoard log folder it writes (relative: inside --workdir); its "
+        "event files are followed and give the run's points");
     cmd->add_flag("--resume", o->resume,
         "--command: run the command again in --run-dir, in the same store record");
     cmd->add_option("--grace", o->graceSec,

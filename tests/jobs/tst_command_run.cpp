@@ -12,9 +12,12 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <cmath>
+
 #include "jobs/command_run.h"
 #include "jobs/run_store.h"
 #include "jobs_test_util.h"
+#include "tbio/event_writer.h"
 
 using namespace shard::jobs;
 
@@ -200,6 +203,46 @@ private Q_SLOTS:
         QCOMPARE(after.findRunByDir(QString(), dir).value(), id);
         QCOMPARE(toString(after.run(id).value().status), toString(RunStatus::Finished));
         QCOMPARE(after.metricSeries(id).value().step.back(), double(before + 2));
+    }
+
+    // --logdir: the event files the command writes are followed while it runs and give the
+    // points at their own steps (the stepless stdout line is not stored then).
+    void followsTheLogdir()
+    {
+        const QString dir = m_dir.filePath("tb-run");
+        const QString work = m_dir.filePath("tb-work");
+        QVERIFY(QDir().mkpath(work + "/tb"));
+        const auto o = shard(
+            {"run", "--detach", "--run-dir", dir, "--workdir", work, "--logdir", "tb", "--command",
+                "echo \"{'loss': 9.0, 'learning_rate': 1.0}\"; for i in $(seq 600); do "
+                "[ -f done ] && exit 0; sleep 0.1; done; exit 1"});
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        const qint64 id = store().findRunByDir(QString(), dir).value();
+        {
+            // A writer as the command's (the engine's TensorBoard writer), written while it runs.
+            shard::tbio::EventFileWriter w((work + "/tb").toStdString());
+            w.write(1.0, 10, {{"train/loss", 3.5f}, {"train/learning_rate", 1e-3f}});
+            w.write(2.0, 20, {{"train/loss", 2.5f}, {"train/learning_rate", 1e-3f}});
+            w.write(2.5, 20, {{"eval/loss", 2.75f}});
+            QTRY_VERIFY_WITH_TIMEOUT(
+                [&] {
+                    QFile f(dir + "/metrics.jsonl");
+                    return f.open(QIODevice::ReadOnly) && f.readAll().contains("\"eval_loss\"");
+                }(),
+                30000);
+            w.write(3.0, 30, {{"train/loss", 2.0f}, {"train/learning_rate", 5e-4f}});
+        }
+        QFile done(work + "/done");
+        QVERIFY(done.open(QIODevice::WriteOnly));
+        done.close();
+        const auto a = shard({"attach", QString::number(id)});
+        QVERIFY2(a.code == 0, qPrintable(a.out + a.err));
+        const MetricSeries m = store().metricSeries(id).value();
+        QCOMPARE(m.step, QVector<double>({10, 20, 30}));
+        QCOMPARE(m.loss, QVector<double>({3.5, 2.5, 2.0}));
+        QCOMPARE(m.evalStep, QVector<double>({20}));
+        QCOMPARE(m.evalLoss, QVector<double>({2.75}));
+        QVERIFY(std::fabs(m.lr.back() - 5e-4) < 1e-9);
     }
 
     void badCommands()
