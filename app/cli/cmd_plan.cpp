@@ -426,15 +426,9 @@ nlohmann::json configJson(const ImportedConfig& c)
     return j;
 }
 
-void printConfigHeader(const ImportedConfig& c)
+// What a config left to the planner: "auto" values resolved, keys not counted, warnings.
+void printConfigNotes(const ImportedConfig& c)
 {
-    const PlanInput& in = c.input;
-    std::printf("Config  %s (%s): %s, offload %s, %s, micro-batch %lld x accumulation %lld x %lld "
-                "GPUs\n",
-        c.path.c_str(), toString(c.kind).c_str(), toString(in.strategy).c_str(),
-        toString(in.offload).c_str(), toString(in.precision).c_str(),
-        static_cast<long long>(in.microBatch), static_cast<long long>(in.gradAccum),
-        static_cast<long long>(in.worldSize()));
     if (!c.resolved.empty()) {
         std::printf("Resolved (\"auto\" and derived values):\n");
         for (const auto& [k, v] : c.resolved)
@@ -447,6 +441,18 @@ void printConfigHeader(const ImportedConfig& c)
     }
     for (const auto& w : c.warnings)
         std::printf("Warning: %s\n", w.c_str());
+}
+
+void printConfigHeader(const ImportedConfig& c)
+{
+    const PlanInput& in = c.input;
+    std::printf("Config  %s (%s): %s, offload %s, %s, micro-batch %lld x accumulation %lld x %lld "
+                "GPUs\n",
+        c.path.c_str(), toString(c.kind).c_str(), toString(in.strategy).c_str(),
+        toString(in.offload).c_str(), toString(in.precision).c_str(),
+        static_cast<long long>(in.microBatch), static_cast<long long>(in.gradAccum),
+        static_cast<long long>(in.worldSize()));
+    printConfigNotes(c);
     std::printf("\n");
 }
 
@@ -502,18 +508,7 @@ void printDeepSpeed(const PlanOptions& o, const ImportedConfig& c)
     std::printf("        seq-len %lld, activation checkpointing %s (the script's "
                 "--gradient_checkpointing)\n",
         static_cast<long long>(in.seqLen), toString(in.checkpointing).c_str());
-    if (!c.resolved.empty()) {
-        std::printf("Resolved (\"auto\" and derived values):\n");
-        for (const auto& [k, v] : c.resolved)
-            std::printf("  %s = %s\n", k.c_str(), v.c_str());
-    }
-    if (!c.notModelled.empty()) {
-        std::printf("Not modelled (read, not counted):\n");
-        for (const auto& n : c.notModelled)
-            std::printf("  %s\n", n.c_str());
-    }
-    for (const auto& w : c.warnings)
-        std::printf("Warning: %s\n", w.c_str());
+    printConfigNotes(c);
     std::printf("\n%-28s%14s%22s\n", "Memory per GPU (GiB)", "DeepSpeed",
         ("Shard Studio " + toString(in.strategy)).c_str());
     const std::vector<std::pair<std::string, std::string>> labels = {

@@ -62,6 +62,21 @@ protocol::RunSpec readSpec(const std::string& path)
     }
 }
 
+// After a start: return at once (--detach), or follow the run to its end and say how it ended.
+int followStarted(jobs::RunStore& store, qint64 id, bool detach)
+{
+    if (detach) {
+        std::printf("detached: `shard attach %lld` to follow, `shard stop %lld` to stop\n",
+            static_cast<long long>(id), static_cast<long long>(id));
+        return 0;
+    }
+    std::printf("(Ctrl-C detaches; the run goes on)\n");
+    const jobs::RunRecord final = followRun(store, id);
+    if (jobs::isTerminal(final.status))
+        printSummary(final);
+    return exitCodeFor(final.status);
+}
+
 // `shard run --command '...'`: the command as a run on this machine.
 int runUserCommand(const RunOptions& o)
 {
@@ -94,16 +109,7 @@ int runUserCommand(const RunOptions& o)
     auto run = store.run(*id);
     std::printf("run %lld '%s' started (command): %s\n", static_cast<long long>(*id),
         terminalText(run->name).constData(), qPrintable(run->runDir));
-    if (o.detach) {
-        std::printf("detached: `shard attach %lld` to follow, `shard stop %lld` to stop\n",
-            static_cast<long long>(*id), static_cast<long long>(*id));
-        return 0;
-    }
-    std::printf("(Ctrl-C detaches; the run goes on)\n");
-    const jobs::RunRecord final = followRun(store, *id);
-    if (jobs::isTerminal(final.status))
-        printSummary(final);
-    return exitCodeFor(final.status);
+    return followStarted(store, *id, o.detach);
 }
 
 int runCommand(const RunOptions& o)
@@ -200,16 +206,7 @@ int runCommand(const RunOptions& o)
         run->host.isEmpty() ? "" : " on ", qPrintable(run->host), qPrintable(run->runDir));
     if (!run->jobId.isEmpty())
         std::printf("Slurm job %s\n", qPrintable(run->jobId));
-    if (o.detach) {
-        std::printf("detached: `shard attach %lld` to follow, `shard stop %lld` to stop\n",
-            static_cast<long long>(*id), static_cast<long long>(*id));
-        return 0;
-    }
-    std::printf("(Ctrl-C detaches; the run goes on)\n");
-    const jobs::RunRecord final = followRun(store, *id);
-    if (jobs::isTerminal(final.status))
-        printSummary(final);
-    return exitCodeFor(final.status);
+    return followStarted(store, *id, o.detach);
 }
 
 const CommandRegistration kRegistration([](CLI::App& app) {
