@@ -15,6 +15,7 @@
 #include <QThreadPool>
 #include <QTimer>
 
+#include "jobs/command_run.h"
 #include "jobs/ingestor.h"
 #include "jobs/local_launcher.h"
 #include "jobs/local_run_watcher.h"
@@ -169,6 +170,33 @@ public:
             });
     }
 
+    void launchCommand(const CommandRunRequest& request)
+    {
+        if (!writable())
+            return;
+        if (request.resume) {
+            auto known = m_store->findRunByDir(QString(), QDir(request.runDir).absolutePath());
+            if (known && known.value() != 0)
+                dropWatcher(known.value());
+        }
+        offThread(
+            [request](
+                RunStore& store) -> Result<qint64> { return startCommandRun(store, request); },
+            [this](const Result<qint64>& id) {
+                if (!id) {
+                    Q_EMIT errorOccurred(tr("Could not start the command: %1").arg(id.error()));
+                    return;
+                }
+                auto run = m_store->run(id.value());
+                if (!run) {
+                    Q_EMIT errorOccurred(run.error());
+                    return;
+                }
+                watch(id.value());
+                Q_EMIT launched(id.value(), run->runDir, false);
+            });
+    }
+
     void stopRun(qint64 runId)
     {
         if (!writableRun(runId))
@@ -211,6 +239,23 @@ public:
         const RunRecord record = run.value();
         offThread(
             [record, moreSteps, schedule](RunStore& store) -> Result<qint64> {
+                if (isCommandSpec(record.specJson)) {
+                    // A command run starts its command again, in its folder and record.
+                    if (moreSteps > 0)
+                        return fail(QObject::tr("run %1 runs a command, which has no step count to "
+                                                "raise: resume it to run the command again")
+                                        .arg(record.id));
+                    CommandRunRequest again;
+                    again.name = record.name;
+                    again.runDir = record.runDir;
+                    again.resume = true;
+                    try {
+                        again.spec = CommandSpec::fromJson(record.specJson);
+                    } catch (const std::exception& e) {
+                        return fail(QString::fromUtf8(e.what()));
+                    }
+                    return startCommandRun(store, again);
+                }
                 auto launcher = launcherOf(store, record);
                 if (!launcher)
                     return fail(launcher.error());
@@ -667,6 +712,11 @@ void RunService::launch(const LaunchRequest& request, const LaunchTarget& target
 {
     QMetaObject::invokeMethod(
         m_worker, [w = m_worker, request, target] { w->launch(request, target); });
+}
+
+void RunService::launchCommand(const CommandRunRequest& request)
+{
+    QMetaObject::invokeMethod(m_worker, [w = m_worker, request] { w->launchCommand(request); });
 }
 
 void RunService::stopRun(qint64 runId)

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "jobs/command_run.h"
 #include "jobs/launch_request.h"
 #include "jobs/launcher.h"
 #include "jobs/run_series.h"
@@ -72,6 +73,8 @@ public:
     // Starts a run on its target and watches it into the store; answered by launched (or
     // errorOccurred). Off the service thread: a host that does not answer delays only this.
     void launch(const LaunchRequest& request, const LaunchTarget& target = {});
+    // Starts a command as a run on this machine (jobs/command_run.h); answered like launch().
+    void launchCommand(const CommandRunRequest& request);
     void stopRun(qint64 runId);
     // Follows a recorded run, whatever its target: makes sure a watcher ingests it, then answers
     // runFollowed(ticket, ...) with everything so far and again with what is new (points,

@@ -274,6 +274,49 @@ LaunchPage::LaunchPage(QWidget* parent)
     shardForm->addRow(m_inputsLabel, m_inputs);
     shardForm->addRow(QString(), m_fitProblem);
 
+    m_commandBox = new QGroupBox(tr("Run a command instead of the engine"), this);
+    m_commandBox->setObjectName("commandMode");
+    m_commandBox->setCheckable(true);
+    m_commandBox->setChecked(false);
+    m_commandBox->setToolTip(tr("torchrun, deepspeed, accelerate launch or any script, on this "
+                                "machine: recorded in the store, its metric lines (Hugging Face "
+                                "Trainer, torchtitan) or TensorBoard files followed, stoppable"));
+    m_command = new QLineEdit(this);
+    m_command->setObjectName("command");
+    m_command->setPlaceholderText(tr("torchrun --nproc_per_node 2 train.py --deepspeed ds.json"));
+    m_workdir = new QLineEdit(this);
+    m_workdir->setObjectName("workdir");
+    m_workdir->setPlaceholderText(tr("the run folder"));
+    m_logdir = new QLineEdit(this);
+    m_logdir->setObjectName("logdir");
+    m_logdir->setPlaceholderText(tr("none: its output's metric lines"));
+    m_commandEnv = new QLineEdit(this);
+    m_commandEnv->setObjectName("commandEnv");
+    m_commandEnv->setPlaceholderText(tr("KEY=VALUE KEY=VALUE"));
+    {
+        auto* form = new QFormLayout(m_commandBox);
+        form->addRow(tr("Co&mmand"), m_command);
+        form->addRow(tr("Wor&king folder"), m_workdir);
+        form->addRow(tr("TensorBoard &log folder"), m_logdir);
+        form->addRow(tr("En&vironment"), m_commandEnv);
+    }
+    for (QWidget* w : {static_cast<QWidget*>(trainBox), static_cast<QWidget*>(shardBox)})
+        m_engineBoxes << w;
+    // Data and output keep the run name and folder, which a command run uses too.
+    for (QWidget* w : {static_cast<QWidget*>(m_model), static_cast<QWidget*>(browseModel),
+             static_cast<QWidget*>(m_data), static_cast<QWidget*>(browseData),
+             static_cast<QWidget*>(m_format), static_cast<QWidget*>(m_packing),
+             static_cast<QWidget*>(m_skipBadLines), static_cast<QWidget*>(m_evalData),
+             static_cast<QWidget*>(m_evalEvery)})
+        m_engineBoxes << w;
+    connect(m_commandBox, &QGroupBox::toggled, this, [this](bool on) {
+        for (QWidget* w : m_engineBoxes)
+            w->setEnabled(!on);
+        updatePreview();
+    });
+    for (QLineEdit* e : {m_command, m_workdir, m_logdir, m_commandEnv})
+        connect(e, &QLineEdit::textChanged, this, [this] { m_debounce->start(); });
+
     auto* forms = new QHBoxLayout;
     auto* col1 = new QVBoxLayout;
     col1->addWidget(dataBox);
@@ -281,6 +324,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     col1->addStretch(1);
     auto* col2 = new QVBoxLayout;
     col2->addWidget(shardBox);
+    col2->addWidget(m_commandBox);
     col2->addStretch(1);
     forms->addLayout(col1, 3);
     forms->addLayout(col2, 2);
@@ -590,6 +634,31 @@ QString LaunchPage::commandPreview() const
 void LaunchPage::updatePreview()
 {
     m_debounce->stop();
+    if (commandMode()) {
+        auto c = commandRequest();
+        if (!c) {
+            m_preview->setPlainText(tr("# Not ready: %1").arg(c.error()));
+            m_start->setEnabled(false);
+        } else {
+            const jobs::CommandSpec& spec = c.value().spec;
+            QString text = tr("# A command run on this machine: `shard supervise-command` runs it "
+                              "in its own process group and records it\n");
+            text += QStringLiteral("cd %1\n").arg(
+                spec.workdir.isEmpty() ? c.value().runDir : spec.workdir);
+            if (!spec.env.isEmpty())
+                text += QStringLiteral("env %1 \\\n    ").arg(spec.env.join(' '));
+            text += spec.command + QLatin1Char('\n');
+            text += tr("# run folder: %1 (command.json, logs/stdout.log, logs/stderr.log)\n")
+                        .arg(c.value().runDir);
+            text += spec.logdir.isEmpty()
+                ? tr("# points: the metric lines it prints (Hugging Face Trainer, torchtitan)\n")
+                : tr("# points: the TensorBoard event files in %1\n").arg(spec.logdir);
+            m_preview->setPlainText(text);
+            m_start->setEnabled(m_store != nullptr && !m_starting);
+        }
+        Q_EMIT previewChanged();
+        return;
+    }
     auto r = request();
     if (!r) {
         m_preview->setPlainText(tr("# Not ready: %1").arg(r.error()));
@@ -794,8 +863,73 @@ InputProblems LaunchPage::showInputProblems()
     return p;
 }
 
+bool LaunchPage::commandMode() const
+{
+    return m_commandBox->isChecked();
+}
+
+void LaunchPage::setCommandMode(bool on)
+{
+    m_commandBox->setChecked(on);
+}
+
+void LaunchPage::setCommand(
+    const QString& command, const QString& workdir, const QString& logdir, const QString& env)
+{
+    m_command->setText(command);
+    m_workdir->setText(workdir);
+    m_logdir->setText(logdir);
+    m_commandEnv->setText(env);
+    updatePreview();
+}
+
+jobs::Result<jobs::CommandRunRequest> LaunchPage::commandRequest() const
+{
+    if (target().kind != QLatin1String("local"))
+        return jobs::fail(tr("a command runs on this machine for now: choose This machine as "
+                             "the target (for a cluster, Plan → Export for… writes the sbatch "
+                             "script)"));
+    jobs::CommandRunRequest r;
+    r.name = m_name->text().trimmed();
+    if (r.name.isEmpty())
+        return jobs::fail(tr("give the run a name"));
+    r.runDir = runDirectory();
+    r.spec.command = m_command->text().trimmed();
+    if (r.spec.command.isEmpty())
+        return jobs::fail(tr("enter the command to run"));
+    r.spec.workdir = m_workdir->text().trimmed();
+    if (!r.spec.workdir.isEmpty() && !QFileInfo(r.spec.workdir).isDir())
+        return jobs::fail(tr("working folder %1: no such folder").arg(r.spec.workdir));
+    r.spec.logdir = m_logdir->text().trimmed();
+    for (const QString& kv : m_commandEnv->text().split(QLatin1Char(' '), Qt::SkipEmptyParts)) {
+        if (kv.indexOf('=') <= 0)
+            return jobs::fail(tr("environment: '%1' is not KEY=VALUE").arg(kv));
+        r.spec.env << kv;
+    }
+    if (QFileInfo::exists(r.runDir + QStringLiteral("/events.jsonl")))
+        return jobs::fail(
+            tr("the run folder %1 already holds a run: choose another name").arg(r.runDir));
+    return r;
+}
+
 void LaunchPage::start()
 {
+    if (commandMode()) {
+        auto c = commandRequest();
+        if (!c) {
+            m_message->showMessage(c.error());
+            return;
+        }
+        if (!m_store) {
+            m_message->showMessage(tr("The run store is not open; runs cannot be started."));
+            return;
+        }
+        m_starting = true;
+        m_start->setEnabled(false);
+        m_message->showMessage(tr("Starting %1…").arg(c.value().name), MessageBar::Kind::Info);
+        m_store->launchCommand(c.value());
+        return;
+    }
     auto r = request();
     if (!r) {
         m_message->showMessage(r.error());
@@ -924,6 +1058,11 @@ void LaunchPage::saveSettings() const
     if (auto sp = spec())
         s.setValue("last", QString::fromStdString(protocol::toJson(sp.value()).dump()));
     s.setValue("runsRoot", m_out->text());
+    s.setValue("commandMode", commandMode());
+    s.setValue("command", m_command->text());
+    s.setValue("workdir", m_workdir->text());
+    s.setValue("logdir", m_logdir->text());
+    s.setValue("commandEnv", m_commandEnv->text());
     s.endGroup();
 }
 
@@ -933,6 +1072,11 @@ void LaunchPage::loadSettings()
     s.beginGroup("launch");
     const QString last = s.value("last").toString();
     m_out->setText(s.value("runsRoot").toString());
+    m_command->setText(s.value("command").toString());
+    m_workdir->setText(s.value("workdir").toString());
+    m_logdir->setText(s.value("logdir").toString());
+    m_commandEnv->setText(s.value("commandEnv").toString());
+    m_commandBox->setChecked(s.value("commandMode", false).toBool());
     s.endGroup();
     if (last.isEmpty())
         return;

@@ -6,6 +6,7 @@
 
 #include <QWidget>
 
+#include "jobs/command_run.h"
 #include "jobs/launch_request.h"
 #include "jobs/result.h"
 #include "jobs/run_service.h"
@@ -16,6 +17,7 @@
 class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
+class QGroupBox;
 class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
@@ -76,6 +78,16 @@ public:
     // cut to the sequence length); empty otherwise.
     QString pairPreview() const;
     void start();
+
+    // "Run a command instead of the engine" (jobs/command_run.h): torchrun, deepspeed, accelerate
+    // or any script, on this machine, recorded and followed like a run. While it is checked the
+    // engine's fields are set aside and Start starts the command.
+    bool commandMode() const;
+    void setCommandMode(bool on);
+    void setCommand(const QString& command, const QString& workdir = {}, const QString& logdir = {},
+        const QString& env = {});
+    // What Start hands the run service in command mode, or what is missing.
+    jobs::Result<jobs::CommandRunRequest> commandRequest() const;
 
     // Fills the form from a run's run.json ("launch again like this run").
     bool loadRunSpec(const nlohmann::json& runJson);
@@ -153,6 +165,12 @@ private:
     QPushButton* m_savePreset = nullptr;
     QPushButton* m_loadPreset = nullptr;
     QPushButton* m_start = nullptr;
+    QGroupBox* m_commandBox = nullptr; // checkable: command mode
+    QLineEdit* m_command = nullptr;
+    QLineEdit* m_workdir = nullptr;
+    QLineEdit* m_logdir = nullptr;
+    QLineEdit* m_commandEnv = nullptr; // KEY=VALUE KEY=VALUE
+    QList<QWidget*> m_engineBoxes;     // set aside in command mode
     QPlainTextEdit* m_preview = nullptr;
     QPlainTextEdit* m_pairs = nullptr; // preference pairs' preview
     QLabel* m_pairsLabel = nullptr;

@@ -18,6 +18,7 @@
 #include <QLabel>
 
 #include "jobs/run_service.h"
+#include "jobs/run_store.h"
 #include "jobs/slurm_launcher.h"
 #include "jobs/ssh_launcher.h"
 #include "plan/model_spec.h"
@@ -107,6 +108,44 @@ private Q_SLOTS:
         QCOMPARE(other.spec().value().model, std::string("/models/tiny"));
         QVERIFY(!other.loadPreset("no such preset"));
         QVERIFY(other.messageText().contains("No preset"));
+    }
+
+    // "Run a command instead of the engine": the engine's fields are set aside, the preview says
+    // what runs where, Start records and starts the command, and its metric lines become the
+    // run's points.
+    void commandMode()
+    {
+        qputenv("SHARD_CLI", SHARD_BINARY_DIR "/app/shard");
+        LaunchPage page;
+        page.show();
+        shard::jobs::RunService store(m_tmp.filePath("command-store.sqlite"));
+        page.setStore(&store);
+        page.setRunsRoot(m_tmp.filePath("command-runs"));
+        page.setRunName("hf-like");
+        page.setCommandMode(true);
+        QVERIFY(!page.findChild<QWidget*>("strategy")->isEnabled());
+        QVERIFY(page.findChild<QLineEdit*>("command")->isEnabled());
+        QTRY_VERIFY(page.commandPreview().contains("Not ready: enter the command"));
+        page.setCommand("for i in 1 2 3; do echo \"{'loss': 2.$i, 'learning_rate': 0.1}\"; done",
+            QString(), QString(), "A=1 B=2");
+        QTRY_VERIFY(page.commandPreview().contains("env A=1 B=2"));
+        QVERIFY(page.commandPreview().contains("for i in 1 2 3"));
+        page.setCommand("true", QString(), QString(), "NOEQUALS");
+        QTRY_VERIFY(page.commandPreview().contains("'NOEQUALS' is not KEY=VALUE"));
+        page.setCommand("for i in 1 2 3; do echo \"{'loss': 2.$i, 'learning_rate': 0.1}\"; done");
+        QSignalSpy launched(&page, &LaunchPage::launched);
+        QTRY_VERIFY(!page.commandPreview().contains("Not ready"));
+        page.start();
+        QTRY_COMPARE_WITH_TIMEOUT(launched.count(), 1, 30000);
+        const qint64 id = launched.first().at(0).toLongLong();
+        auto db = shard::jobs::RunStore::open(m_tmp.filePath("command-store.sqlite"));
+        QVERIFY(db);
+        QTRY_VERIFY_WITH_TIMEOUT(
+            db.value().run(id).value().status == shard::jobs::RunStatus::Finished, 30000);
+        QTRY_COMPARE_WITH_TIMEOUT(db.value().metricSeries(id).value().size(), 3, 30000);
+        QCOMPARE(db.value().metricSeries(id).value().loss.back(), 2.3);
+        page.setCommandMode(false);
+        QVERIFY(page.findChild<QWidget*>("strategy")->isEnabled());
     }
 
     void missingWorkerShowsMessage()
