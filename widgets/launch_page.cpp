@@ -293,8 +293,13 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_commandEnv = new QLineEdit(this);
     m_commandEnv->setObjectName("commandEnv");
     m_commandEnv->setPlaceholderText(tr("KEY=VALUE KEY=VALUE"));
+    auto* commandFields = new QWidget(m_commandBox);
     {
-        auto* form = new QFormLayout(m_commandBox);
+        // Folded away until the box is checked: the engine's fields stay at the top.
+        (new QVBoxLayout(m_commandBox))->addWidget(commandFields);
+        commandFields->setVisible(false);
+        auto* form = new QFormLayout(commandFields);
+        form->setContentsMargins(0, 0, 0, 0);
         form->addRow(tr("Co&mmand"), m_command);
         form->addRow(tr("Wor&king folder"), m_workdir);
         form->addRow(tr("TensorBoard &log folder"), m_logdir);
@@ -309,7 +314,8 @@ LaunchPage::LaunchPage(QWidget* parent)
              static_cast<QWidget*>(m_skipBadLines), static_cast<QWidget*>(m_evalData),
              static_cast<QWidget*>(m_evalEvery)})
         m_engineBoxes << w;
-    connect(m_commandBox, &QGroupBox::toggled, this, [this](bool on) {
+    connect(m_commandBox, &QGroupBox::toggled, this, [this, commandFields](bool on) {
+        commandFields->setVisible(on);
         for (QWidget* w : m_engineBoxes)
             w->setEnabled(!on);
         updatePreview();
@@ -319,12 +325,12 @@ LaunchPage::LaunchPage(QWidget* parent)
 
     auto* forms = new QHBoxLayout;
     auto* col1 = new QVBoxLayout;
+    col1->addWidget(m_commandBox); // first: a user with a script of their own sees it at once
     col1->addWidget(dataBox);
     col1->addWidget(trainBox);
     col1->addStretch(1);
     auto* col2 = new QVBoxLayout;
     col2->addWidget(shardBox);
-    col2->addWidget(m_commandBox);
     col2->addStretch(1);
     forms->addLayout(col1, 3);
     forms->addLayout(col2, 2);

@@ -175,7 +175,12 @@ int main(int argc, char** argv)
         "Open the Plan page with another engine's config imported: a DeepSpeed .json, an "
         "accelerate .yaml or a torchtitan .toml.",
         "FILE");
-    parser.addOptions({shotOpt, pageOpt, runOpt, themeOpt, sizeOpt, storeOpt, planConfigOpt});
+    QCommandLineOption commandOpt("command",
+        "Open the Launch page set to run this command instead of the engine (torchrun, "
+        "deepspeed, a script).",
+        "CMD");
+    parser.addOptions(
+        {shotOpt, pageOpt, runOpt, themeOpt, sizeOpt, storeOpt, planConfigOpt, commandOpt});
     parser.process(app);
 
     std::optional<Page> page;
@@ -209,6 +214,10 @@ int main(int argc, char** argv)
             parser.isSet(themeOpt) ? Theme::fromName(parser.value(themeOpt)) : ThemeKind::Light);
         if (parser.isSet(planConfigOpt))
             window.planPage()->importConfig(parser.value(planConfigOpt));
+        if (parser.isSet(commandOpt)) {
+            window.launchPage()->setCommandMode(true);
+            window.launchPage()->setCommand(parser.value(commandOpt));
+        }
         return screenshot(window, parser.value(shotOpt), page.value_or(Page::Plan), runs, size);
     }
     window.restoreSettings();
@@ -216,6 +225,12 @@ int main(int argc, char** argv)
         window.setTheme(Theme::fromName(parser.value(themeOpt)));
     if (page)
         window.showPage(*page);
+    if (parser.isSet(commandOpt)) {
+        window.launchPage()->setCommandMode(true);
+        window.launchPage()->setCommand(parser.value(commandOpt));
+        if (!page)
+            window.showPage(Page::Launch);
+    }
     if (parser.isSet(planConfigOpt)) {
         window.planPage()->importConfig(parser.value(planConfigOpt));
         if (!page)
