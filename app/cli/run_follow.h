@@ -178,11 +178,16 @@ inline void printSummary(const jobs::RunRecord& r)
         terminalText(r.name).constData(), qPrintable(jobs::toString(r.status)),
         r.message.isEmpty() ? ""
                             : terminalText(QStringLiteral(" (%1)").arg(r.message)).constData());
-    std::printf("  steps %lld, final loss %s, best loss %s, %.0f tokens/s, peak memory %s per "
-                "rank (max), %s\n",
+    // Throughput and memory only when the run reported them (a command run may not).
+    QString measured;
+    if (r.tokensPerSec > 0)
+        measured += QStringLiteral(", %1 tokens/s").arg(r.tokensPerSec, 0, 'f', 0);
+    if (r.peakMemoryBytes() > 0)
+        measured += QStringLiteral(", peak memory %1 per rank (max)")
+                        .arg(jobs::formatBytes(double(r.peakMemoryBytes())));
+    std::printf("  steps %lld, final loss %s, best loss %s%s, %s\n",
         static_cast<long long>(r.lastStep), qPrintable(lossText(r.finalLoss)),
-        qPrintable(lossText(r.bestLoss)), r.tokensPerSec,
-        qPrintable(jobs::formatBytes(double(r.peakMemoryBytes()))),
+        qPrintable(lossText(r.bestLoss)), qPrintable(measured),
         qPrintable(humanDuration(r.durationMs())));
     std::printf("  run directory: %s%s\n",
         qPrintable(r.host.isEmpty() ? QString() : r.host.section(',', 0, 0) + ':'),
