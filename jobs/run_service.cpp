@@ -153,21 +153,25 @@ public:
                     return fail(launcher.error());
                 return launcher.value()->start(request);
             },
-            [this](const Result<qint64>& id) {
-                if (!id) {
-                    Q_EMIT errorOccurred(tr("Could not start the run: %1").arg(id.error()));
-                    return;
-                }
-                auto run = m_store->run(id.value());
-                if (!run) {
-                    Q_EMIT errorOccurred(run.error());
-                    return;
-                }
-                watch(id.value());
-                auto launcher = launcherOf(*m_store, run.value());
-                const bool remote = launcher && launcher.value()->fileHost(run.value());
-                Q_EMIT launched(id.value(), run->runDir, remote);
-            });
+            [this](const Result<qint64>& id) { started(id, tr("Could not start the run: %1")); });
+    }
+
+    // After a start: watch the run and say where it runs, or why it did not start.
+    void started(const Result<qint64>& id, const QString& failure)
+    {
+        if (!id) {
+            Q_EMIT errorOccurred(failure.arg(id.error()));
+            return;
+        }
+        auto run = m_store->run(id.value());
+        if (!run) {
+            Q_EMIT errorOccurred(run.error());
+            return;
+        }
+        watch(id.value());
+        auto launcher = launcherOf(*m_store, run.value());
+        const bool remote = launcher && launcher.value()->fileHost(run.value());
+        Q_EMIT launched(id.value(), run->runDir, remote);
     }
 
     void launchCommand(const CommandRunRequest& request)
@@ -182,19 +186,8 @@ public:
         offThread(
             [request](
                 RunStore& store) -> Result<qint64> { return startCommandRun(store, request); },
-            [this](const Result<qint64>& id) {
-                if (!id) {
-                    Q_EMIT errorOccurred(tr("Could not start the command: %1").arg(id.error()));
-                    return;
-                }
-                auto run = m_store->run(id.value());
-                if (!run) {
-                    Q_EMIT errorOccurred(run.error());
-                    return;
-                }
-                watch(id.value());
-                Q_EMIT launched(id.value(), run->runDir, false);
-            });
+            [this](
+                const Result<qint64>& id) { started(id, tr("Could not start the command: %1")); });
     }
 
     void stopRun(qint64 runId)

@@ -2,6 +2,8 @@
 // and scripts, from the target's Launcher::describe), start through the run service.
 #include "widgets/launch_page.h"
 
+#include <functional>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDateTime>
@@ -920,30 +922,29 @@ jobs::Result<jobs::CommandRunRequest> LaunchPage::commandRequest() const
 
 void LaunchPage::start()
 {
+    // What starts: the command, or the engine with the fields' spec on the target.
+    QString name;
+    std::function<void()> launch;
     if (commandMode()) {
         auto c = commandRequest();
         if (!c) {
             m_message->showMessage(c.error());
             return;
         }
-        if (!m_store) {
-            m_message->showMessage(tr("The run store is not open; runs cannot be started."));
+        name = c.value().name;
+        launch = [this, req = c.value()] { m_store->launchCommand(req); };
+    } else {
+        auto r = request();
+        if (!r) {
+            m_message->showMessage(r.error());
             return;
         }
-        m_starting = true;
-        m_start->setEnabled(false);
-        m_message->showMessage(tr("Starting %1…").arg(c.value().name), MessageBar::Kind::Info);
-        m_store->launchCommand(c.value());
-        return;
-    }
-    auto r = request();
-    if (!r) {
-        m_message->showMessage(r.error());
-        return;
-    }
-    if (const InputProblems p = showInputProblems(); p.blocking()) {
-        m_message->showMessage(tr("Not started: %1").arg(p.first()));
-        return;
+        if (const InputProblems p = showInputProblems(); p.blocking()) {
+            m_message->showMessage(tr("Not started: %1").arg(p.first()));
+            return;
+        }
+        name = r.value().name;
+        launch = [this, req = r.value(), t = target()] { m_store->launch(req, t); };
     }
     if (!m_store) {
         m_message->showMessage(tr("The run store is not open; runs cannot be started."));
@@ -951,8 +952,8 @@ void LaunchPage::start()
     }
     m_starting = true;
     m_start->setEnabled(false);
-    m_message->showMessage(tr("Starting %1…").arg(r.value().name), MessageBar::Kind::Info);
-    m_store->launch(r.value(), target());
+    m_message->showMessage(tr("Starting %1…").arg(name), MessageBar::Kind::Info);
+    launch();
 }
 
 void LaunchPage::toFields(const protocol::RunSpec& s, bool keepBase)
