@@ -654,24 +654,11 @@ plan::ExportedConfig PlanPage::exportFor(const QString& kind) const
 {
     if (!m_input)
         return {};
-    const plan::PlanInput& in = *m_input;
-    if (kind == "deepspeed")
-        return plan::writeDeepSpeedConfig(in);
-    if (kind == "accelerate")
-        return plan::writeAccelerateConfig(in);
-    if (kind == "torchtitan")
-        return plan::writeTorchtitanConfig(in);
-    if (kind == "torchrun")
-        return plan::writeLaunchCommand(in, plan::Launcher::Torchrun, "train.py", "");
-    if (kind == "deepspeed-launch")
-        return plan::writeLaunchCommand(
-            in, plan::Launcher::DeepSpeed, "train.py", "ds_config.json");
-    if (kind == "accelerate-launch")
-        return plan::writeLaunchCommand(
-            in, plan::Launcher::Accelerate, "train.py", "accelerate.yaml");
-    if (kind == "sbatch")
-        return plan::writeSbatchScript(in, plan::Launcher::Torchrun, "train.py", "");
-    return {};
+    try {
+        return plan::exportFor(*m_input, kind.toStdString());
+    } catch (const std::exception&) {
+        return {}; // not a kind the menu offers
+    }
 }
 
 void PlanPage::showExport(const QString& kind)

@@ -588,30 +588,8 @@ void writeOut(const PlanOptions& o, const std::string& text)
 
 void exportPlan(const PlanOptions& o, const PlanInput& in)
 {
-    const std::string k = o.exportKind;
-    ExportedConfig e;
-    auto configFor = [&](const char* dflt) { return o.configPath.empty() ? dflt : o.configPath; };
-    if (k == "deepspeed")
-        e = writeDeepSpeedConfig(in);
-    else if (k == "accelerate")
-        e = writeAccelerateConfig(in);
-    else if (k == "torchtitan")
-        e = writeTorchtitanConfig(in);
-    else if (k == "torchrun")
-        e = writeLaunchCommand(in, Launcher::Torchrun, o.script, o.configPath);
-    else if (k == "deepspeed-launch")
-        e = writeLaunchCommand(in, Launcher::DeepSpeed, o.script, configFor("ds_config.json"));
-    else if (k == "accelerate-launch")
-        e = writeLaunchCommand(in, Launcher::Accelerate, o.script, configFor("accelerate.yaml"));
-    else if (k == "sbatch")
-        e = writeSbatchScript(in, Launcher::Torchrun, o.script, o.configPath);
-    else if (k == "sbatch-deepspeed")
-        e = writeSbatchScript(in, Launcher::DeepSpeed, o.script, configFor("ds_config.json"));
-    else
-        throw std::runtime_error("--export '" + k
-            + "' is not one of deepspeed, accelerate, "
-              "torchtitan, torchrun, deepspeed-launch, accelerate-launch, "
-              "sbatch, sbatch-deepspeed");
+    const std::string& k = o.exportKind;
+    const ExportedConfig e = exportFor(in, k, o.script, o.configPath);
     writeOut(o, e.text);
     for (const auto& n : e.notExpressed)
         std::fprintf(stderr, "shard plan: not in the %s output: %s\n", k.c_str(), n.c_str());

@@ -1158,24 +1158,30 @@ ImportedConfig readAccelerateConfig(const std::string& path, const ConfigContext
 namespace {
 
 // torchtitan's (name, flavor) of the presets the planner has.
-std::string presetOfTorchtitan(const std::string& name, const std::string& flavor)
+// torchtitan's (name, flavor) of the presets the planner has, one table read both ways.
+const std::vector<std::pair<std::pair<std::string, std::string>, std::string>>& torchtitanPresets()
 {
-    static const std::map<std::pair<std::string, std::string>, std::string> known
+    static const std::vector<std::pair<std::pair<std::string, std::string>, std::string>> known
         = {{{"llama3", "8B"}, "llama-3.1-8b"}, {{"llama3", "70B"}, "llama-3.1-70b"},
             {{"llama3", "405B"}, "llama-3.1-405b"}, {{"llama2", "7B"}, "llama-2-7b"},
             {{"llama2", "13B"}, "llama-2-13b"}, {{"llama2", "70B"}, "llama-2-70b"}};
-    auto it = known.find({name, flavor});
-    return it == known.end() ? std::string() : it->second;
+    return known;
+}
+
+std::string presetOfTorchtitan(const std::string& name, const std::string& flavor)
+{
+    for (const auto& [titan, preset] : torchtitanPresets())
+        if (titan == std::make_pair(name, flavor))
+            return preset;
+    return {};
 }
 
 std::pair<std::string, std::string> torchtitanOfPreset(const std::string& preset)
 {
-    static const std::map<std::string, std::pair<std::string, std::string>> known
-        = {{"llama-3.1-8b", {"llama3", "8B"}}, {"llama-3.1-70b", {"llama3", "70B"}},
-            {"llama-3.1-405b", {"llama3", "405B"}}, {"llama-2-7b", {"llama2", "7B"}},
-            {"llama-2-13b", {"llama2", "13B"}}, {"llama-2-70b", {"llama2", "70B"}}};
-    auto it = known.find(preset);
-    return it == known.end() ? std::pair<std::string, std::string>() : it->second;
+    for (const auto& [titan, known] : torchtitanPresets())
+        if (known == preset)
+            return titan;
+    return {};
 }
 
 } // namespace
@@ -1679,6 +1685,31 @@ ExportedConfig writeLaunchCommand(const PlanInput& in, Launcher launcher, const 
         + " are the Hugging Face Trainer's names; a script with other flags needs its own");
     e.text = cmd + "\n";
     return e;
+}
+
+ExportedConfig exportFor(const PlanInput& in, const std::string& kind, const std::string& script,
+    const std::string& configPath)
+{
+    const auto config = [&](const char* dflt) { return configPath.empty() ? dflt : configPath; };
+    if (kind == "deepspeed")
+        return writeDeepSpeedConfig(in);
+    if (kind == "accelerate")
+        return writeAccelerateConfig(in);
+    if (kind == "torchtitan")
+        return writeTorchtitanConfig(in);
+    if (kind == "torchrun")
+        return writeLaunchCommand(in, Launcher::Torchrun, script, configPath);
+    if (kind == "deepspeed-launch")
+        return writeLaunchCommand(in, Launcher::DeepSpeed, script, config("ds_config.json"));
+    if (kind == "accelerate-launch")
+        return writeLaunchCommand(in, Launcher::Accelerate, script, config("accelerate.yaml"));
+    if (kind == "sbatch")
+        return writeSbatchScript(in, Launcher::Torchrun, script, configPath);
+    if (kind == "sbatch-deepspeed")
+        return writeSbatchScript(in, Launcher::DeepSpeed, script, config("ds_config.json"));
+    throw std::runtime_error("--export '" + kind
+        + "' is not one of deepspeed, accelerate, torchtitan, torchrun, deepspeed-launch, "
+          "accelerate-launch, sbatch, sbatch-deepspeed");
 }
 
 ExportedConfig writeSbatchScript(const PlanInput& in, Launcher launcher, const std::string& script,

@@ -123,4 +123,11 @@ ExportedConfig writeLaunchCommand(const PlanInput& in, Launcher launcher, const 
 ExportedConfig writeSbatchScript(const PlanInput& in, Launcher launcher, const std::string& script,
     const std::string& configPath);
 
+// Any of the above by name, as `shard plan --export` and the Plan page's "Export for…" name
+// them: deepspeed, accelerate, torchtitan (configs), torchrun, deepspeed-launch,
+// accelerate-launch (commands), sbatch, sbatch-deepspeed (Slurm scripts). An empty configPath
+// names ds_config.json / accelerate.yaml where the command needs one. Throws listing the names.
+ExportedConfig exportFor(const PlanInput& in, const std::string& kind,
+    const std::string& script = "train.py", const std::string& configPath = {});
+
 } // namespace shard::plan
