@@ -21,6 +21,7 @@
 #include <QDirIterator>
 #include <QFile>
 #include <QFileInfo>
+#include <QProcess>
 #include <QProcessEnvironment>
 #include <QRegularExpression>
 #include <QSaveFile>
@@ -31,6 +32,8 @@
 #include "jobs/local_launcher.h"
 #include "jobs/local_process.h"
 #include "jobs/run_store.h"
+#include "jobs/slurm_launcher.h"
+#include "jobs/ssh_launcher.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
 #include "tbio/event_reader.h"
@@ -105,20 +108,33 @@ QString findShardCli()
     return QStandardPaths::findExecutable(QStringLiteral("shard"));
 }
 
-Result<qint64> startCommandRun(RunStore& store, const CommandRunRequest& request)
+namespace {
+
+Status checkCommand(const CommandSpec& spec)
 {
-    CommandSpec spec = request.spec;
     if (spec.command.trimmed().isEmpty())
         return fail(QStringLiteral("give the command to run: --command 'torchrun ... train.py'"));
     for (const QString& kv : spec.env)
         if (kv.indexOf('=') <= 0)
             return fail(QStringLiteral("--env '%1' is not KEY=VALUE").arg(kv));
+    return {};
+}
+
+QString newRunDirName(const QString& name)
+{
+    return safeDirName(name) + QLatin1Char('-')
+        + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
+}
+
+Result<qint64> startLocal(RunStore& store, const CommandRunRequest& request)
+{
+    CommandSpec spec = request.spec;
+    if (auto s = checkCommand(spec); !s)
+        return fail(s.error());
     const QString name = request.name.isEmpty() ? QStringLiteral("command") : request.name;
     QString runDir = request.runDir;
     if (runDir.isEmpty())
-        runDir = LocalLauncher::defaultRunsRoot() + QLatin1Char('/') + safeDirName(name)
-            + QLatin1Char('-')
-            + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
+        runDir = LocalLauncher::defaultRunsRoot() + QLatin1Char('/') + newRunDirName(name);
     runDir = QDir(runDir).absolutePath();
     const protocol::RunDir files(runDir.toStdString());
     const bool hasRun = QFileInfo::exists(QString::fromStdString(files.eventsFile()))
@@ -173,6 +189,327 @@ Result<qint64> startCommandRun(RunStore& store, const CommandRunRequest& request
     if (auto s = store.setStatus(*id, RunStatus::Running); !s)
         return fail(s.error());
     return id;
+}
+
+// A shell on the target: an SSH host, or where Slurm jobs are submitted.
+using TargetShell = std::function<Result<SshResult>(const QString&, const QByteArray&)>;
+
+// The folders of a command run on its target, absolute there.
+struct TargetDirs {
+    QString runDir;
+    CommandSpec spec; // its working folder and log folder absolute
+};
+
+// On the target: the supervisor found, the run folder made (refused when it holds a run, unless
+// the command runs again there), the working folder checked; both made absolute there (a
+// relative path is the home folder's), and command.json written.
+Result<TargetDirs> prepareOnTarget(const TargetShell& shell, const QString& where,
+    const CommandRunRequest& request, const QString& runDir, const QString& supervisor)
+{
+    const QString script
+        = QStringLiteral(
+            "s=%1; command -v \"$s\" >/dev/null 2>&1 || { echo NOSHARD; exit 0; }; "
+            "d=%2; r=%3; if [ \"$r\" = 0 ] && { [ -e \"$d/events.jsonl\" ] || "
+            "[ -e \"$d/metrics.jsonl\" ]; }; then echo EXISTS; exit 0; fi; "
+            "if [ \"$r\" = 1 ] && [ ! -e \"$d/command.json\" ]; then echo NOCOMMAND; exit 0; fi; "
+            "mkdir -p -- \"$d/logs\" && cd -- \"$d\" && echo \"DIR=$(pwd)\" || exit 1; "
+            "w=%4; if [ -n \"$w\" ]; then cd 2>/dev/null; if cd -- \"$w\" 2>/dev/null; then "
+            "echo \"WORK=$(pwd)\"; else echo NOWORK; fi; fi")
+              .arg(SshClient::shellQuote(supervisor), SshClient::shellQuote(runDir))
+              .arg(request.resume ? 1 : 0)
+              .arg(SshClient::shellQuote(request.spec.workdir));
+    auto r = shell(script, {});
+    if (!r)
+        return fail(r.error());
+    auto value = [&](const char* key) {
+        for (const QByteArray& line : r->out.split('\n'))
+            if (line.startsWith(key))
+                return QString::fromUtf8(line.mid(qstrlen(key))).trimmed();
+        return QString();
+    };
+    if (r->out.contains("NOSHARD"))
+        return fail(QStringLiteral("the shard program, which watches a command run, is not "
+                                   "installed on %1 ('%2' is not on the PATH of a "
+                                   "non-interactive shell there); install it there or name it "
+                                   "with --supervisor /path/to/shard")
+                        .arg(where, supervisor));
+    if (r->out.contains("EXISTS"))
+        return fail(QStringLiteral("run directory %1 on %2 already holds a run; choose another "
+                                   "run name or folder, or --resume to run its command again "
+                                   "there")
+                        .arg(runDir, where));
+    if (r->out.contains("NOCOMMAND"))
+        return fail(QStringLiteral("%1 on %2 holds no command run (command.json) to run again")
+                        .arg(runDir, where));
+    TargetDirs dirs;
+    dirs.runDir = value("DIR=");
+    if (dirs.runDir.isEmpty())
+        return fail(QStringLiteral("cannot create the run directory %1 on %2: %3")
+                        .arg(runDir, where, QString::fromLocal8Bit(r->err).trimmed()));
+    if (r->out.contains("NOWORK"))
+        return fail(
+            QStringLiteral("--workdir %1: no such folder on %2").arg(request.spec.workdir, where));
+    dirs.spec = request.spec;
+    dirs.spec.workdir = request.spec.workdir.isEmpty() ? dirs.runDir : value("WORK=");
+    if (!dirs.spec.logdir.isEmpty() && !dirs.spec.logdir.startsWith(QLatin1Char('/')))
+        dirs.spec.logdir = QDir::cleanPath(dirs.spec.workdir + QLatin1Char('/') + dirs.spec.logdir);
+    const QString file = commandFile(dirs.runDir);
+    auto written
+        = shell(QStringLiteral("cat > %1").arg(SshClient::shellQuote(file)), dirs.spec.toJson());
+    if (!written || written->exitCode != 0)
+        return fail(QStringLiteral("cannot write %1 on %2%3")
+                        .arg(file, where,
+                            written ? ": " + QString::fromLocal8Bit(written->err).trimmed()
+                                    : ": " + written.error()));
+    return dirs;
+}
+
+// A run folder named on a remote target: relative to the home folder there.
+QString remoteRunDir(const CommandRunRequest& request, const QString& name)
+{
+    QString runDir = request.runDir;
+    if (runDir.startsWith(QLatin1String("~/")))
+        runDir = runDir.mid(2); // the remote shell starts in the home folder
+    return runDir.isEmpty() ? QStringLiteral("shard-runs/") + newRunDirName(name) : runDir;
+}
+
+QString startScript(const QString& supervisor, const QString& absDir)
+{
+    // Detached from the SSH session as an engine run's launcher is (SshLauncher::nodeScript):
+    // its own session, SIGHUP ignored, no stdin, output to a file.
+    return QStringLiteral("cd -- %1 || exit 1; setsid nohup %2 supervise-command %1 > "
+                          "logs/launcher.out 2>&1 < /dev/null & echo \"PID=$!\"")
+        .arg(SshClient::shellQuote(absDir), SshClient::shellQuote(supervisor));
+}
+
+Result<qint64> startOnSsh(
+    RunStore& store, const CommandRunRequest& request, const SshOptions& sshOptions)
+{
+    if (auto s = checkCommand(request.spec); !s)
+        return fail(s.error());
+    const QStringList& hosts = request.target.hosts;
+    if (hosts.size() != 1)
+        return fail(QStringLiteral("a command runs on one SSH host (%1 given): its own launcher "
+                                   "reaches the other nodes (torchrun --nnodes, deepspeed "
+                                   "--hostfile), or submit it through Slurm with srun")
+                        .arg(hosts.size()));
+    auto host = SshHost::parse(hosts.front());
+    if (!host)
+        return fail(QStringLiteral("Host '%1': %2").arg(hosts.front(), host.error()));
+    const SshClient ssh(sshOptions);
+    const QString where = host->toString();
+    const QString name = request.name.isEmpty() ? QStringLiteral("command") : request.name;
+    const QString supervisor
+        = request.supervisor.isEmpty() ? QStringLiteral("shard") : request.supervisor;
+    const TargetShell shell
+        = [&](const QString& script, const QByteArray& in) { return ssh.run(*host, script, in); };
+    auto dirs = prepareOnTarget(shell, where, request, remoteRunDir(request, name), supervisor);
+    if (!dirs)
+        return fail(dirs.error());
+    NewRun nr;
+    nr.name = name;
+    nr.specJson = dirs->spec.toJson();
+    nr.target = QStringLiteral("ssh");
+    nr.host = where;
+    nr.runDir = dirs->runDir;
+    auto id = request.resume ? store.reopenOrCreateRun(nr) : store.createRun(nr);
+    if (!id)
+        return id;
+    auto started = ssh.run(*host, startScript(supervisor, dirs->runDir), {});
+    qint64 pid = 0;
+    if (started)
+        for (const QByteArray& line : started->out.split('\n'))
+            if (line.startsWith("PID="))
+                pid = line.mid(4).trimmed().toLongLong();
+    if (!started || started->exitCode != 0 || pid <= 0) {
+        const QString why
+            = QStringLiteral("starting the command's supervisor on %1 failed: %2")
+                  .arg(where,
+                      started ? QString::fromLocal8Bit(started->err).trimmed() : started.error());
+        (void)store.setStatus(*id, RunStatus::Failed, why);
+        return fail(why);
+    }
+    // The launch info an engine run over SSH has: SshLauncher stops and watches it the same way.
+    const nlohmann::json info = {{"nodes",
+                                     nlohmann::json::array({{{"host", where.toStdString()},
+                                         {"pid", pid}, {"run_dir", dirs->runDir.toStdString()}}})},
+        {"supervisor", supervisor.toStdString()}};
+    if (auto s = store.setProcess(*id, pid, QByteArray::fromStdString(info.dump())); !s)
+        return fail(s.error());
+    if (auto s = store.setStatus(*id, RunStatus::Running); !s)
+        return fail(s.error());
+    return id;
+}
+
+Result<qint64> startOnSlurm(
+    RunStore& store, const CommandRunRequest& request, const SshOptions& sshOptions)
+{
+    if (auto s = checkCommand(request.spec); !s)
+        return fail(s.error());
+    const SlurmOptions& o = request.target.slurm;
+    if (o.nodes < 1)
+        return fail(QStringLiteral("Slurm: --nodes must be at least 1"));
+    SlurmLauncher slurm(store, SshClient(sshOptions));
+    if (auto s = slurm.available(o); !s)
+        return fail(s.error());
+    const bool here = o.via.isEmpty();
+    const QString where = here ? QStringLiteral("this machine") : o.via;
+    const QString name = request.name.isEmpty() ? QStringLiteral("command") : request.name;
+    QString supervisor = request.supervisor;
+    if (supervisor.isEmpty())
+        supervisor = here ? findShardCli() : QStringLiteral("shard");
+    if (supervisor.isEmpty())
+        return fail(QStringLiteral("the shard program, which watches a command run, was not found: "
+                                   "install it, put it on PATH or set $SHARD_CLI"));
+    CommandRunRequest req = request;
+    QString runDir;
+    if (here) {
+        // Paths on this machine are this process's, as for a local command run.
+        runDir = QDir(request.runDir.isEmpty()
+                ? LocalLauncher::defaultRunsRoot() + QLatin1Char('/') + newRunDirName(name)
+                : request.runDir)
+                     .absolutePath();
+        if (!req.spec.workdir.isEmpty())
+            req.spec.workdir = QDir(req.spec.workdir).absolutePath();
+        supervisor = QFileInfo(supervisor).absoluteFilePath();
+    } else {
+        runDir = remoteRunDir(request, name);
+    }
+    const TargetShell shell
+        = [&](const QString& script, const QByteArray& in) { return slurm.shell(o, script, in); };
+    auto dirs = prepareOnTarget(shell, where, req, runDir, supervisor);
+    if (!dirs)
+        return fail(dirs.error());
+    auto script = commandSbatchScript(name, o, supervisor, dirs->runDir,
+        request.masterPort > 0 ? request.masterPort : pickMasterPort());
+    if (!script)
+        return fail(script.error());
+    const QString scriptPath = dirs->runDir + QStringLiteral("/job.sbatch");
+    auto written = shell(
+        QStringLiteral("cat > %1").arg(SshClient::shellQuote(scriptPath)), script->toUtf8());
+    if (!written || written->exitCode != 0)
+        return fail(QStringLiteral("cannot write %1 on %2").arg(scriptPath, where));
+    NewRun nr;
+    nr.name = name;
+    nr.specJson = dirs->spec.toJson();
+    nr.target = QStringLiteral("slurm");
+    nr.host = o.via;
+    nr.runDir = dirs->runDir;
+    auto id = request.resume ? store.reopenOrCreateRun(nr) : store.createRun(nr);
+    if (!id)
+        return id;
+    auto jobId = slurm.sbatch(o, dirs->runDir, scriptPath);
+    if (!jobId) {
+        (void)store.setStatus(*id, RunStatus::Failed, jobId.error());
+        return fail(jobId.error());
+    }
+    if (auto s = store.setJobId(*id, *jobId); !s)
+        return fail(s.error());
+    if (auto s = store.setProcess(*id, 0,
+            SlurmLauncher::launchInfo(o, scriptPath, {{QStringLiteral("supervisor"), supervisor}}));
+        !s)
+        return fail(s.error());
+    return id;
+}
+
+} // namespace
+
+Result<qint64> startCommandRun(
+    RunStore& store, const CommandRunRequest& request, const SshOptions& sshOptions)
+{
+    const QString& kind = request.target.kind;
+    if (kind == QLatin1String("ssh"))
+        return startOnSsh(store, request, sshOptions);
+    if (kind == QLatin1String("slurm"))
+        return startOnSlurm(store, request, sshOptions);
+    if (kind != QLatin1String("local"))
+        return fail(QStringLiteral("a command runs on this machine, an SSH host or through Slurm, "
+                                   "not on target '%1'")
+                        .arg(kind));
+    return startLocal(store, request);
+}
+
+Result<QString> commandSbatchScript(const QString& name, const SlurmOptions& options,
+    const QString& supervisor, const QString& runDir, int masterPort)
+{
+    auto header = SlurmLauncher::sbatchHeader(name, options, {}, runDir);
+    if (!header)
+        return fail(header.error());
+    QStringList lines = header.value();
+    lines << QStringLiteral("# For the command's rendezvous (torchrun --rdzv_endpoint "
+                            "$MASTER_ADDR:$MASTER_PORT, deepspeed --master_addr):")
+          << QStringLiteral("MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | "
+                            "head -n 1)")
+          << QStringLiteral("export MASTER_ADDR MASTER_PORT=%1").arg(masterPort)
+          << QStringLiteral("# The supervisor runs command.json's command in its folder and "
+                            "environment, records its output")
+          << QStringLiteral("# and metric lines, and stops it when the job is cancelled.")
+          << QStringLiteral("exec %1 supervise-command %2")
+                 .arg(SshClient::shellQuote(supervisor), SshClient::shellQuote(runDir));
+    return lines.join(QLatin1Char('\n')) + QLatin1Char('\n');
+}
+
+Result<QString> describeCommandRun(const CommandRunRequest& request)
+{
+    if (auto s = checkCommand(request.spec); !s)
+        return fail(s.error());
+    const CommandSpec& spec = request.spec;
+    const QString runDir
+        = request.runDir.isEmpty() ? QStringLiteral("<run folder>") : request.runDir;
+    // What the supervisor runs, as a shell reads it.
+    QString body = QStringLiteral("cd %1\n").arg(spec.workdir.isEmpty() ? runDir : spec.workdir);
+    if (!spec.env.isEmpty())
+        body += QStringLiteral("env %1 \\\n    ").arg(spec.env.join(QLatin1Char(' ')));
+    body += spec.command + QLatin1Char('\n');
+    QString text;
+    const QString& kind = request.target.kind;
+    if (kind == QLatin1String("slurm")) {
+        const SlurmOptions& o = request.target.slurm;
+        QString supervisor = request.supervisor;
+        if (supervisor.isEmpty())
+            supervisor = o.via.isEmpty() ? findShardCli() : QString();
+        auto script = commandSbatchScript(request.name, o,
+            supervisor.isEmpty() ? QStringLiteral("shard") : supervisor, runDir,
+            request.masterPort > 0 ? request.masterPort : 29500);
+        if (!script)
+            return fail(script.error());
+        text = QObject::tr("# A command run through Slurm: submitted with sbatch %1as "
+                           "%2/job.sbatch (below); its batch step runs `shard "
+                           "supervise-command`, which runs, records and on scancel stops:\n")
+                   .arg(o.via.isEmpty() ? QString() : QObject::tr("on %1 ").arg(o.via), runDir)
+            + body + QStringLiteral("\n") + script.value() + QStringLiteral("\n");
+    } else {
+        const QString where = kind == QLatin1String("ssh")
+            ? QObject::tr("on %1 over SSH").arg(request.target.hosts.value(0))
+            : QObject::tr("on this machine");
+        text = QObject::tr("# A command run %1: `shard supervise-command` runs it detached in its "
+                           "own process group, records it, and stops the group on Stop:\n")
+                   .arg(where)
+            + body;
+    }
+    text += QObject::tr("# run folder: %1 (command.json, logs/stdout.log, logs/stderr.log)\n")
+                .arg(runDir);
+    return text;
+}
+
+Result<CommandRunRequest> commandRerunRequest(const RunRecord& run)
+{
+    CommandRunRequest again;
+    again.name = run.name;
+    again.runDir = run.runDir;
+    again.resume = true;
+    again.target = LaunchTarget::of(run);
+    if (again.target.kind == QLatin1String("ssh"))
+        again.target.hosts = again.target.hosts.mid(0, 1);
+    try {
+        again.spec = CommandSpec::fromJson(run.specJson);
+    } catch (const std::exception& e) {
+        return fail(QObject::tr("run %1: %2").arg(run.id).arg(QString::fromUtf8(e.what())));
+    }
+    const auto info = nlohmann::json::parse(run.launchInfo.toStdString(), nullptr, false);
+    if (info.is_object() && info.contains("supervisor") && info["supervisor"].is_string())
+        again.supervisor = QString::fromStdString(info["supervisor"].get<std::string>());
+    return again;
 }
 
 std::optional<LauncherFailure> parseLauncherFailure(const QByteArray& stderrText)
@@ -286,6 +623,92 @@ int64_t lastRecordedStep(const QString& metricsFile)
     return last;
 }
 
+// nvidia-smi, sampled while the command runs on a machine with NVIDIA GPUs: each GPU's memory
+// in use (every process on it) becomes a per-GPU memory record (rank = the GPU's index, as the
+// CUDA figures of an engine rank), current and peak since the previous record. Every
+// $SHARD_GPU_SAMPLE_MS (default 5000) milliseconds.
+class GpuSampler {
+public:
+    GpuSampler()
+        : m_program(QStandardPaths::findExecutable(QStringLiteral("nvidia-smi")))
+    {
+        bool ok = false;
+        const int ms = qEnvironmentVariableIntValue("SHARD_GPU_SAMPLE_MS", &ok);
+        if (ok && ms > 0)
+            m_intervalMs = ms;
+    }
+    bool available() const { return !m_program.isEmpty() && !m_broken; }
+    // Samples when the interval has passed; returns a note to record once when nvidia-smi
+    // fails (after three failures in a row it is not asked again).
+    std::optional<std::string> poll()
+    {
+        if (!available() || (m_sampled && secondsSince(m_last) * 1000 < m_intervalMs))
+            return std::nullopt;
+        m_sampled = true;
+        m_last = std::chrono::steady_clock::now();
+        QProcess p;
+        p.start(m_program,
+            {QStringLiteral("--query-gpu=index,memory.used"),
+                QStringLiteral("--format=csv,noheader,nounits")});
+        const bool done = p.waitForFinished(5000);
+        if (!done) {
+            p.kill();
+            p.waitForFinished(1000);
+        }
+        if (!done || p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0) {
+            if (++m_failures < 3)
+                return std::nullopt;
+            m_broken = true;
+            return "nvidia-smi failed three times in a row ("
+                + QString::fromLocal8Bit(p.readAllStandardError()).trimmed().toStdString()
+                + "); the GPUs' memory is not sampled for this run";
+        }
+        m_failures = 0;
+        for (const QByteArray& line : p.readAllStandardOutput().split('\n')) {
+            const QList<QByteArray> f = line.split(',');
+            bool okIndex = false, okUsed = false;
+            const int index = f.value(0).trimmed().toInt(&okIndex);
+            const double usedMiB = f.value(1).trimmed().toDouble(&okUsed);
+            if (f.size() < 2 || !okIndex || !okUsed || index < 0)
+                continue; // "[N/A]" on a GPU that does not report it
+            Gpu& g = m_gpus[index];
+            g.current = static_cast<int64_t>(usedMiB * 1024 * 1024);
+            g.peak = std::max(g.peak, g.current);
+        }
+        return std::nullopt;
+    }
+    // The GPUs' records since the previous call (empty before the first sample).
+    std::vector<protocol::RankMemory> take()
+    {
+        std::vector<protocol::RankMemory> out;
+        for (auto& [index, g] : m_gpus) {
+            protocol::RankMemory m;
+            m.rank = index;
+            m.cuda = true;
+            m.currentBytes = g.current;
+            m.peakBytes = std::max(g.peak, g.current);
+            m.cudaReservedBytes = g.current;
+            m.cudaReservedPeakBytes = m.peakBytes;
+            out.push_back(m);
+            g.peak = g.current;
+        }
+        return out;
+    }
+
+private:
+    struct Gpu {
+        int64_t current = 0;
+        int64_t peak = 0;
+    };
+    QString m_program;
+    int m_intervalMs = 5000;
+    bool m_sampled = false;
+    bool m_broken = false;
+    int m_failures = 0;
+    std::chrono::steady_clock::time_point m_last {};
+    std::map<int, Gpu> m_gpus;
+};
+
 // Metric lines of the command's output, merged by step into the engine's metric records.
 class MetricLines {
 public:
@@ -297,6 +720,8 @@ public:
     }
     // Stdout lines without a step are not stored (a log folder gives the real steps).
     void ignoreSteplessLines() { m_stepless = false; }
+    // Records written from now on carry the GPUs' memory.
+    void sampleGpus(GpuSampler* gpus) { m_gpus = gpus; }
     void line(const std::string& text)
     {
         auto parsed = tbio::parseLogLine(text);
@@ -363,6 +788,9 @@ public:
         for (auto it = m_steps.begin(); it != m_steps.end();) {
             Pending& p = it->second;
             if (p.dirty && p.hasLoss) {
+                if (m_gpus)
+                    if (auto memory = m_gpus->take(); !memory.empty())
+                        p.rec.memory = std::move(memory);
                 m_out.line(protocol::toJson(p.rec).dump());
                 p.dirty = false;
             }
@@ -381,6 +809,7 @@ private:
         bool dirty = false;
     };
     AppendFile& m_out;
+    GpuSampler* m_gpus = nullptr;
     bool m_stepless = true;
     int64_t m_hfStep;
     std::chrono::steady_clock::time_point m_t0;
@@ -511,6 +940,13 @@ int superviseCommand(const QString& runDirArg)
             event("warning", note.toStdString(), {{"logdir", spec.logdir.toStdString()}});
     };
     auto lastLogdirPoll = std::chrono::steady_clock::now();
+    GpuSampler gpus;
+    if (gpus.available())
+        metrics.sampleGpus(&gpus);
+    auto sampleGpus = [&] {
+        if (auto note = gpus.poll())
+            event("warning", *note, {{"program", "nvidia-smi"}});
+    };
 
     struct sigaction sa { };
     sa.sa_handler = onStopSignal;
@@ -623,6 +1059,7 @@ int superviseCommand(const QString& runDirArg)
             followLogdir();
             lastLogdirPoll = std::chrono::steady_clock::now();
         }
+        sampleGpus();
         metrics.flush();
         if (!exited) {
             const pid_t w = ::waitpid(child, &status, WNOHANG);

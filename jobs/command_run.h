@@ -18,6 +18,7 @@
 #include <QString>
 #include <QStringList>
 
+#include "jobs/launcher.h"
 #include "jobs/result.h"
 
 namespace shard::jobs {
@@ -45,13 +46,41 @@ bool isCommandSpec(const QByteArray& specJson);
 struct CommandRunRequest {
     QString name;
     CommandSpec spec;
-    QString runDir;      // empty: a new folder under LocalLauncher::defaultRunsRoot()
+    // Where the command runs: this machine; one SSH host (a multi-node command reaches the
+    // others itself, as torchrun --nnodes or deepspeed --hostfile do); or a Slurm job whose
+    // batch script runs the supervisor on the first node (a command with `srun` spreads over
+    // the job's nodes; MASTER_ADDR and MASTER_PORT are set for its rendezvous).
+    LaunchTarget target;
+    // Empty: a new folder under LocalLauncher::defaultRunsRoot() here (also for Slurm on this
+    // machine), shard-runs/<name>-<time> in the home folder of an SSH host or login node.
+    QString runDir;
     bool resume = false; // run the command again in runDir, in the same store record
-    QString supervisor;  // the `shard` program; empty: findShardCli()
+    // The `shard` program that supervises the command where it runs. Empty: findShardCli() on
+    // this machine (and for Slurm submitted from it), `shard` on the PATH of an SSH host or
+    // login node.
+    QString supervisor;
+    int masterPort = 0; // Slurm: MASTER_PORT for the job (0: a free port here)
 };
 
-// Records the run (target "local") and starts its supervisor detached; returns the run id.
-Result<qint64> startCommandRun(RunStore& store, const CommandRunRequest& request);
+// Records the run (target local, ssh or slurm) and starts its supervisor detached (or submits
+// its batch job); returns the run id. On SSH and Slurm the run folder, the working folder and
+// command.json live there, and the run is followed, stopped (TERM to the supervisor's process
+// group; scancel) and resumed like an engine run there.
+Result<qint64> startCommandRun(RunStore& store, const CommandRunRequest& request,
+    const SshOptions& sshOptions = SshOptions::fromEnvironment());
+
+// The batch script of a command run's Slurm job: the options' #SBATCH lines and environment,
+// MASTER_ADDR (the first node) and MASTER_PORT exported, then the supervisor in the job's batch
+// step (`exec SHARD supervise-command RUNDIR`).
+Result<QString> commandSbatchScript(const QString& name, const SlurmOptions& options,
+    const QString& supervisor, const QString& runDir, int masterPort);
+
+// What startCommandRun() will do for `request`, as a user reads it (the Launch page's preview).
+Result<QString> describeCommandRun(const CommandRunRequest& request);
+
+// The request that runs a recorded command run again in its folder, on its target, with its
+// supervisor (the Monitor's Resume, `shard run --command --resume`).
+Result<CommandRunRequest> commandRerunRequest(const RunRecord& run);
 
 // The `shard` command-line program: $SHARD_CLI, beside this program (or the build tree's
 // app/shard from app/studio), or on PATH; empty when none is found.

@@ -395,8 +395,7 @@ Result<std::unique_ptr<Launcher>> makeLauncher(
     return fail(QObject::tr("unknown launch target '%1' (local, ssh or slurm)").arg(target.kind));
 }
 
-Result<std::unique_ptr<Launcher>> launcherOf(
-    RunStore& store, const RunRecord& run, const SshOptions& sshOptions)
+LaunchTarget LaunchTarget::of(const RunRecord& run)
 {
     LaunchTarget target;
     target.kind = run.target;
@@ -408,7 +407,13 @@ Result<std::unique_ptr<Launcher>> launcherOf(
     } else if (run.target == QLatin1String("slurm")) {
         target.slurm = SlurmLauncher::optionsOf(run);
     }
-    auto made = makeLauncher(target, &store, sshOptions);
+    return target;
+}
+
+Result<std::unique_ptr<Launcher>> launcherOf(
+    RunStore& store, const RunRecord& run, const SshOptions& sshOptions)
+{
+    auto made = makeLauncher(LaunchTarget::of(run), &store, sshOptions);
     if (!made)
         return fail(QObject::tr("run %1: %2").arg(run.id).arg(made.error()));
     return made;

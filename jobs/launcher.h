@@ -31,6 +31,8 @@ struct LaunchTarget {
 
     static LaunchTarget ssh(const QStringList& hosts);
     static LaunchTarget onSlurm(const SlurmOptions& options);
+    // The target a recorded run was started on (its kind, SSH hosts, Slurm options).
+    static LaunchTarget of(const RunRecord& run);
     // The first SSH host, or the Slurm login node; empty for this machine.
     QString sshHost() const { return kind == QLatin1String("slurm") ? slurm.via : hosts.value(0); }
 };

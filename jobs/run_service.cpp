@@ -179,7 +179,11 @@ public:
         if (!writable())
             return;
         if (request.resume) {
-            auto known = m_store->findRunByDir(QString(), QDir(request.runDir).absolutePath());
+            const bool here = request.target.kind == QLatin1String("local")
+                || (request.target.kind == QLatin1String("slurm")
+                    && request.target.slurm.via.isEmpty());
+            auto known = m_store->findRunByDir(request.target.sshHost(),
+                here ? QDir(request.runDir).absolutePath() : request.runDir);
             if (known && known.value() != 0)
                 dropWatcher(known.value());
         }
@@ -238,16 +242,10 @@ public:
                         return fail(QObject::tr("run %1 runs a command, which has no step count to "
                                                 "raise: resume it to run the command again")
                                         .arg(record.id));
-                    CommandRunRequest again;
-                    again.name = record.name;
-                    again.runDir = record.runDir;
-                    again.resume = true;
-                    try {
-                        again.spec = CommandSpec::fromJson(record.specJson);
-                    } catch (const std::exception& e) {
-                        return fail(QString::fromUtf8(e.what()));
-                    }
-                    return startCommandRun(store, again);
+                    auto again = commandRerunRequest(record);
+                    if (!again)
+                        return fail(again.error());
+                    return startCommandRun(store, again.value());
                 }
                 auto launcher = launcherOf(store, record);
                 if (!launcher)

@@ -86,19 +86,15 @@ Result<SlurmOptions> SlurmLauncher::fitToRun(
     return o;
 }
 
-Result<QString> SlurmLauncher::sbatchScript(
-    const LaunchRequest& request, const SlurmOptions& given, const QString& runDir)
+Result<QStringList> SlurmLauncher::sbatchHeader(
+    const QString& name, const SlurmOptions& o, const QStringList& env, const QString& runDir)
 {
-    auto fitted = fitToRun(request, given);
-    if (!fitted)
-        return fail(fitted.error());
-    const SlurmOptions& o = fitted.value();
-    for (const auto& [name, value] : {std::pair {"time", o.time},
+    for (const auto& [what, value] : {std::pair {"time", o.time},
              std::pair {"partition", o.partition}, std::pair {"account", o.account}})
         if (!value.isEmpty() && !sbatchValue(value))
             return fail(QStringLiteral("Slurm: %1 '%2' has characters sbatch does not accept")
-                            .arg(name, value));
-    QString jobName = safeDirName(request.name.isEmpty() ? QStringLiteral("shard") : request.name);
+                            .arg(what, value));
+    const QString jobName = safeDirName(name.isEmpty() ? QStringLiteral("shard") : name);
     QStringList lines {QStringLiteral("#!/bin/bash"),
         QStringLiteral("# Written by Shard Studio for the run directory %1").arg(runDir),
         QStringLiteral("#SBATCH --job-name=%1").arg(jobName),
@@ -115,7 +111,7 @@ Result<QString> SlurmLauncher::sbatchScript(
     if (!o.account.isEmpty())
         lines << QStringLiteral("#SBATCH --account=%1").arg(o.account);
     lines << QStringLiteral("set -eu");
-    for (const QString& kv : o.env + request.env) {
+    for (const QString& kv : o.env + env) {
         const int eq = kv.indexOf('=');
         if (eq <= 0
             || !QRegularExpression(QStringLiteral("^[A-Za-z_][A-Za-z0-9_]*$"))
@@ -124,6 +120,20 @@ Result<QString> SlurmLauncher::sbatchScript(
             return fail(QStringLiteral("environment entry '%1' is not KEY=VALUE").arg(kv));
         lines << QStringLiteral("export %1=%2").arg(kv.left(eq), Q::shellQuote(kv.mid(eq + 1)));
     }
+    return lines;
+}
+
+Result<QString> SlurmLauncher::sbatchScript(
+    const LaunchRequest& request, const SlurmOptions& given, const QString& runDir)
+{
+    auto fitted = fitToRun(request, given);
+    if (!fitted)
+        return fail(fitted.error());
+    const SlurmOptions& o = fitted.value();
+    auto header = sbatchHeader(request.name, o, request.env, runDir);
+    if (!header)
+        return fail(header.error());
+    QStringList lines = header.value();
     const int port = request.masterPort > 0 ? request.masterPort : pickMasterPort();
     if (o.nodes > 1) {
         lines << QStringLiteral("MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | "
@@ -195,12 +205,8 @@ SlurmOptions SlurmLauncher::optionsOf(const RunRecord& run)
     return o;
 }
 
-Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOptions& given)
+Status SlurmLauncher::available(const SlurmOptions& o) const
 {
-    auto fitted = fitToRun(request, given); // refused before anything is made on the cluster
-    if (!fitted)
-        return fail(fitted.error());
-    const SlurmOptions& o = fitted.value();
     const QString where = o.via.isEmpty() ? QStringLiteral("this machine") : o.via;
     auto check = shell(o,
         QStringLiteral("command -v sbatch >/dev/null 2>&1 || exit 127; sinfo -h "
@@ -215,7 +221,18 @@ Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOp
         return fail(
             QStringLiteral("Slurm is not available on %1: %2")
                 .arg(where, QString::fromLocal8Bit(check->err).trimmed().section('\n', -1)));
+    return {};
+}
 
+Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOptions& given)
+{
+    auto fitted = fitToRun(request, given); // refused before anything is made on the cluster
+    if (!fitted)
+        return fail(fitted.error());
+    const SlurmOptions& o = fitted.value();
+    if (auto s = available(o); !s)
+        return fail(s.error());
+    const QString where = o.via.isEmpty() ? QStringLiteral("this machine") : o.via;
     const QString name = request.name.isEmpty() ? QStringLiteral("run") : request.name;
     QString runDir = request.runDir;
     if (runDir.isEmpty())
@@ -268,37 +285,54 @@ Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOp
     auto id = req.resume ? m_store.reopenOrCreateRun(nr) : m_store.createRun(nr);
     if (!id)
         return id;
+    auto jobId = sbatch(o, absDir, scriptPath);
+    if (!jobId) {
+        (void)m_store.setStatus(*id, RunStatus::Failed, jobId.error());
+        return fail(jobId.error());
+    }
+    if (auto s = m_store.setJobId(*id, *jobId); !s)
+        return fail(s.error());
+    if (auto s = m_store.setProcess(
+            *id, 0, launchInfo(o, scriptPath, {{"worker", request.workerProgram}}));
+        !s)
+        return fail(s.error());
+    return id;
+}
+
+Result<QString> SlurmLauncher::sbatch(
+    const SlurmOptions& o, const QString& absDir, const QString& scriptPath) const
+{
+    const QString where = o.via.isEmpty() ? QStringLiteral("this machine") : o.via;
     auto sub = shell(o,
         QStringLiteral("sbatch --parsable --chdir=%1 --output=%2 %3")
             .arg(Q::shellQuote(absDir),
                 Q::shellQuote(absDir + QStringLiteral("/logs/slurm-%j.out")),
                 Q::shellQuote(scriptPath)));
-    if (!sub) {
-        (void)m_store.setStatus(*id, RunStatus::Failed, sub.error());
+    if (!sub)
         return fail(sub.error());
-    }
     const QString jobId = QString::fromUtf8(sub->out).trimmed().section(';', 0, 0);
     if (sub->exitCode != 0 || jobId.isEmpty() || !jobId.front().isDigit()) {
         QString why = QString::fromLocal8Bit(sub->err).trimmed();
         why = why.section('\n', -1).remove(QStringLiteral("sbatch: error: "));
-        const QString msg = QStringLiteral("job rejected by Slurm on %1: %2").arg(where, why);
-        (void)m_store.setStatus(*id, RunStatus::Failed, msg);
-        return fail(msg);
+        return fail(QStringLiteral("job rejected by Slurm on %1: %2").arg(where, why));
     }
+    return jobId;
+}
+
+QByteArray SlurmLauncher::launchInfo(
+    const SlurmOptions& o, const QString& scriptPath, const QList<QPair<QString, QString>>& extra)
+{
     nlohmann::json clientEnv = nlohmann::json::array();
     for (const QString& kv : o.clientEnv)
         clientEnv.push_back(kv.toStdString());
     // What a resume needs to submit the run again the same way.
-    const nlohmann::json info = {{"via", o.via.toStdString()}, {"client_env", clientEnv},
+    nlohmann::json info = {{"via", o.via.toStdString()}, {"client_env", clientEnv},
         {"script", scriptPath.toStdString()}, {"nodes", o.nodes}, {"gpus_per_node", o.gpusPerNode},
         {"cpus_per_task", o.cpusPerTask}, {"time", o.time.toStdString()},
-        {"partition", o.partition.toStdString()}, {"account", o.account.toStdString()},
-        {"worker", request.workerProgram.toStdString()}};
-    if (auto s = m_store.setJobId(*id, jobId); !s)
-        return fail(s.error());
-    if (auto s = m_store.setProcess(*id, 0, QByteArray::fromStdString(info.dump())); !s)
-        return fail(s.error());
-    return id;
+        {"partition", o.partition.toStdString()}, {"account", o.account.toStdString()}};
+    for (const auto& [key, value] : extra)
+        info[key.toStdString()] = value.toStdString();
+    return QByteArray::fromStdString(info.dump());
 }
 
 Result<SlurmJobState> SlurmLauncher::jobState(const QString& jobId, const SlurmOptions& o) const

@@ -50,8 +50,27 @@ public:
     static Result<QString> sbatchScript(
         const LaunchRequest& request, const SlurmOptions& options, const QString& runDir);
 
+    // The script's first lines for any job: the #SBATCH options, `set -eu`, the exported
+    // environment (the options' then `env`); an entry that is not KEY=VALUE is an error.
+    static Result<QStringList> sbatchHeader(const QString& name, const SlurmOptions& options,
+        const QStringList& env, const QString& runDir);
+
+    // Whether sbatch and a controller answer where jobs are submitted; the reason when not.
+    Status available(const SlurmOptions& options) const;
     // Writes <run>/job.sbatch and submits it; the run is `queued` with its job id.
     Result<qint64> submit(const LaunchRequest& request, const SlurmOptions& options);
+    // Submits `scriptPath` to run in `absDir` (its output in logs/slurm-<job>.out); returns the
+    // job id, or why Slurm refused it.
+    Result<QString> sbatch(
+        const SlurmOptions& options, const QString& absDir, const QString& scriptPath) const;
+    // The launch info recorded with a Slurm run (what optionsOf() reads back), with `extra`
+    // keys (the program the job runs).
+    static QByteArray launchInfo(const SlurmOptions& options, const QString& scriptPath,
+        const QList<QPair<QString, QString>>& extra);
+    // A shell command on the submitting machine (this one, or the via host over SSH), with the
+    // options' client environment.
+    Result<SshResult> shell(
+        const SlurmOptions& options, const QString& script, const QByteArray& stdinData = {}) const;
 
     Result<SlurmJobState> jobState(const QString& jobId, const SlurmOptions& options) const;
     // Updates the run's status from Slurm (queued -> running; ended jobs settle from their
@@ -63,9 +82,6 @@ public:
     static SlurmOptions optionsOf(const RunRecord& run);
 
 private:
-    Result<SshResult> shell(
-        const SlurmOptions& options, const QString& script, const QByteArray& stdinData = {}) const;
-
     RunStore& m_store;
     SshClient m_ssh;
 };

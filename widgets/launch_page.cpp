@@ -281,7 +281,8 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_commandBox->setCheckable(true);
     m_commandBox->setChecked(false);
     m_commandBox->setToolTip(tr("torchrun, deepspeed, accelerate launch or any script, on this "
-                                "machine: recorded in the store, its metric lines (Hugging Face "
+                                "machine, an SSH host or through Slurm (Target, Nodes): recorded "
+                                "in the store, its metric lines (Hugging Face "
                                 "Trainer, torchtitan) or TensorBoard files followed, stoppable"));
     m_command = new QLineEdit(this);
     m_command->setObjectName("command");
@@ -307,8 +308,15 @@ LaunchPage::LaunchPage(QWidget* parent)
         form->addRow(tr("TensorBoard &log folder"), m_logdir);
         form->addRow(tr("En&vironment"), m_commandEnv);
     }
-    for (QWidget* w : {static_cast<QWidget*>(trainBox), static_cast<QWidget*>(shardBox)})
-        m_engineBoxes << w;
+    m_engineBoxes << trainBox;
+    // A command runs on a target too (and on Slurm over nodes): of the sharding box, those two
+    // fields stay.
+    for (QWidget* w : shardBox->findChildren<QWidget*>(QString(), Qt::FindDirectChildrenOnly)) {
+        const auto* label = qobject_cast<QLabel*>(w);
+        const QWidget* buddy = label ? label->buddy() : nullptr;
+        if (w != m_target && w != m_nodes && buddy != m_target && buddy != m_nodes)
+            m_engineBoxes << w;
+    }
     // Data and output keep the run name and folder, which a command run uses too.
     for (QWidget* w : {static_cast<QWidget*>(m_model), static_cast<QWidget*>(browseModel),
              static_cast<QWidget*>(m_data), static_cast<QWidget*>(browseData),
@@ -649,15 +657,9 @@ void LaunchPage::updatePreview()
             m_start->setEnabled(false);
         } else {
             const jobs::CommandSpec& spec = c.value().spec;
-            QString text = tr("# A command run on this machine: `shard supervise-command` runs it "
-                              "in its own process group and records it\n");
-            text += QStringLiteral("cd %1\n").arg(
-                spec.workdir.isEmpty() ? c.value().runDir : spec.workdir);
-            if (!spec.env.isEmpty())
-                text += QStringLiteral("env %1 \\\n    ").arg(spec.env.join(' '));
-            text += spec.command + QLatin1Char('\n');
-            text += tr("# run folder: %1 (command.json, logs/stdout.log, logs/stderr.log)\n")
-                        .arg(c.value().runDir);
+            auto described = jobs::describeCommandRun(c.value());
+            QString text
+                = described ? described.value() : tr("# Not ready: %1").arg(described.error());
             text += spec.logdir.isEmpty()
                 ? tr("# points: the metric lines it prints (Hugging Face Trainer, torchtitan)\n")
                 : tr("# points: the TensorBoard event files in %1\n").arg(spec.logdir);
@@ -893,11 +895,11 @@ void LaunchPage::setCommand(
 
 jobs::Result<jobs::CommandRunRequest> LaunchPage::commandRequest() const
 {
-    if (target().kind != QLatin1String("local"))
-        return jobs::fail(tr("a command runs on this machine for now: choose This machine as "
-                             "the target (for a cluster, Plan → Export for… writes the sbatch "
-                             "script)"));
     jobs::CommandRunRequest r;
+    r.target = target();
+    const bool here = r.target.kind == QLatin1String("local");
+    if (r.target.kind == QLatin1String("slurm"))
+        r.target.slurm.nodes = m_nodes->value();
     r.name = m_name->text().trimmed();
     if (r.name.isEmpty())
         return jobs::fail(tr("give the run a name"));
@@ -906,7 +908,7 @@ jobs::Result<jobs::CommandRunRequest> LaunchPage::commandRequest() const
     if (r.spec.command.isEmpty())
         return jobs::fail(tr("enter the command to run"));
     r.spec.workdir = m_workdir->text().trimmed();
-    if (!r.spec.workdir.isEmpty() && !QFileInfo(r.spec.workdir).isDir())
+    if (here && !r.spec.workdir.isEmpty() && !QFileInfo(r.spec.workdir).isDir())
         return jobs::fail(tr("working folder %1: no such folder").arg(r.spec.workdir));
     r.spec.logdir = m_logdir->text().trimmed();
     for (const QString& kv : m_commandEnv->text().split(QLatin1Char(' '), Qt::SkipEmptyParts)) {
@@ -914,7 +916,7 @@ jobs::Result<jobs::CommandRunRequest> LaunchPage::commandRequest() const
             return jobs::fail(tr("environment: '%1' is not KEY=VALUE").arg(kv));
         r.spec.env << kv;
     }
-    if (QFileInfo::exists(r.runDir + QStringLiteral("/events.jsonl")))
+    if (here && QFileInfo::exists(r.runDir + QStringLiteral("/events.jsonl")))
         return jobs::fail(
             tr("the run folder %1 already holds a run: choose another name").arg(r.runDir));
     return r;

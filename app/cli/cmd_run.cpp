@@ -41,6 +41,7 @@ struct RunOptions {
     std::string logdir;
     bool resume = false;
     double graceSec = 10;
+    std::string supervisor;
 };
 
 protocol::RunSpec readSpec(const std::string& path)
@@ -77,20 +78,37 @@ int followStarted(jobs::RunStore& store, qint64 id, bool detach)
     return exitCodeFor(final.status);
 }
 
-// `shard run --command '...'`: the command as a run on this machine.
+// The Slurm options of `shard run --slurm` (engine and command runs alike).
+jobs::SlurmOptions slurmOptions(const RunOptions& o)
+{
+    if (!o.hosts.empty())
+        throw std::runtime_error("--host and --slurm do not mix; use --slurm --via HOST to "
+                                 "submit through a login node");
+    jobs::SlurmOptions so;
+    so.nodes = o.nodes;
+    so.gpusPerNode = o.gpusPerNode;
+    so.cpusPerTask = o.cpusPerTask;
+    so.time = QString::fromStdString(o.time);
+    so.partition = QString::fromStdString(o.partition);
+    so.account = QString::fromStdString(o.account);
+    so.via = QString::fromStdString(o.via);
+    if (const char* conf = std::getenv("SLURM_CONF"); conf && !so.via.isEmpty())
+        so.clientEnv << QStringLiteral("SLURM_CONF=%1").arg(conf);
+    return so;
+}
+
+// `shard run --command '...'`: the command as a run, here, on an SSH host or through Slurm.
 int runUserCommand(const RunOptions& o)
 {
     if (!o.args.empty())
         throw std::runtime_error("--command runs the command given to it: drop the run spec or "
                                  "train flags ("
             + o.args.front() + ")");
-    if (o.slurm || !o.hosts.empty())
-        throw std::runtime_error("--command runs on this machine for now; over SSH, run `shard "
-                                 "run --command` on that host, or submit the sbatch script "
-                                 "`shard plan --export sbatch` writes");
     if (o.resume && o.runDir.empty())
         throw std::runtime_error("--resume runs the command again in its run folder: name it "
                                  "with --run-dir DIR");
+    if (!o.sshConfig.empty())
+        qputenv("SHARD_SSH_CONFIG", QByteArray::fromStdString(o.sshConfig));
     jobs::CommandRunRequest req;
     req.name = QString::fromStdString(o.name);
     req.spec.command = QString::fromStdString(o.command);
@@ -101,14 +119,31 @@ int runUserCommand(const RunOptions& o)
     req.spec.graceMs = static_cast<int>(o.graceSec * 1000);
     req.runDir = QString::fromStdString(o.runDir);
     req.resume = o.resume;
-    req.supervisor = QCoreApplication::applicationFilePath();
+    req.masterPort = o.masterPort;
+    req.supervisor = QString::fromStdString(o.supervisor);
+    if (o.slurm) {
+        req.target = jobs::LaunchTarget::onSlurm(slurmOptions(o));
+    } else if (!o.hosts.empty()) {
+        QStringList hosts;
+        for (const auto& h : o.hosts)
+            hosts << QString::fromStdString(h);
+        req.target = jobs::LaunchTarget::ssh(hosts);
+    }
+    // On this machine (also a Slurm job submitted from it) the supervisor is this program.
+    if (req.supervisor.isEmpty()
+        && (req.target.kind == QLatin1String("local")
+            || (o.slurm && req.target.slurm.via.isEmpty())))
+        req.supervisor = QCoreApplication::applicationFilePath();
     jobs::RunStore store = openStore(o.store);
     const jobs::Result<qint64> id = jobs::startCommandRun(store, req);
     if (!id)
         throw std::runtime_error(id.error().toStdString());
     auto run = store.run(*id);
-    std::printf("run %lld '%s' started (command): %s\n", static_cast<long long>(*id),
-        terminalText(run->name).constData(), qPrintable(run->runDir));
+    std::printf("run %lld '%s' started (command, %s%s%s): %s\n", static_cast<long long>(*id),
+        terminalText(run->name).constData(), qPrintable(run->target),
+        run->host.isEmpty() ? "" : " on ", qPrintable(run->host), qPrintable(run->runDir));
+    if (!run->jobId.isEmpty())
+        std::printf("Slurm job %s\n", qPrintable(run->jobId));
     return followStarted(store, *id, o.detach);
 }
 
@@ -169,19 +204,7 @@ int runCommand(const RunOptions& o)
     jobs::RunStore store = openStore(o.store);
     jobs::LaunchTarget target;
     if (o.slurm) {
-        if (!o.hosts.empty())
-            throw std::runtime_error("--host and --slurm do not mix; use --slurm --via HOST to "
-                                     "submit through a login node");
-        jobs::SlurmOptions so;
-        so.nodes = o.nodes;
-        so.gpusPerNode = o.gpusPerNode;
-        so.cpusPerTask = o.cpusPerTask;
-        so.time = QString::fromStdString(o.time);
-        so.partition = QString::fromStdString(o.partition);
-        so.account = QString::fromStdString(o.account);
-        so.via = QString::fromStdString(o.via);
-        if (const char* conf = std::getenv("SLURM_CONF"); conf && !so.via.isEmpty())
-            so.clientEnv << QStringLiteral("SLURM_CONF=%1").arg(conf);
+        jobs::SlurmOptions so = slurmOptions(o);
         if (so.via.isEmpty() && req.workerProgram == QLatin1String("shard-worker")) {
             const QString local = jobs::LocalLauncher::findWorker();
             if (!local.isEmpty())
@@ -241,8 +264,9 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--partition", o->partition, "Slurm: partition");
     cmd->add_option("--account", o->account, "Slurm: account");
     cmd->add_option("--command", o->command,
-        "run this command instead of the engine (e.g. 'torchrun --nproc_per_node 2 train.py'): "
-        "recorded, followed from the metric lines it prints, stoppable");
+        "run this command instead of the engine (e.g. 'torchrun --nproc_per_node 2 train.py'), "
+        "here, on one --host, or through --slurm: recorded, followed from the metric lines it "
+        "prints, stoppable");
     cmd->add_option("--workdir", o->workdir,
         "--command: the folder it runs in (default: the run "
         "folder)");
@@ -251,6 +275,9 @@ const CommandRegistration kRegistration([](CLI::App& app) {
         "event files are followed and give the run's points");
     cmd->add_flag("--resume", o->resume,
         "--command: run the command again in --run-dir, in the same store record");
+    cmd->add_option("--supervisor", o->supervisor,
+        "--command: the shard program on the SSH host or the Slurm login node, which runs and "
+        "records the command there (default: shard on PATH there; this program here)");
     cmd->add_option("--grace", o->graceSec,
            "--command: seconds between TERM and KILL when stopped (default 10)")
         ->check(CLI::PositiveNumber);

@@ -14,67 +14,16 @@
 
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "jobs/command_run.h"
 #include "jobs/run_store.h"
 #include "jobs_test_util.h"
 #include "tbio/event_writer.h"
+#include "torchrun_util.h"
 
 using namespace shard::jobs;
-
-namespace {
-
-const QString kScripts = QStringLiteral(SHARD_SOURCE_DIR "/tests/jobs/scripts");
-
-int freePort()
-{
-    QTcpServer s;
-    s.listen(QHostAddress::LocalHost, 0);
-    return s.serverPort();
-}
-
-// torchrun through Debian's python3 (/usr/bin/python3 has python3-torch), with a static
-// rendezvous on loopback. --redirects 1 --tee 1: Debian 12's torchrun (PyTorch 1.13 under
-// Python 3.11) fails on its default "0" (its Std enum no longer iterates the zero member).
-// torchrun_nolibuv.py: Debian 13's PyTorch 2.6 is built without libuv and torchrun asks for it
-// whatever USE_LIBUV says; under USE_LIBUV=0 (--env) the wrapper and the script mend that, and
-// elsewhere the wrapper is plain torchrun. The studio sets none of this on its own (README,
-// "Your command as a run").
-QString torchrunCommand()
-{
-    return QStringLiteral("/usr/bin/python3 '%1/torchrun_nolibuv.py' --nnodes 1 --master_addr "
-                          "127.0.0.1 --master_port %2 --nproc_per_node 2 --redirects 1 --tee 1 "
-                          "'%1/torchrun_train.py'")
-        .arg(kScripts)
-        .arg(freePort());
-}
-
-bool haveTorch()
-{
-    QProcess p;
-    p.start("/usr/bin/python3", {"-c", "import torch.distributed.run"});
-    return p.waitForFinished(60000) && p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0;
-}
-
-// Processes (not zombies) in process group `pgid`.
-int liveInGroup(qint64 pgid)
-{
-    int n = 0;
-    QDirIterator it("/proc", QDir::Dirs | QDir::NoDotAndDotDot);
-    while (it.hasNext()) {
-        const QString dir = it.next();
-        QFile stat(dir + "/stat");
-        if (!stat.open(QIODevice::ReadOnly))
-            continue;
-        const QByteArray s = stat.readAll();
-        const int close = s.lastIndexOf(')');
-        const QList<QByteArray> f = s.mid(close + 2).split(' ');
-        if (f.size() > 3 && f[0] != "Z" && f[2].toLongLong() == pgid)
-            ++n;
-    }
-    return n;
-}
-
-} // namespace
+using namespace shard::test;
 
 class TestCommandRun : public QObject {
     Q_OBJECT
@@ -275,6 +224,51 @@ private Q_SLOTS:
         refused({"run", "--command", "true", "--", "--steps", "3"}, "drop the run spec");
         refused({"run", "--command", "true", "--env", "NOEQUALS"}, "is not KEY=VALUE");
         refused({"run", "--run-dir", quick, "--command", "true"}, "already holds a run");
+    }
+
+    // On a machine with NVIDIA GPUs the supervisor samples nvidia-smi into the records' per-GPU
+    // memory. This machine has none: a stand-in on PATH answers the query nvidia-smi answers
+    // (index, memory.used in MiB, CSV without header or units) for two GPUs, the second growing.
+    void samplesNvidiaSmi()
+    {
+        const QString bin = m_dir.filePath("fake-gpu-bin");
+        QDir().mkpath(bin);
+        QFile smi(bin + "/nvidia-smi");
+        QVERIFY(smi.open(QIODevice::WriteOnly));
+        smi.write(
+            "#!/bin/sh\n"
+            "[ \"$1\" = --query-gpu=index,memory.used ] || { echo \"unexpected: $*\" >&2; "
+            "exit 2; }\n"
+            "n=$(cat \"$0.count\" 2>/dev/null || echo 0); n=$((n+1)); echo $n > \"$0.count\"\n"
+            "echo \"0, 1000\"; echo \"1, $((2000 + n))\"\n");
+        smi.close();
+        smi.setPermissions(smi.permissions() | QFileDevice::ExeOwner);
+        QProcessEnvironment e = env();
+        e.insert("PATH", bin + ":" + e.value("PATH"));
+        e.insert("SHARD_GPU_SAMPLE_MS", "100");
+        const QString dir = m_dir.filePath("gpus");
+        const auto o = runShard(e,
+            {"run", "--name", "gpus", "--run-dir", dir, "--command",
+                "for i in 1 2 3; do sleep 0.5; echo \"{'loss': 2.$i, 'learning_rate': 0.1}\"; "
+                "done"});
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        QFile metrics(dir + "/metrics.jsonl");
+        QVERIFY(metrics.open(QIODevice::ReadOnly));
+        const QList<QByteArray> lines = metrics.readAll().trimmed().split('\n');
+        QCOMPARE(lines.size(), 3);
+        for (const QByteArray& line : lines) {
+            const auto j = nlohmann::json::parse(line.toStdString());
+            QVERIFY2(j.contains("memory") && j["memory"].size() == 2, line.constData());
+            QCOMPARE(j["memory"][0]["rank"].get<int>(), 0);
+            QCOMPARE(j["memory"][0]["current"].get<int64_t>(), int64_t(1000) << 20);
+            QVERIFY(j["memory"][0].contains("cuda"));
+            QCOMPARE(j["memory"][1]["rank"].get<int>(), 1);
+            QVERIFY(j["memory"][1]["peak"].get<int64_t>() > int64_t(2000) << 20);
+        }
+        // The store holds it per GPU, as an engine run's per-rank memory.
+        RunStore s = store();
+        const qint64 id = s.findRunByDir(QString(), dir).value();
+        QTRY_COMPARE_WITH_TIMEOUT(s.memorySeries(id).value().size(), 2, 10000);
     }
 
     void launcherReports()

@@ -144,6 +144,25 @@ private Q_SLOTS:
             db.value().run(id).value().status == shard::jobs::RunStatus::Finished, 30000);
         QTRY_COMPARE_WITH_TIMEOUT(db.value().metricSeries(id).value().size(), 3, 30000);
         QCOMPARE(db.value().metricSeries(id).value().loss.back(), 2.3);
+
+        // A command runs on the other targets too: Target and Nodes stay open, and the preview
+        // is what runs there (the batch script for Slurm, the host for SSH).
+        page.setHosts({{"cluster", "slurm", QString(), 22, QString(), "debug", {}},
+            {"box", "ssh", "gpu-box", 22, "me", {}, {}}});
+        auto* target = page.findChild<QComboBox*>("target");
+        QVERIFY(target->isEnabled());
+        QVERIFY(page.findChild<QSpinBox*>("nodes")->isEnabled());
+        target->setCurrentIndex(target->findText("Slurm: cluster"));
+        page.findChild<QSpinBox*>("nodes")->setValue(2);
+        QTRY_VERIFY2(
+            page.commandPreview().contains("#SBATCH --nodes=2"), qPrintable(page.commandPreview()));
+        QVERIFY(page.commandPreview().contains("#SBATCH --partition=debug"));
+        QVERIFY(page.commandPreview().contains("supervise-command"));
+        QVERIFY(page.commandPreview().contains("for i in 1 2 3"));
+        target->setCurrentIndex(target->findText("box", Qt::MatchContains));
+        QTRY_VERIFY2(page.commandPreview().contains("on me@gpu-box over SSH"),
+            qPrintable(page.commandPreview()));
+        target->setCurrentIndex(0);
         page.setCommandMode(false);
         QVERIFY(page.findChild<QWidget*>("strategy")->isEnabled());
     }
