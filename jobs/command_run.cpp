@@ -93,19 +93,8 @@ bool isCommandSpec(const QByteArray& specJson)
 
 QString findShardCli()
 {
-    const QString env = qEnvironmentVariable("SHARD_CLI");
-    if (!env.isEmpty())
-        return QFileInfo(env).isExecutable() ? QFileInfo(env).absoluteFilePath() : QString();
-    if (QCoreApplication::instance()) {
-        const QString appDir = QCoreApplication::applicationDirPath();
-        for (const QString& rel : {QStringLiteral("/shard"), QStringLiteral("/../shard"),
-                 QStringLiteral("/../app/shard")}) {
-            const QString candidate = QDir::cleanPath(appDir + rel);
-            if (QFileInfo(candidate).isExecutable() && QFileInfo(candidate).isFile())
-                return candidate;
-        }
-    }
-    return QStandardPaths::findExecutable(QStringLiteral("shard"));
+    return findProjectProgram(
+        QStringLiteral("shard"), "SHARD_CLI", {QStringLiteral("/.."), QStringLiteral("/../app")});
 }
 
 namespace {
@@ -170,7 +159,7 @@ Result<qint64> startLocal(RunStore& store, const CommandRunRequest& request)
     NewRun nr;
     nr.name = name;
     nr.specJson = spec.toJson();
-    nr.target = QStringLiteral("local");
+    nr.target = TargetKind::Local;
     nr.runDir = runDir;
     auto id = request.resume ? store.reopenOrCreateRun(nr) : store.createRun(nr);
     if (!id)
@@ -309,7 +298,7 @@ Result<qint64> startOnSsh(
     NewRun nr;
     nr.name = name;
     nr.specJson = dirs->spec.toJson();
-    nr.target = QStringLiteral("ssh");
+    nr.target = TargetKind::Ssh;
     nr.host = where;
     nr.runDir = dirs->runDir;
     auto id = request.resume ? store.reopenOrCreateRun(nr) : store.createRun(nr);
@@ -380,10 +369,23 @@ Result<qint64> startOnSlurm(
     auto dirs = prepareOnTarget(shell, where, req, runDir, supervisor);
     if (!dirs)
         return fail(dirs.error());
-    auto script = commandSbatchScript(name, o, supervisor, dirs->runDir,
-        request.masterPort > 0 ? request.masterPort : pickMasterPort());
+    QString given = request.sbatchScript;
+    if (given.isEmpty() && request.resume) {
+        // Run again as it was submitted: its job.sbatch, edits included.
+        auto kept = shell(QStringLiteral("cat %1").arg(
+                              SshClient::shellQuote(dirs->runDir + QStringLiteral("/job.sbatch"))),
+            {});
+        if (kept && kept->exitCode == 0
+            && checkEditedSbatch(QString::fromUtf8(kept->out), dirs->runDir))
+            given = QString::fromUtf8(kept->out);
+    }
+    auto script = given.isEmpty() ? commandSbatchScript(name, o, supervisor, dirs->runDir,
+                      request.masterPort > 0 ? request.masterPort : pickMasterPort())
+                                  : Result<QString>(given);
     if (!script)
         return fail(script.error());
+    if (auto s = checkEditedSbatch(*script, dirs->runDir); !s)
+        return fail(s.error());
     const QString scriptPath = dirs->runDir + QStringLiteral("/job.sbatch");
     auto written = shell(
         QStringLiteral("cat > %1").arg(SshClient::shellQuote(scriptPath)), script->toUtf8());
@@ -392,7 +394,7 @@ Result<qint64> startOnSlurm(
     NewRun nr;
     nr.name = name;
     nr.specJson = dirs->spec.toJson();
-    nr.target = QStringLiteral("slurm");
+    nr.target = TargetKind::Slurm;
     nr.host = o.via;
     nr.runDir = dirs->runDir;
     auto id = request.resume ? store.reopenOrCreateRun(nr) : store.createRun(nr);
@@ -417,16 +419,19 @@ Result<qint64> startOnSlurm(
 Result<qint64> startCommandRun(
     RunStore& store, const CommandRunRequest& request, const SshOptions& sshOptions)
 {
-    const QString& kind = request.target.kind;
-    if (kind == QLatin1String("ssh"))
+    switch (request.target.kind) {
+    case TargetKind::Local:
+        return startLocal(store, request);
+    case TargetKind::Ssh:
         return startOnSsh(store, request, sshOptions);
-    if (kind == QLatin1String("slurm"))
+    case TargetKind::Slurm:
         return startOnSlurm(store, request, sshOptions);
-    if (kind != QLatin1String("local"))
-        return fail(QStringLiteral("a command runs on this machine, an SSH host or through Slurm, "
-                                   "not on target '%1'")
-                        .arg(kind));
-    return startLocal(store, request);
+    case TargetKind::Import:
+        break;
+    }
+    return fail(QStringLiteral("a command runs on this machine, an SSH host or through Slurm, "
+                               "not on target '%1'")
+                    .arg(toString(request.target.kind)));
 }
 
 Result<QString> commandSbatchScript(const QString& name, const SlurmOptions& options,
@@ -449,6 +454,45 @@ Result<QString> commandSbatchScript(const QString& name, const SlurmOptions& opt
     return lines.join(QLatin1Char('\n')) + QLatin1Char('\n');
 }
 
+Status checkEditedSbatch(const QString& script, const QString& runDir)
+{
+    // The supervisor's line, with the folder as commandSbatchScript writes it or unquoted.
+    static const QRegularExpression line(
+        QStringLiteral("^\\s*(exec\\s+)?\\S+\\s+supervise-command\\s+(.+?)\\s*$"),
+        QRegularExpression::MultilineOption);
+    bool found = false;
+    for (auto it = line.globalMatch(script); it.hasNext();) {
+        const auto m = it.next();
+        found = true;
+        const QString dir = m.captured(2);
+        if (dir == runDir || dir == SshClient::shellQuote(runDir)
+            || dir == QLatin1Char('"') + runDir + QLatin1Char('"'))
+            return {};
+    }
+    if (!found)
+        return fail(QStringLiteral("the batch script no longer runs `shard supervise-command %1`, "
+                                   "which runs the command and records it: keep that line (or "
+                                   "go back to the written script)")
+                        .arg(SshClient::shellQuote(runDir)));
+    return fail(QStringLiteral("the batch script runs the supervisor on another folder than the "
+                               "run's (%1): the run name or folder changed since it was edited; "
+                               "edit it again or go back to the written script")
+                    .arg(runDir));
+}
+
+Result<QString> commandRunSbatch(const CommandRunRequest& request)
+{
+    if (!request.sbatchScript.isEmpty())
+        return request.sbatchScript;
+    QString supervisor = request.supervisor;
+    if (supervisor.isEmpty() && request.target.slurm.via.isEmpty())
+        supervisor = findShardCli();
+    return commandSbatchScript(request.name, request.target.slurm,
+        supervisor.isEmpty() ? QStringLiteral("shard") : supervisor,
+        request.runDir.isEmpty() ? QStringLiteral("<run folder>") : request.runDir,
+        request.masterPort > 0 ? request.masterPort : 29500);
+}
+
 Result<QString> describeCommandRun(const CommandRunRequest& request)
 {
     if (auto s = checkCommand(request.spec); !s)
@@ -462,24 +506,23 @@ Result<QString> describeCommandRun(const CommandRunRequest& request)
         body += QStringLiteral("env %1 \\\n    ").arg(spec.env.join(QLatin1Char(' ')));
     body += spec.command + QLatin1Char('\n');
     QString text;
-    const QString& kind = request.target.kind;
-    if (kind == QLatin1String("slurm")) {
+    const TargetKind kind = request.target.kind;
+    if (kind == TargetKind::Slurm) {
         const SlurmOptions& o = request.target.slurm;
-        QString supervisor = request.supervisor;
-        if (supervisor.isEmpty())
-            supervisor = o.via.isEmpty() ? findShardCli() : QString();
-        auto script = commandSbatchScript(request.name, o,
-            supervisor.isEmpty() ? QStringLiteral("shard") : supervisor, runDir,
-            request.masterPort > 0 ? request.masterPort : 29500);
+        auto script = commandRunSbatch(request);
         if (!script)
             return fail(script.error());
+        if (!request.sbatchScript.isEmpty() && !request.runDir.isEmpty())
+            if (auto s = checkEditedSbatch(request.sbatchScript, request.runDir); !s)
+                return fail(s.error());
         text = QObject::tr("# A command run through Slurm: submitted with sbatch %1as "
-                           "%2/job.sbatch (below); its batch step runs `shard "
+                           "%2/job.sbatch (below%3); its batch step runs `shard "
                            "supervise-command`, which runs, records and on scancel stops:\n")
-                   .arg(o.via.isEmpty() ? QString() : QObject::tr("on %1 ").arg(o.via), runDir)
+                   .arg(o.via.isEmpty() ? QString() : QObject::tr("on %1 ").arg(o.via), runDir,
+                       request.sbatchScript.isEmpty() ? QString() : QObject::tr(", as edited"))
             + body + QStringLiteral("\n") + script.value() + QStringLiteral("\n");
     } else {
-        const QString where = kind == QLatin1String("ssh")
+        const QString where = kind == TargetKind::Ssh
             ? QObject::tr("on %1 over SSH").arg(request.target.hosts.value(0))
             : QObject::tr("on this machine");
         text = QObject::tr("# A command run %1: `shard supervise-command` runs it detached in its "
@@ -499,7 +542,7 @@ Result<CommandRunRequest> commandRerunRequest(const RunRecord& run)
     again.runDir = run.runDir;
     again.resume = true;
     again.target = LaunchTarget::of(run);
-    if (again.target.kind == QLatin1String("ssh"))
+    if (again.target.kind == TargetKind::Ssh)
         again.target.hosts = again.target.hosts.mid(0, 1);
     try {
         again.spec = CommandSpec::fromJson(run.specJson);

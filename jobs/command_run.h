@@ -60,6 +60,9 @@ struct CommandRunRequest {
     // login node.
     QString supervisor;
     int masterPort = 0; // Slurm: MASTER_PORT for the job (0: a free port here)
+    // Slurm: the batch script to submit instead of commandSbatchScript()'s, as the user edited
+    // it (module loads, more #SBATCH lines); it must still run the supervisor on the run folder.
+    QString sbatchScript;
 };
 
 // Records the run (target local, ssh or slurm) and starts its supervisor detached (or submits
@@ -74,6 +77,14 @@ Result<qint64> startCommandRun(RunStore& store, const CommandRunRequest& request
 // step (`exec SHARD supervise-command RUNDIR`).
 Result<QString> commandSbatchScript(const QString& name, const SlurmOptions& options,
     const QString& supervisor, const QString& runDir, int masterPort);
+
+// The batch script a Slurm command run submits for `request`: its edited one, else the one
+// commandSbatchScript() writes (MASTER_PORT 29500 when none is chosen: the run picks a free one).
+Result<QString> commandRunSbatch(const CommandRunRequest& request);
+
+// Whether an edited batch script still runs the supervisor on `runDir` (absolute): the reason
+// when it does not.
+Status checkEditedSbatch(const QString& script, const QString& runDir);
 
 // What startCommandRun() will do for `request`, as a user reads it (the Launch page's preview).
 Result<QString> describeCommandRun(const CommandRunRequest& request);

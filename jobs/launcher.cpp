@@ -45,7 +45,7 @@ public:
         : m_store(store)
     {
     }
-    QString kind() const override { return QStringLiteral("local"); }
+    TargetKind kind() const override { return TargetKind::Local; }
     Result<qint64> start(const LaunchRequest& request) override
     {
         if (auto s = needStore(m_store); !s)
@@ -115,7 +115,7 @@ public:
         , m_options(std::move(options))
     {
     }
-    QString kind() const override { return QStringLiteral("ssh"); }
+    TargetKind kind() const override { return TargetKind::Ssh; }
     Result<qint64> start(const LaunchRequest& request) override
     {
         if (auto s = needStore(m_store); !s)
@@ -218,7 +218,7 @@ public:
         , m_options(std::move(options))
     {
     }
-    QString kind() const override { return QStringLiteral("slurm"); }
+    TargetKind kind() const override { return TargetKind::Slurm; }
     Result<qint64> start(const LaunchRequest& request) override
     {
         if (auto s = needStore(m_store); !s)
@@ -291,7 +291,7 @@ private:
 LaunchTarget LaunchTarget::ssh(const QStringList& hosts)
 {
     LaunchTarget t;
-    t.kind = QStringLiteral("ssh");
+    t.kind = TargetKind::Ssh;
     t.hosts = hosts;
     return t;
 }
@@ -299,7 +299,7 @@ LaunchTarget LaunchTarget::ssh(const QStringList& hosts)
 LaunchTarget LaunchTarget::onSlurm(const SlurmOptions& options)
 {
     LaunchTarget t;
-    t.kind = QStringLiteral("slurm");
+    t.kind = TargetKind::Slurm;
     t.slurm = options;
     return t;
 }
@@ -365,7 +365,7 @@ Result<qint64> Launcher::resume(
         return fail(request.error());
     // A remote run resumes with the worker it was started with there.
     const auto info = nlohmann::json::parse(run.launchInfo.toStdString(), nullptr, false);
-    if (info.is_object() && info.contains("worker") && run.target != QLatin1String("local"))
+    if (info.is_object() && info.contains("worker") && run.target != TargetKind::Local)
         request->workerProgram = QString::fromStdString(info.value("worker", "shard-worker"));
     return start(request.value());
 }
@@ -373,9 +373,10 @@ Result<qint64> Launcher::resume(
 Result<std::unique_ptr<Launcher>> makeLauncher(
     const LaunchTarget& target, RunStore* store, const SshOptions& sshOptions)
 {
-    if (target.kind == QLatin1String("local"))
+    switch (target.kind) {
+    case TargetKind::Local:
         return std::unique_ptr<Launcher>(std::make_unique<LocalTarget>(store));
-    if (target.kind == QLatin1String("ssh")) {
+    case TargetKind::Ssh: {
         QList<SshHost> hosts;
         for (const QString& h : target.hosts) {
             auto host = SshHost::parse(h);
@@ -387,24 +388,25 @@ Result<std::unique_ptr<Launcher>> makeLauncher(
             return fail(QObject::tr("an SSH launch needs a host"));
         return std::unique_ptr<Launcher>(std::make_unique<SshTarget>(store, hosts, sshOptions));
     }
-    if (target.kind == QLatin1String("slurm"))
+    case TargetKind::Slurm:
         return std::unique_ptr<Launcher>(
             std::make_unique<SlurmTarget>(store, target.slurm, sshOptions));
-    if (target.kind == QLatin1String("import"))
+    case TargetKind::Import:
         return std::unique_ptr<Launcher>(std::make_unique<ImportTarget>(store));
-    return fail(QObject::tr("unknown launch target '%1' (local, ssh or slurm)").arg(target.kind));
+    }
+    return fail(QObject::tr("unknown launch target %1").arg(int(target.kind)));
 }
 
 LaunchTarget LaunchTarget::of(const RunRecord& run)
 {
     LaunchTarget target;
     target.kind = run.target;
-    if (run.target == QLatin1String("ssh")) {
+    if (run.target == TargetKind::Ssh) {
         for (const SshHost& h : SshLauncher::hostsOf(run))
             target.hosts << h.toString();
         if (target.hosts.isEmpty() && !run.host.isEmpty())
             target.hosts = run.host.split(',');
-    } else if (run.target == QLatin1String("slurm")) {
+    } else if (run.target == TargetKind::Slurm) {
         target.slurm = SlurmLauncher::optionsOf(run);
     }
     return target;

@@ -25,16 +25,16 @@ namespace shard::jobs {
 
 // Where a run starts.
 struct LaunchTarget {
-    QString kind = QStringLiteral("local"); // local, ssh, slurm
-    QStringList hosts;                      // ssh: [user@]host[:port], node 0 first
-    SlurmOptions slurm;                     // slurm (slurm.via: a login node, or this machine)
+    TargetKind kind = TargetKind::Local;
+    QStringList hosts;  // ssh: [user@]host[:port], node 0 first
+    SlurmOptions slurm; // slurm (slurm.via: a login node, or this machine)
 
     static LaunchTarget ssh(const QStringList& hosts);
     static LaunchTarget onSlurm(const SlurmOptions& options);
     // The target a recorded run was started on (its kind, SSH hosts, Slurm options).
     static LaunchTarget of(const RunRecord& run);
     // The first SSH host, or the Slurm login node; empty for this machine.
-    QString sshHost() const { return kind == QLatin1String("slurm") ? slurm.via : hosts.value(0); }
+    QString sshHost() const { return kind == TargetKind::Slurm ? slurm.via : hosts.value(0); }
 };
 
 // A continued run's learning rate after its checkpoint (RunSpec::scheduleStart, scheduleSteps).
@@ -48,7 +48,7 @@ class Launcher {
 public:
     virtual ~Launcher() = default;
 
-    virtual QString kind() const = 0;
+    virtual TargetKind kind() const = 0;
     // Creates the run record and starts it; returns the run id. Needs a store.
     virtual Result<qint64> start(const LaunchRequest& request) = 0;
     // Stops every rank of a recorded run (TERM, then KILL after graceMs; scancel for Slurm).

@@ -18,24 +18,31 @@
 
 namespace shard::jobs {
 
-QString LocalLauncher::findWorker(const QString& requested)
+QString findProjectProgram(
+    const QString& name, const char* envVar, const QStringList& buildTreeDirs)
 {
-    if (requested.contains('/'))
-        return QFileInfo(requested).isExecutable() ? QFileInfo(requested).absoluteFilePath()
-                                                   : QString();
-    const QString env = qEnvironmentVariable("SHARD_WORKER");
-    if (!env.isEmpty() && requested == QLatin1String("shard-worker"))
+    if (name.contains('/'))
+        return QFileInfo(name).isExecutable() ? QFileInfo(name).absoluteFilePath() : QString();
+    const QString env = envVar ? qEnvironmentVariable(envVar) : QString();
+    if (!env.isEmpty())
         return QFileInfo(env).isExecutable() ? QFileInfo(env).absoluteFilePath() : QString();
     if (QCoreApplication::instance()) {
         const QString appDir = QCoreApplication::applicationDirPath();
-        for (const QString& rel : {QStringLiteral("/"), QStringLiteral("/../engine/worker/"),
-                 QStringLiteral("/../../engine/worker/")}) {
-            const QString candidate = QDir::cleanPath(appDir + rel + requested);
+        for (const QString& rel : QStringList {QString()} + buildTreeDirs) {
+            const QString candidate = QDir::cleanPath(appDir + rel + QLatin1Char('/') + name);
             if (QFileInfo(candidate).isExecutable() && QFileInfo(candidate).isFile())
                 return candidate;
         }
     }
-    return QStandardPaths::findExecutable(requested);
+    return QStandardPaths::findExecutable(name);
+}
+
+QString LocalLauncher::findWorker(const QString& requested)
+{
+    // $SHARD_WORKER stands for the default name only: a program asked for by name is that one.
+    return findProjectProgram(requested,
+        requested == QLatin1String("shard-worker") ? "SHARD_WORKER" : nullptr,
+        {QStringLiteral("/../engine/worker"), QStringLiteral("/../../engine/worker")});
 }
 
 QString LocalLauncher::defaultRunsRoot()
@@ -92,7 +99,7 @@ Result<qint64> LocalLauncher::start(const LaunchRequest& request)
     NewRun nr;
     nr.name = name;
     nr.specJson = recordedSpecJson(req.spec);
-    nr.target = QStringLiteral("local");
+    nr.target = TargetKind::Local;
     nr.runDir = runDir;
     auto id = req.resume ? m_store.reopenOrCreateRun(nr) : m_store.createRun(nr);
     if (!id)
@@ -130,7 +137,7 @@ Result<QVector<qint64>> LocalLauncher::reconcile(RunStore& store)
         if (!runs)
             return fail(runs.error());
         for (const RunRecord& r : *runs) {
-            if (r.target != QLatin1String("local"))
+            if (r.target != TargetKind::Local)
                 continue;
             if (r.pid > 0 && LocalProcess::isAlive(r.pid, startTimeOf(r))) {
                 alive.push_back(r.id);
@@ -260,9 +267,10 @@ Status LocalLauncher::stop(qint64 runId, int graceMs)
     auto run = m_store.run(runId);
     if (!run)
         return fail(run.error());
-    if (run->target != QLatin1String("local"))
-        return fail(
-            QStringLiteral("run %1 is not a local run (target %2)").arg(runId).arg(run->target));
+    if (run->target != TargetKind::Local)
+        return fail(QStringLiteral("run %1 is not a local run (target %2)")
+                        .arg(runId)
+                        .arg(toString(run->target)));
     if (isTerminal(run->status))
         return fail(
             QStringLiteral("run %1 has already ended (%2)").arg(runId).arg(toString(run->status)));

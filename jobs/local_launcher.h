@@ -10,6 +10,12 @@
 
 namespace shard::jobs {
 
+// One of this project's programs, by name: a path as it is; else $envVar (when given and set:
+// that file or nothing); else beside this program, or in `buildTreeDirs` relative to it (where
+// the build tree puts it); else on PATH. Empty when it is not found or not executable.
+QString findProjectProgram(
+    const QString& name, const char* envVar, const QStringList& buildTreeDirs = {});
+
 class LocalLauncher {
 public:
     explicit LocalLauncher(RunStore& store)

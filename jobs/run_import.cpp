@@ -439,30 +439,29 @@ Result<ImportReport> importLocal(RunStore& store, const QString& path, const Rem
 
 namespace {
 
-// HOST:PATH ([user@]host[:port]:path) for a path that names no file here; no match otherwise.
-QRegularExpressionMatch matchRemote(const QString& path)
+// HOST:PATH ([user@]host[:port]:path) for a path that names no file here; nullopt otherwise.
+std::optional<RemotePath> matchRemote(const QString& path)
 {
-    static const QRegularExpression re(QStringLiteral("^([A-Za-z0-9_.@\\-]+(:[0-9]+)?):(.+)$"));
-    return QFileInfo::exists(path) ? QRegularExpressionMatch() : re.match(path);
+    return QFileInfo::exists(path) ? std::nullopt : splitRemotePath(path);
 }
 
 } // namespace
 
 bool isRemoteImportPath(const QString& path)
 {
-    return matchRemote(path).hasMatch();
+    return matchRemote(path).has_value();
 }
 
 Result<ImportReport> importRuns(RunStore& store, const QString& path, const SshOptions& ssh)
 {
-    const QRegularExpressionMatch m = matchRemote(path);
-    if (!m.hasMatch())
+    const std::optional<RemotePath> m = matchRemote(path);
+    if (!m)
         return importLocal(store, path, nullptr);
     // HOST:PATH: the files an import reads, in one tar stream over ssh.
-    auto host = SshHost::parse(m.captured(1));
+    auto host = SshHost::parse(m->host);
     if (!host)
         return fail(host.error());
-    const QString remote = m.captured(3);
+    const QString remote = m->path;
     SshClient client(ssh);
     const QString script = QStringLiteral(
         "p=%1; case $p in \\~/*) p=$HOME/${p#\\~/};; esac; "
@@ -558,7 +557,7 @@ Result<ImportReport> importLocal(RunStore& store, const QString& path, const Rem
             auto rec = store.run(*existing);
             if (!rec)
                 return fail(rec.error());
-            if (rec->target != "import") {
+            if (rec->target != TargetKind::Import) {
                 report.skipped << QStringLiteral("%1 is the folder of run %2, which Shard Studio "
                                                  "ran; its own records are kept")
                                       .arg(key)
@@ -571,7 +570,7 @@ Result<ImportReport> importLocal(RunStore& store, const QString& path, const Rem
         } else {
             NewRun n;
             n.name = r.name;
-            n.target = "import";
+            n.target = TargetKind::Import;
             n.specJson = spec;
             n.host = hostOf;
             n.runDir = key;

@@ -87,7 +87,7 @@ public:
         : m_store(store)
     {
     }
-    QString kind() const override { return QStringLiteral("import"); }
+    TargetKind kind() const override { return TargetKind::Import; }
     Result<qint64> start(const LaunchRequest& request) override;
     Status stop(qint64 runId, int graceMs) override;
     Result<QString> describe(const LaunchRequest& request) const override;

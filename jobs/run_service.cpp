@@ -140,7 +140,7 @@ public:
     {
         if (!writable())
             return;
-        if (request.resume && target.kind == QLatin1String("local")) {
+        if (request.resume && target.kind == TargetKind::Local) {
             // A resume continues the run recorded for this folder.
             auto known = m_store->findRunByDir(QString(), QDir(request.runDir).absolutePath());
             if (known && known.value() != 0)
@@ -179,9 +179,8 @@ public:
         if (!writable())
             return;
         if (request.resume) {
-            const bool here = request.target.kind == QLatin1String("local")
-                || (request.target.kind == QLatin1String("slurm")
-                    && request.target.slurm.via.isEmpty());
+            const bool here = request.target.kind == TargetKind::Local
+                || (request.target.kind == TargetKind::Slurm && request.target.slurm.via.isEmpty());
             auto known = m_store->findRunByDir(request.target.sshHost(),
                 here ? QDir(request.runDir).absolutePath() : request.runDir);
             if (known && known.value() != 0)
@@ -354,7 +353,7 @@ public:
             unfollow();
         QString note;
         if (removeFolder && !run->runDir.isEmpty()) {
-            if (run->target != QLatin1String("local"))
+            if (run->target != TargetKind::Local)
                 note
                     = tr(" Its folder %1 is on %2 and was left there.").arg(run->runDir, run->host);
             else if (QDir(run->runDir).exists() && !QDir(run->runDir).removeRecursively())

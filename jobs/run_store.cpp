@@ -206,7 +206,9 @@ RunRecord readRun(const SqliteDb::Statement& st, bool includeSpec)
     r.id = st.int64(0);
     r.name = st.text(1);
     r.status = runStatusFromString(st.text(2)).value_or(RunStatus::Failed);
-    r.target = st.text(3);
+    // A kind this build does not know (a newer studio's) is shown and followed by its files,
+    // never started or stopped.
+    r.target = targetKindFromString(st.text(3)).value_or(TargetKind::Import);
     r.host = st.text(4);
     r.runDir = st.text(5);
     r.pid = st.int64(6);
@@ -292,6 +294,29 @@ std::optional<RunStatus> runStatusFromString(const QString& text)
              RunStatus::Failed, RunStatus::Interrupted, RunStatus::Stopped})
         if (toString(s) == text)
             return s;
+    return std::nullopt;
+}
+
+QString toString(TargetKind kind)
+{
+    switch (kind) {
+    case TargetKind::Local:
+        return QStringLiteral("local");
+    case TargetKind::Ssh:
+        return QStringLiteral("ssh");
+    case TargetKind::Slurm:
+        return QStringLiteral("slurm");
+    case TargetKind::Import:
+        return QStringLiteral("import");
+    }
+    return QStringLiteral("local");
+}
+
+std::optional<TargetKind> targetKindFromString(const QString& text)
+{
+    for (TargetKind k : {TargetKind::Local, TargetKind::Ssh, TargetKind::Slurm, TargetKind::Import})
+        if (toString(k) == text)
+            return k;
     return std::nullopt;
 }
 
@@ -599,7 +624,7 @@ Result<qint64> RunStore::createRun(const NewRun& run)
     st.bind(1, run.name)
         .bind(2, run.specJson)
         .bind(3, toString(run.status))
-        .bind(4, run.target)
+        .bind(4, toString(run.target))
         .bind(5, run.host)
         .bind(6, run.runDir)
         .bind(7, now)

@@ -27,13 +27,20 @@ QString toString(RunStatus status); // "queued", "running", ...
 std::optional<RunStatus> runStatusFromString(const QString& text);
 bool isTerminal(RunStatus status); // finished, failed, interrupted, stopped
 
+// Where a run runs: this machine, SSH hosts, a Slurm cluster, or nowhere (imported from another
+// tool's files). The store's `target` column spells it "local", "ssh", "slurm", "import".
+enum class TargetKind { Local, Ssh, Slurm, Import };
+QString toString(TargetKind kind);
+// nullopt for a name this build does not know.
+std::optional<TargetKind> targetKindFromString(const QString& text);
+
 // One row of the runs table. Timestamps are invalid QDateTime when not set.
 struct RunRecord {
     qint64 id = 0;
     QString name;
     QByteArray specJson; // the resolved run spec (run.json); empty in listings unless asked
     RunStatus status = RunStatus::Queued;
-    QString target;        // "local", "ssh", "slurm"
+    TargetKind target = TargetKind::Local;
     QString host;          // "" for local; SSH hosts joined by ','; Slurm: the --via host or ""
     QString runDir;        // on `host` (node 0's host for SSH)
     qint64 pid = 0;        // local launcher pid (node 0's remote pid for SSH)
@@ -70,7 +77,7 @@ struct RunRecord {
 struct NewRun {
     QString name;
     QByteArray specJson = "{}";
-    QString target = "local";
+    TargetKind target = TargetKind::Local;
     QString host;
     QString runDir;
     RunStatus status = RunStatus::Queued;

@@ -279,7 +279,7 @@ Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOp
     NewRun nr;
     nr.name = name;
     nr.specJson = recordedSpecJson(req.spec);
-    nr.target = QStringLiteral("slurm");
+    nr.target = TargetKind::Slurm;
     nr.host = o.via;
     nr.runDir = absDir;
     auto id = req.resume ? m_store.reopenOrCreateRun(nr) : m_store.createRun(nr);
@@ -400,7 +400,7 @@ Status SlurmLauncher::cancel(qint64 runId)
     auto run = m_store.run(runId);
     if (!run)
         return fail(run.error());
-    if (run->target != QLatin1String("slurm") || run->jobId.isEmpty())
+    if (run->target != TargetKind::Slurm || run->jobId.isEmpty())
         return fail(QStringLiteral("run %1 is not a Slurm job").arg(runId));
     const SlurmOptions o = optionsOf(*run);
     auto r = shell(o, QStringLiteral("scancel %1").arg(Q::shellQuote(run->jobId)));

@@ -40,6 +40,15 @@ Result<SshHost> SshHost::parse(const QString& spec)
     return h;
 }
 
+std::optional<RemotePath> splitRemotePath(const QString& text)
+{
+    static const QRegularExpression re(QStringLiteral("^([A-Za-z0-9_.@\\-]+(:[0-9]+)?):(.+)$"));
+    const auto m = re.match(text);
+    if (!m.hasMatch())
+        return std::nullopt;
+    return RemotePath {m.captured(1), m.captured(3)};
+}
+
 QString SshHost::toString() const
 {
     QString s = user.isEmpty() ? host : user + '@' + host;

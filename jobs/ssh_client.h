@@ -4,6 +4,8 @@
 // Every value put into a remote command goes through shellQuote().
 #pragma once
 
+#include <optional>
+
 #include <QByteArray>
 #include <QString>
 #include <QStringList>
@@ -21,6 +23,16 @@ struct SshHost {
     static Result<SshHost> parse(const QString& spec);
     QString toString() const; // back to "[user@]host[:port]"
 };
+
+// "[user@]host[:port]:PATH" (the port: digits between the two colons; the host: letters,
+// digits, '_', '.', '-'), split into the host and the path. nullopt when `text` has no such host
+// part or no path. Whether it rather names a file here is the caller's to rule out
+// (`shard attach`, `shard runs import`).
+struct RemotePath {
+    QString host; // [user@]host[:port]
+    QString path;
+};
+std::optional<RemotePath> splitRemotePath(const QString& text);
 
 struct SshOptions {
     QString configFile; // -F FILE (tests; empty: the user's own config)

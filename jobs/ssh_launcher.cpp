@@ -180,7 +180,7 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
     NewRun nr;
     nr.name = name;
     nr.specJson = recordedSpecJson(req.spec);
-    nr.target = QStringLiteral("ssh");
+    nr.target = TargetKind::Ssh;
     nr.host = hostNames.join(',');
     nr.runDir = absDir;
     auto id = req.resume ? m_store.reopenOrCreateRun(nr) : m_store.createRun(nr);
@@ -235,9 +235,10 @@ Status SshLauncher::stop(qint64 runId, int graceMs)
     auto run = m_store.run(runId);
     if (!run)
         return fail(run.error());
-    if (run->target != QLatin1String("ssh"))
-        return fail(
-            QStringLiteral("run %1 is not an SSH run (target %2)").arg(runId).arg(run->target));
+    if (run->target != TargetKind::Ssh)
+        return fail(QStringLiteral("run %1 is not an SSH run (target %2)")
+                        .arg(runId)
+                        .arg(toString(run->target)));
     const QList<RemoteNode> nodes = nodesOf(*run);
     if (nodes.isEmpty())
         return fail(QStringLiteral("run %1 has no recorded remote launcher (attached run?); stop "
@@ -319,7 +320,7 @@ Result<qint64> SshLauncher::attach(const SshHost& host, const QString& runDir)
         NewRun nr;
         nr.name = absDir.section('/', -1);
         nr.specJson = spec.startsWith('{') ? spec : QByteArray("{}");
-        nr.target = QStringLiteral("ssh");
+        nr.target = TargetKind::Ssh;
         nr.host = host.toString();
         nr.runDir = absDir;
         nr.status = RunStatus::Running;

@@ -7,6 +7,8 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDateTime>
+#include <QDialog>
+#include <QDialogButtonBox>
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -186,6 +188,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_savePreset = new QPushButton(tr("Sa&ve preset"), this);
     m_loadPreset = new QPushButton(tr("&Load preset"), this);
     m_start = new QPushButton(tr("&Start run"), this);
+    m_start->setObjectName("start");
     m_start->setDefault(true);
     m_preview = new QPlainTextEdit(this);
     m_preview->setObjectName("preview");
@@ -307,6 +310,14 @@ LaunchPage::LaunchPage(QWidget* parent)
         form->addRow(tr("Wor&king folder"), m_workdir);
         form->addRow(tr("TensorBoard &log folder"), m_logdir);
         form->addRow(tr("En&vironment"), m_commandEnv);
+        m_editSbatchButton = new QPushButton(tr("Edit the &batch script…"), commandFields);
+        m_editSbatchButton->setObjectName("editSbatch");
+        m_editSbatchButton->setToolTip(
+            tr("Slurm: add module loads, #SBATCH lines or environment to the job's script; it "
+               "must keep the line that runs `shard supervise-command` on the run folder"));
+        m_editSbatchButton->setVisible(false);
+        form->addRow(QString(), m_editSbatchButton);
+        connect(m_editSbatchButton, &QPushButton::clicked, this, &LaunchPage::editSbatch);
     }
     m_engineBoxes << trainBox;
     // A command runs on a target too (and on Slurm over nodes): of the sharding box, those two
@@ -481,7 +492,7 @@ void LaunchPage::setTarget(int index)
 
 bool LaunchPage::copiesInputs() const
 {
-    return target().kind == "ssh" && m_inputs->currentData().toString() == "copy";
+    return target().kind == jobs::TargetKind::Ssh && m_inputs->currentData().toString() == "copy";
 }
 
 jobs::LaunchTarget LaunchPage::target() const
@@ -650,6 +661,9 @@ QString LaunchPage::commandPreview() const
 void LaunchPage::updatePreview()
 {
     m_debounce->stop();
+    m_editSbatchButton->setVisible(commandMode() && target().kind == jobs::TargetKind::Slurm);
+    m_editSbatchButton->setText(m_editedSbatch.isEmpty() ? tr("Edit the &batch script…")
+                                                         : tr("Edit the &batch script (edited)…"));
     if (commandMode()) {
         auto c = commandRequest();
         if (!c) {
@@ -664,7 +678,7 @@ void LaunchPage::updatePreview()
                 ? tr("# points: the metric lines it prints (Hugging Face Trainer, torchtitan)\n")
                 : tr("# points: the TensorBoard event files in %1\n").arg(spec.logdir);
             m_preview->setPlainText(text);
-            m_start->setEnabled(m_store != nullptr && !m_starting);
+            m_start->setEnabled(described && m_store != nullptr && !m_starting);
         }
         Q_EMIT previewChanged();
         return;
@@ -690,7 +704,7 @@ void LaunchPage::updatePreview()
     updatePairPreview(r.value().spec);
     const InputProblems problems = showInputProblems();
     m_start->setEnabled(m_store != nullptr && !m_starting && !problems.blocking());
-    const bool ssh = target().kind == "ssh";
+    const bool ssh = target().kind == jobs::TargetKind::Ssh;
     m_inputs->setVisible(ssh);
     m_inputsLabel->setVisible(ssh);
     Q_EMIT previewChanged();
@@ -704,7 +718,7 @@ QString LaunchPage::pairPreview() const
 void LaunchPage::updatePairPreview(const protocol::RunSpec& spec)
 {
     const bool pairs = spec.usesPreferencePairs();
-    const bool here = target().kind == "local" || copiesInputs();
+    const bool here = target().kind == jobs::TargetKind::Local || copiesInputs();
     m_pairs->setVisible(pairs);
     m_pairsLabel->setVisible(pairs);
     if (!pairs)
@@ -773,11 +787,11 @@ InputProblems LaunchPage::checkInputs() const
                          .arg(spec.checkpointEvery)
                          .arg(spec.steps);
     // Files are checked where they are read: on this machine, or copied from it.
-    if (target().kind != "local" && !copiesInputs())
+    if (target().kind != jobs::TargetKind::Local && !copiesInputs())
         return p;
-    if (target().kind == "local"
-            && QFileInfo(QString::fromStdString(spec.outDir) + "/events.jsonl").exists()
-        || QFileInfo(QString::fromStdString(spec.outDir) + "/metrics.jsonl").exists())
+    if (target().kind == jobs::TargetKind::Local
+        && (QFileInfo(QString::fromStdString(spec.outDir) + "/events.jsonl").exists()
+            || QFileInfo(QString::fromStdString(spec.outDir) + "/metrics.jsonl").exists()))
         p.name = tr("A run named '%1' already exists in %2. Give this run another name, or open "
                     "that one on the Monitor page to follow or resume it.")
                      .arg(m_name->text().trimmed(), QString::fromStdString(spec.outDir));
@@ -897,9 +911,11 @@ jobs::Result<jobs::CommandRunRequest> LaunchPage::commandRequest() const
 {
     jobs::CommandRunRequest r;
     r.target = target();
-    const bool here = r.target.kind == QLatin1String("local");
-    if (r.target.kind == QLatin1String("slurm"))
+    const bool here = r.target.kind == jobs::TargetKind::Local;
+    if (r.target.kind == jobs::TargetKind::Slurm) {
         r.target.slurm.nodes = m_nodes->value();
+        r.sbatchScript = m_editedSbatch;
+    }
     r.name = m_name->text().trimmed();
     if (r.name.isEmpty())
         return jobs::fail(tr("give the run a name"));
@@ -920,6 +936,54 @@ jobs::Result<jobs::CommandRunRequest> LaunchPage::commandRequest() const
         return jobs::fail(
             tr("the run folder %1 already holds a run: choose another name").arg(r.runDir));
     return r;
+}
+
+void LaunchPage::setEditedSbatch(const QString& script)
+{
+    m_editedSbatch = script;
+    updatePreview();
+}
+
+void LaunchPage::editSbatch()
+{
+    auto c = commandRequest();
+    if (!c) {
+        m_message->showMessage(tr("Cannot edit the batch script yet: %1").arg(c.error()));
+        return;
+    }
+    jobs::CommandRunRequest written = c.value();
+    written.sbatchScript.clear();
+    auto generated = jobs::commandRunSbatch(written);
+    if (!generated) {
+        m_message->showMessage(generated.error());
+        return;
+    }
+    QDialog dialog(this);
+    dialog.setObjectName("sbatchDialog");
+    dialog.setWindowTitle(tr("Batch script of %1").arg(c.value().name));
+    auto* editor = new QPlainTextEdit(&dialog);
+    editor->setObjectName("sbatchEditor");
+    editor->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    editor->setPlainText(m_editedSbatch.isEmpty() ? generated.value() : m_editedSbatch);
+    auto* buttons = new QDialogButtonBox(
+        QDialogButtonBox::Ok | QDialogButtonBox::Cancel | QDialogButtonBox::Reset, &dialog);
+    buttons->button(QDialogButtonBox::Reset)->setText(tr("Use the &written script"));
+    connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+    connect(buttons->button(QDialogButtonBox::Reset), &QPushButton::clicked, editor,
+        [editor, text = generated.value()] { editor->setPlainText(text); });
+    auto* layout = new QVBoxLayout(&dialog);
+    layout->addWidget(new QLabel(tr("Submitted as it is. Keep the line that runs `shard "
+                                    "supervise-command` on the run folder: it runs the command "
+                                    "and records it."),
+        &dialog));
+    layout->addWidget(editor, 1);
+    layout->addWidget(buttons);
+    dialog.resize(720, 480);
+    if (dialog.exec() != QDialog::Accepted)
+        return;
+    const QString text = editor->toPlainText();
+    setEditedSbatch(text == generated.value() ? QString() : text);
 }
 
 void LaunchPage::start()
@@ -1072,6 +1136,7 @@ void LaunchPage::saveSettings() const
     s.setValue("workdir", m_workdir->text());
     s.setValue("logdir", m_logdir->text());
     s.setValue("commandEnv", m_commandEnv->text());
+    s.setValue("commandSbatch", m_editedSbatch);
     s.endGroup();
 }
 
@@ -1085,6 +1150,7 @@ void LaunchPage::loadSettings()
     m_workdir->setText(s.value("workdir").toString());
     m_logdir->setText(s.value("logdir").toString());
     m_commandEnv->setText(s.value("commandEnv").toString());
+    m_editedSbatch = s.value("commandSbatch").toString();
     m_commandBox->setChecked(s.value("commandMode", false).toBool());
     s.endGroup();
     if (last.isEmpty())

@@ -80,14 +80,22 @@ public:
     void start();
 
     // "Run a command instead of the engine" (jobs/command_run.h): torchrun, deepspeed, accelerate
-    // or any script, on this machine, recorded and followed like a run. While it is checked the
-    // engine's fields are set aside and Start starts the command.
+    // or any script, on this machine, an SSH host or through Slurm, recorded and followed like a
+    // run. While it is checked the engine's fields (but Target and Nodes) are set aside and Start
+    // starts the command.
     bool commandMode() const;
     void setCommandMode(bool on);
     void setCommand(const QString& command, const QString& workdir = {}, const QString& logdir = {},
         const QString& env = {});
     // What Start hands the run service in command mode, or what is missing.
     jobs::Result<jobs::CommandRunRequest> commandRequest() const;
+    // Slurm: the batch script as the user edited it ("Edit the batch script…"); empty: the
+    // written one. Kept until reset, also across field changes (the preview then says when it
+    // no longer names the run folder).
+    QString editedSbatch() const { return m_editedSbatch; }
+    void setEditedSbatch(const QString& script);
+    // Opens the batch script in an editor dialog (OK keeps the edit, Reset the written one).
+    void editSbatch();
 
     // Fills the form from a run's run.json ("launch again like this run").
     bool loadRunSpec(const nlohmann::json& runJson);
@@ -169,8 +177,10 @@ private:
     QLineEdit* m_command = nullptr;
     QLineEdit* m_workdir = nullptr;
     QLineEdit* m_logdir = nullptr;
-    QLineEdit* m_commandEnv = nullptr; // KEY=VALUE KEY=VALUE
-    QList<QWidget*> m_engineBoxes;     // set aside in command mode
+    QLineEdit* m_commandEnv = nullptr;         // KEY=VALUE KEY=VALUE
+    QPushButton* m_editSbatchButton = nullptr; // command mode on a Slurm target
+    QString m_editedSbatch;
+    QList<QWidget*> m_engineBoxes; // set aside in command mode
     QPlainTextEdit* m_preview = nullptr;
     QPlainTextEdit* m_pairs = nullptr; // preference pairs' preview
     QLabel* m_pairsLabel = nullptr;

@@ -169,7 +169,7 @@ RunsPage::RunsPage(QWidget* parent)
             m_message->showMessage(tr("Select the run to export."), MessageBar::Kind::Info);
             return;
         }
-        if (r->target != QLatin1String("local") || !QDir(r->runDir).exists()) {
+        if (r->target != jobs::TargetKind::Local || !QDir(r->runDir).exists()) {
             m_message->showMessage(tr("Run %1's folder is not on this machine: export it where "
                                       "it ran (shard-worker export --format gguf --checkpoint %2 "
                                       "--out NAME.gguf).")

@@ -20,27 +20,6 @@ struct AttachOptions {
     bool noFollow = false;
 };
 
-// [user@]host[:port]:RUNDIR; the port is digits followed by ':'.
-bool splitRemote(const QString& target, QString* host, QString* dir)
-{
-    const int colon = target.indexOf(':');
-    if (colon <= 0)
-        return false;
-    QString rest = target.mid(colon + 1);
-    *host = target.left(colon);
-    const int second = rest.indexOf(':');
-    if (second > 0) {
-        bool isPort = false;
-        rest.left(second).toInt(&isPort);
-        if (isPort) {
-            *host += ':' + rest.left(second);
-            rest = rest.mid(second + 1);
-        }
-    }
-    *dir = rest;
-    return !dir->isEmpty();
-}
-
 int attachCommand(const AttachOptions& o)
 {
     if (!o.sshConfig.empty())
@@ -49,9 +28,12 @@ int attachCommand(const AttachOptions& o)
     const QString target = QString::fromStdString(o.target);
     // A folder is attached where it is (recorded on first attach); a recorded run through the
     // launcher it was started with (a local one is settled first when its launcher vanished).
-    QString host;
-    QString dir;
-    const bool remote = splitRemote(target, &host, &dir);
+    // HOST:RUNDIR, unless it names a folder here.
+    const std::optional<jobs::RemotePath> split
+        = QFileInfo::exists(target) ? std::nullopt : jobs::splitRemotePath(target);
+    const bool remote = split.has_value();
+    const QString host = remote ? split->host : QString();
+    QString dir = remote ? split->path : QString();
     auto launcher = [&]() -> jobs::Result<std::unique_ptr<jobs::Launcher>> {
         if (remote)
             return jobs::makeLauncher(jobs::LaunchTarget::ssh({host}), &store);

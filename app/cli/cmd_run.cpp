@@ -42,6 +42,7 @@ struct RunOptions {
     bool resume = false;
     double graceSec = 10;
     std::string supervisor;
+    std::string sbatchScript;
 };
 
 protocol::RunSpec readSpec(const std::string& path)
@@ -121,6 +122,17 @@ int runUserCommand(const RunOptions& o)
     req.resume = o.resume;
     req.masterPort = o.masterPort;
     req.supervisor = QString::fromStdString(o.supervisor);
+    if (!o.sbatchScript.empty()) {
+        if (!o.slurm)
+            throw std::runtime_error("--sbatch-script is the batch script of a --slurm job; add "
+                                     "--slurm");
+        std::ifstream in(o.sbatchScript);
+        if (!in)
+            throw std::runtime_error("cannot read the batch script " + o.sbatchScript);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        req.sbatchScript = QString::fromStdString(ss.str());
+    }
     if (o.slurm) {
         req.target = jobs::LaunchTarget::onSlurm(slurmOptions(o));
     } else if (!o.hosts.empty()) {
@@ -131,7 +143,7 @@ int runUserCommand(const RunOptions& o)
     }
     // On this machine (also a Slurm job submitted from it) the supervisor is this program.
     if (req.supervisor.isEmpty()
-        && (req.target.kind == QLatin1String("local")
+        && (req.target.kind == jobs::TargetKind::Local
             || (o.slurm && req.target.slurm.via.isEmpty())))
         req.supervisor = QCoreApplication::applicationFilePath();
     jobs::RunStore store = openStore(o.store);
@@ -140,7 +152,7 @@ int runUserCommand(const RunOptions& o)
         throw std::runtime_error(id.error().toStdString());
     auto run = store.run(*id);
     std::printf("run %lld '%s' started (command, %s%s%s): %s\n", static_cast<long long>(*id),
-        terminalText(run->name).constData(), qPrintable(run->target),
+        terminalText(run->name).constData(), qPrintable(jobs::toString(run->target)),
         run->host.isEmpty() ? "" : " on ", qPrintable(run->host), qPrintable(run->runDir));
     if (!run->jobId.isEmpty())
         std::printf("Slurm job %s\n", qPrintable(run->jobId));
@@ -225,7 +237,7 @@ int runCommand(const RunOptions& o)
         throw std::runtime_error(id.error().toStdString());
     auto run = store.run(*id);
     std::printf("run %lld '%s' started (%s%s%s): %s\n", static_cast<long long>(*id),
-        terminalText(run->name).constData(), qPrintable(run->target),
+        terminalText(run->name).constData(), qPrintable(jobs::toString(run->target)),
         run->host.isEmpty() ? "" : " on ", qPrintable(run->host), qPrintable(run->runDir));
     if (!run->jobId.isEmpty())
         std::printf("Slurm job %s\n", qPrintable(run->jobId));
@@ -278,6 +290,10 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--supervisor", o->supervisor,
         "--command: the shard program on the SSH host or the Slurm login node, which runs and "
         "records the command there (default: shard on PATH there; this program here)");
+    cmd->add_option("--sbatch-script", o->sbatchScript,
+        "--command --slurm: submit this batch script instead of the one written from the "
+        "options (start from the Launch page's preview); it must run `shard supervise-command "
+        "RUNDIR` on the run folder");
     cmd->add_option("--grace", o->graceSec,
            "--command: seconds between TERM and KILL when stopped (default 10)")
         ->check(CLI::PositiveNumber);

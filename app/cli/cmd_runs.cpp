@@ -312,7 +312,7 @@ void listRuns(const RunsOptions& o)
         for (const auto& r : *runs) {
             nlohmann::json j = {{"id", r.id}, {"name", r.name.toStdString()},
                 {"status", jobs::toString(r.status).toStdString()},
-                {"target", r.target.toStdString()}, {"host", r.host.toStdString()},
+                {"target", jobs::toString(r.target).toStdString()}, {"host", r.host.toStdString()},
                 {"run_dir", r.runDir.toStdString()}, {"model", r.model.toStdString()},
                 {"strategy", r.strategy.toStdString()}, {"world_size", r.worldSize},
                 {"last_step", r.lastStep}, {"total_steps", r.totalSteps},
@@ -339,7 +339,7 @@ void listRuns(const RunsOptions& o)
             : QString::number(r.lastStep);
         std::printf("%5lld  %-22s %-11s %-6s %-8s %-6d %11s %9s %9s %9.0f %10s  %s\n",
             static_cast<long long>(r.id), terminalText(r.name.left(22)).constData(),
-            qPrintable(jobs::toString(r.status)), qPrintable(r.target),
+            qPrintable(jobs::toString(r.status)), qPrintable(jobs::toString(r.target)),
             qPrintable(r.strategy.isEmpty() ? QStringLiteral("-") : r.strategy), r.worldSize,
             qPrintable(steps), qPrintable(lossText(r.finalLoss)), qPrintable(lossText(r.bestLoss)),
             r.tokensPerSec, qPrintable(jobs::formatBytes(double(r.peakMemoryBytes()))),
@@ -355,7 +355,7 @@ void showRun(const RunsOptions& o)
     jobs::RunStore store = openStore(o.store, true);
     const jobs::RunRecord r = findRun(store, o.runs[0]);
     printSummary(r);
-    std::printf("  target %s%s%s, created %s\n", qPrintable(r.target),
+    std::printf("  target %s%s%s, created %s\n", qPrintable(jobs::toString(r.target)),
         r.jobId.isEmpty() ? "" : ", Slurm job ", qPrintable(r.jobId),
         qPrintable(r.createdAt.toString(Qt::ISODate)));
     if (r.pid > 0)

@@ -297,7 +297,7 @@ private Q_SLOTS:
         QVERIFY(o.out.contains("'zeta' started (ssh on node0)"));
         auto s = store();
         const RunRecord r = *s.findRun("zeta");
-        QCOMPARE(r.target, QString("ssh"));
+        QCOMPARE(toString(r.target), QString("ssh"));
         QCOMPARE(r.strategy, QString("zero3"));
         QCOMPARE(r.worldSize, 2);
         QCOMPARE(toString(r.status), QString("finished"));

@@ -79,7 +79,7 @@ private Q_SLOTS:
         QVERIFY(id > 0);
         const RunRecord run = s.run(id).value();
         QCOMPARE(toString(run.status), toString(RunStatus::Finished));
-        QCOMPARE(run.target, QString("local"));
+        QCOMPARE(toString(run.target), QString("local"));
         QVERIFY(isCommandSpec(run.specJson));
         const MetricSeries m = s.metricSeries(id).value();
         QCOMPARE(m.size(), 20);

@@ -74,7 +74,7 @@ class TestCommandRunRemote : public QObject {
         RunStore s = store();
         const qint64 id = s.findRunByDir(kind == "ssh" ? "node0" : QString(), dir).value();
         QVERIFY2(id > 0, qPrintable(o.out));
-        QCOMPARE(s.run(id).value().target, kind);
+        QCOMPARE(toString(s.run(id).value().target), kind);
         QTRY_VERIFY_WITH_TIMEOUT(metricLines(dir) >= 3, 180000);
         // The supervisor there, and its process group (the command's processes).
         const qint64 supervisor
@@ -138,7 +138,7 @@ private Q_SLOTS:
         const qint64 id = s.findRunByDir("node0", dir).value();
         QVERIFY(id > 0);
         const RunRecord run = s.run(id).value();
-        QCOMPARE(run.target, QString("ssh"));
+        QCOMPARE(toString(run.target), QString("ssh"));
         QVERIFY(isCommandSpec(run.specJson));
         const MetricSeries m = s.metricSeries(id).value();
         QCOMPARE(m.size(), 8);
@@ -169,7 +169,7 @@ private Q_SLOTS:
         const qint64 id = s.findRunByDir(QString(), dir).value();
         QVERIFY(id > 0);
         const RunRecord run = s.run(id).value();
-        QCOMPARE(run.target, QString("slurm"));
+        QCOMPARE(toString(run.target), QString("slurm"));
         QVERIFY(!run.jobId.isEmpty());
         QCOMPARE(toString(run.status), toString(RunStatus::Finished));
         QCOMPARE(s.metricSeries(id).value().size(), 6);
@@ -186,6 +186,40 @@ private Q_SLOTS:
         if (!m_torch)
             QSKIP("/usr/bin/python3 has no torch (python3-torch, which setup.sh installs)");
         stopAndRunAgain({"--slurm"}, m_dir.filePath("slurm-long"), "slurm");
+    }
+
+    // --sbatch-script: the batch script as the user edited it is submitted as it is; one that
+    // no longer runs the supervisor on the run folder is refused before anything is submitted.
+    void editedBatchScript()
+    {
+        const QString dir = m_dir.filePath("slurm-edited");
+        SlurmOptions o;
+        QString script = commandSbatchScript("edited", o, kShard, dir, 29512).value();
+        script.replace("set -eu\n", "set -eu\necho EDITED-LINE on $SLURM_JOB_NODELIST\n");
+        const QString file = m_dir.filePath("edited.sbatch");
+        SshdFixture::write(file, script.toUtf8());
+        const QString command = "echo \"{'loss': 1.5, 'learning_rate': 0.1}\"";
+        auto o1 = shard({"run", "--slurm", "--name", "edited", "--run-dir", dir, "--sbatch-script",
+            file, "--command", command});
+        QVERIFY2(o1.code == 0, qPrintable(o1.out + o1.err));
+        RunStore s = store();
+        const RunRecord run = s.run(s.findRunByDir(QString(), dir).value()).value();
+        QCOMPARE(toString(run.status), toString(RunStatus::Finished));
+        QCOMPARE(s.metricSeries(run.id).value().size(), 1);
+        QCOMPARE(SshdFixture::read(dir + "/job.sbatch"), script.toUtf8());
+        QTRY_VERIFY(SshdFixture::read(dir + "/logs/slurm-" + run.jobId + ".out")
+                        .contains("EDITED-LINE on "));
+
+        SshdFixture::write(file, "#!/bin/bash\nsrun hostname\n");
+        const QString other = m_dir.filePath("slurm-edited-bad");
+        auto o2 = shard(
+            {"run", "--slurm", "--run-dir", other, "--sbatch-script", file, "--command", command});
+        QVERIFY(o2.code != 0);
+        QVERIFY2(o2.err.contains("no longer runs `shard supervise-command"), qPrintable(o2.err));
+        QCOMPARE(store().findRunByDir(QString(), other).value(), qint64(0));
+        auto o3 = shard({"run", "--run-dir", other, "--sbatch-script", file, "--command", command});
+        QVERIFY(o3.code != 0);
+        QVERIFY2(o3.err.contains("add --slurm"), qPrintable(o3.err));
     }
 
     // What a user gets wrong there is said before anything runs, and nothing is recorded.

@@ -173,7 +173,7 @@ void TestRunImport::fixtures()
     // The run's record: imported, finished, with its source.
     auto rec = store->run(hf->runId);
     QVERIFY(rec);
-    QCOMPARE(rec->target, QString("import"));
+    QCOMPARE(toString(rec->target), QString("import"));
     QVERIFY(rec->status == RunStatus::Finished);
     const QJsonObject source = QJsonDocument::fromJson(rec->source).object();
     QCOMPARE(source["tool"].toString(), QString("Hugging Face Trainer"));
@@ -259,7 +259,8 @@ void TestRunImport::restartedJobMerges()
     QCOMPARE(report->runs[0].name, QString("restarted/run"));
 
     // A folder the engine ran in is its own record, not imported over.
-    auto engineRun = store->createRun(NewRun {"mine", "{}", "local", "", dir.absolutePath()});
+    auto engineRun
+        = store->createRun(NewRun {"mine", "{}", TargetKind::Local, "", dir.absolutePath()});
     QVERIFY(engineRun);
     // (the import above owns the newest record of that folder; the engine's is newer now)
     auto again = importRuns(*store, m_tmp.filePath("restarted"));
@@ -488,7 +489,7 @@ void TestRunImport::followsAGrowingRun()
     const qint64 id = report->runs[0].runId;
     auto launcher = launcherOf(*store, *store->run(id));
     QVERIFY2(launcher, qPrintable(launcher.error()));
-    QCOMPARE(launcher.value()->kind(), QString("import"));
+    QVERIFY(launcher.value()->kind() == TargetKind::Import);
     QVERIFY(!launcher.value()->stop(id, 0)); // not the studio's to stop
     auto watcher = launcher.value()->watch(*store->run(id), nullptr);
     QVERIFY2(watcher, qPrintable(watcher.error()));

@@ -102,7 +102,7 @@ private Q_SLOTS:
         auto a = store->createRun(nr);
         QVERIFY(a);
         nr.name = "beta";
-        nr.target = "ssh";
+        nr.target = TargetKind::Ssh;
         nr.host = "gpu1,gpu2";
         auto b = store->createRun(nr);
         QVERIFY(b);

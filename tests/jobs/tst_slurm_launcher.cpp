@@ -118,7 +118,7 @@ private Q_SLOTS:
         auto id = launcher.submit(request(m_work.filePath("job1"), 10, 0.05), {});
         QVERIFY2(id, qPrintable(id.error()));
         auto run = store->run(*id);
-        QCOMPARE(run->target, QString("slurm"));
+        QCOMPARE(toString(run->target), QString("slurm"));
         QVERIFY(!run->jobId.isEmpty());
         QVERIFY(QFile::exists(run->runDir + "/job.sbatch"));
         SlurmRunWatcher watcher(*store, *id);

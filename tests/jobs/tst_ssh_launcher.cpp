@@ -74,7 +74,7 @@ private Q_SLOTS:
         auto id = launcher.start({host("node0"), host("node1")}, req);
         QVERIFY2(id, qPrintable(id.error()));
         auto run = store->run(*id);
-        QCOMPARE(run->target, QString("ssh"));
+        QCOMPARE(toString(run->target), QString("ssh"));
         QCOMPARE(run->host, QString("node0,node1"));
         QCOMPARE(SshLauncher::nodesOf(*run).size(), 2);
 

@@ -159,6 +159,25 @@ private Q_SLOTS:
         QVERIFY(page.commandPreview().contains("#SBATCH --partition=debug"));
         QVERIFY(page.commandPreview().contains("supervise-command"));
         QVERIFY(page.commandPreview().contains("for i in 1 2 3"));
+        // The batch script is editable: an added line is submitted as it is; one that drops the
+        // supervisor's line is refused before Start.
+        auto* edit = page.findChild<QPushButton*>("editSbatch");
+        QVERIFY(edit && edit->isVisible());
+        auto request = page.commandRequest();
+        QVERIFY(request);
+        QString script = shard::jobs::commandRunSbatch(request.value()).value();
+        script.replace("set -eu\n", "set -eu\nmodule load cuda/12.4\n");
+        page.setEditedSbatch(script);
+        QTRY_VERIFY2(
+            page.commandPreview().contains("as edited"), qPrintable(page.commandPreview()));
+        QVERIFY(page.commandPreview().contains("module load cuda/12.4"));
+        QCOMPARE(page.commandRequest().value().sbatchScript, script);
+        page.setEditedSbatch("#!/bin/bash\nsrun hostname\n");
+        QTRY_VERIFY2(page.commandPreview().contains("no longer runs `shard supervise-command"),
+            qPrintable(page.commandPreview()));
+        QVERIFY(!page.findChild<QPushButton*>("start")->isEnabled());
+        page.setEditedSbatch(QString());
+        QTRY_VERIFY(!page.commandPreview().contains("as edited"));
         target->setCurrentIndex(target->findText("box", Qt::MatchContains));
         QTRY_VERIFY2(page.commandPreview().contains("on me@gpu-box over SSH"),
             qPrintable(page.commandPreview()));
@@ -285,7 +304,7 @@ private Q_SLOTS:
         QTRY_VERIFY(page.commandPreview().contains("#SBATCH"));
         QVERIFY2(page.commandPreview().contains("srun"), qPrintable(page.commandPreview()));
         QVERIFY(page.commandPreview().contains("debug"));
-        QCOMPARE(page.target().kind, QString("slurm"));
+        QVERIFY(page.target().kind == shard::jobs::TargetKind::Slurm);
         {
             // The preview is the script the Slurm launcher writes, and its launch spec.
             const auto req = page.request().value();

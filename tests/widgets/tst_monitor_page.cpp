@@ -408,7 +408,7 @@ private Q_SLOTS:
         QVERIFY(runs);
         const auto listed = runs->listRuns();
         QVERIFY(listed && listed->size() == 1);
-        QCOMPARE(listed->first().target, QString("import"));
+        QCOMPARE(toString(listed->first().target), QString("import"));
         QCOMPARE(listed->first().runDir, QDir(run).absolutePath());
         // Every scalar under its tag, in the Scalars tab.
         page.showScalar("train/learning_rate");

@@ -128,7 +128,7 @@ private Q_SLOTS:
         QVERIFY(store);
         auto run = store->run(monitor->storeRunId());
         QVERIFY(run);
-        QCOMPARE(run->target, QString("ssh"));
+        QCOMPARE(toString(run->target), QString("ssh"));
         QCOMPARE(shard::jobs::toString(run->status), QString("finished"));
     }
 
@@ -192,7 +192,7 @@ private Q_SLOTS:
             QVERIFY(store);
             shard::jobs::NewRun nr;
             nr.name = "lost";
-            nr.target = "ssh";
+            nr.target = shard::jobs::TargetKind::Ssh;
             nr.host = "down"; // the fixture's alias for a closed loopback port
             nr.runDir = "/nonexistent/run";
             nr.status = shard::jobs::RunStatus::Running;
