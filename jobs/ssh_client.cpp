@@ -42,7 +42,9 @@ Result<SshHost> SshHost::parse(const QString& spec)
 
 std::optional<RemotePath> splitRemotePath(const QString& text)
 {
-    static const QRegularExpression re(QStringLiteral("^([A-Za-z0-9_.@\\-]+(:[0-9]+)?):(.+)$"));
+    // The host part is anything up to the first ':' without a '/' or a space, so a bad host
+    // ("a;b:/x") reaches SshHost::parse and its message rather than passing for a local path.
+    static const QRegularExpression re(QStringLiteral("^([^/:\\s]+(:[0-9]+)?):(.+)$"));
     const auto m = re.match(text);
     if (!m.hasMatch())
         return std::nullopt;

@@ -24,9 +24,9 @@ struct SshHost {
     QString toString() const; // back to "[user@]host[:port]"
 };
 
-// "[user@]host[:port]:PATH" (the port: digits between the two colons; the host: letters,
-// digits, '_', '.', '-'), split into the host and the path. nullopt when `text` has no such host
-// part or no path. Whether it rather names a file here is the caller's to rule out
+// "[user@]host[:port]:PATH" (the port: digits between the two colons; the host: no '/' and no
+// space; SshHost::parse judges it), split into the host and the path. nullopt when `text` has no
+// such host part or no path. Whether it rather names a file here is the caller's to rule out
 // (`shard attach`, `shard runs import`).
 struct RemotePath {
     QString host; // [user@]host[:port]

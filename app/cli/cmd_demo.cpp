@@ -179,10 +179,10 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--out", o->out, "folder for the model, data, run and charts");
     cmd->add_option("--preset", o->preset, "model preset (default tiny-1m)");
     cmd->add_option("--steps", o->steps, "optimizer steps (default 150)")
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--ranks", o->ranks, "ranks (default 2)")->check(CLI::PositiveNumber);
+        ->check(cmdline::positiveNumber());
+    cmd->add_option("--ranks", o->ranks, "ranks (default 2)")->check(cmdline::positiveNumber());
     cmd->add_option("--eval-count", o->evalCount, "held-out questions to score (default 100)")
-        ->check(CLI::PositiveNumber);
+        ->check(cmdline::positiveNumber());
     cmd->add_option("--task", o->task, "demo task: copy (default) or arithmetic")
         ->check(CLI::IsMember({"copy", "arithmetic"}));
     cmd->add_option("--worker", o->worker, "shard-worker program");

@@ -33,6 +33,9 @@ struct PlanOptions {
     std::string nodes = "1";
     std::string strategy = "zero3";
     std::string shardGroup;
+    std::string tp = "1";
+    std::string pp = "1";
+    bool modeGiven = false;
     std::string precision = "bf16-mixed";
     std::string checkpointing = "none";
     std::string offload = "none";
@@ -166,6 +169,13 @@ PlanInput buildInput(const PlanOptions& o)
             throw std::runtime_error("--shard-group applies only to --strategy hybrid");
         in.shardGroup = parseCount("--shard-group", o.shardGroup);
     }
+    in.tp = parseCount("--tp", o.tp);
+    in.pp = parseCount("--pp", o.pp);
+    if (in.threeD() && !o.modeGiven && in.mode == AccountingMode::Engine) {
+        // Tensor and pipeline layouts are other engines' (Megatron-LM, torchtitan): planned in
+        // the paper's accounting, which the table says.
+        in.mode = AccountingMode::ZeroPaper;
+    }
     in.device = deviceFor(o);
     if (o.method == "dpo" || o.method == "orpo")
         throw std::runtime_error("--method says which weights train (full, lora or qlora); "
@@ -274,6 +284,11 @@ void printHuman(const PlanInput& in, const std::vector<PlanResult>& all, const P
     std::printf("Batch   micro-batch %lld x %lld tokens, grad-accum %lld; %s accounting\n",
         static_cast<long long>(in.microBatch), static_cast<long long>(in.seqLen),
         static_cast<long long>(in.gradAccum), toString(in.mode).c_str());
+    if (in.threeD()) {
+        const auto mesh = in.mesh();
+        std::printf("Layout  %s (data parallel %lld, %s inside)\n", mesh.describe().c_str(),
+            static_cast<long long>(mesh.dataParallel()), toString(in.strategy).c_str());
+    }
     if (in.usesLora()) {
         const int64_t a = loraAdapterParameterCount(in.model, in.loraRank, in.loraTargets);
         std::printf("Method  %s, rank %lld, alpha %g, targets %s: %s = %s adapter parameters",
@@ -379,18 +394,33 @@ void printHuman(const PlanInput& in, const std::vector<PlanResult>& all, const P
         ? "fp32"
         : (in.precision == Precision::Fp16Mixed ? "fp16" : "bf16");
     const std::string reduceName = paper ? "16-bit" : d.reduce == 4 ? "fp32" : "bf16";
-    row(std::string("sent per ") + unit + " per step",
-        gib(chosen.bytesSentPerDevicePerStep) + " GiB: gathers "
-            + gib(chosen.gatherBytesPerDevicePerStep) + " (" + computeName + ") + reduces "
-            + gib(chosen.reduceBytesPerDevicePerStep) + " (" + reduceName + ")");
+    if (in.threeD())
+        row(std::string("sent per ") + unit + " per step",
+            gib(chosen.bytesSentPerDevicePerStep) + " GiB: DP "
+                + gib(chosen.gatherBytesPerDevicePerStep + chosen.reduceBytesPerDevicePerStep)
+                + " + TP " + gib(chosen.tpBytesPerDevicePerStep) + " + PP "
+                + gib(chosen.ppBytesPerDevicePerStep) + " (16-bit)");
+    else
+        row(std::string("sent per ") + unit + " per step",
+            gib(chosen.bytesSentPerDevicePerStep) + " GiB: gathers "
+                + gib(chosen.gatherBytesPerDevicePerStep) + " (" + computeName + ") + reduces "
+                + gib(chosen.reduceBytesPerDevicePerStep) + " (" + reduceName + ")");
     const double peak
         = in.precision == Precision::Fp32 ? in.device.peakFlops32 : in.device.peakFlops16;
     row("roofline step time",
         seconds(chosen.stepSeconds) + ": compute " + seconds(chosen.computeSeconds) + " at "
-            + si(peak, "FLOP/s") + ", comm " + seconds(chosen.commSeconds) + " (overlapped)");
+            + si(peak, "FLOP/s") + ", comm " + seconds(chosen.commSeconds)
+            + (in.threeD() ? " (DP overlapped)" : " (overlapped)"));
     row("roofline throughput", si(chosen.tokensPerSecond, "") + " tokens/s");
-    if (!chosen.peakPhase.empty() && in.mode == AccountingMode::Engine)
+    if (!chosen.peakPhase.empty() && (in.mode == AccountingMode::Engine || in.threeD()))
         row("memory peak at", chosen.peakPhase);
+    if (in.threeD()) {
+        row(std::string("parameters per ") + unit,
+            formatParamCount(chosen.stageParams) + " (stage " + std::to_string(chosen.peakStage)
+                + "'s slice)");
+        row("pipeline bubble",
+            std::to_string(static_cast<int>(chosen.bubbleFraction * 100.0 + 0.5)) + "% of a step");
+    }
     for (const auto& n : chosen.notes)
         std::printf("Note: %s\n", n.c_str());
 }
@@ -686,6 +716,14 @@ const CommandRegistration kPlan([](CLI::App& app) {
             ->type_name("S"),
         sub->add_option("--shard-group", o->shardGroup, "hybrid: ranks per shard group")
             ->type_name("G"),
+        sub->add_option("--tp", o->tp,
+               "Tensor parallel degree (default 1): a Megatron-LM / torchtitan layout, planned "
+               "with the zero-paper accounting (this engine trains data parallelism only)")
+            ->type_name("T"),
+        sub->add_option("--pp", o->pp,
+               "Pipeline parallel stages (default 1; 1F1B), as --tp; the data-parallel GPUs "
+               "are the GPUs / (tp x pp)")
+            ->type_name("P"),
         sub->add_option("--precision", o->precision, "fp32, bf16-mixed (default), bf16, fp16-mixed")
             ->type_name("P"),
         sub->add_option("--checkpointing", o->checkpointing, "none (default), full")
@@ -774,6 +812,7 @@ const CommandRegistration kPlan([](CLI::App& app) {
         o->accumGiven = sub->get_option("--grad-accum")->count() > 0;
         o->precisionGiven = sub->get_option("--precision")->count() > 0;
         o->checkpointingGiven = sub->get_option("--checkpointing")->count() > 0;
+        o->modeGiven = sub->get_option("--mode")->count() > 0;
         runPlan(*o);
     });
 });

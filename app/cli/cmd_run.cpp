@@ -256,7 +256,7 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--nproc", o->nproc,
            "ranks per node (default: the spec's procs_per_node, or the train flag "
            "--nproc-per-node)")
-        ->check(CLI::PositiveNumber);
+        ->check(cmdline::positiveNumber());
     cmd->add_option("--worker", o->worker, "shard-worker program (path or name on PATH)");
     cmd->add_option("--host", o->hosts, "SSH host [user@]host[:port]; repeat for more nodes")
         ->allow_extra_args(false);
@@ -268,7 +268,7 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_flag("--slurm", o->slurm, "submit through Slurm (sbatch)");
     cmd->add_option("--via", o->via, "Slurm: submit on this login node over SSH");
     cmd->add_option("--nodes", o->nodes, "Slurm: nodes (default: the run spec's)")
-        ->check(CLI::PositiveNumber);
+        ->check(cmdline::positiveNumber());
     cmd->add_option("--gpus-per-node", o->gpusPerNode,
         "Slurm: GPUs per node (default: one per rank when the device is cuda)");
     cmd->add_option("--cpus-per-task", o->cpusPerTask, "Slurm: CPUs per node launcher");
@@ -296,7 +296,7 @@ const CommandRegistration kRegistration([](CLI::App& app) {
         "RUNDIR` on the run folder");
     cmd->add_option("--grace", o->graceSec,
            "--command: seconds between TERM and KILL when stopped (default 10)")
-        ->check(CLI::PositiveNumber);
+        ->check(cmdline::positiveNumber());
     // `run.json`, or the worker's train flags after `--` (kept verbatim and in order).
     cmd->add_option("args", o->args, "RUN.json, or -- <shard-worker train flags>");
     cmd->callback([o] { exitCode() = runCommand(*o); });

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "protocol/parallel_dims.h"
+#include "protocol/device_mesh.h"
 
 namespace shard::ckpt {
 
@@ -21,29 +21,21 @@ ShardPlacement placementFor(const std::string& strategy, int rank, int worldSize
     if (rank < 0 || rank >= worldSize)
         throw std::runtime_error(
             "rank " + std::to_string(rank) + " is outside world size " + std::to_string(worldSize));
+    if (!isKnownStrategy(strategy))
+        throw std::runtime_error("unknown strategy '" + strategy
+            + "' (checkpoints know single, ddp, zero1, zero2, zero3, hybrid)");
+    // The mesh owns placement: the shard is the rank's dp_shard coordinate, the replica its
+    // dp_replicate one ("single" holds everything, as ddp's replicas do).
+    const protocol::Strategy s
+        = strategy == "single" ? protocol::Strategy::Ddp : protocol::parseStrategyName(strategy);
+    const auto mesh = protocol::DeviceMesh::of({s, shardGroup, 1, worldSize});
+    const protocol::MeshCoords c = mesh.coords(rank);
     ShardPlacement p;
-    if (strategy == "single" || strategy == "ddp") {
-        p.replica = rank;
-        p.replicas = worldSize;
-        return p;
-    }
-    if (strategy == "zero1" || strategy == "zero2" || strategy == "zero3") {
-        p.index = rank;
-        p.count = worldSize;
-        return p;
-    }
-    if (strategy == "hybrid") {
-        if (shardGroup < 1 || worldSize % shardGroup != 0)
-            throw std::runtime_error("hybrid shard group " + std::to_string(shardGroup)
-                + " must be at least 1 and divide the world size " + std::to_string(worldSize));
-        p.index = rank % shardGroup;
-        p.count = shardGroup;
-        p.replica = rank / shardGroup;
-        p.replicas = worldSize / shardGroup;
-        return p;
-    }
-    throw std::runtime_error("unknown strategy '" + strategy
-        + "' (checkpoints know single, ddp, zero1, zero2, zero3, hybrid)");
+    p.index = static_cast<int>(c.dpShard);
+    p.count = static_cast<int>(mesh.dpShard);
+    p.replica = static_cast<int>(c.dpReplicate);
+    p.replicas = static_cast<int>(mesh.dpReplicate);
+    return p;
 }
 
 RowRange chunkRows(int64_t dim0, int index, int count)

@@ -16,6 +16,22 @@ std::vector<CommandSetup>& commandRegistry()
     return registry;
 }
 
+CLI::Validator positiveNumber()
+{
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            try {
+                size_t used = 0;
+                const double v = std::stod(text, &used);
+                if (used == text.size() && v > 0)
+                    return {};
+            } catch (const std::exception&) {
+            }
+            return "must be above 0 (got '" + text + "')";
+        },
+        "POSITIVE");
+}
+
 int& exitCode()
 {
     static int code = 0;

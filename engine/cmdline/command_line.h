@@ -18,6 +18,11 @@ using CommandSetup = std::function<void(CLI::App& app)>;
 std::vector<CommandSetup>& commandRegistry();
 int& exitCode();
 
+// For an option that counts or measures something (ranks, steps, seconds): above zero, refused
+// in words ("--nproc: must be above 0 (got '0')"), where CLI11's PositiveNumber prints its range
+// as 0 to 1.8e308.
+CLI::Validator positiveNumber();
+
 struct CommandRegistration {
     explicit CommandRegistration(CommandSetup setup)
     {

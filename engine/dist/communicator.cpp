@@ -1,6 +1,7 @@
 // Backend-independent parts of the Communicator: statistics, the traffic formulas, hybrid
 // groups, and the backend factory.
 #include "dist/communicator.h"
+#include "protocol/device_mesh.h"
 
 #include <stdexcept>
 
@@ -104,22 +105,17 @@ HybridGroups makeHybridGroups(Communicator& world, int shardGroupSize)
         throw std::invalid_argument("hybrid: shard group size " + std::to_string(shardGroupSize)
             + " does not divide the world size " + std::to_string(w)
             + "; pick --shard-group from the divisors of the rank count");
+    // The mesh's groups along dp_shard and dp_replicate, every one made by every rank (a new
+    // group is collective over the world), this rank's kept.
+    const auto mesh = protocol::DeviceMesh::of({protocol::Strategy::Hybrid, shardGroupSize, 1, w});
     HybridGroups groups;
-    const int g = shardGroupSize;
-    for (int first = 0; first < w; first += g) {
-        std::vector<int> ranks;
-        for (int r = first; r < first + g; ++r)
-            ranks.push_back(r);
-        if (auto c = world.newGroup(ranks))
-            groups.shard = c;
-    }
-    for (int i = 0; i < g; ++i) {
-        std::vector<int> ranks;
-        for (int r = i; r < w; r += g)
-            ranks.push_back(r);
-        if (auto c = world.newGroup(ranks))
-            groups.replicate = c;
-    }
+    for (const auto& [dim, slot] : {std::pair {protocol::MeshDim::DpShard, &groups.shard},
+             std::pair {protocol::MeshDim::DpReplicate, &groups.replicate}})
+        for (const std::vector<int64_t>& members : mesh.groups(dim)) {
+            const std::vector<int> ranks(members.begin(), members.end());
+            if (auto c = world.newGroup(ranks))
+                *slot = c;
+        }
     return groups;
 }
 

@@ -1244,20 +1244,43 @@ ImportedConfig readTorchtitanConfig(const std::string& path, const ConfigContext
     }
 
     // Parallelism.
-    const int64_t W = in.worldSize();
     const int64_t rep = integer("parallelism", "data_parallel_replicate_degree", 1);
     int64_t shard = integer("parallelism", "data_parallel_shard_degree", -1);
     const int64_t tp = integer("parallelism", "tensor_parallel_degree", 1);
     const int64_t pp = integer("parallelism", "pipeline_parallel_degree", 1);
     const int64_t cp = integer("parallelism", "context_parallel_degree", 1);
     const int64_t ep = integer("parallelism", "expert_parallel_degree", 1);
-    for (const auto& [key, v] : {std::pair<const char*, int64_t> {"tensor_parallel_degree", tp},
-             {"pipeline_parallel_degree", pp}, {"context_parallel_degree", cp}})
-        if (v != 1)
-            fail(path,
-                std::string("[parallelism] ") + key + " is " + std::to_string(v)
-                    + ": the planner does not model tensor, pipeline or context parallelism "
-                      "yet; plan the data-parallel layout with it set to 1");
+    if (cp != 1)
+        fail(path,
+            "[parallelism] context_parallel_degree is " + std::to_string(cp)
+                + ": the planner does not model context parallelism; plan the layout with it "
+                  "set to 1");
+    if (tp < 1 || pp < 1)
+        fail(
+            path, "[parallelism] tensor_parallel_degree and pipeline_parallel_degree must be >= 1");
+    if (in.worldSize() % (tp * pp) != 0)
+        fail(path,
+            "tensor_parallel_degree " + std::to_string(tp) + " x pipeline_parallel_degree "
+                + std::to_string(pp) + " does not divide the " + std::to_string(in.worldSize())
+                + " GPUs of --gpus / --nodes: change them or the degrees");
+    in.tp = tp;
+    in.pp = pp;
+    if (tp * pp > 1) {
+        // Tensor and pipeline layouts are planned in the paper's accounting (Megatron-LM,
+        // torchtitan), whatever --mode said.
+        if (in.mode != AccountingMode::ZeroPaper)
+            out.resolved.push_back({"accounting",
+                "zero-paper (tensor parallel " + std::to_string(tp) + ", pipeline "
+                    + std::to_string(pp) + " stages: planned as Megatron-LM / torchtitan run "
+                    + "them; this engine trains data parallelism only)"});
+        in.mode = AccountingMode::ZeroPaper;
+        const std::string schedule = text("parallelism", "pipeline_parallel_schedule", "1F1B");
+        if (pp > 1 && schedule != "1F1B")
+            out.notModelled.push_back("[parallelism] pipeline_parallel_schedule \"" + schedule
+                + "\": planned as 1F1B (its bubble and in-flight micro-batches)");
+    }
+    // The data-parallel GPUs: the rest once tensor and pipeline parallelism take theirs.
+    const int64_t W = in.worldSize() / (tp * pp);
     if (rep < 1 || (shard < 1 && shard != -1))
         fail(path,
             "[parallelism] data_parallel_replicate_degree must be >= 1 and "
@@ -1583,12 +1606,15 @@ ExportedConfig writeTorchtitanConfig(const PlanInput& in)
         toml::table {{"name", name.empty() ? in.model.modelType : name},
             {"flavor", flavor.empty() ? in.model.name : flavor}});
     t.insert("optimizer", toml::table {{"name", "AdamW"}});
-    int64_t rep = 1, shard = in.worldSize();
+    // The data-parallel degrees are the mesh's (what tensor and pipeline parallelism leave).
+    PlanInput sized = in;
+    if (sized.strategy == Strategy::Hybrid && sized.shardGroup <= 0)
+        sized.shardGroup = std::max<int64_t>(1, in.gpusPerNode / in.tp);
+    const protocol::DeviceMesh mesh = sized.mesh();
+    const int64_t rep = mesh.dpReplicate, shard = mesh.dpShard;
     std::string reshard = "default";
     switch (in.strategy) {
     case Strategy::Ddp:
-        rep = in.worldSize();
-        shard = 1;
         break;
     case Strategy::Zero1:
         reshard = "never";
@@ -1602,8 +1628,6 @@ ExportedConfig writeTorchtitanConfig(const PlanInput& in)
     case Strategy::Zero3:
         break;
     case Strategy::Hybrid:
-        shard = in.shardGroup > 0 ? in.shardGroup : in.gpusPerNode;
-        rep = in.worldSize() / shard;
         break;
     }
     toml::table training {{"local_batch_size", in.microBatch}, {"seq_len", in.seqLen},
@@ -1622,10 +1646,13 @@ ExportedConfig writeTorchtitanConfig(const PlanInput& in)
         e.notExpressed.push_back("fp16: torchtitan trains in bfloat16 or float32; written as "
                                  "bfloat16");
     t.insert("training", std::move(training));
-    t.insert("parallelism",
-        toml::table {{"data_parallel_replicate_degree", rep}, {"data_parallel_shard_degree", shard},
-            {"fsdp_reshard_after_forward", reshard}, {"tensor_parallel_degree", 1},
-            {"pipeline_parallel_degree", 1}, {"context_parallel_degree", 1}});
+    toml::table parallelism {{"data_parallel_replicate_degree", rep},
+        {"data_parallel_shard_degree", shard}, {"fsdp_reshard_after_forward", reshard},
+        {"tensor_parallel_degree", in.tp}, {"pipeline_parallel_degree", in.pp},
+        {"context_parallel_degree", 1}};
+    if (in.pp > 1)
+        parallelism.insert("pipeline_parallel_schedule", "1F1B");
+    t.insert("parallelism", std::move(parallelism));
     t.insert("activation_checkpoint",
         toml::table {{"mode", in.checkpointing == Checkpointing::Full ? "full" : "none"}});
     commonNotes(in, e.notExpressed, "torchtitan");
@@ -1691,6 +1718,15 @@ ExportedConfig exportFor(const PlanInput& in, const std::string& kind, const std
     const std::string& configPath)
 {
     const auto config = [&](const char* dflt) { return configPath.empty() ? dflt : configPath; };
+    // Tensor and pipeline layouts go to torchtitan (its TOML, and torchrun or sbatch lines that
+    // start it); DeepSpeed and accelerate configs here describe data parallelism only.
+    if (in.threeD()
+        && (kind == "deepspeed" || kind == "accelerate" || kind == "deepspeed-launch"
+            || kind == "accelerate-launch" || kind == "sbatch-deepspeed"))
+        throw std::runtime_error("--export " + kind + ": tensor parallel " + std::to_string(in.tp)
+            + " and " + std::to_string(in.pp)
+            + " pipeline stages are written for torchtitan only (--export torchtitan, torchrun "
+              "or sbatch); plan tp 1 and pp 1 for a DeepSpeed or accelerate config");
     if (kind == "deepspeed")
         return writeDeepSpeedConfig(in);
     if (kind == "accelerate")

@@ -586,9 +586,10 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     return o;
 }
 
-Internal paperModelStates(const PlanInput& in, const ModelShapes& shapes, int64_t S)
+// psi: the parameters one GPU's copy of the model holds (the whole model; under tensor and
+// pipeline parallelism its stage's slice).
+Internal paperModelStates(const PlanInput& in, double psi, int64_t S)
 {
-    const double psi = static_cast<double>(shapes.params);
     const int64_t W = in.worldSize();
     const double K = static_cast<double>(in.gradAccum);
     Internal o;
@@ -759,9 +760,193 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
     return o;
 }
 
+// Tensor and pipeline parallelism (Megatron-LM, torchtitan) with data parallelism inside each
+// stage, in the ZeRO paper's accounting (Narayanan et al. 2021; Korthikanti et al. 2022):
+// - a block's weights split over tp GPUs (norms replicated), the embedding and the head split
+//   by vocabulary; pipeline stage i holds its contiguous layers (DeviceMesh::stageLayers), stage
+//   0 the embedding, the last the final norm and the head (a tied head is a second copy there);
+// - model states of that slice as the paper's ZeRO stages over the dp_shard GPUs;
+// - activations with sequence parallelism and fused (flash) attention, as torchtitan and
+//   Megatron-LM run: Korthikanti's s*b*h*34/t per layer and micro-batch (the 5*a*s/h term of
+//   stored attention scores is not kept; 2*s*b*h/t under full recomputation); under 1F1B stage
+//   i keeps min(pp - i, micro-batches) micro-batches in flight; the last stage keeps 4*s*b*V/t
+//   fp32 logits;
+// - per GPU per step: tensor parallel 4 all-reduce-equivalents per layer and micro-batch (6
+//   with recomputation) of s*b*h 16-bit elements over a ring of tp; pipeline sends of a
+//   micro-batch's s*b*h/t activations forward and their gradients back; the paper's
+//   data-parallel volumes on the stage's slice;
+// - time: compute / tp / pp per GPU, stretched by the 1F1B bubble (pp - 1) / (m + pp - 1), plus
+//   the tensor- and pipeline-parallel transfers (on the critical path); data-parallel transfers
+//   overlap.
+PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
+{
+    const protocol::DeviceMesh mesh = in.mesh();
+    const ModelSpec& s = in.model;
+    const Calibration& k = in.calibration;
+    const bool gpu = in.device.kind == DeviceKind::Gpu;
+    PlanResult res;
+    res.input = in;
+    res.params = shapes.params;
+    res.activeParams = shapes.activeParams;
+    res.worldSize = in.worldSize();
+    res.shardDegree = mesh.dpShard;
+    res.replicas = mesh.dpReplicate;
+    const int64_t pp = mesh.pp;
+    const double t = static_cast<double>(mesh.tp);
+
+    // Parameters per GPU of each stage.
+    std::vector<double> stageParams(static_cast<size_t>(pp), 0.0);
+    std::vector<int64_t> stageLayerCount(static_cast<size_t>(pp), 0);
+    std::vector<int64_t> stageOf(static_cast<size_t>(s.numLayers), 0);
+    for (int64_t st = 0; st < pp; ++st) {
+        const auto [first, end] = mesh.stageLayers(st, s.numLayers);
+        stageLayerCount[static_cast<size_t>(st)] = end - first;
+        for (int64_t l = first; l < end; ++l)
+            stageOf[static_cast<size_t>(l)] = st;
+    }
+    for (const ParamInfo& p : parameterTable(s)) {
+        const bool replicated = p.shape.size() < 2 && p.name.find("norm") != std::string::npos;
+        const double n = static_cast<double>(p.numel()) / (replicated ? 1.0 : t);
+        if (p.layer >= 0) {
+            stageParams[static_cast<size_t>(stageOf[static_cast<size_t>(p.layer)])] += n;
+        } else if (p.name == "model.embed_tokens.weight") {
+            stageParams[0] += n;
+            if (s.tieWordEmbeddings && pp > 1) // the head's copy on the last stage
+                stageParams[static_cast<size_t>(pp - 1)] += n;
+        } else {
+            stageParams[static_cast<size_t>(pp - 1)] += n;
+        }
+    }
+
+    // Memory of each stage's GPUs; the plan is the fullest stage's.
+    const double K = static_cast<double>(in.gradAccum);
+    const double b = static_cast<double>(in.microBatch * in.sequencesPerSample());
+    const double seq = static_cast<double>(in.seqLen), h = static_cast<double>(s.hiddenSize);
+    const double V = static_cast<double>(s.vocabSize);
+    const double perLayer
+        = in.checkpointing == Checkpointing::Full ? 2.0 * seq * b * h / t : seq * b * h * 34.0 / t;
+    const double fixed = in.device.overheadBytes >= 0
+        ? static_cast<double>(in.device.overheadBytes)
+        : (gpu ? k.gpuOverheadBytes : k.cpuOverheadBytes);
+    const double frag = gpu ? k.gpuFragmentation : k.cpuFragmentation;
+    Internal peak;
+    for (int64_t st = 0; st < pp; ++st) {
+        Internal states = paperModelStates(in, stageParams[static_cast<size_t>(st)], mesh.dpShard);
+        MemoryBreakdown m = states.mem;
+        const double inFlight = std::min(static_cast<double>(pp - st), K);
+        m.activations = toBytes(
+            static_cast<double>(stageLayerCount[static_cast<size_t>(st)]) * inFlight * perLayer);
+        if (st == pp - 1)
+            m.logits = toBytes(4.0 * seq * b * V / t);
+        m.overhead = toBytes(fixed + frag * static_cast<double>(m.total()));
+        if (st == 0 || m.total() > res.perDevice.total()) {
+            res.perDevice = m;
+            res.peakStage = st;
+            res.stageParams = toBytes(stageParams[static_cast<size_t>(st)]);
+            peak = states;
+        }
+    }
+    res.peakPhase = pp > 1 ? "backward start, pipeline stage " + std::to_string(res.peakStage)
+                           : std::string("backward start");
+    res.hostBytesPerDevice = toBytes(peak.host);
+    res.capacityBytes = gpu ? in.device.memoryBytes : in.device.memoryBytes / in.gpusPerNode;
+    res.headroomBytes = res.capacityBytes - res.perDevice.total();
+    res.fits = res.headroomBytes >= 0;
+    if (in.device.hostMemoryBytes > 0
+        && res.hostBytesPerDevice * in.gpusPerNode > in.device.hostMemoryBytes) {
+        res.fits = false;
+        res.notes.push_back("offloaded state (" + formatGiB(res.hostBytesPerDevice * in.gpusPerNode)
+            + " per node) exceeds the host memory (" + formatGiB(in.device.hostMemoryBytes) + ")");
+    }
+
+    // FLOPs: each data-parallel rank's tokens, its work split over tp x pp GPUs.
+    const double attn = 12.0 * static_cast<double>(s.numLayers)
+        * static_cast<double>(s.numHeads * s.headDim) * seq;
+    res.flopsPerToken = 6.0 * static_cast<double>(shapes.activeParams) + attn;
+    const int64_t tokensPerReplica
+        = in.microBatch * in.sequencesPerSample() * in.seqLen * in.gradAccum;
+    res.tokensPerStep = tokensPerReplica * mesh.dataParallel();
+    res.flopsPerStep = res.flopsPerToken * static_cast<double>(res.tokensPerStep);
+    double hwPerToken = res.flopsPerToken;
+    if (in.checkpointing == Checkpointing::Full)
+        hwPerToken += 2.0 * static_cast<double>(shapes.activeParams) + attn / 3.0;
+    res.deviceFlopsPerStep
+        = hwPerToken * static_cast<double>(tokensPerReplica) / (t * static_cast<double>(pp));
+
+    // Bytes a GPU sends per step.
+    const double layers = static_cast<double>(stageLayerCount[static_cast<size_t>(res.peakStage)]);
+    const double perMicro = seq * b * h * 2.0;
+    const double tpOps = in.checkpointing == Checkpointing::Full ? 6.0 : 4.0;
+    res.tpBytesPerDevicePerStep
+        = toBytes(layers * K * tpOps * 2.0 * ringFraction(mesh.tp) * perMicro);
+    res.ppBytesPerDevicePerStep = pp > 1 ? toBytes(2.0 * K * perMicro / t) : 0;
+    res.gatherBytesPerDevicePerStep = toBytes(peak.gatherBytes);
+    res.reduceBytesPerDevicePerStep = toBytes(peak.reduceBytes);
+    res.bytesSentPerDevicePerStep = res.gatherBytesPerDevicePerStep
+        + res.reduceBytesPerDevicePerStep + res.tpBytesPerDevicePerStep
+        + res.ppBytesPerDevicePerStep;
+
+    // Roofline with the pipeline's bubble.
+    const double peakFlops
+        = in.precision == Precision::Fp32 ? in.device.peakFlops32 : in.device.peakFlops16;
+    auto bw = [&](int64_t span) {
+        return (span <= in.gpusPerNode ? in.device.intraNodeBytesPerSec
+                                       : in.device.interNodeBytesPerSec)
+            * k.commEfficiency;
+    };
+    res.bubbleFraction = static_cast<double>(pp - 1) / (K + static_cast<double>(pp - 1));
+    const double compute = res.deviceFlopsPerStep / (peakFlops * k.computeEfficiency);
+    const double critical
+        = (compute + static_cast<double>(res.tpBytesPerDevicePerStep) / bw(mesh.tp)
+              + static_cast<double>(res.ppBytesPerDevicePerStep) / bw(res.worldSize))
+        / (1.0 - res.bubbleFraction);
+    // A data-parallel group strides tp within its stage: it spans tp x dp ranks.
+    const double dataParallel
+        = static_cast<double>(res.gatherBytesPerDevicePerStep + res.reduceBytesPerDevicePerStep)
+        / bw(mesh.tp * mesh.dataParallel());
+    res.computeSeconds = compute / (1.0 - res.bubbleFraction);
+    res.commSeconds = critical - res.computeSeconds + dataParallel;
+    res.stepSeconds = std::max(critical, dataParallel);
+    res.tokensPerSecond
+        = res.stepSeconds > 0 ? static_cast<double>(res.tokensPerStep) / res.stepSeconds : 0.0;
+
+    res.notes.push_back("layout " + mesh.describe() + " (torchtitan's order: tensor parallel "
+        + "inside a node, pipeline stages outermost); this engine trains data parallelism "
+          "only: export the plan for torchtitan to run it");
+    if (mesh.tp > 1)
+        res.notes.push_back("tensor parallel " + std::to_string(mesh.tp)
+            + " with sequence parallelism: each block's weights and activations split over "
+            + std::to_string(mesh.tp) + " GPUs, the embedding and head by vocabulary");
+    if (pp > 1) {
+        const auto [first, end] = mesh.stageLayers(0, s.numLayers);
+        res.notes.push_back(std::to_string(pp) + " pipeline stages (1F1B) of "
+            + std::to_string(end - first) + (s.numLayers % pp ? " or fewer" : "")
+            + " layers: stage 0 keeps " + std::to_string(std::min<int64_t>(pp, in.gradAccum))
+            + " micro-batches' activations; the bubble idles "
+            + std::to_string(static_cast<int>(res.bubbleFraction * 100.0 + 0.5)) + "% of a step at "
+            + std::to_string(in.gradAccum)
+            + " micro-batches (more gradient accumulation shrinks it)");
+        if (in.gradAccum < pp)
+            res.notes.push_back("fewer micro-batches (" + std::to_string(in.gradAccum)
+                + ") than pipeline stages (" + std::to_string(pp)
+                + "): stages wait for each other most of the step; use --grad-accum "
+                + std::to_string(4 * pp) + " or more");
+    }
+    res.notes.push_back("step time: the tensor- and pipeline-parallel transfers wait on the "
+                        "compute (Megatron-LM's blocking collectives), the data-parallel ones "
+                        "overlap it");
+    res.notes.push_back("ZeRO-paper accounting: 16-bit parameters and gradients, K="
+        + std::to_string(static_cast<int>(k.zeroPaperK))
+        + " optimizer bytes per parameter, Korthikanti activations with sequence parallelism "
+          "and fused attention (no stored attention scores)");
+    return res;
+}
+
 PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
 {
     validate(in);
+    if (in.threeD())
+        return plan3d(in, shapes);
     PlanResult res;
     res.input = in;
     res.params = shapes.params;
@@ -772,7 +957,7 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     const bool paper = in.mode == AccountingMode::ZeroPaper;
     const bool gpu = in.device.kind == DeviceKind::Gpu;
 
-    Internal st = paper ? paperModelStates(in, shapes, res.shardDegree)
+    Internal st = paper ? paperModelStates(in, static_cast<double>(shapes.params), res.shardDegree)
         : in.usesLora() ? engineLoraStates(in, res.shardDegree)
                         : engineModelStates(in, shapes, res.shardDegree);
     const int64_t sequences = in.microBatch * in.sequencesPerSample();
@@ -1070,6 +1255,36 @@ void validate(const PlanInput& in)
             + " positions (max_position_embeddings); use " + std::to_string(s.maxPositionEmbeddings)
             + " or less");
     in.parallelDims().validate("GPUs");
+    if (in.tp < 1 || in.pp < 1)
+        throw std::runtime_error("tensor and pipeline parallel degrees are at least 1 (got tp "
+            + std::to_string(in.tp) + ", pp " + std::to_string(in.pp) + ")");
+    if (in.threeD()) {
+        if (in.mode != AccountingMode::ZeroPaper)
+            throw std::runtime_error("tensor and pipeline parallelism are planned with the "
+                                     "zero-paper accounting (Megatron-LM and torchtitan "
+                                     "layouts); this engine trains data parallelism only: use "
+                                     "--mode zero-paper, or tp 1 and pp 1");
+        if (s.isMoe())
+            throw std::runtime_error(s.name
+                + " is a mixture-of-experts model: tensor and pipeline parallelism are planned "
+                  "for dense models only (expert parallelism is not modelled)");
+        const protocol::DeviceMesh mesh = in.mesh();
+        mesh.validate(in.gpusPerNode, "GPUs");
+        if (s.numHeads % in.tp != 0)
+            throw std::runtime_error("tensor parallel " + std::to_string(in.tp)
+                + " does not divide " + s.name + "'s " + std::to_string(s.numHeads)
+                + " attention heads; use a divisor of " + std::to_string(s.numHeads) + " ("
+                + protocol::divisorList(s.numHeads) + ")");
+        if (s.numKvHeads % in.tp != 0 && in.tp % s.numKvHeads != 0)
+            throw std::runtime_error("tensor parallel " + std::to_string(in.tp) + " and " + s.name
+                + "'s " + std::to_string(s.numKvHeads)
+                + " key/value heads neither divide the other; use a divisor or a multiple of "
+                + std::to_string(s.numKvHeads));
+        if (in.pp > s.numLayers)
+            throw std::runtime_error(std::to_string(in.pp) + " pipeline stages for "
+                + std::to_string(s.numLayers) + " layers: use at most "
+                + std::to_string(s.numLayers));
+    }
     if (in.bf16Reduce && in.precision != Precision::Bf16Mixed)
         throw std::runtime_error("a bf16 reduce goes with bf16-mixed (" + toString(in.precision)
             + " reduces in its own dtype); use reduce fp32");
@@ -1121,14 +1336,16 @@ std::vector<PlanResult> planAllStrategies(const PlanInput& in)
     validate(in);
     const ModelShapes shapes = modelShapes(in.model);
     std::vector<PlanResult> out;
-    const int64_t W = in.worldSize();
+    // The data-parallel GPUs: all of them, or under tensor / pipeline parallelism W / (tp pp).
+    const int64_t W = in.worldSize() / (in.tp * in.pp);
     for (Strategy s : allStrategies()) {
         PlanInput x = in;
         x.strategy = s;
         if (s == Strategy::Hybrid) {
             int64_t g = in.shardGroup;
+            const int64_t perNode = in.gpusPerNode / in.tp; // a node's data-parallel GPUs
             if (in.strategy != Strategy::Hybrid || g <= 0)
-                g = (in.gpusPerNode < W && W % in.gpusPerNode == 0) ? in.gpusPerNode : 0;
+                g = (perNode > 0 && perNode < W && W % perNode == 0) ? perNode : 0;
             if (g <= 0 || W % g != 0)
                 continue;
             x.shardGroup = g;
@@ -1192,7 +1409,13 @@ int64_t fewestGpus(const PlanInput& in, int64_t limitGpus)
         } else {
             x.nodes = gpus / in.gpusPerNode;
         }
-        return planWith(x, shapes).fits;
+        // A count the layout cannot use (tp x pp not dividing it, a group spanning nodes) is
+        // not an answer.
+        try {
+            return planWith(x, shapes).fits;
+        } catch (const std::runtime_error&) {
+            return false;
+        }
     };
     if (in.strategy == Strategy::Hybrid) {
         // Memory depends on the group only; more replicas change nothing.
@@ -1327,6 +1550,16 @@ nlohmann::json toJson(const PlanResult& r)
     j["device"] = {{"kind", toString(in.device.kind)}, {"name", in.device.name},
         {"memory_bytes", in.device.memoryBytes}};
     j["shard_degree"] = r.shardDegree;
+    if (in.threeD()) {
+        const auto mesh = in.mesh();
+        j["mesh"] = {{"pp", mesh.pp}, {"dp_replicate", mesh.dpReplicate},
+            {"dp_shard", mesh.dpShard}, {"tp", mesh.tp}};
+        j["peak_stage"] = r.peakStage;
+        j["stage_params_per_gpu"] = r.stageParams;
+        j["bubble_fraction"] = r.bubbleFraction;
+        j["tp_bytes_per_gpu_per_step"] = r.tpBytesPerDevicePerStep;
+        j["pp_bytes_per_gpu_per_step"] = r.ppBytesPerDevicePerStep;
+    }
     j["replicas"] = r.replicas;
     j["per_device"] = toJson(r.perDevice);
     j["peak_phase"] = r.peakPhase;

@@ -15,6 +15,7 @@
 
 #include "plan/calibration.h"
 #include "plan/model_spec.h"
+#include "protocol/device_mesh.h"
 #include "protocol/parallel_dims.h"
 
 namespace shard::plan {
@@ -96,6 +97,11 @@ struct PlanInput {
     int64_t gradAccum = 1; // micro-steps per optimizer step
     int64_t gpusPerNode = 8;
     int64_t nodes = 1;
+    // Tensor and pipeline parallel degrees (Megatron-LM / torchtitan layouts; planned with the
+    // zero-paper accounting only: this engine trains data parallelism). The data-parallel ranks
+    // are the GPUs / (tp x pp), sharded or replicated as the strategy says.
+    int64_t tp = 1;
+    int64_t pp = 1;
     DeviceSpec device;
     AccountingMode mode = AccountingMode::Engine;
     Calibration calibration;
@@ -122,6 +128,9 @@ struct PlanInput {
     {
         return {strategy, shardGroup, nodes, gpusPerNode};
     }
+    bool threeD() const { return tp > 1 || pp > 1; }
+    // Where each GPU sits (throws std::runtime_error when the degrees do not divide the GPUs).
+    protocol::DeviceMesh mesh() const { return protocol::DeviceMesh::of(parallelDims(), tp, pp); }
 };
 
 // The input's bytes per element: its precision's, with a bf16 reduce where it asks for one.
@@ -163,7 +172,15 @@ struct PlanResult {
     int64_t activeParams = 0; // per token (MoE); = params when dense
     int64_t worldSize = 0;
     int64_t shardDegree = 1; // ranks one copy of the state is split over (ddp 1, hybrid G, else W)
-    int64_t replicas = 1;    // worldSize / shardDegree
+    int64_t replicas = 1;    // copies of the state: worldSize / shardDegree (3D: dp_replicate)
+    // Tensor / pipeline parallel plans (PlanInput::tp, pp): the pipeline stage whose GPUs hold
+    // the most (perDevice is theirs), the parameters one of its GPUs holds, the 1F1B pipeline's
+    // idle fraction, and the bytes a GPU sends per step for tensor and pipeline parallelism.
+    int64_t peakStage = 0;
+    int64_t stageParams = 0;
+    double bubbleFraction = 0;
+    int64_t tpBytesPerDevicePerStep = 0;
+    int64_t ppBytesPerDevicePerStep = 0;
 
     // At the peak of a step. Engine mode compares moments of a step and reports the largest:
     // on CPU "backward start", "mid backward" and "backward end"; on GPU "backward start" and

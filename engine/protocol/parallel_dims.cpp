@@ -1,5 +1,6 @@
 // The sharding vocabulary (see parallel_dims.h).
 #include "protocol/parallel_dims.h"
+#include "protocol/device_mesh.h"
 
 #include <stdexcept>
 
@@ -45,14 +46,13 @@ Strategy parseStrategyName(const std::string& name)
 
 int64_t ParallelDims::shardDegree() const
 {
-    switch (strategy) {
-    case Strategy::Ddp:
+    // The mesh's dp_shard; a hybrid group that does not divide the ranks (validate() says why)
+    // counts as its own size until then.
+    if (worldSize() < 1)
         return 1;
-    case Strategy::Hybrid:
+    if (strategy == Strategy::Hybrid && (shardGroup < 1 || worldSize() % shardGroup != 0))
         return shardGroup > 0 ? shardGroup : 1;
-    default:
-        return worldSize();
-    }
+    return DeviceMesh::of(*this).dpShard;
 }
 
 std::string divisorList(int64_t n)

@@ -130,7 +130,7 @@ shard::worker::CommandRegistration registration([](CLI::App& app) {
     cmd->add_option("--count", o->count, "Number of questions (default 100)");
     cmd->add_option("--seed", o->seed, "Question seed (default 1000; training data uses others)");
     cmd->add_option("--max-new-tokens", o->maxNewTokens, "Generation limit (default 12)")
-        ->check(CLI::PositiveNumber);
+        ->check(shard::cmdline::positiveNumber());
     cmd->add_option("--pairs-out", o->pairsOut,
         "Also write a preference pair (JSONL) for each wrong answer: the right answer chosen, "
         "the model's own rejected (on-policy data for --objective dpo or orpo)");

@@ -112,6 +112,13 @@ private Q_SLOTS:
             qPrintable(o.err));
         auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
         QVERIFY(!store->findRun("clash"));
+        // A rank count of 0 is refused in words (CLI11's own check printed its range as 0 to
+        // 1.8e308).
+        o = shard(QStringList {"run", "--name", "zero", "--nproc", "0", "--"} + trainFlags(m_data));
+        QVERIFY(o.code != 0);
+        QVERIFY2(o.err.contains("--nproc: must be above 0 (got '0')"), qPrintable(o.err));
+        QVERIFY2(!o.err.contains("1797693"), qPrintable(o.err));
+        QVERIFY(!store->findRun("zero"));
     }
 
     // `shard run` continues a run in its folder (issue 32): `--resume auto` after `--` and a

@@ -310,6 +310,32 @@ void roundTrips()
             }
         }
     }
+    // A tensor / pipeline layout goes to torchtitan and back; DeepSpeed and accelerate refuse it.
+    {
+        PlanInput in = context("llama-2-70b", 8, 8).base;
+        in.mode = AccountingMode::ZeroPaper;
+        in.strategy = Strategy::Zero3;
+        in.tp = 4;
+        in.pp = 2;
+        in.gradAccum = 16;
+        const ExportedConfig e = exportFor(in, "torchtitan", "train.py", "");
+        CHECK(e.text.find("tensor_parallel_degree = 4") != std::string::npos);
+        CHECK(e.text.find("pipeline_parallel_degree = 2") != std::string::npos);
+        CHECK(e.text.find("data_parallel_shard_degree = 8") != std::string::npos);
+        ConfigContext tctx = context("llama-2-70b", 8, 8);
+        tctx.modelGiven = true;
+        const ImportedConfig back
+            = readTorchtitanConfig(writeFile("rt3d.toml", e.text).string(), tctx);
+        CHECK_EQ(back.input.tp, 4);
+        CHECK_EQ(back.input.pp, 2);
+        CHECK(back.input.strategy == Strategy::Zero3);
+        CHECK_EQ(back.input.gradAccum, 16);
+        CHECK_EQ(plan(back.input).perDevice.total(), plan(in).perDevice.total());
+        CHECK_THROWS_WITH(
+            exportFor(in, "deepspeed", "train.py", ""), "written for torchtitan only");
+        CHECK_THROWS_WITH(
+            exportFor(in, "accelerate-launch", "train.py", ""), "--export torchtitan");
+    }
     // What a target cannot say is said.
     PlanInput lora = context("llama-2-7b", 8, 1).base;
     lora.method = Method::Lora;
@@ -390,8 +416,23 @@ void torchtitanFixtures()
     auto toml = [&](const std::string& text) {
         return readTorchtitanConfig(writeFile("bad.toml", text).string(), withModel);
     };
-    CHECK_THROWS_WITH(toml("[parallelism]\ntensor_parallel_degree = 2\n"),
-        "does not model tensor, pipeline or context parallelism");
+    CHECK_THROWS_WITH(
+        toml("[parallelism]\ncontext_parallel_degree = 2\n"), "does not model context parallelism");
+    CHECK_THROWS_WITH(toml("[parallelism]\ntensor_parallel_degree = 3\n"),
+        "tensor_parallel_degree 3 x pipeline_parallel_degree 1 does not divide the 8 GPUs");
+    {
+        // Tensor and pipeline parallelism are planned (issue 29) in the paper's accounting.
+        const ImportedConfig tp = toml("[parallelism]\ntensor_parallel_degree = 2\n"
+                                       "pipeline_parallel_degree = 2\n"
+                                       "pipeline_parallel_schedule = \"Interleaved1F1B\"\n");
+        CHECK_EQ(tp.input.tp, 2);
+        CHECK_EQ(tp.input.pp, 2);
+        CHECK(tp.input.mode == AccountingMode::ZeroPaper);
+        CHECK(resolvedValue(tp, "accounting").find("zero-paper") == 0);
+        CHECK(resolvedValue(tp, "[parallelism] data_parallel_shard_degree").find("2") == 0);
+        CHECK(contains(tp.notModelled, "Interleaved1F1B"));
+        CHECK_EQ(plan(tp.input).input.mesh().dpShard, 2);
+    }
     CHECK_THROWS_WITH(toml("[parallelism]\ndata_parallel_replicate_degree = 2\n"
                            "data_parallel_shard_degree = 2\n"),
         "is not the 8 GPUs");

@@ -414,6 +414,102 @@ void testZeroPaper()
     CHECK_NEAR(static_cast<double>(plan(in).bytesSentPerDevicePerStep), 2 * P * 2, 1e-12);
 }
 
+// Tensor and pipeline parallelism (issue 29), in the paper's accounting: the seeds' layout for
+// Llama-2-70B on 64 GPUs (8 nodes x 8), DP 8 x TP 4 x PP 2, every figure computed here from the
+// model's shapes (h 8192, 80 layers, 64 heads / 8 KV heads, FFN 28672, vocabulary 32000).
+void testTensorAndPipelineParallel()
+{
+    PlanInput in;
+    in.model = preset("llama-2-70b");
+    in.mode = AccountingMode::ZeroPaper;
+    in.strategy = Strategy::Zero1;
+    in.gpusPerNode = 8;
+    in.nodes = 8;
+    in.tp = 4;
+    in.pp = 2;
+    in.microBatch = 1;
+    in.seqLen = 4096;
+    in.gradAccum = 16;
+    in.device.overheadBytes = 0;
+    in.calibration.gpuFragmentation = 0;
+    const double h = 8192, ffn = 28672, kv = 1024, V = 32000, t = 4;
+    // A block: q, o (h x h), k, v (kv x h), gate, up, down (ffn x h) split over tp; two norms
+    // whole.
+    const double block = (2 * h * h + 2 * kv * h + 3 * ffn * h) / t + 2 * h;
+    const double stage0 = 40 * block + V * h / t;     // + the embedding
+    const double stage1 = 40 * block + V * h / t + h; // + the head and the final norm
+    const double seq = 4096, b = 1;
+    const double act0 = 40 * 2 * seq * b * h * 34 / t; // 2 micro-batches in flight on stage 0
+    const double act1 = 40 * 1 * seq * b * h * 34 / t;
+    const double logits = 4 * seq * b * V / t;
+    auto states = [](double psi) { return 2 * psi + 2 * psi + 12 * psi / 8; }; // ZeRO-1 over 8
+    const PlanResult r = plan(in);
+    const bool firstIsPeak = states(stage0) + act0 >= states(stage1) + act1 + logits;
+    CHECK(firstIsPeak);
+    CHECK_EQ(r.peakStage, int64_t(0));
+    CHECK_NEAR(static_cast<double>(r.stageParams), stage0, 1e-12);
+    CHECK_NEAR(static_cast<double>(r.perDevice.modelStates()), states(stage0), 1e-9);
+    CHECK_NEAR(static_cast<double>(r.perDevice.activations), act0, 1e-12);
+    CHECK_EQ(r.perDevice.logits, int64_t(0));
+    CHECK_EQ(r.shardDegree, int64_t(8));
+    CHECK_EQ(r.replicas, int64_t(1));
+    CHECK_EQ(r.peakPhase, std::string("backward start, pipeline stage 0"));
+    // Tokens: the 8 data-parallel replicas' 16 micro-batches of 4096.
+    CHECK_EQ(r.tokensPerStep, int64_t(8) * 16 * 4096);
+    CHECK_NEAR(r.deviceFlopsPerStep, r.flopsPerToken * 16 * 4096 / 8, 1e-12);
+    // 1F1B: (pp - 1) / (m + pp - 1) of the step idle.
+    CHECK_NEAR(r.bubbleFraction, 1.0 / 17.0, 1e-12);
+    // Tensor parallel: 4 all-reduce-equivalents per layer and micro-batch, each 2 (t-1)/t of
+    // s*b*h 16-bit elements; pipeline: a micro-batch's s*b*h/t forward and back.
+    CHECK_NEAR(static_cast<double>(r.tpBytesPerDevicePerStep),
+        40 * 16 * 4 * 2 * 0.75 * seq * b * h * 2, 1e-12);
+    CHECK_NEAR(static_cast<double>(r.ppBytesPerDevicePerStep), 2 * 16 * seq * b * h * 2 / t, 1e-12);
+    // The seeds' answer fits 80 GB; the same model without tensor or pipeline parallelism does not.
+    CHECK(r.fits);
+    PlanInput flat = in;
+    flat.tp = 1;
+    flat.pp = 1;
+    CHECK(!plan(flat).fits);
+    // The last stage with the head: its logits are split by vocabulary.
+    in.pp = 8;
+    in.tp = 1;
+    in.nodes = 8;
+    const PlanResult deep = plan(in);
+    CHECK_EQ(deep.input.mesh().dpShard, int64_t(8));
+    CHECK(deep.notes.size() >= 2);
+
+    // Refusals name the fix.
+    PlanInput bad = in;
+    bad.tp = 4;
+    bad.pp = 2;
+    bad.mode = AccountingMode::Engine;
+    CHECK_THROWS_WITH(plan(bad), "use --mode zero-paper, or tp 1 and pp 1");
+    bad.mode = AccountingMode::ZeroPaper;
+    bad.tp = 3;
+    bad.pp = 1;
+    bad.nodes = 3;
+    CHECK_THROWS_WITH(plan(bad), "tensor parallel degree 3 does not divide the 8 GPUs of a node");
+    bad.tp = 16;
+    bad.nodes = 2;
+    CHECK_THROWS_WITH(plan(bad), "does not divide the 8 GPUs of a node");
+    bad.tp = 1;
+    bad.pp = 128;
+    bad.nodes = 16;
+    CHECK_THROWS_WITH(plan(bad), "128 pipeline stages for 80 layers");
+    PlanInput heads = in;
+    heads.model = preset("llama-2-7b"); // 32 heads
+    heads.tp = 8;
+    heads.pp = 1;
+    heads.gpusPerNode = 8;
+    heads.nodes = 1;
+    plan(heads); // 8 divides 32
+    // JSON carries the mesh.
+    const auto j = toJson(r);
+    CHECK_EQ(j["mesh"]["tp"].get<int64_t>(), int64_t(4));
+    CHECK_EQ(j["mesh"]["pp"].get<int64_t>(), int64_t(2));
+    CHECK_EQ(j["mesh"]["dp_shard"].get<int64_t>(), int64_t(8));
+}
+
 void testDerivedAnswers()
 {
     PlanInput in;
@@ -638,6 +734,7 @@ int main()
     testHybridOffload();
     testPureBf16AndFp16();
     testZeroPaper();
+    testTensorAndPipelineParallel();
     testDerivedAnswers();
     testNotesAndErrors();
     testCalibrationAndJson();

@@ -391,6 +391,44 @@ void testEngineConfigs()
 
 } // namespace
 
+namespace {
+
+// Tensor and pipeline parallelism (issue 29): the seeds' 70B layout, planned in the paper's
+// accounting without asking for it; its mesh in the table and the JSON; the engine's own
+// accounting refuses it with the fix.
+void testTensorPipeline()
+{
+    const std::string flags = "plan --model llama-2-70b --gpus 8 --nodes 8 --tp 4 --pp 2 "
+                              "--strategy zero1 --grad-accum 16 --seq-len 4096";
+    Result r = shard(flags);
+    CHECK_EQ(r.code, 0);
+    for (const char* s :
+        {"zero-paper accounting", "Layout  pp 2 x dp_replicate 1 x dp_shard 8 x tp 4",
+            "Verdict: zero1 FITS", "memory peak at", "pipeline stage 0", "parameters per GPU",
+            "pipeline bubble", "+ TP ", "export the plan for torchtitan"})
+        if (r.out.find(s) == std::string::npos)
+            shard::plan::test::fail(
+                __FILE__, __LINE__, std::string("3D table lacks '") + s + "'\n" + r.out);
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);)
+        if (line.rfind("Note:", 0) != 0)
+            CHECK(line.size() <= 100);
+    Result j = shard(flags + " --json");
+    CHECK_EQ(j.code, 0);
+    const json plan = json::parse(j.out, nullptr, false);
+    CHECK(!plan.is_discarded());
+    if (!plan.is_discarded()) {
+        CHECK_EQ(plan["mesh"]["tp"].get<int64_t>(), int64_t(4));
+        CHECK_EQ(plan["mesh"]["dp_shard"].get<int64_t>(), int64_t(8));
+        CHECK_EQ(plan["mode"].get<std::string>(), std::string("zero-paper"));
+    }
+    expectError(flags + " --mode engine", "use --mode zero-paper, or tp 1 and pp 1");
+    expectError("plan --model llama-2-70b --gpus 8 --tp 3", "does not divide the 8 ranks");
+    expectError(flags + " --export deepspeed", "written for torchtitan only");
+}
+
+} // namespace
+
 int main()
 {
     if (!fs::exists(fs::path(SHARD_BINARY_DIR) / "app" / "shard")) {
@@ -406,6 +444,7 @@ int main()
     testLora();
     testErrors();
     testEngineConfigs();
+    testTensorPipeline();
     fs::remove_all(tempDir());
     return shard::plan::test::finish("tst_shard_plan_cli");
 }
