@@ -218,6 +218,20 @@ PlanPage::PlanPage(QWidget* parent)
     m_shardGroup->setRange(1, 4096);
     m_shardGroup->setValue(8);
     m_shardGroup->setEnabled(false);
+    // Tensor and pipeline parallelism: planned (the ZeRO paper's accounting, as Megatron-LM and
+    // torchtitan run them) and exported for torchtitan; this engine trains data parallelism.
+    m_tp = new QSpinBox(this);
+    m_tp->setObjectName("tp");
+    m_tp->setRange(1, 64);
+    m_tp->setToolTip(tr("Tensor parallel degree: each block's weights split over this many GPUs "
+                        "of a node. Planned for torchtitan / Megatron-LM (Export for… "
+                        "torchtitan); Shard Studio's engine trains data parallelism only."));
+    m_pp = new QSpinBox(this);
+    m_pp->setObjectName("pp");
+    m_pp->setRange(1, 256);
+    m_pp->setToolTip(tr("Pipeline stages (1F1B): contiguous layer ranges, one per stage. Planned "
+                        "for torchtitan / Megatron-LM; the data-parallel GPUs are the GPUs / "
+                        "(tensor x pipeline)."));
     m_precision = new QComboBox(this);
     m_precision->setObjectName("precision");
     addItems(m_precision, {"fp32", "bf16-mixed", "bf16", "fp16-mixed"});
@@ -312,6 +326,8 @@ PlanPage::PlanPage(QWidget* parent)
     auto* trainForm = new QFormLayout(trainBox);
     trainForm->addRow(tr("&Strategy"), m_strategy);
     trainForm->addRow(tr("Shard &group"), m_shardGroup);
+    trainForm->addRow(tr("&Tensor parallel"), m_tp);
+    trainForm->addRow(tr("Pipeline s&tages"), m_pp);
     trainForm->addRow(tr("P&recision"), m_precision);
     trainForm->addRow(tr("&Checkpointing"), m_checkpointing);
     trainForm->addRow(tr("O&ffload"), m_offload);
@@ -349,8 +365,16 @@ PlanPage::PlanPage(QWidget* parent)
     m_chartRow = new QBoxLayout(QBoxLayout::LeftToRight);
     m_chartRow->addWidget(m_chart, 3);
     m_chartRow->addWidget(m_table, 2);
-    right->addLayout(m_chartRow, 1);
-    right->addWidget(m_details);
+    right->addLayout(m_chartRow, 2);
+    // The details (and a 3D plan's notes) scroll rather than overlap the table on a short window.
+    auto* detailsScroll = new QScrollArea(this);
+    detailsScroll->setObjectName("planDetailsScroll");
+    detailsScroll->setWidget(m_details);
+    detailsScroll->setWidgetResizable(true);
+    detailsScroll->setFrameShape(QFrame::NoFrame);
+    detailsScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    detailsScroll->setMinimumHeight(4 * fontMetrics().lineSpacing());
+    right->addWidget(detailsScroll, 1);
     auto* actions = new QHBoxLayout;
     actions->addStretch(1);
     actions->addWidget(m_export);
@@ -363,8 +387,8 @@ PlanPage::PlanPage(QWidget* parent)
 
     // Tab order follows the form top to bottom.
     QList<QWidget*> order = {m_modelBox, m_openFolder, m_importConfig, m_gpus, m_nodes, m_device,
-        m_customGiB, m_hostGiB, m_strategy, m_shardGroup, m_precision, m_checkpointing, m_offload,
-        m_reduceDtype, m_microBatch, m_seqLen, m_gradAccum, m_mode};
+        m_customGiB, m_hostGiB, m_strategy, m_shardGroup, m_tp, m_pp, m_precision, m_checkpointing,
+        m_offload, m_reduceDtype, m_microBatch, m_seqLen, m_gradAccum, m_mode};
     order << m_lora->widgets() << m_export << m_toLaunch;
     for (qsizetype i = 1; i < order.size(); ++i)
         setTabOrder(order[i - 1], order[i]);
@@ -388,8 +412,22 @@ PlanPage::PlanPage(QWidget* parent)
             Q_EMIT launchRequested(*m_input, m_modelSource);
     });
     connect(m_lora, &LoraFields::changed, this, &PlanPage::scheduleRecompute);
-    for (QSpinBox* s : {m_gpus, m_nodes, m_shardGroup, m_microBatch, m_seqLen, m_gradAccum})
+    for (QSpinBox* s :
+        {m_gpus, m_nodes, m_shardGroup, m_tp, m_pp, m_microBatch, m_seqLen, m_gradAccum})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, &PlanPage::scheduleRecompute);
+    // A tensor or pipeline layout is planned in the paper's accounting: switch to it, and say so.
+    for (QSpinBox* s : {m_tp, m_pp})
+        connect(s, qOverload<int>(&QSpinBox::valueChanged), this, [this] {
+            if ((m_tp->value() > 1 || m_pp->value() > 1)
+                && m_mode->currentData().toString() != "zero-paper") {
+                m_mode->setCurrentIndex(m_mode->findData("zero-paper"));
+                m_message->showMessage(
+                    tr("Tensor and pipeline layouts are planned with the ZeRO paper's accounting, "
+                       "as Megatron-LM and torchtitan run them. Shard Studio's engine trains data "
+                       "parallelism only: Export for… torchtitan runs this plan."),
+                    MessageBar::Kind::Info);
+            }
+        });
     for (QDoubleSpinBox* s : {m_customGiB, m_hostGiB})
         connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this,
             &PlanPage::scheduleRecompute);
@@ -621,6 +659,10 @@ bool PlanPage::importConfig(const QString& path)
     m_microBatch->setValue(int(in.microBatch));
     m_seqLen->setValue(int(in.seqLen));
     m_gradAccum->setValue(int(in.gradAccum));
+    m_tp->setValue(int(in.tp));
+    m_pp->setValue(int(in.pp));
+    if (in.threeD())
+        setData(m_mode, "zero-paper");
     if (c.usesDeepSpeed) {
         m_importedDeepSpeed = c.deepspeed;
         setData(m_mode, "deepspeed");
@@ -742,6 +784,8 @@ std::optional<plan::PlanInput> PlanPage::readFields(QString* error) const
         return std::nullopt;
     }
     in.shardGroup = in.strategy == plan::Strategy::Hybrid ? m_shardGroup->value() : 0;
+    in.tp = m_tp->value();
+    in.pp = m_pp->value();
     in.microBatch = m_microBatch->value();
     in.seqLen = m_seqLen->value();
     in.gradAccum = m_gradAccum->value();
@@ -817,7 +861,12 @@ void PlanPage::recompute()
         return;
     }
     m_input = in;
-    m_toLaunch->setEnabled(true);
+    // What the engine does not train is not launched: a tensor / pipeline plan is exported.
+    m_toLaunch->setEnabled(!in->threeD());
+    m_toLaunch->setToolTip(in->threeD()
+            ? tr("Shard Studio's engine trains data parallelism only: set Tensor parallel and "
+                 "Pipeline stages to 1 to launch, or Export for… torchtitan")
+            : QString());
     m_export->setEnabled(true);
     // A model that failed to load stays reported; the plan shown is the previous model's. An
     // imported config's summary stays until the next import.
@@ -893,12 +942,23 @@ void PlanPage::showResults()
                                    : "color: #b3261e;");
 
     QStringList lines;
-    lines << tr("<b>%1</b>: %2 parameters · %3 ranks (shard degree %4 × %5 replicas)")
-                 .arg(QString::fromStdString(m_model->name).toHtmlEscaped())
-                 .arg(QLocale().toString(qlonglong(c->params)))
-                 .arg(c->worldSize)
-                 .arg(c->shardDegree)
-                 .arg(c->replicas);
+    if (c->input.threeD())
+        lines << tr("<b>%1</b>: %2 parameters · %3 GPUs as %4; %5 parameters per GPU "
+                    "(pipeline stage %6's slice), the pipeline idle %7% of a step")
+                     .arg(QString::fromStdString(m_model->name).toHtmlEscaped())
+                     .arg(QLocale().toString(qlonglong(c->params)))
+                     .arg(c->worldSize)
+                     .arg(QString::fromStdString(c->input.mesh().describe()))
+                     .arg(QLocale().toString(qlonglong(c->stageParams)))
+                     .arg(c->peakStage)
+                     .arg(qRound(c->bubbleFraction * 100.0));
+    else
+        lines << tr("<b>%1</b>: %2 parameters · %3 ranks (shard degree %4 × %5 replicas)")
+                     .arg(QString::fromStdString(m_model->name).toHtmlEscaped())
+                     .arg(QLocale().toString(qlonglong(c->params)))
+                     .arg(c->worldSize)
+                     .arg(c->shardDegree)
+                     .arg(c->replicas);
     // The search stops at kMicroBatchSearchLimit: reaching it means memory sets no limit, not
     // that the number is one to use (a tiny model "fitting 65536").
     const QString largest = m_largestMicroBatch >= kMicroBatchSearchLimit
@@ -912,11 +972,15 @@ void PlanPage::showResults()
                          : m_fewestGpus > 0 ? QString::number(m_fewestGpus)
                                             : tr("none"));
     lines << tr("FLOPs: %1 per token, %2 per step (%3 tokens) · communication: %4 sent per "
-                "device per step (gathers %5, reductions %6)")
+                "device per step (gathers %5, reductions %6%7)")
                  .arg(flops(c->flopsPerToken), flops(c->flopsPerStep))
                  .arg(QLocale().toString(qlonglong(c->tokensPerStep)))
                  .arg(gib(c->bytesSentPerDevicePerStep), gib(c->gatherBytesPerDevicePerStep),
-                     gib(c->reduceBytesPerDevicePerStep));
+                     gib(c->reduceBytesPerDevicePerStep),
+                     c->input.threeD() ? tr(", tensor parallel %1, pipeline %2")
+                                             .arg(gib(c->tpBytesPerDevicePerStep),
+                                                 gib(c->ppBytesPerDevicePerStep))
+                                       : QString());
     lines << tr("Roofline step time %1 s (compute %2 s, communication %3 s) · ~%4 tokens/s")
                  .arg(c->stepSeconds, 0, 'f', 3)
                  .arg(c->computeSeconds, 0, 'f', 3)
@@ -1025,6 +1089,8 @@ void PlanPage::saveSettings() const
     s.setValue("mode", m_mode->currentData());
     s.setValue("strategy", m_strategy->currentData());
     s.setValue("shardGroup", m_shardGroup->value());
+    s.setValue("tp", m_tp->value());
+    s.setValue("pp", m_pp->value());
     s.setValue("precision", m_precision->currentData());
     s.setValue("checkpointing", m_checkpointing->currentData());
     s.setValue("offload", m_offload->currentData());
@@ -1057,6 +1123,8 @@ void PlanPage::loadSettings()
     setCombo(m_mode, "mode");
     setCombo(m_strategy, "strategy");
     m_shardGroup->setValue(s.value("shardGroup", m_shardGroup->value()).toInt());
+    m_tp->setValue(s.value("tp", 1).toInt());
+    m_pp->setValue(s.value("pp", 1).toInt());
     setCombo(m_precision, "precision");
     setCombo(m_checkpointing, "checkpointing");
     setCombo(m_offload, "offload");

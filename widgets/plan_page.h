@@ -127,6 +127,8 @@ private:
     QScrollArea* m_fields = nullptr;  // the form on the left
     QComboBox* m_strategy = nullptr;
     QSpinBox* m_shardGroup = nullptr;
+    QSpinBox* m_tp = nullptr; // tensor parallel degree (planned for torchtitan / Megatron-LM)
+    QSpinBox* m_pp = nullptr; // pipeline stages
     QComboBox* m_precision = nullptr;
     QComboBox* m_checkpointing = nullptr;
     QComboBox* m_offload = nullptr;

@@ -438,6 +438,44 @@ private Q_SLOTS:
         QCOMPARE(page.chosen()->shardDegree, int64_t(4));
     }
 
+    // Tensor and pipeline parallel (issue 29): the seeds' 70B layout on 64 GPUs is planned in the
+    // paper's accounting (the page switches to it and says so), the fullest pipeline stage is
+    // the plan, and it is exported for torchtitan rather than launched (the engine trains data
+    // parallelism only); back to 1 x 1 it can be launched again.
+    void tensorAndPipelineParallel()
+    {
+        PlanPage page;
+        page.show();
+        page.setModel("llama-2-70b");
+        field<QSpinBox>(page, "gpus")->setValue(8);
+        field<QSpinBox>(page, "nodes")->setValue(8);
+        field<QComboBox>(page, "strategy")
+            ->setCurrentIndex(field<QComboBox>(page, "strategy")->findData("zero1"));
+        field<QSpinBox>(page, "seqLen")->setValue(4096);
+        field<QSpinBox>(page, "gradAccum")->setValue(16);
+        field<QSpinBox>(page, "tp")->setValue(4);
+        field<QSpinBox>(page, "pp")->setValue(2);
+        QCOMPARE(field<QComboBox>(page, "mode")->currentData().toString(), QString("zero-paper"));
+        QVERIFY2(
+            page.messageText().contains("Export for… torchtitan"), qPrintable(page.messageText()));
+        page.recompute();
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.tp == 4);
+        const plan::PlanResult* c = page.chosen();
+        QCOMPARE(c->input.pp, int64_t(2));
+        QCOMPARE(c->shardDegree, int64_t(8));
+        QCOMPARE(c->peakPhase, std::string("backward start, pipeline stage 0"));
+        QVERIFY(c->fits);
+        auto* launch = page.findChild<QPushButton*>("toLaunch");
+        QVERIFY(!launch->isEnabled());
+        QVERIFY(launch->toolTip().contains("data parallelism only"));
+        QVERIFY(page.findChild<QToolButton*>("exportFor")->isEnabled());
+        field<QSpinBox>(page, "tp")->setValue(1);
+        field<QSpinBox>(page, "pp")->setValue(1);
+        page.recompute();
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.tp == 1);
+        QVERIFY(launch->isEnabled());
+    }
+
     // A DeepSpeed config sets the fields and the page plans it with DeepSpeed's accounting and
     // the config's knobs; a bad config leaves the fields as they were and says why.
     void importsDeepSpeedConfig()
