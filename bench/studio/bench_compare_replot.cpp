@@ -9,6 +9,8 @@
 
 #include <QtTest>
 
+#include "bench_clock.h"
+
 #include "jobs/run_series.h"
 #include "widgets/compare_page.h"
 #include "widgets/live_plot.h"
@@ -16,6 +18,9 @@
 
 using namespace shard::widgets;
 using namespace shard;
+
+using shard::bench::median;
+using shard::bench::threadCpuMs;
 
 namespace {
 
@@ -43,21 +48,6 @@ jobs::RunSeries syntheticRun(int index)
         run.peakBytes.append((20.0 + index + std::sin(i * 0.01)) * 1024 * 1024 * 1024);
     }
     return run;
-}
-
-// CPU time of this thread: the work a replot costs, unaffected by other processes competing
-// for the cores (this machine's 2 cores are shared).
-double threadCpuMs()
-{
-    timespec ts {};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
 }
 
 } // namespace

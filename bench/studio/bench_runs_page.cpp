@@ -16,6 +16,8 @@
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include "bench_clock.h"
 #include <nlohmann/json.hpp>
 
 #include "jobs/run_service.h"
@@ -26,20 +28,10 @@
 
 using namespace shard;
 
+using shard::bench::median;
+using shard::bench::threadCpuMs;
+
 namespace {
-
-double threadCpuMs()
-{
-    timespec ts {};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
 
 int argValue(const QStringList& args, const QString& name, int fallback)
 {

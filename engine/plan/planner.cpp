@@ -760,6 +760,22 @@ Internal engineLoraStates(const PlanInput& in, int64_t S)
     return o;
 }
 
+// The capacity of one device (a GPU, or a CPU node's RAM over its ranks), the headroom left by
+// res.perDevice, and whether it fits there and, with offload, in the host memory.
+void settleFit(const PlanInput& in, PlanResult& res)
+{
+    const bool gpu = in.device.kind == DeviceKind::Gpu;
+    res.capacityBytes = gpu ? in.device.memoryBytes : in.device.memoryBytes / in.gpusPerNode;
+    res.headroomBytes = res.capacityBytes - res.perDevice.total();
+    res.fits = res.headroomBytes >= 0;
+    if (in.device.hostMemoryBytes > 0
+        && res.hostBytesPerDevice * in.gpusPerNode > in.device.hostMemoryBytes) {
+        res.fits = false;
+        res.notes.push_back("offloaded state (" + formatGiB(res.hostBytesPerDevice * in.gpusPerNode)
+            + " per node) exceeds the host memory (" + formatGiB(in.device.hostMemoryBytes) + ")");
+    }
+}
+
 // Tensor and pipeline parallelism (Megatron-LM, torchtitan) with data parallelism inside each
 // stage, in the ZeRO paper's accounting (Narayanan et al. 2021; Korthikanti et al. 2022):
 // - a block's weights split over tp GPUs (norms replicated), the embedding and the head split
@@ -849,15 +865,7 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
     res.peakPhase = pp > 1 ? "backward start, pipeline stage " + std::to_string(res.peakStage)
                            : std::string("backward start");
     res.hostBytesPerDevice = toBytes(peak.host);
-    res.capacityBytes = gpu ? in.device.memoryBytes : in.device.memoryBytes / in.gpusPerNode;
-    res.headroomBytes = res.capacityBytes - res.perDevice.total();
-    res.fits = res.headroomBytes >= 0;
-    if (in.device.hostMemoryBytes > 0
-        && res.hostBytesPerDevice * in.gpusPerNode > in.device.hostMemoryBytes) {
-        res.fits = false;
-        res.notes.push_back("offloaded state (" + formatGiB(res.hostBytesPerDevice * in.gpusPerNode)
-            + " per node) exceeds the host memory (" + formatGiB(in.device.hostMemoryBytes) + ")");
-    }
+    settleFit(in, res);
 
     // FLOPs: each data-parallel rank's tokens, its work split over tp x pp GPUs.
     const double attn = 12.0 * static_cast<double>(s.numLayers)
@@ -1005,16 +1013,7 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     }
     const MemoryBreakdown& m = res.perDevice;
     res.hostBytesPerDevice = toBytes(st.host);
-
-    res.capacityBytes = gpu ? in.device.memoryBytes : in.device.memoryBytes / in.gpusPerNode;
-    res.headroomBytes = res.capacityBytes - m.total();
-    res.fits = res.headroomBytes >= 0;
-    if (in.device.hostMemoryBytes > 0
-        && res.hostBytesPerDevice * in.gpusPerNode > in.device.hostMemoryBytes) {
-        res.fits = false;
-        res.notes.push_back("offloaded state (" + formatGiB(res.hostBytesPerDevice * in.gpusPerNode)
-            + " per node) exceeds the host memory (" + formatGiB(in.device.hostMemoryBytes) + ")");
-    }
+    settleFit(in, res);
 
     // FLOPs: torchtitan's 6P + 12*L*heads*head_dim*s per token (model FLOPs, no recompute).
     const ModelSpec& s = in.model;

@@ -6,10 +6,12 @@
 #include <QDir>
 #include <QFile>
 #include <QProcess>
+#include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
 
 #include "jobs/command_run.h"
+#include "jobs/run_service.h"
 #include "jobs/run_store.h"
 #include "jobs_test_util.h"
 #include "slurm_fixture.h"
@@ -220,6 +222,54 @@ private Q_SLOTS:
         auto o3 = shard({"run", "--run-dir", other, "--sbatch-script", file, "--command", command});
         QVERIFY(o3.code != 0);
         QVERIFY2(o3.err.contains("add --slurm"), qPrintable(o3.err));
+    }
+
+    // The studio's path (the Launch page hands RunService::launchCommand its request, the
+    // Monitor's Resume calls resumeRun): a command on the SSH host and through Slurm, followed by
+    // the service's own watchers to its end, then run again in the same record from its record
+    // alone (target, folder, supervisor).
+    void studioPathOverSshAndSlurm()
+    {
+        qputenv("SHARD_SSH_CONFIG", m_sshd->configFile().toUtf8()); // the service's SSH options
+        RunService service(m_dir.filePath("studio.sqlite"));
+        QSignalSpy launched(&service, &RunService::launched);
+        QSignalSpy resumed(&service, &RunService::resumed);
+        QSignalSpy errors(&service, &RunService::errorOccurred);
+        const QString command = "for i in 1 2 3; do sleep 0.3; echo \"{'loss': 2.$i, "
+                                "'learning_rate': 0.1}\"; done";
+        int index = 0;
+        for (const LaunchTarget& target :
+            {LaunchTarget::ssh({"node0"}), LaunchTarget::onSlurm(SlurmOptions {})}) {
+            CommandRunRequest req;
+            req.name = QString("studio-%1").arg(index);
+            req.runDir = m_dir.filePath(QString("remote/studio-%1").arg(index++));
+            req.spec.command = command;
+            req.target = target;
+            req.supervisor = kShard;
+            launched.clear();
+            service.launchCommand(req);
+            QTRY_VERIFY_WITH_TIMEOUT(launched.count() == 1 || errors.count() > 0, 60000);
+            QVERIFY2(errors.isEmpty(),
+                qPrintable(errors.isEmpty() ? QString() : errors.first().first().toString()));
+            const qint64 id = launched.first().first().toLongLong();
+            auto db = RunStore::open(m_dir.filePath("studio.sqlite"));
+            QVERIFY(db);
+            QCOMPARE(toString(db->run(id)->target), toString(target.kind));
+            QTRY_COMPARE_WITH_TIMEOUT(
+                toString(db->run(id)->status), toString(RunStatus::Finished), 120000);
+            QTRY_COMPARE_WITH_TIMEOUT(db->metricSeries(id)->size(), 3, 30000);
+            // Resume: the same command again, on the recorded target, in the same record.
+            resumed.clear();
+            service.resumeRun(id);
+            QTRY_VERIFY_WITH_TIMEOUT(resumed.count() == 1, 60000);
+            QVERIFY2(resumed.first().at(2).toString().isEmpty(),
+                qPrintable(resumed.first().at(2).toString()));
+            QCOMPARE(resumed.first().at(1).toLongLong(), id);
+            QTRY_COMPARE_WITH_TIMEOUT(db->metricSeries(id)->size(), 6, 120000);
+            QCOMPARE(db->metricSeries(id)->step.back(), 6.0);
+            QTRY_COMPARE_WITH_TIMEOUT(
+                toString(db->run(id)->status), toString(RunStatus::Finished), 120000);
+        }
     }
 
     // What a user gets wrong there is said before anything runs, and nothing is recorded.
