@@ -57,6 +57,7 @@ Result<IngestStats> Ingestor::ingestChunk(qint64 runId, IngestFile file, const s
         stats.lastBadLine = QString::fromStdString(why + ": " + line.substr(0, 120));
     };
     protocol::JsonlChunkResult res;
+    bool reopens = false; // a "requeued" event: a run that ended goes on
     if (file == IngestFile::Metrics) {
         res = protocol::consumeJsonl(
             chunk,
@@ -77,6 +78,16 @@ Result<IngestStats> Ingestor::ingestChunk(qint64 runId, IngestFile file, const s
                 if (e.kind == "start") {
                     stats.status = RunStatus::Running;
                     stats.statusMessage.clear();
+                } else if (e.kind == "requeued") {
+                    // Slurm started the job again: the same run goes on from its checkpoint,
+                    // also after a preemption or a stop had ended it.
+                    stats.status = RunStatus::Running;
+                    stats.statusMessage = QString::fromStdString(e.message);
+                    reopens = true;
+                } else if (e.kind == "preempted") {
+                    // Stopped after a checkpoint; resumable (a Slurm job requeues itself).
+                    stats.status = RunStatus::Interrupted;
+                    stats.statusMessage = QString::fromStdString(e.message);
                 } else if (e.kind == "finish") {
                     QString reason;
                     if (auto it = e.data.find("reason"); it != e.data.end() && it->is_string())
@@ -108,8 +119,10 @@ Result<IngestStats> Ingestor::ingestChunk(qint64 runId, IngestFile file, const s
         stats.events = static_cast<qint64>(events.size());
         if (stats.status) {
             auto current = m_store.run(runId);
-            // A late "start" never reopens a run that already ended.
-            if (current && !(isTerminal(current->status) && *stats.status == RunStatus::Running)) {
+            // A late "start" never reopens a run that already ended; a requeued job does.
+            if (current
+                && !(isTerminal(current->status) && *stats.status == RunStatus::Running
+                    && !reopens)) {
                 if (current->status != *stats.status || !stats.statusMessage.isEmpty())
                     if (auto s = m_store.setStatus(runId, *stats.status, stats.statusMessage); !s)
                         return fail(s.error());

@@ -12,6 +12,7 @@
 #include "jobs/local_launcher.h"
 #include "jobs/local_run_watcher.h"
 #include "jobs/remote_run_watcher.h"
+#include "protocol/run_dir.h"
 
 namespace shard::jobs {
 
@@ -86,8 +87,8 @@ Result<SlurmOptions> SlurmLauncher::fitToRun(
     return o;
 }
 
-Result<QStringList> SlurmLauncher::sbatchHeader(
-    const QString& name, const SlurmOptions& o, const QStringList& env, const QString& runDir)
+Result<QStringList> SlurmLauncher::sbatchHeader(const QString& name, const SlurmOptions& o,
+    const QStringList& env, const QString& runDir, const QStringList& directives)
 {
     for (const auto& [what, value] : {std::pair {"time", o.time},
              std::pair {"partition", o.partition}, std::pair {"account", o.account}})
@@ -110,6 +111,8 @@ Result<QStringList> SlurmLauncher::sbatchHeader(
         lines << QStringLiteral("#SBATCH --partition=%1").arg(o.partition);
     if (!o.account.isEmpty())
         lines << QStringLiteral("#SBATCH --account=%1").arg(o.account);
+    for (const QString& d : directives)
+        lines << QStringLiteral("#SBATCH ") + d;
     lines << QStringLiteral("set -eu");
     for (const QString& kv : o.env + env) {
         const int eq = kv.indexOf('=');
@@ -130,7 +133,16 @@ Result<QString> SlurmLauncher::sbatchScript(
     if (!fitted)
         return fail(fitted.error());
     const SlurmOptions& o = fitted.value();
-    auto header = sbatchHeader(request.name, o, request.env, runDir);
+    if (o.preemptSignalSec < 0)
+        return fail(QStringLiteral("Slurm: the preemption signal's lead must be 0 (none) or a "
+                                   "number of seconds (got %1)")
+                        .arg(o.preemptSignalSec));
+    // Requeueable (a preemption, a node failure or the script below brings the same job back),
+    // its output appended across restarts, and SIGUSR1 to the launchers before the time limit.
+    QStringList directives {QStringLiteral("--requeue"), QStringLiteral("--open-mode=append")};
+    if (o.preemptSignalSec > 0)
+        directives << QStringLiteral("--signal=USR1@%1").arg(o.preemptSignalSec);
+    auto header = sbatchHeader(request.name, o, request.env, runDir, directives);
     if (!header)
         return fail(header.error());
     QStringList lines = header.value();
@@ -143,17 +155,28 @@ Result<QString> SlurmLauncher::sbatchScript(
         args[args.indexOf(QStringLiteral("--node-rank")) + 1] = kNodeRank;
         lines << QStringLiteral("export MASTER_ADDR");
         lines << QStringLiteral("# One launcher per node; its node rank is SLURM_NODEID.");
+        lines << QStringLiteral("rc=0");
         lines << QStringLiteral(
             "srun --kill-on-bad-exit=1 bash -c 'a=(); for x in \"$@\"; do "
             "x=${x//%1/$SLURM_NODEID}; x=${x//@SHARD_MASTER_ADDR@/$MASTER_ADDR}; "
-            "a+=(\"$x\"); done; exec \"${a[@]}\"' shard-node %2 %3")
+            "a+=(\"$x\"); done; exec \"${a[@]}\"' shard-node %2 %3 || rc=$?")
                      .arg(kNodeRank, Q::shellQuote(request.workerProgram), Q::shellJoin(args));
     } else {
-        lines << QStringLiteral("srun --kill-on-bad-exit=1 %1 %2")
+        lines << QStringLiteral("rc=0");
+        lines << QStringLiteral("srun --kill-on-bad-exit=1 %1 %2 || rc=$?")
                      .arg(Q::shellQuote(request.workerProgram),
                          Q::shellJoin(
                              workerLaunchArgs(request, runDir, runDir, 1, 0, QString(), 0)));
     }
+    lines << QStringLiteral("# %1: the ranks wrote a checkpoint on SIGUSR1 (preemption, the time "
+                            "limit near): the same job")
+                 .arg(protocol::kPreemptedExitCode)
+          << QStringLiteral("# goes back to the queue and its launcher continues from that "
+                            "checkpoint.")
+          << QStringLiteral("if [ \"$rc\" -eq %1 ]; then").arg(protocol::kPreemptedExitCode)
+          << QStringLiteral("    echo \"shard: preempted; requeueing job $SLURM_JOB_ID\"")
+          << QStringLiteral("    scontrol requeue \"$SLURM_JOB_ID\"") << QStringLiteral("fi")
+          << QStringLiteral("exit \"$rc\"");
     return lines.join('\n') + '\n';
 }
 
@@ -199,6 +222,7 @@ SlurmOptions SlurmLauncher::optionsOf(const RunRecord& run)
     o.time = QString::fromStdString(j.value("time", ""));
     o.partition = QString::fromStdString(j.value("partition", ""));
     o.account = QString::fromStdString(j.value("account", ""));
+    o.preemptSignalSec = j.value("preempt_signal_sec", o.preemptSignalSec);
     for (const auto& kv : j.value("client_env", nlohmann::json::array()))
         if (kv.is_string())
             o.clientEnv << QString::fromStdString(kv.get<std::string>());
@@ -329,7 +353,8 @@ QByteArray SlurmLauncher::launchInfo(
     nlohmann::json info = {{"via", o.via.toStdString()}, {"client_env", clientEnv},
         {"script", scriptPath.toStdString()}, {"nodes", o.nodes}, {"gpus_per_node", o.gpusPerNode},
         {"cpus_per_task", o.cpusPerTask}, {"time", o.time.toStdString()},
-        {"partition", o.partition.toStdString()}, {"account", o.account.toStdString()}};
+        {"partition", o.partition.toStdString()}, {"account", o.account.toStdString()},
+        {"preempt_signal_sec", o.preemptSignalSec}};
     for (const auto& [key, value] : extra)
         info[key.toStdString()] = value.toStdString();
     return QByteArray::fromStdString(info.dump());
@@ -356,18 +381,58 @@ Result<SlurmJobState> SlurmLauncher::jobState(const QString& jobId, const SlurmO
     return st;
 }
 
-Result<RunStatus> SlurmLauncher::poll(qint64 runId)
+Result<RunStatus> SlurmLauncher::poll(qint64 runId, bool* jobAlive)
 {
+    if (jobAlive)
+        *jobAlive = false;
     auto run = m_store.run(runId);
     if (!run)
         return fail(run.error());
-    if (isTerminal(run->status))
-        return run->status;
     const SlurmOptions o = optionsOf(*run);
+    // Read what the run folder holds (locally, or from the via host).
+    auto ingest = [&]() -> Status {
+        if (o.via.isEmpty()) {
+            auto read = Ingestor(m_store).ingestRunDir(runId, run->runDir);
+            return read ? Status {} : Status {fail(read.error())};
+        }
+        auto host = SshHost::parse(o.via);
+        if (!host)
+            return {};
+        auto read = RemoteRunWatcher::catchUp(m_store, runId, m_ssh, *host, run->runDir);
+        return read ? Status {} : Status {fail(read.error())};
+    };
+    if (isTerminal(run->status)) {
+        // Ended by its events (a preemption's checkpoint, the stop a requeue sends), but Slurm
+        // may bring the same job back: followed while Slurm has it.
+        if (run->jobId.isEmpty())
+            return run->status;
+        auto st = jobState(run->jobId, o);
+        if (!st || st->state.isEmpty() || st->ended())
+            return run->status;
+        if (jobAlive)
+            *jobAlive = true;
+        if (auto s = ingest(); !s)
+            return fail(s.error());
+        auto now = m_store.run(runId);
+        if (!now)
+            return fail(now.error());
+        if (isTerminal(now->status)
+            && (st->state == QLatin1String("PENDING") || st->state.startsWith("REQUEUE"))) {
+            const QString msg = QStringLiteral("Slurm requeued job %1; the run continues from "
+                                               "its latest checkpoint when the job starts again")
+                                    .arg(run->jobId);
+            if (auto s = m_store.setStatus(runId, RunStatus::Queued, msg); !s)
+                return fail(s.error());
+            return RunStatus::Queued;
+        }
+        return now->status;
+    }
     auto st = jobState(run->jobId, o);
     if (!st)
         return fail(st.error());
     if (!st->ended()) {
+        if (jobAlive)
+            *jobAlive = true;
         const RunStatus now = st->state.isEmpty() ? run->status : st->runStatus();
         if (now != run->status)
             if (auto s = m_store.setStatus(runId, now); !s)
@@ -375,15 +440,8 @@ Result<RunStatus> SlurmLauncher::poll(qint64 runId)
         return now;
     }
     // Ended: read everything it wrote; its own finish event wins over Slurm's summary.
-    if (o.via.isEmpty()) {
-        if (auto s = Ingestor(m_store).ingestRunDir(runId, run->runDir); !s)
-            return fail(s.error());
-    } else {
-        auto host = SshHost::parse(o.via);
-        if (host)
-            if (auto s = RemoteRunWatcher::catchUp(m_store, runId, m_ssh, *host, run->runDir); !s)
-                return fail(s.error());
-    }
+    if (auto s = ingest(); !s)
+        return fail(s.error());
     auto after = m_store.run(runId);
     if (after && isTerminal(after->status))
         return after->status;
@@ -444,13 +502,29 @@ void SlurmRunWatcher::start(int pollMs)
         Q_EMIT errorOccurred(m_runId, run.error());
         return;
     }
-    const SlurmOptions o = SlurmLauncher::optionsOf(*run);
+    m_pollMs = pollMs;
+    startInner(*run);
+    m_timer = new QTimer(this);
+    connect(m_timer, &QTimer::timeout, this, [this] { pollJob(); });
+    m_timer->start(pollMs);
+    pollJob();
+}
+
+void SlurmRunWatcher::startInner(const RunRecord& run)
+{
+    if (m_inner) {
+        stopInner();
+        m_inner->deleteLater();
+        m_inner = nullptr;
+    }
+    m_innerEnded = false;
+    const SlurmOptions o = SlurmLauncher::optionsOf(run);
     if (o.via.isEmpty()) {
-        auto* w = new LocalRunWatcher(m_store, m_runId, run->runDir, this);
-        w->start(qMax(100, pollMs / 4));
+        auto* w = new LocalRunWatcher(m_store, m_runId, run.runDir, this);
+        w->start(qMax(100, m_pollMs / 4));
         m_inner = w;
     } else if (auto host = SshHost::parse(o.via)) {
-        auto* w = new RemoteRunWatcher(m_store, m_runId, *host, run->runDir, m_sshOptions, this);
+        auto* w = new RemoteRunWatcher(m_store, m_runId, *host, run.runDir, m_sshOptions, this);
         w->start();
         m_inner = w;
     }
@@ -459,21 +533,24 @@ void SlurmRunWatcher::start(int pollMs)
         connect(m_inner, &RunWatcher::eventsAdded, this, &RunWatcher::eventsAdded);
         connect(m_inner, &RunWatcher::errorOccurred, this, &RunWatcher::errorOccurred);
         connect(m_inner, &RunWatcher::statusChanged, this, &RunWatcher::statusChanged);
+        // It ends at the run's first ending; a job Slurm requeues needs a new one (pollJob).
+        connect(m_inner, &RunWatcher::finished, this, [this] { m_innerEnded = true; });
     }
-    m_timer = new QTimer(this);
-    connect(m_timer, &QTimer::timeout, this, [this] { pollJob(); });
-    m_timer->start(pollMs);
-    pollJob();
+}
+
+void SlurmRunWatcher::stopInner()
+{
+    if (auto* l = qobject_cast<LocalRunWatcher*>(m_inner))
+        l->stop();
+    if (auto* r = qobject_cast<RemoteRunWatcher*>(m_inner))
+        r->stop();
 }
 
 void SlurmRunWatcher::stop()
 {
     if (m_timer)
         m_timer->stop();
-    if (auto* l = qobject_cast<LocalRunWatcher*>(m_inner))
-        l->stop();
-    if (auto* r = qobject_cast<RemoteRunWatcher*>(m_inner))
-        r->stop();
+    stopInner();
 }
 
 void SlurmRunWatcher::pollJob()
@@ -482,7 +559,8 @@ void SlurmRunWatcher::pollJob()
         return;
     SlurmLauncher launcher(m_store, SshClient(m_sshOptions));
     auto before = m_store.run(m_runId);
-    auto status = launcher.poll(m_runId);
+    bool jobAlive = false;
+    auto status = launcher.poll(m_runId, &jobAlive);
     if (!status) {
         Q_EMIT errorOccurred(m_runId, status.error());
         return;
@@ -490,8 +568,16 @@ void SlurmRunWatcher::pollJob()
     if (before && before->status != *status) {
         auto run = m_store.run(m_runId);
         Q_EMIT statusChanged(m_runId, *status, run ? run->message : QString());
+        if (isTerminal(before->status)) { // requeued: what the restarted job wrote so far
+            Q_EMIT eventsAdded(m_runId);
+            Q_EMIT pointsAdded(m_runId, run ? run->lastStep : 0);
+        }
     }
-    if (isTerminal(*status)) {
+    // A job Slurm brought back (requeued) writes into the same folder: read it again.
+    if (!isTerminal(*status) && m_innerEnded)
+        if (auto run = m_store.run(m_runId))
+            startInner(*run);
+    if (isTerminal(*status) && !jobAlive) {
         m_done = true;
         // The job has ended but the tail streams may not have delivered the last lines yet: read
         // the rest once, synchronously, before the inner watcher goes away.

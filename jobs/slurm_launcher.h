@@ -25,6 +25,9 @@ struct SlurmOptions {
     QStringList env;       // KEY=VALUE exported in the job
     QStringList clientEnv; // KEY=VALUE for the sbatch/squeue/scancel commands (e.g. SLURM_CONF)
     QString via;           // [user@]host[:port] of a login node; empty: this machine
+    // Seconds before the time limit at which Slurm sends SIGUSR1 (--signal=USR1@N): the ranks
+    // write a checkpoint and stop, and the job requeues itself to continue from it. 0: none.
+    int preemptSignalSec = 120;
 };
 
 // A job's state as Slurm names it (PENDING, RUNNING, COMPLETED, CANCELLED, FAILED, TIMEOUT, ...).
@@ -46,14 +49,19 @@ public:
     // rank of a node (--gpus-per-node), unless given; a given value the spec contradicts is an
     // error that says which. submit() and sbatchScript() apply it.
     static Result<SlurmOptions> fitToRun(const LaunchRequest& request, const SlurmOptions& given);
-    // The batch script for a run directory (also shown by the studio's preview).
+    // The batch script for a run directory (also shown by the studio's preview). The job is
+    // requeueable and appends to its output; with options.preemptSignalSec, Slurm's SIGUSR1
+    // before the time limit makes the ranks checkpoint and exit 75, and the script requeues the
+    // job, whose launcher then continues from that checkpoint (SLURM_RESTART_COUNT). A job
+    // cancelled by the user is not requeued.
     static Result<QString> sbatchScript(
         const LaunchRequest& request, const SlurmOptions& options, const QString& runDir);
 
-    // The script's first lines for any job: the #SBATCH options, `set -eu`, the exported
-    // environment (the options' then `env`); an entry that is not KEY=VALUE is an error.
+    // The script's first lines for any job: the #SBATCH options (then `directives`, each
+    // without its "#SBATCH "), `set -eu`, the exported environment (the options' then `env`); an
+    // entry that is not KEY=VALUE is an error.
     static Result<QStringList> sbatchHeader(const QString& name, const SlurmOptions& options,
-        const QStringList& env, const QString& runDir);
+        const QStringList& env, const QString& runDir, const QStringList& directives = {});
 
     // Whether sbatch and a controller answer where jobs are submitted; the reason when not.
     Status available(const SlurmOptions& options) const;
@@ -74,8 +82,11 @@ public:
 
     Result<SlurmJobState> jobState(const QString& jobId, const SlurmOptions& options) const;
     // Updates the run's status from Slurm (queued -> running; ended jobs settle from their
-    // events, else from Slurm's final state). Returns the run's status.
-    Result<RunStatus> poll(qint64 runId);
+    // events, else from Slurm's final state). A run that ended (preempted, stopped by the
+    // requeue) while Slurm keeps its job is followed on: queued again while the job waits,
+    // running again once the restarted job says "requeued". Returns the run's status;
+    // `jobAlive` (when given) says whether Slurm still has the job pending or running.
+    Result<RunStatus> poll(qint64 runId, bool* jobAlive = nullptr);
     Status cancel(qint64 runId);
 
     // The submission options recorded with a run (via host, client env).
@@ -87,7 +98,8 @@ private:
 };
 
 // Follows a Slurm run: ingests its run directory (locally, or over SSH on the via host) and
-// polls the job's state; finished() when the job has ended and everything is ingested.
+// polls the job's state; finished() when the job has ended and everything is ingested (a run
+// preempted or stopped by a requeue is followed on while Slurm keeps its job).
 class SlurmRunWatcher : public RunWatcher {
     Q_OBJECT
 public:
@@ -100,11 +112,16 @@ public:
 
 private:
     void pollJob();
+    // The watcher of the run folder (local, or over SSH on the via host), again after a requeue.
+    void startInner(const RunRecord& run);
+    void stopInner();
     RunStore& m_store;
     qint64 m_runId;
     SshOptions m_sshOptions;
     RunWatcher* m_inner = nullptr;
+    bool m_innerEnded = false; // it saw the run end (a requeued job needs a new one)
     QTimer* m_timer = nullptr;
+    int m_pollMs = 2000;
     bool m_done = false;
 };
 

@@ -188,9 +188,15 @@ bool TrainCheckpointer::due(int64_t step, bool last) const
 engine::CheckpointSaved TrainCheckpointer::afterStep(engine::LlamaModel& model,
     engine::Strategy& strategy, engine::AdamW& adamw, const engine::LoopState& state, bool last)
 {
-    engine::CheckpointSaved out;
     if (!due(state.step, last))
-        return out;
+        return {};
+    return save(model, strategy, adamw, state);
+}
+
+engine::CheckpointSaved TrainCheckpointer::save(engine::LlamaModel& model,
+    engine::Strategy& strategy, engine::AdamW& adamw, const engine::LoopState& state)
+{
+    engine::CheckpointSaved out;
     launch::RankHeartbeat::report(state.step, launch::RankPhase::Checkpoint);
     SaveRequest req;
     req.checkpointsDir = protocol::RunDir(m_spec.outDir).checkpointsDir();
@@ -251,8 +257,6 @@ engine::CheckpointSaved TrainCheckpointer::afterStep(engine::LlamaModel& model,
 std::shared_ptr<engine::CheckpointHooks> makeTrainCheckpointer(
     const protocol::RunSpec& spec, const std::string& modelDir)
 {
-    if (spec.checkpointEvery <= 0 && spec.resume.empty())
-        return nullptr;
     return std::make_shared<TrainCheckpointer>(spec, modelDir);
 }
 

@@ -25,6 +25,8 @@ public:
         engine::LlamaModel& model, engine::Strategy& strategy, engine::AdamW& adamw) override;
     engine::CheckpointSaved afterStep(engine::LlamaModel& model, engine::Strategy& strategy,
         engine::AdamW& adamw, const engine::LoopState& state, bool last) override;
+    engine::CheckpointSaved save(engine::LlamaModel& model, engine::Strategy& strategy,
+        engine::AdamW& adamw, const engine::LoopState& state) override;
 
     // The run id: the run directory's name and a hash of the spec fields that define the run
     // (data, seed, optimizer and schedule; not what a resume may change: steps, world size,
@@ -43,8 +45,8 @@ private:
     std::string m_resumeDir;
 };
 
-// What the worker installs in TrainerOptions when checkpoints or --resume are asked for (null
-// otherwise).
+// What the worker installs in TrainerOptions: with --checkpoint-every 0 and no --resume it saves
+// only when told to (a preemption signal's checkpoint).
 std::shared_ptr<engine::CheckpointHooks> makeTrainCheckpointer(
     const protocol::RunSpec& spec, const std::string& modelDir);
 

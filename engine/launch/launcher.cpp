@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <poll.h>
@@ -236,6 +237,7 @@ struct Launcher::Session {
         exitStatus = 0;
         failure = {};
         haveFailure = false;
+        preemptedRanks = 0;
         ++attempt;
     }
 
@@ -306,7 +308,9 @@ struct Launcher::Session {
     int exitStatus = 0;
     protocol::EventRecord failure; // the first cause, written once everything is down
     bool haveFailure = false;
-    bool peersDone = true; // node 0: every other node said DONE (or closed)
+    bool peersDone = true;     // node 0: every other node said DONE (or closed)
+    bool preemptAsked = false; // SIGUSR1 forwarded to the ranks
+    int preemptedRanks = 0;    // ranks that exited with kPreemptedExitCode
 };
 
 void Launcher::Session::beginStop(const std::string& why)
@@ -547,6 +551,9 @@ void Launcher::Session::startRank(int local, const RankExec& exec)
         if (::getppid() != exec.launcherPid)
             ::_exit(126); // the launcher died before we armed the death signal
         ::signal(SIGPIPE, SIG_DFL);
+        // A preemption signal forwarded before the rank set its handler must not end it (train
+        // installs its handler first thing; other commands keep ignoring it).
+        ::signal(SIGUSR1, SIG_IGN);
         ::sigprocmask(SIG_SETMASK, &original, nullptr);
         // The store's socket goes to a high descriptor first, so the dup2s below (onto 0-3)
         // cannot close it, and onto its fixed one last (what was there is already copied).
@@ -613,6 +620,20 @@ void Launcher::Session::readSignals()
         int sig = static_cast<int>(info.ssi_signo);
         if (sig == SIGCHLD)
             continue; // reaped below
+        if (sig == SIGUSR1) {
+            // Preemption (Slurm's --signal=USR1@N before a time limit, or a person): every rank
+            // writes a checkpoint at its next logged step and exits with kPreemptedExitCode.
+            if (!stopping) {
+                logger->warn("launcher received SIGUSR1: the ranks write a checkpoint at their "
+                             "next logged step and stop; the run continues from it with "
+                             "--resume auto");
+                for (auto& r : ranks)
+                    if (r.running)
+                        protocol::signalProcess(r.pid, SIGUSR1);
+                preemptAsked = true;
+            }
+            continue;
+        }
         recordFailure("finish", 128 + sig,
             "launcher received " + signalName(sig) + "; stopped all ranks",
             {{"reason", "stopped"}, {"signal", sig}, {"node", o.nodeRank}});
@@ -633,6 +654,12 @@ void Launcher::Session::reapRanks(Clock::time_point now)
             r.running = false;
             r.status = status;
             protocol::signalGroup(r.pid, SIGKILL); // anything the rank left in its group
+            if (WIFEXITED(status) && WEXITSTATUS(status) == protocol::kPreemptedExitCode) {
+                // Stopped after its preemption checkpoint; its peers agreed on the same step.
+                ++preemptedRanks;
+                logger->info("rank {} wrote its preemption checkpoint and stopped", r.globalRank);
+                continue;
+            }
             const bool writeFailed = WIFEXITED(status) && WEXITSTATUS(status) == kWriteFailedExit;
             const bool betterCause = writeFailed && stopping && peerFailureFirst();
             if (failed(status) && (!stopping || betterCause)) {
@@ -759,6 +786,7 @@ int Launcher::supervise()
 {
     Session s(m_options);
     setUp(s);
+    continueRequeuedJob(s);
     do {
         openStore(s);
         spawnRanks(s);
@@ -804,7 +832,7 @@ void Launcher::setUp(Session& s)
     // Block the signals we supervise before anything else so none is lost; children get the
     // original mask back before exec.
     sigemptyset(&s.supervised);
-    for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP})
+    for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1})
         sigaddset(&s.supervised, sig);
     sigprocmask(SIG_BLOCK, &s.supervised, &s.original);
     s.sigFd = ::signalfd(-1, &s.supervised, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -940,6 +968,42 @@ void resumeAuto(std::vector<std::string>& args)
 
 } // namespace
 
+void Launcher::continueRequeuedJob(Session& s)
+{
+    const LaunchOptions& o = m_options;
+    const char* count = std::getenv("SLURM_RESTART_COUNT");
+    const int restarts = count ? std::atoi(count) : 0;
+    if (restarts <= 0 || s.workerArgs.empty() || s.workerArgs.front() != "train")
+        return;
+    const char* jobEnv = std::getenv("SLURM_JOB_ID");
+    const std::string job = jobEnv ? jobEnv : "?";
+    const auto checkpoint = protocol::latestCompleteCheckpoint(o.runDir);
+    std::error_code ec;
+    const bool recorded = std::filesystem::file_size(s.runDir.metricsFile(), ec) > 0 && !ec;
+    if (!checkpoint && recorded)
+        throw std::runtime_error("Slurm restarted job " + job + " (restart "
+            + std::to_string(restarts)
+            + "), but the run has no complete checkpoint to continue from; give it "
+              "--checkpoint-every N (a preemption signal, SIGUSR1, also writes one)");
+    protocol::EventRecord event;
+    event.kind = "requeued";
+    event.step = checkpoint ? checkpoint->step : 0;
+    event.wallTimeSec = s.wallTime();
+    event.message = "Slurm restarted job " + job + " (restart " + std::to_string(restarts) + "); "
+        + (checkpoint ? "the run continues from the checkpoint at step "
+                    + std::to_string(checkpoint->step)
+                      : std::string("no step was recorded: the run starts again"));
+    event.data = {{"slurm_job_id", job}, {"restart_count", restarts}, {"node", o.nodeRank}};
+    if (checkpoint) {
+        event.data["checkpoint_step"] = checkpoint->step;
+        event.data["checkpoint"] = checkpoint->dir;
+        resumeAuto(s.workerArgs);
+    }
+    s.logger->warn("{}", event.message);
+    if (o.nodeRank == 0 && !appendEvent(s.runDir.eventsFile(), event))
+        throw std::runtime_error("cannot write the requeue event into " + s.runDir.eventsFile());
+}
+
 bool Launcher::restartAfterFailure(Session& s)
 {
     const LaunchOptions& o = m_options;
@@ -1006,6 +1070,12 @@ bool Launcher::restartAfterFailure(Session& s)
 
 int Launcher::finish(Session& s)
 {
+    if (!s.haveFailure && s.preemptedRanks > 0) {
+        s.logger->warn("{} rank(s) wrote the preemption checkpoint and stopped after {:.1f} s; "
+                       "the run continues from it with --resume auto",
+            s.preemptedRanks, s.wallTime());
+        return protocol::kPreemptedExitCode;
+    }
     if (!s.haveFailure) {
         s.logger->info(
             "all {} rank(s) exited 0 after {:.1f} s", m_options.nprocPerNode, s.wallTime());

@@ -30,7 +30,9 @@ public:
     // 128 + signal for a rank killed by a signal (or for a launcher stopped by a signal), or 1.
     // Throws std::runtime_error for set-up errors (busy port, rendezvous timeout, run dir, a run
     // folder another launcher holds). A rank that exits with 74 failed to write the run
-    // directory (a full disk); the launcher returns 74 when its own writes there fail.
+    // directory (a full disk); the launcher returns 74 when its own writes there fail. SIGUSR1
+    // is forwarded to the ranks (preemption): they write a checkpoint and exit with 75
+    // (protocol::kPreemptedExitCode), which the launcher returns too.
     int run();
 
 private:
@@ -42,6 +44,11 @@ private:
     void setUp(Session& s);
     // Where the ranks' TCPStore listens: the node rendezvous (more than one node) or a port.
     void openStore(Session& s);
+    // A Slurm job that Slurm started again (SLURM_RESTART_COUNT > 0: requeued after a
+    // preemption, a node failure or `scontrol requeue`): `train` continues from the latest
+    // complete checkpoint (--resume auto), and a "requeued" event says so; refused when steps
+    // were recorded but no checkpoint was written.
+    void continueRequeuedJob(Session& s);
     // Forks and execs this node's ranks (each leading its own process group) and writes their
     // pids.
     void spawnRanks(Session& s);

@@ -8,6 +8,10 @@ namespace shard::protocol {
 
 // The exit code of a worker or launcher that could not write the run directory (EX_IOERR).
 inline constexpr int kWriteFailedExitCode = 74;
+// The exit code of a worker or launcher whose ranks wrote a checkpoint on a preemption signal
+// (SIGUSR1: Slurm's --signal before a time limit, or a person) and stopped; the run continues
+// from that checkpoint with --resume auto (EX_TEMPFAIL: try again).
+inline constexpr int kPreemptedExitCode = 75;
 
 // A write to the run directory failed (a full disk): the run stops with kWriteFailedExitCode.
 class RunDirWriteError : public std::runtime_error {

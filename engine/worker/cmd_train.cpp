@@ -1,5 +1,7 @@
 // `shard-worker train ...`: one rank of a fine-tuning run (flags, or a JSON run spec with
 // --config; flags given explicitly override the spec's values).
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -38,6 +40,20 @@ struct TrainArgs {
     std::vector<std::pair<CLI::Option*, std::function<void(protocol::RunSpec&)>>> overrides;
     std::vector<std::string> overrideKeys; // the run-spec key of each override ("lora_rank")
 };
+
+// Set by SIGUSR1: the run is preempted (Slurm's --signal=USR1@N before a time limit, the
+// launcher forwarding it, or a person); the trainer checkpoints at its next logged step and
+// stops (TrainerOptions::preemptRequest).
+std::atomic<bool> g_preempt {false};
+
+void installPreemptHandler()
+{
+    struct sigaction sa { };
+    sa.sa_handler = [](int) { g_preempt.store(true); };
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGUSR1, &sa, nullptr);
+}
 
 // The heartbeat to the launcher (when there is one), from set-up on; the timeout is
 // $SHARD_HANG_TIMEOUT_S (`launch --hang-timeout`) or the spec's.
@@ -79,6 +95,7 @@ void takeLauncherRankCount(protocol::RunSpec& spec, bool explicitFlag)
 
 void train(TrainArgs& a)
 {
+    installPreemptHandler(); // first: a SIGUSR1 during set-up is not this rank's death
     protocol::RunSpec spec;
     std::set<std::string> userSet; // the spec's keys given (--lora-init keeps the others' shape)
     if (!a.config.empty()) {
@@ -112,6 +129,7 @@ void train(TrainArgs& a)
     fsdp::registerStrategies();
 #endif
     engine::TrainerOptions options;
+    options.preemptRequest = &g_preempt;
 #if __has_include("ckpt/train_checkpointer.h")
     options.checkpoints = ckpt::makeTrainCheckpointer(spec, spec.model);
 #else
@@ -130,7 +148,14 @@ void train(TrainArgs& a)
     }
     engine::Trainer& trainer = *made;
     try {
-        trainer.run();
+        const engine::TrainResult result = trainer.run();
+        if (result.preemptedAt > 0) {
+            // Its own exit status: the launcher and a batch script tell a preemption (continue
+            // from the checkpoint) from a failure.
+            made.reset();
+            std::fflush(nullptr);
+            std::exit(protocol::kPreemptedExitCode);
+        }
     } catch (const protocol::RunDirWriteError& e) {
         launch::RankHeartbeat::reportError(e.what());
         // Its own exit status, so the launcher (and a script) can tell a full disk apart. Out

@@ -5,6 +5,8 @@
 // same way after the hang timeout; the same kill at the same step after the restart ends the
 // run with the repeat named instead of looping.
 #include "process_runner.h"
+#include "protocol/checkpoint_discovery.h"
+#include "protocol/run_dir.h"
 
 using namespace shard::testing;
 
@@ -14,7 +16,8 @@ constexpr int kSteps = 10;
 
 std::string g_root;
 
-Process launch(const std::string& out, int maxRestarts, const std::string& hangTimeoutSec = "")
+Process launch(const std::string& out, int maxRestarts, const std::string& hangTimeoutSec = "",
+    const std::vector<std::string>& extra = {})
 {
     std::vector<std::string> argv = {workerPath(), "launch", "--nproc-per-node", "2",
         "--grace-period", "2", "--max-restarts", std::to_string(maxRestarts)};
@@ -25,6 +28,13 @@ Process launch(const std::string& out, int maxRestarts, const std::string& hangT
             out, "--steps", std::to_string(kSteps), "--micro-batch", "2", "--seq-len", "64", "--lr",
             "3e-3", "--seed", "3", "--threads", "1", "--strategy", "zero3", "--warmup", "2",
             "--checkpoint-every", "2", "--keep-checkpoints", "2"});
+    for (size_t i = 0; i + 1 < extra.size(); i += 2) { // a flag given again replaces its value
+        auto it = std::find(argv.begin(), argv.end(), extra[i]);
+        if (it != argv.end())
+            *(it + 1) = extra[i + 1];
+        else
+            argv.insert(argv.end(), {extra[i], extra[i + 1]});
+    }
     return spawnProcess(argv);
 }
 
@@ -212,6 +222,46 @@ void testRepeatedFailureStops()
         static_cast<long long>(at + 1));
 }
 
+// Preemption (SIGUSR1 to the launcher, what Slurm's --signal=USR1@N sends before a time
+// limit): the ranks agree on a step and write a checkpoint there (also with --checkpoint-every
+// 0), the launcher exits 75 with a "preempted" event and no error or finish; --resume auto
+// continues from that checkpoint, bit-exact.
+void testPreemptionSignalCheckpointsAndResumes(const std::map<int64_t, double>& reference)
+{
+    const std::string dir = makeTempDir("preempt");
+    // No periodic checkpoints: the preemption's is the only one.
+    auto p = launch(dir, 0, "", {"--checkpoint-every", "0"});
+    SHARD_EXPECT(waitForLastStep(p, dir, 3), "the run ended before step 3: " + p.err);
+    const std::string pid = readFile(dir + "/launcher.pid");
+    shard::protocol::signalProcess(static_cast<pid_t>(std::stol(pid)), SIGUSR1);
+    SHARD_EXPECT(p.wait(120), "the launcher did not exit after SIGUSR1");
+    SHARD_EXPECT(p.exitCode() == shard::protocol::kPreemptedExitCode,
+        "exit " + std::to_string(p.exitCode()) + " after SIGUSR1, not 75: " + p.err);
+    const auto preempted = eventsOfKind(dir, "preempted");
+    SHARD_EXPECT(preempted.size() == 1, readFile(dir + "/events.jsonl"));
+    int64_t at = -1;
+    if (!preempted.empty()) {
+        at = preempted.front()["data"].value("checkpoint_step", int64_t(-1));
+        SHARD_EXPECT(at >= 3 && at < kSteps, "preempted at step " + std::to_string(at));
+        SHARD_EXPECT(shard::protocol::latestCompleteCheckpoint(dir)
+                && shard::protocol::latestCompleteCheckpoint(dir)->step == at,
+            "the newest complete checkpoint is not the preemption's (step " + std::to_string(at)
+                + ")");
+        SHARD_EXPECT(lastStep(dir) == at, "steps recorded after the preemption's checkpoint");
+    }
+    SHARD_EXPECT(eventsOfKind(dir, "error").empty() && eventsOfKind(dir, "finish").empty(),
+        "a preempted run wrote an error or finish event: " + readFile(dir + "/events.jsonl"));
+    SHARD_EXPECT(noneRemain(dir, rankPids(dir, 1), 10), "processes of the run remain");
+
+    auto resumed = launch(dir, 0, "", {"--resume", "auto"});
+    SHARD_EXPECT(resumed.wait(180) && resumed.exitCode() == 0,
+        "the resume after the preemption failed: " + resumed.err);
+    SHARD_EXPECT(stepLosses(dir) == reference,
+        "losses after the preemption differ from the uninterrupted run");
+    std::printf("SIGUSR1 to the launcher: checkpoint at step %lld, exit 75, resumed bit-exact\n",
+        static_cast<long long>(at));
+}
+
 } // namespace
 
 int main()
@@ -231,6 +281,7 @@ int main()
     testKilledRankRestartsExactly(reference);
     testHungRankRestarts(reference);
     testRepeatedFailureStops();
+    testPreemptionSignalCheckpointsAndResumes(reference);
     if (g_failures == 0) {
         std::printf("tst_restart: all passed\n");
         removeTempDirs();

@@ -57,6 +57,9 @@ public:
                            "SchedulerType=sched/builtin\nJobAcctGatherType=jobacct_gather/none\n"
                            "AccountingStorageType=accounting_storage/none\nMpiDefault=none\n"
                            "ReturnToService=2\nKillWait=2\nMinJobAge=300\n"
+                           // A requeued job may start again 5 s later (the default is 120 s),
+                           // and the scheduler looks at the queue every second.
+                           "AuthInfo=cred_expire=5\nSchedulerParameters=sched_interval=1\n"
                            "NodeName=shardnode NodeAddr=127.0.0.1 NodeHostname=%1 CPUs=2 "
                            "RealMemory=1000 State=UNKNOWN\n"
                            "PartitionName=debug Nodes=shardnode Default=YES MaxTime=INFINITE "

@@ -54,6 +54,11 @@ public:
     virtual CheckpointSaved afterStep(
         LlamaModel& model, Strategy& strategy, AdamW& adamw, const LoopState& state, bool last)
         = 0;
+    // Saves now, due or not (a preemption signal's checkpoint, also with --checkpoint-every 0).
+    // Collective, like afterStep().
+    virtual CheckpointSaved save(
+        LlamaModel& model, Strategy& strategy, AdamW& adamw, const LoopState& state)
+        = 0;
 };
 
 } // namespace shard::engine

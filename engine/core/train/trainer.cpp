@@ -389,6 +389,7 @@ struct Trainer::Loop {
     };
     std::vector<Unread> unread;
     int64_t readsAtLastRecord = 0; // hostsync::count() when the previous record was written
+    int64_t savedStep = 0;         // the step of the last checkpoint this process wrote
     c10::Device device;
     CountingAllocator& alloc = CountingAllocator::install();
 };
@@ -624,9 +625,14 @@ TrainResult Trainer::run()
         loop.readsAtLastRecord = hostsync::count();
         loop.runPeak = loop.peakBytes();
         currentStep = loop.firstStep;
+        bool hostReadBefore = false; // the previous step read its losses to the host
         for (int64_t step = loop.firstStep; step < m_steps; ++step) {
             currentStep = step + 1;
             launch::RankHeartbeat::report(step + 1, launch::RankPhase::Step);
+            // A preemption stops before this step, after `step` steps done (asked here, where
+            // the next step's first collective would wait anyway).
+            if (step > loop.firstStep && preemptAgreed(hostReadBefore))
+                return preempt(io, loop, step);
             io.checkLogs();
             Step done = trainStep(loop, step);
             loop.unread.push_back({done.step, done.lossValue, done.normValue, done.stats});
@@ -659,6 +665,7 @@ TrainResult Trainer::run()
             }
             if (m_options.checkpoints)
                 saveCheckpoint(io, loop, step + 1, last);
+            hostReadBefore = logged || loop.savedStep == step + 1;
         }
         return finish(io, loop);
     } catch (const std::exception& e) {
@@ -1219,7 +1226,7 @@ void Trainer::writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int6
         mine.currentBytes / 1048576.0, mine.peakBytes / 1048576.0));
 }
 
-void Trainer::saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last)
+void Trainer::saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last, bool force)
 {
     LoopState state;
     state.step = step;
@@ -1229,10 +1236,12 @@ void Trainer::saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last)
     state.microBatch = m_spec.microBatch;
     state.gradAccum = m_spec.gradAccum;
     state.worldSize = m_strategy->worldSize();
-    const CheckpointSaved saved
-        = m_options.checkpoints->afterStep(*m_model, *m_strategy, loop.adamw, state, last);
+    const CheckpointSaved saved = force
+        ? m_options.checkpoints->save(*m_model, *m_strategy, loop.adamw, state)
+        : m_options.checkpoints->afterStep(*m_model, *m_strategy, loop.adamw, state, last);
     if (!saved.saved)
         return;
+    loop.savedStep = step;
     // The checkpoint's size: every rank's shard file (one small collective).
     const auto bytes
         = static_cast<int64_t>(m_strategy->allReduceSum(static_cast<double>(saved.bytes)));
@@ -1240,6 +1249,41 @@ void Trainer::saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last)
         strprintf("checkpoint %s written in %.2f s", saved.dir.c_str(), double(saved.seconds)));
     io.event("checkpoint", step, "checkpoint written",
         {{"action", "save"}, {"dir", saved.dir}, {"seconds", saved.seconds}, {"bytes", bytes}});
+}
+
+bool Trainer::preemptAgreed(bool hostRead)
+{
+    if (!m_options.preemptRequest || !m_options.checkpoints)
+        return false;
+    const bool mine = m_options.preemptRequest->load();
+    if (m_strategy->worldSize() == 1)
+        return mine;
+    // Every rank takes the same decision at the same step: asked at steps where the host reads
+    // the losses anyway (a logged step, a checkpoint), so a GPU step gains no synchronization.
+    if (!hostRead)
+        return false;
+    return m_strategy->allReduceSum(mine ? 1.0 : 0.0) > 0.0;
+}
+
+TrainResult Trainer::preempt(Io& io, Loop& loop, int64_t step)
+{
+    if (loop.savedStep != step) {
+        readSteps(loop); // no checkpoint of a run whose loss went non-finite
+        saveCheckpoint(io, loop, step, false, true);
+    }
+    io.log->warn(strprintf("preempted (SIGUSR1) after step %lld: checkpoint written; the run "
+                           "continues from it with --resume auto",
+        static_cast<long long>(step)));
+    io.event("preempted", step,
+        "preempted after step " + std::to_string(step)
+            + " (SIGUSR1): checkpoint written, the run "
+              "continues from it with --resume auto (a Slurm job requeues itself)",
+        {{"signal", "SIGUSR1"}, {"checkpoint_step", step},
+            {"checkpoint", protocol::RunDir(m_spec.outDir).checkpointDir(step)},
+            {"steps_done", step}, {"steps", m_steps}});
+    loop.result.preemptedAt = step;
+    loop.result.peakBytes = loop.runPeak;
+    return std::move(loop.result);
 }
 
 TrainResult Trainer::finish(Io& io, Loop& loop)

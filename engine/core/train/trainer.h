@@ -4,6 +4,7 @@
 // directory is touched.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -39,6 +40,10 @@ struct TrainerOptions {
     // Checkpoint save / resume (shard_ckpt's implementation, installed by the worker); null =
     // no checkpoints.
     std::shared_ptr<CheckpointHooks> checkpoints;
+    // Set (by the worker's SIGUSR1 handler) when the run is to be preempted: the ranks agree on
+    // it at a logged step (at once with one rank), write a checkpoint, write a "preempted" event
+    // and run() returns with TrainResult::preemptedAt. Null: no preemption.
+    const std::atomic<bool>* preemptRequest = nullptr;
 };
 
 struct TrainResult {
@@ -52,6 +57,9 @@ struct TrainResult {
     double cpuTokensPerSec = 0.0; // the same per second of process CPU time (robust to load)
     int64_t peakBytes = 0;        // counting allocator, whole run
     std::string modelDir;         // where the HF folder was written ("" if not)
+    // The step whose checkpoint a preemption signal wrote before run() returned early (0: ran
+    // to the end).
+    int64_t preemptedAt = 0;
 };
 
 // What Trainer::run throws when this rank ran out of memory (the message says the rank, the
@@ -124,8 +132,15 @@ private:
     void writeSamples(Io& io, int64_t step);
     // Adds every rank's memory to the record (collective), writes it (rank 0) and logs the step.
     void writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int64_t activationBytes);
-    // Hands the step to the checkpoint hooks; a checkpoint written gets an event.
-    void saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last);
+    // Hands the step to the checkpoint hooks (`force`: saves, due or not); a checkpoint written
+    // gets an event.
+    void saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last, bool force = false);
+    // Whether every rank has been asked to stop for a preemption (TrainerOptions::preemptRequest;
+    // a collective at a step where the host reads anyway, `hostRead`).
+    bool preemptAgreed(bool hostRead);
+    // The preemption's checkpoint (unless this step's was just written) and event; run()'s
+    // result with preemptedAt.
+    TrainResult preempt(Io& io, Loop& loop, int64_t step);
     // The write-up of a completed run: throughput, the final model, the finish event.
     TrainResult finish(Io& io, Loop& loop);
     void writeFinalModel(Io& io, TrainResult& result);
