@@ -642,6 +642,19 @@ void MonitorPage::onUpdate(const jobs::FollowUpdate& u)
                                        .arg(e.data.value("checkpoint_step", int64_t(0)))
                                        .arg(QString::fromStdString(e.message)),
                 MessageBar::Kind::Info);
+        } else if (e.kind == "preempted" || e.kind == "requeued") {
+            // Slurm's preemption signal (checkpoint, stop) and the job it brought back.
+            const bool back = e.kind == "requeued";
+            item->setForeground(2, QColor(200, 110, 20));
+            for (LivePlot* p : {m_loss, m_gradNorm})
+                p->addMarker(double(e.step), back ? tr("requeued") : tr("preempted"));
+            m_message->showMessage(back
+                    ? tr("The job came back and continues from its checkpoint: %1")
+                          .arg(QString::fromStdString(e.message))
+                    : tr("The run was preempted after step %1 and wrote a checkpoint; it "
+                         "continues from it when started again (a Slurm job requeues itself).")
+                          .arg(e.step),
+                MessageBar::Kind::Info);
         } else if (e.kind == "data" && e.data.value("skipped_lines", int64_t(0)) > 0)
             m_message->showMessage(tr("The training data had bad lines that were skipped: %1")
                                        .arg(QString::fromStdString(e.message)),

@@ -33,6 +33,7 @@ struct RunOptions {
     int nodes = 1;
     int gpusPerNode = 0;
     int cpusPerTask = 0;
+    int preemptSignalSec = 120;
     std::string time, partition, account;
     std::vector<std::string> args;
     // A command instead of the engine (jobs/command_run.h).
@@ -89,6 +90,7 @@ jobs::SlurmOptions slurmOptions(const RunOptions& o)
     so.nodes = o.nodes;
     so.gpusPerNode = o.gpusPerNode;
     so.cpusPerTask = o.cpusPerTask;
+    so.preemptSignalSec = o.preemptSignalSec;
     so.time = QString::fromStdString(o.time);
     so.partition = QString::fromStdString(o.partition);
     so.account = QString::fromStdString(o.account);
@@ -272,6 +274,10 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--gpus-per-node", o->gpusPerNode,
         "Slurm: GPUs per node (default: one per rank when the device is cuda)");
     cmd->add_option("--cpus-per-task", o->cpusPerTask, "Slurm: CPUs per node launcher");
+    cmd->add_option("--preempt-signal", o->preemptSignalSec,
+           "Slurm: seconds before the time limit at which the ranks get SIGUSR1, write a "
+           "checkpoint and the job requeues itself to continue from it (default 120; 0: none)")
+        ->check(cmdline::nonNegativeNumber());
     cmd->add_option("--time", o->time, "Slurm: time limit (e.g. 02:00:00)");
     cmd->add_option("--partition", o->partition, "Slurm: partition");
     cmd->add_option("--account", o->account, "Slurm: account");

@@ -32,6 +32,22 @@ CLI::Validator positiveNumber()
         "POSITIVE");
 }
 
+CLI::Validator nonNegativeNumber()
+{
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            try {
+                size_t used = 0;
+                const double v = std::stod(text, &used);
+                if (used == text.size() && v >= 0)
+                    return {};
+            } catch (const std::exception&) {
+            }
+            return "must be 0 or above (got '" + text + "')";
+        },
+        "NONNEGATIVE");
+}
+
 int& exitCode()
 {
     static int code = 0;

@@ -22,6 +22,8 @@ int& exitCode();
 // in words ("--nproc: must be above 0 (got '0')"), where CLI11's PositiveNumber prints its range
 // as 0 to 1.8e308.
 CLI::Validator positiveNumber();
+// The same for a number that may be 0 ("must be 0 or above (got '-1')").
+CLI::Validator nonNegativeNumber();
 
 struct CommandRegistration {
     explicit CommandRegistration(CommandSetup setup)

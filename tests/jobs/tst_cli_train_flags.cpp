@@ -119,6 +119,13 @@ private Q_SLOTS:
         QVERIFY2(o.err.contains("--nproc: must be above 0 (got '0')"), qPrintable(o.err));
         QVERIFY2(!o.err.contains("1797693"), qPrintable(o.err));
         QVERIFY(!store->findRun("zero"));
+        // The preemption signal's lead may be 0 (none), not below.
+        o = shard(QStringList {"run", "--name", "lead", "--slurm", "--preempt-signal", "-1", "--"}
+            + trainFlags(m_data));
+        QVERIFY(o.code != 0);
+        QVERIFY2(o.err.contains("--preempt-signal: must be 0 or above (got '-1')"),
+            qPrintable(o.err));
+        QVERIFY(!store->findRun("lead"));
     }
 
     // `shard run` continues a run in its folder (issue 32): `--resume auto` after `--` and a

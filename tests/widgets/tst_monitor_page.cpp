@@ -385,6 +385,29 @@ private Q_SLOTS:
         QCOMPARE(page.lrPlot()->markerCount(), 0);
     }
 
+    // A Slurm preemption (checkpoint on SIGUSR1) and the requeued job that continues: both
+    // marked on the loss chart, the latest said in the message bar (issue 32).
+    void preemptionAndRequeueAreMarked()
+    {
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString run
+            = startedRun(tmp, "run-preempt", R"({"name":"tiny","steps":10,"strategy":"zero3"})",
+                R"X({"v":1,"type":"event","kind":"preempted","wall_time":3,"step":5,)X"
+                R"X("message":"preempted after step 5 (SIGUSR1)","data":{"checkpoint_step":5}})X"
+                "\n"
+                R"X({"v":1,"type":"event","kind":"requeued","wall_time":0,"step":5,)X"
+                R"X("message":"Slurm restarted job 12 (restart 1); the run continues from the )X"
+                R"X(checkpoint at step 5","data":{"checkpoint_step":5,"restart_count":1}})X"
+                "\n");
+        Service store;
+        MonitorPage page;
+        page.setStore(&store.service);
+        page.openRunDirectory(run);
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("Slurm restarted job 12"), 5000);
+        QCOMPARE(page.lossPlot()->markerCount(), 2);
+    }
+
     void anotherToolsLogFolderIsImportedAndShown()
     {
         // A folder of TensorBoard event files (another tool's run): opened, it is imported and
