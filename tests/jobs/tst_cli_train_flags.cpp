@@ -123,8 +123,8 @@ private Q_SLOTS:
         o = shard(QStringList {"run", "--name", "lead", "--slurm", "--preempt-signal", "-1", "--"}
             + trainFlags(m_data));
         QVERIFY(o.code != 0);
-        QVERIFY2(o.err.contains("--preempt-signal: must be 0 or above (got '-1')"),
-            qPrintable(o.err));
+        QVERIFY2(
+            o.err.contains("--preempt-signal: must be 0 or above (got '-1')"), qPrintable(o.err));
         QVERIFY(!store->findRun("lead"));
     }
 
