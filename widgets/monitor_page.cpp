@@ -41,19 +41,6 @@ std::vector<double> memoryByCategory(const protocol::RankMemory& m)
         double(m.optimizerBytes), double(m.activationBytes), double(m.otherBytes)};
 }
 
-QString formatDuration(double seconds)
-{
-    if (!(seconds >= 0) || seconds > 1e8)
-        return QStringLiteral("—");
-    const auto s = qint64(seconds + 0.5);
-    if (s >= 3600)
-        return QString("%1:%2:%3")
-            .arg(s / 3600)
-            .arg((s / 60) % 60, 2, 10, QChar('0'))
-            .arg(s % 60, 2, 10, QChar('0'));
-    return QString("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QChar('0'));
-}
-
 MonitorPage::MonitorPage(QWidget* parent)
     : QWidget(parent)
 {
@@ -75,6 +62,13 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_progress->setFormat(QString()); // no run: no "step 0 of 1"
     m_eta = new QLabel(this);
     m_eta->setMinimumWidth(160);
+    m_checkpointCost = new QLabel(this);
+    m_checkpointCost->setObjectName("checkpointCost");
+    m_checkpointCost->setToolTip(
+        tr("What a checkpoint costs: its size on disk (every rank's shard), how long rank 0 "
+           "took to write it, and how much training a failure loses at most between two "
+           "checkpoints (the measured step time x the checkpoint interval). A preemption "
+           "signal (SIGUSR1) writes one on demand."));
     m_smoothing = new QSlider(Qt::Horizontal, this);
     m_smoothing->setRange(0, 99);
     m_smoothing->setValue(60);
@@ -147,6 +141,7 @@ MonitorPage::MonitorPage(QWidget* parent)
     progressRow->addWidget(m_status);
     progressRow->addWidget(m_progress, 1);
     progressRow->addWidget(m_eta);
+    progressRow->addWidget(m_checkpointCost);
     progressRow->addWidget(new QLabel(tr("Smoothing"), this));
     progressRow->addWidget(m_smoothing);
 
@@ -526,6 +521,8 @@ void MonitorPage::reset()
     m_progress->setValue(0);
     m_progress->setFormat(QString());
     m_eta->clear();
+    m_lastSave = {};
+    m_checkpointCost->clear();
     m_message->clearMessage();
 }
 
@@ -630,6 +627,12 @@ void MonitorPage::onUpdate(const jobs::FollowUpdate& u)
         }
         if (e.kind == "finish")
             m_finishReason = QString::fromStdString(e.data.value("reason", std::string()));
+        if (e.kind == "checkpoint" && e.data.value("action", std::string()) == "save") {
+            m_lastSave.step = e.step;
+            m_lastSave.bytes = e.data.value("bytes", int64_t(0));
+            m_lastSave.seconds = e.data.value("seconds", 0.0);
+            updateCheckpointCost();
+        }
         if (e.kind == "error")
             m_message->showMessage(
                 tr("The run reported an error: %1").arg(QString::fromStdString(e.message)));
@@ -678,6 +681,7 @@ void MonitorPage::updateProgress()
 {
     if (m_run.size() == 0)
         return;
+    updateCheckpointCost();
     const double step = m_run.step.back();
     m_progress->setFormat(tr("step %v of %m"));
     if (m_totalSteps > 0) {
@@ -698,6 +702,43 @@ void MonitorPage::updateProgress()
         }
     }
     m_eta->setText(tr("elapsed %1").arg(formatDuration(m_run.wallTimeSec.back())));
+}
+
+void MonitorPage::updateCheckpointCost()
+{
+    const int64_t every = m_run.config.is_object()
+        ? m_run.config.value("checkpoint_every", int64_t(0))
+        : int64_t(0);
+    const int ranks = m_run.config.is_object() ? int(m_run.config.value("nodes", int64_t(1))
+                          * m_run.config.value("procs_per_node", int64_t(1)))
+                                               : 1;
+    QStringList parts;
+    if (m_lastSave.step >= 0) {
+        QString size = formatBytes(double(m_lastSave.bytes));
+        if (ranks > 1)
+            size = tr("%1 (%2 per rank)")
+                       .arg(size, formatBytes(double(m_lastSave.bytes) / double(ranks)));
+        parts << tr("checkpoint %1 in %2 s").arg(size).arg(m_lastSave.seconds, 0, 'f', 2);
+    }
+    // The training a failure loses at most: the steps between two checkpoints at the measured
+    // pace (a checkpoint's own write time included).
+    const qsizetype n = m_run.size();
+    if (every > 0 && n >= 2) {
+        const double dt = m_run.wallTimeSec.back() - m_run.wallTimeSec.front();
+        const double ds = m_run.step.back() - m_run.step.front();
+        if (dt > 0 && ds > 0)
+            parts << tr("every %1 steps: up to %2 at risk")
+                         .arg(every)
+                         .arg(formatDuration(double(every) * dt / ds));
+    } else if (every == 0 && m_run.config.is_object() && n >= 1 && m_lastSave.step < 0) {
+        parts << tr("no periodic checkpoints");
+    }
+    m_checkpointCost->setText(parts.join(QStringLiteral(" · ")));
+}
+
+QString MonitorPage::checkpointText() const
+{
+    return m_checkpointCost->text();
 }
 
 void MonitorPage::updateMemory()

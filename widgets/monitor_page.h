@@ -64,6 +64,9 @@ public:
     QString messageText() const;
     QString logText() const;
     QString etaText() const;
+    // The checkpoints' cost: size (in all, per rank), write time, and the training at risk
+    // between two (the measured step time x --checkpoint-every); empty before it is known.
+    QString checkpointText() const;
     // The store's live runs, offered at the top of the page ("Running now").
     void setRunningRuns(const QVector<jobs::RunRecord>& runs);
     int runningRunCount() const;
@@ -128,6 +131,14 @@ private:
     QLabel* m_status = nullptr;
     QProgressBar* m_progress = nullptr;
     QLabel* m_eta = nullptr;
+    QLabel* m_checkpointCost = nullptr;
+    // The last checkpoint written (its "checkpoint" event): every rank's files, rank 0's time.
+    struct SavedCheckpoint {
+        int64_t step = -1;
+        int64_t bytes = 0;
+        double seconds = 0.0;
+    } m_lastSave;
+    void updateCheckpointCost();
     QSlider* m_smoothing = nullptr;
     MessageBar* m_message = nullptr;
     LivePlot* m_loss = nullptr;
@@ -152,7 +163,7 @@ private:
 
 QStringList memoryCategoryNames();
 std::vector<double> memoryByCategory(const protocol::RankMemory& m);
-QString formatDuration(double seconds);
-using jobs::formatBytes; // the one byte formatter (jobs/format_bytes.h)
+using jobs::formatBytes;    // the one byte formatter (jobs/format_bytes.h)
+using jobs::formatDuration; // and its duration formatter
 
 } // namespace shard::widgets

@@ -34,6 +34,7 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include "jobs/format_bytes.h"
 #include "jobs/result.h"
 #include "plan/device_catalog.h"
 #include "plan/run_spec_bridge.h"
@@ -988,6 +989,16 @@ void PlanPage::showResults()
                  .arg(QLocale().toString(qlonglong(c->tokensPerSecond)));
     if (c->hostBytesPerDevice > 0)
         lines << tr("Offloaded to host memory: %1 per rank").arg(gib(c->hostBytesPerDevice));
+    if (c->checkpointBytes > 0) {
+        // What the Monitor then measures; the interval is the run's --checkpoint-every.
+        QString line = tr("Checkpoint: %1 on disk (%2 written per rank: fp32 weights and AdamW "
+                          "state of what is trained)")
+                           .arg(gib(c->checkpointBytes), gib(c->checkpointBytesPerRank));
+        if (c->stepSeconds > 0)
+            line += tr(" · every 100 steps puts ~%1 of training at risk at the roofline step time")
+                        .arg(jobs::formatDuration(100.0 * c->stepSeconds));
+        lines << line;
+    }
     for (const auto& note : c->notes)
         lines << tr("Note: %1").arg(QString::fromStdString(note).toHtmlEscaped());
     m_details->setText(lines.join("<br>"));

@@ -412,6 +412,10 @@ void printHuman(const PlanInput& in, const std::vector<PlanResult>& all, const P
             + si(peak, "FLOP/s") + ", comm " + seconds(chosen.commSeconds)
             + (in.threeD() ? " (DP overlapped)" : " (overlapped)"));
     row("roofline throughput", si(chosen.tokensPerSecond, "") + " tokens/s");
+    if (chosen.checkpointBytes > 0)
+        row("checkpoint (GiB)",
+            gib(chosen.checkpointBytes) + " on disk, " + gib(chosen.checkpointBytesPerRank)
+                + " per rank (fp32 weights + AdamW state)");
     if (!chosen.peakPhase.empty() && (in.mode == AccountingMode::Engine || in.threeD()))
         row("memory peak at", chosen.peakPhase);
     if (in.threeD()) {

@@ -962,6 +962,11 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     res.worldSize = in.worldSize();
     res.shardDegree = shardDegreeOf(in);
     res.replicas = res.worldSize / res.shardDegree;
+    const double trained = static_cast<double>(in.usesLora()
+            ? loraAdapterParameterCount(in.model, in.loraRank, in.loraTargets)
+            : shapes.params);
+    res.checkpointBytes = toBytes(12.0 * trained);
+    res.checkpointBytesPerRank = toBytes(12.0 * trained / static_cast<double>(res.shardDegree));
     const bool paper = in.mode == AccountingMode::ZeroPaper;
     const bool gpu = in.device.kind == DeviceKind::Gpu;
 
@@ -1533,6 +1538,10 @@ nlohmann::json toJson(const PlanResult& r)
             j["lora"]["quantized_params"] = quantizedParameterCount(in.model);
             j["lora"]["double_quant"] = in.qloraDoubleQuant;
         }
+    }
+    if (r.checkpointBytes > 0) {
+        j["checkpoint_bytes"] = r.checkpointBytes;
+        j["checkpoint_bytes_per_rank"] = r.checkpointBytesPerRank;
     }
     j["micro_batch"] = in.microBatch;
     if (in.objective != "sft") {

@@ -188,9 +188,14 @@ struct PlanResult {
     MemoryBreakdown perDevice;
     std::string peakPhase;
     int64_t hostBytesPerDevice = 0; // offloaded state in host memory, per rank
-    int64_t capacityBytes = 0;      // what one device (rank) may use
-    int64_t headroomBytes = 0;      // capacity - total (negative when it does not fit)
-    bool fits = false;              // device memory and, when known, host memory
+    // A checkpoint on disk (engine/ckpt): every trained tensor in fp32 with AdamW's m and v
+    // (12 bytes per trained parameter: all of them, or LoRA's adapters), and what one rank of a
+    // replica writes (its shard). 0 for tensor / pipeline plans.
+    int64_t checkpointBytes = 0;
+    int64_t checkpointBytesPerRank = 0;
+    int64_t capacityBytes = 0; // what one device (rank) may use
+    int64_t headroomBytes = 0; // capacity - total (negative when it does not fit)
+    bool fits = false;         // device memory and, when known, host memory
 
     double flopsPerToken = 0;      // model FLOPs: 6 * activeParams + 12 * L * heads * headDim * s
     double flopsPerStep = 0;       // all devices: flopsPerToken * tokensPerStep

@@ -1,7 +1,8 @@
 // The planner against the real engine: zero3 on tiny-15m at 1 and 2 ranks (Gloo over loopback,
 // fp32, 2 steps). The engine reports each rank's memory in metrics.jsonl (counting allocator
 // peak and its categories); `shard::plan::plan` for the same settings must predict the
-// model-state bytes (sharded params + optimizer) within 5% and the peak within 10%.
+// model-state bytes (sharded params + optimizer) within 5% and the peak within 10%, and the
+// checkpoint the run writes at its end (its event's bytes over every rank's shard file) within 1%.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +27,7 @@ struct Measured {
     int64_t peak = -1;   // max over ranks and steps
     int64_t states = -1; // max over ranks, last step
     int ranks = 0;
+    int64_t checkpointBytes = -1; // the "checkpoint" event's bytes (every rank's shard file)
 };
 
 Measured train(const std::string& dir, int ranks)
@@ -34,7 +36,7 @@ Measured train(const std::string& dir, int ranks)
     std::vector<std::string> args {"train", "--model", dir + "/model", "--data",
         dir + "/data.jsonl", "--steps", "2", "--seq-len", std::to_string(kSeq), "--micro-batch",
         std::to_string(kGlobalRows / ranks), "--strategy", "zero3", "--threads", "1",
-        "--no-shuffle", "--log-every", "1", "--seed", "3", "--out", out};
+        "--no-shuffle", "--log-every", "1", "--seed", "3", "--checkpoint-every", "2", "--out", out};
     std::vector<std::string> argv {workerPath()};
     if (ranks > 1) {
         argv.insert(argv.end(), {"launch", "--nproc-per-node", std::to_string(ranks), "--"});
@@ -55,6 +57,12 @@ Measured train(const std::string& dir, int ranks)
         for (const auto& r : j["memory"])
             m.peak = std::max(m.peak, r.value("peak", int64_t(-1)));
         last = j;
+    }
+    std::ifstream events(out + "/events.jsonl");
+    while (std::getline(events, line)) {
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        if (!j.is_discarded() && j.value("kind", "") == "checkpoint")
+            m.checkpointBytes = j["data"].value("bytes", int64_t(-1));
     }
     if (last.is_object())
         for (const auto& r : last["memory"]) {
@@ -90,6 +98,16 @@ void compare(const std::string& dir, int ranks)
         "model states within 5% at " + std::to_string(ranks) + " rank(s)");
     SHARD_EXPECT(std::fabs(m.peak / total - 1.0) <= 0.10,
         "peak within 10% at " + std::to_string(ranks) + " rank(s)");
+    const double ckpt = static_cast<double>(r.checkpointBytes);
+    std::printf("checkpoint at %d rank(s): %lld bytes written / %.0f planned (%.4f), %lld "
+                "planned per rank\n",
+        ranks, static_cast<long long>(m.checkpointBytes), ckpt, m.checkpointBytes / ckpt,
+        static_cast<long long>(r.checkpointBytesPerRank));
+    SHARD_EXPECT(std::fabs(m.checkpointBytes / ckpt - 1.0) <= 0.01,
+        "checkpoint size within 1% at " + std::to_string(ranks) + " rank(s)");
+    SHARD_EXPECT(r.checkpointBytesPerRank * ranks == r.checkpointBytes
+            || std::llabs(r.checkpointBytesPerRank * ranks - r.checkpointBytes) <= ranks,
+        "per rank = in all / ranks under zero3");
 }
 
 } // namespace

@@ -87,6 +87,15 @@ void testHumanTable()
              "FLOPs per token", "sent per GPU per step", "roofline step time"})
         if (r.out.find(s) == std::string::npos)
             shard::plan::test::fail(__FILE__, __LINE__, std::string("table lacks '") + s + "'");
+    // The checkpoint: 12 bytes (fp32 weight, AdamW m and v) per parameter, an eighth per rank.
+    {
+        char ckpt[96];
+        std::snprintf(ckpt, sizeof ckpt, "%.2f on disk, %.2f per rank",
+            12.0 * 6738415616.0 / (1 << 30), 12.0 * 6738415616.0 / 8 / (1 << 30));
+        if (r.out.find(ckpt) == std::string::npos)
+            shard::plan::test::fail(
+                __FILE__, __LINE__, std::string("no checkpoint row '") + ckpt + "' in:\n" + r.out);
+    }
     // GiB with two decimals: the zero3 sharded fp32 params = 4 x 6,738,415,616 / 8 bytes.
     char shard3[32];
     std::snprintf(shard3, sizeof shard3, "%.2f", 4.0 * 6738415616.0 / 8 / (1 << 30));

@@ -408,6 +408,42 @@ private Q_SLOTS:
         QCOMPARE(page.lossPlot()->markerCount(), 2);
     }
 
+    // What a checkpoint costs (issue 32): its size in all and per rank, its write time, and the
+    // training at risk between two (step time x interval), from the run's own records.
+    void checkpointCostIsShown()
+    {
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString run = startedRun(tmp, "run-ckpt",
+            R"({"name":"tiny","steps":100,"strategy":"zero3","nodes":1,"procs_per_node":2,)"
+            R"("checkpoint_every":50})",
+            R"X({"v":1,"type":"event","kind":"checkpoint","wall_time":8,"step":4,)X"
+            R"X("message":"checkpoint written","data":{"action":"save","dir":"c/step-4",)X"
+            R"X("seconds":0.25,"bytes":25165824}})X"
+            "\n");
+        QByteArray metrics;
+        for (int step = 1; step <= 4; ++step) // 2 s per step
+            metrics += QString(R"({"v":1,"type":"metric","step":%1,"tokens":%2,"loss":2.0,)"
+                               R"("lr":0.001,"grad_norm":1.0,"tokens_per_sec":100,)"
+                               R"("step_time":2.0,"wall_time":%3})"
+                               "\n")
+                           .arg(step)
+                           .arg(step * 256)
+                           .arg(step * 2)
+                           .toUtf8();
+        writeFile(run + "/metrics.jsonl", metrics);
+        Service store;
+        MonitorPage page;
+        page.setStore(&store.service);
+        page.openRunDirectory(run);
+        QTRY_VERIFY_WITH_TIMEOUT(page.checkpointText().contains("at risk"), 5000);
+        const QString text = page.checkpointText();
+        QVERIFY2(
+            text.contains("checkpoint 24.0 MiB (12.0 MiB per rank) in 0.25 s"), qPrintable(text));
+        // 50 steps x 2 s.
+        QVERIFY2(text.contains("every 50 steps: up to 1:40 at risk"), qPrintable(text));
+    }
+
     void anotherToolsLogFolderIsImportedAndShown()
     {
         // A folder of TensorBoard event files (another tool's run): opened, it is imported and

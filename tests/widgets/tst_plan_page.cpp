@@ -353,6 +353,9 @@ private Q_SLOTS:
         QCOMPARE(page.largestMicroBatch(), int64_t(65536));
         const QString details = field<QLabel>(page, "details")->text();
         QVERIFY2(details.contains("not limited by memory"), qPrintable(details));
+        // What a checkpoint of it costs on disk (the Monitor then measures it).
+        QVERIFY2(details.contains("Checkpoint: ") && details.contains("written per rank"),
+            qPrintable(details));
         QVERIFY2(!details.contains("<b>65536</b>"), qPrintable(details));
     }
 
