@@ -57,11 +57,12 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_resume->setEnabled(false);
     m_status = new QLabel(tr("No run open"), this);
     m_progress = new QProgressBar(this);
+    m_progress->setMinimumWidth(160);
     m_progress->setRange(0, 1);
     m_progress->setValue(0);
     m_progress->setFormat(QString()); // no run: no "step 0 of 1"
     m_eta = new QLabel(this);
-    m_eta->setMinimumWidth(160);
+    m_eta->setMinimumWidth(120);
     m_checkpointCost = new QLabel(this);
     m_checkpointCost->setObjectName("checkpointCost");
     m_checkpointCost->setToolTip(
@@ -716,7 +717,7 @@ void MonitorPage::updateCheckpointCost()
     if (m_lastSave.step >= 0) {
         QString size = formatBytes(double(m_lastSave.bytes));
         if (ranks > 1)
-            size = tr("%1 (%2 per rank)")
+            size = tr("%1 (%2/rank)")
                        .arg(size, formatBytes(double(m_lastSave.bytes) / double(ranks)));
         parts << tr("checkpoint %1 in %2 s").arg(size).arg(m_lastSave.seconds, 0, 'f', 2);
     }
@@ -727,9 +728,9 @@ void MonitorPage::updateCheckpointCost()
         const double dt = m_run.wallTimeSec.back() - m_run.wallTimeSec.front();
         const double ds = m_run.step.back() - m_run.step.front();
         if (dt > 0 && ds > 0)
-            parts << tr("every %1 steps: up to %2 at risk")
-                         .arg(every)
-                         .arg(formatDuration(double(every) * dt / ds));
+            parts << tr("%1 at risk per %2 steps")
+                         .arg(formatDuration(double(every) * dt / ds))
+                         .arg(every);
     } else if (every == 0 && m_run.config.is_object() && n >= 1 && m_lastSave.step < 0) {
         parts << tr("no periodic checkpoints");
     }
