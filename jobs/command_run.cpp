@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include <QCoreApplication>
-#include <QDateTime>
 #include <QDir>
 #include <QDirIterator>
 #include <QFile>
@@ -107,12 +106,6 @@ Status checkCommand(const CommandSpec& spec)
         if (kv.indexOf('=') <= 0)
             return fail(QStringLiteral("--env '%1' is not KEY=VALUE").arg(kv));
     return {};
-}
-
-QString newRunDirName(const QString& name)
-{
-    return safeDirName(name) + QLatin1Char('-')
-        + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
 }
 
 Result<qint64> startLocal(RunStore& store, const CommandRunRequest& request)
@@ -256,9 +249,7 @@ Result<TargetDirs> prepareOnTarget(const TargetShell& shell, const QString& wher
 // A run folder named on a remote target: relative to the home folder there.
 QString remoteRunDir(const CommandRunRequest& request, const QString& name)
 {
-    QString runDir = request.runDir;
-    if (runDir.startsWith(QLatin1String("~/")))
-        runDir = runDir.mid(2); // the remote shell starts in the home folder
+    const QString runDir = SshClient::homeRelative(request.runDir);
     return runDir.isEmpty() ? QStringLiteral("shard-runs/") + newRunDirName(name) : runDir;
 }
 

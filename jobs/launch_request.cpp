@@ -1,6 +1,8 @@
 // Worker command lines and the launch spec shared by all launchers.
 #include "jobs/launch_request.h"
 
+#include <QDateTime>
+
 #include <QRandomGenerator>
 #include <nlohmann/json.hpp>
 
@@ -61,6 +63,12 @@ Result<LaunchRequest> resumeRequest(
     r.runDir = runDir;
     r.resume = true;
     return r;
+}
+
+QString newRunDirName(const QString& name)
+{
+    return safeDirName(name) + QLatin1Char('-')
+        + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
 }
 
 QString safeDirName(const QString& name)

@@ -48,6 +48,9 @@ Result<LaunchRequest> resumeRequest(
 
 // A directory-name-safe version of a run name ([A-Za-z0-9._-], at most 60 chars).
 QString safeDirName(const QString& name);
+// The folder name of a new run: its safe name and the time, to the millisecond
+// ("my-run-20261205-051500-123"); every launcher names the folders it makes with it.
+QString newRunDirName(const QString& name);
 
 // A random port in the dynamic range, for the rendezvous store.
 int pickMasterPort();

@@ -77,8 +77,7 @@ Result<qint64> LocalLauncher::start(const LaunchRequest& request)
     const QString name = request.name.isEmpty() ? QStringLiteral("run") : request.name;
     QString runDir = request.runDir;
     if (runDir.isEmpty())
-        runDir = defaultRunsRoot() + QLatin1Char('/') + safeDirName(name) + QLatin1Char('-')
-            + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
+        runDir = defaultRunsRoot() + QLatin1Char('/') + newRunDirName(name);
     runDir = QDir(runDir).absolutePath();
     if (!request.resume
         && (QFileInfo::exists(runDir + QStringLiteral("/metrics.jsonl"))

@@ -1,7 +1,6 @@
 // Slurm submission and tracking (see slurm_launcher.h).
 #include "jobs/slurm_launcher.h"
 
-#include <QDateTime>
 #include <QProcess>
 #include <QRegularExpression>
 #include <QThread>
@@ -261,8 +260,7 @@ Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOp
     QString runDir = request.runDir;
     if (runDir.isEmpty())
         runDir = (o.via.isEmpty() ? LocalLauncher::defaultRunsRoot() : QStringLiteral("shard-runs"))
-            + '/' + safeDirName(name) + '-'
-            + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
+            + '/' + newRunDirName(name);
     auto prep = shell(o,
         QStringLiteral("d=%1; if [ %2 = 0 ] && [ -e \"$d/metrics.jsonl\" ]; then echo EXISTS; "
                        "exit 0; fi; mkdir -p -- \"$d/logs\" && cd -- \"$d\" && "

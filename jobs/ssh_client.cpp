@@ -137,7 +137,7 @@ Result<void> SshClient::upload(
     QProcess ssh;
     tar.setStandardOutputProcess(&ssh);
     tar.setWorkingDirectory(info.absolutePath());
-    const QString dir = remoteDir.startsWith(QLatin1String("~/")) ? remoteDir.mid(2) : remoteDir;
+    const QString dir = homeRelative(remoteDir);
     ssh.start(QStringLiteral("ssh"),
         sshArgs(host) << QStringLiteral("mkdir -p -- %1 && tar -C %1 -xf -").arg(shellQuote(dir)));
     tar.start(QStringLiteral("tar"), {QStringLiteral("-cf"), QStringLiteral("-"), info.fileName()});
@@ -239,6 +239,11 @@ QString SshClient::describeFailure(const SshHost& host, int exitCode, const QByt
         return QStringLiteral("ssh %1: connection lost (%2)")
             .arg(h, last.isEmpty() ? "killed" : last);
     return QStringLiteral("ssh %1 failed (exit %2): %3").arg(h).arg(exitCode).arg(last);
+}
+
+QString SshClient::homeRelative(const QString& path)
+{
+    return path.startsWith(QLatin1String("~/")) ? path.mid(2) : path;
 }
 
 QString SshClient::shellQuote(const QString& s)

@@ -83,6 +83,9 @@ public:
     // 'single-quoted' for a POSIX shell: any string arrives as the same literal string.
     static QString shellQuote(const QString& s);
     static QString shellJoin(const QStringList& args);
+    // A remote path as the remote shell takes it: "~/x" is "x" (it starts in the home folder,
+    // and a quoted "~" is not expanded); other paths as given.
+    static QString homeRelative(const QString& path);
 
 private:
     SshOptions m_options;

@@ -4,7 +4,6 @@
 
 #include <QFileInfo>
 
-#include <QDateTime>
 #include <nlohmann/json.hpp>
 
 #include "jobs/ingestor.h"
@@ -129,11 +128,9 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
         return fail(QStringLiteral("no SSH host given (--host [user@]host[:port])"));
     const QString name = request.name.isEmpty() ? QStringLiteral("run") : request.name;
     QString runDir = request.runDir;
-    if (runDir.startsWith(QLatin1String("~/")))
-        runDir = runDir.mid(2); // the remote shell starts in the home folder
+    runDir = SshClient::homeRelative(runDir);
     if (runDir.isEmpty())
-        runDir = QStringLiteral("shard-runs/") + safeDirName(name) + '-'
-            + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz"));
+        runDir = QStringLiteral("shard-runs/") + newRunDirName(name);
     LaunchRequest req = request;
 
     // Node 0: make the directory, refuse one that holds a run (unless resuming it), learn its
@@ -296,7 +293,7 @@ Result<qint64> SshLauncher::attach(const SshHost& host, const QString& runDir)
             "do [ -e \"$f\" ] && break; f=; done; [ -n \"$f\" ] || { echo NORUN; exit 0; }; "
             "echo \"DIR=$(pwd)\"; echo \"PID=$(cat launcher.pid 2>/dev/null)\"; echo SPEC; "
             "cat run.json 2>/dev/null || cat launch-spec.json 2>/dev/null")
-            .arg(Q::shellQuote(runDir.startsWith(QLatin1String("~/")) ? runDir.mid(2) : runDir)));
+            .arg(Q::shellQuote(SshClient::homeRelative(runDir))));
     if (!r)
         return fail(r.error());
     if (r->out.startsWith("NODIR"))

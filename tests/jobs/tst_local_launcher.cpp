@@ -6,6 +6,7 @@
 
 #include <QFile>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
@@ -13,6 +14,7 @@
 #include "jobs/local_launcher.h"
 #include "jobs/local_process.h"
 #include "jobs/local_run_watcher.h"
+#include "jobs/ssh_client.h"
 #include "jobs_test_util.h"
 #include "protocol/process_signal.h"
 
@@ -31,6 +33,19 @@ class TestLocalLauncher : public QObject {
     Q_OBJECT
 
 private Q_SLOTS:
+    // One name for every new run folder (local, SSH, Slurm, commands): the safe name and the
+    // time to the millisecond; and one reading of "~/" for remote paths.
+    void runFolderNames()
+    {
+        const QString n = newRunDirName("my run/../x");
+        QVERIFY2(QRegularExpression("^my_run_.._x-\\d{8}-\\d{6}-\\d{3}$").match(n).hasMatch(),
+            qPrintable(n));
+        QVERIFY(newRunDirName("").startsWith("run-"));
+        QCOMPARE(SshClient::homeRelative("~/shard-runs/a"), QString("shard-runs/a"));
+        QCOMPARE(SshClient::homeRelative("/abs/~/a"), QString("/abs/~/a"));
+        QCOMPARE(SshClient::homeRelative("rel"), QString("rel"));
+    }
+
     // A launcher's pid file: alive only while the process it names is the one that wrote it.
     void pidFile()
     {

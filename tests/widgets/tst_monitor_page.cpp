@@ -438,8 +438,7 @@ private Q_SLOTS:
         page.openRunDirectory(run);
         QTRY_VERIFY_WITH_TIMEOUT(page.checkpointText().contains("at risk"), 5000);
         const QString text = page.checkpointText();
-        QVERIFY2(
-            text.contains("checkpoint 24.0 MiB (12.0 MiB/rank) in 0.25 s"), qPrintable(text));
+        QVERIFY2(text.contains("checkpoint 24.0 MiB (12.0 MiB/rank) in 0.25 s"), qPrintable(text));
         // 50 steps x 2 s.
         QVERIFY2(text.contains("1:40 at risk per 50 steps"), qPrintable(text));
     }
