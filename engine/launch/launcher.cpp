@@ -311,6 +311,10 @@ struct Launcher::Session {
     bool peersDone = true;     // node 0: every other node said DONE (or closed)
     bool preemptAsked = false; // SIGUSR1 forwarded to the ranks
     int preemptedRanks = 0;    // ranks that exited with kPreemptedExitCode
+    Clock::time_point lastPreemptForward {};
+    // SIGUSR1 to every running rank. Sent again every few seconds until they stop: a rank still
+    // starting ignores it until `train` has set its handler.
+    void forwardPreemption();
 };
 
 void Launcher::Session::beginStop(const std::string& why)
@@ -627,10 +631,8 @@ void Launcher::Session::readSignals()
                 logger->warn("launcher received SIGUSR1: the ranks write a checkpoint at their "
                              "next logged step and stop; the run continues from it with "
                              "--resume auto");
-                for (auto& r : ranks)
-                    if (r.running)
-                        protocol::signalProcess(r.pid, SIGUSR1);
                 preemptAsked = true;
+                forwardPreemption();
             }
             continue;
         }
@@ -639,6 +641,14 @@ void Launcher::Session::readSignals()
             {{"reason", "stopped"}, {"signal", sig}, {"node", o.nodeRank}});
         beginStop("launcher received " + signalName(sig));
     }
+}
+
+void Launcher::Session::forwardPreemption()
+{
+    for (auto& r : ranks)
+        if (r.running)
+            protocol::signalProcess(r.pid, SIGUSR1);
+    lastPreemptForward = Clock::now();
 }
 
 void Launcher::Session::reapRanks(Clock::time_point now)
@@ -920,6 +930,8 @@ void Launcher::watchRanks(Session& s)
             s.checkHung(checkedAt);
         }
         s.checkLauncherLog();
+        if (s.preemptAsked && !s.stopping && secondsSince(s.lastPreemptForward, Clock::now()) > 5.0)
+            s.forwardPreemption();
         s.killAfterGrace();
         if (s.runningCount() == 0 && s.stdoutPipe >= 0 && s.stopping)
             s.drainStdout(true);

@@ -262,6 +262,29 @@ void testPreemptionSignalCheckpointsAndResumes(const std::map<int64_t, double>& 
         static_cast<long long>(at));
 }
 
+// SIGUSR1 at once, while the ranks are still starting (they ignore it until `train` has set
+// its handler): the launcher sends it again until they take it, and the run still stops at a
+// checkpoint with 75 instead of training to its end.
+void testPreemptionWhileStarting()
+{
+    const std::string dir = makeTempDir("preempt-early");
+    auto p = launch(dir, 0, "", {"--steps", "100000", "--checkpoint-every", "0"});
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    std::string pid;
+    while ((pid = readFile(dir + "/launcher.pid")).empty() && Clock::now() < deadline)
+        p.pump(5);
+    SHARD_EXPECT(!pid.empty(), "no launcher.pid: " + p.err);
+    if (pid.empty())
+        return;
+    shard::protocol::signalProcess(static_cast<pid_t>(std::stol(pid)), SIGUSR1);
+    SHARD_EXPECT(p.wait(120), "the launcher did not exit after an early SIGUSR1: " + p.err);
+    SHARD_EXPECT(p.exitCode() == shard::protocol::kPreemptedExitCode,
+        "exit " + std::to_string(p.exitCode()) + " after an early SIGUSR1, not 75: " + p.err);
+    SHARD_EXPECT(eventsOfKind(dir, "preempted").size() == 1, readFile(dir + "/events.jsonl"));
+    std::printf("SIGUSR1 while the ranks start: forwarded until taken, stopped at step %lld\n",
+        static_cast<long long>(lastStep(dir)));
+}
+
 } // namespace
 
 int main()
@@ -282,6 +305,7 @@ int main()
     testHungRankRestarts(reference);
     testRepeatedFailureStops();
     testPreemptionSignalCheckpointsAndResumes(reference);
+    testPreemptionWhileStarting();
     if (g_failures == 0) {
         std::printf("tst_restart: all passed\n");
         removeTempDirs();
