@@ -59,13 +59,7 @@ inline jobs::RunRecord findRun(jobs::RunStore& store, const std::string& idOrNam
 
 inline QString humanDuration(qint64 ms)
 {
-    const qint64 s = ms / 1000;
-    if (s >= 3600)
-        return QStringLiteral("%1:%2:%3")
-            .arg(s / 3600)
-            .arg((s / 60) % 60, 2, 10, QChar('0'))
-            .arg(s % 60, 2, 10, QChar('0'));
-    return QStringLiteral("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QChar('0'));
+    return jobs::formatDuration(static_cast<double>(ms / 1000)); // whole seconds, as before
 }
 
 inline QString lossText(const std::optional<double>& v)

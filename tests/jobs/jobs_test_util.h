@@ -65,4 +65,31 @@ inline int countLines(const QString& path)
     return f.open(QIODevice::ReadOnly) ? int(f.readAll().count('\n')) : 0;
 }
 
+// This build's engine, and what a test trains with it: a tiny-1m model (seed 1) in `model` and
+// 256 pre-tokenized rows of a repeating 7-token pattern, 32 tokens each, in `data` (the loss
+// falls). False, with the reason in `why`, when the worker could not write the model.
+inline const QString kRealWorker = QStringLiteral(SHARD_BINARY_DIR "/engine/worker/shard-worker");
+
+inline bool makeTinyRunInputs(const QString& model, const QString& data, QString* why)
+{
+    if (QProcess::execute(
+            kRealWorker, {"init-model", "--preset", "tiny-1m", "--out", model, "--seed", "1"})
+        != 0) {
+        *why = "shard-worker init-model failed";
+        return false;
+    }
+    QFile f(data);
+    if (!f.open(QIODevice::WriteOnly)) {
+        *why = "cannot write " + data;
+        return false;
+    }
+    for (int i = 0; i < 256; ++i) {
+        QStringList ids;
+        for (int t = 0; t < 32; ++t)
+            ids << QString::number(10 + (i + t) % 7);
+        f.write(QString("{\"input_ids\":[%1]}\n").arg(ids.join(',')).toUtf8());
+    }
+    return true;
+}
+
 } // namespace shard::test

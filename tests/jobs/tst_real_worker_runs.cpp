@@ -14,6 +14,7 @@
 #include "jobs/remote_run_watcher.h"
 #include "jobs/slurm_launcher.h"
 #include "jobs/ssh_launcher.h"
+#include "jobs_test_util.h"
 #include "slurm_fixture.h"
 #include "sshd_fixture.h"
 
@@ -21,7 +22,7 @@ using namespace shard::jobs;
 
 namespace {
 
-const QString kWorker = QStringLiteral(SHARD_BINARY_DIR "/engine/worker/shard-worker");
+const QString& kWorker = shard::test::kRealWorker;
 
 shard::protocol::RunSpec spec(
     const QString& model, const QString& data, int steps, int nodes, int procs)
@@ -52,19 +53,10 @@ private Q_SLOTS:
         if (!QFile::exists(kWorker))
             QSKIP("shard-worker is not built here (SHARD_BUILD_ENGINE=OFF)");
         m_model = m_dir.filePath("model");
-        QCOMPARE(QProcess::execute(kWorker,
-                     {"init-model", "--preset", "tiny-1m", "--out", m_model, "--seed", "1"}),
-            0);
         // Pre-tokenized samples of a tiny repeating pattern: the loss must fall.
         m_data = m_dir.filePath("data.jsonl");
-        QFile f(m_data);
-        QVERIFY(f.open(QIODevice::WriteOnly));
-        for (int i = 0; i < 256; ++i) {
-            QStringList ids;
-            for (int t = 0; t < 32; ++t)
-                ids << QString::number(10 + (i + t) % 7);
-            f.write(QString("{\"input_ids\":[%1]}\n").arg(ids.join(',')).toUtf8());
-        }
+        QString why;
+        QVERIFY2(shard::test::makeTinyRunInputs(m_model, m_data, &why), qPrintable(why));
     }
 
     void localTwoRanksZero3()

@@ -12,13 +12,15 @@
 #include <QTest>
 
 #include "jobs/slurm_launcher.h"
+#include "jobs_test_util.h"
 #include "slurm_fixture.h"
 
 using namespace shard::jobs;
 
 namespace {
 
-const QString kWorker = QStringLiteral(SHARD_BINARY_DIR "/engine/worker/shard-worker");
+using shard::test::kRealWorker;
+const QString& kWorker = kRealWorker;
 
 shard::protocol::RunSpec spec(
     const QString& model, const QString& data, int steps, int checkpointEvery)
@@ -99,21 +101,10 @@ private Q_SLOTS:
         if (!QFile::exists(kWorker))
             QSKIP("shard-worker is not built here (SHARD_BUILD_ENGINE=OFF)");
         m_model = m_dir.filePath("model");
-        QCOMPARE(QProcess::execute(kWorker,
-                     {"init-model", "--preset", "tiny-1m", "--out", m_model, "--seed", "1"}),
-            0);
         m_data = m_dir.filePath("data.jsonl");
-        QFile f(m_data);
-        QVERIFY(f.open(QIODevice::WriteOnly));
-        for (int i = 0; i < 256; ++i) {
-            QStringList ids;
-            for (int t = 0; t < 32; ++t)
-                ids << QString::number(10 + (i + t) % 7);
-            f.write(QString("{\"input_ids\":[%1]}\n").arg(ids.join(',')).toUtf8());
-        }
-        f.close();
-        m_slurm = new SlurmFixture;
         QString why;
+        QVERIFY2(shard::test::makeTinyRunInputs(m_model, m_data, &why), qPrintable(why));
+        m_slurm = new SlurmFixture;
         if (!m_slurm->start(&why))
             QFAIL(qPrintable(why));
     }
