@@ -287,7 +287,7 @@ public:
         m_follow.ticket = ticket;
         m_follow.launcher = std::move(launcher).value();
         m_follow.logHost = m_follow.launcher->fileHost(run.value());
-        if (!isTerminal(run->status) && !m_store->isReadOnly())
+        if ((!isTerminal(run->status) || mayComeBack(run.value())) && !m_store->isReadOnly())
             watch(runId);
         if (!m_followTimer) {
             m_followTimer = new QTimer(this);
@@ -447,6 +447,14 @@ private:
             && !dir.exists(QStringLiteral("metrics.jsonl")) && hasImportableFiles(directory))
             return ImportTarget(m_store.get()).attach(directory);
         return LocalLauncher(*m_store).attach(directory);
+    }
+
+    // A Slurm run that a preemption or a requeue's stop ended: Slurm may have started its job
+    // again since (the watcher finds out from Slurm, and ends at once when it has not).
+    static bool mayComeBack(const RunRecord& run)
+    {
+        return run.target == TargetKind::Slurm && !run.jobId.isEmpty()
+            && (run.status == RunStatus::Interrupted || run.status == RunStatus::Stopped);
     }
 
     void watch(qint64 runId)

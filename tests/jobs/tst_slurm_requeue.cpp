@@ -11,6 +11,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "jobs/ingestor.h"
+#include "jobs/run_service.h"
 #include "jobs/slurm_launcher.h"
 #include "jobs_test_util.h"
 #include "slurm_fixture.h"
@@ -149,7 +151,7 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(lastStep(f.runDir) >= 5, 120000);
         QCOMPARE(
             SlurmFixture::run("scancel -s USR1 " + f.jobId + " && echo sent"), QString("sent"));
-        QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 300000);
+        QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 200000);
         auto run = store->run(f.id);
         QVERIFY2(run->status == RunStatus::Finished,
             qPrintable(toString(run->status) + ": " + run->message));
@@ -175,6 +177,35 @@ private Q_SLOTS:
         QVERIFY2(out.contains("preempted; requeueing job " + f.jobId), qPrintable(out));
     }
 
+    // The studio was closed while Slurm preempted the run (the store last saw "interrupted"):
+    // opened in the Monitor (RunService::followRun), the run is followed back through its
+    // requeued job to its end.
+    void studioFollowsAPreemptedRunBack()
+    {
+        const QString path = m_dir.filePath("studio.sqlite");
+        const int steps = 40;
+        Followed f;
+        {
+            auto store = RunStore::open(path);
+            f = submit(*store, "closed-studio", steps, 0);
+            QTRY_VERIFY_WITH_TIMEOUT(lastStep(f.runDir) >= 3, 120000);
+            QCOMPARE(
+                SlurmFixture::run("scancel -s USR1 " + f.jobId + " && echo sent"), QString("sent"));
+            QTRY_VERIFY_WITH_TIMEOUT(
+                SlurmFixture::run("cat " + f.runDir + "/events.jsonl").contains("\"preempted\""),
+                120000);
+            QVERIFY(Ingestor(*store).ingestRunDir(f.id, f.runDir));
+            QCOMPARE(toString(store->run(f.id)->status), QString("interrupted"));
+        }
+        RunService service(path);
+        service.followRun(f.id, 1);
+        auto db = RunStore::open(path);
+        QTRY_COMPARE_WITH_TIMEOUT(toString(db->run(f.id)->status), QString("finished"), 200000);
+        QCOMPARE(*db->metricCount(f.id), qint64(steps));
+        QVERIFY2(eventKinds(*db, f.id).contains("requeued"),
+            qPrintable(eventKinds(*db, f.id).join(',')));
+    }
+
     // `scontrol requeue` of a running job (what Slurm's own preemption does): the launcher is
     // stopped, the job comes back and continues from the latest periodic checkpoint.
     void scontrolRequeueContinues()
@@ -187,7 +218,7 @@ private Q_SLOTS:
         watcher.start(300);
         QTRY_VERIFY_WITH_TIMEOUT(lastStep(f.runDir) >= 9, 120000);
         QCOMPARE(SlurmFixture::run("scontrol requeue " + f.jobId + " && echo ok"), QString("ok"));
-        QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 300000);
+        QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 200000);
         auto run = store->run(f.id);
         QVERIFY2(run->status == RunStatus::Finished,
             qPrintable(toString(run->status) + ": " + run->message));
