@@ -390,6 +390,7 @@ struct Trainer::Loop {
     std::vector<Unread> unread;
     int64_t readsAtLastRecord = 0; // hostsync::count() when the previous record was written
     int64_t savedStep = 0;         // the step of the last checkpoint this process wrote
+    bool preemptAgreed = false;    // some rank was asked to stop (agreed at the last record)
     c10::Device device;
     CountingAllocator& alloc = CountingAllocator::install();
 };
@@ -625,13 +626,12 @@ TrainResult Trainer::run()
         loop.readsAtLastRecord = hostsync::count();
         loop.runPeak = loop.peakBytes();
         currentStep = loop.firstStep;
-        bool hostReadBefore = false; // the previous step read its losses to the host
         for (int64_t step = loop.firstStep; step < m_steps; ++step) {
             currentStep = step + 1;
             launch::RankHeartbeat::report(step + 1, launch::RankPhase::Step);
             // A preemption stops before this step, after `step` steps done (asked here, where
             // the next step's first collective would wait anyway).
-            if (step > loop.firstStep && preemptAgreed(hostReadBefore))
+            if (step > loop.firstStep && preemptAgreed(loop))
                 return preempt(io, loop, step);
             io.checkLogs();
             Step done = trainStep(loop, step);
@@ -665,7 +665,6 @@ TrainResult Trainer::run()
             }
             if (m_options.checkpoints)
                 saveCheckpoint(io, loop, step + 1, last);
-            hostReadBefore = logged || loop.savedStep == step + 1;
         }
         return finish(io, loop);
     } catch (const std::exception& e) {
@@ -1179,7 +1178,14 @@ void Trainer::writeSamples(Io& io, int64_t step)
 
 void Trainer::writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int64_t activationBytes)
 {
-    m_strategy->barrier();
+    // The ranks meet before the memory gather; with a preemption flag that meeting is a scalar
+    // all-reduce of it (the same synchronization as the barrier it replaces), and every rank
+    // learns whether any was asked to stop.
+    if (m_options.preemptRequest && m_options.checkpoints && m_strategy->worldSize() > 1)
+        loop.preemptAgreed
+            = m_strategy->allReduceSum(m_options.preemptRequest->load() ? 1.0 : 0.0) > 0.0;
+    else
+        m_strategy->barrier();
     MemoryBreakdown mb = m_strategy->memory();
     protocol::RankMemory mine;
     mine.rank = m_strategy->rank();
@@ -1251,18 +1257,13 @@ void Trainer::saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last, bool f
         {{"action", "save"}, {"dir", saved.dir}, {"seconds", saved.seconds}, {"bytes", bytes}});
 }
 
-bool Trainer::preemptAgreed(bool hostRead)
+bool Trainer::preemptAgreed(const Loop& loop) const
 {
     if (!m_options.preemptRequest || !m_options.checkpoints)
         return false;
-    const bool mine = m_options.preemptRequest->load();
-    if (m_strategy->worldSize() == 1)
-        return mine;
-    // Every rank takes the same decision at the same step: asked at steps where the host reads
-    // the losses anyway (a logged step, a checkpoint), so a GPU step gains no synchronization.
-    if (!hostRead)
-        return false;
-    return m_strategy->allReduceSum(mine ? 1.0 : 0.0) > 0.0;
+    // More than one rank: what the last record's barrier agreed on (writeMetrics), so every
+    // rank stops at the same step.
+    return m_strategy->worldSize() == 1 ? m_options.preemptRequest->load() : loop.preemptAgreed;
 }
 
 TrainResult Trainer::preempt(Io& io, Loop& loop, int64_t step)

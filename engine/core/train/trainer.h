@@ -135,9 +135,9 @@ private:
     // Hands the step to the checkpoint hooks (`force`: saves, due or not); a checkpoint written
     // gets an event.
     void saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last, bool force = false);
-    // Whether every rank has been asked to stop for a preemption (TrainerOptions::preemptRequest;
-    // a collective at a step where the host reads anyway, `hostRead`).
-    bool preemptAgreed(bool hostRead);
+    // Whether the ranks stop here for a preemption (TrainerOptions::preemptRequest): one rank at
+    // once; more ranks as agreed at the last metric record (writeMetrics).
+    bool preemptAgreed(const Loop& loop) const;
     // The preemption's checkpoint (unless this step's was just written) and event; run()'s
     // result with preemptedAt.
     TrainResult preempt(Io& io, Loop& loop, int64_t step);
