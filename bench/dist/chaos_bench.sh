@@ -1,6 +1,7 @@
 #!/bin/sh
 # Chaos benchmark: tests/dist/tst_chaos over many seeds (one fault each: SIGKILL or SIGSTOP of a
-# rank, SIGKILL of the launcher, a full tmpfs, a kill during a checkpoint write), each followed
+# rank, SIGKILL of the launcher, a full tmpfs, a kill during a checkpoint write, SIGUSR1 to the
+# launcher as a preemption), each followed
 # by `--resume auto` and a bit-exact comparison with an uninterrupted run. Run as root (tmpfs).
 # Usage: bench/dist/chaos_bench.sh [BUILD_DIR] [SEEDS]   (SEEDS like 0-39; the last line of the
 # output is the count that goes into BENCHMARKS.md)

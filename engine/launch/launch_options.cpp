@@ -235,10 +235,6 @@ LaunchOptions resolveLaunchOptions(const LaunchRequest& request, const Environme
         throw std::invalid_argument("launch: --max-restarts must be 0 (off) or a positive count, "
                                     "got "
             + std::to_string(o.maxRestarts));
-    if (o.maxRestarts > 0 && o.nnodes > 1)
-        throw std::invalid_argument("launch: --max-restarts restarts the ranks of one node; a run "
-                                    "over several nodes cannot restart in place yet (use "
-                                    "--max-restarts 0 and resume it with --resume auto)");
     if (request.collectiveTimeoutSec && !(*request.collectiveTimeoutSec > 0))
         throw std::invalid_argument("launch: --collective-timeout must be positive (seconds)");
     return o;

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
@@ -34,6 +35,7 @@
 #include "launch/rank_heartbeat.h"
 #include "protocol/checkpoint_discovery.h"
 #include "protocol/launch_args.h"
+#include "protocol/peer_loss.h"
 #include "protocol/process_signal.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
@@ -48,6 +50,9 @@ using Clock = std::chrono::steady_clock;
 constexpr int kWriteFailedExit = protocol::kWriteFailedExitCode;
 // The fd a rank's heartbeat pipe has in the rank.
 constexpr int kRankHeartbeatFd = 3;
+// After a failure with restarts on, how long (beyond the grace period) node 0 waits for another
+// node to report its ranks down before it takes that node for lost.
+constexpr double kPeerStopWaitSec = 30.0;
 
 struct Rank {
     int localRank = 0;
@@ -208,6 +213,19 @@ std::vector<std::string> rankEnvironment(const LaunchOptions& o, int storePort)
     return baseEnv;
 }
 
+// A failure's data (reason, signal, exit_code, rank_error) that another rank's failure may have
+// caused: see Session::failureIsConsequence.
+bool explainedByPeer(const nlohmann::json& data)
+{
+    const std::string reason = data.value("reason", "");
+    if (reason == "node_failed")
+        return true;
+    if (reason != "rank_failed" || data.contains("signal") || data.value("exit_code", 1) != 1)
+        return false;
+    const std::string error = data.value("rank_error", "");
+    return error.empty() || protocol::lostPeerError(error);
+}
+
 } // namespace
 
 // One run's supervision: the ranks, their pipes, the stop sequence and the first cause of a
@@ -238,6 +256,9 @@ struct Launcher::Session {
         failure = {};
         haveFailure = false;
         preemptedRanks = 0;
+        if (rendezvous)
+            for (auto& peer : rendezvous->peers())
+                peer.stopped = peer.aborted = false;
         ++attempt;
     }
 
@@ -262,11 +283,16 @@ struct Launcher::Session {
     {
         return haveFailure && failure.data.value("reason", "") == "rank_failed";
     }
+    // A failure that another node's report explains better: "node N stopped the run", or a rank
+    // of this node that exited with 1 (not killed) saying nothing or that its peers were lost.
+    bool failureIsConsequence() const { return haveFailure && explainedByPeer(failure.data); }
 
     // Forks and execs local rank `local`: its own process group, stdin from /dev/null, stdout
     // to the forwarding pipe (rank 0) or its log, stderr to its log, the heartbeat pipe on fd 3.
     void startRank(int local, const RankExec& exec);
     void beginStop(const std::string& why);
+    // ABORT with the failure (its message and data) to the other nodes.
+    void sendAbort();
     void recordFailure(
         const std::string& kind, int status, const std::string& message, nlohmann::json data);
     void forward(const char* data, size_t size);
@@ -280,6 +306,10 @@ struct Launcher::Session {
     void readSignals();
     void reapRanks(Clock::time_point now);
     void readPeers(const std::vector<pollfd>& fds, size_t peerBase);
+    void peerAborted(NodeRendezvous::Peer& peer, const std::string& text);
+    // Node 0 after a failure with restarts on: a node that has not reported its ranks down
+    // (STOPPED) within the grace period and kPeerStopWaitSec is taken for lost.
+    void checkPeersStopped();
     void checkLauncherLog();
     void killAfterGrace();
 
@@ -329,8 +359,15 @@ void Launcher::Session::beginStop(const std::string& why)
             protocol::signalGroup(r.pid, SIGTERM);
     killDeadline = Clock::now()
         + std::chrono::milliseconds(static_cast<long long>(o.gracePeriodSec * 1000.0));
+    sendAbort();
+}
+
+void Launcher::Session::sendAbort()
+{
     if (rendezvous)
-        rendezvous->sendAll("ABORT");
+        rendezvous->sendAll(haveFailure ? "ABORT "
+                    + nlohmann::json {{"message", failure.message}, {"data", failure.data}}.dump()
+                                        : std::string("ABORT"));
 }
 
 void Launcher::Session::recordFailure(
@@ -671,12 +708,20 @@ void Launcher::Session::reapRanks(Clock::time_point now)
                 continue;
             }
             const bool writeFailed = WIFEXITED(status) && WEXITSTATUS(status) == kWriteFailedExit;
-            const bool betterCause = writeFailed && stopping && peerFailureFirst();
+            // While stopping, a rank that could not write, or one killed by a signal the stop
+            // did not send, explains the failure better than a lost peer.
+            const bool ownSignal = WIFSIGNALED(status)
+                && (WTERMSIG(status) == SIGTERM || (WTERMSIG(status) == SIGKILL && killed));
+            const bool betterCause = stopping
+                && ((writeFailed && peerFailureFirst())
+                    || (WIFSIGNALED(status) && !ownSignal && failureIsConsequence()));
             if (failed(status) && (!stopping || betterCause)) {
                 drainStdout(false); // its last records, an error event among them
                 readBeats(r, now);  // its error line, written just before it exited
                 if (haveFailure && !betterCause)
                     continue; // rank 0's write error, read from its stdout just now
+                if (betterCause)
+                    haveFailure = false; // replaced below
                 recordFailure("error",
                     WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status),
                     "rank " + std::to_string(r.globalRank) + " (pid " + std::to_string(pid) + ") "
@@ -695,6 +740,8 @@ void Launcher::Session::reapRanks(Clock::time_point now)
                 } else {
                     failure.data["exit_code"] = WEXITSTATUS(status);
                 }
+                if (betterCause)
+                    sendAbort(); // node 0 learns the better cause
                 beginStop("rank " + std::to_string(r.globalRank) + " " + describeStatus(status));
             } else {
                 logger->info("rank {} {}", r.globalRank, describeStatus(status));
@@ -717,25 +764,85 @@ void Launcher::Session::readPeers(const std::vector<pollfd>& fds, size_t peerBas
         for (const auto& line : rendezvous->readLines(peer)) {
             if (line == "DONE")
                 peer.done = true;
-            else if (line.rfind("ABORT", 0) == 0 && !stopping) {
-                recordFailure("error", 1,
-                    "node " + std::to_string(peer.nodeRank)
-                        + " stopped the run (one of its ranks failed)",
-                    {{"reason", "node_failed"}, {"node", peer.nodeRank}});
-                beginStop(failure.message);
-            }
+            else if (line == "STOPPED")
+                peer.stopped = true;
+            else if (line.rfind("ABORT", 0) == 0)
+                peerAborted(peer, line.substr(5));
         }
-        if (peer.closed && !peer.done && !stopping) {
-            recordFailure("error", 1, "lost the launcher of node " + std::to_string(peer.nodeRank),
-                {{"reason", "node_lost"}, {"node", peer.nodeRank}});
-            beginStop(failure.message);
+        if (peer.closed && !peer.done && !peer.aborted && !peer.stopped) {
+            // Gone without a word (killed, its machine down): the cause, also when this node's
+            // ranks lost their connection to its ranks first.
+            const std::string message
+                = "lost the launcher of node " + std::to_string(peer.nodeRank);
+            const nlohmann::json data = {{"reason", "node_lost"}, {"node", peer.nodeRank}};
+            if (!stopping) {
+                recordFailure("error", 1, message, data);
+                beginStop(message);
+            } else if (failureIsConsequence()) {
+                logger->info("{}: the failure's cause", message);
+                failure.message = message;
+                failure.data = data;
+            }
+            peer.aborted = true; // said once
         }
     }
     if (o.nodeRank == 0) {
         peersDone = true;
         for (auto& peer : rendezvous->peers())
-            peersDone = peersDone && (peer.done || peer.closed);
+            peersDone = peersDone && (peer.done || peer.closed || peer.stopped);
     }
+}
+
+// A node's ABORT: "ABORT {message, data}" with its failure. The run stops; when this node's own
+// failure is only a consequence (a rank that lost its connection to the dead one and exited, or
+// "node N stopped the run"), the peer's dead or hung rank becomes the cause, so the restart and
+// the error name the rank that failed first, wherever it ran.
+void Launcher::Session::peerAborted(NodeRendezvous::Peer& peer, const std::string& text)
+{
+    peer.aborted = true;
+    const auto report = nlohmann::json::parse(text, nullptr, false);
+    nlohmann::json data = report.is_object() ? report.value("data", nlohmann::json::object())
+                                             : nlohmann::json::object();
+    if (!data.is_object())
+        data = nlohmann::json::object();
+    const std::string reason = data.value("reason", "");
+    const bool rankCause = reason == "rank_failed" || reason == "rank_hung";
+    const std::string node = "node " + std::to_string(peer.nodeRank);
+    const std::string message = rankCause ? node + ": " + report.value("message", std::string())
+                                          : node + " stopped the run (one of its ranks failed)";
+    if (!rankCause)
+        data = {{"reason", "node_failed"}};
+    if (!data.contains("node"))
+        data["node"] = peer.nodeRank;
+    if (!stopping) {
+        recordFailure("error", 1, message, data);
+        beginStop(message);
+        return;
+    }
+    if (rankCause && failureIsConsequence() && !explainedByPeer(data)) {
+        logger->info("{} reports the failure's cause: {}", node, message);
+        failure.message = message;
+        failure.data = data;
+    }
+}
+
+void Launcher::Session::checkPeersStopped()
+{
+    if (!rendezvous || o.nodeRank != 0 || o.maxRestarts <= 0 || !stopping || peersDone)
+        return;
+    const auto limit = killDeadline
+        + std::chrono::milliseconds(static_cast<long long>(kPeerStopWaitSec * 1000.0));
+    if (Clock::now() < limit)
+        return;
+    for (auto& peer : rendezvous->peers())
+        if (!peer.done && !peer.closed && !peer.stopped) {
+            logger->warn("node {} did not report its ranks stopped within {} s of the stop; "
+                         "taking its launcher for lost",
+                peer.nodeRank, o.gracePeriodSec + kPeerStopWaitSec);
+            ::shutdown(peer.fd, SHUT_RDWR);
+            peer.closed = true;
+        }
+    peersDone = true;
 }
 
 void Launcher::Session::checkLauncherLog()
@@ -857,13 +964,14 @@ void Launcher::openStore(Session& s)
     const auto rdzvTimeout
         = std::chrono::milliseconds(static_cast<long long>(o.rdzvTimeoutSec * 1000.0));
     if (o.nnodes > 1) {
+        // Once: a restart keeps the nodes' control channel and node 0's store socket.
+        if (s.rendezvous)
+            return;
         s.logger->info("node {} of {}: rendezvous on {}:{} (timeout {} s)", o.nodeRank, o.nnodes,
             o.masterAddr, o.masterPort, o.rdzvTimeoutSec);
         s.rendezvous = std::make_unique<NodeRendezvous>(
             o.nnodes, o.nodeRank, o.nprocPerNode, o.masterAddr, o.masterPort, rdzvTimeout);
         s.storePort = s.rendezvous->storePort();
-        if (s.storeListenFd >= 0)
-            ::close(s.storeListenFd);
         s.storeListenFd = s.rendezvous->takeStoreListenFd();
     } else if (s.storeListenFd < 0) {
         // One node: the launcher listens on --master-port (0: a free port) itself, once; the
@@ -929,6 +1037,7 @@ void Launcher::watchRanks(Session& s)
                 s.readBeats(r, checkedAt);
             s.checkHung(checkedAt);
         }
+        s.checkPeersStopped();
         s.checkLauncherLog();
         if (s.preemptAsked && !s.stopping && secondsSince(s.lastPreemptForward, Clock::now()) > 5.0)
             s.forwardPreemption();
@@ -1021,10 +1130,85 @@ bool Launcher::restartAfterFailure(Session& s)
     const LaunchOptions& o = m_options;
     if (!s.haveFailure || o.maxRestarts <= 0)
         return false;
+    if (s.rendezvous && o.nodeRank != 0)
+        return followRestartVerdict(s);
+    const bool restart = decideRestart(s);
+    // Every other node waits for node 0's verdict (followRestartVerdict).
+    if (s.rendezvous)
+        s.rendezvous->sendAll(restart ? "RESTART" : "END");
+    if (restart) {
+        s.resetForRestart();
+        resumeAuto(s.workerArgs);
+    }
+    return restart;
+}
+
+bool Launcher::followRestartVerdict(Session& s)
+{
+    const LaunchOptions& o = m_options;
+    protocol::EventRecord& failure = s.failure;
+    auto notRestarted = [&](const std::string& why) {
+        failure.message += "; not restarted: " + why;
+        failure.data["not_restarted"] = why;
+        return false;
+    };
+    // This node's launcher was told to stop, or could not write: it ends, and node 0 sees it go.
+    const std::string reason = failure.data.value("reason", "");
+    if (reason == "stopped" || reason == "write_failed")
+        return false;
+    NodeRendezvous::Peer& zero = s.rendezvous->peers().front();
+    const double waitSec = o.rdzvTimeoutSec + o.gracePeriodSec + kPeerStopWaitSec;
+    const auto deadline
+        = Clock::now() + std::chrono::milliseconds(static_cast<long long>(waitSec * 1000.0));
+    if (!zero.closed)
+        s.rendezvous->sendAll("STOPPED");
+    s.logger->info("this node's ranks are down; waiting for node 0 to restart or end the run");
+    while (true) {
+        for (const auto& line : s.rendezvous->readLines(zero)) {
+            if (line == "END")
+                return notRestarted("node 0 ended the run");
+            if (line != "RESTART")
+                continue; // an ABORT of the attempt that just ended
+            ++m_restarts;
+            s.logger->warn("node 0 restarts the run (restart {} of {}): this node's ranks start "
+                           "again from the latest complete checkpoint",
+                m_restarts, o.maxRestarts);
+            s.resetForRestart();
+            resumeAuto(s.workerArgs);
+            return true;
+        }
+        if (zero.closed)
+            return notRestarted("lost the launcher of node 0");
+        if (Clock::now() > deadline)
+            return notRestarted("node 0 neither restarted nor ended the run within "
+                + std::to_string(static_cast<long long>(waitSec)) + " s");
+        pollfd fds[2] = {{zero.fd, POLLIN, 0}, {s.sigFd, POLLIN, 0}};
+        if (::poll(fds, 2, 500) <= 0 || !(fds[1].revents & POLLIN))
+            continue;
+        signalfd_siginfo info;
+        while (::read(s.sigFd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+            const int sig = static_cast<int>(info.ssi_signo);
+            if (sig != SIGCHLD && sig != SIGUSR1)
+                return notRestarted("the launcher received " + signalName(sig));
+        }
+    }
+}
+
+bool Launcher::decideRestart(Session& s)
+{
+    const LaunchOptions& o = m_options;
     protocol::EventRecord& failure = s.failure;
     const std::string reason = failure.data.value("reason", "");
-    // A dead or hung rank may be healed by a restart; a stop asked for, a full disk or a lost
-    // node is not.
+    auto notRestarted = [&](const std::string& why) {
+        failure.message += "; not restarted: " + why;
+        failure.data["restarts"] = m_restarts;
+        failure.data["not_restarted"] = why;
+        return false;
+    };
+    if (reason == "node_lost")
+        return notRestarted("a restart brings back every node's ranks, and node "
+            + std::to_string(failure.data.value("node", -1)) + "'s launcher is gone");
+    // A dead or hung rank may be healed by a restart; a stop asked for or a full disk is not.
     if (reason != "rank_failed" && reason != "rank_hung")
         return false;
     const int64_t step = s.lastKnownStep();
@@ -1035,12 +1219,12 @@ bool Launcher::restartAfterFailure(Session& s)
         cause += " (exit code " + std::to_string(failure.data.value("exit_code", 0)) + ")";
     const std::string key = cause + " at step " + std::to_string(step);
     const auto checkpoint = protocol::latestCompleteCheckpoint(o.runDir);
-    auto notRestarted = [&](const std::string& why) {
-        failure.message += "; not restarted: " + why;
-        failure.data["restarts"] = m_restarts;
-        failure.data["not_restarted"] = why;
-        return false;
-    };
+    if (s.rendezvous)
+        for (const auto& peer : s.rendezvous->peers())
+            if (peer.closed || peer.done)
+                return notRestarted("the launcher of node " + std::to_string(peer.nodeRank)
+                    + (peer.done ? " finished" : " is gone")
+                    + " (a restart brings back every node's ranks)");
     if (key == m_lastFailureKey) {
         failure.data["repeated"] = true;
         return notRestarted("the same failure, " + key
@@ -1075,8 +1259,6 @@ bool Launcher::restartAfterFailure(Session& s)
     if (!appendEvent(s.runDir.eventsFile(), event))
         return notRestarted("the restart event could not be written");
     s.logger->warn("{}", event.message);
-    s.resetForRestart();
-    resumeAuto(s.workerArgs);
     return true;
 }
 

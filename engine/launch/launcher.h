@@ -25,7 +25,8 @@ public:
 
     // Spawns the ranks and supervises them until they all exit or one fails (with
     // --max-restarts, a failed or hung rank stops them all and they start again from the latest
-    // complete checkpoint, each restart a "restart" event). Returns the exit
+    // complete checkpoint, each restart a "restart" event; over several nodes, node 0 decides
+    // and every node's ranks start again). Returns the exit
     // status for the launcher: 0 when every rank exited 0; otherwise the failed rank's exit code,
     // 128 + signal for a rank killed by a signal (or for a launcher stopped by a signal), or 1.
     // Throws std::runtime_error for set-up errors (busy port, rendezvous timeout, run dir, a run
@@ -59,6 +60,11 @@ private:
     // (--max-restarts), with the restart event written; when not, a failure that could have
     // been restarted says why it was not.
     bool restartAfterFailure(Session& s);
+    // Node 0 (or the one node): whether this failure is restarted; the restart event is written
+    // here.
+    bool decideRestart(Session& s);
+    // Other nodes: report this node's ranks down (STOPPED) and follow node 0's RESTART or END.
+    bool followRestartVerdict(Session& s);
     // After the last attempt: the other nodes learn this one is done; the signals go back.
     void tearDown(Session& s);
     // The final error and finish events of a failed run (written once everything is down) and

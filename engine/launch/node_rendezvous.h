@@ -2,7 +2,10 @@
 // --master-port, the other nodes join; node 0 then opens the listening socket of the ranks'
 // TCPStore (on a free port) and sends its port to every node; the launcher hands the socket to
 // global rank 0. The connections stay open as a control channel: a node whose ranks
-// fail sends ABORT, a node that finishes sends DONE, and a lost connection stops the run.
+// fail sends ABORT (with its failure as JSON), a node that finishes sends DONE, and a lost
+// connection stops the run. With --max-restarts, a node whose ranks are all down after a
+// failure sends STOPPED, and node 0 answers every node with RESTART (all start again from the
+// latest checkpoint, on the same store socket) or END.
 #pragma once
 
 #include <chrono>
@@ -23,6 +26,8 @@ public:
         int fd = -1;
         std::string buffer; // bytes read but not yet split into lines
         bool done = false;
+        bool aborted = false; // ABORT: it stopped the run (its ranks failed, or it was told to)
+        bool stopped = false; // STOPPED: its ranks are down after a failure (this attempt)
         bool closed = false;
     };
 

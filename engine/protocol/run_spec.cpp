@@ -315,9 +315,6 @@ void validate(const RunSpec& s)
     if (s.maxRestarts < 0)
         throw std::runtime_error("run spec: max_restarts must be 0 (off) or a positive count (got "
             + std::to_string(s.maxRestarts) + ")");
-    if (s.maxRestarts > 0 && s.nodes > 1)
-        throw std::runtime_error("run spec: max_restarts restarts the ranks of one node; a run "
-                                 "over several nodes cannot restart in place yet (use 0)");
     positive("seq_len", static_cast<double>(s.seqLen));
     positive("grad_accum", static_cast<double>(s.gradAccum));
     positive("nodes", s.nodes);

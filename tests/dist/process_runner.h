@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -15,11 +16,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <netinet/in.h>
 #include <poll.h>
 #include <random>
 #include <sstream>
 #include <string>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -202,6 +205,20 @@ inline std::vector<nlohmann::json> events(const std::string& dir)
         if (!line.empty())
             out.push_back(nlohmann::json::parse(line, nullptr, false));
     return out;
+}
+
+// A loopback port free at the time of the call (a launcher's --master-port).
+inline int freePort()
+{
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    ::close(fd);
+    return ntohs(addr.sin_port);
 }
 
 // (rank, pid) pairs from <run>/launcher-ranks.pids.

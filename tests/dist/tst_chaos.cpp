@@ -1,21 +1,25 @@
 // Chaos: a 2-rank zero3 run (tiny-1m, real launcher and ranks) gets one fault at a step drawn
 // from a seed: SIGKILL of a rank, SIGSTOP of a rank, SIGKILL of the launcher, a disk that fills
-// (tmpfs), or SIGKILL of a rank while it writes a checkpoint. For each: every process of the run
-// is gone within the bound, the event (or the launcher's reason) names the cause, `--resume
-// auto` continues, and the losses are bit-identical to an uninterrupted run. Seeds from
-// $SHARD_CHAOS_SEEDS ("0-39" or "1,5,7"; the fault is seed % 5; default 1,3,4: SIGSTOP, disk
-// full, kill in a checkpoint, as tst_launcher and tst_ckpt_resume cover the other two); the
+// (tmpfs), SIGKILL of a rank while it writes a checkpoint, or a preemption (SIGUSR1 to the
+// launcher, what Slurm sends before a time limit: a checkpoint, exit 75, no error). For each:
+// every process of the run is gone within the bound, the event (or the launcher's reason) names
+// the cause, `--resume auto` continues, and the losses are bit-identical to an uninterrupted run.
+// Seeds from $SHARD_CHAOS_SEEDS ("0-39" or "1,5,7"; the fault is seed % 6; default 1,3,4,5:
+// SIGSTOP, disk full, kill in a checkpoint, preemption, as tst_launcher and tst_ckpt_resume
+// cover the other two); the
 // summary line counts faults injected and recovered exactly (bench/dist/chaos_bench.sh). The
 // restart path: seeds from $SHARD_CHAOS_RESTART_SEEDS (default 0,1,4 unless $SHARD_CHAOS_SEEDS
 // is set) run under `launch --max-restarts 1`, and a dead, hung or mid-checkpoint-killed rank
 // must be healed in place: exit 0, one restart event, losses bit-identical, nobody resuming.
-// (A killed launcher or a full disk is not restarted in place: those seeds are skipped.)
+// (A killed launcher, a full disk or a preemption is not restarted in place: those seeds are
+// skipped; a preempted Slurm job requeues itself, tst_slurm_requeue.)
 #include <filesystem>
 #include <sys/inotify.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
 #include "process_runner.h"
+#include "protocol/run_dir.h"
 
 using namespace shard::testing;
 namespace fs = std::filesystem;
@@ -26,9 +30,10 @@ constexpr int kSteps = 10;
 constexpr int kCheckpointEvery = 2;
 constexpr double kGoneWithinSec = 25; // hang timeout 3 s (x4 in a checkpoint) + grace
 
-enum class Fault { KillRank, StopRank, KillLauncher, DiskFull, KillInCheckpoint };
-const char* const kFaultNames[]
-    = {"SIGKILL rank", "SIGSTOP rank", "SIGKILL launcher", "disk full", "kill in checkpoint"};
+enum class Fault { KillRank, StopRank, KillLauncher, DiskFull, KillInCheckpoint, Preempt };
+const char* const kFaultNames[] = {"SIGKILL rank", "SIGSTOP rank", "SIGKILL launcher", "disk full",
+    "kill in checkpoint", "SIGUSR1 launcher (preemption)"};
+constexpr int kFaultKinds = 6;
 
 std::string g_root;
 
@@ -133,15 +138,18 @@ struct Outcome {
 bool restartable(Fault fault)
 {
     return fault == Fault::KillRank || fault == Fault::StopRank || fault == Fault::KillInCheckpoint;
+    // (Preempt stops with a checkpoint on purpose: Slurm requeues the job, tst_slurm_requeue.)
 }
 
 Outcome runSeed(int seed, const std::map<int64_t, double>& reference, bool restart)
 {
     std::mt19937 rng(static_cast<unsigned>(seed) * 2654435761u + 1);
-    const Fault fault = static_cast<Fault>(seed % 5);
+    const Fault fault = static_cast<Fault>(seed % kFaultKinds);
     const int rank = static_cast<int>(rng() % 2);
-    // After the first checkpoint (step 2), before the last step.
-    const int step = 3 + static_cast<int>(rng() % (kSteps - 4));
+    // After the first checkpoint (step 2), before the last step; a preemption lands with steps
+    // left after it (the ranks stop at the next record after they see it).
+    const int drawn = 3 + static_cast<int>(rng() % (kSteps - 4));
+    const int step = fault == Fault::Preempt ? std::min(drawn, kSteps - 5) : drawn;
     Outcome out;
     auto check = [&](bool ok, const std::string& what) {
         if (!ok && out.why.empty())
@@ -198,6 +206,9 @@ Outcome runSeed(int seed, const std::map<int64_t, double>& reference, bool resta
         break;
     case Fault::DiskFull:
         fillDisk(mnt + "/filler");
+        break;
+    case Fault::Preempt:
+        shard::protocol::signalProcess(p.pid, SIGUSR1);
         break;
     }
     out.injected = true;
@@ -258,6 +269,19 @@ Outcome runSeed(int seed, const std::map<int64_t, double>& reference, bool resta
                     || p.err.find("a write to the run directory failed") != std::string::npos),
             "exit " + std::to_string(p.exitCode()) + " without the disk named: " + p.err);
         break;
+    case Fault::Preempt: {
+        // A checkpoint at the agreed step, exit 75, a "preempted" event and no error or finish.
+        check(p.exitCode() == shard::protocol::kPreemptedExitCode,
+            "exit " + std::to_string(p.exitCode()) + " after SIGUSR1, not 75: " + p.err);
+        int preempted = 0;
+        for (const auto& e : ev) {
+            preempted += e.value("kind", "") == "preempted" ? 1 : 0;
+            check(e.value("kind", "") != "error" && e.value("kind", "") != "finish",
+                "a preempted run wrote " + e.dump());
+        }
+        check(preempted == 1, std::to_string(preempted) + " preempted events");
+        break;
+    }
     }
     for (const auto& e : ev)
         check(e.value("step", int64_t(0)) >= 0, "an event with step -1");
@@ -285,8 +309,9 @@ Outcome runSeed(int seed, const std::map<int64_t, double>& reference, bool resta
     }
     out.recovered = out.why.empty();
     std::printf("seed %d: %s of rank %d at step %d: gone after %.2f s, %s\n", seed,
-        kFaultNames[static_cast<int>(fault)], fault == Fault::KillLauncher ? -1 : rank, step,
-        tookSec, out.recovered ? "resumed bit-exact" : ("FAILED: " + out.why).c_str());
+        kFaultNames[static_cast<int>(fault)],
+        fault == Fault::KillLauncher || fault == Fault::Preempt ? -1 : rank, step, tookSec,
+        out.recovered ? "resumed bit-exact" : ("FAILED: " + out.why).c_str());
     return out;
 }
 
@@ -308,11 +333,11 @@ int main()
     SHARD_EXPECT(reference.size() == kSteps, "reference has every step");
 
     int injected = 0, recovered = 0, skipped = 0;
-    // CI: the three faults no other test covers, resumed by hand, and the three a launcher with
+    // CI: the four faults no other test covers, resumed by hand, and the three a launcher with
     // --max-restarts heals in place (a few minutes of CPU on 2 cores); the benchmark runs all
     // kinds over many seeds.
     std::vector<std::pair<int, bool>> runs;
-    for (int seed : seedsFromEnv("SHARD_CHAOS_SEEDS", "1,3,4"))
+    for (int seed : seedsFromEnv("SHARD_CHAOS_SEEDS", "1,3,4,5"))
         runs.emplace_back(seed, false);
     const char* chosen = std::getenv("SHARD_CHAOS_SEEDS"); // a benchmark's own list alone
     for (int seed : seedsFromEnv("SHARD_CHAOS_RESTART_SEEDS", chosen && *chosen ? "" : "0,1,4"))

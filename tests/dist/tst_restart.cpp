@@ -3,7 +3,7 @@
 // finishes with exit 0, records one "restart" event (cause, rank, checkpoint step, steps lost),
 // and its losses equal an uninterrupted run's bit for bit; a stopped (hung) rank restarts the
 // same way after the hang timeout; the same kill at the same step after the restart ends the
-// run with the repeat named instead of looping.
+// run with the repeat named instead of looping; over two nodes, both nodes' ranks restart.
 #include "process_runner.h"
 #include "protocol/checkpoint_discovery.h"
 #include "protocol/run_dir.h"
@@ -16,11 +16,16 @@ constexpr int kSteps = 10;
 
 std::string g_root;
 
+// `extra`: train flags (a flag given again replaces its value); `launchFlags`: more of the
+// launcher's, before the nproc default (which one given there replaces).
 Process launch(const std::string& out, int maxRestarts, const std::string& hangTimeoutSec = "",
-    const std::vector<std::string>& extra = {})
+    const std::vector<std::string>& extra = {}, const std::vector<std::string>& launchFlags = {})
 {
-    std::vector<std::string> argv = {workerPath(), "launch", "--nproc-per-node", "2",
-        "--grace-period", "2", "--max-restarts", std::to_string(maxRestarts)};
+    std::vector<std::string> argv = {workerPath(), "launch"};
+    argv.insert(argv.end(), launchFlags.begin(), launchFlags.end());
+    if (std::find(launchFlags.begin(), launchFlags.end(), "--nproc-per-node") == launchFlags.end())
+        argv.insert(argv.end(), {"--nproc-per-node", "2"});
+    argv.insert(argv.end(), {"--grace-period", "2", "--max-restarts", std::to_string(maxRestarts)});
     if (!hangTimeoutSec.empty())
         argv.insert(argv.end(), {"--hang-timeout", hangTimeoutSec});
     argv.insert(argv.end(),
@@ -222,6 +227,94 @@ void testRepeatedFailureStops()
         static_cast<long long>(at + 1));
 }
 
+// Over two nodes (two launchers of one rank each on loopback, sharing the run folder as the SSH
+// and Slurm launchers' nodes do): the rank of node 1 is SIGKILLed; node 1 reports it, node 0
+// decides and writes the one restart event (naming node 1's rank, not node 0's rank that lost
+// its peer), both nodes' ranks start again from the checkpoint, both launchers exit 0, and the
+// losses equal the uninterrupted 2-rank run's bit for bit.
+void testTwoNodesRestart(const std::map<int64_t, double>& reference)
+{
+    const std::string dir = makeTempDir("restart-nodes");
+    const std::string port = std::to_string(freePort());
+    auto node = [&](int rank) {
+        return launch(dir, 2, "", {},
+            {"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", std::to_string(rank),
+                "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", "60",
+                "--run-dir", dir});
+    };
+    auto n1 = node(1);
+    auto n0 = node(0);
+    const auto node1Rank = [&](pid_t previous) {
+        const auto deadline = Clock::now() + std::chrono::seconds(60);
+        while (Clock::now() < deadline) {
+            for (auto [rank, pid] : rankPids(dir, 1, "launcher-ranks-node1.pids"))
+                if (rank == 1 && pid != previous)
+                    return pid;
+            n1.pump(20);
+        }
+        return pid_t(-1);
+    };
+    const pid_t first = node1Rank(-1);
+    SHARD_EXPECT(first > 0, "node 1's rank never started: " + n1.err);
+    SHARD_EXPECT(waitForLastStep(n0, dir, 5), "the run ended before step 5: " + n0.err);
+    shard::protocol::signalProcess(first, SIGKILL);
+    SHARD_EXPECT(node1Rank(first) > 0, "node 1's rank was not started again: " + n1.err);
+    SHARD_EXPECT(n0.wait(240) && n1.wait(60), "the launchers did not exit");
+    SHARD_EXPECT(n0.exitCode() == 0 && n1.exitCode() == 0,
+        "the restarted two-node run failed (exit " + std::to_string(n0.exitCode()) + " and "
+            + std::to_string(n1.exitCode()) + "): " + n0.err + n1.err);
+    const auto restarts = eventsOfKind(dir, "restart");
+    SHARD_EXPECT(restarts.size() == 1,
+        std::to_string(restarts.size()) + " restart events: " + readFile(dir + "/events.jsonl"));
+    if (!restarts.empty()) {
+        const auto& d = restarts.front()["data"];
+        SHARD_EXPECT(d.value("cause", "") == "rank_failed" && d.value("rank", -1) == 1
+                && d.value("node", -1) == 1 && d.value("signal", 0) == SIGKILL,
+            "the restart does not name node 1's killed rank: " + restarts.front().dump());
+        SHARD_EXPECT(d.value("checkpoint_step", int64_t(-1)) >= 4, d.dump());
+    }
+    SHARD_EXPECT(eventsOfKind(dir, "error").empty(),
+        "error events in a run that restarted and finished: " + readFile(dir + "/events.jsonl"));
+    SHARD_EXPECT(stepLosses(dir) == reference,
+        "losses of the restarted two-node run differ from the uninterrupted run");
+    SHARD_EXPECT(n1.err.find("node 0 restarts the run (restart 1 of 2)") != std::string::npos,
+        "node 1 does not say it followed node 0's restart: " + n1.err);
+    std::printf("SIGKILL of node 1's rank: both nodes restarted once, finished, bit-exact\n");
+}
+
+// A node that cannot come back (its launcher SIGKILLed: its rank dies with it) ends the run
+// with its name, restarts left or not, instead of node 0 restarting a world that lacks it.
+void testLostNodeEndsRun()
+{
+    const std::string dir = makeTempDir("restart-lost-node");
+    const std::string port = std::to_string(freePort());
+    auto node = [&](int rank) {
+        return launch(dir, 2, "", {},
+            {"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", std::to_string(rank),
+                "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", "60",
+                "--run-dir", dir});
+    };
+    auto n1 = node(1);
+    auto n0 = node(0);
+    SHARD_EXPECT(waitForLastStep(n0, dir, 3), "the run ended before step 3: " + n0.err);
+    shard::protocol::signalProcess(n1.pid, SIGKILL);
+    SHARD_EXPECT(n0.wait(120), "node 0 did not end the run after node 1 was lost: " + n0.err);
+    SHARD_EXPECT(n0.exitCode() != 0, "node 0 exited 0 without node 1");
+    SHARD_EXPECT(eventsOfKind(dir, "restart").empty(),
+        "node 0 restarted without node 1: " + readFile(dir + "/events.jsonl"));
+    const auto errors = eventsOfKind(dir, "error");
+    SHARD_EXPECT(errors.size() == 1 && errors.front()["data"].value("reason", "") == "node_lost"
+            && errors.front()["data"].value("node", -1) == 1
+            && errors.front().value("message", "").find("lost the launcher of node 1")
+                != std::string::npos
+            && errors.front().value("message", "").find("not restarted") != std::string::npos,
+        "the error does not name the lost node: " + readFile(dir + "/events.jsonl"));
+    SHARD_EXPECT(noneRemain(dir, rankPids(dir, 1), 10)
+            && noneRemain(dir, rankPids(dir, 1, "launcher-ranks-node1.pids"), 10),
+        "processes of the run remain");
+    std::printf("node 1's launcher SIGKILLed: the run ended, node 1 named, no restart\n");
+}
+
 // Preemption (SIGUSR1 to the launcher, what Slurm's --signal=USR1@N sends before a time
 // limit): the ranks agree on a step and write a checkpoint there (also with --checkpoint-every
 // 0), the launcher exits 75 with a "preempted" event and no error or finish; --resume auto
@@ -304,6 +397,8 @@ int main()
     testKilledRankRestartsExactly(reference);
     testHungRankRestarts(reference);
     testRepeatedFailureStops();
+    testTwoNodesRestart(reference);
+    testLostNodeEndsRun();
     testPreemptionSignalCheckpointsAndResumes(reference);
     testPreemptionWhileStarting();
     if (g_failures == 0) {

@@ -93,3 +93,14 @@ inline bool makeTinyRunInputs(const QString& model, const QString& data, QString
 }
 
 } // namespace shard::test
+
+// In a Qt Test initTestCase: skips the test case without this build's engine, else writes the
+// tiny model and data (shard::test::makeTinyRunInputs) to the paths `model` and `data`.
+#define SHARD_REQUIRE_TINY_RUN_INPUTS(model, data)                                                 \
+    do {                                                                                           \
+        if (!QFile::exists(shard::test::kRealWorker))                                              \
+            QSKIP("shard-worker is not built here (SHARD_BUILD_ENGINE=OFF)");                      \
+        QString tinyInputsWhy;                                                                     \
+        QVERIFY2(shard::test::makeTinyRunInputs(model, data, &tinyInputsWhy),                      \
+            qPrintable(tinyInputsWhy));                                                            \
+    } while (false)

@@ -22,8 +22,6 @@ using namespace shard::jobs;
 
 namespace {
 
-const QString& kWorker = shard::test::kRealWorker;
-
 shard::protocol::RunSpec spec(
     const QString& model, const QString& data, int steps, int nodes, int procs)
 {
@@ -50,13 +48,10 @@ class TestRealWorkerRuns : public QObject {
 private Q_SLOTS:
     void initTestCase()
     {
-        if (!QFile::exists(kWorker))
-            QSKIP("shard-worker is not built here (SHARD_BUILD_ENGINE=OFF)");
         m_model = m_dir.filePath("model");
         // Pre-tokenized samples of a tiny repeating pattern: the loss must fall.
         m_data = m_dir.filePath("data.jsonl");
-        QString why;
-        QVERIFY2(shard::test::makeTinyRunInputs(m_model, m_data, &why), qPrintable(why));
+        SHARD_REQUIRE_TINY_RUN_INPUTS(m_model, m_data);
     }
 
     void localTwoRanksZero3()
@@ -67,7 +62,7 @@ private Q_SLOTS:
         req.name = "local-real";
         req.spec = spec(m_model, m_data, 12, 1, 2);
         req.runDir = m_dir.filePath("local-run");
-        req.workerProgram = kWorker;
+        req.workerProgram = shard::test::kRealWorker;
         auto id = launcher.start(req);
         QVERIFY2(id, qPrintable(id.error()));
         auto run = store->run(*id);
@@ -96,7 +91,7 @@ private Q_SLOTS:
         req.name = "local-stop";
         req.spec = spec(m_model, m_data, 100000, 1, 2);
         req.runDir = m_dir.filePath("stop-run");
-        req.workerProgram = kWorker;
+        req.workerProgram = shard::test::kRealWorker;
         auto id = launcher.start(req);
         QVERIFY2(id, qPrintable(id.error()));
         QTRY_VERIFY_WITH_TIMEOUT(QFile(req.runDir + "/metrics.jsonl").size() > 0, 120000);
@@ -121,7 +116,7 @@ private Q_SLOTS:
         QProcess shard;
         QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
         env.insert("SHARD_STORE", m_dir.filePath("demo.sqlite"));
-        env.insert("SHARD_WORKER", kWorker);
+        env.insert("SHARD_WORKER", shard::test::kRealWorker);
         shard.setProcessEnvironment(env);
         shard.start(QStringLiteral(SHARD_BINARY_DIR "/app/shard"),
             {"demo", "--steps", "12", "--out", m_dir.filePath("demo")});
@@ -151,7 +146,7 @@ private Q_SLOTS:
         req.name = "slurm-real";
         req.spec = spec(m_model, m_data, 8, 1, 2);
         req.runDir = m_dir.filePath("slurm-run");
-        req.workerProgram = kWorker;
+        req.workerProgram = shard::test::kRealWorker;
         auto id = launcher.submit(req, {});
         QVERIFY2(id, qPrintable(id.error()));
         SlurmRunWatcher watcher(*store, *id);
@@ -180,7 +175,7 @@ private Q_SLOTS:
         req.name = "ssh-real";
         req.spec = spec(m_model, m_data, 8, 2, 1);
         req.runDir = m_dir.filePath("ssh-run");
-        req.workerProgram = kWorker;
+        req.workerProgram = shard::test::kRealWorker;
         auto id = launcher.start({*SshHost::parse("node0"), *SshHost::parse("node1")}, req);
         QVERIFY2(id, qPrintable(id.error()));
         auto run = store->run(*id);

@@ -22,7 +22,6 @@ using namespace shard::jobs;
 namespace {
 
 using shard::test::kRealWorker;
-const QString& kWorker = kRealWorker;
 
 shard::protocol::RunSpec spec(
     const QString& model, const QString& data, int steps, int checkpointEvery)
@@ -78,7 +77,7 @@ class TestSlurmRequeue : public QObject {
         req.name = name;
         req.spec = spec(m_model, m_data, steps, checkpointEvery);
         req.runDir = m_dir.filePath(name);
-        req.workerProgram = kWorker;
+        req.workerProgram = kRealWorker;
         auto id = launcher.submit(req, {});
         if (!id)
             qFatal("submit: %s", qPrintable(id.error()));
@@ -100,12 +99,10 @@ class TestSlurmRequeue : public QObject {
 private Q_SLOTS:
     void initTestCase()
     {
-        if (!QFile::exists(kWorker))
-            QSKIP("shard-worker is not built here (SHARD_BUILD_ENGINE=OFF)");
         m_model = m_dir.filePath("model");
         m_data = m_dir.filePath("data.jsonl");
+        SHARD_REQUIRE_TINY_RUN_INPUTS(m_model, m_data);
         QString why;
-        QVERIFY2(shard::test::makeTinyRunInputs(m_model, m_data, &why), qPrintable(why));
         m_slurm = new SlurmFixture;
         if (!m_slurm->start(&why))
             QFAIL(qPrintable(why));
@@ -119,7 +116,7 @@ private Q_SLOTS:
     {
         LaunchRequest req;
         req.spec = spec(m_model, m_data, 10, 0);
-        req.workerProgram = kWorker;
+        req.workerProgram = kRealWorker;
         auto s = SlurmLauncher::sbatchScript(req, {}, "/r");
         QVERIFY2(s, qPrintable(s.error()));
         for (const char* line : {"#SBATCH --requeue\n", "#SBATCH --open-mode=append\n",

@@ -209,8 +209,6 @@ private Q_SLOTS:
             << QStringList {"--micro-batch", "nan"} << "--micro-batch: 'nan' is not an integer";
         QTest::newRow("max restarts -1") << QStringList {"--max-restarts", "-1"}
                                          << "max_restarts must be 0 (off) or a positive count";
-        QTest::newRow("max restarts over nodes")
-            << QStringList {"--max-restarts", "2", "--nodes", "2"} << "cannot restart in place yet";
         QTest::newRow("lr inf") << QStringList {"--lr", "inf"} << "lr must be a finite number";
         QTest::newRow("eval fraction nan")
             << QStringList {"--eval-fraction", "nan"} << "is not a number";

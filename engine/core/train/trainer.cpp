@@ -41,6 +41,7 @@
 #include "launch/rank_heartbeat.h"
 #include "plan/run_spec_bridge.h"
 #include "protocol/jsonl_reader.h"
+#include "protocol/peer_loss.h"
 #include "protocol/records.h"
 #include "protocol/run_dir.h"
 #include "protocol/run_lock.h"
@@ -1176,12 +1177,22 @@ void Trainer::writeSamples(Io& io, int64_t step)
             protocol::toJson(protocol::toEvent(sample, seconds(io.start, Clock::now()))));
 }
 
+namespace {
+
+// Whether a preemption can stop this run: a flag to read and a checkpoint to write at the stop.
+bool preemptible(const TrainerOptions& options)
+{
+    return options.preemptRequest && options.checkpoints;
+}
+
+} // namespace
+
 void Trainer::writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int64_t activationBytes)
 {
     // The ranks meet before the memory gather; with a preemption flag that meeting is a scalar
     // all-reduce of it (the same synchronization as the barrier it replaces), and every rank
     // learns whether any was asked to stop.
-    if (m_options.preemptRequest && m_options.checkpoints && m_strategy->worldSize() > 1)
+    if (preemptible(m_options) && m_strategy->worldSize() > 1)
         loop.preemptAgreed
             = m_strategy->allReduceSum(m_options.preemptRequest->load() ? 1.0 : 0.0) > 0.0;
     else
@@ -1259,7 +1270,7 @@ void Trainer::saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last, bool f
 
 bool Trainer::preemptAgreed(const Loop& loop) const
 {
-    if (!m_options.preemptRequest || !m_options.checkpoints)
+    if (!preemptible(m_options))
         return false;
     // More than one rank: what the last record's barrier agreed on (writeMetrics), so every
     // rank stops at the same step.
@@ -1345,20 +1356,6 @@ void Trainer::writeFinalModel(Io& io, TrainResult& result)
     io.log->info("model written to " + result.modelDir);
 }
 
-namespace {
-
-// A collective's error that means another rank's process or connection is gone (Gloo's words).
-bool lostPeer(const std::string& message)
-{
-    for (const char* words : {"Connection reset by peer", "Connection closed by peer",
-             "Broken pipe", "Connection refused", "Socket closed"})
-        if (message.find(words) != std::string::npos)
-            return true;
-    return false;
-}
-
-} // namespace
-
 void Trainer::fail(Io& io, const std::exception& e, int64_t step) const
 {
     // Out of memory (the GPU's caching allocator, or the counting allocator's limit on the
@@ -1374,7 +1371,8 @@ void Trainer::fail(Io& io, const std::exception& e, int64_t step) const
     // failure: the launcher names the rank that died. An unnamed "Connection reset by peer"
     // error and a finish written here first would read as the run's verdict.
     const char* launched = std::getenv("SHARD_LAUNCHED");
-    if (launched && std::string(launched) == "1" && m_worldSize > 1 && !oom && lostPeer(message)) {
+    if (launched && std::string(launched) == "1" && m_worldSize > 1 && !oom
+        && protocol::lostPeerError(message)) {
         io.log->error("a peer rank is gone; the launcher records the run's error");
         throw;
     }
