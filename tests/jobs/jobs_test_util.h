@@ -7,6 +7,8 @@
 #include <QString>
 #include <QStringList>
 
+#include <nlohmann/json.hpp>
+
 #include "jobs/launch_request.h"
 
 namespace shard::test {
@@ -69,6 +71,25 @@ inline int countLines(const QString& path)
 // 256 pre-tokenized rows of a repeating 7-token pattern, 32 tokens each, in `data` (the loss
 // falls). False, with the reason in `why`, when the worker could not write the model.
 inline const QString kRealWorker = QStringLiteral(SHARD_BINARY_DIR "/engine/worker/shard-worker");
+
+// A zero3 run spec for those inputs: `steps` steps of micro-batch 2 x 32 tokens at a constant
+// lr 3e-3, one record per step, one thread per rank, a checkpoint every `checkpointEvery` steps
+// (0: none).
+inline shard::protocol::RunSpec tinyRunSpec(const QString& model, const QString& data, int steps,
+    int nodes, int procsPerNode, int checkpointEvery = 0)
+{
+    return shard::protocol::runSpecFromJson(nlohmann::json::parse(
+        QString(R"({"name":"tiny","model":"%1","data":["%2"],"data_format":"tokenized",
+        "strategy":"zero3","nodes":%3,"procs_per_node":%4,"steps":%5,"micro_batch":2,
+        "seq_len":32,"lr":0.003,"schedule":"constant","log_every":1,"threads":1,
+        "checkpoint_every":%6})")
+            .arg(model, data)
+            .arg(nodes)
+            .arg(procsPerNode)
+            .arg(steps)
+            .arg(checkpointEvery)
+            .toStdString()));
+}
 
 inline bool makeTinyRunInputs(const QString& model, const QString& data, QString* why)
 {

@@ -20,24 +20,6 @@
 
 using namespace shard::jobs;
 
-namespace {
-
-shard::protocol::RunSpec spec(
-    const QString& model, const QString& data, int steps, int nodes, int procs)
-{
-    return shard::protocol::runSpecFromJson(nlohmann::json::parse(
-        QString(R"({"name":"real","model":"%1","data":["%2"],"data_format":"tokenized",
-        "strategy":"zero3","nodes":%3,"procs_per_node":%4,"steps":%5,"micro_batch":2,
-        "seq_len":32,"lr":0.003,"schedule":"constant","log_every":1,"threads":1})")
-            .arg(model, data)
-            .arg(nodes)
-            .arg(procs)
-            .arg(steps)
-            .toStdString()));
-}
-
-} // namespace
-
 class TestRealWorkerRuns : public QObject {
     Q_OBJECT
 
@@ -60,7 +42,7 @@ private Q_SLOTS:
         LocalLauncher launcher(*store);
         LaunchRequest req;
         req.name = "local-real";
-        req.spec = spec(m_model, m_data, 12, 1, 2);
+        req.spec = shard::test::tinyRunSpec(m_model, m_data, 12, 1, 2);
         req.runDir = m_dir.filePath("local-run");
         req.workerProgram = shard::test::kRealWorker;
         auto id = launcher.start(req);
@@ -89,7 +71,7 @@ private Q_SLOTS:
         LocalLauncher launcher(*store);
         LaunchRequest req;
         req.name = "local-stop";
-        req.spec = spec(m_model, m_data, 100000, 1, 2);
+        req.spec = shard::test::tinyRunSpec(m_model, m_data, 100000, 1, 2);
         req.runDir = m_dir.filePath("stop-run");
         req.workerProgram = shard::test::kRealWorker;
         auto id = launcher.start(req);
@@ -144,7 +126,7 @@ private Q_SLOTS:
         SlurmLauncher launcher(*store);
         LaunchRequest req;
         req.name = "slurm-real";
-        req.spec = spec(m_model, m_data, 8, 1, 2);
+        req.spec = shard::test::tinyRunSpec(m_model, m_data, 8, 1, 2);
         req.runDir = m_dir.filePath("slurm-run");
         req.workerProgram = shard::test::kRealWorker;
         auto id = launcher.submit(req, {});
@@ -173,7 +155,7 @@ private Q_SLOTS:
         SshLauncher launcher(*store, SshClient(opts));
         LaunchRequest req;
         req.name = "ssh-real";
-        req.spec = spec(m_model, m_data, 8, 2, 1);
+        req.spec = shard::test::tinyRunSpec(m_model, m_data, 8, 2, 1);
         req.runDir = m_dir.filePath("ssh-run");
         req.workerProgram = shard::test::kRealWorker;
         auto id = launcher.start({*SshHost::parse("node0"), *SshHost::parse("node1")}, req);

@@ -23,20 +23,6 @@ namespace {
 
 using shard::test::kRealWorker;
 
-shard::protocol::RunSpec spec(
-    const QString& model, const QString& data, int steps, int checkpointEvery)
-{
-    return shard::protocol::runSpecFromJson(nlohmann::json::parse(
-        QString(R"({"name":"requeue","model":"%1","data":["%2"],"data_format":"tokenized",
-        "strategy":"zero3","nodes":1,"procs_per_node":2,"steps":%3,"micro_batch":2,
-        "seq_len":32,"lr":0.003,"schedule":"constant","log_every":1,"threads":1,
-        "checkpoint_every":%4})")
-            .arg(model, data)
-            .arg(steps)
-            .arg(checkpointEvery)
-            .toStdString()));
-}
-
 QStringList eventKinds(RunStore& store, qint64 id)
 {
     QStringList kinds;
@@ -75,7 +61,7 @@ class TestSlurmRequeue : public QObject {
         SlurmLauncher launcher(store);
         LaunchRequest req;
         req.name = name;
-        req.spec = spec(m_model, m_data, steps, checkpointEvery);
+        req.spec = shard::test::tinyRunSpec(m_model, m_data, steps, 1, 2, checkpointEvery);
         req.runDir = m_dir.filePath(name);
         req.workerProgram = kRealWorker;
         auto id = launcher.submit(req, {});
@@ -115,7 +101,7 @@ private Q_SLOTS:
     void script()
     {
         LaunchRequest req;
-        req.spec = spec(m_model, m_data, 10, 0);
+        req.spec = shard::test::tinyRunSpec(m_model, m_data, 10, 1, 2);
         req.workerProgram = kRealWorker;
         auto s = SlurmLauncher::sbatchScript(req, {}, "/r");
         QVERIFY2(s, qPrintable(s.error()));

@@ -1,6 +1,7 @@
 // SshLauncher + RemoteRunWatcher against real sshd servers on 127.0.0.1: a 2-node run that
-// streams, survives dropped SSH connections with every point stored exactly once, stops on
-// request; a hostile run directory name arrives literally; each user-facing error message.
+// streams, survives dropped SSH connections with every point stored exactly once, restarts both
+// nodes' ranks after one is killed, stops on request; a hostile run directory name arrives
+// literally; each user-facing error message.
 #include <csignal>
 
 #include <QDir>
@@ -116,6 +117,53 @@ private Q_SLOTS:
         const QByteArray node1 = SshdFixture::read(run->runDir + "/args-node-1.txt");
         QVERIFY2(node1.contains("--node-rank\n1\n--master-addr\n127.0.0.1\n"), node1.constData());
         QVERIFY(node1.contains("--nnodes\n2\n"));
+    }
+
+    // Restart over two SSH nodes (issue 32): the real engine, one rank per node, --max-restarts
+    // 1. Node 1's rank is SIGKILLed; node 0 restarts both nodes' ranks from the checkpoint, and
+    // the run finishes as one record: one restart event naming node 1's rank, every step once.
+    void twoNodesRestartAfterAKilledRank()
+    {
+        const QString model = m_work.filePath("tiny/model");
+        const QString data = m_work.filePath("tiny/data.jsonl");
+        QVERIFY(QDir().mkpath(m_work.filePath("tiny")));
+        SHARD_REQUIRE_TINY_RUN_INPUTS(model, data);
+        auto store = RunStore::open(m_work.filePath("restart.sqlite"));
+        QVERIFY(store);
+        SshLauncher launcher(*store, SshClient(m_options));
+        LaunchRequest req;
+        req.name = "two-nodes-restart";
+        req.workerProgram = shard::test::kRealWorker;
+        const int steps = 30;
+        req.spec = shard::test::tinyRunSpec(model, data, steps, 2, 1, 2);
+        req.spec.maxRestarts = 1;
+        req.runDir = m_work.filePath("remote/two-nodes-restart");
+        auto id = launcher.start({host("node0"), host("node1")}, req);
+        QVERIFY2(id, qPrintable(id.error()));
+        auto run = store->run(*id);
+        RemoteRunWatcher watcher(*store, *id, host("node0"), run->runDir, m_options);
+        watcher.setProcess(run->pid);
+        QSignalSpy finished(&watcher, &RunWatcher::finished);
+        watcher.start();
+        QTRY_VERIFY_WITH_TIMEOUT(countLines(run->runDir + "/metrics.jsonl") >= 5, 120000);
+        // Node 1's rank: global rank 1, in node 1's pid file.
+        const QList<QByteArray> pid
+            = SshdFixture::read(run->runDir + "/launcher-ranks-node1.pids").trimmed().split(' ');
+        QVERIFY2(pid.size() == 2 && pid[0] == "1", pid.join(' ').constData());
+        QCOMPARE(::kill(static_cast<pid_t>(pid[1].toLongLong()), SIGKILL), 0);
+        QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 240000);
+        auto done = store->run(*id);
+        QVERIFY2(done->status == RunStatus::Finished,
+            qPrintable(toString(done->status) + ": " + done->message));
+        int restarts = 0;
+        for (const auto& e : *store->events(*id))
+            if (e.kind == "restart") {
+                ++restarts;
+                QVERIFY2(e.message.startsWith("node 1: rank 1 (pid "), qPrintable(e.message));
+            }
+        QCOMPARE(restarts, 1);
+        QCOMPARE(*store->metricCount(*id), qint64(steps));
+        QCOMPARE(done->lastStep, qint64(steps));
     }
 
     // "Copy model and data to the host": they arrive in <run>/inputs/ on every node and the
