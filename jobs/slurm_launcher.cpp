@@ -94,6 +94,11 @@ Result<QStringList> SlurmLauncher::sbatchHeader(const QString& name, const Slurm
         if (!value.isEmpty() && !sbatchValue(value))
             return fail(QStringLiteral("Slurm: %1 '%2' has characters sbatch does not accept")
                             .arg(what, value));
+    if (!o.time.isEmpty()
+        && !QRegularExpression(QString::fromLatin1(kSlurmTimePattern)).match(o.time).hasMatch())
+        return fail(QStringLiteral("Slurm: time limit '%1' is not one sbatch reads; give minutes, "
+                                   "MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 02:00:00)")
+                        .arg(o.time));
     const QString jobName = safeDirName(name.isEmpty() ? QStringLiteral("shard") : name);
     QStringList lines {QStringLiteral("#!/bin/bash"),
         QStringLiteral("# Written by Shard Studio for the run directory %1").arg(runDir),

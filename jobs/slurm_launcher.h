@@ -15,6 +15,10 @@ class QTimer;
 
 namespace shard::jobs {
 
+// A time limit as sbatch reads it: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.
+inline constexpr const char* kSlurmTimePattern
+    = R"(^(\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$)";
+
 struct SlurmOptions {
     int nodes = 1;
     int gpusPerNode = 0;

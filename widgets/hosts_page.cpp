@@ -10,12 +10,14 @@
 #include <QProcess>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QRegularExpressionValidator>
 #include <QSettings>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 
+#include "jobs/slurm_launcher.h"
 #include "jobs/ssh_launcher.h"
 #include "widgets/message_bar.h"
 
@@ -59,6 +61,23 @@ HostsPage::HostsPage(QWidget* parent)
     m_user->setPlaceholderText(tr("default from ~/.ssh/config"));
     m_partition = new QLineEdit(this);
     m_partition->setPlaceholderText(tr("Slurm partition (optional)"));
+    m_timeLimit = new QLineEdit(this);
+    m_timeLimit->setObjectName("timeLimit");
+    m_timeLimit->setPlaceholderText(tr("e.g. 02:00:00 or 1-12:00:00 (empty: the partition's)"));
+    m_timeLimit->setValidator(new QRegularExpressionValidator(
+        QRegularExpression(QString::fromLatin1(jobs::kSlurmTimePattern)), m_timeLimit));
+    m_timeLimit->setToolTip(tr("The jobs' time limit (#SBATCH --time): minutes, MM:SS, HH:MM:SS, "
+                               "D-HH, D-HH:MM or D-HH:MM:SS."));
+    m_preemptSignal = new QSpinBox(this);
+    m_preemptSignal->setObjectName("preemptSignal");
+    m_preemptSignal->setRange(0, 86400);
+    m_preemptSignal->setValue(120);
+    m_preemptSignal->setSuffix(tr(" s before the limit"));
+    m_preemptSignal->setSpecialValueText(tr("off"));
+    m_preemptSignal->setToolTip(
+        tr("Slurm sends SIGUSR1 this long before the time limit (or a preemption): every rank "
+           "writes a checkpoint and stops, and the job requeues itself to continue from it "
+           "(--signal=USR1@N). Give at least the checkpoint's write time the Monitor shows."));
     m_save = new QPushButton(tr("&Save host"), this);
     m_remove = new QPushButton(tr("&Remove"), this);
     m_test = new QPushButton(tr("&Test connection"), this);
@@ -82,6 +101,8 @@ HostsPage::HostsPage(QWidget* parent)
     form->addRow(tr("&Port"), m_port);
     form->addRow(tr("&User"), m_user);
     form->addRow(tr("Partitio&n"), m_partition);
+    form->addRow(tr("T&ime limit"), m_timeLimit);
+    form->addRow(tr("Checkpoint and re&queue"), m_preemptSignal);
     auto* buttons = new QHBoxLayout;
     buttons->addWidget(m_save);
     buttons->addWidget(m_remove);
@@ -115,7 +136,9 @@ HostsPage::HostsPage(QWidget* parent)
     setTabOrder(m_address, m_port);
     setTabOrder(m_port, m_user);
     setTabOrder(m_user, m_partition);
-    setTabOrder(m_partition, m_save);
+    setTabOrder(m_partition, m_timeLimit);
+    setTabOrder(m_timeLimit, m_preemptSignal);
+    setTabOrder(m_preemptSignal, m_save);
     setTabOrder(m_save, m_remove);
     setTabOrder(m_remove, m_test);
     setTabOrder(m_test, m_cancel);
@@ -125,9 +148,14 @@ HostsPage::HostsPage(QWidget* parent)
         fillForm(row);
         updatePlanButton();
     });
-    connect(m_kind, qOverload<int>(&QComboBox::currentIndexChanged), this,
-        [this] { m_partition->setEnabled(m_kind->currentData().toString() == "slurm"); });
-    m_partition->setEnabled(false);
+    const auto slurmFields = [this] {
+        const bool slurm = m_kind->currentData().toString() == "slurm";
+        for (QWidget* w :
+            std::initializer_list<QWidget*> {m_partition, m_timeLimit, m_preemptSignal})
+            w->setEnabled(slurm);
+    };
+    connect(m_kind, qOverload<int>(&QComboBox::currentIndexChanged), this, slurmFields);
+    slurmFields();
     connect(m_save, &QPushButton::clicked, this, [this] {
         const HostEntry e = formEntry();
         if (e.name.isEmpty()) {
@@ -230,6 +258,8 @@ void HostsPage::fillForm(int row)
     m_port->setValue(h.port);
     m_user->setText(h.user);
     m_partition->setText(h.partition);
+    m_timeLimit->setText(h.timeLimit);
+    m_preemptSignal->setValue(h.preemptSignalSec);
 }
 
 HostEntry HostsPage::formEntry() const
@@ -241,6 +271,8 @@ HostEntry HostsPage::formEntry() const
     e.port = m_port->value();
     e.user = m_user->text().trimmed();
     e.partition = m_partition->text().trimmed();
+    e.timeLimit = m_timeLimit->text().trimmed();
+    e.preemptSignalSec = m_preemptSignal->value();
     return e;
 }
 
@@ -438,6 +470,8 @@ void HostsPage::saveSettings() const
         s.setValue("port", m_hosts[i].port);
         s.setValue("user", m_hosts[i].user);
         s.setValue("partition", m_hosts[i].partition);
+        s.setValue("timeLimit", m_hosts[i].timeLimit);
+        s.setValue("preemptSignalSec", m_hosts[i].preemptSignalSec);
         s.setValue("gpuName", m_hosts[i].gpuName);
         s.setValue("gpuMemoryMiB", m_hosts[i].gpuMemoryMiB);
         s.setValue("gpuCount", m_hosts[i].gpuCount);
@@ -459,6 +493,8 @@ void HostsPage::loadSettings()
         e.port = s.value("port", 22).toInt();
         e.user = s.value("user").toString();
         e.partition = s.value("partition").toString();
+        e.timeLimit = s.value("timeLimit").toString();
+        e.preemptSignalSec = s.value("preemptSignalSec", 120).toInt();
         e.gpuName = s.value("gpuName").toString();
         e.gpuMemoryMiB = s.value("gpuMemoryMiB", 0.0).toDouble();
         e.gpuCount = s.value("gpuCount", 0).toInt();

@@ -34,6 +34,11 @@ struct HostEntry {
     QString gpuName;
     double gpuMemoryMiB = 0;
     int gpuCount = 0;
+    // Slurm: the jobs' time limit (#SBATCH --time; empty: the partition's default), and how long
+    // before it Slurm sends SIGUSR1 so the ranks write a checkpoint and the job requeues itself
+    // (--signal=USR1@N; 0: none).
+    QString timeLimit;
+    int preemptSignalSec = 120;
 };
 
 class HostsPage : public QWidget {
@@ -90,6 +95,8 @@ private:
     QSpinBox* m_port = nullptr;
     QLineEdit* m_user = nullptr;
     QLineEdit* m_partition = nullptr;
+    QLineEdit* m_timeLimit = nullptr;
+    QSpinBox* m_preemptSignal = nullptr;
     QPushButton* m_save = nullptr;
     QPushButton* m_remove = nullptr;
     QPushButton* m_test = nullptr;

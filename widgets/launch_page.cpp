@@ -508,6 +508,8 @@ jobs::LaunchTarget LaunchPage::target() const
         jobs::SlurmOptions options;
         options.via = address;
         options.partition = h.partition;
+        options.time = h.timeLimit;
+        options.preemptSignalSec = h.preemptSignalSec;
         return jobs::LaunchTarget::onSlurm(options);
     }
     return jobs::LaunchTarget::ssh({address});

@@ -76,6 +76,20 @@ private Q_SLOTS:
         auto bad = SlurmLauncher::sbatchScript(req, o, "/r");
         QVERIFY(!bad);
         QVERIFY(bad.error().contains("time '1 day'"));
+        // Characters sbatch takes, but no time limit it reads: said with the forms it does.
+        for (const char* t : {"2h", "1:2:3:4", "-5", "1-2-3"}) {
+            o.time = t;
+            auto wrong = SlurmLauncher::sbatchScript(req, o, "/r");
+            QVERIFY2(!wrong, t);
+            QVERIFY2(
+                wrong.error().contains(QString("time limit '%1' is not one sbatch reads").arg(t))
+                    && wrong.error().contains("D-HH:MM:SS"),
+                qPrintable(wrong.error()));
+        }
+        for (const char* t : {"90", "30:00", "02:00:00", "1-12", "1-12:30", "2-00:00:00"}) {
+            o.time = t;
+            QVERIFY2(SlurmLauncher::sbatchScript(req, o, "/r"), t);
+        }
     }
 
     // The job follows the run spec: its nodes, and on CUDA a GPU per rank of a node (the studio

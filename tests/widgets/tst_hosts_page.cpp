@@ -4,6 +4,7 @@
 // as nvidia-smi lists them, and "Plan for these GPUs" carries them to the Plan page.
 #include <QtTest>
 
+#include <QLineEdit>
 #include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
@@ -137,6 +138,42 @@ private Q_SLOTS:
         QCOMPARE(again.hosts().size(), 2);
         QCOMPARE(again.hosts()[0].port, 2222);
         QCOMPARE(again.hosts()[1].partition, QString("debug"));
+        QCOMPARE(again.hosts()[1].preemptSignalSec, 120); // the default lead
+    }
+
+    // A Slurm cluster's time limit and checkpoint lead: entered in the form (only for Slurm),
+    // saved with the host, kept across a restart; a time sbatch cannot read is not accepted.
+    void slurmTimeLimitAndCheckpointLead()
+    {
+        HostsPage page;
+        page.show();
+        auto* time = page.findChild<QLineEdit*>("timeLimit");
+        auto* lead = page.findChild<QSpinBox*>("preemptSignal");
+        QVERIFY(time && lead);
+        page.addHost({"box", "ssh", "box.lan", 22, {}, {}});
+        QVERIFY(!time->isEnabled() && !lead->isEnabled()); // SSH hosts have neither
+        HostEntry cluster {"cluster", "slurm", "", 22, {}, "gpu"};
+        cluster.timeLimit = "04:00:00";
+        cluster.preemptSignalSec = 300;
+        page.addHost(cluster);
+        page.selectHost(1);
+        QVERIFY(time->isEnabled() && lead->isEnabled());
+        QCOMPARE(time->text(), QString("04:00:00"));
+        QCOMPARE(lead->value(), 300);
+        // The validator takes sbatch's forms only.
+        int pos = 0;
+        for (QString ok : {"90", "30:00", "02:00:00", "1-12", "1-12:30:00"})
+            QVERIFY2(
+                time->validator()->validate(ok, pos) == QValidator::Acceptable, qPrintable(ok));
+        for (QString bad : {"2h", "1 day", "1:2:3:4"})
+            QVERIFY2(
+                time->validator()->validate(bad, pos) != QValidator::Acceptable, qPrintable(bad));
+        page.saveSettings();
+        HostsPage again;
+        again.loadSettings();
+        QCOMPARE(again.hosts().size(), 2);
+        QCOMPARE(again.hosts()[1].timeLimit, QString("04:00:00"));
+        QCOMPARE(again.hosts()[1].preemptSignalSec, 300);
     }
 
     void testCommandUsesBatchModeAndChecksKeys()

@@ -319,6 +319,27 @@ private Q_SLOTS:
                     QVERIFY2(page.commandPreview().contains(line), qPrintable(line));
             QVERIFY(page.commandPreview().contains(
                 QString::fromUtf8(shard::jobs::launchSpecJson(req.spec, req.runDir))));
+            // The host's defaults: no time limit of its own, the checkpoint signal 120 s before.
+            QVERIFY(!page.commandPreview().contains("#SBATCH --time"));
+            QVERIFY(page.commandPreview().contains("#SBATCH --signal=USR1@120\n"));
+        }
+        {
+            // A cluster entry's time limit and checkpoint lead reach the job.
+            HostEntry timed {"timed", "slurm", "", 22, {}, "debug"};
+            timed.timeLimit = "1-12:00:00";
+            timed.preemptSignalSec = 600;
+            page.setHosts({{"closed", "ssh", "127.0.0.1", port, "nobody", {}}, timed});
+            page.setTarget(2);
+            QTRY_VERIFY2(page.commandPreview().contains("#SBATCH --time=1-12:00:00\n"),
+                qPrintable(page.commandPreview()));
+            QVERIFY(page.commandPreview().contains("#SBATCH --signal=USR1@600\n"));
+            timed.preemptSignalSec = 0; // off: no signal, the job still requeues after a failure
+            page.setHosts({{"closed", "ssh", "127.0.0.1", port, "nobody", {}}, timed});
+            page.setTarget(2);
+            QTRY_VERIFY(!page.commandPreview().contains("--signal=USR1"));
+            page.setHosts({{"closed", "ssh", "127.0.0.1", port, "nobody", {}},
+                {"cluster", "slurm", "", 22, {}, "debug"}});
+            page.setTarget(2);
         }
         // A GPU run on the cluster: the job asks for the spec's nodes and a GPU per rank.
         shard::test::field<QSpinBox>(page, "ranks")->setValue(4);
