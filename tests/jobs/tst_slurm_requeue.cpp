@@ -2,8 +2,11 @@
 // started here: SIGUSR1 sent to a running job (what --signal=USR1@N sends before a time limit)
 // makes the ranks write a checkpoint and exit 75, the batch script requeues the job, and its
 // launcher continues from that checkpoint; `scontrol requeue` of a running job continues from
-// the latest periodic checkpoint; `scancel` stops the run for good. Each time the studio's
+// the latest periodic checkpoint; a dead rank restarts inside the job (max_restarts); `scancel`
+// stops the run for good. Each time the studio's
 // watcher follows one run record to its end, every step recorded once.
+#include <csignal>
+
 #include <QFile>
 #include <QProcess>
 #include <QRegularExpression>
@@ -56,12 +59,14 @@ class TestSlurmRequeue : public QObject {
         QString runDir;
     };
 
-    Followed submit(RunStore& store, const QString& name, int steps, int checkpointEvery)
+    Followed submit(
+        RunStore& store, const QString& name, int steps, int checkpointEvery, int maxRestarts = 0)
     {
         SlurmLauncher launcher(store);
         LaunchRequest req;
         req.name = name;
         req.spec = shard::test::tinyRunSpec(m_model, m_data, steps, 1, 2, checkpointEvery);
+        req.spec.maxRestarts = maxRestarts;
         req.runDir = m_dir.filePath(name);
         req.workerProgram = kRealWorker;
         auto id = launcher.submit(req, {});
@@ -209,6 +214,37 @@ private Q_SLOTS:
             qPrintable(eventKinds(*store, f.id).join(',')));
         QCOMPARE(*store->metricCount(f.id), qint64(steps));
         QCOMPARE(restartCount(f.jobId), 1);
+    }
+
+    // A rank that dies inside the job, with max_restarts: the job's launcher restarts its ranks
+    // from the checkpoint (srun's --kill-on-bad-exit sees no exit), the job never leaves
+    // RUNNING and Slurm does not requeue it; one record, one restart event, every step once.
+    void deadRankRestartsInsideTheJob()
+    {
+        auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
+        const int steps = 40;
+        const Followed f = submit(*store, "restart-in-job", steps, 4, 1);
+        SlurmRunWatcher watcher(*store, f.id);
+        QSignalSpy finished(&watcher, &RunWatcher::finished);
+        watcher.start(300);
+        QTRY_VERIFY_WITH_TIMEOUT(lastStep(f.runDir) >= 6, 120000);
+        QFile pids(f.runDir + "/launcher-ranks.pids");
+        QVERIFY(pids.open(QIODevice::ReadOnly));
+        qint64 rank1 = 0;
+        for (const QByteArray& line : pids.readAll().split('\n'))
+            if (line.startsWith("1 "))
+                rank1 = line.mid(2).toLongLong();
+        QVERIFY(rank1 > 0);
+        QCOMPARE(::kill(static_cast<pid_t>(rank1), SIGKILL), 0);
+        QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 200000);
+        auto run = store->run(f.id);
+        QVERIFY2(run->status == RunStatus::Finished,
+            qPrintable(toString(run->status) + ": " + run->message));
+        const QStringList kinds = eventKinds(*store, f.id);
+        QCOMPARE(kinds.count("restart"), 1);
+        QVERIFY2(!kinds.contains("requeued"), qPrintable(kinds.join(',')));
+        QCOMPARE(*store->metricCount(f.id), qint64(steps));
+        QCOMPARE(restartCount(f.jobId), 0);
     }
 
     // A job the user cancels is not requeued: the run stops, Slurm ends the job.
