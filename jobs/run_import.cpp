@@ -457,44 +457,85 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path, const SshO
     const std::optional<RemotePath> m = matchRemote(path);
     if (!m)
         return importLocal(store, path, nullptr);
-    // HOST:PATH: the files an import reads, in one tar stream over ssh.
+    // HOST:PATH: the files an import reads, mirrored here by byte offset: a first import fetches
+    // them whole, a later one (a followed run) only what each file gained since (a file that
+    // shrank was rewritten: fetched whole again).
     auto host = SshHost::parse(m->host);
     if (!host)
         return fail(host.error());
     const QString remote = m->path;
     SshClient client(ssh);
-    const QString script = QStringLiteral(
+    // The folder (or the file's folder), then "<size> <path>\0" for each file an import reads.
+    const QString list = QStringLiteral(
         "p=%1; case $p in \\~/*) p=$HOME/${p#\\~/};; esac; "
         "if [ -d \"$p\" ]; then cd \"$p\" && echo \"D $(pwd)\" && find . -type f -size -268435456c "
         "\\( -name 'events.out.tfevents.*' -o -name trainer_state.json -o -name config.json "
-        "-o -name '*ds*.json' -o -name '*deepspeed*.json' -o -name '*zero*.json' \\) -print | "
-        "tar -cf - -T - | base64; "
+        "-o -name '*ds*.json' -o -name '*deepspeed*.json' -o -name '*zero*.json' \\) "
+        "-printf '%s %p\\0'; "
         "elif [ -f \"$p\" ]; then cd \"$(dirname \"$p\")\" && echo \"F $(pwd)\" && "
-        "tar -cf - \"$(basename \"$p\")\" | base64; "
+        "find \"./$(basename \"$p\")\" -maxdepth 0 -printf '%s %p\\0'; "
         "else echo \"$p: no such file or folder\" >&2; exit 3; fi")
-                               .arg(SshClient::shellQuote(remote));
-    auto r = client.run(*host, script, {}, 10 * 60 * 1000);
-    if (!r)
-        return fail(QStringLiteral("%1: %2").arg(path, r.error()));
-    if (r->exitCode != 0)
+                             .arg(SshClient::shellQuote(remote));
+    auto listed = client.run(*host, list, {}, 60 * 1000);
+    if (!listed)
+        return fail(QStringLiteral("%1: %2").arg(path, listed.error()));
+    if (listed->exitCode != 0)
         return fail(QStringLiteral("%1: %2").arg(
-            path, QString::fromLocal8Bit(r->err).trimmed().section('\n', -1)));
-    const int newline = r->out.indexOf('\n');
-    const QString head = QString::fromUtf8(r->out.left(newline)).trimmed();
+            path, QString::fromLocal8Bit(listed->err).trimmed().section('\n', -1)));
+    const int newline = listed->out.indexOf('\n');
+    const QString head = QString::fromUtf8(listed->out.left(newline)).trimmed();
     const bool isFile = head.startsWith("F ");
     const QString remoteDir = head.mid(2);
-    const QByteArray tarData = QByteArray::fromBase64(r->out.mid(newline + 1));
     const QString mirror = QFileInfo(store.path()).absolutePath() + "/imported/"
         + host->toString().replace(':', '_') + remoteDir;
     QDir().mkpath(mirror);
-    QProcess tar;
-    tar.setWorkingDirectory(mirror);
-    tar.start(QStringLiteral("tar"), {QStringLiteral("-xf"), QStringLiteral("-")});
-    tar.write(tarData);
-    tar.closeWriteChannel();
-    if (!tar.waitForFinished(10 * 60 * 1000) || tar.exitCode() != 0)
-        return fail(QStringLiteral("%1: the files fetched could not be unpacked into %2: %3")
-                        .arg(path, mirror, QString::fromLocal8Bit(tar.readAllStandardError())));
+    struct Wanted {
+        QString file; // relative to remoteDir ("./a/b")
+        qint64 from = 0;
+        qint64 length = 0;
+    };
+    std::vector<Wanted> wanted;
+    QString fetch;
+    for (const QByteArray& entry : listed->out.mid(newline + 1).split('\0')) {
+        const int space = entry.indexOf(' ');
+        if (space <= 0)
+            continue;
+        const qint64 size = entry.left(space).toLongLong();
+        const QString file = QString::fromUtf8(entry.mid(space + 1));
+        const qint64 have = QFileInfo(mirror + "/" + file).size(); // 0 when absent
+        if (size == have && QFileInfo::exists(mirror + "/" + file))
+            continue;
+        const qint64 from = size > have ? have : 0;
+        wanted.push_back({file, from, size - from});
+        // Exactly the bytes listed: the rest of a record still being written comes next time.
+        fetch += QStringLiteral("tail -c +%1 %2 | head -c %3 | base64 -w0; echo; ")
+                     .arg(from + 1)
+                     .arg(SshClient::shellQuote(file))
+                     .arg(size - from);
+    }
+    if (!wanted.empty()) {
+        auto fetched = client.run(*host,
+            QStringLiteral("cd %1 && { %2}").arg(SshClient::shellQuote(remoteDir), fetch), {},
+            10 * 60 * 1000);
+        if (!fetched)
+            return fail(QStringLiteral("%1: %2").arg(path, fetched.error()));
+        const QList<QByteArray> parts = fetched->out.split('\n');
+        if (fetched->exitCode != 0 || parts.size() < static_cast<qsizetype>(wanted.size()))
+            return fail(QStringLiteral("%1: fetching the files failed: %2")
+                            .arg(path, QString::fromLocal8Bit(fetched->err).trimmed()));
+        for (size_t i = 0; i < wanted.size(); ++i) {
+            const Wanted& w = wanted[i];
+            const QByteArray bytes = QByteArray::fromBase64(parts[static_cast<qsizetype>(i)]);
+            const QString local = mirror + "/" + w.file;
+            QDir().mkpath(QFileInfo(local).absolutePath());
+            QFile out(local);
+            const bool opened = w.from == 0 ? out.open(QIODevice::WriteOnly | QIODevice::Truncate)
+                                            : out.open(QIODevice::ReadWrite);
+            if (!opened || !out.seek(w.from) || out.write(bytes) != bytes.size())
+                return fail(QStringLiteral("%1: cannot write the fetched bytes into %2: %3")
+                                .arg(path, local, out.errorString()));
+        }
+    }
     const QString remoteFile = QFileInfo(remote).fileName();
     RemoteOrigin origin {host->toString(), remoteDir, mirror};
     return importLocal(store, isFile ? mirror + "/" + remoteFile : mirror, &origin);
@@ -643,7 +684,8 @@ ImportWatcher::ImportWatcher(RunStore& store, qint64 runId, QString folder, QObj
 void ImportWatcher::start(int pollMs)
 {
     if (isRemoteImportPath(m_folder))
-        pollMs = std::max(pollMs, 10000); // each poll fetches the folder again over ssh
+        pollMs = std::max(pollMs, 10000); // each poll lists the folder over ssh, then fetches
+                                          // what each file gained
     m_signature = signature();            // the import that recorded the run read these files
     m_timer.start(pollMs);
 }

@@ -808,10 +808,10 @@ void Launcher::Session::peerAborted(NodeRendezvous::Peer& peer, const std::strin
     const std::string reason = data.value("reason", "");
     const bool rankCause = reason == "rank_failed" || reason == "rank_hung";
     const std::string node = "node " + std::to_string(peer.nodeRank);
-    const std::string message = rankCause ? node + ": " + report.value("message", std::string())
-                                          : node + " stopped the run (one of its ranks failed)";
-    if (!rankCause)
-        data = {{"reason", "node_failed"}};
+    const std::string said = report.is_object() ? report.value("message", std::string()) : "";
+    const std::string message = said.empty() ? node + " stopped the run" : node + ": " + said;
+    if (!rankCause) // its launcher was stopped, its disk is full, it lost a node: not restarted
+        data = {{"reason", "node_failed"}, {"node_reason", reason}};
     if (!data.contains("node"))
         data["node"] = peer.nodeRank;
     if (!stopping) {
@@ -1296,8 +1296,13 @@ int Launcher::finish(Session& s)
     }
     failure.wallTimeSec = s.wallTime();
     failure.step = s.lastKnownStep();
-    appendEvent(s.runDir.eventsFile(), failure);
-    if (failure.kind == "error") {
+    // Node 0's verdict is the run's (it learned the other nodes' causes from their ABORTs); another
+    // node records its own only when node 0 is gone and cannot.
+    const bool records = m_options.nodeRank == 0
+        || (failure.data.value("reason", "") == "node_lost" && failure.data.value("node", -1) == 0);
+    if (records)
+        appendEvent(s.runDir.eventsFile(), failure);
+    if (records && failure.kind == "error") {
         protocol::EventRecord finish;
         finish.kind = "finish";
         finish.step = failure.step;

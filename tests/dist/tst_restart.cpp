@@ -43,6 +43,16 @@ Process launch(const std::string& out, int maxRestarts, const std::string& hangT
     return spawnProcess(argv);
 }
 
+// One node's launcher of a two-node run on loopback, one rank each, --max-restarts 2, sharing the
+// run folder `dir` as the SSH and Slurm launchers' nodes do.
+Process launchNode(const std::string& dir, const std::string& port, int nodeRank)
+{
+    return launch(dir, 2, "", {},
+        {"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", std::to_string(nodeRank),
+            "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", "60",
+            "--run-dir", dir});
+}
+
 // The step of the last record in metrics.jsonl (0 when there is none).
 int64_t lastStep(const std::string& dir)
 {
@@ -236,12 +246,7 @@ void testTwoNodesRestart(const std::map<int64_t, double>& reference)
 {
     const std::string dir = makeTempDir("restart-nodes");
     const std::string port = std::to_string(freePort());
-    auto node = [&](int rank) {
-        return launch(dir, 2, "", {},
-            {"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", std::to_string(rank),
-                "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", "60",
-                "--run-dir", dir});
-    };
+    auto node = [&](int rank) { return launchNode(dir, port, rank); };
     auto n1 = node(1);
     auto n0 = node(0);
     const auto node1Rank = [&](pid_t previous) {
@@ -288,12 +293,7 @@ void testLostNodeEndsRun()
 {
     const std::string dir = makeTempDir("restart-lost-node");
     const std::string port = std::to_string(freePort());
-    auto node = [&](int rank) {
-        return launch(dir, 2, "", {},
-            {"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", std::to_string(rank),
-                "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", "60",
-                "--run-dir", dir});
-    };
+    auto node = [&](int rank) { return launchNode(dir, port, rank); };
     auto n1 = node(1);
     auto n0 = node(0);
     SHARD_EXPECT(waitForLastStep(n0, dir, 3), "the run ended before step 3: " + n0.err);

@@ -625,8 +625,8 @@ void TestRunImport::configBesideTheRun()
 void TestRunImport::overSsh()
 {
     // HOST:PATH through a real sshd on loopback: the files are fetched, the run records the
-    // host and its path there, importing again updates it. CTest runs it as tst_run_import_ssh
-    // (label ssh, like the other tests that start an sshd).
+    // host and its path there, importing again updates it with only the bytes each file gained.
+    // CTest runs it as tst_run_import_ssh (label ssh, like the other tests that start an sshd).
     if (qEnvironmentVariableIsEmpty("SHARD_TEST_SSH"))
         QSKIP("run as tst_run_import_ssh");
     SshdFixture sshd;
@@ -667,6 +667,31 @@ void TestRunImport::overSsh()
     QCOMPARE(again->runs[0].runId, id);
     QCOMPARE(*store->metricCount(id), qint64(3));
     QCOMPARE(store->listRuns()->size(), 1);
+    // Only what the file gained crosses the connection: bytes already fetched are not read
+    // again (here the job's earlier records are overwritten on the remote side, which a whole
+    // fetch would read as a broken file), and the new record arrives.
+    const QString mirrored = QFileInfo(store->path()).absolutePath() + "/imported/node0"
+        + dir.absolutePath() + "/events.out.tfevents.7.node.1.0";
+    const QByteArray before = SshdFixture::read(mirrored);
+    QCOMPARE(before, SshdFixture::read(file));
+    {
+        QFile f(file);
+        QVERIFY(f.open(QIODevice::ReadWrite));
+        const qint64 firstScalar = versionRecord().size();
+        QVERIFY(f.seek(firstScalar));
+        f.write(QByteArray(scalarEvent(10, 1, "train/loss", 3.0f).size(), '\0'));
+        QVERIFY(f.seek(f.size()));
+        f.write(scalarEvent(13, 4, "train/loss", 1.25f));
+    }
+    auto offset = importRuns(*store, remote, ssh);
+    QVERIFY2(offset, qPrintable(offset.error()));
+    QCOMPARE(*store->metricCount(id), qint64(4));
+    QCOMPARE(SshdFixture::read(mirrored), before + scalarEvent(13, 4, "train/loss", 1.25f));
+    // A file that shrank was written anew: fetched whole.
+    writeAll(file, versionRecord() + scalarEvent(20, 1, "train/loss", 0.5f));
+    auto rewritten = importRuns(*store, remote, ssh);
+    QVERIFY2(rewritten, qPrintable(rewritten.error()));
+    QCOMPARE(SshdFixture::read(mirrored), SshdFixture::read(file));
     auto missing = importRuns(*store, "node0:" + m_tmp.filePath("nothing-here"), ssh);
     QVERIFY(!missing);
     QVERIFY2(missing.error().contains("no such file or folder"), qPrintable(missing.error()));
