@@ -492,7 +492,6 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path, const SshO
     struct Wanted {
         QString file; // relative to remoteDir ("./a/b")
         qint64 from = 0;
-        qint64 length = 0;
     };
     std::vector<Wanted> wanted;
     QString fetch;
@@ -502,11 +501,12 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path, const SshO
             continue;
         const qint64 size = entry.left(space).toLongLong();
         const QString file = QString::fromUtf8(entry.mid(space + 1));
-        const qint64 have = QFileInfo(mirror + "/" + file).size(); // 0 when absent
-        if (size == have && QFileInfo::exists(mirror + "/" + file))
+        const QFileInfo mirrored(mirror + "/" + file);
+        const qint64 have = mirrored.exists() ? mirrored.size() : -1;
+        if (size == have)
             continue;
-        const qint64 from = size > have ? have : 0;
-        wanted.push_back({file, from, size - from});
+        const qint64 from = size > have && have > 0 ? have : 0;
+        wanted.push_back({file, from});
         // Exactly the bytes listed: the rest of a record still being written comes next time.
         fetch += QStringLiteral("tail -c +%1 %2 | head -c %3 | base64 -w0; echo; ")
                      .arg(from + 1)

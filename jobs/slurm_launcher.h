@@ -9,30 +9,12 @@
 #include "jobs/launch_request.h"
 #include "jobs/run_store.h"
 #include "jobs/run_watcher.h"
+#include "jobs/slurm_options.h"
 #include "jobs/ssh_client.h"
 
 class QTimer;
 
 namespace shard::jobs {
-
-// A time limit as sbatch reads it: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.
-inline constexpr const char* kSlurmTimePattern
-    = R"(^(\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$)";
-
-struct SlurmOptions {
-    int nodes = 1;
-    int gpusPerNode = 0;
-    int cpusPerTask = 0;
-    QString time; // e.g. 02:00:00
-    QString partition;
-    QString account;
-    QStringList env;       // KEY=VALUE exported in the job
-    QStringList clientEnv; // KEY=VALUE for the sbatch/squeue/scancel commands (e.g. SLURM_CONF)
-    QString via;           // [user@]host[:port] of a login node; empty: this machine
-    // Seconds before the time limit at which Slurm sends SIGUSR1 (--signal=USR1@N): the ranks
-    // write a checkpoint and stop, and the job requeues itself to continue from it. 0: none.
-    int preemptSignalSec = 120;
-};
 
 // A job's state as Slurm names it (PENDING, RUNNING, COMPLETED, CANCELLED, FAILED, TIMEOUT, ...).
 struct SlurmJobState {

@@ -71,7 +71,7 @@ HostsPage::HostsPage(QWidget* parent)
     m_preemptSignal = new QSpinBox(this);
     m_preemptSignal->setObjectName("preemptSignal");
     m_preemptSignal->setRange(0, 86400);
-    m_preemptSignal->setValue(120);
+    m_preemptSignal->setValue(jobs::kDefaultPreemptSignalSec);
     m_preemptSignal->setSuffix(tr(" s before the limit"));
     m_preemptSignal->setSpecialValueText(tr("off"));
     m_preemptSignal->setToolTip(
@@ -494,7 +494,7 @@ void HostsPage::loadSettings()
         e.user = s.value("user").toString();
         e.partition = s.value("partition").toString();
         e.timeLimit = s.value("timeLimit").toString();
-        e.preemptSignalSec = s.value("preemptSignalSec", 120).toInt();
+        e.preemptSignalSec = s.value("preemptSignalSec", jobs::kDefaultPreemptSignalSec).toInt();
         e.gpuName = s.value("gpuName").toString();
         e.gpuMemoryMiB = s.value("gpuMemoryMiB", 0.0).toDouble();
         e.gpuCount = s.value("gpuCount", 0).toInt();

@@ -9,6 +9,7 @@
 
 #include "jobs/host_check.h"
 #include "jobs/result.h"
+#include "jobs/slurm_options.h"
 #include "jobs/ssh_client.h"
 
 class QComboBox;
@@ -38,7 +39,7 @@ struct HostEntry {
     // before it Slurm sends SIGUSR1 so the ranks write a checkpoint and the job requeues itself
     // (--signal=USR1@N; 0: none).
     QString timeLimit;
-    int preemptSignalSec = 120;
+    int preemptSignalSec = jobs::kDefaultPreemptSignalSec;
 };
 
 class HostsPage : public QWidget {

@@ -9,6 +9,7 @@
 
 #include "command.h"
 #include "jobs/command_run.h"
+#include "jobs/slurm_options.h"
 #include "protocol/run_spec.h"
 #include "protocol/train_flags.h"
 #include "run_follow.h"
@@ -33,7 +34,7 @@ struct RunOptions {
     int nodes = 1;
     int gpusPerNode = 0;
     int cpusPerTask = 0;
-    int preemptSignalSec = 120;
+    int preemptSignalSec = jobs::kDefaultPreemptSignalSec;
     std::string time, partition, account;
     std::vector<std::string> args;
     // A command instead of the engine (jobs/command_run.h).
@@ -276,7 +277,8 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--cpus-per-task", o->cpusPerTask, "Slurm: CPUs per node launcher");
     cmd->add_option("--preempt-signal", o->preemptSignalSec,
            "Slurm: seconds before the time limit at which the ranks get SIGUSR1, write a "
-           "checkpoint and the job requeues itself to continue from it (default 120; 0: none)")
+           "checkpoint and the job requeues itself to continue from it (default "
+               + std::to_string(jobs::kDefaultPreemptSignalSec) + "; 0: none)")
         ->check(cmdline::nonNegativeNumber());
     cmd->add_option("--time", o->time, "Slurm: time limit (e.g. 02:00:00)");
     cmd->add_option("--partition", o->partition, "Slurm: partition");

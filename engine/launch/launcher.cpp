@@ -286,6 +286,15 @@ struct Launcher::Session {
     // A failure that another node's report explains better: "node N stopped the run", or a rank
     // of this node that exited with 1 (not killed) saying nothing or that its peers were lost.
     bool failureIsConsequence() const { return haveFailure && explainedByPeer(failure.data); }
+    // Ends the failure's message with why the run is not restarted (also in its data, with the
+    // restarts made so far); returns false, the answer of a restart decision that says no.
+    bool notRestarted(const std::string& why, int restartsMade)
+    {
+        failure.message += "; not restarted: " + why;
+        failure.data["restarts"] = restartsMade;
+        failure.data["not_restarted"] = why;
+        return false;
+    }
 
     // Forks and execs local rank `local`: its own process group, stdin from /dev/null, stdout
     // to the forwarding pipe (rank 0) or its log, stderr to its log, the heartbeat pipe on fd 3.
@@ -1147,11 +1156,7 @@ bool Launcher::followRestartVerdict(Session& s)
 {
     const LaunchOptions& o = m_options;
     protocol::EventRecord& failure = s.failure;
-    auto notRestarted = [&](const std::string& why) {
-        failure.message += "; not restarted: " + why;
-        failure.data["not_restarted"] = why;
-        return false;
-    };
+    auto notRestarted = [&](const std::string& why) { return s.notRestarted(why, m_restarts); };
     // This node's launcher was told to stop, or could not write: it ends, and node 0 sees it go.
     const std::string reason = failure.data.value("reason", "");
     if (reason == "stopped" || reason == "write_failed")
@@ -1199,12 +1204,7 @@ bool Launcher::decideRestart(Session& s)
     const LaunchOptions& o = m_options;
     protocol::EventRecord& failure = s.failure;
     const std::string reason = failure.data.value("reason", "");
-    auto notRestarted = [&](const std::string& why) {
-        failure.message += "; not restarted: " + why;
-        failure.data["restarts"] = m_restarts;
-        failure.data["not_restarted"] = why;
-        return false;
-    };
+    auto notRestarted = [&](const std::string& why) { return s.notRestarted(why, m_restarts); };
     if (reason == "node_lost")
         return notRestarted("a restart brings back every node's ranks, and node "
             + std::to_string(failure.data.value("node", -1)) + "'s launcher is gone");
