@@ -329,7 +329,7 @@ Result<qint64> startOnSlurm(
     const SlurmOptions& o = request.target.slurm;
     if (o.nodes < 1)
         return fail(QStringLiteral("Slurm: --nodes must be at least 1"));
-    SlurmLauncher slurm(store, SshClient(sshOptions));
+    SlurmLauncher slurm(&store, {}, SshClient(sshOptions));
     if (auto s = slurm.available(o); !s)
         return fail(s.error());
     const bool here = o.via.isEmpty();

@@ -1,7 +1,9 @@
 // One interface for starting, stopping, resuming, describing and following a run, whatever its
-// target: this machine, SSH hosts, or a Slurm cluster (docs/ARCHITECTURE.md, "The run service").
-// The CLI (`shard run/stop/attach`) and the studio's RunService reach the launchers only
-// through it, and makeLauncher / launcherOf are the only places that look at a target's name.
+// target: this machine (LocalLauncher), SSH hosts (SshLauncher), a Slurm cluster
+// (SlurmLauncher), or a folder another tool wrote (ImportTarget) (docs/ARCHITECTURE.md, "The run
+// service"). Each implements Launcher itself; the CLI (`shard run/stop/attach`) and the studio's
+// RunService reach them only through it, and makeLauncher / launcherOf are the only places that
+// switch over a target's kind.
 #pragma once
 
 #include <memory>
@@ -18,7 +20,7 @@
 #include "jobs/result.h"
 #include "jobs/run_store.h"
 #include "jobs/run_watcher.h"
-#include "jobs/slurm_launcher.h"
+#include "jobs/slurm_options.h"
 #include "jobs/ssh_client.h"
 
 namespace shard::jobs {
@@ -80,6 +82,12 @@ public:
     Result<qint64> resume(const RunRecord& run, qint64 moreSteps = 0,
         ContinueSchedule schedule = ContinueSchedule::Stretch);
 };
+
+// A launcher's store: fails with "no run store is open" when it has none (a launcher made for
+// describe() and checkHost() only).
+Status requireStore(const RunStore* store);
+// The launch spec as describe() ends with it: the file's path as a comment, then its JSON.
+QString launchSpecSection(const LaunchRequest& request);
 
 // A launcher for a target; `store` may be null for describe() and checkHost().
 Result<std::unique_ptr<Launcher>> makeLauncher(const LaunchTarget& target, RunStore* store,

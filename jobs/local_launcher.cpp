@@ -8,6 +8,8 @@
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QProcess>
+#include <QRegularExpression>
 #include <QStandardPaths>
 #include <nlohmann/json.hpp>
 
@@ -68,6 +70,8 @@ qint64 LocalLauncher::startTimeOf(const RunRecord& run)
 
 Result<qint64> LocalLauncher::start(const LaunchRequest& request)
 {
+    if (auto s = requireStore(m_store); !s)
+        return fail(s.error());
     const QString worker = findWorker(request.workerProgram);
     if (worker.isEmpty())
         return fail(QStringLiteral("shard-worker not found ('%1'): build it (cmake --build "
@@ -100,7 +104,7 @@ Result<qint64> LocalLauncher::start(const LaunchRequest& request)
     nr.specJson = recordedSpecJson(req.spec);
     nr.target = TargetKind::Local;
     nr.runDir = runDir;
-    auto id = req.resume ? m_store.reopenOrCreateRun(nr) : m_store.createRun(nr);
+    auto id = req.resume ? m_store->reopenOrCreateRun(nr) : m_store->createRun(nr);
     if (!id)
         return id;
 
@@ -114,16 +118,67 @@ Result<qint64> LocalLauncher::start(const LaunchRequest& request)
     const QString log = runDir + QStringLiteral("/logs/launcher.out");
     auto spawned = LocalProcess::spawnDetached(worker, args, runDir, log, env);
     if (!spawned) {
-        (void)m_store.setStatus(*id, RunStatus::Failed, spawned.error());
+        (void)m_store->setStatus(*id, RunStatus::Failed, spawned.error());
         return fail(spawned.error());
     }
     const nlohmann::json info = {{"start_time", spawned->startTime}, {"log", log.toStdString()},
         {"worker", worker.toStdString()}};
-    if (auto s = m_store.setProcess(*id, spawned->pid, QByteArray::fromStdString(info.dump())); !s)
+    if (auto s = m_store->setProcess(*id, spawned->pid, QByteArray::fromStdString(info.dump())); !s)
         return fail(s.error());
-    if (auto s = m_store.setStatus(*id, RunStatus::Running); !s)
+    if (auto s = m_store->setStatus(*id, RunStatus::Running); !s)
         return fail(s.error());
     return id;
+}
+
+namespace {
+
+// Quoted for a POSIX shell only where it needs it, so a plain command line reads plainly.
+QString readableQuote(const QString& s)
+{
+    static const QRegularExpression safe("^[A-Za-z0-9_./:=+@%-]+$");
+    return !s.isEmpty() && safe.match(s).hasMatch() ? s : SshClient::shellQuote(s);
+}
+
+} // namespace
+
+Result<QString> LocalLauncher::describe(const LaunchRequest& request) const
+{
+    // What start() spawns.
+    const QString found = findWorker(request.workerProgram);
+    QStringList quoted = {readableQuote(found.isEmpty() ? request.workerProgram : found)};
+    for (const QString& a :
+        workerLaunchArgs(request, request.runDir, request.runDir, 1, 0, {}, request.masterPort))
+        quoted << readableQuote(a);
+    return QObject::tr("# Runs on this machine, detached (it outlives the studio):\n")
+        + quoted.join(' ') + launchSpecSection(request);
+}
+
+Result<HostCheck> LocalLauncher::checkHost(const QString& workerProgram) const
+{
+    const QString worker = findWorker(workerProgram);
+    if (worker.isEmpty())
+        return fail(QObject::tr("%1 is not installed on this machine (set SHARD_WORKER or put it "
+                                "on PATH)")
+                        .arg(workerProgram));
+    QProcess p;
+    p.start(worker, {QStringLiteral("--version")});
+    if (!p.waitForFinished(30000) || p.exitCode() != 0)
+        return fail(QObject::tr("%1 --version failed: %2")
+                        .arg(worker, QString::fromUtf8(p.readAllStandardError()).trimmed()));
+    HostCheck check;
+    check.answer = QString::fromUtf8(p.readAllStandardOutput()).section('\n', 0, 0).trimmed();
+    check.gpus = localGpus();
+    return check;
+}
+
+Result<std::unique_ptr<RunWatcher>> LocalLauncher::watch(const RunRecord& run, QObject* parent)
+{
+    if (auto s = requireStore(m_store); !s)
+        return fail(s.error());
+    auto w = std::make_unique<LocalRunWatcher>(*m_store, run.id, run.runDir, parent);
+    w->setProcess(run.pid, startTimeOf(run));
+    w->start(250);
+    return std::unique_ptr<RunWatcher>(std::move(w));
 }
 
 Result<QVector<qint64>> LocalLauncher::reconcile(RunStore& store)
@@ -169,6 +224,8 @@ bool folderIsStale(const protocol::RunDir& files)
 
 Result<qint64> LocalLauncher::attach(const QString& directory)
 {
+    if (auto s = requireStore(m_store); !s)
+        return fail(s.error());
     if (directory.isEmpty())
         return fail(QStringLiteral("Enter or choose a run folder first."));
     const QString dir = QDir(directory).absolutePath();
@@ -179,14 +236,14 @@ Result<qint64> LocalLauncher::attach(const QString& directory)
     const protocol::RunDir files(dir.toStdString());
     const QString pidPath = QString::fromStdString(files.pidFile());
     const std::optional<bool> launcherAlive = LocalProcess::pidFileAlive(pidPath);
-    auto known = m_store.findRunByDir(QString(), dir);
+    auto known = m_store->findRunByDir(QString(), dir);
     if (!known)
         return fail(known.error());
     qint64 id = known.value();
-    if (id != 0 && m_store.isReadOnly())
+    if (id != 0 && m_store->isReadOnly())
         return id;
     if (id == 0) {
-        if (m_store.isReadOnly())
+        if (m_store->isReadOnly())
             return fail(QStringLiteral("%1 is not in the run store, and the store is open "
                                        "read-only, so it cannot be recorded")
                             .arg(directory));
@@ -225,7 +282,7 @@ Result<qint64> LocalLauncher::attach(const QString& directory)
         nr.specJson = specJson;
         nr.runDir = dir;
         nr.status = RunStatus::Running;
-        auto created = m_store.createRun(nr);
+        auto created = m_store->createRun(nr);
         if (!created)
             return fail(created.error());
         id = created.value();
@@ -235,12 +292,12 @@ Result<qint64> LocalLauncher::attach(const QString& directory)
             const qint64 pid
                 = pidFile.open(QIODevice::ReadOnly) ? pidFile.readAll().trimmed().toLongLong() : 0;
             const nlohmann::json info = {{"start_time", LocalProcess::startTime(pid)}};
-            (void)m_store.setProcess(id, pid, QByteArray::fromStdString(info.dump()));
+            (void)m_store->setProcess(id, pid, QByteArray::fromStdString(info.dump()));
         }
     }
-    if (auto stats = Ingestor(m_store).ingestRunDir(id, dir); !stats)
+    if (auto stats = Ingestor(*m_store).ingestRunDir(id, dir); !stats)
         return fail(QStringLiteral("Importing %1: %2").arg(directory, stats.error()));
-    auto run = m_store.run(id);
+    auto run = m_store->run(id);
     if (!run)
         return fail(run.error());
     if (isTerminal(run->status))
@@ -256,14 +313,16 @@ Result<qint64> LocalLauncher::attach(const QString& directory)
         vanished = launcherAlive == false || (!launcherAlive && folderIsStale(files));
     }
     if (vanished)
-        if (auto s = settleVanishedRun(m_store, id, dir); !s)
+        if (auto s = settleVanishedRun(*m_store, id, dir); !s)
             return fail(s.error());
     return id;
 }
 
 Status LocalLauncher::stop(qint64 runId, int graceMs)
 {
-    auto run = m_store.run(runId);
+    if (auto s = requireStore(m_store); !s)
+        return s;
+    auto run = m_store->run(runId);
     if (!run)
         return fail(run.error());
     if (run->target != TargetKind::Local)
@@ -278,10 +337,10 @@ Status LocalLauncher::stop(qint64 runId, int graceMs)
         return fail(QStringLiteral("run %1: launcher pid %2 did not exit after TERM and KILL")
                         .arg(runId)
                         .arg(run->pid));
-    Ingestor ingestor(m_store);
+    Ingestor ingestor(*m_store);
     if (auto s = ingestor.ingestRunDir(runId, run->runDir); !s)
         return fail(s.error());
-    return markStoppedOnRequest(m_store, runId);
+    return markStoppedOnRequest(*m_store, runId);
 }
 
 } // namespace shard::jobs

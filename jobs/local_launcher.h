@@ -6,6 +6,7 @@
 #include <QVector>
 
 #include "jobs/launch_request.h"
+#include "jobs/launcher.h"
 #include "jobs/run_store.h"
 
 namespace shard::jobs {
@@ -16,12 +17,23 @@ namespace shard::jobs {
 QString findProjectProgram(
     const QString& name, const char* envVar, const QStringList& buildTreeDirs = {});
 
-class LocalLauncher {
+class LocalLauncher : public Launcher {
 public:
-    explicit LocalLauncher(RunStore& store)
+    // `store` may be null for describe() and checkHost().
+    explicit LocalLauncher(RunStore* store)
         : m_store(store)
     {
     }
+
+    TargetKind kind() const override { return TargetKind::Local; }
+    // The command line start() spawns, and the launch spec.
+    Result<QString> describe(const LaunchRequest& request) const override;
+    // The worker found here, its --version line and this machine's GPUs.
+    Result<HostCheck> checkHost(const QString& workerProgram = "shard-worker") const override;
+    std::optional<SshHost> fileHost(const RunRecord&) const override { return std::nullopt; }
+    // A LocalRunWatcher on the run folder and the recorded launcher process.
+    Result<std::unique_ptr<RunWatcher>> watch(
+        const RunRecord& run, QObject* parent = nullptr) override;
 
     // $SHARD_WORKER, next to this executable (install or build tree), then PATH; or "" .
     static QString findWorker(const QString& requested = QStringLiteral("shard-worker"));
@@ -29,7 +41,7 @@ public:
     static QString defaultRunsRoot();
 
     // Creates the run record, prepares the run directory and starts the launcher.
-    Result<qint64> start(const LaunchRequest& request);
+    Result<qint64> start(const LaunchRequest& request) override;
 
     // After a restart: local runs still marked queued/running whose launcher is alive are
     // returned (watch them again); the others are settled (interrupted, or failed/finished by
@@ -37,19 +49,19 @@ public:
     static Result<QVector<qint64>> reconcile(RunStore& store);
 
     // TERM to the launcher (it stops its ranks), KILL to its session after graceMs.
-    Status stop(qint64 runId, int graceMs = 10000);
+    Status stop(qint64 runId, int graceMs = 10000) override;
 
     // The run recorded for a run folder on this machine, or a new record made from its run.json
     // (or, before the run writes that, its launch-spec.json); either way ingested from the
     // store's offsets, so nothing twice. A run whose launcher is gone (or, without a pid file,
     // whose folder has not been written for a minute) is settled from its events.
-    Result<qint64> attach(const QString& directory);
+    Result<qint64> attach(const QString& directory) override;
 
     // Pid and start time recorded for a local run (0 when none).
     static qint64 startTimeOf(const RunRecord& run);
 
 private:
-    RunStore& m_store;
+    RunStore* m_store;
 };
 
 } // namespace shard::jobs

@@ -21,10 +21,11 @@ void RunSeries::append(const protocol::MetricRecord& r)
     tokens.append(double(r.tokens));
     wallTimeSec.append(r.wallTimeSec);
     loss.append(r.loss);
-    lr.append(r.lr);
-    gradNorm.append(r.gradNorm);
-    tokensPerSec.append(r.tokensPerSec);
-    evalLoss.append(r.evalLoss.value_or(std::numeric_limits<double>::quiet_NaN()));
+    constexpr double absent = std::numeric_limits<double>::quiet_NaN();
+    lr.append(r.lr.value_or(absent));
+    gradNorm.append(r.gradNorm.value_or(absent));
+    tokensPerSec.append(r.tokensPerSec.value_or(absent));
+    evalLoss.append(r.evalLoss.value_or(absent));
     stepTimeSec.append(r.stepTimeSec);
     commBytes.append(double(r.commBytes));
     double peak = 0.0;

@@ -446,7 +446,7 @@ private:
         if (!directory.isEmpty() && !dir.exists(QStringLiteral("run.json"))
             && !dir.exists(QStringLiteral("metrics.jsonl")) && hasImportableFiles(directory))
             return ImportTarget(m_store.get()).attach(directory);
-        return LocalLauncher(*m_store).attach(directory);
+        return LocalLauncher(m_store.get()).attach(directory);
     }
 
     // A Slurm run that a preemption or a requeue's stop ended: Slurm may have started its job

@@ -1080,8 +1080,8 @@ Status RunStore::appendMetrics(
         first = false;
         if (!bestLoss || r.loss < *bestLoss)
             bestLoss = r.loss;
-        if (r.tokensPerSec > 0) {
-            tpsSum += r.tokensPerSec;
+        if (r.tokensPerSec.value_or(0.0) > 0) {
+            tpsSum += *r.tokensPerSec;
             ++tpsCount;
         }
     }

@@ -11,6 +11,7 @@
 #include "jobs/local_launcher.h"
 #include "jobs/local_run_watcher.h"
 #include "jobs/remote_run_watcher.h"
+#include "jobs/ssh_launcher.h"
 #include "protocol/run_dir.h"
 
 namespace shard::jobs {
@@ -254,6 +255,8 @@ Status SlurmLauncher::available(const SlurmOptions& o) const
 
 Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOptions& given)
 {
+    if (auto s = requireStore(m_store); !s)
+        return fail(s.error());
     auto fitted = fitToRun(request, given); // refused before anything is made on the cluster
     if (!fitted)
         return fail(fitted.error());
@@ -309,17 +312,17 @@ Result<qint64> SlurmLauncher::submit(const LaunchRequest& request, const SlurmOp
     nr.target = TargetKind::Slurm;
     nr.host = o.via;
     nr.runDir = absDir;
-    auto id = req.resume ? m_store.reopenOrCreateRun(nr) : m_store.createRun(nr);
+    auto id = req.resume ? m_store->reopenOrCreateRun(nr) : m_store->createRun(nr);
     if (!id)
         return id;
     auto jobId = sbatch(o, absDir, scriptPath);
     if (!jobId) {
-        (void)m_store.setStatus(*id, RunStatus::Failed, jobId.error());
+        (void)m_store->setStatus(*id, RunStatus::Failed, jobId.error());
         return fail(jobId.error());
     }
-    if (auto s = m_store.setJobId(*id, *jobId); !s)
+    if (auto s = m_store->setJobId(*id, *jobId); !s)
         return fail(s.error());
-    if (auto s = m_store.setProcess(
+    if (auto s = m_store->setProcess(
             *id, 0, launchInfo(o, scriptPath, {{"worker", request.workerProgram}}));
         !s)
         return fail(s.error());
@@ -386,22 +389,24 @@ Result<SlurmJobState> SlurmLauncher::jobState(const QString& jobId, const SlurmO
 
 Result<RunStatus> SlurmLauncher::poll(qint64 runId, bool* jobAlive)
 {
+    if (auto s = requireStore(m_store); !s)
+        return fail(s.error());
     if (jobAlive)
         *jobAlive = false;
-    auto run = m_store.run(runId);
+    auto run = m_store->run(runId);
     if (!run)
         return fail(run.error());
     const SlurmOptions o = optionsOf(*run);
     // Read what the run folder holds (locally, or from the via host).
     auto ingest = [&]() -> Status {
         if (o.via.isEmpty()) {
-            auto read = Ingestor(m_store).ingestRunDir(runId, run->runDir);
+            auto read = Ingestor(*m_store).ingestRunDir(runId, run->runDir);
             return read ? Status {} : Status {fail(read.error())};
         }
         auto host = SshHost::parse(o.via);
         if (!host)
             return {};
-        auto read = RemoteRunWatcher::catchUp(m_store, runId, m_ssh, *host, run->runDir);
+        auto read = RemoteRunWatcher::catchUp(*m_store, runId, m_ssh, *host, run->runDir);
         return read ? Status {} : Status {fail(read.error())};
     };
     if (isTerminal(run->status)) {
@@ -416,7 +421,7 @@ Result<RunStatus> SlurmLauncher::poll(qint64 runId, bool* jobAlive)
             *jobAlive = true;
         if (auto s = ingest(); !s)
             return fail(s.error());
-        auto now = m_store.run(runId);
+        auto now = m_store->run(runId);
         if (!now)
             return fail(now.error());
         if (isTerminal(now->status)
@@ -424,7 +429,7 @@ Result<RunStatus> SlurmLauncher::poll(qint64 runId, bool* jobAlive)
             const QString msg = QStringLiteral("Slurm requeued job %1; the run continues from "
                                                "its latest checkpoint when the job starts again")
                                     .arg(run->jobId);
-            if (auto s = m_store.setStatus(runId, RunStatus::Queued, msg); !s)
+            if (auto s = m_store->setStatus(runId, RunStatus::Queued, msg); !s)
                 return fail(s.error());
             return RunStatus::Queued;
         }
@@ -438,27 +443,29 @@ Result<RunStatus> SlurmLauncher::poll(qint64 runId, bool* jobAlive)
             *jobAlive = true;
         const RunStatus now = st->state.isEmpty() ? run->status : st->runStatus();
         if (now != run->status)
-            if (auto s = m_store.setStatus(runId, now); !s)
+            if (auto s = m_store->setStatus(runId, now); !s)
                 return fail(s.error());
         return now;
     }
     // Ended: read everything it wrote; its own finish event wins over Slurm's summary.
     if (auto s = ingest(); !s)
         return fail(s.error());
-    auto after = m_store.run(runId);
+    auto after = m_store->run(runId);
     if (after && isTerminal(after->status))
         return after->status;
     const RunStatus status
         = st->runStatus() == RunStatus::Finished ? RunStatus::Interrupted : st->runStatus();
     const QString msg = QStringLiteral("Slurm job %1 ended %2").arg(run->jobId, st->state);
-    if (auto s = m_store.setStatus(runId, status, msg); !s)
+    if (auto s = m_store->setStatus(runId, status, msg); !s)
         return fail(s.error());
     return status;
 }
 
 Status SlurmLauncher::cancel(qint64 runId)
 {
-    auto run = m_store.run(runId);
+    if (auto s = requireStore(m_store); !s)
+        return s;
+    auto run = m_store->run(runId);
     if (!run)
         return fail(run.error());
     if (run->target != TargetKind::Slurm || run->jobId.isEmpty())
@@ -480,8 +487,61 @@ Status SlurmLauncher::cancel(qint64 runId)
     if (!status)
         return fail(status.error());
     if (!isTerminal(*status))
-        return m_store.setStatus(runId, RunStatus::Stopped, QStringLiteral("cancelled"));
+        return m_store->setStatus(runId, RunStatus::Stopped, QStringLiteral("cancelled"));
     return {};
+}
+
+Result<QString> SlurmLauncher::describe(const LaunchRequest& request) const
+{
+    auto script = sbatchScript(request, m_slurm, request.runDir);
+    if (!script)
+        return fail(script.error());
+    return QObject::tr("# Submitted with sbatch %1as %2/job.sbatch:\n")
+               .arg(m_slurm.via.isEmpty() ? QString() : QObject::tr("on %1 ").arg(m_slurm.via),
+                   request.runDir)
+        + script.value() + launchSpecSection(request);
+}
+
+Result<HostCheck> SlurmLauncher::checkHost(const QString& workerProgram) const
+{
+    if (m_slurm.via.isEmpty())
+        return LocalLauncher(nullptr).checkHost(workerProgram);
+    auto host = SshHost::parse(m_slurm.via);
+    if (!host)
+        return fail(host.error());
+    return SshLauncher::checkHost(m_ssh, host.value(), workerProgram);
+}
+
+Result<qint64> SlurmLauncher::attach(const QString& runDir)
+{
+    // A Slurm run is recorded when it is submitted; its watcher catches up through sacct and the
+    // folder on the login node.
+    if (auto s = requireStore(m_store); !s)
+        return fail(s.error());
+    auto known = m_store->findRunByDir(m_slurm.via, runDir);
+    if (!known)
+        return fail(known.error());
+    if (known.value() == 0)
+        return fail(QObject::tr("%1 is not the folder of a Slurm run in this store; attach to a "
+                                "job's folder as HOST:RUNDIR on its login node")
+                        .arg(runDir));
+    return known.value();
+}
+
+std::optional<SshHost> SlurmLauncher::fileHost(const RunRecord& run) const
+{
+    const QString via = optionsOf(run).via;
+    auto host = SshHost::parse(via);
+    return !via.isEmpty() && host ? std::optional<SshHost>(host.value()) : std::nullopt;
+}
+
+Result<std::unique_ptr<RunWatcher>> SlurmLauncher::watch(const RunRecord& run, QObject* parent)
+{
+    if (auto s = requireStore(m_store); !s)
+        return fail(s.error());
+    auto w = std::make_unique<SlurmRunWatcher>(*m_store, run.id, m_ssh.options(), parent);
+    w->start(2000);
+    return std::unique_ptr<RunWatcher>(std::move(w));
 }
 
 SlurmRunWatcher::SlurmRunWatcher(
@@ -560,7 +620,7 @@ void SlurmRunWatcher::pollJob()
 {
     if (m_done)
         return;
-    SlurmLauncher launcher(m_store, SshClient(m_sshOptions));
+    SlurmLauncher launcher(&m_store, {}, SshClient(m_sshOptions));
     auto before = m_store.run(m_runId);
     bool jobAlive = false;
     auto status = launcher.poll(m_runId, &jobAlive);

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "jobs/launch_request.h"
+#include "jobs/launcher.h"
 #include "jobs/run_store.h"
 #include "jobs/run_watcher.h"
 #include "jobs/slurm_options.h"
@@ -23,13 +24,33 @@ struct SlurmJobState {
     RunStatus runStatus() const;
 };
 
-class SlurmLauncher {
+class SlurmLauncher : public Launcher {
 public:
-    SlurmLauncher(RunStore& store, SshClient ssh = SshClient())
+    // A launcher for jobs with `options` (start() submits with them); `store` may be null for
+    // describe(), checkHost() and the static helpers.
+    SlurmLauncher(RunStore* store, SlurmOptions options = {}, SshClient ssh = SshClient())
         : m_store(store)
+        , m_slurm(std::move(options))
         , m_ssh(std::move(ssh))
     {
     }
+
+    TargetKind kind() const override { return TargetKind::Slurm; }
+    // submit() with this launcher's options.
+    Result<qint64> start(const LaunchRequest& request) override { return submit(request, m_slurm); }
+    // scancel (Slurm signals the job's steps; the launcher stops its ranks).
+    Status stop(qint64 runId, int /*graceMs*/ = 10000) override { return cancel(runId); }
+    // The batch script submit() writes, and the launch spec.
+    Result<QString> describe(const LaunchRequest& request) const override;
+    // The worker on the submitting machine (this one, or the login node over SSH).
+    Result<HostCheck> checkHost(const QString& workerProgram = "shard-worker") const override;
+    // The run recorded for a job's folder (a Slurm run is recorded when it is submitted).
+    Result<qint64> attach(const QString& runDir) override;
+    // The login node, when jobs are submitted over SSH.
+    std::optional<SshHost> fileHost(const RunRecord& run) const override;
+    // A SlurmRunWatcher: the job's state and its folder.
+    Result<std::unique_ptr<RunWatcher>> watch(
+        const RunRecord& run, QObject* parent = nullptr) override;
 
     // The options a run's job needs: the spec's node count, and under device cuda one GPU per
     // rank of a node (--gpus-per-node), unless given; a given value the spec contradicts is an
@@ -79,7 +100,8 @@ public:
     static SlurmOptions optionsOf(const RunRecord& run);
 
 private:
-    RunStore& m_store;
+    RunStore* m_store;
+    SlurmOptions m_slurm;
     SshClient m_ssh;
 };
 

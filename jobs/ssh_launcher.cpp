@@ -73,9 +73,9 @@ QList<SshHost> SshLauncher::hostsOf(const RunRecord& run)
     return hosts;
 }
 
-Result<protocol::RunSpec> SshLauncher::copyInputs(
-    const QList<SshHost>& hosts, const QString& absDir, protocol::RunSpec spec)
+Result<protocol::RunSpec> SshLauncher::copyInputs(const QString& absDir, protocol::RunSpec spec)
 {
+    const QList<SshHost>& hosts = m_hosts;
     const QString inputs = absDir + QStringLiteral("/inputs");
     // Each local path goes to inputs/<its name> on every host; the spec names the copy.
     auto copy = [&](std::string& field) -> Status {
@@ -122,8 +122,11 @@ QString SshLauncher::nodeScript(const LaunchRequest& req, const QString& absDir,
             Q::shellQuote(nodeDir + QStringLiteral("/logs/launcher-node-%1.out").arg(nodeRank)));
 }
 
-Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchRequest& request)
+Result<qint64> SshLauncher::start(const LaunchRequest& request)
 {
+    if (auto s = requireStore(m_store); !s)
+        return fail(s.error());
+    const QList<SshHost>& hosts = m_hosts;
     if (hosts.isEmpty())
         return fail(QStringLiteral("no SSH host given (--host [user@]host[:port])"));
     const QString name = request.name.isEmpty() ? QStringLiteral("run") : request.name;
@@ -155,7 +158,7 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
                 .arg(runDir, first.toString(), QString::fromLocal8Bit(prep->err).trimmed()));
 
     if (req.copyInputs) {
-        auto copied = copyInputs(hosts, absDir, req.spec);
+        auto copied = copyInputs(absDir, req.spec);
         if (!copied)
             return fail(copied.error());
         req.spec = *copied;
@@ -180,7 +183,7 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
     nr.target = TargetKind::Ssh;
     nr.host = hostNames.join(',');
     nr.runDir = absDir;
-    auto id = req.resume ? m_store.reopenOrCreateRun(nr) : m_store.createRun(nr);
+    auto id = req.resume ? m_store->reopenOrCreateRun(nr) : m_store->createRun(nr);
     if (!id)
         return id;
 
@@ -189,7 +192,7 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
     auto abort = [&](const QString& why) -> Result<qint64> {
         for (const RemoteNode& n : started)
             (void)m_ssh.run(n.host, stopScript(n.pid, n.runDir, 2000));
-        (void)m_store.setStatus(*id, RunStatus::Failed, why);
+        (void)m_store->setStatus(*id, RunStatus::Failed, why);
         return fail(why);
     };
     const QByteArray spec = launchSpecJson(req.spec, absDir);
@@ -219,17 +222,19 @@ Result<qint64> SshLauncher::start(const QList<SshHost>& hosts, const LaunchReque
     const nlohmann::json info = {{"nodes", nodes}, {"master_addr", masterAddr.toStdString()},
         {"master_port", port}, {"worker", req.workerProgram.toStdString()}};
     if (auto s
-        = m_store.setProcess(*id, started.front().pid, QByteArray::fromStdString(info.dump()));
+        = m_store->setProcess(*id, started.front().pid, QByteArray::fromStdString(info.dump()));
         !s)
         return fail(s.error());
-    if (auto s = m_store.setStatus(*id, RunStatus::Running); !s)
+    if (auto s = m_store->setStatus(*id, RunStatus::Running); !s)
         return fail(s.error());
     return id;
 }
 
 Status SshLauncher::stop(qint64 runId, int graceMs)
 {
-    auto run = m_store.run(runId);
+    if (auto s = requireStore(m_store); !s)
+        return s;
+    auto run = m_store->run(runId);
     if (!run)
         return fail(run.error());
     if (run->target != TargetKind::Ssh)
@@ -247,12 +252,13 @@ Status SshLauncher::stop(qint64 runId, int graceMs)
         if (!r)
             errors += (errors.isEmpty() ? "" : "; ") + r.error();
     }
-    auto caught = RemoteRunWatcher::catchUp(m_store, runId, m_ssh, nodes.front().host, run->runDir);
+    auto caught
+        = RemoteRunWatcher::catchUp(*m_store, runId, m_ssh, nodes.front().host, run->runDir);
     if (!caught && !errors.contains(caught.error())) // an unreachable host: say it once
         errors += (errors.isEmpty() ? "" : "; ") + caught.error();
     if (!errors.isEmpty())
         return fail(errors);
-    return markStoppedOnRequest(m_store, runId);
+    return markStoppedOnRequest(*m_store, runId);
 }
 
 Result<HostCheck> SshLauncher::checkHost(
@@ -284,7 +290,87 @@ Result<HostCheck> SshLauncher::checkHost(
     return check;
 }
 
-Result<qint64> SshLauncher::attach(const SshHost& host, const QString& runDir)
+Result<QString> SshLauncher::describe(const LaunchRequest& request) const
+{
+    const int nnodes = int(m_hosts.size());
+    QString text;
+    for (int node = 0; node < nnodes; ++node) {
+        const QString host = m_hosts[node].toString();
+        text += QObject::tr("# Runs on %1 over SSH, detached (it outlives the connection); this "
+                            "script, with the launch spec below on its stdin:\n")
+                    .arg(host);
+        if (node == 0)
+            text += request.copyInputs
+                ? QObject::tr("# First the model folder and data files are copied to "
+                              "%1/inputs/ there, and the spec names the copies.\n")
+                      .arg(request.runDir)
+                : QObject::tr("# The model folder and data files must be on %1 at these "
+                              "paths.\n")
+                      .arg(host);
+        text += nodeScript(request, request.runDir, nnodes, node,
+                    nnodes > 1 && request.masterAddr.isEmpty() ? m_hosts[0].host
+                                                               : request.masterAddr,
+                    request.masterPort)
+            + '\n';
+    }
+    return text.chopped(1) + launchSpecSection(request);
+}
+
+Result<HostCheck> SshLauncher::checkHost(const QString& workerProgram) const
+{
+    if (m_hosts.isEmpty())
+        return fail(QObject::tr("no SSH host given"));
+    return checkHost(m_ssh, m_hosts.front(), workerProgram);
+}
+
+Result<qint64> SshLauncher::attach(const QString& runDir)
+{
+    if (auto s = requireStore(m_store); !s)
+        return fail(s.error());
+    if (m_hosts.isEmpty())
+        return fail(QStringLiteral("no SSH host given (HOST:RUNDIR)"));
+    if (m_hosts.size() > 1) {
+        // A run over several nodes is recorded under all of them; its files are on node 0.
+        QStringList names;
+        for (const SshHost& h : m_hosts)
+            names << h.toString();
+        auto known = m_store->findRunByDir(names.join(','), runDir);
+        if (!known)
+            return fail(known.error());
+        if (known.value() != 0) {
+            auto caught
+                = RemoteRunWatcher::catchUp(*m_store, known.value(), m_ssh, m_hosts[0], runDir);
+            if (!caught)
+                return fail(caught.error());
+            return known.value();
+        }
+    }
+    return attachOn(m_hosts.front(), runDir);
+}
+
+std::optional<SshHost> SshLauncher::fileHost(const RunRecord& run) const
+{
+    const QList<RemoteNode> nodes = nodesOf(run);
+    if (!nodes.isEmpty())
+        return nodes.front().host;
+    return m_hosts.isEmpty() ? std::nullopt : std::optional<SshHost>(m_hosts.front());
+}
+
+Result<std::unique_ptr<RunWatcher>> SshLauncher::watch(const RunRecord& run, QObject* parent)
+{
+    if (auto s = requireStore(m_store); !s)
+        return fail(s.error());
+    const std::optional<SshHost> host = fileHost(run);
+    if (!host)
+        return fail(QObject::tr("run %1 has no SSH host recorded").arg(run.id));
+    auto w = std::make_unique<RemoteRunWatcher>(
+        *m_store, run.id, *host, run.runDir, m_ssh.options(), parent);
+    w->setProcess(run.pid);
+    w->start();
+    return std::unique_ptr<RunWatcher>(std::move(w));
+}
+
+Result<qint64> SshLauncher::attachOn(const SshHost& host, const QString& runDir)
 {
     auto r = m_ssh.run(host,
         QStringLiteral(
@@ -309,7 +395,7 @@ Result<qint64> SshLauncher::attach(const SshHost& host, const QString& runDir)
     const int specAt = r->out.indexOf("SPEC\n");
     const QByteArray spec = specAt >= 0 ? r->out.mid(specAt + 5).trimmed() : QByteArray();
 
-    auto existing = m_store.findRunByDir(host.toString(), absDir);
+    auto existing = m_store->findRunByDir(host.toString(), absDir);
     if (!existing)
         return fail(existing.error());
     qint64 id = *existing;
@@ -321,7 +407,7 @@ Result<qint64> SshLauncher::attach(const SshHost& host, const QString& runDir)
         nr.host = host.toString();
         nr.runDir = absDir;
         nr.status = RunStatus::Running;
-        auto created = m_store.createRun(nr);
+        auto created = m_store->createRun(nr);
         if (!created)
             return created;
         id = *created;
@@ -329,10 +415,10 @@ Result<qint64> SshLauncher::attach(const SshHost& host, const QString& runDir)
             const nlohmann::json info = {{"nodes",
                 nlohmann::json::array({{{"host", host.toString().toStdString()}, {"pid", pid},
                     {"run_dir", absDir.toStdString()}}})}};
-            (void)m_store.setProcess(id, pid, QByteArray::fromStdString(info.dump()));
+            (void)m_store->setProcess(id, pid, QByteArray::fromStdString(info.dump()));
         }
     }
-    auto caught = RemoteRunWatcher::catchUp(m_store, id, m_ssh, host, absDir);
+    auto caught = RemoteRunWatcher::catchUp(*m_store, id, m_ssh, host, absDir);
     if (!caught)
         return fail(caught.error());
     return id;

@@ -7,6 +7,7 @@
 
 #include "jobs/host_check.h"
 #include "jobs/launch_request.h"
+#include "jobs/launcher.h"
 #include "jobs/run_store.h"
 #include "jobs/ssh_client.h"
 
@@ -18,34 +19,47 @@ struct RemoteNode {
     QString runDir; // the node launcher's --run-dir (node 0: the run directory)
 };
 
-class SshLauncher {
+class SshLauncher : public Launcher {
 public:
-    SshLauncher(RunStore& store, SshClient ssh = SshClient())
+    // A launcher for runs on `hosts` (node 0 first); `store` may be null for describe() and
+    // checkHost().
+    SshLauncher(RunStore* store, QList<SshHost> hosts, SshClient ssh = SshClient())
         : m_store(store)
+        , m_hosts(std::move(hosts))
         , m_ssh(std::move(ssh))
     {
     }
 
+    TargetKind kind() const override { return TargetKind::Ssh; }
+    const QList<SshHost>& hosts() const { return m_hosts; }
+
     // Run directory on the hosts: request.runDir (absolute, or relative to the remote home),
     // default shard-runs/<name>-<time>. Returns the run id; the run is `running`.
-    Result<qint64> start(const QList<SshHost>& hosts, const LaunchRequest& request);
+    Result<qint64> start(const LaunchRequest& request) override;
 
     // TERM to every node launcher, KILL to its session after graceMs; then reads the rest.
-    Status stop(qint64 runId, int graceMs = 10000);
+    Status stop(qint64 runId, int graceMs = 10000) override;
 
-    // Records (or finds) a run whose directory lives on `host`, reading its run.json and
-    // launcher.pid, and ingests what is there. Returns the run id.
-    Result<qint64> attach(const SshHost& host, const QString& runDir);
+    // The script start() runs on each host (its stdin is the launch spec), and the spec.
+    Result<QString> describe(const LaunchRequest& request) const override;
 
-    // For a Hosts page's "test connection": connects (BatchMode), runs `<worker> --version` and
-    // lists the host's GPUs (nvidia-smi). Returns the version line and the GPUs, or the one-line
-    // reason (unreachable, auth refused, host key, shard-worker not installed). Blocking: call it
-    // off the UI thread.
-    Result<HostCheck> checkHost(const SshHost& host, const QString& workerProgram = "shard-worker")
-    {
-        return checkHost(m_ssh, host, workerProgram);
-    }
-    // The same with a given client (the Hosts page's Test, which has no run store).
+    // Records (or finds) a run whose directory lives on the first host, reading its run.json
+    // and launcher.pid, and ingests what is there; with several hosts, a run recorded under all
+    // of them is caught up from node 0. Returns the run id.
+    Result<qint64> attach(const QString& runDir) override;
+
+    // The run's node 0, else the first host.
+    std::optional<SshHost> fileHost(const RunRecord& run) const override;
+    // A RemoteRunWatcher on the run folder on its node 0.
+    Result<std::unique_ptr<RunWatcher>> watch(
+        const RunRecord& run, QObject* parent = nullptr) override;
+
+    // For a Hosts page's "test connection": connects (BatchMode) to the first host, runs
+    // `<worker> --version` and lists the host's GPUs (nvidia-smi). Returns the version line and
+    // the GPUs, or the one-line reason (unreachable, auth refused, host key, shard-worker not
+    // installed). Blocking: call it off the UI thread.
+    Result<HostCheck> checkHost(const QString& workerProgram = "shard-worker") const override;
+    // The same with a given client and host (the Hosts page's Test, which has no run store).
     static Result<HostCheck> checkHost(
         const SshClient& ssh, const SshHost& host, const QString& workerProgram = "shard-worker");
 
@@ -64,10 +78,12 @@ public:
 private:
     // request.copyInputs: the spec's model, tokenizer, eval and data files copied to
     // <run>/inputs/ on every host; returns the spec naming the copies.
-    Result<protocol::RunSpec> copyInputs(
-        const QList<SshHost>& hosts, const QString& absDir, protocol::RunSpec spec);
+    Result<protocol::RunSpec> copyInputs(const QString& absDir, protocol::RunSpec spec);
+    // attach() for one host's folder.
+    Result<qint64> attachOn(const SshHost& host, const QString& runDir);
 
-    RunStore& m_store;
+    RunStore* m_store;
+    QList<SshHost> m_hosts;
     SshClient m_ssh;
 };
 

@@ -176,6 +176,17 @@ void LivePlot::addMarker(double key, const QString& label)
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
+void LivePlot::setAbsentText(const QString& text)
+{
+    m_absentText = text;
+    markAllDirty(false);
+}
+
+QString LivePlot::absentTextShown() const
+{
+    return m_absentLabel && m_absentLabel->visible() ? m_absentLabel->text() : QString();
+}
+
 void LivePlot::clearMarkers()
 {
     for (QCPAbstractItem* item : m_markers)
@@ -496,6 +507,24 @@ void LivePlot::flush(bool immediate)
             m_plot->xAxis->setRange(0, 1);
             m_plot->yAxis->setRange(m_logY ? 0.1 : 0.0, 1.0);
         }
+    }
+    // Points and not one value among them: the run does not log this metric.
+    bool points = false, values = false;
+    for (auto& s : m_series) {
+        points = points || !s->raw.empty();
+        values = values || s->ema.count > 0;
+    }
+    const bool absent = points && !values && !m_absentText.isEmpty();
+    if (absent && !m_absentLabel) {
+        m_absentLabel = new QCPItemText(m_plot);
+        m_absentLabel->position->setType(QCPItemPosition::ptAxisRectRatio);
+        m_absentLabel->position->setCoords(0.5, 0.5);
+        m_absentLabel->setPositionAlignment(Qt::AlignCenter);
+    }
+    if (m_absentLabel) {
+        m_absentLabel->setText(m_absentText);
+        m_absentLabel->setColor(palette().color(QPalette::PlaceholderText));
+        m_absentLabel->setVisible(absent);
     }
     m_inFlush = false;
     m_plot->replot(immediate ? QCustomPlot::rpImmediateRefresh : QCustomPlot::rpQueuedReplot);

@@ -20,6 +20,7 @@ class QCustomPlot;
 class QCPGraph;
 class QCPTextElement;
 class QCPAbstractItem;
+class QCPItemText;
 
 namespace shard::jobs {
 struct RunSeries;
@@ -72,6 +73,11 @@ public:
     void addMarker(double key, const QString& label);
     void clearMarkers();
     int markerCount() const { return int(m_markers.size() / 2); } // a line and a label each
+    // Said in the middle of the chart while it has points and none of them holds a value (a
+    // command run whose engine does not log this metric): "Not logged by this run".
+    void setAbsentText(const QString& text);
+    // The text shown now; empty when the chart has a value or no points.
+    QString absentTextShown() const;
 
     QCustomPlot* customPlot() const { return m_plot; }
     int replotCount() const { return m_replotCount; }
@@ -101,6 +107,8 @@ private:
     QCPTextElement* m_title = nullptr;
     std::vector<std::unique_ptr<Series>> m_series;
     std::vector<QCPAbstractItem*> m_markers; // lines and labels, owned by m_plot
+    QString m_absentText;
+    QCPItemText* m_absentLabel = nullptr; // owned by m_plot; created on first use
     QTimer m_timer;
     double m_smoothing = 0.0;
     bool m_legendWanted = false; // setLegendVisible; drawn only with an entry

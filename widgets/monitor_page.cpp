@@ -100,6 +100,9 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_throughput->addSeries(tr("tokens/s"), Theme::seriesColor(1));
     m_throughput->setYAxisLabel(tr("tokens/s"));
     m_throughput->setSmoothing(0.6);
+    // A command run's engine may log no learning rate, gradient norm or throughput.
+    for (LivePlot* p : {m_lr, m_gradNorm, m_throughput})
+        p->setAbsentText(tr("Not logged by this run"));
     m_memory = new MemoryBarChart(tr("Memory per rank"), this);
     m_memory->setCategories(memoryCategoryNames());
     m_memory->setPredictionLabel(tr("planner prediction"));

@@ -142,7 +142,7 @@ int demoCommand(const DemoOptions& o)
     req.spec = protocol::runSpecFromJson(spec);
     req.runDir = root + QStringLiteral("/run");
     req.workerProgram = worker;
-    auto id = jobs::LocalLauncher(store).start(req);
+    auto id = jobs::LocalLauncher(&store).start(req);
     if (!id)
         throw std::runtime_error(id.error().toStdString());
     std::printf("run %lld started: %s\n", static_cast<long long>(*id), qPrintable(req.runDir));

@@ -488,6 +488,9 @@ void exportRun(const RunsOptions& o)
         auto m = store.metricSeries(r.id);
         if (!m)
             throw std::runtime_error(m.error().toStdString());
+        // An absent value (a command run that logs no gradient norm) is an empty field.
+        auto num
+            = [](double v) { return std::isfinite(v) ? QString::number(v, 'g', 10) : QString(); };
         int e = 0;
         for (int i = 0; i < m->size(); ++i) {
             QString eval;
@@ -496,12 +499,8 @@ void exportRun(const RunsOptions& o)
             csv += QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9,%10\n")
                        .arg(qint64(m->step[i]))
                        .arg(qint64(m->tokens[i]))
-                       .arg(m->wallTime[i], 0, 'g', 10)
-                       .arg(m->loss[i], 0, 'g', 10)
-                       .arg(m->lr[i], 0, 'g', 10)
-                       .arg(m->gradNorm[i], 0, 'g', 10)
-                       .arg(m->tokensPerSec[i], 0, 'g', 10)
-                       .arg(m->stepTime[i], 0, 'g', 10)
+                       .arg(num(m->wallTime[i]), num(m->loss[i]), num(m->lr[i]),
+                           num(m->gradNorm[i]), num(m->tokensPerSec[i]), num(m->stepTime[i]))
                        .arg(qint64(m->commBytes[i]))
                        .arg(eval)
                        .toUtf8();

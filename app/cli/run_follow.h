@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -112,13 +113,15 @@ inline jobs::RunRecord followRun(jobs::RunStore& store, qint64 runId)
             eta = humanDuration(static_cast<qint64>(perStep * double(total - step)));
         }
         auto series = store.metricSeries(runId, std::max<qint64>(step - 1, 0) - 1);
-        const double tps = series && series->size() > 0 ? series->tokensPerSec.back() : 0.0;
-        const QString stats = QStringLiteral("step %1%2  loss %3  %4 tok/s  ETA %5")
-                                  .arg(step)
-                                  .arg(total > 0 ? QStringLiteral("/%1").arg(total) : QString())
-                                  .arg(lossText(r->finalLoss))
-                                  .arg(tps, 0, 'f', 0)
-                                  .arg(eta);
+        // A run that logs no throughput (a command's engine may not) shows "-", not 0.
+        const double tps = series && series->size() > 0 ? series->tokensPerSec.back() : qQNaN();
+        const QString stats
+            = QStringLiteral("step %1%2  loss %3  %4 tok/s  ETA %5")
+                  .arg(step)
+                  .arg(total > 0 ? QStringLiteral("/%1").arg(total) : QString())
+                  .arg(lossText(r->finalLoss))
+                  .arg(std::isfinite(tps) ? QString::number(tps, 'f', 0) : QStringLiteral("-"))
+                  .arg(eta);
         if (tty) {
             const int width = 24;
             const int filled = total > 0 ? int(width * std::min<qint64>(step, total) / total) : 0;

@@ -33,6 +33,15 @@ template<typename T> T optional(const nlohmann::json& j, const char* key, T fall
     }
 }
 
+// Absent when the field is missing or null.
+std::optional<double> maybeNumber(const nlohmann::json& j, const char* key)
+{
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null())
+        return std::nullopt;
+    return optional<double>(j, key, 0.0);
+}
+
 void checkVersion(const nlohmann::json& j, const char* what)
 {
     if (!j.is_object())
@@ -93,9 +102,14 @@ RankMemory rankMemoryFromJson(const nlohmann::json& j)
 nlohmann::json toJson(const MetricRecord& r)
 {
     nlohmann::json j = {{"v", kSchemaVersion}, {"type", "metric"}, {"step", r.step},
-        {"tokens", r.tokens}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.gradNorm},
-        {"tokens_per_sec", r.tokensPerSec}, {"step_time", r.stepTimeSec},
+        {"tokens", r.tokens}, {"loss", r.loss}, {"step_time", r.stepTimeSec},
         {"wall_time", r.wallTimeSec}, {"comm_bytes", r.commBytes}};
+    if (r.lr)
+        j["lr"] = *r.lr;
+    if (r.gradNorm)
+        j["grad_norm"] = *r.gradNorm;
+    if (r.tokensPerSec)
+        j["tokens_per_sec"] = *r.tokensPerSec;
     if (r.evalLoss)
         j["eval_loss"] = *r.evalLoss;
     if (r.hostReads >= 0)
@@ -118,14 +132,14 @@ MetricRecord metricFromJson(const nlohmann::json& j)
     r.step = required<int64_t>(j, "step", "metric");
     r.loss = required<double>(j, "loss", "metric");
     r.tokens = optional<int64_t>(j, "tokens", 0);
-    r.lr = optional<double>(j, "lr", 0.0);
-    r.gradNorm = optional<double>(j, "grad_norm", 0.0);
-    r.tokensPerSec = optional<double>(j, "tokens_per_sec", 0.0);
     r.stepTimeSec = optional<double>(j, "step_time", 0.0);
     r.wallTimeSec = optional<double>(j, "wall_time", 0.0);
     r.commBytes = optional<int64_t>(j, "comm_bytes", 0);
     r.hostReads = optional<int64_t>(j, "host_reads", -1);
     r.cpuTimeSec = optional<double>(j, "cpu_time", -1.0);
+    r.lr = maybeNumber(j, "lr");
+    r.gradNorm = maybeNumber(j, "grad_norm");
+    r.tokensPerSec = maybeNumber(j, "tokens_per_sec");
     if (auto it = j.find("eval_loss"); it != j.end() && it->is_number())
         r.evalLoss = it->get<double>();
     if (auto it = j.find("memory"); it != j.end() && it->is_array())

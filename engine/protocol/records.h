@@ -45,9 +45,11 @@ struct MetricRecord {
     int64_t step = 0;
     int64_t tokens = 0; // tokens seen so far (global)
     double loss = 0.0;  // on this step's batch, before this step's update
-    double lr = 0.0;
-    double gradNorm = 0.0;
-    double tokensPerSec = 0.0;
+    // Absent (not written, stored as NULL, not plotted) where the run does not log them: a
+    // command run whose engine prints no learning rate, gradient norm or throughput.
+    std::optional<double> lr;
+    std::optional<double> gradNorm;
+    std::optional<double> tokensPerSec;
     double stepTimeSec = 0.0;
     double wallTimeSec = 0.0; // since the run started
     std::optional<double> evalLoss;

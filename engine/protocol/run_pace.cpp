@@ -7,8 +7,9 @@ void RunPace::add(const MetricRecord& r)
 {
     Step& s = m_steps[r.step];
     s.wallSec = r.wallTimeSec;
-    const bool timed = r.tokensPerSec > 0 && r.stepTimeSec > 0;
-    s.tokens = timed ? r.tokensPerSec * r.stepTimeSec : 0.0;
+    const double tps = r.tokensPerSec.value_or(0.0);
+    const bool timed = tps > 0 && r.stepTimeSec > 0;
+    s.tokens = timed ? tps * r.stepTimeSec : 0.0;
     s.sec = timed ? r.stepTimeSec : 0.0;
 }
 

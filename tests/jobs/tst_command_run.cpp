@@ -87,6 +87,13 @@ private Q_SLOTS:
         QCOMPARE(m.step.back(), 20.0);
         QCOMPARE(m.lr.back(), 0.01);
         QVERIFY2(m.loss.back() < 0.5 * m.loss.front(), "the model learns");
+        // The script logs no gradient norm or throughput: stored absent (NULL), not 0.
+        for (int i = 0; i < m.size(); ++i)
+            QVERIFY2(std::isnan(m.gradNorm[i]) && std::isnan(m.tokensPerSec[i]),
+                qPrintable(QString("step %1: %2, %3")
+                               .arg(m.step[i])
+                               .arg(m.gradNorm[i])
+                               .arg(m.tokensPerSec[i])));
         // The command's output is kept: the wrapper it chose, and stdout/stderr apart.
         QFile out(dir + "/logs/stdout.log");
         QVERIFY(out.open(QIODevice::ReadOnly));

@@ -79,7 +79,7 @@ private Q_SLOTS:
     {
         QTemporaryDir dir;
         auto store = RunStore::open(dir.filePath("runs.sqlite"));
-        LocalLauncher launcher(*store);
+        LocalLauncher launcher(&*store);
         LaunchRequest req = request(dir.filePath("run1"), 15);
         req.spec.maxRestarts = 2; // the spec's max_restarts reaches the node launcher
         auto id = launcher.start(req);
@@ -118,7 +118,7 @@ private Q_SLOTS:
     {
         QTemporaryDir dir;
         auto store = RunStore::open(dir.filePath("runs.sqlite"));
-        LocalLauncher launcher(*store);
+        LocalLauncher launcher(&*store);
         auto id = launcher.start(request(dir.filePath("run"), 100000, 0.05));
         QVERIFY2(id, qPrintable(id.error()));
         const auto run = *store->run(*id);
@@ -142,7 +142,7 @@ private Q_SLOTS:
         RunRecord dead;
         {
             auto store = RunStore::open(path);
-            LocalLauncher launcher(*store);
+            LocalLauncher launcher(&*store);
             liveId = *launcher.start(request(dir.filePath("live"), 100000, 0.05));
             deadId = *launcher.start(request(dir.filePath("dead"), 100000, 0.05));
             dead = *store->run(deadId);
@@ -160,14 +160,14 @@ private Q_SLOTS:
         QCOMPARE(toString(d->status), QString("interrupted"));
         QVERIFY(*store->metricCount(deadId) >= 1); // what it wrote before dying is kept
         QCOMPARE(toString(store->run(liveId)->status), QString("running"));
-        QVERIFY(LocalLauncher(*store).stop(liveId, 3000));
+        QVERIFY(LocalLauncher(&*store).stop(liveId, 3000));
     }
 
     void errors()
     {
         QTemporaryDir dir;
         auto store = RunStore::open(dir.filePath("runs.sqlite"));
-        LocalLauncher launcher(*store);
+        LocalLauncher launcher(&*store);
         LaunchRequest r = request(dir.filePath("x"), 3);
         r.workerProgram = dir.filePath("no-such-worker");
         auto missing = launcher.start(r);

@@ -39,7 +39,7 @@ private Q_SLOTS:
     void localTwoRanksZero3()
     {
         auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
-        LocalLauncher launcher(*store);
+        LocalLauncher launcher(&*store);
         LaunchRequest req;
         req.name = "local-real";
         req.spec = shard::test::tinyRunSpec(m_model, m_data, 12, 1, 2);
@@ -68,7 +68,7 @@ private Q_SLOTS:
     void localStopLeavesNoRank()
     {
         auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
-        LocalLauncher launcher(*store);
+        LocalLauncher launcher(&*store);
         LaunchRequest req;
         req.name = "local-stop";
         req.spec = shard::test::tinyRunSpec(m_model, m_data, 100000, 1, 2);
@@ -123,7 +123,7 @@ private Q_SLOTS:
         if (!slurm.start(&why))
             QFAIL(qPrintable(why));
         auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
-        SlurmLauncher launcher(*store);
+        SlurmLauncher launcher(&*store);
         LaunchRequest req;
         req.name = "slurm-real";
         req.spec = shard::test::tinyRunSpec(m_model, m_data, 8, 1, 2);
@@ -152,13 +152,14 @@ private Q_SLOTS:
         opts.configFile = sshd.configFile();
         opts.controlDir = m_dir.filePath("cm");
         auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
-        SshLauncher launcher(*store, SshClient(opts));
+        SshLauncher launcher(
+            &*store, {*SshHost::parse("node0"), *SshHost::parse("node1")}, SshClient(opts));
         LaunchRequest req;
         req.name = "ssh-real";
         req.spec = shard::test::tinyRunSpec(m_model, m_data, 8, 2, 1);
         req.runDir = m_dir.filePath("ssh-run");
         req.workerProgram = shard::test::kRealWorker;
-        auto id = launcher.start({*SshHost::parse("node0"), *SshHost::parse("node1")}, req);
+        auto id = launcher.start(req);
         QVERIFY2(id, qPrintable(id.error()));
         auto run = store->run(*id);
         RemoteRunWatcher watcher(*store, *id, *SshHost::parse("node0"), run->runDir, opts);

@@ -128,7 +128,7 @@ private Q_SLOTS:
     void submitWatchIngest()
     {
         auto store = RunStore::open(m_work.filePath("runs.sqlite"));
-        SlurmLauncher launcher(*store);
+        SlurmLauncher launcher(&*store);
         auto id = launcher.submit(request(m_work.filePath("job1"), 10, 0.05), {});
         QVERIFY2(id, qPrintable(id.error()));
         auto run = store->run(*id);
@@ -152,7 +152,7 @@ private Q_SLOTS:
     void cancel()
     {
         auto store = RunStore::open(m_work.filePath("runs.sqlite"));
-        SlurmLauncher launcher(*store);
+        SlurmLauncher launcher(&*store);
         auto id = launcher.submit(request(m_work.filePath("job2"), 100000, 0.05), {});
         QVERIFY2(id, qPrintable(id.error()));
         const QString runDir = store->run(*id)->runDir;
@@ -168,7 +168,7 @@ private Q_SLOTS:
     void rejected()
     {
         auto store = RunStore::open(m_work.filePath("runs.sqlite"));
-        SlurmLauncher launcher(*store);
+        SlurmLauncher launcher(&*store);
         SlurmOptions o;
         o.partition = "nope";
         auto id = launcher.submit(request(m_work.filePath("job3"), 1, 0.01), o);
@@ -180,7 +180,7 @@ private Q_SLOTS:
     void notAvailable()
     {
         auto store = RunStore::open(m_work.filePath("runs.sqlite"));
-        SlurmLauncher launcher(*store);
+        SlurmLauncher launcher(&*store);
         SlurmOptions noSbatch;
         noSbatch.clientEnv = {"PATH=/nonexistent"};
         auto a = launcher.submit(request(m_work.filePath("job4"), 1, 0.01), noSbatch);
@@ -214,7 +214,7 @@ private Q_SLOTS:
         opts.configFile = sshd.configFile();
         opts.controlDir = m_work.filePath("cm");
         auto store = RunStore::open(m_work.filePath("runs.sqlite"));
-        SlurmLauncher launcher(*store, SshClient(opts));
+        SlurmLauncher launcher(&*store, {}, SshClient(opts));
         SlurmOptions o;
         o.via = "node0";
         o.clientEnv = {"SLURM_CONF=" + m_slurm->confPath()};

@@ -62,7 +62,7 @@ class TestSlurmRequeue : public QObject {
     Followed submit(
         RunStore& store, const QString& name, int steps, int checkpointEvery, int maxRestarts = 0)
     {
-        SlurmLauncher launcher(store);
+        SlurmLauncher launcher(&store);
         LaunchRequest req;
         req.name = name;
         req.spec = shard::test::tinyRunSpec(m_model, m_data, steps, 1, 2, checkpointEvery);
@@ -253,7 +253,7 @@ private Q_SLOTS:
         auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
         const Followed f = submit(*store, "cancel", 100000, 4);
         QTRY_VERIFY_WITH_TIMEOUT(lastStep(f.runDir) >= 2, 120000);
-        SlurmLauncher launcher(*store);
+        SlurmLauncher launcher(&*store);
         QVERIFY(launcher.cancel(f.id));
         QTest::qWait(1500); // a requeue would have put it back in the queue by now
         auto st = launcher.jobState(f.jobId, {});

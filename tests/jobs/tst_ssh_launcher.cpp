@@ -62,7 +62,7 @@ private Q_SLOTS:
     {
         auto store = RunStore::open(m_work.filePath("runs.sqlite"));
         QVERIFY(store);
-        SshLauncher launcher(*store, SshClient(m_options));
+        SshLauncher launcher(&*store, {host("node0"), host("node1")}, SshClient(m_options));
         LaunchRequest req;
         req.name = "two-nodes";
         req.workerProgram = kFakeWorker;
@@ -72,7 +72,7 @@ private Q_SLOTS:
         req.spec.data = {"d.jsonl"};
         req.spec.steps = 150;
         req.env = {"FAKE_STEP_SEC=0.05"};
-        auto id = launcher.start({host("node0"), host("node1")}, req);
+        auto id = launcher.start(req);
         QVERIFY2(id, qPrintable(id.error()));
         auto run = store->run(*id);
         QCOMPARE(toString(run->target), QString("ssh"));
@@ -130,7 +130,7 @@ private Q_SLOTS:
         SHARD_REQUIRE_TINY_RUN_INPUTS(model, data);
         auto store = RunStore::open(m_work.filePath("restart.sqlite"));
         QVERIFY(store);
-        SshLauncher launcher(*store, SshClient(m_options));
+        SshLauncher launcher(&*store, {host("node0"), host("node1")}, SshClient(m_options));
         LaunchRequest req;
         req.name = "two-nodes-restart";
         req.workerProgram = shard::test::kRealWorker;
@@ -138,7 +138,7 @@ private Q_SLOTS:
         req.spec = shard::test::tinyRunSpec(model, data, steps, 2, 1, 2);
         req.spec.maxRestarts = 1;
         req.runDir = m_work.filePath("remote/two-nodes-restart");
-        auto id = launcher.start({host("node0"), host("node1")}, req);
+        auto id = launcher.start(req);
         QVERIFY2(id, qPrintable(id.error()));
         auto run = store->run(*id);
         RemoteRunWatcher watcher(*store, *id, host("node0"), run->runDir, m_options);
@@ -171,7 +171,7 @@ private Q_SLOTS:
     void inputsAreCopiedToTheHosts()
     {
         auto store = RunStore::open(m_work.filePath("runs.sqlite"));
-        SshLauncher launcher(*store, SshClient(m_options));
+        SshLauncher launcher(&*store, {host("node0"), host("node1")}, SshClient(m_options));
         const QString local = m_work.filePath("local-inputs");
         QVERIFY(QDir().mkpath(local + "/my model"));
         for (const auto& [file, text] :
@@ -190,7 +190,7 @@ private Q_SLOTS:
         req.spec.model = (local + "/my model").toStdString();
         req.spec.data = {(local + "/train data.jsonl").toStdString()};
         req.spec.steps = 3;
-        auto id = launcher.start({host("node0"), host("node1")}, req);
+        auto id = launcher.start(req);
         QVERIFY2(id, qPrintable(id.error()));
         const QString inputs = store->run(*id)->runDir + "/inputs";
         QCOMPARE(SshdFixture::read(inputs + "/my model/config.json"), QByteArray("{\"a\": 1}"));
@@ -205,7 +205,7 @@ private Q_SLOTS:
         req.spec.model = "/no/such/model";
         req.spec.data = {"d.jsonl"};
         req.spec.steps = 1;
-        auto missing = launcher.start({host("node0")}, req);
+        auto missing = launcher.start(req);
         QVERIFY(!missing);
         QVERIFY2(missing.error().contains("/no/such/model: no such file or folder"),
             qPrintable(missing.error()));
@@ -214,14 +214,14 @@ private Q_SLOTS:
     void stopOnRequest()
     {
         auto store = RunStore::open(m_work.filePath("runs.sqlite"));
-        SshLauncher launcher(*store, SshClient(m_options));
+        SshLauncher launcher(&*store, {host("node0"), host("node1")}, SshClient(m_options));
         LaunchRequest req;
         req.name = "to-stop";
         req.workerProgram = kFakeWorker;
         req.runDir = m_work.filePath("remote/to-stop");
         req.spec.steps = 100000;
         req.env = {"FAKE_STEP_SEC=0.05"};
-        auto id = launcher.start({host("node0"), host("node1")}, req);
+        auto id = launcher.start(req);
         QVERIFY2(id, qPrintable(id.error()));
         const auto nodes = SshLauncher::nodesOf(*store->run(*id));
         QTRY_VERIFY_WITH_TIMEOUT(countLines(req.runDir + "/metrics.jsonl") >= 3, 10000);
@@ -237,7 +237,7 @@ private Q_SLOTS:
     void hostileNameArrivesLiterally()
     {
         auto store = RunStore::open(m_work.filePath("runs.sqlite"));
-        SshLauncher launcher(*store, SshClient(m_options));
+        SshLauncher launcher(&*store, {host("node0")}, SshClient(m_options));
         const QString pwned = m_work.filePath("pwned");
         const QString hostile = QString("x'; touch %1; '").arg(pwned);
         LaunchRequest req;
@@ -248,7 +248,7 @@ private Q_SLOTS:
         req.spec.data = {("$(touch " + pwned + ")").toStdString()};
         req.spec.name = hostile.toStdString();
         req.env = {"FAKE_STEP_SEC=0.01", "SHARD_NOTE=" + hostile};
-        auto id = launcher.start({host("node0")}, req);
+        auto id = launcher.start(req);
         QVERIFY2(id, qPrintable(id.error()));
         auto run = store->run(*id);
         QCOMPARE(run->runDir, req.runDir);
@@ -270,7 +270,7 @@ private Q_SLOTS:
         QCOMPARE(*store->metricCount(*id), qint64(3));
         QVERIFY(!QFile::exists(pwned));
         // Attaching by that directory finds the same run.
-        auto attached = launcher.attach(host("node0"), req.runDir);
+        auto attached = launcher.attach(req.runDir);
         QVERIFY2(attached, qPrintable(attached.error()));
         QCOMPARE(*attached, *id);
     }
@@ -279,26 +279,26 @@ private Q_SLOTS:
     {
         QTemporaryDir otherStudio;
         auto first = RunStore::open(otherStudio.filePath("a.sqlite"));
-        SshLauncher a(*first, SshClient(m_options));
+        SshLauncher a(&*first, {host("node0")}, SshClient(m_options));
         LaunchRequest req;
         req.workerProgram = kFakeWorker;
         req.runDir = m_work.filePath("remote/elsewhere");
         req.spec.steps = 5;
         req.env = {"FAKE_STEP_SEC=0.01"};
-        QVERIFY(a.start({host("node0")}, req));
+        QVERIFY(a.start(req));
         QTRY_VERIFY_WITH_TIMEOUT(
             SshdFixture::read(req.runDir + "/events.jsonl").contains("finish"), 10000);
         auto second = RunStore::open(m_work.filePath("attach.sqlite"));
-        SshLauncher b(*second, SshClient(m_options));
-        auto id = b.attach(host("node0"), req.runDir);
+        SshLauncher b(&*second, {host("node0")}, SshClient(m_options));
+        auto id = b.attach(req.runDir);
         QVERIFY2(id, qPrintable(id.error()));
         QCOMPARE(*second->metricCount(*id), qint64(5));
         QCOMPARE(toString(second->run(*id)->status), QString("finished"));
         QVERIFY(second->run(*id)->pid > 0);
-        auto again = b.attach(host("node0"), req.runDir); // nothing twice
+        auto again = b.attach(req.runDir); // nothing twice
         QCOMPARE(*again, *id);
         QCOMPARE(*second->metricCount(*id), qint64(5));
-        auto missing = b.attach(host("node0"), m_work.filePath("remote/none"));
+        auto missing = b.attach(m_work.filePath("remote/none"));
         QVERIFY(!missing);
         QVERIFY(missing.error().contains("has no run directory"));
     }
@@ -327,12 +327,12 @@ private Q_SLOTS:
         SshOptions opts = m_options;
         opts.controlDir = dir.filePath("cm"); // no shared master: each case connects afresh
         auto store = RunStore::open(dir.filePath("runs.sqlite"));
-        SshLauncher launcher(*store, SshClient(opts));
+        SshLauncher launcher(&*store, {*SshHost::parse(hostName)}, SshClient(opts));
         LaunchRequest req;
         req.workerProgram = worker;
         req.runDir = dir.filePath("r");
         req.spec.steps = 1;
-        auto id = launcher.start({*SshHost::parse(hostName)}, req);
+        auto id = launcher.start(req);
         SshClient(opts).closeMaster(*SshHost::parse(hostName));
         QVERIFY(!id);
         QVERIFY2(id.error().contains(expected), qPrintable(id.error()));
@@ -342,18 +342,18 @@ private Q_SLOTS:
     void checkHost()
     {
         auto store = RunStore::open(m_work.filePath("runs.sqlite"));
-        SshLauncher launcher(*store, SshClient(m_options));
+        SshLauncher launcher(&*store, {host("node0")}, SshClient(m_options));
         // The fake worker has no --version: its first output line is whatever it prints; a
         // real program is what the Hosts page checks. `sh` has no --version either, so use env.
-        auto ok = launcher.checkHost(host("node0"), "/usr/bin/env");
+        auto ok = launcher.checkHost("/usr/bin/env");
         QVERIFY2(ok || ok.error().contains("--version failed"), qPrintable(ok.error()));
-        auto missing = launcher.checkHost(host("node0"), "/opt/none/shard-worker");
+        auto missing = launcher.checkHost("/opt/none/shard-worker");
         QVERIFY(!missing);
         QVERIFY(missing.error().contains("shard-worker is not installed on node0"));
         SshOptions fresh = m_options;
         fresh.controlDir = m_work.filePath("cm-check");
-        SshLauncher other(*store, SshClient(fresh));
-        auto refused = other.checkHost(*SshHost::parse("noauth"));
+        SshLauncher other(&*store, {*SshHost::parse("noauth")}, SshClient(fresh));
+        auto refused = other.checkHost();
         QVERIFY(!refused);
         QVERIFY2(refused.error().contains("authentication refused"), qPrintable(refused.error()));
         SshClient(fresh).closeMaster(*SshHost::parse("noauth"));

@@ -65,6 +65,28 @@ private Q_SLOTS:
         QCOMPARE(back.peakBytes, int64_t(80));
     }
 
+    // A run that logs no learning rate, gradient norm or throughput (a command run) writes
+    // none and reads them back absent, not 0; a value of the wrong type is refused.
+    void metricAbsentValues()
+    {
+        MetricRecord r;
+        r.step = 3;
+        r.loss = 1.5;
+        const nlohmann::json j = toJson(r);
+        QVERIFY(!j.contains("lr") && !j.contains("grad_norm") && !j.contains("tokens_per_sec"));
+        const auto back = metricFromJson(nlohmann::json::parse(encodeLine(j)));
+        QVERIFY(!back.lr && !back.gradNorm && !back.tokensPerSec);
+        r.gradNorm = 0.0; // a logged zero stays a value
+        r.tokensPerSec = 1200.0;
+        const auto logged = metricFromJson(toJson(r));
+        QVERIFY(logged.gradNorm && *logged.gradNorm == 0.0);
+        QCOMPARE(logged.tokensPerSec.value_or(0.0), 1200.0);
+        QVERIFY(!metricFromJson({{"v", 1}, {"step", 1}, {"loss", 1.0}, {"grad_norm", nullptr}})
+                     .gradNorm);
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error,
+            metricFromJson({{"v", 1}, {"step", 1}, {"loss", 1.0}, {"grad_norm", "high"}}));
+    }
+
     void metricMissingField()
     {
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, metricFromJson({{"v", 1}, {"loss", 1.0}}));

@@ -4,6 +4,8 @@
 // progress, events and the log tail; Resume only for a complete checkpoint with steps left, and a
 // resumed run (the shell workload) is live until its launcher goes; a folder without run.json
 // shows a message.
+#include <cmath>
+
 #include <QtTest>
 
 #include <QDir>
@@ -359,6 +361,40 @@ private Q_SLOTS:
         page.openRunDirectory(run);
         QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("skipped 24 bad lines"), 30000);
         QVERIFY2(page.messageText().contains("line 7"), qPrintable(page.messageText()));
+    }
+
+    // A run whose records carry no gradient norm or throughput (a command run whose engine logs
+    // only its loss and learning rate) says so on those charts instead of drawing 0 (issue 31).
+    void metricsARunDoesNotLogAreSaidAbsent()
+    {
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString run
+            = startedRun(tmp, "run-absent", R"({"name":"cmd","steps":3,"strategy":"zero3"})");
+        QByteArray lines;
+        for (int step = 1; step <= 3; ++step)
+            lines += QStringLiteral(R"({"v":1,"type":"metric","step":%1,"loss":%2,"lr":0.01,)"
+                                    R"("wall_time":%1})"
+                                    "\n")
+                         .arg(step)
+                         .arg(3.0 / step)
+                         .toUtf8();
+        writeFile(run + "/metrics.jsonl", lines);
+        Service store;
+        MonitorPage page;
+        page.resize(1200, 800);
+        page.show();
+        page.setStore(&store.service);
+        page.openRunDirectory(run);
+        QTRY_COMPARE_WITH_TIMEOUT(page.run().step.size(), 3, 30000);
+        const double tps = page.run().tokensPerSec.back();
+        QVERIFY2(std::isnan(page.run().gradNorm.back()) && std::isnan(tps), "absent, not 0");
+        QTRY_COMPARE_WITH_TIMEOUT(
+            page.gradNormPlot()->absentTextShown(), QString("Not logged by this run"), 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(
+            page.throughputPlot()->absentTextShown(), QString("Not logged by this run"), 10000);
+        QCOMPARE(page.lrPlot()->absentTextShown(), QString()); // the learning rate is logged
+        QCOMPARE(page.lossPlot()->absentTextShown(), QString());
     }
 
     // A restart in place (launch --max-restarts) is said in the message bar and marked on the

@@ -283,9 +283,9 @@ struct Trainer::Io {
             return;
         std::vector<std::pair<std::string, float>> scalars = {
             {"train/loss", static_cast<float>(rec.loss)},
-            {"train/learning_rate", static_cast<float>(rec.lr)},
-            {"train/grad_norm", static_cast<float>(rec.gradNorm)},
-            {"train/tokens_per_sec", static_cast<float>(rec.tokensPerSec)},
+            {"train/learning_rate", static_cast<float>(rec.lr.value_or(0.0))},
+            {"train/grad_norm", static_cast<float>(rec.gradNorm.value_or(0.0))},
+            {"train/tokens_per_sec", static_cast<float>(rec.tokensPerSec.value_or(0.0))},
             {"train/step_time", static_cast<float>(rec.stepTimeSec)},
             {"train/num_input_tokens_seen", static_cast<float>(rec.tokens)},
         };
@@ -1239,7 +1239,7 @@ void Trainer::writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int6
     io.log->info(strprintf("step %lld/%lld loss %.6f lr %.3g grad_norm %.4f %.0f tok/s "
                            "mem %.1f MiB peak %.1f MiB",
         static_cast<long long>(rec.step), static_cast<long long>(m_steps), double(rec.loss),
-        double(rec.lr), double(rec.gradNorm), double(rec.tokensPerSec),
+        rec.lr.value_or(0.0), rec.gradNorm.value_or(0.0), rec.tokensPerSec.value_or(0.0),
         mine.currentBytes / 1048576.0, mine.peakBytes / 1048576.0));
 }
 
