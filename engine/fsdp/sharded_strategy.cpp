@@ -133,12 +133,6 @@ int ShardedStrategy::shardGroupSize() const
     return m_shard->worldSize();
 }
 
-std::pair<int64_t, int64_t> ShardedStrategy::rowRange(int64_t rows) const
-{
-    const int64_t w = worldSize(), r = rank();
-    return {r * rows / w, (r + 1) * rows / w};
-}
-
 void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource& source)
 {
     const int64_t ws = m_shard->worldSize();

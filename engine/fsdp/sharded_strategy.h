@@ -28,7 +28,6 @@ public:
     std::string name() const override { return m_options.name; }
     int rank() const override;
     int worldSize() const override;
-    std::pair<int64_t, int64_t> rowRange(int64_t rows) const override;
 
     void setup(engine::LlamaModel& model, const engine::ParamSource& source) override;
     std::vector<at::Tensor> unitWeights(int unit) override;

@@ -72,6 +72,18 @@ int64_t DeviceMesh::size(MeshDim dim) const
     return 1;
 }
 
+int64_t DeviceMesh::dataParallelIndex(int64_t rank) const
+{
+    const MeshCoords c = coords(rank);
+    return c.dpReplicate * dpShard + c.dpShard;
+}
+
+std::pair<int64_t, int64_t> DeviceMesh::dataRows(int64_t rank, int64_t rows) const
+{
+    const int64_t i = dataParallelIndex(rank), n = dataParallel();
+    return {i * rows / n, (i + 1) * rows / n};
+}
+
 MeshCoords DeviceMesh::coords(int64_t rank) const
 {
     if (rank < 0 || rank >= worldSize())

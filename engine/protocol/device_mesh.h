@@ -49,6 +49,13 @@ struct DeviceMesh {
     // Data-parallel ranks: one copy of a pipeline stage's tensor-parallel slice each.
     int64_t dataParallel() const { return dpReplicate * dpShard; }
 
+    // Which of the dataParallel() copies `rank` trains: dp_replicate × dp_shard + dp_shard, the
+    // same for every tensor-parallel and pipeline rank of that copy.
+    int64_t dataParallelIndex(int64_t rank) const;
+    // The rows [begin, end) of a global micro-batch of `rows` rows that `rank` computes: its
+    // copy's contiguous share (ranks of one copy, along tp and pp, compute the same rows).
+    std::pair<int64_t, int64_t> dataRows(int64_t rank, int64_t rows) const;
+
     // Throws std::runtime_error for a rank outside the mesh.
     MeshCoords coords(int64_t rank) const;
     int64_t coord(MeshDim dim, int64_t rank) const;

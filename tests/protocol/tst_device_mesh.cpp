@@ -91,6 +91,33 @@ private Q_SLOTS:
         QCOMPARE((ParallelDims {Strategy::Ddp, 0, 2, 4}.shardDegree()), int64_t(1));
     }
 
+    // The rows of a global micro-batch each rank computes come from the mesh: one share per
+    // data-parallel copy, the same rows for the tensor and pipeline ranks of a copy; without TP
+    // and PP each rank its own share, as the strategies split them by rank before.
+    void dataRowsFollowTheDataParallelCopies()
+    {
+        const auto flat = DeviceMesh::of({Strategy::Hybrid, 2, 1, 4});
+        for (int64_t r = 0; r < 4; ++r) {
+            QCOMPARE(flat.dataParallelIndex(r), r);
+            QVERIFY(flat.dataRows(r, 8) == std::make_pair(2 * r, 2 * r + 2));
+        }
+        const auto m = DeviceMesh::of({Strategy::Zero3, 0, 1, 8}, /*tp=*/2, /*pp=*/2);
+        QCOMPARE(m.dataParallel(), int64_t(2));
+        std::vector<std::pair<int64_t, int64_t>> rows;
+        for (int64_t r = 0; r < m.worldSize(); ++r)
+            rows.push_back(m.dataRows(r, 6));
+        // Ranks 0,1 (tp) and 4,5 (the second stage) are copy 0; 2,3 and 6,7 copy 1.
+        for (int64_t r : {0, 1, 4, 5}) {
+            QCOMPARE(m.dataParallelIndex(r), int64_t(0));
+            QVERIFY(rows[size_t(r)] == std::make_pair(int64_t(0), int64_t(3)));
+        }
+        for (int64_t r : {2, 3, 6, 7})
+            QVERIFY(rows[size_t(r)] == std::make_pair(int64_t(3), int64_t(6)));
+        // Uneven: 5 rows over 2 copies split 2 + 3, every row once.
+        QVERIFY(m.dataRows(0, 5) == std::make_pair(int64_t(0), int64_t(2)));
+        QVERIFY(m.dataRows(2, 5) == std::make_pair(int64_t(2), int64_t(5)));
+    }
+
     void pipelineStagesOwnContiguousLayers()
     {
         const auto m = DeviceMesh::of({Strategy::Zero3, 0, 1, 6}, 1, 3);

@@ -21,7 +21,8 @@ struct LoopState {
     double wallTimeSec = 0.0;
     nlohmann::json dataPosition = nlohmann::json::object(); // BatchSource::position()
     std::string checkpointDir;                              // restore(): where it came from
-    // The split of a step's rows: micro-batch x grad-accum x ranks (0: not recorded).
+    // The split of a step's rows: micro-batch x grad-accum x data-parallel ranks (0: not
+    // recorded).
     int64_t microBatch = 0;
     int64_t gradAccum = 0;
     int worldSize = 0;

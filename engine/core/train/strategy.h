@@ -88,8 +88,6 @@ public:
     virtual std::string name() const = 0;
     virtual int rank() const { return 0; }
     virtual int worldSize() const { return 1; }
-    // The rows [begin, end) of a global micro-batch of `rows` rows that this rank computes.
-    virtual std::pair<int64_t, int64_t> rowRange(int64_t rows) const { return {0, rows}; }
 
     // Placement. `model` has its parameter table and no storage. Allocate what this rank keeps
     // (on StrategyOptions::device) and fill it by calling source(param) once per parameter, in

@@ -116,6 +116,19 @@ void writeFirstSpecFile(const std::string& path, const protocol::RunSpec& spec)
     }
 }
 
+// The run's mesh from its strategy and the ranks it was started with (docs/ARCHITECTURE.md,
+// "Placement").
+protocol::DeviceMesh meshOf(const protocol::RunSpec& spec, const dist::RankEnv& env)
+{
+    const int64_t world = std::max(1, env.worldSize);
+    if (world == 1) // every strategy is the single-process one
+        return {};
+    const int64_t local = std::max(1, env.localWorldSize);
+    const bool even = world % local == 0; // srun may start uneven nodes: then one "node"
+    return protocol::DeviceMesh::of({protocol::parseStrategyName(spec.strategy), spec.shardGroup,
+        even ? world / local : 1, even ? local : world});
+}
+
 // --steps, else the steps --epochs take at the spec's global batch.
 int64_t stepsFor(const protocol::RunSpec& spec, int64_t records, int worldSize)
 {
@@ -340,7 +353,7 @@ struct Trainer::Loop {
             ForwardConfig {t.m_computeDtype, t.m_spec.checkpointing == "full", t.m_device})
         , adamw(AdamWConfig {t.m_spec.beta1, t.m_spec.beta2, t.m_spec.eps, t.m_spec.weightDecay})
         , accum(static_cast<int>(t.m_spec.gradAccum))
-        , globalRows(t.m_spec.microBatch * t.m_strategy->worldSize())
+        , globalRows(t.m_spec.microBatch * t.dataParallel())
         , device(t.m_device)
     {
         schedule.kind = t.m_spec.schedule;
@@ -464,6 +477,7 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
     m_spec.device = m_device.is_cuda() ? "cuda" : "cpu";
     m_rank = m_rankEnv.rank;
     m_worldSize = std::max(1, m_rankEnv.worldSize);
+    m_mesh = meshOf(m_spec, m_rankEnv);
     m_computeDtype = computeDtypeFor(m_spec.precision);
     if (m_spec.data.size() != 1)
         throw std::runtime_error("give exactly one data file (--data FILE.jsonl); "
@@ -522,7 +536,7 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
     if (m_spec.sampleEvery > 0)
         m_samples = std::make_unique<TrainingSamples>(m_spec, m_modelDir);
 
-    m_steps = stepsFor(m_spec, m_data->trainRecords(), m_worldSize);
+    m_steps = stepsFor(m_spec, m_data->trainRecords(), dataParallel());
 
     StrategyOptions so;
     so.name = m_spec.strategy;
@@ -820,14 +834,14 @@ void Trainer::resume(Io& io, Loop& loop)
         {{"action", "resume"}, {"dir", state.checkpointDir}});
     // Keep the checkpoint's global batch at another rank count (or refuse, or record the change
     // the user asked for).
-    const ResumeBatch batch = resumeBatch(
-        m_spec, m_strategy->worldSize(), state.microBatch, state.gradAccum, state.worldSize);
+    const ResumeBatch batch
+        = resumeBatch(m_spec, dataParallel(), state.microBatch, state.gradAccum, state.worldSize);
     if (!batch.message.empty()) {
         m_spec.microBatch = batch.microBatch;
         m_spec.gradAccum = batch.gradAccum;
         loop.accum = static_cast<int>(m_spec.gradAccum);
-        loop.globalRows = m_spec.microBatch * m_strategy->worldSize();
-        m_steps = stepsFor(m_spec, m_data->trainRecords(), m_strategy->worldSize());
+        loop.globalRows = m_spec.microBatch * dataParallel();
+        m_steps = stepsFor(m_spec, m_data->trainRecords(), dataParallel());
         if (m_spec.scheduleSteps == 0) // a kept schedule ends where it did
             loop.schedule.totalSteps = m_steps;
         io.log->info(batch.message);
@@ -905,7 +919,7 @@ void Trainer::supervisedMicroSteps(
     at::Tensor lossSum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
     for (int k = 0; k < K; ++k) {
         m_strategy->beginMicroStep(k, K);
-        auto [lo, hi] = m_strategy->rowRange(globalRows);
+        auto [lo, hi] = m_mesh.dataRows(m_rank, globalRows);
         if (hi > lo) {
             const at::Tensor ids = rowsTensor(micro[k], lo, hi, false);
             const at::Tensor labels = rowsTensor(micro[k], lo, hi, true);
@@ -986,7 +1000,7 @@ void Trainer::preferenceMicroSteps(
         {2 + kPreferenceStatCount}, at::TensorOptions().dtype(at::kDouble).device(m_device));
     for (int k = 0; k < K; ++k) {
         m_strategy->beginMicroStep(k, K);
-        auto [lo, hi] = m_strategy->rowRange(pairs);
+        auto [lo, hi] = m_mesh.dataRows(m_rank, pairs);
         if (hi > lo) {
             const int64_t before = loop.liveBytes();
             PairForward f = pairForward(loop, micro[k], lo, hi);
@@ -1019,11 +1033,11 @@ void Trainer::precomputeReference(Io& io, Loop& loop)
     const auto t0 = Clock::now();
     const int64_t total = m_data->totalRecords();
     m_reference = at::zeros({2 * total}, at::TensorOptions().dtype(at::kDouble).device(m_device));
-    const int64_t chunk = m_spec.microBatch * m_strategy->worldSize();
+    const int64_t chunk = m_spec.microBatch * dataParallel();
     for (int64_t b = 0; b < total; b += chunk) {
         launch::RankHeartbeat::report(0, launch::RankPhase::Setup);
         const int64_t e = std::min(total, b + chunk);
-        auto [lo, hi] = m_strategy->rowRange(e - b);
+        auto [lo, hi] = m_mesh.dataRows(m_rank, e - b);
         if (hi > lo) {
             std::vector<TrainRow> rows;
             for (int64_t rec = b + lo; rec < b + hi; ++rec)
@@ -1120,12 +1134,12 @@ double Trainer::evaluate(Loop& loop, std::map<std::string, double>& scalars)
     if (m_preference) {
         // The mean pair loss (ORPO: plus the NLL per chosen token) and the reward accuracy.
         const int64_t pairs = static_cast<int64_t>(rows.size()) / 2;
-        const int64_t chunk = m_spec.microBatch * m_strategy->worldSize();
+        const int64_t chunk = m_spec.microBatch * dataParallel();
         at::Tensor acc = at::zeros({4}, at::TensorOptions().dtype(at::kDouble).device(m_device));
         for (int64_t b = 0; b < pairs; b += chunk) {
             const int64_t e = std::min(pairs, b + chunk);
             const std::vector<TrainRow> batch(rows.begin() + 2 * b, rows.begin() + 2 * e);
-            auto [lo, hi] = m_strategy->rowRange(e - b);
+            auto [lo, hi] = m_mesh.dataRows(m_rank, e - b);
             if (hi > lo) {
                 const PairForward f = pairForward(loop, batch, lo, hi);
                 acc.narrow(0, 0, 1).add_(f.loss.losses.sum().reshape({1}));
@@ -1148,11 +1162,11 @@ double Trainer::evaluate(Loop& loop, std::map<std::string, double>& scalars)
     }
     double tokens = 0.0;
     at::Tensor sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
-    const int64_t chunk = m_spec.microBatch * m_strategy->worldSize();
+    const int64_t chunk = m_spec.microBatch * dataParallel();
     for (int64_t b = 0; b < static_cast<int64_t>(rows.size()); b += chunk) {
         const int64_t e = std::min<int64_t>(rows.size(), b + chunk);
         std::vector<TrainRow> batch(rows.begin() + b, rows.begin() + e);
-        auto [lo, hi] = m_strategy->rowRange(e - b);
+        auto [lo, hi] = m_mesh.dataRows(m_rank, e - b);
         if (hi > lo) {
             LossSum ls = loop.runner.lossSum(
                 rowsTensor(batch, lo, hi, false), rowsTensor(batch, lo, hi, true));
@@ -1252,7 +1266,7 @@ void Trainer::saveCheckpoint(Io& io, Loop& loop, int64_t step, bool last, bool f
     state.dataPosition = m_data->position();
     state.microBatch = m_spec.microBatch;
     state.gradAccum = m_spec.gradAccum;
-    state.worldSize = m_strategy->worldSize();
+    state.worldSize = dataParallel(); // the global batch's split, not the rank count
     const CheckpointSaved saved = force
         ? m_options.checkpoints->save(*m_model, *m_strategy, loop.adamw, state)
         : m_options.checkpoints->afterStep(*m_model, *m_strategy, loop.adamw, state, last);

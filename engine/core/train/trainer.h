@@ -20,6 +20,7 @@
 #include "core/train/preference.h"
 #include "core/train/strategy.h"
 #include "dist/rank_env.h"
+#include "protocol/device_mesh.h"
 #include "protocol/run_spec.h"
 
 namespace shard::protocol {
@@ -170,6 +171,10 @@ private:
     dist::RankEnv m_rankEnv; // read once from the environment; passed to the strategy
     int m_rank = 0;
     int m_worldSize = 1;
+    // Where this rank sits among the run's ranks (the one owner of placement): the rows of a
+    // global micro-batch it computes and the data-parallel copies a step's rows split over.
+    protocol::DeviceMesh m_mesh;
+    int dataParallel() const { return static_cast<int>(m_mesh.dataParallel()); }
 };
 
 // The cores this process may run on (its affinity mask; else the hardware's count).
