@@ -18,7 +18,7 @@ c10::intrusive_ptr<c10d::Store> connectStore(const RankEnv& env)
     try {
         auto store
             = c10::make_intrusive<TcpStore>(env.masterAddr, env.masterPort, env.rank == 0, timeout);
-        store->waitForWorkers(env.worldSize);
+        store->waitForWorkers(env.worldSize, env.rank, env.localWorldSize);
         return store;
     } catch (const std::exception& e) {
         std::string what = e.what();

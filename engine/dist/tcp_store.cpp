@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -447,12 +448,24 @@ private:
         case Op::Join: {
             const int64_t count = in.i64();
             auto deadline = deadlineAfter(std::chrono::milliseconds(in.i64()));
+            const int64_t rank = in.i64(); // -1: not said
             ++m_joined;
+            if (rank >= 0)
+                m_joinedRanks.insert(rank);
             m_changed.notify_all();
             bool ok = m_changed.wait_until(
                 lock, deadline, [&] { return m_stopping || m_joined >= count; });
             out.push_back(uint8_t(ok && m_joined >= count ? Status::Ok : Status::Timeout));
             putI64(out, m_joined);
+            // The ranks below `count` that have not joined (when every joiner said its rank).
+            std::vector<int64_t> missing;
+            if (static_cast<int64_t>(m_joinedRanks.size()) == m_joined)
+                for (int64_t r = 0; r < count; ++r)
+                    if (!m_joinedRanks.count(r))
+                        missing.push_back(r);
+            putI64(out, static_cast<int64_t>(missing.size()));
+            for (int64_t r : missing)
+                putI64(out, r);
             break;
         }
         default:
@@ -472,6 +485,7 @@ private:
     std::vector<std::thread> m_clientThreads;
     std::map<std::string, Bytes> m_data;
     int64_t m_joined = 0;
+    std::set<int64_t> m_joinedRanks;
 };
 
 TcpStore::TcpStore(
@@ -537,17 +551,36 @@ Bytes TcpStore::request(const Bytes& message)
     return reply;
 }
 
-void TcpStore::waitForWorkers(int count)
+void TcpStore::waitForWorkers(int count, int rank, int ranksPerNode)
 {
     Bytes m {uint8_t(Op::Join)};
     putI64(m, count);
     putI64(m, timeout_.count());
+    putI64(m, rank);
     Bytes reply = request(m);
     Reader in(reply);
-    if (static_cast<Status>(in.u8()) != Status::Ok)
-        throw std::runtime_error("timed out after " + std::to_string(timeout_.count())
-            + " ms: " + std::to_string(in.i64()) + " of " + std::to_string(count)
-            + " ranks connected to the store on " + where());
+    if (static_cast<Status>(in.u8()) == Status::Ok)
+        return;
+    std::string what = "timed out after " + std::to_string(timeout_.count())
+        + " ms: " + std::to_string(in.i64()) + " of " + std::to_string(count)
+        + " ranks connected to the store on " + where();
+    const int64_t missing = in.i64();
+    // The node of a rank, where the ranks fill nodes of ranksPerNode in order (several nodes).
+    const bool nodes = ranksPerNode > 0 && count > ranksPerNode && count % ranksPerNode == 0;
+    for (int64_t i = 0; i < missing; ++i) {
+        const int64_t r = in.i64();
+        if (i == 0)
+            what += "; missing: ";
+        else if (i == 8) {
+            what += ", and " + std::to_string(missing - 8) + " more";
+            break;
+        } else
+            what += ", ";
+        what += "rank " + std::to_string(r);
+        if (nodes)
+            what += " (node " + std::to_string(r / ranksPerNode) + ")";
+    }
+    throw std::runtime_error(what);
 }
 
 void TcpStore::set(const std::string& key, const Bytes& value)

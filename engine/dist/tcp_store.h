@@ -28,8 +28,10 @@ public:
 
     int port() const { return m_port; }
 
-    // Counts this client in and waits until `count` clients have done so, within the timeout.
-    void waitForWorkers(int count);
+    // Counts this client in (as `rank`, -1 when it does not say) and waits until `count`
+    // clients have done so, within the timeout. The timeout's message names the ranks that did
+    // not join, each with its node when the ranks fill nodes of ranksPerNode (> 0) in order.
+    void waitForWorkers(int count, int rank = -1, int ranksPerNode = 0);
 
     void set(const std::string& key, const std::vector<uint8_t>& value) override;
     std::vector<uint8_t> compareSet(const std::string& key,

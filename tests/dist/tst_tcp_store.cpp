@@ -162,6 +162,19 @@ int main()
         const std::string e = errorOf([&] { s->waitForWorkers(2); });
         expect(contains(e, "1 of 2 ranks connected"), "missing worker: " + e);
     }
+    // A rank that says who it is: the timeout names the ranks that did not come, and their
+    // nodes when the run spans several.
+    {
+        auto s = c10::make_intrusive<TcpStore>("127.0.0.1", 0, true, 300ms);
+        const std::string e = errorOf([&] { s->waitForWorkers(4, 0, 2); });
+        expect(contains(e, "1 of 4 ranks connected")
+                && contains(e, "missing: rank 1 (node 0), rank 2 (node 1), rank 3 (node 1)"),
+            "missing ranks by node: " + e);
+        auto one = c10::make_intrusive<TcpStore>("127.0.0.1", 0, true, 300ms);
+        const std::string single = errorOf([&] { one->waitForWorkers(2, 0, 2); });
+        expect(contains(single, "missing: rank 1") && !contains(single, "(node"),
+            "one node: no node named: " + single);
+    }
 
     // A busy port, and nobody serving.
     const std::string busy = errorOf([&] { TcpStore("127.0.0.1", port, true, 300ms); });
