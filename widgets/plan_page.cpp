@@ -37,6 +37,7 @@
 #include "jobs/format_bytes.h"
 #include "jobs/result.h"
 #include "plan/device_catalog.h"
+#include "plan/layout_search.h"
 #include "plan/run_spec_bridge.h"
 #include "protocol/run_spec.h"
 #include "widgets/background.h"
@@ -264,6 +265,12 @@ PlanPage::PlanPage(QWidget* parent)
     m_toLaunch = new QPushButton(tr("Launch with these settings →"), this);
     m_toLaunch->setObjectName("toLaunch");
     m_toLaunch->setEnabled(false); // until there is a plan
+    m_recommendLayout = new QPushButton(tr("Recommend a la&yout"), this);
+    m_recommendLayout->setObjectName("recommendLayout");
+    m_recommendLayout->setToolTip(
+        tr("Plan every tensor × pipeline layout of these GPUs (the ZeRO paper's accounting, the "
+           "global batch kept) and set the fastest one that fits"));
+    connect(m_recommendLayout, &QPushButton::clicked, this, &PlanPage::recommendLayout);
     m_importConfig = new QPushButton(tr("&Import a config…"), this);
     m_importConfig->setObjectName("importConfig");
     m_importConfig->setToolTip(tr("Plan a DeepSpeed JSON, an accelerate YAML or a torchtitan "
@@ -329,6 +336,7 @@ PlanPage::PlanPage(QWidget* parent)
     trainForm->addRow(tr("Shard &group"), m_shardGroup);
     trainForm->addRow(tr("&Tensor parallel"), m_tp);
     trainForm->addRow(tr("Pipeline s&tages"), m_pp);
+    trainForm->addRow(QString(), m_recommendLayout);
     trainForm->addRow(tr("P&recision"), m_precision);
     trainForm->addRow(tr("&Checkpointing"), m_checkpointing);
     trainForm->addRow(tr("O&ffload"), m_offload);
@@ -761,6 +769,40 @@ void PlanPage::showExport(const QString& kind)
 void PlanPage::scheduleRecompute()
 {
     m_debounce->start();
+}
+
+void PlanPage::recommendLayout()
+{
+    QString error;
+    const std::optional<plan::PlanInput> in = readFields(&error);
+    if (!in) {
+        m_message->showMessage(error);
+        return;
+    }
+    plan::LayoutRecommendation rec;
+    try {
+        rec = plan::recommendLayout(*in);
+    } catch (const std::exception& e) {
+        m_message->showMessage(QString::fromUtf8(e.what()));
+        return;
+    }
+    const QString reason = QString::fromStdString(rec.reason);
+    if (rec.best < 0) {
+        m_message->showMessage(reason);
+        return;
+    }
+    const plan::LayoutCandidate& best = rec.candidates[size_t(rec.best)];
+    m_tp->setValue(int(best.tp));
+    m_pp->setValue(int(best.pp));
+    m_gradAccum->setValue(int(best.gradAccum));
+    if (best.tp * best.pp > 1)
+        m_mode->setCurrentIndex(m_mode->findData("zero-paper"));
+    m_message->showMessage(tr("Recommended for %1 GPUs at a global batch of %2 sequences: %3")
+                               .arg(rec.gpus)
+                               .arg(rec.globalBatch)
+                               .arg(reason),
+        MessageBar::Kind::Info);
+    scheduleRecompute();
 }
 
 std::optional<plan::PlanInput> PlanPage::readFields(QString* error) const

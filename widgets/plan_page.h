@@ -90,6 +90,10 @@ private:
     void browseFolder();
     void showDeviceMemory(); // the memory field and labels for the chosen device
     std::optional<plan::PlanInput> readFields(QString* error) const;
+    // Plans every tensor x pipeline layout of the GPUs, sets the fastest that fits (and the
+    // accumulation that keeps the global batch) and says why; when none fits, says which comes
+    // closest.
+    void recommendLayout();
     void showResults();
     QString suggestionsFor(const plan::PlanResult& chosen) const; // when it does not fit
     void fillTable();
@@ -108,6 +112,7 @@ private:
     QPushButton* m_openFolder = nullptr;
     QPushButton* m_toLaunch = nullptr;
     QPushButton* m_importConfig = nullptr;
+    QPushButton* m_recommendLayout = nullptr; // plan::recommendLayout: sets tp, pp, accumulation
     QToolButton* m_export = nullptr;
     std::optional<plan::DeepSpeedSettings> m_importedDeepSpeed; // its knobs, for DeepSpeed mode
     QString m_importedPath;

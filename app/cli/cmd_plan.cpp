@@ -17,6 +17,7 @@
 
 #include "command.h"
 #include "plan/engine_configs.h"
+#include "plan/layout_search.h"
 #include "plan/planner.h"
 #include "plan/run_spec_bridge.h"
 #include "protocol/run_spec.h"
@@ -57,6 +58,7 @@ struct PlanOptions {
     bool noDoubleQuant = false;
     bool json = false;
     bool showCalibration = false;
+    bool recommendLayout = false; // every tp x pp of the GPUs planned, the fastest that fits
     // Another engine's config (DeepSpeed JSON, accelerate YAML, torchtitan TOML) as the plan.
     std::string deepspeed;
     std::string accelerate;
@@ -629,6 +631,76 @@ void exportPlan(const PlanOptions& o, const PlanInput& in)
         std::fprintf(stderr, "shard plan: not in the %s output: %s\n", k.c_str(), n.c_str());
 }
 
+// `--recommend-layout`: every tensor / pipeline layout of the GPUs, Megatron-LM's formula beside
+// each, and the pick with its reason.
+void printLayouts(const PlanOptions& o, const PlanInput& in)
+{
+    const LayoutRecommendation rec = recommendLayout(in);
+    // Megatron's distributed optimizer shards what ZeRO-1 shards; ddp keeps it whole.
+    const bool distributed = in.strategy != Strategy::Ddp;
+    auto megatron = [&](const LayoutCandidate& c) {
+        PlanInput x = in;
+        x.tp = c.tp;
+        x.pp = c.pp;
+        x.gradAccum = c.gradAccum;
+        return megatronTheoreticalMemory(x, distributed);
+    };
+    const double gibBytes = 1024.0 * 1024.0 * 1024.0;
+    if (o.json) {
+        nlohmann::json layouts = nlohmann::json::array();
+        for (const auto& c : rec.candidates) {
+            nlohmann::json l = {{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp},
+                {"grad_accum", c.gradAccum}, {"fits", c.fits()}};
+            if (!c.refused.empty())
+                l["refused"] = c.refused;
+            if (c.plan) {
+                l["per_device"] = toJson(c.plan->perDevice);
+                l["bubble_fraction"] = c.plan->bubbleFraction;
+                l["step_s"] = c.plan->stepSeconds;
+                l["tokens_per_s"] = c.plan->tokensPerSecond;
+                const MegatronMemory m = megatron(c);
+                l["megatron"] = {{"weight_and_optimizer", m.weightAndOptimizerBytes},
+                    {"activations", m.activationBytes}, {"total", m.totalBytes()},
+                    {"most_loaded_shard_params", m.mostLoadedShard}};
+            }
+            layouts.push_back(std::move(l));
+        }
+        nlohmann::json j = {{"model", in.model.name}, {"gpus", rec.gpus},
+            {"global_batch", rec.globalBatch}, {"reason", rec.reason}, {"layouts", layouts}};
+        if (rec.best >= 0) {
+            const LayoutCandidate& b = rec.candidates[size_t(rec.best)];
+            j["best"] = {{"tp", b.tp}, {"pp", b.pp}, {"dp", b.dp}, {"grad_accum", b.gradAccum}};
+        } else {
+            j["best"] = nullptr;
+        }
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    std::printf("Layouts of %lld GPUs for %s (%s, global batch %lld sequences of %lld tokens; "
+                "zero-paper accounting, 1F1B; Megatron-LM's formula with %s, sequence "
+                "parallelism and selective recomputation)\n\n",
+        static_cast<long long>(rec.gpus), in.model.name.c_str(), toString(in.strategy).c_str(),
+        static_cast<long long>(rec.globalBatch), static_cast<long long>(in.seqLen),
+        distributed ? "the distributed optimizer" : "no distributed optimizer");
+    std::printf("  %-22s %6s %10s %5s %7s %11s %14s\n", "layout", "accum", "GiB/GPU", "fits",
+        "bubble", "tokens/s", "Megatron GiB");
+    for (int i = 0; i < static_cast<int>(rec.candidates.size()); ++i) {
+        const LayoutCandidate& c = rec.candidates[size_t(i)];
+        const std::string mark = i == rec.best ? "* " : "  ";
+        if (!c.plan) {
+            std::printf("%s%-22s  %s\n", mark.c_str(), c.name().c_str(), c.refused.c_str());
+            continue;
+        }
+        const MegatronMemory m = megatron(c);
+        std::printf("%s%-22s %6lld %10.1f %5s %6.0f%% %11.0f %14.1f\n", mark.c_str(),
+            c.name().c_str(), static_cast<long long>(c.gradAccum),
+            double(c.plan->perDevice.total()) / gibBytes, c.fits() ? "yes" : "no",
+            100.0 * c.plan->bubbleFraction, c.plan->tokensPerSecond, m.totalBytes() / gibBytes);
+    }
+    std::printf(
+        "\n%s %s\n", rec.best >= 0 ? "Recommended:" : "No layout fits:", rec.reason.c_str());
+}
+
 void runPlan(const PlanOptions& o)
 {
     if (o.showCalibration) {
@@ -657,6 +729,10 @@ void runPlan(const PlanOptions& o)
     }
     if (!o.exportKind.empty()) {
         exportPlan(o, in);
+        return;
+    }
+    if (o.recommendLayout) {
+        printLayouts(o, in);
         return;
     }
     if (config && config->usesDeepSpeed) {
@@ -775,6 +851,10 @@ const CommandRegistration kPlan([](CLI::App& app) {
         ->type_name("FILE");
     sub->add_flag("--show-calibration", o->showCalibration, "Print the coefficients and exit");
     sub->add_flag("--json", o->json, "One JSON object instead of the table");
+    sub->add_flag("--recommend-layout", o->recommendLayout,
+        "Plan every tensor x pipeline layout of the GPUs (zero-paper accounting, the global "
+        "batch kept), with Megatron-LM's memory formula beside each, and recommend the fastest "
+        "that fits");
     CLI::Option* configs[] = {
         sub->add_option("--deepspeed", o->deepspeed,
                "Plan a DeepSpeed JSON config (ZeRO stage, offload, precision, batch; \"auto\" "

@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "plan/device_catalog.h"
+#include "plan/layout_search.h"
 #include "plan/planner.h"
 
 using namespace shard::plan;
@@ -726,6 +727,126 @@ void testGpuNamesFromNvidiaSmi()
     CHECK_EQ(key("", 0), std::string("none"));
 }
 
+// The seeds' layouts on 80 GB GPUs in nodes of 8 (ZeRO-1, bf16, sequence 4096, global batch
+// 1,024, full checkpointing): the search plans every tp x pp, keeps the global batch, and
+// recommends the fastest layout that fits; for 70B on 64 GPUs data parallelism alone does not
+// fit and the pick is a tensor/pipeline layout; for 7B on 8 it is the seeds' DP 8.
+PlanInput seedsLayoutInput(const std::string& model, int64_t nodes)
+{
+    PlanInput in;
+    in.model = preset(model);
+    in.strategy = Strategy::Zero1;
+    in.gpusPerNode = 8;
+    in.nodes = nodes;
+    in.microBatch = 1;
+    in.seqLen = 4096;
+    in.gradAccum = 1024 / (8 * nodes);
+    in.checkpointing = Checkpointing::Full;
+    return in;
+}
+
+void testLayoutSearch()
+{
+    {
+        const LayoutRecommendation r = recommendLayout(seedsLayoutInput("llama-2-70b", 8));
+        CHECK_EQ(r.gpus, int64_t(64));
+        CHECK_EQ(r.globalBatch, int64_t(1024));
+        // tp over 1, 2, 4, 8 (inside a node of 8) and pp over the divisors of the rest.
+        CHECK_EQ(r.candidates.size(), size_t(7 + 6 + 5 + 4));
+        CHECK(r.best >= 0);
+        const LayoutCandidate& best = r.candidates[size_t(r.best)];
+        CHECK(best.fits() && best.tp * best.pp > 1);
+        double fastest = 0;
+        for (const auto& c : r.candidates) {
+            if (c.plan)
+                CHECK_EQ(c.gradAccum * c.dp, int64_t(1024)); // the global batch kept
+            if (c.fits())
+                fastest = std::max(fastest, c.plan->tokensPerSecond);
+            if (c.tp == 1 && c.pp == 1)
+                CHECK(c.plan && !c.fits()); // 289.7 GiB a GPU (BENCHMARKS.md)
+            if (c.tp == 4 && c.pp == 2)
+                CHECK(c.fits()); // the seeds' answer fits
+        }
+        CHECK(best.plan->tokensPerSecond >= fastest / 1.01);
+        CHECK(r.reason.find(best.name() + " fits") == 0);
+        CHECK(r.reason.find("data parallelism alone (DP 64 x TP 1 x PP 1) needs")
+            != std::string::npos);
+    }
+    {
+        const LayoutRecommendation r = recommendLayout(seedsLayoutInput("llama-2-7b", 1));
+        CHECK(r.best >= 0);
+        CHECK_EQ(r.candidates[size_t(r.best)].name(), std::string("DP 8 x TP 1 x PP 1"));
+    }
+    {
+        // The global batch is the given layout's: 4 sequences at TP 2 (DP 4), which DP 8 cannot
+        // split into micro-batches of 1: said, not planned.
+        PlanInput in = seedsLayoutInput("llama-2-7b", 1);
+        in.tp = 2;
+        in.gradAccum = 1;
+        const LayoutRecommendation r = recommendLayout(in);
+        CHECK_EQ(r.globalBatch, int64_t(4));
+        int refused = 0;
+        for (const auto& c : r.candidates)
+            if (c.dp == 8) {
+                CHECK(!c.plan && c.refused.find("does not split") != std::string::npos);
+                ++refused;
+            }
+        CHECK_EQ(refused, 1);
+        CHECK(r.best >= 0);
+    }
+    {
+        // Nothing fits: the reason names the closest layout and what it needs.
+        PlanInput in = seedsLayoutInput("llama-3.1-405b", 1);
+        in.checkpointing = Checkpointing::None;
+        const LayoutRecommendation r = recommendLayout(in);
+        CHECK_EQ(r.best, -1);
+        CHECK(r.reason.find("no layout of 8 GPUs fits: the smallest,") == 0);
+    }
+}
+
+// Megatron-LM's theoretical memory, term by term from its formula (theoretical_memory_usage.py)
+// for Llama-2-70B at DP 8 x TP 4 x PP 2. Its parameter count with the unpadded vocabulary is the
+// checkpoint's exact count (the planner's, from the shapes) plus the layer-norm biases Megatron
+// counts (weight and bias, 2h a norm) and RMSNorm does not have: (2L + 1) h.
+void testMegatronFormula()
+{
+    PlanInput in = seedsLayoutInput("llama-2-70b", 8);
+    in.tp = 4;
+    in.pp = 2;
+    in.gradAccum = 128;
+    const MegatronMemory m = megatronTheoreticalMemory(in, true);
+    const double h = 8192, L = 80, ffn = 28672, s = 4096;
+    const double Vp = 32256; // 32000 padded to a multiple of 128 x 4
+    const double layers = L * (2 * h * h + 2 * 1024 * h + 3 * ffn * h + 4 * h) + 2 * h;
+    CHECK_NEAR(m.parameters, layers + 2 * Vp * h, 1e-12);
+    PlanInput in1 = in;
+    in1.tp = 1;
+    in1.pp = 1;
+    in1.mode = AccountingMode::ZeroPaper;
+    // 32000 is a multiple of 128: no padding at tp 1.
+    CHECK_NEAR(megatronTheoreticalMemory(in1).parameters,
+        double(plan(in1).params) + (2 * L + 1) * h, 1e-12);
+    CHECK_NEAR(m.mostLoadedShard, (layers / 2 + Vp * h) / 4, 1e-12);
+    CHECK_NEAR(m.bytesPerParameter, 6 + 12.0 / 8, 1e-12);
+    CHECK_NEAR(m.weightAndOptimizerBytes, m.mostLoadedShard * 7.5, 1e-12);
+    // Activations: s*b*h*(18 + 4*ffn/h) a layer, all 80 on stage 0 (2 micro-batches of 40
+    // layers in flight), the embedding's input (8sb) and dropout (sbh) for 2 micro-batches, over
+    // tp; 128 micro-batches >= pp: no discount.
+    const double act = (s * h * (18 + 4 * ffn / h) * L + 8 * s * 2 + s * h * 2) / 4;
+    CHECK_NEAR(m.activationBytes, act, 1e-12);
+    // Without the distributed optimizer: 18 bytes a parameter.
+    CHECK_NEAR(megatronTheoreticalMemory(in, false).bytesPerParameter, 18.0, 1e-12);
+    // pp 1: the output layer's input and the loss join; the untied head on the same shard.
+    PlanInput tpOnly = in;
+    tpOnly.tp = 8;
+    tpOnly.pp = 1;
+    const MegatronMemory t = megatronTheoreticalMemory(tpOnly);
+    const double Vp8 = 32768; // a multiple of 128 x 8
+    CHECK_NEAR(t.mostLoadedShard, (layers + 2 * Vp8 * h) / 8, 1e-12);
+    CHECK_NEAR(t.activationBytes,
+        (s * h * (18 + 4 * ffn / h) * L + 8 * s + s * h + s * h * 4 * (1 + Vp8 / h)) / 8, 1e-12);
+}
+
 int main()
 {
     testLlama7bZero3();
@@ -735,6 +856,8 @@ int main()
     testPureBf16AndFp16();
     testZeroPaper();
     testTensorAndPipelineParallel();
+    testLayoutSearch();
+    testMegatronFormula();
     testDerivedAnswers();
     testNotesAndErrors();
     testCalibrationAndJson();

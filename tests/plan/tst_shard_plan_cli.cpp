@@ -436,6 +436,41 @@ void testTensorPipeline()
     expectError(flags + " --export deepspeed", "written for torchtitan only");
 }
 
+// `--recommend-layout`: every layout of the GPUs with Megatron's formula beside it, the pick
+// marked and said with its reason; the same as JSON.
+void testRecommendLayout()
+{
+    const std::string flags = "plan --model llama-2-70b --gpus 8 --nodes 8 --strategy zero1 "
+                              "--grad-accum 16 --seq-len 4096 --checkpointing full "
+                              "--recommend-layout";
+    Result r = shard(flags);
+    CHECK_EQ(r.code, 0);
+    for (const char* s : {"Layouts of 64 GPUs for llama-2-70b", "global batch 1024 sequences",
+             "Megatron GiB", "DP 64 x TP 1 x PP 1", "DP 8 x TP 4 x PP 2", "Recommended: DP ",
+             "data parallelism alone (DP 64 x TP 1 x PP 1) needs"})
+        if (r.out.find(s) == std::string::npos)
+            shard::plan::test::fail(
+                __FILE__, __LINE__, std::string("layouts lack '") + s + "'\n" + r.out);
+    size_t marked = 0;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);)
+        marked += line.rfind("* DP ", 0) == 0;
+    CHECK_EQ(marked, size_t(1));
+    Result j = shard(flags + " --json");
+    CHECK_EQ(j.code, 0);
+    const json rec = json::parse(j.out, nullptr, false);
+    CHECK(!rec.is_discarded());
+    if (!rec.is_discarded()) {
+        CHECK_EQ(rec["gpus"].get<int64_t>(), int64_t(64));
+        CHECK_EQ(rec["global_batch"].get<int64_t>(), int64_t(1024));
+        CHECK(rec["best"].is_object());
+        CHECK_EQ(rec["layouts"].size(), size_t(22));
+        for (const auto& l : rec["layouts"])
+            if (l.contains("per_device"))
+                CHECK(l["megatron"]["total"].get<double>() > 0);
+    }
+}
+
 } // namespace
 
 int main()
@@ -454,6 +489,7 @@ int main()
     testErrors();
     testEngineConfigs();
     testTensorPipeline();
+    testRecommendLayout();
     fs::remove_all(tempDir());
     return shard::plan::test::finish("tst_shard_plan_cli");
 }

@@ -479,6 +479,45 @@ private Q_SLOTS:
         QVERIFY(launch->isEnabled());
     }
 
+    // "Recommend a layout": 70B on 64 GPUs with ZeRO-1 does not fit with data parallelism alone;
+    // the page sets the fastest tensor x pipeline layout that fits, the accumulation that keeps
+    // the global batch of 1,024, and says why.
+    void recommendsALayout()
+    {
+        PlanPage page;
+        page.show();
+        page.setModel("llama-2-70b");
+        field<QSpinBox>(page, "gpus")->setValue(8);
+        field<QSpinBox>(page, "nodes")->setValue(8);
+        field<QComboBox>(page, "strategy")
+            ->setCurrentIndex(field<QComboBox>(page, "strategy")->findData("zero1"));
+        field<QComboBox>(page, "checkpointing")
+            ->setCurrentIndex(field<QComboBox>(page, "checkpointing")->findData("full"));
+        field<QSpinBox>(page, "seqLen")->setValue(4096);
+        field<QSpinBox>(page, "gradAccum")->setValue(16);
+        page.recompute();
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.model.name == "llama-2-70b");
+        page.findChild<QPushButton*>("recommendLayout")->click();
+        const int tp = field<QSpinBox>(page, "tp")->value();
+        const int pp = field<QSpinBox>(page, "pp")->value();
+        QVERIFY2(tp * pp > 1, "data parallelism alone does not fit");
+        QCOMPARE(field<QSpinBox>(page, "gradAccum")->value() * 64 / (tp * pp), 1024);
+        QCOMPARE(field<QComboBox>(page, "mode")->currentData().toString(), QString("zero-paper"));
+        QVERIFY2(page.messageText().contains("global batch of 1024 sequences")
+                && page.messageText().contains("fastest layout that does")
+                && page.messageText().contains("data parallelism alone (DP 64"),
+            qPrintable(page.messageText()));
+        page.recompute();
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.tp == tp && page.chosen()->fits);
+        // Nothing fits on one GPU: said, the fields left as they were.
+        field<QSpinBox>(page, "nodes")->setValue(1);
+        field<QSpinBox>(page, "gpus")->setValue(1);
+        page.findChild<QPushButton*>("recommendLayout")->click();
+        QVERIFY2(
+            page.messageText().contains("no layout of 1 GPU fits"), qPrintable(page.messageText()));
+        QCOMPARE(field<QSpinBox>(page, "tp")->value(), tp);
+    }
+
     // A DeepSpeed config sets the fields and the page plans it with DeepSpeed's accounting and
     // the config's knobs; a bad config leaves the fields as they were and says why.
     void importsDeepSpeedConfig()
