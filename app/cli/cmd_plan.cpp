@@ -676,9 +676,9 @@ void printLayouts(const PlanOptions& o, const PlanInput& in)
         std::printf("%s\n", j.dump(2).c_str());
         return;
     }
-    std::printf("Layouts of %lld GPUs for %s (%s, global batch %lld sequences of %lld tokens; "
-                "zero-paper accounting, 1F1B; Megatron-LM's formula with %s, sequence "
-                "parallelism and selective recomputation)\n\n",
+    std::printf("Layouts of %lld GPUs for %s (%s, global batch %lld sequences of %lld tokens)\n"
+                "Zero-paper accounting, 1F1B. Megatron GiB: Megatron-LM's formula with\n"
+                "%s, sequence parallelism and selective recomputation.\n\n",
         static_cast<long long>(rec.gpus), in.model.name.c_str(), toString(in.strategy).c_str(),
         static_cast<long long>(rec.globalBatch), static_cast<long long>(in.seqLen),
         distributed ? "the distributed optimizer" : "no distributed optimizer");
