@@ -816,6 +816,8 @@ public:
         }
         p.dirty = true;
     }
+    // Records written so far (a step written again counts again).
+    int64_t written() const { return m_written; }
     // Writes the steps that changed (a step written again replaces the earlier record).
     void flush()
     {
@@ -827,6 +829,7 @@ public:
                         p.rec.memory = std::move(memory);
                 m_out.line(protocol::toJson(p.rec).dump());
                 p.dirty = false;
+                ++m_written;
             }
             // Keep the last few steps for a late evaluation line; drop older ones.
             if (!m_steps.empty() && it->first + 8 < m_steps.rbegin()->first && !p.dirty)
@@ -846,6 +849,7 @@ private:
     GpuSampler* m_gpus = nullptr;
     bool m_stepless = true;
     int64_t m_hfStep;
+    int64_t m_written = 0;
     std::chrono::steady_clock::time_point m_t0;
     std::map<int64_t, Pending> m_steps;
 };
@@ -858,6 +862,8 @@ public:
         , m_metrics(metrics)
     {
     }
+    // Whether an event file has been seen under the folder.
+    bool sawEventFile() const { return m_sawEventFile; }
     // Reads what the files gained; returns notes to record once (a file that is not an event
     // file, a broken frame).
     QStringList poll()
@@ -870,6 +876,7 @@ public:
             const QString path = it.next();
             if (!tbio::isEventFileName(QFileInfo(path).fileName().toStdString()))
                 continue;
+            m_sawEventFile = true;
             const std::string key = path.toStdString();
             if (m_refused.count(key))
                 continue;
@@ -898,6 +905,7 @@ private:
     MetricLines& m_metrics;
     std::map<std::string, int64_t> m_offsets;
     std::set<std::string> m_refused;
+    bool m_sawEventFile = false;
 };
 
 // Splits a stream into lines for `onLine` (a line longer than 1 MiB is cut there).
@@ -974,6 +982,35 @@ int superviseCommand(const QString& runDirArg)
             event("warning", note.toStdString(), {{"logdir", spec.logdir.toStdString()}});
     };
     auto lastLogdirPoll = std::chrono::steady_clock::now();
+    // A command that logs nothing the studio reads, or a --logdir that never fills: said once,
+    // after $SHARD_SILENT_WARN_SEC (default 120) seconds, on the Monitor as a warning.
+    const int silentSec = [] {
+        bool ok = false;
+        const int s = qEnvironmentVariableIntValue("SHARD_SILENT_WARN_SEC", &ok);
+        return ok && s > 0 ? s : 120;
+    }();
+    const auto silentCheckAt = std::chrono::steady_clock::now() + std::chrono::seconds(silentSec);
+    bool silentChecked = false;
+    auto warnIfSilent = [&] {
+        if (silentChecked || std::chrono::steady_clock::now() < silentCheckAt)
+            return;
+        silentChecked = true;
+        const std::string after = " after " + std::to_string(silentSec) + " s";
+        if (!spec.logdir.isEmpty() && !logdir.sawEventFile())
+            event("warning",
+                "no TensorBoard event file has appeared in " + spec.logdir.toStdString() + after
+                    + ": check --logdir (the folder the command's SummaryWriter or report_to="
+                      "\"tensorboard\" writes into, relative to the working folder); until one "
+                      "does, only the output's lines with a step are read",
+                {{"logdir", spec.logdir.toStdString()}, {"after_sec", silentSec}});
+        if (metrics.written() == 0)
+            event("warning",
+                "no metric has been read from the command" + after
+                    + ": the studio reads Hugging Face Trainer's {'loss': ...} lines and "
+                      "torchtitan's step lines from its output, and the event files under "
+                      "--logdir; the run has no points until one appears",
+                {{"after_sec", silentSec}});
+    };
     GpuSampler gpus;
     if (gpus.available())
         metrics.sampleGpus(&gpus);
@@ -1095,6 +1132,8 @@ int superviseCommand(const QString& runDirArg)
         }
         sampleGpus();
         metrics.flush();
+        if (!exited)
+            warnIfSilent();
         if (!exited) {
             const pid_t w = ::waitpid(child, &status, WNOHANG);
             if (w == child) {

@@ -18,6 +18,8 @@
 #include <QRegularExpression>
 
 #include "jobs/run_store.h"
+#include "jobs/slurm_launcher.h"
+#include "plan/engine_configs.h"
 #include "tbio/event_reader.h"
 #include "tbio/known_tags.h"
 #include "tbio/log_lines.h"
@@ -251,15 +253,28 @@ QJsonObject jsonFile(const QString& path)
 }
 
 // What is known of an imported run's set-up, as its spec (compared like the engine's run.json):
-// the model's config.json, a DeepSpeed config, the Trainer's settings from trainer_state.json,
-// found in the run's folder and up to three folders above it (a Trainer's output folder holds
-// runs/<name>/ for its event files), never above `top`.
-QJsonObject specOf(const QString& runPath, const QString& top, const RunData& data)
+// the model's config.json, a DeepSpeed config, a torchtitan TOML, the Trainer's settings from
+// trainer_state.json, found in the run's folder and up to three folders above it (a Trainer's
+// output folder holds runs/<name>/ for its event files), never above `top`. A config that cannot
+// be read is said in `notes`.
+QJsonObject specOf(
+    const QString& runPath, const QString& top, const RunData& data, QStringList* notes)
 {
     QJsonObject spec;
-    QJsonObject modelConfig, deepspeed, trainer;
+    QJsonObject modelConfig, deepspeed, trainer, torchtitan;
     QDir dir(QFileInfo(runPath).isDir() ? runPath : QFileInfo(runPath).absolutePath());
     for (int up = 0; up < 4; ++up) {
+        for (const QFileInfo& f : dir.entryInfoList({"*.toml"}, QDir::Files, QDir::Name)) {
+            if (!torchtitan.isEmpty())
+                break;
+            try {
+                if (const auto j = plan::torchtitanConfigJson(f.absoluteFilePath().toStdString()))
+                    torchtitan
+                        = QJsonDocument::fromJson(QByteArray::fromStdString(j->dump())).object();
+            } catch (const std::exception& e) {
+                *notes << QString::fromUtf8(e.what());
+            }
+        }
         for (const QFileInfo& f : dir.entryInfoList({"*.json"}, QDir::Files, QDir::Name)) {
             const QString name = f.fileName();
             if (modelConfig.isEmpty() && name == "config.json") {
@@ -300,6 +315,17 @@ QJsonObject specOf(const QString& runPath, const QString& top, const RunData& da
         const QJsonValue stage = deepspeed.value("zero_optimization").toObject().value("stage");
         if (stage.isDouble())
             spec["strategy"] = QStringLiteral("zero%1").arg(stage.toInt());
+    }
+    if (!torchtitan.isEmpty()) {
+        spec["torchtitan"] = torchtitan;
+        const QJsonObject model = torchtitan.value("model").toObject();
+        if (!spec.contains("model") && model.contains("name"))
+            spec["model"] = model.value("flavor").isString()
+                ? model.value("name").toString() + " " + model.value("flavor").toString()
+                : model.value("name").toString();
+        const QJsonObject training = torchtitan.value("training").toObject();
+        if (!spec.contains("steps") && training.value("steps").isDouble())
+            spec["steps"] = training.value("steps").toInteger();
     }
     if (!trainer.isEmpty()) {
         QJsonObject t;
@@ -470,7 +496,8 @@ Result<ImportReport> importRuns(RunStore& store, const QString& path, const SshO
         "p=%1; case $p in \\~/*) p=$HOME/${p#\\~/};; esac; "
         "if [ -d \"$p\" ]; then cd \"$p\" && echo \"D $(pwd)\" && find . -type f -size -268435456c "
         "\\( -name 'events.out.tfevents.*' -o -name trainer_state.json -o -name config.json "
-        "-o -name '*ds*.json' -o -name '*deepspeed*.json' -o -name '*zero*.json' \\) "
+        "-o -name '*ds*.json' -o -name '*deepspeed*.json' -o -name '*zero*.json' "
+        "-o -name '*.toml' \\) "
         "-printf '%s %p\\0'; "
         "elif [ -f \"$p\" ]; then cd \"$(dirname \"$p\")\" && echo \"F $(pwd)\" && "
         "find \"./$(basename \"$p\")\" -maxdepth 0 -printf '%s %p\\0'; "
@@ -583,8 +610,8 @@ Result<ImportReport> importLocal(RunStore& store, const QString& path, const Rem
         r.tool = toolOf(data);
         r.notes = data.notes;
         r.name = QDir(baseParent).relativeFilePath(c.folder);
-        const QByteArray spec
-            = QJsonDocument(specOf(c.folder, baseParent, data)).toJson(QJsonDocument::Compact);
+        const QByteArray spec = QJsonDocument(specOf(c.folder, baseParent, data, &r.notes))
+                                    .toJson(QJsonDocument::Compact);
         // A mirrored remote folder's runs are keyed by their host and path there.
         const QString hostOf = origin ? origin->host : QString();
         const QString key = origin && c.folder.startsWith(origin->mirrorRoot)
@@ -640,11 +667,14 @@ Result<ImportReport> importLocal(RunStore& store, const QString& path, const Rem
                 QJsonDocument(source).toJson(QJsonDocument::Compact), points, data.scalars);
             !s)
             return fail(s.error());
-        if (auto s = store.setStatus(r.runId, RunStatus::Finished,
-                QStringLiteral("imported from %1 (%2)")
-                    .arg(r.tool, hostOf.isEmpty() ? key : hostOf + ":" + key));
-            !s)
-            return fail(s.error());
+        // A run tied to a Slurm job keeps the job's state (followSlurmJob, ImportWatcher).
+        const auto recorded = store.run(r.runId);
+        if (!recorded || recorded->jobId.isEmpty())
+            if (auto s = store.setStatus(r.runId, RunStatus::Finished,
+                    QStringLiteral("imported from %1 (%2)")
+                        .arg(r.tool, hostOf.isEmpty() ? key : hostOf + ":" + key));
+                !s)
+                return fail(s.error());
         std::set<QString> tags;
         for (const auto& p : data.scalars)
             tags.insert(p.tag);
@@ -672,6 +702,52 @@ bool hasImportableFiles(const QString& folder)
     return false;
 }
 
+namespace {
+
+// The state of the job that writes an imported run, asked where its files are (a login node
+// over ssh, or this machine).
+Result<SlurmJobState> importedJobState(const RunRecord& run, const QString& jobId,
+    const SshOptions& ssh = SshOptions::fromEnvironment())
+{
+    SlurmOptions o;
+    o.via = run.host;
+    return SlurmLauncher(nullptr, o, SshClient(ssh)).jobState(jobId, o);
+}
+
+QString jobMessage(const QString& jobId, const QString& state)
+{
+    return QObject::tr("Slurm job %1: %2").arg(jobId, state);
+}
+
+} // namespace
+
+Status followSlurmJob(RunStore& store, qint64 runId, const QString& jobId, const SshOptions& ssh)
+{
+    auto run = store.run(runId);
+    if (!run)
+        return fail(run.error());
+    if (run->target != TargetKind::Import)
+        return fail(QObject::tr("run %1 was started by Shard Studio, which follows its job "
+                                "itself; --slurm-job ties an imported run to its job")
+                        .arg(runId));
+    static const QRegularExpression id(QStringLiteral("^[0-9]+(_[0-9]+)?$"));
+    if (!id.match(jobId).hasMatch())
+        return fail(QObject::tr("'%1' is not a Slurm job id (a number, or ARRAY_TASK as squeue "
+                                "prints it)")
+                        .arg(jobId));
+    auto state = importedJobState(*run, jobId, ssh);
+    if (!state)
+        return fail(state.error());
+    if (state->state.isEmpty())
+        return fail(QObject::tr("Slurm knows no job %1 on %2 (squeue, scontrol and sacct "
+                                "there); give the id of the job that writes %3")
+                        .arg(jobId, run->host.isEmpty() ? QObject::tr("this machine") : run->host,
+                            run->runDir));
+    if (auto s = store.setJobId(runId, jobId); !s)
+        return s;
+    return store.setStatus(runId, state->runStatus(), jobMessage(jobId, state->state));
+}
+
 ImportWatcher::ImportWatcher(RunStore& store, qint64 runId, QString folder, QObject* parent)
     : RunWatcher(parent)
     , m_store(store)
@@ -687,7 +763,49 @@ void ImportWatcher::start(int pollMs)
         pollMs = std::max(pollMs, 10000); // each poll lists the folder over ssh, then fetches
                                           // what each file gained
     m_signature = signature();            // the import that recorded the run read these files
+    if (auto run = m_store.run(m_runId))
+        m_jobId = run->jobId;
     m_timer.start(pollMs);
+}
+
+void ImportWatcher::pollJob()
+{
+    auto run = m_store.run(m_runId);
+    if (!run)
+        return;
+    auto state = importedJobState(*run, m_jobId);
+    if (!state) {
+        Q_EMIT errorOccurred(m_runId, state.error());
+        return;
+    }
+    // A job Slurm no longer knows (forgotten after MinJobAge, no accounting) has ended.
+    const bool ended = state->ended() || (state->state.isEmpty() && !m_jobState.isEmpty());
+    if (state->state == m_jobState && !ended)
+        return;
+    m_jobState = state->state;
+    if (!ended) {
+        const RunStatus status = state->runStatus();
+        if (status != run->status) {
+            (void)m_store.setStatus(m_runId, status, jobMessage(m_jobId, state->state));
+            Q_EMIT statusChanged(m_runId, status, jobMessage(m_jobId, state->state));
+        }
+        return;
+    }
+    // What the job wrote last, then its final state.
+    m_signature.clear();
+    if (auto report = importRuns(m_store, m_folder); !report)
+        Q_EMIT errorOccurred(m_runId, report.error());
+    const RunStatus status = state->state.isEmpty() ? RunStatus::Finished : state->runStatus();
+    const QString message = state->state.isEmpty()
+        ? QObject::tr("Slurm job %1 has ended (Slurm no longer knows its final state)").arg(m_jobId)
+        : jobMessage(m_jobId, state->state);
+    (void)m_store.setStatus(m_runId, status, message);
+    m_timer.stop();
+    m_ended = true;
+    auto after = m_store.run(m_runId);
+    Q_EMIT pointsAdded(m_runId, after ? after->lastStep : 0);
+    Q_EMIT statusChanged(m_runId, status, message);
+    Q_EMIT finished(m_runId, status);
 }
 
 QString ImportWatcher::signature() const
@@ -715,6 +833,13 @@ QString ImportWatcher::signature() const
 
 bool ImportWatcher::poll()
 {
+    if (m_ended)
+        return false;
+    if (!m_jobId.isEmpty()) {
+        pollJob();
+        if (m_ended)
+            return true;
+    }
     const QString now = signature();
     if (now == m_signature)
         return false;

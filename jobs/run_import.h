@@ -55,10 +55,21 @@ bool isRemoteImportPath(const QString& path);
 // its own (run.json, metrics.jsonl).
 bool hasImportableFiles(const QString& folder);
 
+// Ties an imported run to the Slurm job that writes it (`shard runs import PATH --slurm-job ID`):
+// the job is asked for where the run's files are (its host, a login node, or this machine), the
+// run records the job id and takes the job's state (queued, running), and its watcher follows
+// the job to its end (completed: finished; cancelled: stopped; failed, timeout, node failure:
+// failed). Fails, changing nothing, for a run that was not imported, an id that is not a Slurm
+// job id, or a job Slurm does not know.
+Status followSlurmJob(RunStore& store, qint64 runId, const QString& jobId,
+    const SshOptions& ssh = SshOptions::fromEnvironment());
+
 // Follows an imported run while its job writes: when the folder's event files (or its
 // trainer_state.json) change, the run is imported again (its points replace those at the same
-// steps, so each point is stored once) and pointsAdded is emitted. It never ends by itself: the
-// job that writes the files is not the studio's to watch.
+// steps, so each point is stored once) and pointsAdded is emitted. A run tied to a Slurm job
+// (followSlurmJob) takes the job's state at each poll and ends with it: imported a last time,
+// its final status set, finished() emitted. Any other never ends by itself: the job that writes
+// the files is not the studio's to watch.
 class ImportWatcher : public RunWatcher {
     Q_OBJECT
 public:
@@ -72,11 +83,17 @@ public:
 
 private:
     QString signature() const;
+    // A Slurm-tied run: its job's state now; the run's status follows, and the watcher ends when
+    // the job has.
+    void pollJob();
     RunStore& m_store;
     qint64 m_runId;
     QString m_folder;
     QString m_signature;
     QTimer m_timer;
+    QString m_jobId;      // the run's Slurm job, or empty
+    QString m_jobState;   // its state at the last poll
+    bool m_ended = false; // the job ended: finished() was emitted
 };
 
 // The launch target of imported runs (RunRecord::target "import"): they can be watched and

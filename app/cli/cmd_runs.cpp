@@ -288,6 +288,8 @@ struct RunsOptions {
     std::string out;
     bool memory = false;
     bool force = false;
+    std::string slurmJob; // import: the Slurm job that writes the run
+    bool follow = false;  // import --slurm-job: follow the run until the job ends
 };
 
 void listRuns(const RunsOptions& o)
@@ -389,10 +391,21 @@ void importRuns(const RunsOptions& o)
 {
     if (o.runs.empty())
         throw std::runtime_error("give the folders or files to import");
+    if (!o.slurmJob.empty() && o.runs.size() != 1)
+        throw std::runtime_error("--slurm-job ties one run to the job that writes it: give one "
+                                 "folder (got "
+            + std::to_string(o.runs.size()) + ")");
+    if (o.follow && o.slurmJob.empty())
+        throw std::runtime_error("--follow follows an imported run until its Slurm job ends: "
+                                 "give --slurm-job ID (a run without a job is never done)");
     jobs::RunStore store = openStore(o.store);
     int failed = 0;
     for (const auto& path : o.runs) {
         auto report = jobs::importRuns(store, QString::fromStdString(path));
+        if (report && !o.slurmJob.empty() && report->runs.size() != 1)
+            throw std::runtime_error("--slurm-job ties one run to the job that writes it, and "
+                + path + " holds " + std::to_string(report->runs.size())
+                + " runs: give the folder of the job's run");
         if (!report) {
             std::fprintf(stderr, "shard runs import: %s\n", qPrintable(report.error()));
             ++failed;
@@ -408,6 +421,19 @@ void importRuns(const RunsOptions& o)
         }
         for (const QString& why : report->skipped)
             std::printf("skipped %s\n", terminalText(why).constData());
+        if (o.slurmJob.empty())
+            continue;
+        const qint64 id = report->runs.front().runId;
+        if (auto s = jobs::followSlurmJob(store, id, QString::fromStdString(o.slurmJob)); !s)
+            throw std::runtime_error(s.error().toStdString());
+        const jobs::RunRecord run = *store.run(id);
+        std::printf("run %lld follows Slurm job %s: %s\n", static_cast<long long>(id),
+            o.slurmJob.c_str(), qPrintable(jobs::toString(run.status)));
+        if (o.follow) {
+            const jobs::RunRecord final = followRun(store, id);
+            printSummary(final);
+            exitCode() = exitCodeFor(final.status);
+        }
     }
     if (failed > 0)
         exitCode() = 1;
@@ -575,6 +601,10 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     imp->add_option("paths", o->runs,
            "folders (searched recursively) or files, here or as HOST:PATH over ssh")
         ->required();
+    imp->add_option("--slurm-job", o->slurmJob,
+        "the Slurm job that writes the run (asked where the files are: HOST, or here): the run "
+        "takes the job's state and ends with it");
+    imp->add_flag("--follow", o->follow, "with --slurm-job: follow the run until the job ends");
     imp->fallthrough();
     imp->callback([o] { importRuns(*o); });
 

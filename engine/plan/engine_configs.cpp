@@ -1186,6 +1186,24 @@ std::pair<std::string, std::string> torchtitanOfPreset(const std::string& preset
 
 } // namespace
 
+std::optional<nlohmann::json> torchtitanConfigJson(const std::string& path)
+{
+    toml::table t;
+    try {
+        t = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+        const auto& where = e.source().begin;
+        throw std::runtime_error(path + ": not valid TOML at line " + std::to_string(where.line)
+            + ", column " + std::to_string(where.column) + ": " + std::string(e.description()));
+    }
+    if (!t.contains("job") && !t.contains("model") && !t.contains("training")
+        && !t.contains("parallelism"))
+        return std::nullopt;
+    std::ostringstream text;
+    text << toml::json_formatter {t};
+    return nlohmann::json::parse(text.str());
+}
+
 ImportedConfig readTorchtitanConfig(const std::string& path, const ConfigContext& ctx)
 {
     toml::table t;

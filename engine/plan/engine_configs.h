@@ -8,9 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "plan/planner.h"
 
@@ -70,6 +73,10 @@ ImportedConfig readAccelerateConfig(const std::string& path, const ConfigContext
 ImportedConfig readTorchtitanConfig(const std::string& path, const ConfigContext& ctx);
 ImportedConfig readEngineConfig(
     EngineConfigKind kind, const std::string& path, const ConfigContext& ctx);
+// A torchtitan TOML as JSON (tables as objects), for an imported run's spec; nullopt when the
+// file is no torchtitan config (none of its [job], [model], [training], [parallelism] tables).
+// Throws std::runtime_error "PATH: not valid TOML at line L, column C: ..." for broken TOML.
+std::optional<nlohmann::json> torchtitanConfigJson(const std::string& path);
 // The same from text (`path` names it in messages).
 ImportedConfig parseDeepSpeedConfig(
     const std::string& text, const std::string& path, const ConfigContext& ctx);

@@ -52,7 +52,7 @@ LayoutRecommendation recommendLayout(const PlanInput& in);
 // and loss when pp = 1, all over tp). The vocabulary is padded to a multiple of 128 x tp as
 // Megatron pads it.
 struct MegatronMemory {
-    double parameters = 0; // the model's, padded vocabulary; norms with a bias (+(2L+1)h)
+    double parameters = 0;        // the model's, padded vocabulary; norms with a bias (+(2L+1)h)
     double mostLoadedShard = 0;   // parameters on the most loaded GPU
     double bytesPerParameter = 0; // 18, or 6 + 12 / dp
     double weightAndOptimizerBytes = 0;

@@ -201,6 +201,43 @@ private Q_SLOTS:
         QVERIFY(std::fabs(m.lr.back() - 5e-4) < 1e-9);
     }
 
+    // A command that logs nothing the studio reads, or whose --logdir never fills, is said once
+    // as a warning event (the Monitor shows it) after $SHARD_SILENT_WARN_SEC; one that logs its
+    // loss is not warned about.
+    void silentCommandIsSaid()
+    {
+        QProcessEnvironment e = env();
+        e.insert("SHARD_SILENT_WARN_SEC", "1");
+        auto warnings = [](const QString& dir) {
+            QFile f(dir + "/events.jsonl");
+            QStringList out;
+            if (f.open(QIODevice::ReadOnly))
+                for (const QByteArray& line : f.readAll().split('\n'))
+                    if (line.contains("\"kind\":\"warning\""))
+                        out << QString::fromUtf8(line);
+            return out;
+        };
+        const QString quiet = m_dir.filePath("quiet");
+        const QString work = m_dir.filePath("quiet-work");
+        QVERIFY(QDir().mkpath(work));
+        const auto q = shard::test::runShard(e,
+            {"run", "--run-dir", quiet, "--workdir", work, "--logdir", "tb", "--command",
+                "sleep 4"},
+            180000);
+        QVERIFY2(q.code == 0, qPrintable(q.out + q.err));
+        const QStringList w = warnings(quiet);
+        QVERIFY2(w.size() == 2, qPrintable(w.join('\n')));
+        QVERIFY2(w.join('\n').contains("no TensorBoard event file has appeared in " + work + "/tb"),
+            qPrintable(w.join('\n')));
+        QVERIFY2(w.join('\n').contains("no metric has been read from the command after 1 s"),
+            qPrintable(w.join('\n')));
+        const QString talking = m_dir.filePath("talking");
+        const auto t = shard::test::runShard(e,
+            {"run", "--run-dir", talking, "--command", "echo \"{'loss': 1.5}\"; sleep 4"}, 180000);
+        QVERIFY2(t.code == 0, qPrintable(t.out + t.err));
+        QVERIFY2(warnings(talking).isEmpty(), qPrintable(warnings(talking).join('\n')));
+    }
+
     void badCommands()
     {
         // Not found: exit 127 in the run's message, with the shell's line.

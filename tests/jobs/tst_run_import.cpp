@@ -92,6 +92,7 @@ private Q_SLOTS:
     void followsAGrowingRun();
     void logs();
     void configBesideTheRun();
+    void torchtitanConfigBesideTheRun();
     void overSsh();
 
 private:
@@ -323,6 +324,20 @@ void TestRunImport::cli()
     QVERIFY(p.waitForFinished(60000));
     QCOMPARE(p.exitCode(), 1);
     QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains("does not exist"));
+    // --slurm-job ties one run to its job; --follow needs one (tst_slurm_launcher runs them).
+    for (const auto& [args, why] : {std::pair {QStringList {"runs", "import", m_tmp.filePath("cli"),
+                                                   m_tmp.filePath("cli"), "--slurm-job", "7"},
+                                        "give one folder (got 2)"},
+             {QStringList {"runs", "import", m_tmp.filePath("cli"), "--follow"},
+                 "give --slurm-job ID"},
+             {QStringList {"runs", "import", m_tmp.filePath("cli"), "--slurm-job", "7; ls"},
+                 "is not a Slurm job id"}}) {
+        p.start(shard, args);
+        QVERIFY(p.waitForFinished(60000));
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(p.exitCode() != 0 && err.contains(why), qPrintable(err));
+    }
+    QCOMPARE(RunStore::open(m_tmp.filePath("cli.sqlite"))->run(1)->jobId, QString());
 }
 
 namespace {
@@ -620,6 +635,63 @@ void TestRunImport::configBesideTheRun()
     QVERIFY2(keys.contains("strategy") && keys.contains("deepspeed.zero_optimization.stage")
             && !keys.contains("model"),
         qPrintable(keys.join(", ")));
+}
+
+void TestRunImport::torchtitanConfigBesideTheRun()
+{
+    // torchtitan's own Llama 3 8B config (../shared/fixtures) beside its job's event files: the
+    // config is the run's spec (model, steps, every table), two runs that differ in their
+    // parallelism compare by it, and a broken TOML is said in the import's notes.
+    const QString toml = kFixtures + "/pytorch__torchtitan/llama3_8b.toml";
+    if (!QFile::exists(toml))
+        QSKIP("../shared/fixtures/pytorch__torchtitan/llama3_8b.toml is absent");
+    QFile in(toml);
+    QVERIFY(in.open(QIODevice::ReadOnly));
+    const QByteArray text = in.readAll();
+    auto store = RunStore::open(m_tmp.filePath("titan.sqlite"));
+    QVERIFY(store);
+    QVector<qint64> ids;
+    for (int tp : {1, 2}) {
+        QDir job(m_tmp.filePath(QStringLiteral("titan/tp%1").arg(tp)));
+        QVERIFY(job.mkpath("outputs/tb/20261205-1200"));
+        QByteArray config = text;
+        config.replace(
+            "tensor_parallel_degree = 1", "tensor_parallel_degree = " + QByteArray::number(tp));
+        writeAll(job.filePath("llama3_8b.toml"), config);
+        writeAll(job.filePath("outputs/tb/20261205-1200/events.out.tfevents.1.node.1.0"),
+            versionRecord() + scalarEvent(1, 10, "loss_metrics/global_avg_loss", 2.5f));
+        auto report = importRuns(*store, job.absolutePath()); // the job's folder
+        QVERIFY2(report, qPrintable(report.error()));
+        QCOMPARE(report->runs.size(), 1);
+        auto run = store->run(report->runs[0].runId);
+        QVERIFY(run);
+        QCOMPARE(run->model, QString("llama3 8B"));
+        QCOMPARE(run->totalSteps, 1000);
+        const QJsonObject spec = QJsonDocument::fromJson(run->specJson).object();
+        const QJsonObject titan = spec.value("torchtitan").toObject();
+        QCOMPARE(titan.value("training").toObject().value("seq_len").toInt(), 8192);
+        QCOMPARE(titan.value("activation_checkpoint").toObject().value("mode").toString(),
+            QString("selective"));
+        ids << run->id;
+    }
+    auto diff = store->compareConfigs(ids);
+    QVERIFY(diff);
+    QStringList keys;
+    for (const auto& d : *diff)
+        keys << d.key;
+    QVERIFY2(
+        keys.filter("torchtitan.") == QStringList {"torchtitan.parallelism.tensor_parallel_degree"},
+        qPrintable(keys.join(", ")));
+    // A broken TOML: the run is imported, the note says where the TOML breaks.
+    QDir broken(m_tmp.filePath("titan/broken"));
+    QVERIFY(broken.mkpath("tb"));
+    writeAll(broken.filePath("train.toml"), "[training]\nsteps = = 3\n");
+    writeAll(broken.filePath("tb/events.out.tfevents.2.node.1.0"),
+        versionRecord() + scalarEvent(1, 1, "loss", 1.0f));
+    auto report = importRuns(*store, broken.filePath("tb"));
+    QVERIFY2(report, qPrintable(report.error()));
+    QVERIFY2(report->runs[0].notes.join('\n').contains("train.toml: not valid TOML at line 2"),
+        qPrintable(report->runs[0].notes.join('\n')));
 }
 
 void TestRunImport::overSsh()

@@ -1,11 +1,15 @@
 // SlurmLauncher against a real one-node Slurm (slurmctld + slurmd started here): the sbatch
 // script, submit / watch / ingest, cancel, a rejected job, Slurm not available, and submission
 // through an SSH login node.
+#include <QDir>
+#include <QFile>
+#include <QProcess>
 #include <QRegularExpression>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "jobs/run_import.h"
 #include "jobs/slurm_launcher.h"
 #include "jobs_test_util.h"
 #include "slurm_fixture.h"
@@ -202,6 +206,99 @@ private Q_SLOTS:
         QVERIFY(!b);
         QVERIFY2(
             b.error().startsWith("Slurm is not available on this machine:"), qPrintable(b.error()));
+    }
+
+    // A run another tool writes under Slurm, imported and tied to its job (`shard runs import
+    // PATH --slurm-job ID`): it takes the job's state, its watcher imports what the job writes
+    // and ends with the job (completed: finished; scancel: stopped); bad ids are refused and
+    // change nothing (issue 30).
+    void importedRunFollowsItsJob()
+    {
+        auto store = RunStore::open(m_work.filePath("import.sqlite"));
+        QVERIFY(store);
+        const QString dir = m_work.filePath("hf-job");
+        QVERIFY(QDir().mkpath(dir));
+        auto writeState = [&](int steps) {
+            QString log;
+            for (int s = 1; s <= steps; ++s)
+                log += QString("%1{\"step\": %2, \"loss\": %3, \"learning_rate\": 0.0001}")
+                           .arg(s > 1 ? "," : "")
+                           .arg(s)
+                           .arg(3.0 / s);
+            QFile f(dir + "/trainer_state.json.tmp");
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(QString("{\"global_step\": %1, \"log_history\": [%2]}")
+                        .arg(steps)
+                        .arg(log)
+                        .toUtf8());
+            f.close();
+            QFile::remove(dir + "/trainer_state.json");
+            QVERIFY(f.rename(dir + "/trainer_state.json"));
+        };
+        writeState(2);
+        // The job: waits for the test's go, then ends (the test writes the files meanwhile, as
+        // the job's trainer would).
+        const QString go = m_work.filePath("hf-job-go");
+        QProcess sbatch;
+        sbatch.start("sbatch",
+            {"--parsable", "--output", m_work.filePath("hf-job.out"), "--wrap",
+                QString("while [ ! -e '%1' ]; do sleep 0.2; done").arg(go)});
+        QVERIFY(sbatch.waitForFinished(30000));
+        const QString jobId = QString::fromUtf8(sbatch.readAllStandardOutput()).trimmed();
+        QVERIFY2(sbatch.exitCode() == 0 && !jobId.isEmpty(), sbatch.readAllStandardError());
+        auto report = importRuns(*store, dir);
+        QVERIFY2(report && report->runs.size() == 1, qPrintable(report.error()));
+        const qint64 id = report->runs.front().runId;
+        for (const auto& [bad, why] : {std::pair {QString("12; rm -rf /"), "is not a Slurm job id"},
+                 {QString("999999"), "Slurm knows no job 999999"}}) {
+            auto refused = followSlurmJob(*store, id, bad);
+            QVERIFY(!refused);
+            QVERIFY2(refused.error().contains(why), qPrintable(refused.error()));
+        }
+        QVERIFY(store->run(id)->jobId.isEmpty());
+        auto tied = followSlurmJob(*store, id, jobId);
+        QVERIFY2(tied, qPrintable(tied.error()));
+        QTRY_VERIFY_WITH_TIMEOUT(
+            followSlurmJob(*store, id, jobId) && store->run(id)->status == RunStatus::Running,
+            60000);
+        auto watcher = ImportTarget(&*store).watch(*store->run(id), nullptr);
+        QVERIFY2(watcher, qPrintable(watcher.error()));
+        QSignalSpy finished(watcher.value().get(), &RunWatcher::finished);
+        writeState(5); // the job writes on: the watcher imports it, the run stays running
+        QTRY_COMPARE_WITH_TIMEOUT(*store->metricCount(id), qint64(5), 30000);
+        QCOMPARE(toString(store->run(id)->status), toString(RunStatus::Running));
+        QVERIFY(finished.isEmpty());
+        writeState(7); // its last steps, then it ends
+        QFile(go).open(QIODevice::WriteOnly);
+        QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 60000);
+        const RunRecord done = *store->run(id);
+        QCOMPARE(toString(done.status), toString(RunStatus::Finished));
+        QVERIFY2(
+            done.message.contains("Slurm job " + jobId + ": COMPLETED"), qPrintable(done.message));
+        QCOMPARE(*store->metricCount(id), qint64(7)); // the last steps imported at the end
+        // Imported again later: the job's final state stays.
+        QVERIFY(importRuns(*store, dir));
+        QCOMPARE(toString(store->run(id)->status), toString(RunStatus::Finished));
+
+        // A job cancelled: the run stops with it.
+        QProcess again;
+        again.start("sbatch",
+            {"--parsable", "--output", m_work.filePath("hf-job2.out"), "--wrap", "sleep 300"});
+        QVERIFY(again.waitForFinished(30000));
+        const QString second = QString::fromUtf8(again.readAllStandardOutput()).trimmed();
+        const QString dir2 = m_work.filePath("hf-job2");
+        QVERIFY(QDir().mkpath(dir2));
+        QVERIFY(QFile::copy(dir + "/trainer_state.json", dir2 + "/trainer_state.json"));
+        auto report2 = importRuns(*store, dir2);
+        QVERIFY2(report2, qPrintable(report2.error()));
+        const qint64 id2 = report2->runs.front().runId;
+        QVERIFY(followSlurmJob(*store, id2, second));
+        auto watcher2 = ImportTarget(&*store).watch(*store->run(id2), nullptr);
+        QVERIFY(watcher2);
+        QSignalSpy finished2(watcher2.value().get(), &RunWatcher::finished);
+        QProcess::execute("scancel", {second});
+        QTRY_COMPARE_WITH_TIMEOUT(finished2.size(), 1, 60000);
+        QCOMPARE(toString(store->run(id2)->status), toString(RunStatus::Stopped));
     }
 
     void submitViaSsh()

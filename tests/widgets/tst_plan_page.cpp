@@ -40,6 +40,17 @@ double total(const plan::PlanResult* r)
     return double(r->perDevice.total());
 }
 
+// The seeds' 70B case: llama-2-70b on 8 nodes of 8 GPUs, ZeRO-1, sequence 4096, 16 micro-batches.
+void seventyBOnSixtyFourGpus(PlanPage& page)
+{
+    page.setModel("llama-2-70b");
+    field<QSpinBox>(page, "gpus")->setValue(8);
+    field<QSpinBox>(page, "nodes")->setValue(8);
+    selectData(field<QComboBox>(page, "strategy"), "zero1");
+    field<QSpinBox>(page, "seqLen")->setValue(4096);
+    field<QSpinBox>(page, "gradAccum")->setValue(16);
+}
+
 } // namespace
 
 class TstPlanPage : public QObject {
@@ -449,13 +460,7 @@ private Q_SLOTS:
     {
         PlanPage page;
         page.show();
-        page.setModel("llama-2-70b");
-        field<QSpinBox>(page, "gpus")->setValue(8);
-        field<QSpinBox>(page, "nodes")->setValue(8);
-        field<QComboBox>(page, "strategy")
-            ->setCurrentIndex(field<QComboBox>(page, "strategy")->findData("zero1"));
-        field<QSpinBox>(page, "seqLen")->setValue(4096);
-        field<QSpinBox>(page, "gradAccum")->setValue(16);
+        seventyBOnSixtyFourGpus(page);
         field<QSpinBox>(page, "tp")->setValue(4);
         field<QSpinBox>(page, "pp")->setValue(2);
         QCOMPARE(field<QComboBox>(page, "mode")->currentData().toString(), QString("zero-paper"));
@@ -486,15 +491,8 @@ private Q_SLOTS:
     {
         PlanPage page;
         page.show();
-        page.setModel("llama-2-70b");
-        field<QSpinBox>(page, "gpus")->setValue(8);
-        field<QSpinBox>(page, "nodes")->setValue(8);
-        field<QComboBox>(page, "strategy")
-            ->setCurrentIndex(field<QComboBox>(page, "strategy")->findData("zero1"));
-        field<QComboBox>(page, "checkpointing")
-            ->setCurrentIndex(field<QComboBox>(page, "checkpointing")->findData("full"));
-        field<QSpinBox>(page, "seqLen")->setValue(4096);
-        field<QSpinBox>(page, "gradAccum")->setValue(16);
+        seventyBOnSixtyFourGpus(page);
+        selectData(field<QComboBox>(page, "checkpointing"), "full");
         page.recompute();
         QTRY_VERIFY(page.chosen() && page.chosen()->input.model.name == "llama-2-70b");
         page.findChild<QPushButton*>("recommendLayout")->click();
