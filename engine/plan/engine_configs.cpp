@@ -1186,16 +1186,29 @@ std::pair<std::string, std::string> torchtitanOfPreset(const std::string& preset
 
 } // namespace
 
-std::optional<nlohmann::json> torchtitanConfigJson(const std::string& path)
+namespace {
+
+// A torchtitan TOML's tables; throws "PATH: cannot open ..." or "PATH: not valid TOML at line L,
+// column C: ...".
+toml::table parseTorchtitanToml(const std::string& path)
 {
-    toml::table t;
     try {
-        t = toml::parse_file(path);
+        return toml::parse_file(path);
     } catch (const toml::parse_error& e) {
         const auto& where = e.source().begin;
-        throw std::runtime_error(path + ": not valid TOML at line " + std::to_string(where.line)
-            + ", column " + std::to_string(where.column) + ": " + std::string(e.description()));
+        if (std::string(e.description()).find("File could not be opened") != std::string::npos)
+            throw std::runtime_error(path + ": cannot open the torchtitan config");
+        fail(path,
+            "not valid TOML at line " + std::to_string(where.line) + ", column "
+                + std::to_string(where.column) + ": " + std::string(e.description()));
     }
+}
+
+} // namespace
+
+std::optional<nlohmann::json> torchtitanConfigJson(const std::string& path)
+{
+    const toml::table t = parseTorchtitanToml(path);
     if (!t.contains("job") && !t.contains("model") && !t.contains("training")
         && !t.contains("parallelism"))
         return std::nullopt;
@@ -1206,17 +1219,7 @@ std::optional<nlohmann::json> torchtitanConfigJson(const std::string& path)
 
 ImportedConfig readTorchtitanConfig(const std::string& path, const ConfigContext& ctx)
 {
-    toml::table t;
-    try {
-        t = toml::parse_file(path);
-    } catch (const toml::parse_error& e) {
-        const auto& where = e.source().begin;
-        if (std::string(e.description()).find("File could not be opened") != std::string::npos)
-            throw std::runtime_error(path + ": cannot open the torchtitan config");
-        fail(path,
-            "not valid TOML at line " + std::to_string(where.line) + ", column "
-                + std::to_string(where.column) + ": " + std::string(e.description()));
-    }
+    const toml::table t = parseTorchtitanToml(path);
     ImportedConfig out;
     out.kind = EngineConfigKind::Torchtitan;
     out.path = path;

@@ -26,11 +26,6 @@ std::string thousands(double tokensPerSec)
     return buf;
 }
 
-std::string gib(int64_t bytes)
-{
-    return formatGiB(bytes); // "39.30 GiB"
-}
-
 } // namespace
 
 std::string LayoutCandidate::name() const
@@ -115,8 +110,8 @@ LayoutRecommendation recommendLayout(const PlanInput& given)
             + (rec.gpus == 1 ? " GPU fits" : " GPUs fits");
         if (closest)
             rec.reason += ": the smallest, " + closest->name() + ", needs "
-                + gib(closest->plan->perDevice.total()) + " a GPU of "
-                + gib(closest->plan->capacityBytes)
+                + formatGiB(closest->plan->perDevice.total()) + " a GPU of "
+                + formatGiB(closest->plan->capacityBytes)
                 + "; use more GPUs, full checkpointing, or a sharding strategy (zero3)";
         return rec;
     }
@@ -126,8 +121,8 @@ LayoutRecommendation recommendLayout(const PlanInput& given)
         if (&c != &b && c.fits()
             && (!second || c.plan->tokensPerSecond > second->plan->tokensPerSecond))
             second = &c;
-    rec.reason = b.name() + " fits (" + gib(b.plan->perDevice.total()) + " of "
-        + gib(b.plan->capacityBytes) + " a GPU) and ";
+    rec.reason = b.name() + " fits (" + formatGiB(b.plan->perDevice.total()) + " of "
+        + formatGiB(b.plan->capacityBytes) + " a GPU) and ";
     if (second && second->plan->tokensPerSecond > b.plan->tokensPerSecond)
         rec.reason += "is within 1% of the fastest layout that does ("
             + thousands(b.plan->tokensPerSecond) + " tokens/s against " + second->name() + "'s "
@@ -140,7 +135,7 @@ LayoutRecommendation recommendLayout(const PlanInput& given)
                     : std::string());
     if (dataOnly && dataOnly != &b && dataOnly->plan && !dataOnly->fits())
         rec.reason += "; data parallelism alone (" + dataOnly->name() + ") needs "
-            + gib(dataOnly->plan->perDevice.total()) + " a GPU";
+            + formatGiB(dataOnly->plan->perDevice.total()) + " a GPU";
     if (b.pp > 1)
         rec.reason += "; its pipeline idles "
             + std::to_string(static_cast<int>(b.plan->bubbleFraction * 100.0 + 0.5)) + "% at "

@@ -77,6 +77,18 @@ const ImportedRun* runNamed(const ImportReport& r, const QString& suffix)
     return nullptr;
 }
 
+// The config keys on which the runs differ (the store's config diff; none when it fails, which
+// the callers' expected keys then catch).
+QStringList differingKeys(const RunStore& store, const QVector<qint64>& ids)
+{
+    QStringList keys;
+    auto diff = store.compareConfigs(ids);
+    if (diff)
+        for (const auto& d : *diff)
+            keys << d.key;
+    return keys;
+}
+
 } // namespace
 
 class TestRunImport : public QObject {
@@ -627,11 +639,7 @@ void TestRunImport::configBesideTheRun()
         QCOMPARE(run->totalSteps, 100);
         ids << run->id;
     }
-    auto diff = store->compareConfigs(ids);
-    QVERIFY(diff);
-    QStringList keys;
-    for (const auto& d : *diff)
-        keys << d.key;
+    const QStringList keys = differingKeys(*store, ids);
     QVERIFY2(keys.contains("strategy") && keys.contains("deepspeed.zero_optimization.stage")
             && !keys.contains("model"),
         qPrintable(keys.join(", ")));
@@ -674,11 +682,7 @@ void TestRunImport::torchtitanConfigBesideTheRun()
             QString("selective"));
         ids << run->id;
     }
-    auto diff = store->compareConfigs(ids);
-    QVERIFY(diff);
-    QStringList keys;
-    for (const auto& d : *diff)
-        keys << d.key;
+    const QStringList keys = differingKeys(*store, ids);
     QVERIFY2(
         keys.filter("torchtitan.") == QStringList {"torchtitan.parallelism.tensor_parallel_degree"},
         qPrintable(keys.join(", ")));
