@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -43,78 +44,97 @@ bool isImportableFile(const QFileInfo& f)
     return tbio::isEventFileName(f.fileName().toStdString()) || f.fileName() == kTrainerState;
 }
 
-// What one run's files hold, before it is stored.
+// What one run's files say besides their points (those go to the store as they are read).
 struct RunData {
-    std::vector<TaggedPoint> scalars;
-    std::map<qint64, ImportedPoint> steps;
-    std::map<QString, std::set<std::string>> toolTags; // tool -> its known tags seen
     QStringList notes;
     QJsonObject extra;     // goes into the source
     QStringList filesRead; // the files the points came from
     QString tool;          // set by readers of one tool's format
 };
 
-void setIfUnset(double& field, double value)
-{
-    if (std::isnan(field))
-        field = value;
-}
-
-void addKnown(RunData& run, const std::string& tag, qint64 step, double relWall, double value)
-{
-    const auto known = tbio::knownTag(tag);
-    if (!known)
-        return;
-    ImportedPoint& p = run.steps[step];
-    p.step = step;
-    p.wallTime = std::max(p.wallTime, relWall);
-    switch (known->metric) {
-    case tbio::StoreMetric::Loss:
-        setIfUnset(p.loss, value);
-        break;
-    case tbio::StoreMetric::EvalLoss:
-        setIfUnset(p.evalLoss, value);
-        break;
-    case tbio::StoreMetric::LearningRate:
-        setIfUnset(p.lr, value);
-        break;
-    case tbio::StoreMetric::GradNorm:
-        setIfUnset(p.gradNorm, value);
-        break;
-    case tbio::StoreMetric::TokensPerSec:
-        setIfUnset(p.tokensPerSec, value);
-        break;
-    case tbio::StoreMetric::Tokens:
-        setIfUnset(p.tokens, value);
-        break;
-    case tbio::StoreMetric::StepTime:
-        setIfUnset(p.stepTime, value);
-        break;
+// The points of one run on their way to the store, a batch at a time: an import's memory does
+// not grow with the files it reads (a 1 GB event file holds some 30 million points). The run is
+// recorded when its first batch is stored, so a folder with no point leaves no run behind.
+class PointSink {
+public:
+    PointSink(RunStore& store, std::function<Result<qint64>()> record)
+        : m_store(store)
+        , m_record(std::move(record))
+    {
+        m_batch.reserve(kBatch);
     }
-    run.toolTags[QString::fromUtf8(known->tool)].insert(tag);
-}
 
-RunData readEventRun(const Candidate& c)
+    void add(const QString& tag, qint64 step, double wallTime, double value)
+    {
+        if (!m_error.isEmpty())
+            return;
+        m_batch.push_back({tag, step, wallTime, value});
+        ++m_points;
+        m_minStep = m_minStep ? std::min(*m_minStep, step) : step;
+        if (wallTime > 0)
+            m_minWall = std::min(m_minWall, wallTime);
+        if (m_batch.size() >= kBatch)
+            flush();
+    }
+
+    // Stores what is held; the first store failure is kept (error()) and ends the import.
+    void flush()
+    {
+        if (m_batch.empty() || !m_error.isEmpty())
+            return;
+        auto id = m_record();
+        if (!id) {
+            m_error = id.error();
+            return;
+        }
+        if (auto s = m_store.storeScalars(*id, m_batch); !s)
+            m_error = s.error();
+        m_batch.clear();
+    }
+
+    const QString& error() const { return m_error; }
+    qint64 points() const { return m_points; }
+    std::optional<qint64> minStep() const { return m_minStep; }
+    double minWall() const { return m_minWall; } // the earliest wall time (> 0) read; inf: none
+
+private:
+    static constexpr size_t kBatch = 50000;
+    RunStore& m_store;
+    std::function<Result<qint64>()> m_record;
+    std::vector<TaggedPoint> m_batch;
+    QString m_error;
+    qint64 m_points = 0;
+    std::optional<qint64> m_minStep;
+    double m_minWall = std::numeric_limits<double>::infinity();
+};
+
+// A run's event files, each from where the last import of the run stopped reading it (a file
+// shorter than that was written again: read from its start). A restarted job logs some steps
+// again in a later file: the store keeps the later wall time (RunStore::storeScalars).
+RunData readEventRun(const Candidate& c, qint64 runId, const RunStore& store, PointSink& sink,
+    std::vector<std::pair<QString, qint64>>& offsets)
 {
     RunData run;
-    // By tag and step; a restarted job logs some steps again: the later wall time wins.
-    std::map<std::pair<std::string, qint64>, tbio::ScalarPoint> merged;
     std::map<std::string, qint64> skipped;
     QString writer;
     for (const QString& file : c.eventFiles) {
+        qint64 from = 0;
+        if (runId > 0)
+            if (auto at = store.importOffset(runId, file); at && *at <= QFileInfo(file).size())
+                from = *at;
         tbio::EventFileScan scan;
         try {
-            scan = tbio::readEventFile(file.toStdString());
+            scan = tbio::readEventFile(file.toStdString(), from, [&](const tbio::ScalarPoint& p) {
+                sink.add(QString::fromStdString(p.tag), p.step, p.wallTime, p.value);
+            });
         } catch (const std::exception& e) {
             run.notes << QString::fromUtf8(e.what());
             continue;
         }
+        if (!sink.error().isEmpty())
+            break;
         run.filesRead << file;
-        for (const auto& p : scan.scalars) {
-            auto [it, fresh] = merged.try_emplace({p.tag, p.step}, p);
-            if (!fresh && p.wallTime >= it->second.wallTime)
-                it->second = p;
-        }
+        offsets.emplace_back(file, scan.endOffset);
         for (const auto& [kind, n] : scan.skipped)
             skipped[kind] += n;
         if (scan.crcFailures > 0)
@@ -135,22 +155,12 @@ RunData readEventRun(const Candidate& c)
             parts << QStringLiteral("%1 %2").arg(QString::fromStdString(kind)).arg(n);
         run.notes << QStringLiteral("not scalars, skipped: %1").arg(parts.join(", "));
     }
-    double t0 = std::numeric_limits<double>::infinity();
-    for (const auto& [key, p] : merged)
-        if (p.wallTime > 0)
-            t0 = std::min(t0, p.wallTime);
-    if (!std::isfinite(t0))
-        t0 = 0;
-    for (const auto& [key, p] : merged) {
-        run.scalars.push_back({QString::fromStdString(p.tag), p.step, p.wallTime, p.value});
-        addKnown(run, p.tag, p.step, std::max(0.0, p.wallTime - t0), p.value);
-    }
     if (!writer.isEmpty())
         run.extra["writer"] = writer;
     return run;
 }
 
-Result<RunData> readTrainerState(const QString& file)
+Result<RunData> readTrainerState(const QString& file, PointSink& sink)
 {
     QFile f(file);
     if (!f.open(QIODevice::ReadOnly))
@@ -178,8 +188,7 @@ Result<RunData> readTrainerState(const QString& file)
             if (it.key() == "step" || !it.value().isDouble())
                 continue;
             const std::string tag = tbio::huggingFaceTag(it.key().toStdString());
-            run.scalars.push_back({QString::fromStdString(tag), step, 0.0, it.value().toDouble()});
-            addKnown(run, tag, step, 0.0, it.value().toDouble());
+            sink.add(QString::fromStdString(tag), step, 0.0, it.value().toDouble());
         }
     }
     if (bad > 0)
@@ -198,7 +207,7 @@ Result<RunData> readTrainerState(const QString& file)
 // A job's stdout: Hugging Face Trainer's dict lines (no step in them: each training line is
 // the next logged step, an evaluation line belongs to the step before it) or torchtitan's step
 // lines.
-Result<RunData> readLogRun(const QString& file)
+Result<RunData> readLogRun(const QString& file, PointSink& sink)
 {
     QFile f(file);
     if (!f.open(QIODevice::ReadOnly))
@@ -207,7 +216,7 @@ Result<RunData> readLogRun(const QString& file)
     qint64 hfStep = 0;
     qint64 lines = 0;
     bool hf = false, titan = false;
-    while (!f.atEnd()) {
+    while (!f.atEnd() && sink.error().isEmpty()) {
         // A line longer than 1 MiB is read in pieces: no metric line is that long.
         const QByteArray line = f.readLine(1 << 20);
         auto parsed = tbio::parseLogLine(line.trimmed().toStdString());
@@ -224,10 +233,8 @@ Result<RunData> readLogRun(const QString& file)
                 ++hfStep;
             step = std::max<qint64>(hfStep, 1);
         }
-        for (const auto& [tag, value] : parsed->values) {
-            run.scalars.push_back({QString::fromStdString(tag), step, 0.0, value});
-            addKnown(run, tag, step, 0.0, value);
-        }
+        for (const auto& [tag, value] : parsed->values)
+            sink.add(QString::fromStdString(tag), step, 0.0, value);
     }
     if (lines == 0)
         return fail(QStringLiteral("%1 has no metric lines of Hugging Face Trainer "
@@ -241,7 +248,7 @@ Result<RunData> readLogRun(const QString& file)
     return run;
 }
 
-QString toolOf(const RunData& run);
+QString toolOf(const RunData& run, const QStringList& tags);
 int checkpointNumber(const QString& trainerState);
 
 QJsonObject jsonFile(const QString& path)
@@ -258,7 +265,7 @@ QJsonObject jsonFile(const QString& path)
 // output folder holds runs/<name>/ for its event files), never above `top`. A config that cannot
 // be read is said in `notes`.
 QJsonObject specOf(
-    const QString& runPath, const QString& top, const RunData& data, QStringList* notes)
+    const QString& runPath, const QString& top, const QString& tool, QStringList* notes)
 {
     QJsonObject spec;
     QJsonObject modelConfig, deepspeed, trainer, torchtitan;
@@ -337,7 +344,7 @@ QJsonObject specOf(
         if (trainer.value("max_steps").isDouble())
             spec["steps"] = trainer.value("max_steps").toInteger();
     }
-    spec["imported_from"] = toolOf(data);
+    spec["imported_from"] = tool;
     return spec;
 }
 
@@ -430,20 +437,24 @@ Result<std::vector<Candidate>> discover(const QString& path, QStringList& skippe
     return out;
 }
 
-// The tool whose names the run uses most; one common name alone ("train/loss" is also what many
-// scripts log through a bare SummaryWriter) does not name a tool.
-QString toolOf(const RunData& run)
+// The tool whose names the run's tags (all it has stored) use most; one common name alone
+// ("train/loss" is also what many scripts log through a bare SummaryWriter) does not name a tool.
+QString toolOf(const RunData& run, const QStringList& tags)
 {
     if (!run.tool.isEmpty()) // trainer_state.json, a log: the tool its reader recognised
         return run.tool;
     if (run.extra.value("writer").toString() == "shard-studio")
         return QStringLiteral("Shard Studio");
+    std::map<QString, int> byTool;
+    for (const QString& tag : tags)
+        if (const auto known = tbio::knownTag(tag.toStdString()))
+            ++byTool[QString::fromUtf8(known->tool)];
     QString best;
-    size_t tags = 1;
-    for (const auto& [tool, seen] : run.toolTags)
-        if (seen.size() > tags) {
+    int most = 1;
+    for (const auto& [tool, n] : byTool)
+        if (n > most) {
             best = tool;
-            tags = seen.size();
+            most = n;
         }
     return best.isEmpty() ? QStringLiteral("TensorBoard") : best;
 }
@@ -580,38 +591,11 @@ Result<ImportReport> importLocal(RunStore& store, const QString& path, const Rem
     const QDir base = root.isFile() ? root.absoluteDir() : QDir(root.absoluteFilePath());
     const QString baseParent = QFileInfo(base.absolutePath()).absolutePath();
     for (const Candidate& c : *found) {
-        RunData data;
-        if (!c.logFile.isEmpty()) {
-            auto read = readLogRun(c.logFile);
-            if (!read)
-                return fail(read.error());
-            data = std::move(*read);
-        } else if (!c.trainerState.isEmpty()) {
-            auto read = readTrainerState(c.trainerState);
-            if (!read) {
-                report.skipped << read.error();
-                continue;
-            }
-            data = std::move(*read);
-        } else {
-            data = readEventRun(c);
-        }
-        if (data.scalars.empty()) {
-            report.skipped << QStringLiteral("%1: no scalars%2")
-                                  .arg(c.folder,
-                                      data.notes.isEmpty() ? QString()
-                                                           : " (" + data.notes.join("; ") + ")");
-            continue;
-        }
         ImportedRun r;
         r.format = !c.logFile.isEmpty() ? "log"
             : c.trainerState.isEmpty()  ? "tensorboard"
                                         : "trainer_state";
-        r.tool = toolOf(data);
-        r.notes = data.notes;
         r.name = QDir(baseParent).relativeFilePath(c.folder);
-        const QByteArray spec = QJsonDocument(specOf(c.folder, baseParent, data, &r.notes))
-                                    .toJson(QJsonDocument::Compact);
         // A mirrored remote folder's runs are keyed by their host and path there.
         const QString hostOf = origin ? origin->host : QString();
         const QString key = origin && c.folder.startsWith(origin->mirrorRoot)
@@ -621,6 +605,7 @@ Result<ImportReport> importLocal(RunStore& store, const QString& path, const Rem
         auto existing = store.findRunByDir(hostOf, key);
         if (!existing)
             return fail(existing.error());
+        QJsonObject before; // the last import's source
         if (*existing > 0) {
             auto rec = store.run(*existing);
             if (!rec)
@@ -633,13 +618,15 @@ Result<ImportReport> importLocal(RunStore& store, const QString& path, const Rem
                 continue;
             }
             r.runId = *existing;
-            if (auto st = store.setSpec(r.runId, spec); !st)
-                return fail(st.error());
-        } else {
+            before = QJsonDocument::fromJson(rec->source).object();
+        }
+        PointSink sink(store, [&]() -> Result<qint64> {
+            if (r.runId > 0)
+                return r.runId;
             NewRun n;
             n.name = r.name;
             n.target = TargetKind::Import;
-            n.specJson = spec;
+            n.specJson = "{}"; // known once its files are read
             n.host = hostOf;
             n.runDir = key;
             n.status = RunStatus::Finished;
@@ -648,23 +635,73 @@ Result<ImportReport> importLocal(RunStore& store, const QString& path, const Rem
                 return fail(id.error());
             r.runId = *id;
             r.created = true;
+            return r.runId;
+        });
+        RunData data;
+        std::vector<std::pair<QString, qint64>> offsets;
+        if (!c.logFile.isEmpty()) {
+            auto read = readLogRun(c.logFile, sink);
+            if (!read)
+                return fail(read.error());
+            data = std::move(*read);
+        } else if (!c.trainerState.isEmpty()) {
+            auto read = readTrainerState(c.trainerState, sink);
+            if (!read) {
+                report.skipped << read.error();
+                continue;
+            }
+            data = std::move(*read);
+        } else {
+            data = readEventRun(c, r.runId, store, sink, offsets);
         }
+        sink.flush();
+        if (!sink.error().isEmpty())
+            return fail(sink.error());
+        if (r.runId == 0) {
+            report.skipped << QStringLiteral("%1: no scalars%2")
+                                  .arg(c.folder,
+                                      data.notes.isEmpty() ? QString()
+                                                           : " (" + data.notes.join("; ") + ")");
+            continue;
+        }
+        auto tags = store.scalarTags(r.runId);
+        if (!tags)
+            return fail(tags.error());
+        if (data.extra.value("writer").toString().isEmpty() && before.contains("writer"))
+            data.extra["writer"] = before.value("writer"); // read from the file's start only
+        r.tool = toolOf(data, *tags);
+        r.notes = data.notes;
+        const QByteArray spec = QJsonDocument(specOf(c.folder, baseParent, r.tool, &r.notes))
+                                    .toJson(QJsonDocument::Compact);
+        if (auto st = store.setSpec(r.runId, spec); !st)
+            return fail(st.error());
+        // Wall times count from the run's first point; when a point earlier than that arrives,
+        // every step's is counted again.
+        const double beforeT0 = before.value("t0").toDouble(0.0);
+        const double t0 = std::isfinite(sink.minWall())
+            ? (before.contains("t0") ? std::min(beforeT0, sink.minWall()) : sink.minWall())
+            : beforeT0;
+        std::optional<qint64> fromStep = sink.minStep();
+        if (fromStep && (t0 != beforeT0 || !before.contains("t0")))
+            fromStep = std::numeric_limits<qint64>::min();
+        std::vector<ImportedColumn> columns;
+        for (const QString& tag : *tags) // in tag order: the first tag of a metric wins
+            if (const auto known = tbio::knownTag(tag.toStdString()))
+                columns.push_back({tag, known->metric});
         QJsonObject source = data.extra;
         source["tool"] = r.tool;
         source["format"] = r.format;
         source["path"] = key;
         source["host"] = hostOf;
+        source["t0"] = t0;
         if (origin)
             source["mirror"] = c.folder;
         source["files"] = QJsonArray::fromStringList(!c.logFile.isEmpty() ? QStringList {c.logFile}
                 : c.trainerState.isEmpty()                                ? data.filesRead
                                            : QStringList {c.trainerState});
-        std::vector<ImportedPoint> points;
-        points.reserve(data.steps.size());
-        for (const auto& [step, p] : data.steps)
-            points.push_back(p);
-        if (auto s = store.storeImported(r.runId,
-                QJsonDocument(source).toJson(QJsonDocument::Compact), points, data.scalars);
+        if (auto s
+            = store.finishImport(r.runId, QJsonDocument(source).toJson(QJsonDocument::Compact),
+                columns, fromStep, t0, offsets);
             !s)
             return fail(s.error());
         // A run tied to a Slurm job keeps the job's state (followSlurmJob, ImportWatcher).
@@ -675,12 +712,12 @@ Result<ImportReport> importLocal(RunStore& store, const QString& path, const Rem
                         .arg(r.tool, hostOf.isEmpty() ? key : hostOf + ":" + key));
                 !s)
                 return fail(s.error());
-        std::set<QString> tags;
-        for (const auto& p : data.scalars)
-            tags.insert(p.tag);
-        r.tags = static_cast<int>(tags.size());
-        r.points = static_cast<qint64>(data.scalars.size());
-        r.steps = static_cast<int>(points.size());
+        auto steps = store.metricCount(r.runId);
+        if (!steps)
+            return fail(steps.error());
+        r.tags = static_cast<int>(tags->size());
+        r.points = sink.points();
+        r.steps = static_cast<int>(*steps);
         report.runs.push_back(r);
     }
     if (report.runs.isEmpty())

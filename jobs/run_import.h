@@ -25,12 +25,13 @@ struct ImportedRun {
     qint64 runId = 0;
     bool created = false; // false: an earlier import of the same folder was updated
     QString name;
-    QString folder; // the run's folder (absolute)
-    QString tool;   // "Hugging Face Trainer", "torchtitan", ... or "TensorBoard"
-    QString format; // "tensorboard" or "trainer_state"
-    int steps = 0;  // steps with a value of a known metric
-    int tags = 0;   // scalar tags kept
-    qint64 points = 0;
+    QString folder;    // the run's folder (absolute)
+    QString tool;      // "Hugging Face Trainer", "torchtitan", ... or "TensorBoard"
+    QString format;    // "tensorboard" or "trainer_state"
+    int steps = 0;     // steps with a value of a known metric
+    int tags = 0;      // scalar tags kept
+    qint64 points = 0; // scalar points read by this import (a later import of the same run
+                       // reads only what its event files gained since)
     QStringList notes; // skipped records, CRC failures, non-scalar data, files refused
 };
 

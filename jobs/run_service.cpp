@@ -136,6 +136,46 @@ public:
         Q_EMIT runAttached(directory, id.value(), QString());
     }
 
+    void importLogs(const QString& path, const QString& slurmJob)
+    {
+        if (!writable())
+            return;
+        if (slurmJob.isEmpty() && !isRemoteImportPath(path)
+            && QFileInfo::exists(QDir(path).filePath(QStringLiteral("run.json")))) {
+            attachRunDirectory(path); // the engine's own run
+            return;
+        }
+        offThread(
+            [path, slurmJob](RunStore& store) -> Result<qint64> {
+                auto report = importRuns(store, path);
+                if (!report)
+                    return fail(report.error());
+                const qint64 id = report->runs.front().runId;
+                if (slurmJob.isEmpty())
+                    return id;
+                if (report->runs.size() != 1)
+                    return fail(tr("A Slurm job writes one run, and %1 holds %2: choose the "
+                                   "folder of the job's run (its runs are imported)")
+                                    .arg(path)
+                                    .arg(report->runs.size()));
+                if (auto s = followSlurmJob(store, id, slurmJob); !s)
+                    return fail(tr("Imported %1 as run %2, not tied to Slurm job %3: %4")
+                                    .arg(path)
+                                    .arg(id)
+                                    .arg(slurmJob, s.error()));
+                return id;
+            },
+            [this, path](const Result<qint64>& id) {
+                if (!id) {
+                    Q_EMIT runAttached(path, 0, id.error());
+                    return;
+                }
+                if (auto run = m_store->run(id.value()); run && !isTerminal(run->status))
+                    watch(id.value()); // a run tied to a job that has not ended
+                Q_EMIT runAttached(path, id.value(), QString());
+            });
+    }
+
     void launch(const LaunchRequest& request, const LaunchTarget& target)
     {
         if (!writable())
@@ -704,6 +744,12 @@ void RunService::attachRunDirectory(const QString& directory)
 {
     QMetaObject::invokeMethod(
         m_worker, [w = m_worker, directory] { w->attachRunDirectory(directory); });
+}
+
+void RunService::importLogs(const QString& path, const QString& slurmJob)
+{
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker, path, slurmJob] { w->importLogs(path, slurmJob); });
 }
 
 void RunService::launch(const LaunchRequest& request, const LaunchTarget& target)

@@ -70,6 +70,12 @@ public:
     // The run recorded for a run folder on this machine, recorded and ingested first when it is
     // not (made by the CLI, another studio, or a copy); answered by runAttached.
     void attachRunDirectory(const QString& directory);
+    // Another tool's logs (jobs::importRuns: a folder or file here, or HOST:PATH over ssh), and
+    // when `slurmJob` is given, the one run they hold tied to the Slurm job that writes it and
+    // followed until the job ends (jobs::followSlurmJob). A run folder of Shard Studio here is
+    // attached as attachRunDirectory does. Off the service thread (a host may be slow);
+    // answered by runAttached with `path` and the first run's id.
+    void importLogs(const QString& path, const QString& slurmJob = {});
     // Starts a run on its target and watches it into the store; answered by launched (or
     // errorOccurred). Off the service thread: a host that does not answer delays only this.
     void launch(const LaunchRequest& request, const LaunchTarget& target = {});

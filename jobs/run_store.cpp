@@ -1182,44 +1182,106 @@ std::optional<double> valueOrNull(double v)
 
 } // namespace
 
-Status RunStore::storeImported(qint64 runId, const QByteArray& sourceJson,
-    const std::vector<ImportedPoint>& points, const std::vector<TaggedPoint>& scalars)
+Status RunStore::storeScalars(qint64 runId, const std::vector<TaggedPoint>& points)
 {
     const QString doing = QStringLiteral("storing the imported points of run %1").arg(runId);
     Impl::Tx tx(d.get());
     if (auto s = tx.begin(doing); !s)
         return s;
-    auto ins = d->db.prepare(
-        "INSERT OR REPLACE INTO metrics(run_id, step, tokens, loss, lr, grad_norm, "
-        "tokens_per_sec, step_time, wall_time, eval_loss) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
-        "?9, ?10)");
-    auto tag = d->db.prepare("INSERT OR REPLACE INTO scalars(run_id, tag, step, wall_time, value) "
-                             "VALUES(?1, ?2, ?3, ?4, ?5)");
-    if (!ins.valid() || !tag.valid())
+    auto ins = d->db.prepare("INSERT INTO scalars(run_id, tag, step, wall_time, value) "
+                             "VALUES(?1, ?2, ?3, ?4, ?5) ON CONFLICT(run_id, tag, step) DO UPDATE "
+                             "SET wall_time = excluded.wall_time, value = excluded.value "
+                             "WHERE excluded.wall_time >= scalars.wall_time");
+    if (!ins.valid())
         return fail(d->describe(doing));
     for (const auto& p : points) {
         ins.reset();
         ins.bind(1, runId)
-            .bind(2, static_cast<int64_t>(p.step))
-            .bind(3, static_cast<int64_t>(std::isnan(p.tokens) ? 0 : std::llround(p.tokens)))
-            .bind(4, valueOrNull(p.loss))
-            .bind(5, valueOrNull(p.lr))
-            .bind(6, valueOrNull(p.gradNorm))
-            .bind(7, valueOrNull(p.tokensPerSec))
-            .bind(8, valueOrNull(p.stepTime))
-            .bind(9, p.wallTime)
-            .bind(10, valueOrNull(p.evalLoss));
-        if (ins.exec() != SQLITE_DONE)
-            return fail(d->describe(doing));
-    }
-    for (const auto& p : scalars) {
-        tag.reset();
-        tag.bind(1, runId)
             .bind(2, p.tag)
             .bind(3, static_cast<int64_t>(p.step))
             .bind(4, p.wallTime)
             .bind(5, valueOrNull(p.value));
-        if (tag.exec() != SQLITE_DONE)
+        if (ins.exec() != SQLITE_DONE)
+            return fail(d->describe(doing));
+    }
+    return tx.commit(doing);
+}
+
+namespace {
+
+const char* columnOf(tbio::StoreMetric m)
+{
+    switch (m) {
+    case tbio::StoreMetric::Loss:
+        return "loss";
+    case tbio::StoreMetric::EvalLoss:
+        return "eval_loss";
+    case tbio::StoreMetric::LearningRate:
+        return "lr";
+    case tbio::StoreMetric::GradNorm:
+        return "grad_norm";
+    case tbio::StoreMetric::TokensPerSec:
+        return "tokens_per_sec";
+    case tbio::StoreMetric::Tokens:
+        return "tokens";
+    case tbio::StoreMetric::StepTime:
+        return "step_time";
+    }
+    return "loss";
+}
+
+} // namespace
+
+Status RunStore::finishImport(qint64 runId, const QByteArray& sourceJson,
+    const std::vector<ImportedColumn>& columns, std::optional<qint64> fromStep, double t0,
+    const std::vector<std::pair<QString, qint64>>& fileOffsets)
+{
+    const QString doing = QStringLiteral("storing the imported points of run %1").arg(runId);
+    Impl::Tx tx(d.get());
+    if (auto s = tx.begin(doing); !s)
+        return s;
+    if (fromStep) {
+        auto del = d->db.prepare("DELETE FROM metrics WHERE run_id = ?1 AND step >= ?2");
+        if (!del.valid())
+            return fail(d->describe(doing));
+        del.bind(1, runId).bind(2, static_cast<int64_t>(*fromStep));
+        if (auto s = d->done(del, doing); !s)
+            return s;
+        // The columns' tags last to first, each over what the ones after it left: where several
+        // tags log a metric at a step, the first listed wins. A step's wall time is its latest.
+        for (auto it = columns.rbegin(); it != columns.rend(); ++it) {
+            const QString col = QString::fromLatin1(columnOf(it->metric));
+            const bool tokens = it->metric == tbio::StoreMetric::Tokens;
+            const QString value = tokens ? QStringLiteral("CAST(round(value) AS INTEGER)")
+                                         : QStringLiteral("value");
+            auto ins = d->db.prepare(
+                QStringLiteral(
+                    "INSERT INTO metrics(run_id, step, %1, wall_time) SELECT ?1, step, %2, "
+                    "max(0, wall_time - ?3) FROM scalars WHERE run_id = ?1 AND tag = ?4 AND "
+                    "step >= ?2%3 ON CONFLICT(run_id, step) DO UPDATE SET %1 = "
+                    "coalesce(excluded.%1, metrics.%1), wall_time = max(metrics.wall_time, "
+                    "excluded.wall_time)")
+                    .arg(col, value, tokens ? QStringLiteral(" AND value IS NOT NULL") : QString())
+                    .toUtf8()
+                    .constData());
+            if (!ins.valid())
+                return fail(d->describe(doing));
+            ins.bind(1, runId)
+                .bind(2, static_cast<int64_t>(*fromStep))
+                .bind(3, t0)
+                .bind(4, it->tag);
+            if (auto s = d->done(ins, doing); !s)
+                return s;
+        }
+    }
+    auto off = d->db.prepare(
+        "INSERT OR REPLACE INTO ingest_offsets(run_id, file, byte_offset) VALUES(?1, ?2, ?3)");
+    if (!off.valid())
+        return fail(d->describe(doing));
+    for (const auto& [file, offset] : fileOffsets) {
+        off.reset();
+        off.bind(1, runId).bind(2, file).bind(3, static_cast<int64_t>(offset));
+        if (off.exec() != SQLITE_DONE)
             return fail(d->describe(doing));
     }
     // The summary from what is stored, as the engine's ingestion keeps it (final loss at the
@@ -1245,17 +1307,31 @@ Status RunStore::storeImported(qint64 runId, const QByteArray& sourceJson,
     return tx.commit(doing);
 }
 
+Result<qint64> RunStore::importOffset(qint64 runId, const QString& file) const
+{
+    return ingestOffset(runId, file);
+}
+
 Result<QStringList> RunStore::scalarTags(qint64 runId) const
 {
-    auto st = d->prep("SELECT DISTINCT tag FROM scalars WHERE run_id = ?1 ORDER BY tag");
+    // The next tag after the last one, by the primary key: a seek per tag, where DISTINCT would
+    // step through every point of a run with millions.
+    auto st
+        = d->prep("SELECT tag FROM scalars WHERE run_id = ?1 AND tag > ?2 ORDER BY tag LIMIT 1");
+    const QString doing = QStringLiteral("reading the tags of run %1").arg(runId);
     if (!st.valid())
-        return fail(d->describe(QStringLiteral("reading the tags of run %1").arg(runId)));
-    st.bind(1, runId);
+        return fail(d->describe(doing));
     QStringList tags;
-    while (st.step())
-        tags << st.text(0);
+    for (QString after = QStringLiteral("");;) {
+        st.reset();
+        st.bind(1, runId).bind(2, after);
+        if (!st.step())
+            break;
+        after = st.text(0);
+        tags << after;
+    }
     if (st.lastCode() != SQLITE_DONE)
-        return fail(d->describe(QStringLiteral("reading the tags of run %1").arg(runId)));
+        return fail(d->describe(doing));
     return tags;
 }
 

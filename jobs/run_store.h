@@ -18,6 +18,7 @@
 
 #include "jobs/result.h"
 #include "protocol/records.h"
+#include "tbio/known_tags.h"
 
 namespace shard::jobs {
 
@@ -98,21 +99,19 @@ struct MetricSeries {
     int size() const { return step.size(); }
 };
 
-// One step of an imported run in the store's metric columns; NaN where the tool logged no value.
-struct ImportedPoint {
-    qint64 step = 0;
-    double tokens = std::nan("");
-    double loss = std::nan(""), lr = std::nan(""), gradNorm = std::nan("");
-    double tokensPerSec = std::nan(""), stepTime = std::nan(""), evalLoss = std::nan("");
-    double wallTime = 0.0; // seconds since the run's first point
-};
-
 // A scalar under its own tag (every scalar of an imported run).
 struct TaggedPoint {
     QString tag;
     qint64 step = 0;
     double wallTime = 0.0; // seconds since the epoch
     double value = 0.0;
+};
+
+// A scalar tag of an imported run whose points fill one of the store's metric columns
+// (tbio::knownTag: "train/loss" fills the loss).
+struct ImportedColumn {
+    QString tag;
+    tbio::StoreMetric metric;
 };
 
 struct ScalarSeries {
@@ -219,12 +218,23 @@ public:
     // Events made by a launcher (not read from events.jsonl), e.g. "interrupted".
     Status addEvent(qint64 runId, const protocol::EventRecord& event);
 
-    // Imported runs (jobs/run_import.h). One transaction: the points replace those at the same
-    // steps (and tags), the source is recorded, and the run's summary (last step, final and best
-    // loss, tokens, pace) is recomputed from what is stored.
-    Status storeImported(qint64 runId, const QByteArray& sourceJson,
-        const std::vector<ImportedPoint>& points, const std::vector<TaggedPoint>& scalars);
-    // An imported run's tags, and one tag's points in step order.
+    // Imported runs (jobs/run_import.h), stored as they are read, a batch at a time, so an
+    // import's memory does not grow with the file. storeScalars: one transaction; a point
+    // replaces the stored one of its tag and step unless that one has a later wall time (a
+    // restarted job logs some steps again: the later write wins).
+    Status storeScalars(qint64 runId, const std::vector<TaggedPoint>& points);
+    // Then, in one transaction: the metric columns of the steps from `fromStep` on are made again
+    // from the stored scalars (`columns`: for each metric its tags, the first listed wins where
+    // several log the same step; wall times in seconds after `t0`; no `fromStep`: none changed),
+    // the source is recorded, each file's read offset is kept (importOffset), and the run's
+    // summary (last step, final and best loss, tokens, pace) is recomputed from what is stored.
+    Status finishImport(qint64 runId, const QByteArray& sourceJson,
+        const std::vector<ImportedColumn>& columns, std::optional<qint64> fromStep, double t0,
+        const std::vector<std::pair<QString, qint64>>& fileOffsets);
+    // Where the last import stopped reading `file` (0 if it never read it).
+    Result<qint64> importOffset(qint64 runId, const QString& file) const;
+    // An imported run's tags (one index seek each, however many points), and one tag's points in
+    // step order.
     Result<QStringList> scalarTags(qint64 runId) const;
     Result<ScalarSeries> scalarSeries(qint64 runId, const QString& tag) const;
 

@@ -40,6 +40,15 @@ struct HostEntry {
     // (--signal=USR1@N; 0: none).
     QString timeLimit;
     int preemptSignalSec = jobs::kDefaultPreemptSignalSec;
+
+    // How ssh reaches it: [user@]address[:port]; empty for a Slurm cluster on this machine.
+    QString sshAddress() const
+    {
+        if (address.isEmpty())
+            return {};
+        return (user.isEmpty() ? QString() : user + "@") + address
+            + (port != 22 ? QStringLiteral(":%1").arg(port) : QString());
+    }
 };
 
 class HostsPage : public QWidget {

@@ -501,9 +501,7 @@ jobs::LaunchTarget LaunchPage::target() const
     if (host < 0 || host >= m_hosts.size())
         return {};
     const HostEntry& h = m_hosts[host];
-    const QString address = h.address.isEmpty() ? QString()
-                                                : (h.user.isEmpty() ? QString() : h.user + "@")
-            + h.address + (h.port != 22 ? QString(":%1").arg(h.port) : QString());
+    const QString address = h.sshAddress();
     if (h.kind == "slurm") {
         jobs::SlurmOptions options;
         options.via = address;

@@ -124,6 +124,12 @@ void MainWindow::buildMenus()
         if (!dir.isEmpty())
             monitorRun(dir);
     });
+    QAction* import = file->addAction(tr("&Import logs…"));
+    import->setToolTip(tr("Another tool's logs, here or on a host of the Hosts page"));
+    connect(import, &QAction::triggered, this, [this] {
+        showPage(Page::Runs);
+        m_runs->importDialog()->open();
+    });
     file->addSeparator();
     QAction* quit = file->addAction(tr("&Quit"));
     quit->setShortcut(QKeySequence::Quit);
@@ -231,8 +237,10 @@ void MainWindow::wirePages()
 {
     m_runs->setStore(m_store);
     m_launch->setStore(m_store);
-    connect(
-        m_hosts, &HostsPage::hostsChanged, this, [this] { m_launch->setHosts(m_hosts->hosts()); });
+    connect(m_hosts, &HostsPage::hostsChanged, this, [this] {
+        m_launch->setHosts(m_hosts->hosts());
+        m_runs->setHosts(m_hosts->hosts());
+    });
     connect(m_hosts, &HostsPage::planRequested, this,
         [this](const QString& gpuName, double memoryMiB, int count) {
             m_plan->useHostGpus(gpuName, memoryMiB, count);
@@ -356,6 +364,7 @@ void MainWindow::restoreSettings()
     m_launch->loadSettings();
     m_hosts->loadSettings();
     m_launch->setHosts(m_hosts->hosts());
+    m_runs->setHosts(m_hosts->hosts());
     // The run being followed when the studio closed, if it was still going: followed again.
     const QString followed = s.value("monitor/followed").toString();
     if (auto page = pageFromName(s.value("window/page", "plan").toString()))

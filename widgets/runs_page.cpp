@@ -8,7 +8,6 @@
 #include <QDialog>
 #include <QDialogButtonBox>
 #include <QDir>
-#include <QFileDialog>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QInputDialog>
@@ -28,6 +27,7 @@
 
 #include "jobs/run_service.h"
 #include "widgets/export_dialog.h"
+#include "widgets/import_dialog.h"
 #include "widgets/message_bar.h"
 #include "widgets/run_table_model.h"
 
@@ -63,11 +63,11 @@ RunsPage::RunsPage(QWidget* parent)
     m_refresh = new QPushButton(tr("&Refresh"), this);
     m_monitor = new QPushButton(tr("&Monitor"), this);
     m_compare = new QPushButton(tr("&Compare selected"), this);
-    m_import = new QPushButton(tr("&Import run folder…"), this);
-    m_import->setToolTip(tr("A run folder of Shard Studio, or another tool's logs: TensorBoard "
-                            "event files (Hugging Face Trainer, torchtitan, DeepSpeed, "
-                            "Megatron-LM, Lightning) or a trainer_state.json, followed while "
-                            "they grow"));
+    m_import = new QPushButton(tr("&Import logs…"), this);
+    m_import->setToolTip(tr("Another tool's logs, here or on a host: TensorBoard event files "
+                            "(Hugging Face Trainer, torchtitan, DeepSpeed, Megatron-LM, "
+                            "Lightning), a trainer_state.json or a job's stdout, optionally "
+                            "followed with their Slurm job; or a run folder of Shard Studio"));
     m_rename = new QPushButton(tr("Re&name…"), this);
     m_notes = new QPushButton(tr("N&otes…"), this);
     m_continue = new QPushButton(tr("Con&tinue…"), this);
@@ -204,11 +204,25 @@ RunsPage::RunsPage(QWidget* parent)
         if (box.clickedButton() == yes)
             deleteRuns(ids, folders->isChecked());
     });
-    connect(m_import, &QPushButton::clicked, this, [this] {
-        const QString dir = QFileDialog::getExistingDirectory(this, tr("Import a run folder"));
-        if (!dir.isEmpty() && m_store)
-            m_store->attachRunDirectory(dir);
-    });
+    connect(m_import, &QPushButton::clicked, this, [this] { importDialog()->open(); });
+}
+
+QDialog* RunsPage::importDialog()
+{
+    auto* dialog = new ImportDialog(m_hosts, this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &QDialog::accepted, this,
+        [this, dialog] { importLogs(dialog->importPath(), dialog->slurmJob()); });
+    return dialog;
+}
+
+void RunsPage::importLogs(const QString& path, const QString& slurmJob)
+{
+    if (!m_store)
+        return;
+    m_importing = path;
+    m_message->showMessage(tr("Importing %1…").arg(path), MessageBar::Kind::Info);
+    m_store->importLogs(path, slurmJob);
 }
 
 namespace {
@@ -409,9 +423,15 @@ void RunsPage::setStore(jobs::RunService* store)
         [this](const QString& message) { m_message->showMessage(message); });
     // A folder imported here (or opened on the Monitor page) is now a recorded run.
     connect(store, &jobs::RunService::runAttached, this,
-        [this](const QString&, qint64 id, const QString& error) {
-            if (id == 0 && isVisible())
+        [this](const QString& path, qint64 id, const QString& error) {
+            const bool mine = !m_importing.isEmpty() && path == m_importing;
+            if (mine)
+                m_importing.clear();
+            if (id == 0 && (isVisible() || mine))
                 m_message->showMessage(error);
+            else if (mine)
+                m_message->showMessage(
+                    tr("Imported %1: run %2.").arg(path).arg(id), MessageBar::Kind::Info);
             refresh();
         });
     connect(store, &jobs::RunService::errorOccurred, this, [this](const QString& message) {

@@ -10,6 +10,7 @@
 
 #include "jobs/launcher.h"
 #include "jobs/run_store.h"
+#include "widgets/hosts_page.h"
 
 namespace shard::jobs {
 class RunService;
@@ -57,6 +58,12 @@ public:
     QDialog* continueDialog(qint64 runId);
     // What Delete asks: each run by id, name, status and folder.
     QString deleteQuestion(const QVector<qint64>& runIds) const;
+    // Import logs… (ImportDialog): where the logs can be (this machine and the Hosts page's
+    // hosts); the dialog, whose Import imports them; and the import itself, said in the message
+    // bar when it ends (the run's id, or why not).
+    void setHosts(const QList<HostEntry>& hosts) { m_hosts = hosts; }
+    QDialog* importDialog();
+    void importLogs(const QString& path, const QString& slurmJob = {});
 
 Q_SIGNALS:
     // A run id: the window follows it through the store (local or remote alike).
@@ -89,6 +96,8 @@ private:
     QPushButton* m_monitor = nullptr;
     QPushButton* m_compare = nullptr;
     QPushButton* m_import = nullptr;
+    QList<HostEntry> m_hosts;
+    QString m_importing; // the path of an import started here, until it is answered
     QPushButton* m_rename = nullptr;
     QPushButton* m_notes = nullptr;
     QPushButton* m_delete = nullptr;

@@ -412,10 +412,11 @@ void importRuns(const RunsOptions& o)
             continue;
         }
         for (const auto& r : report->runs) {
-            std::printf("%s run %lld %s: %s, %d steps, %d scalar tags, %lld points from %s\n",
+            std::printf("%s run %lld %s: %s, %d steps, %d scalar tags, %lld %spoints from %s\n",
                 r.created ? "imported" : "updated", static_cast<long long>(r.runId),
                 terminalText(r.name).constData(), qPrintable(r.tool), r.steps, r.tags,
-                static_cast<long long>(r.points), terminalText(r.folder).constData());
+                static_cast<long long>(r.points), r.created ? "" : "new ",
+                terminalText(r.folder).constData());
             for (const QString& note : r.notes)
                 std::printf("  note: %s\n", terminalText(note).constData());
         }

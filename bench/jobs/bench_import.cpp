@@ -3,12 +3,18 @@
 // and imported end to end into a fresh run store (reader, tag mapping, SQLite); then a store of
 // 1,000 imported runs: listing every run (the Runs page's query) and loading 20 runs' metric
 // series (a Compare of 20). Every point is kept (no reservoir, unlike TensorBoard's 1,000 per
-// tag). Usage: bench_jobs_import [--max-mb 100] [--runs 1000]
+// tag). Each size's peak memory is sampled while it reads and imports (anonymous memory above
+// what the process held before): the reader and the importer stream, so it stays flat as the
+// file grows. Usage:
+// bench_jobs_import [--max-mb 100] [--runs 1000]   (--max-mb 1000 for a 1 GB file)
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
 
 #include <QCoreApplication>
 #include <QTemporaryDir>
@@ -47,6 +53,36 @@ long long writeRun(const std::string& dir, double bytes)
     }
 }
 
+// The process's anonymous resident memory in MiB (heap and SQLite's page cache; not the store's
+// pages SQLite maps from its file, which the kernel can drop at will).
+double anonMiB()
+{
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+        if (line.rfind("RssAnon:", 0) == 0)
+            return std::atof(line.c_str() + 8) / 1024.0;
+    return 0;
+}
+
+// Its peak while `work` runs, sampled every 2 ms.
+template<typename F> double peakAnonMiB(F&& work)
+{
+    std::atomic<bool> done {false};
+    std::atomic<double> peak {anonMiB()};
+    std::thread sampler([&] {
+        while (!done) {
+            if (const double now = anonMiB(); now > peak)
+                peak = now;
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+    });
+    work();
+    done = true;
+    sampler.join();
+    return std::max(peak.load(), anonMiB());
+}
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -62,9 +98,9 @@ int main(int argc, char** argv)
     }
     QTemporaryDir tmp;
     const std::string root = tmp.path().toStdString();
-    std::printf(
-        "| file | points | read: MB/s | read: points/s | import: MB/s | import: points/s |\n");
-    std::printf("|---:|---:|---:|---:|---:|---:|\n");
+    std::printf("| file | points | read: MB/s | read: points/s | import: MB/s | import: points/s | "
+                "read: peak memory | import: peak memory |\n");
+    std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (double mb = 1; mb <= maxMb; mb *= 10) {
         const std::string dir = root + "/size-" + std::to_string(static_cast<int>(mb));
         const long long points = writeRun(dir, mb * 1e6);
@@ -73,20 +109,31 @@ int main(int argc, char** argv)
             file = e.path().string();
         const double size = static_cast<double>(fs::file_size(file));
         auto t0 = Clock::now();
-        const auto scan = shard::tbio::readEventFile(file);
-        const double read = secondsSince(t0);
-        if (static_cast<long long>(scan.scalars.size()) != points)
-            return std::fprintf(stderr, "read %zu points of %lld\n", scan.scalars.size(), points),
-                   1;
-        auto store = shard::jobs::RunStore::open(
-            QString::fromStdString(root + "/size-" + std::to_string(int(mb)) + ".sqlite"));
+        const double baseMiB = anonMiB();
+        long long read = 0;
+        const double readPeak = peakAnonMiB([&] {
+            shard::tbio::readEventFile(file, 0, [&](const shard::tbio::ScalarPoint&) { ++read; });
+        });
+        const double readSec = secondsSince(t0);
+        if (read != points)
+            return std::fprintf(stderr, "read %lld points of %lld\n", read, points), 1;
+        const std::string storeDir = dir + "-store";
+        fs::create_directories(storeDir);
+        auto store = shard::jobs::RunStore::open(QString::fromStdString(storeDir + "/s.sqlite"));
         t0 = Clock::now();
-        auto report = shard::jobs::importRuns(*store, QString::fromStdString(dir));
+        shard::jobs::Result<shard::jobs::ImportReport> report = shard::jobs::fail("not run");
+        const double importPeak = peakAnonMiB(
+            [&] { report = shard::jobs::importRuns(*store, QString::fromStdString(dir)); });
         const double import = secondsSince(t0);
         if (!report)
             return std::fprintf(stderr, "%s\n", qPrintable(report.error())), 1;
-        std::printf("| %.1f MB | %lld | %.0f | %.2fM | %.1f | %.0fK |\n", size / 1e6, points,
-            size / 1e6 / read, points / read / 1e6, size / 1e6 / import, points / import / 1e3);
+        std::printf("| %.1f MB | %lld | %.0f | %.2fM | %.1f | %.0fK | +%.1f MiB | +%.1f MiB |\n",
+            size / 1e6, points, size / 1e6 / readSec, points / readSec / 1e6, size / 1e6 / import,
+            points / import / 1e3, readPeak - baseMiB, importPeak - baseMiB);
+        std::fflush(stdout);
+        fs::remove_all(dir); // a 1 GB file and its store: only one size on disk at a time
+        store = shard::jobs::RunStore::open(QString::fromStdString(root + "/closed.sqlite"));
+        fs::remove_all(storeDir);
     }
 
     // A store of `runs` imported runs, about 1,000 steps each.

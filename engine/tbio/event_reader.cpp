@@ -105,6 +105,16 @@ bool isEventFileName(const std::string& fileName)
 
 EventFileScan readEventFile(const std::string& path, int64_t offset)
 {
+    std::vector<ScalarPoint> scalars;
+    EventFileScan scan
+        = readEventFile(path, offset, [&](const ScalarPoint& p) { scalars.push_back(p); });
+    scan.scalars = std::move(scalars);
+    return scan;
+}
+
+EventFileScan readEventFile(const std::string& path, int64_t offset,
+    const std::function<void(const ScalarPoint&)>& onScalar)
+{
     EventFileScan scan;
     // Scalars' metadata comes with a tag's first value only; later values of the tag carry none.
     std::map<std::string, std::string> pluginOfTag;
@@ -161,12 +171,11 @@ EventFileScan readEventFile(const std::string& path, int64_t offset)
             double value = 0.0;
             switch (v.value_case()) {
             case pb::Summary::Value::kSimpleValue:
-                scan.scalars.push_back(
-                    {v.tag(), event.step(), event.wall_time(), v.simple_value()});
+                onScalar({v.tag(), event.step(), event.wall_time(), v.simple_value()});
                 break;
             case pb::Summary::Value::kTensor:
                 if ((plugin.empty() || plugin == "scalars") && tensorScalar(v.tensor(), value))
-                    scan.scalars.push_back({v.tag(), event.step(), event.wall_time(), value});
+                    onScalar({v.tag(), event.step(), event.wall_time(), value});
                 else
                     ++scan.skipped[kindOfPlugin(plugin)];
                 break;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,7 +20,8 @@ struct ScalarPoint {
 };
 
 struct EventFileScan {
-    std::vector<ScalarPoint> scalars; // in file order (a repeated step appears twice)
+    std::vector<ScalarPoint> scalars; // in file order (a repeated step appears twice); empty
+                                      // when they were handed to a callback instead
     int64_t endOffset = 0;            // read again from here for what the job writes next
     int64_t records = 0;
     int64_t crcFailures = 0;    // records skipped because their data CRC failed
@@ -39,6 +41,11 @@ struct EventFileScan {
 // std::runtime_error naming the file when it cannot be read, or when at offset 0 it is not an
 // event file (its first record is not a framed `file_version` event).
 EventFileScan readEventFile(const std::string& path, int64_t offset = 0);
+
+// The same, streaming: each scalar goes to `onScalar` in file order as its record is read, and
+// `scalars` stays empty, so memory is bounded by the record being read whatever the file's size.
+EventFileScan readEventFile(const std::string& path, int64_t offset,
+    const std::function<void(const ScalarPoint&)>& onScalar);
 
 // "events.out.tfevents.*": the names TensorFlow, PyTorch and tensorboardX give event files.
 bool isEventFileName(const std::string& fileName);

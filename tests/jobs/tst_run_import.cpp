@@ -6,8 +6,11 @@
 // and bad input is refused with its name; the CLI prints the new run ids. The engine's own
 // event files (shard-worker train) hold what metrics.jsonl holds, read by this reader and by a
 // Python reader written here on Debian's python3-protobuf.
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <map>
+#include <thread>
 
 #include <QDir>
 #include <QFile>
@@ -26,6 +29,7 @@
 #include "jobs/ssh_client.h"
 #include "sshd_fixture.h"
 #include "tbio/event_reader.h"
+#include "tbio/event_writer.h"
 #include "tbio/tfrecord.h"
 
 using namespace shard::jobs;
@@ -102,6 +106,8 @@ private Q_SLOTS:
     void cli();
     void engineWritesTensorboard();
     void followsAGrowingRun();
+    void hugeFileInBoundedMemory();
+    void laterImportsReadWhatWasAdded();
     void logs();
     void configBesideTheRun();
     void torchtitanConfigBesideTheRun();
@@ -204,6 +210,10 @@ void TestRunImport::fixtures()
     }
     QCOMPARE(*store->metricCount(hf->runId), before);
     QCOMPARE(store->listRuns()->size(), 9);
+    // An event file is read from where the last import stopped: nothing new, nothing read.
+    QCOMPARE(runNamed(*again, "runs/Jul09_15-21-15_Doan")->points, qint64(0));
+    QCOMPARE(runNamed(*again, "runs/Jul09_15-21-15_Doan")->tool, QString("Hugging Face Trainer"));
+    QCOMPARE(runNamed(*again, "runs/Jul09_15-21-15_Doan")->steps, int(before));
 }
 
 void TestRunImport::trainerState()
@@ -539,6 +549,163 @@ void TestRunImport::followsAGrowingRun()
     QCOMPARE(m->step, QVector<double>({1, 2, 3}));
     QCOMPARE(m->loss, QVector<double>({5.0, 3.5, 3.0}));
     QCOMPARE(store->listRuns()->size(), 1);
+}
+
+namespace {
+
+QByteArray varint(quint64 v)
+{
+    QByteArray out;
+    for (; v >= 0x80; v >>= 7)
+        out += char((v & 0x7f) | 0x80);
+    return out + char(v);
+}
+
+QByteArray field(int number, const QByteArray& bytes) // a length-delimited protobuf field
+{
+    return varint(quint64(number) << 3 | 2) + varint(bytes.size()) + bytes;
+}
+
+// Event{step, summary{value{tag, image{encoded_image_string}}}}: a large record that is not a
+// scalar (TensorBoard's images are what make event files big).
+QByteArray imageEvent(int step, int bytes)
+{
+    const QByteArray image = field(4, QByteArray(bytes, '\x5a'));
+    const QByteArray value = field(1, "samples/image") + field(4, image);
+    const QByteArray event = varint(2 << 3) + varint(step) + field(5, field(1, value));
+    return QByteArray::fromStdString(shard::tbio::frameRecord(event.toStdString()));
+}
+
+// The process's anonymous resident memory (heap, SQLite's page cache; not the store's pages
+// SQLite maps from its file, which the kernel can drop), in MiB; -1 where /proc has no RssAnon.
+double anonMiB()
+{
+    const QByteArray status = readAll("/proc/self/status");
+    const int at = status.indexOf("RssAnon:");
+    if (at < 0)
+        return -1;
+    return status.mid(at + 8, status.indexOf('\n', at) - at - 8).trimmed().split(' ')[0].toDouble()
+        / 1024;
+}
+
+// Its peak while `work` runs, sampled every 2 ms.
+template<typename F> double peakAnonMiB(F&& work)
+{
+    std::atomic<bool> done {false};
+    std::atomic<double> peak {anonMiB()};
+    std::thread sampler([&] {
+        while (!done) {
+            const double now = anonMiB();
+            if (now > peak)
+                peak = now;
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+    });
+    work();
+    done = true;
+    sampler.join();
+    return std::max(peak.load(), anonMiB());
+}
+
+} // namespace
+
+void TestRunImport::hugeFileInBoundedMemory()
+{
+    // A 100 MB event file: 48 images of 2 MB and 400,000 scalars (50,000 steps of 8 tags). The
+    // importer streams it into the store a batch at a time: its peak memory (a record, a batch,
+    // SQLite's dirty pages) stays far below what the points take in memory (some 300 bytes each
+    // on their way through a reader, a merge and a list: 120 MB), let alone the file's size.
+    QDir dir(m_tmp.filePath("huge/run"));
+    QVERIFY(dir.mkpath("."));
+    const int steps = 50000;
+    {
+        shard::tbio::EventFileWriter w(dir.absolutePath().toStdString());
+        QFile f(QString::fromStdString(w.path()));
+        for (int step = 1; step <= steps; ++step) {
+            const float x = float(step);
+            w.write(1.7e9 + step, step,
+                {{"train/loss", 10.0f / (1.0f + x * 1e-3f)}, {"train/learning_rate", 3e-4f},
+                    {"train/grad_norm", 1.0f + 1.0f / x}, {"train/tokens_per_sec", 12000.0f},
+                    {"train/step_time", 0.5f}, {"train/num_input_tokens_seen", x * 4096},
+                    {"memory/peak(GiB)", 20.4f}, {"custom/perplexity", 2.0f + 1.0f / x}});
+            if (step % 1000 == 0 && step / 1000 <= 48) {
+                QVERIFY(f.open(QIODevice::Append));
+                const QByteArray big = imageEvent(step, 2 << 20);
+                QCOMPARE(f.write(big), big.size());
+                f.close();
+            }
+        }
+        QVERIFY(f.size() > 100'000'000);
+    }
+    if (anonMiB() < 0)
+        QSKIP("/proc/self/status has no RssAnon (Linux 4.5+): memory cannot be measured");
+    auto store = RunStore::open(m_tmp.filePath("huge.sqlite"));
+    QVERIFY(store);
+    const double base = anonMiB();
+    Result<ImportReport> report = fail("not run");
+    const double grew
+        = peakAnonMiB([&] { report = importRuns(*store, dir.absolutePath()); }) - base;
+    QVERIFY2(report, qPrintable(report.error()));
+    qInfo("imported %lld points of a 100 MB file; peak memory grew by %.1f MiB",
+        static_cast<long long>(report->runs[0].points), grew);
+    QCOMPARE(report->runs[0].points, qint64(8) * steps);
+    QCOMPARE(report->runs[0].steps, steps);
+    QCOMPARE(report->runs[0].tags, 8);
+    QVERIFY2(report->runs[0].notes.contains("not scalars, skipped: images 48"),
+        qPrintable(report->runs[0].notes.join('\n')));
+    QVERIFY2(grew < 48, qPrintable(QString::number(grew))); // flat from 1 MB to 1 GB: BENCHMARKS.md
+    auto m = store->metricSeries(report->runs[0].runId);
+    QCOMPARE(m->size(), steps);
+    QCOMPARE(m->loss.last(), double(10.0f / (1.0f + float(steps) * 1e-3f)));
+    QCOMPARE(m->tokens.last(), double(steps) * 4096);
+    QCOMPARE(m->wallTime.last(), double(steps - 1));
+    QCOMPARE(store->scalarSeries(report->runs[0].runId, "custom/perplexity")->value.size(), steps);
+}
+
+void TestRunImport::laterImportsReadWhatWasAdded()
+{
+    // Two tags of one metric at a step: the first by name fills it (torchtitan's
+    // loss_metrics/global_avg_loss before train/loss). A second import reads only the records
+    // appended since, and the steps already stored keep their values and wall times; a file with
+    // an earlier first point moves every step's wall time.
+    QDir dir(m_tmp.filePath("later/run"));
+    QVERIFY(dir.mkpath("."));
+    const QString file = dir.filePath("events.out.tfevents.100.host.1.0");
+    writeAll(file,
+        versionRecord() + scalarEvent(100, 1, "train/loss", 5.0f)
+            + scalarEvent(101, 2, "train/loss", 4.0f)
+            + scalarEvent(102, 2, "loss_metrics/global_avg_loss", 3.9f));
+    auto store = RunStore::open(m_tmp.filePath("later.sqlite"));
+    QVERIFY(store);
+    auto first = importRuns(*store, dir.absolutePath());
+    QVERIFY2(first, qPrintable(first.error()));
+    const qint64 id = first->runs[0].runId;
+    QCOMPARE(first->runs[0].points, qint64(3));
+    auto m = store->metricSeries(id);
+    QCOMPARE(m->loss, QVector<double>({5.0, double(3.9f)}));
+    QCOMPARE(m->wallTime, QVector<double>({0, 2}));
+    QFile f(file);
+    QVERIFY(f.open(QIODevice::Append));
+    const QByteArray more = scalarEvent(110, 3, "train/loss", 3.0f);
+    QCOMPARE(f.write(more), more.size());
+    f.close();
+    auto second = importRuns(*store, dir.absolutePath());
+    QVERIFY2(second, qPrintable(second.error()));
+    QCOMPARE(second->runs[0].points, qint64(1)); // the appended record only
+    QCOMPARE(second->runs[0].steps, 3);
+    m = store->metricSeries(id);
+    QCOMPARE(m->loss, QVector<double>({5.0, double(3.9f), 3.0}));
+    QCOMPARE(m->wallTime, QVector<double>({0, 2, 10}));
+    QCOMPARE(store->run(id)->lastStep, 3);
+    writeAll(dir.filePath("events.out.tfevents.050.host.1.0"),
+        versionRecord() + scalarEvent(50, 0, "train/loss", 6.0f));
+    auto third = importRuns(*store, dir.absolutePath());
+    QVERIFY2(third, qPrintable(third.error()));
+    QCOMPARE(third->runs[0].points, qint64(1));
+    m = store->metricSeries(id);
+    QCOMPARE(m->step, QVector<double>({0, 1, 2, 3}));
+    QCOMPARE(m->wallTime, QVector<double>({0, 50, 52, 60}));
+    QCOMPARE(m->loss, QVector<double>({6.0, 5.0, double(3.9f), 3.0}));
 }
 
 void TestRunImport::logs()

@@ -20,7 +20,9 @@
 
 #include "jobs/run_service.h"
 #include "jobs/run_store.h"
+#include "tbio/event_writer.h"
 #include "widgets/export_dialog.h"
+#include "widgets/import_dialog.h"
 #include "widgets/main_window.h"
 #include "widgets/monitor_page.h"
 #include "widgets/run_table_model.h"
@@ -333,6 +335,93 @@ private Q_SLOTS:
     }
 
     // An empty store: the page says where runs come from instead of showing an empty grid.
+    // Import logs…: where the logs are (this machine, an SSH host, a Slurm cluster here or
+    // through its login node) makes the path importRuns gets; a path or job id that cannot work
+    // keeps Import disabled with the reason; importing a folder of event files records its run
+    // and says so; a job id Slurm does not know is said, the run kept.
+    void importDialogImportsLogs()
+    {
+        QTemporaryDir tmp;
+        RunsPage page;
+        page.show();
+        shard::jobs::RunService service(tmp.filePath("import.sqlite"));
+        QSignalSpy refreshed(&page, &RunsPage::refreshed);
+        page.setStore(&service);
+        QTRY_COMPARE_WITH_TIMEOUT(refreshed.count(), 1, 30000);
+        HostEntry ssh;
+        ssh.name = "gpu box";
+        ssh.address = "node0";
+        ssh.user = "me";
+        ssh.port = 2222;
+        HostEntry localSlurm;
+        localSlurm.name = "here";
+        localSlurm.kind = "slurm";
+        HostEntry cluster;
+        cluster.name = "cluster";
+        cluster.kind = "slurm";
+        cluster.address = "login";
+        page.setHosts({ssh, localSlurm, cluster});
+
+        auto* dialog = qobject_cast<ImportDialog*>(page.importDialog());
+        QVERIFY(dialog);
+        auto* where = dialog->findChild<QComboBox*>("importWhere");
+        QCOMPARE(where->count(), 4);
+        QCOMPARE(where->itemText(1), QString("SSH: gpu box"));
+        QCOMPARE(where->itemText(3), QString("Slurm: cluster"));
+        auto importEnabled = [dialog] {
+            for (auto* b : dialog->findChildren<QPushButton*>())
+                if (b->text() == "&Import")
+                    return b->isEnabled();
+            return false;
+        };
+        QVERIFY(!importEnabled());
+        QVERIFY(dialog->problem().contains("Give the folder"));
+        dialog->setWhere(1);
+        dialog->setPath("runs/hf");
+        QVERIFY(!importEnabled());
+        QVERIFY2(dialog->problem().contains("from / or from ~/"), qPrintable(dialog->problem()));
+        dialog->setPath("/scratch/runs/hf");
+        QVERIFY(importEnabled());
+        QCOMPARE(dialog->importPath(), QString("me@node0:2222:/scratch/runs/hf"));
+        dialog->setWhere(3);
+        QCOMPARE(dialog->importPath(), QString("login:/scratch/runs/hf"));
+        dialog->setSlurmJob("123x");
+        QVERIFY(!importEnabled());
+        QVERIFY2(dialog->problem().contains("not a Slurm job id"), qPrintable(dialog->problem()));
+        dialog->setSlurmJob("4242_7");
+        QVERIFY(importEnabled());
+        auto* preview = dialog->findChild<QLabel*>("importPreview");
+        QVERIFY2(
+            preview->text().contains("over ssh") && preview->text().contains("Slurm job 4242_7"),
+            qPrintable(preview->text()));
+        dialog->setWhere(2); // a Slurm cluster on this machine: a path here
+        QCOMPARE(dialog->importPath(), QString("/scratch/runs/hf"));
+        dialog->reject();
+
+        // A folder of event files on this machine.
+        const QString logs = tmp.filePath("tb/run-a");
+        {
+            QDir().mkpath(logs);
+            shard::tbio::EventFileWriter w(logs.toStdString());
+            for (int step = 1; step <= 5; ++step)
+                w.write(1000 + step, step, {{"train/loss", 3.0f - 0.1f * step}});
+        }
+        dialog = qobject_cast<ImportDialog*>(page.importDialog());
+        dialog->setPath(tmp.filePath("tb"));
+        dialog->accept();
+        QTRY_COMPARE_WITH_TIMEOUT(page.visibleRowCount(), 1, 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(
+            page.messageText().contains("Imported " + tmp.filePath("tb")), 30000);
+        QCOMPARE(page.model()->runAt(0)->lastStep, qint64(5));
+
+        // A job Slurm does not know (or no Slurm here): said; the run stays imported, untied.
+        page.importLogs(tmp.filePath("tb"), "999999999");
+        QTRY_VERIFY_WITH_TIMEOUT(
+            page.messageText().contains("not tied to Slurm job 999999999"), 60000);
+        QCOMPARE(page.visibleRowCount(), 1);
+        QVERIFY(page.model()->runAt(0)->jobId.isEmpty());
+    }
+
     void emptyStoreSaysWhereToStart()
     {
         QTemporaryDir tmp;
