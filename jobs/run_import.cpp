@@ -799,7 +799,9 @@ void ImportWatcher::start(int pollMs)
     if (isRemoteImportPath(m_folder))
         pollMs = std::max(pollMs, 10000); // each poll lists the folder over ssh, then fetches
                                           // what each file gained
-    m_signature = signature();            // the import that recorded the run read these files
+    // The first poll imports what the files gained since the run was recorded (from each file's
+    // stored offset: cheap when nothing did).
+    m_signature.clear();
     if (auto run = m_store.run(m_runId))
         m_jobId = run->jobId;
     m_timer.start(pollMs);

@@ -327,8 +327,15 @@ public:
         m_follow.ticket = ticket;
         m_follow.launcher = std::move(launcher).value();
         m_follow.logHost = m_follow.launcher->fileHost(run.value());
-        if ((!isTerminal(run->status) || mayComeBack(run.value())) && !m_store->isReadOnly())
+        // Another tool's run has no end the studio knows of (unless it is tied to its Slurm job):
+        // its files are read again while the Monitor shows it, as TensorBoard reloads its runs.
+        const bool imported = run->target == TargetKind::Import && run->jobId.isEmpty()
+            && !m_watchers.contains(runId);
+        if ((!isTerminal(run->status) || mayComeBack(run.value()) || imported)
+            && !m_store->isReadOnly()) {
             watch(runId);
+            m_follow.watchedWhileShown = imported;
+        }
         if (!m_followTimer) {
             m_followTimer = new QTimer(this);
             m_followTimer->setInterval(kFollowMs);
@@ -343,6 +350,8 @@ public:
         if (m_followTimer)
             m_followTimer->stop();
         m_logTail.reset(); // a fetch in flight is killed: its lines belong to the old run
+        if (m_follow.watchedWhileShown)
+            dropWatcher(m_follow.runId);
         const int requested = m_follow.requestedRank;
         m_follow = Follow {};
         m_follow.requestedRank = requested;
@@ -676,6 +685,7 @@ private:
         quint64 ticks = 0;
         bool logDone = false;
         bool reportedError = false;
+        bool watchedWhileShown = false; // another tool's run: its files are read while it is shown
     };
 
     std::unique_ptr<RunStore> m_store;

@@ -482,7 +482,7 @@ private Q_SLOTS:
     void anotherToolsLogFolderIsImportedAndShown()
     {
         // A folder of TensorBoard event files (another tool's run): opened, it is imported and
-        // drawn like the engine's own runs.
+        // drawn like the engine's own runs, and followed while it is shown.
         QTemporaryDir tmp;
         const QString run = tmp.filePath("tb/run-1");
         QVERIFY(QDir().mkpath(run));
@@ -509,6 +509,16 @@ private Q_SLOTS:
         QTRY_COMPARE_WITH_TIMEOUT(
             page.scalarTags(), QStringList({"train/learning_rate", "train/loss"}), 30000);
         QTRY_COMPARE_WITH_TIMEOUT(page.scalarPointCount(), 5, 30000);
+        // Its job writes on: the steps it logs while the run is shown are read and drawn.
+        std::string more;
+        for (int step = 6; step <= 7; ++step)
+            more += shard::tbio::frameRecord(shard::tbio::scalarEventBytes(1000.0 + step, step,
+                {{"train/loss", 5.0f - step * 0.5f}, {"train/learning_rate", 1e-4f}}));
+        QFile file(run + "/events.out.tfevents.1000.host.1.0");
+        QVERIFY(file.open(QIODevice::Append));
+        QCOMPARE(file.write(QByteArray::fromStdString(more)), qint64(more.size()));
+        file.close();
+        QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 7, 30000);
     }
 
     void folderWithoutRunJsonShowsMessage()
