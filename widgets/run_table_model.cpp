@@ -2,11 +2,59 @@
 #include "widgets/run_table_model.h"
 
 #include <QColor>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLocale>
 
 #include "widgets/monitor_page.h"
 
 namespace shard::widgets {
+
+namespace {
+
+// Where a run comes from: where the engine ran it, or the tool whose logs were imported.
+QString sourceText(const jobs::RunRecord& r)
+{
+    const QString job
+        = r.jobId.isEmpty() ? QString() : RunTableModel::tr("Slurm job %1").arg(r.jobId);
+    switch (r.target) {
+    case jobs::TargetKind::Local:
+        return RunTableModel::tr("this machine");
+    case jobs::TargetKind::Ssh:
+        return RunTableModel::tr("SSH: %1").arg(r.host);
+    case jobs::TargetKind::Slurm:
+        return job.isEmpty() ? RunTableModel::tr("Slurm") : job;
+    case jobs::TargetKind::Import: {
+        const QString tool = QJsonDocument::fromJson(r.source).object().value("tool").toString();
+        QString text = RunTableModel::tr("imported: %1")
+                           .arg(tool.isEmpty() ? RunTableModel::tr("logs") : tool);
+        if (!job.isEmpty())
+            text += ", " + job;
+        return text;
+    }
+    }
+    return {};
+}
+
+// An imported run's files: where, in what format, which.
+QString sourceTip(const jobs::RunRecord& r)
+{
+    if (r.target != jobs::TargetKind::Import)
+        return r.host.isEmpty() ? r.runDir : r.host + ":" + r.runDir;
+    const QJsonObject s = QJsonDocument::fromJson(r.source).object();
+    QStringList lines;
+    lines << RunTableModel::tr("Imported from %1 (%2)")
+                 .arg(r.host.isEmpty() ? r.runDir : r.host + ":" + r.runDir,
+                     s.value("format").toString());
+    if (!s.value("writer").toString().isEmpty())
+        lines << RunTableModel::tr("Written by: %1").arg(s.value("writer").toString());
+    for (const QJsonValue& f : s.value("files").toArray())
+        lines << f.toString();
+    return lines.join('\n');
+}
+
+} // namespace
 
 void RunTableModel::setRuns(QVector<jobs::RunRecord> runs)
 {
@@ -39,6 +87,8 @@ QVariant RunTableModel::headerData(int section, Qt::Orientation orientation, int
         return tr("ID");
     case Name:
         return tr("Name");
+    case Source:
+        return tr("Source");
     case Model:
         return tr("Model");
     case Strategy:
@@ -82,6 +132,8 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
             : QVariant(Qt::AlignLeft | Qt::AlignVCenter);
     if (role == Qt::ToolTipRole && (index.column() == Message || index.column() == Notes))
         return index.column() == Message ? r->message : r->notes;
+    if (role == Qt::ToolTipRole && index.column() == Source)
+        return sourceTip(*r);
     if (role == Qt::ForegroundRole && index.column() == Status) {
         switch (r->status) {
         case jobs::RunStatus::Failed:
@@ -102,6 +154,8 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
         return r->id;
     case Name:
         return r->name;
+    case Source:
+        return sourceText(*r);
     case Model:
         return r->model;
     case Strategy:

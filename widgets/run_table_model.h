@@ -16,6 +16,7 @@ public:
     enum Column {
         Id,
         Name,
+        Source,
         Model,
         Strategy,
         Ranks,

@@ -413,6 +413,14 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(
             page.messageText().contains("Imported " + tmp.filePath("tb")), 30000);
         QCOMPARE(page.model()->runAt(0)->lastStep, qint64(5));
+        // Its source: the tool, and on hover where its files are.
+        const QModelIndex source = page.model()->index(0, RunTableModel::Source);
+        QCOMPARE(source.data().toString(), QString("imported: Shard Studio")); // its writer
+        QVERIFY2(source.data(Qt::ToolTipRole).toString().startsWith("Imported from " + logs),
+            qPrintable(source.data(Qt::ToolTipRole).toString()));
+        page.setFilterText("imported");
+        QCOMPARE(page.visibleRowCount(), 1);
+        page.setFilterText("");
 
         // A job Slurm does not know (or no Slurm here): said; the run stays imported, untied.
         page.importLogs(tmp.filePath("tb"), "999999999");
