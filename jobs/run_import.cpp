@@ -259,6 +259,18 @@ QJsonObject jsonFile(const QString& path)
     return QJsonDocument::fromJson(f.readAll()).object();
 }
 
+// Whether a TOML file has one of torchtitan's tables ([job], [model], [training], [parallelism]).
+bool looksLikeTorchtitan(const QString& path)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly))
+        return false;
+    static const QRegularExpression table(
+        QStringLiteral("^\\s*\\[\\s*(job|model|training|parallelism)\\s*\\]"),
+        QRegularExpression::MultilineOption);
+    return table.match(QString::fromUtf8(f.read(1 << 20))).hasMatch();
+}
+
 // What is known of an imported run's set-up, as its spec (compared like the engine's run.json):
 // the model's config.json, a DeepSpeed config, a torchtitan TOML, the Trainer's settings from
 // trainer_state.json, found in the run's folder and up to three folders above it (a Trainer's
@@ -279,7 +291,10 @@ QJsonObject specOf(
                     torchtitan
                         = QJsonDocument::fromJson(QByteArray::fromStdString(j->dump())).object();
             } catch (const std::exception& e) {
-                *notes << QString::fromUtf8(e.what());
+                // A broken TOML is said when it is torchtitan's; another project's
+                // (pyproject.toml, a tool's settings) is not the run's business.
+                if (looksLikeTorchtitan(f.absoluteFilePath()))
+                    *notes << QString::fromUtf8(e.what());
             }
         }
         for (const QFileInfo& f : dir.entryInfoList({"*.json"}, QDir::Files, QDir::Name)) {
@@ -874,7 +889,8 @@ bool ImportWatcher::poll()
 {
     if (m_ended)
         return false;
-    if (!m_jobId.isEmpty()) {
+    if (!m_jobId.isEmpty() && (!m_jobAsked.isValid() || m_jobAsked.elapsed() >= kJobPollMs)) {
+        m_jobAsked.start();
         pollJob();
         if (m_ended)
             return true;

@@ -7,6 +7,7 @@
 // the runs it holds, never duplicates them (a run is found again by its folder).
 #pragma once
 
+#include <QElapsedTimer>
 #include <QString>
 #include <QStringList>
 #include <QTimer>
@@ -66,9 +67,11 @@ Status followSlurmJob(RunStore& store, qint64 runId, const QString& jobId,
     const SshOptions& ssh = SshOptions::fromEnvironment());
 
 // Follows an imported run while its job writes: when the folder's event files (or its
-// trainer_state.json) change, the run is imported again (its points replace those at the same
-// steps, so each point is stored once) and pointsAdded is emitted. A run tied to a Slurm job
-// (followSlurmJob) takes the job's state at each poll and ends with it: imported a last time,
+// trainer_state.json) change, the run is imported again (each event file from where the last
+// import stopped; a point replaces the one at its tag and step, so each is stored once) and
+// pointsAdded is emitted. A run tied to a Slurm job
+// (followSlurmJob) takes the job's state every 5 s (squeue through a shell, over ssh for a
+// login node: not at every poll) and ends with it: imported a last time,
 // its final status set, finished() emitted. Any other never ends by itself: the job that writes
 // the files is not the studio's to watch.
 class ImportWatcher : public RunWatcher {
@@ -92,8 +95,10 @@ private:
     QString m_folder;
     QString m_signature;
     QTimer m_timer;
-    QString m_jobId;      // the run's Slurm job, or empty
-    QString m_jobState;   // its state at the last poll
+    QString m_jobId;          // the run's Slurm job, or empty
+    QString m_jobState;       // its state at the last poll
+    QElapsedTimer m_jobAsked; // since Slurm was last asked (every kJobPollMs, not every poll)
+    static constexpr qint64 kJobPollMs = 5000;
     bool m_ended = false; // the job ended: finished() was emitted
 };
 

@@ -24,6 +24,7 @@
 
 #include "widgets/qcp.h"
 
+#include "jobs/csv.h"
 #include "protocol/config_diff.h"
 
 #include "widgets/background.h"
@@ -532,14 +533,12 @@ QString ComparePage::exportCsv(const QString& path)
     QTextStream out(&file);
     out << "run,step,tokens,wall_time,loss,eval_loss,lr,grad_norm,tokens_per_sec,step_time,"
            "comm_bytes,peak_bytes\n";
-    auto num = [](double v) { return std::isfinite(v) ? QString::number(v, 'g', 10) : QString(); };
+    const auto num = jobs::csvNumber;
     for (size_t i = 0; i < m_runs.size(); ++i) {
         if (!m_checked[i])
             continue;
         const jobs::RunSeries& r = m_runs[i];
-        QString name = r.name;
-        if (name.contains(',') || name.contains('"'))
-            name = '"' + QString(name).replace("\"", "\"\"") + '"';
+        const QString name = jobs::csvText(r.name);
         for (qsizetype k = 0; k < r.size(); ++k)
             out << name << ',' << qint64(r.step[k]) << ',' << qint64(r.tokens[k]) << ','
                 << num(r.wallTimeSec[k]) << ',' << num(r.loss[k]) << ','

@@ -19,6 +19,7 @@
 #include <QTemporaryFile>
 
 #include "command.h"
+#include "jobs/csv.h"
 #include "jobs/run_import.h"
 #include "jobs/run_series.h"
 #include "run_follow.h"
@@ -516,8 +517,7 @@ void exportRun(const RunsOptions& o)
         if (!m)
             throw std::runtime_error(m.error().toStdString());
         // An absent value (a command run that logs no gradient norm) is an empty field.
-        auto num
-            = [](double v) { return std::isfinite(v) ? QString::number(v, 'g', 10) : QString(); };
+        const auto num = jobs::csvNumber;
         int e = 0;
         for (int i = 0; i < m->size(); ++i) {
             QString eval;

@@ -857,10 +857,14 @@ void TestRunImport::torchtitanConfigBesideTheRun()
     QDir broken(m_tmp.filePath("titan/broken"));
     QVERIFY(broken.mkpath("tb"));
     writeAll(broken.filePath("train.toml"), "[training]\nsteps = = 3\n");
+    // Another project's broken TOML beside it is none of the run's business: not said.
+    writeAll(broken.filePath("pyproject.toml"), "[tool.black\nline-length = 100\n");
     writeAll(broken.filePath("tb/events.out.tfevents.2.node.1.0"),
         versionRecord() + scalarEvent(1, 1, "loss", 1.0f));
     auto report = importRuns(*store, broken.filePath("tb"));
     QVERIFY2(report, qPrintable(report.error()));
+    QVERIFY2(!report->runs[0].notes.join('\n').contains("pyproject.toml"),
+        qPrintable(report->runs[0].notes.join('\n')));
     QVERIFY2(report->runs[0].notes.join('\n').contains("train.toml: not valid TOML at line 2"),
         qPrintable(report->runs[0].notes.join('\n')));
 }
