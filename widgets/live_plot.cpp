@@ -182,6 +182,12 @@ void LivePlot::setAbsentText(const QString& text)
     markAllDirty(false);
 }
 
+void LivePlot::setEmptyText(const QString& text)
+{
+    m_emptyText = text;
+    markAllDirty(false);
+}
+
 QString LivePlot::absentTextShown() const
 {
     return m_absentLabel && m_absentLabel->visible() ? m_absentLabel->text() : QString();
@@ -515,16 +521,17 @@ void LivePlot::flush(bool immediate)
         values = values || s->ema.count > 0;
     }
     const bool absent = points && !values && !m_absentText.isEmpty();
-    if (absent && !m_absentLabel) {
+    const bool empty = !points && !m_emptyText.isEmpty();
+    if ((absent || empty) && !m_absentLabel) {
         m_absentLabel = new QCPItemText(m_plot);
         m_absentLabel->position->setType(QCPItemPosition::ptAxisRectRatio);
         m_absentLabel->position->setCoords(0.5, 0.5);
         m_absentLabel->setPositionAlignment(Qt::AlignCenter);
     }
     if (m_absentLabel) {
-        m_absentLabel->setText(m_absentText);
+        m_absentLabel->setText(empty ? m_emptyText : m_absentText);
         m_absentLabel->setColor(palette().color(QPalette::PlaceholderText));
-        m_absentLabel->setVisible(absent);
+        m_absentLabel->setVisible(absent || empty);
     }
     m_inFlush = false;
     m_plot->replot(immediate ? QCustomPlot::rpImmediateRefresh : QCustomPlot::rpQueuedReplot);

@@ -76,7 +76,10 @@ public:
     // Said in the middle of the chart while it has points and none of them holds a value (a
     // command run whose engine does not log this metric): "Not logged by this run".
     void setAbsentText(const QString& text);
-    // The text shown now; empty when the chart has a value or no points.
+    // What the middle of the plot says while it has no point at all (an empty page: where to
+    // start); empty: nothing.
+    void setEmptyText(const QString& text);
+    // The text in the middle now (the absent or the empty text); empty when neither is shown.
     QString absentTextShown() const;
 
     QCustomPlot* customPlot() const { return m_plot; }
@@ -108,6 +111,7 @@ private:
     std::vector<std::unique_ptr<Series>> m_series;
     std::vector<QCPAbstractItem*> m_markers; // lines and labels, owned by m_plot
     QString m_absentText;
+    QString m_emptyText;
     QCPItemText* m_absentLabel = nullptr; // owned by m_plot; created on first use
     QTimer m_timer;
     double m_smoothing = 0.0;

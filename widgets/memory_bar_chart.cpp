@@ -259,7 +259,7 @@ void MemoryBarChart::rebuild()
     m_unit = unit;
     if (anyPeak && !m_restOfPeak && !m_stack.empty()) {
         m_restOfPeak = new QCPBars(m_plot->xAxis, m_plot->yAxis);
-        m_restOfPeak->setName(tr("rest of measured peak"));
+        m_restOfPeak->setName(tr("rest of peak"));
         m_restOfPeak->setWidth(0.6);
         m_restOfPeak->setBrush(QBrush(QColor(150, 150, 150, 160), Qt::BDiagPattern));
         m_restOfPeak->setPen(QPen(QColor(120, 120, 120), 1));
@@ -327,13 +327,26 @@ void MemoryBarChart::rebuild()
         const bool used = std::any_of(m_bars.begin(), m_bars.end(), [c](const MemoryBar& bar) {
             return size_t(c) < bar.bytes.size() && bar.bytes[size_t(c)] > 0;
         });
-        if (used || m_bars.empty())
+        if (used) // no bar (no run open, nothing planned): no legend either
             m_stack[size_t(c)]->addToLegend();
     }
     if (m_restOfPeak && anyPeak)
         m_restOfPeak->addToLegend();
     if (m_prediction && m_prediction->visible())
         m_prediction->addToLegend();
+    // No entry (no bar): no legend row either (an empty legend would also cap the column's
+    // width at its own, squeezing the axes).
+    const bool entries = m_plot->legend->itemCount() > 0;
+    QCPLayoutGrid* layout = m_plot->plotLayout();
+    const bool placed = layout->hasElement(2, 0) && layout->element(2, 0) == m_plot->legend;
+    if (entries && !placed) {
+        layout->addElement(2, 0, m_plot->legend);
+        layout->setRowStretchFactor(2, 0.001); // as tall as its entries, the rest to the bars
+    } else if (!entries && placed) {
+        layout->take(m_plot->legend);
+        layout->simplify();
+    }
+    m_plot->legend->setVisible(entries);
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
     for (int b = 0; b < int(m_bars.size()); ++b) {
         // Qt's rich text is not available in tick labels: mark the chosen bar with brackets.

@@ -103,9 +103,10 @@ MonitorPage::MonitorPage(QWidget* parent)
     // A command run's engine may log no learning rate, gradient norm or throughput.
     for (LivePlot* p : {m_lr, m_gradNorm, m_throughput})
         p->setAbsentText(tr("Not logged by this run"));
+    showNoRun();
     m_memory = new MemoryBarChart(tr("Memory per rank"), this);
     m_memory->setCategories(memoryCategoryNames());
-    m_memory->setPredictionLabel(tr("planner prediction"));
+    m_memory->setPredictionLabel(tr("planned"));
     m_memory->setAxisLabel(tr("%1 per rank"));
     m_deviceMemory = new QLabel(this);
     m_deviceMemory->setObjectName("deviceMemory");
@@ -340,7 +341,7 @@ void MonitorPage::setStore(jobs::RunService* store)
         m_where.clear();
         m_path->clear();
         m_stop->setEnabled(false);
-        m_status->setText(tr("No run open"));
+        showNoRun();
         m_message->showMessage(
             tr("Run %1 was deleted from the run store.").arg(runId), MessageBar::Kind::Info);
     });
@@ -492,8 +493,16 @@ void MonitorPage::browse()
         openRunDirectory(dir);
 }
 
+void MonitorPage::showNoRun()
+{
+    m_status->setText(tr("No run open"));
+    m_loss->setEmptyText(
+        tr("No run open.\nStart one on the Launch page,\nor open a run folder (Ctrl+O)."));
+}
+
 void MonitorPage::reset()
 {
+    m_loss->setEmptyText(tr("Waiting for the run's first step…"));
     m_run = jobs::RunSeries {};
     m_predictedBytes.reset();
     ++m_predictionGeneration;
@@ -541,6 +550,7 @@ void MonitorPage::openRunDirectory(const QString& directory)
     ++m_storeTicket;
     m_where = directory;
     if (directory.isEmpty()) {
+        showNoRun();
         m_message->showMessage(tr("Enter or choose a run folder first."));
         return;
     }

@@ -104,6 +104,7 @@ private:
     void stopRun();
     void resumeRun();
     void reset();
+    void showNoRun(); // the empty page: what to do to see a run
 
     jobs::RunService* m_store = nullptr;
     qint64 m_storeRunId = 0;

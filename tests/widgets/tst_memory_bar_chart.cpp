@@ -98,7 +98,7 @@ private Q_SLOTS:
         QCPBars* rest = nullptr;
         for (int i = 0; i < plot->plottableCount(); ++i)
             if (auto* b = qobject_cast<QCPBars*>(plot->plottable(i));
-                b && b->name().contains("rest of measured peak"))
+                b && b->name().contains("rest of peak"))
                 rest = b;
         QVERIFY(rest);
         QCOMPARE(rest->barBelow()->name(), QString("other"));

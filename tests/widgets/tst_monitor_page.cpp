@@ -115,9 +115,17 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitForWindowExposed(&page));
         QSignalSpy arrived(&page, &MonitorPage::pointsArrived);
         QSignalSpy finished(&page, &MonitorPage::runFinished);
-        // No run yet: no "step 0 of 1".
+        // No run yet: no "step 0 of 1"; the loss chart says where to start, the memory chart
+        // lists no category.
         QCOMPARE(page.findChild<QProgressBar*>()->text(), QString());
+        page.lossPlot()->flushNow();
+        QVERIFY2(page.lossPlot()->absentTextShown().startsWith("No run open."),
+            qPrintable(page.lossPlot()->absentTextShown()));
+        page.memoryChart()->flushNow();
+        QCOMPARE(page.memoryChart()->legendEntries(), QStringList());
         page.openRunDirectory(run);
+        page.lossPlot()->flushNow();
+        QCOMPARE(page.lossPlot()->absentTextShown(), QString("Waiting for the run's first step…"));
 
         QProcess writer;
         writer.start("sh", {"-c", writerScript(40), "writer", run});
@@ -126,6 +134,8 @@ private Q_SLOTS:
         QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 10, 30000);
         QVERIFY(writer.state() == QProcess::Running);
         QVERIFY(!page.finished());
+        page.lossPlot()->flushNow();
+        QCOMPARE(page.lossPlot()->absentTextShown(), QString()); // the curve, nothing said over it
         const int batchesBy10 = int(arrived.count());
         QVERIFY(batchesBy10 >= 1);
         writeFile(run + "/hold-10", {});
