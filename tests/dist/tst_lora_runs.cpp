@@ -2,7 +2,8 @@
 // zero3 at 2 ranks and zero3 at 4 ranks match the 1-rank LoRA run within 1e-5 relative in the
 // loss and 1e-4 (L2 relative) in the exported adapters; the frozen base is reported as its own
 // memory category and zero3 shards it (1/N); a LoRA run killed with SIGKILL after a checkpoint
-// and resumed gives bit-identical losses and adapters; the checkpoint holds the adapters only.
+// and resumed gives bit-identical losses and adapters; the checkpoint holds the adapters only;
+// `--lora-init` continues the exported adapter in its own shape.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -164,6 +165,46 @@ void testResume()
         "the merged folder says what it is");
 }
 
+// `--lora-init` continues an adapter in its own shape, as PEFT's from_pretrained does: a process
+// given none of the LoRA shape flags trains the exported adapter's rank 4, alpha 8, dropout 0.1
+// and five targets from where it was (its first loss is the trained adapter's, far below the
+// fresh run's first), and a flag that disagrees with the adapter is refused with the flag named.
+void testContinueAdapter()
+{
+    const std::string adapter = g_dir + "/peft-export";
+    auto args = [&](const std::string& out) {
+        return std::vector<std::string> {"train", "--model", g_dir + "/model", "--data",
+            g_dir + "/data.jsonl", "--steps", "2", "--seq-len", "32", "--micro-batch", "4", "--lr",
+            "1e-2", "--seed", "3", "--threads", "1", "--out", out, "--method", "lora",
+            "--lora-init", adapter};
+    };
+    const std::string out = g_dir + "/continued";
+    trainWithWorker("continued", 1, args(out), out, 200);
+    const auto spec = nlohmann::json::parse(readFile(out + "/run.json"), nullptr, false);
+    SHARD_EXPECT(!spec.is_discarded() && spec.value("lora_rank", 0) == 4
+            && spec.value("lora_alpha", 0.0) == 8.0 && spec.value("lora_dropout", 0.0) == 0.1
+            && spec.value("lora_targets", "") == "q,k,v,o,gate",
+        "the continued run takes the adapter's shape: " + spec.dump());
+    const auto fresh = stepLosses(g_dir + "/resume-ref"); // step -> loss
+    const auto continued = stepLosses(out);
+    const double freshFirst = fresh.empty() ? 0 : fresh.begin()->second;
+    const double freshLast = fresh.empty() ? 0 : fresh.rbegin()->second;
+    const double first = continued.empty() ? 1e9 : continued.begin()->second;
+    SHARD_EXPECT(fresh.size() == 10 && continued.size() == 2
+            && first < freshFirst - 0.5 * (freshFirst - freshLast),
+        "the continued run starts from the trained adapter (first loss " + std::to_string(first)
+            + ", the fresh run " + std::to_string(freshFirst) + " -> " + std::to_string(freshLast)
+            + ")");
+    std::vector<std::string> argv = {workerPath()};
+    for (const auto& a : args(g_dir + "/conflict"))
+        argv.push_back(a);
+    argv.insert(argv.end(), {"--lora-rank", "8"});
+    auto p = spawnProcess(argv);
+    SHARD_EXPECT(p.wait(120) && p.exitCode() != 0 && p.err.find("--lora-rank") != std::string::npos
+            && p.err.find('4') != std::string::npos,
+        "a rank that disagrees with the adapter is refused naming --lora-rank: " + p.err);
+}
+
 } // namespace
 
 int main()
@@ -173,6 +214,7 @@ int main()
         return 1;
     testEquivalence();
     testResume();
+    testContinueAdapter();
     if (g_failures == 0) {
         std::printf("tst_lora_runs: all passed\n");
         removeTempDirs();
