@@ -88,7 +88,8 @@ Result<protocol::RunSpec> SshLauncher::copyInputs(const QString& absDir, protoco
         field = (inputs + '/' + QFileInfo(path).fileName()).toStdString();
         return {};
     };
-    for (std::string* field : {&spec.model, &spec.tokenizer, &spec.evalData})
+    for (std::string* field :
+        {&spec.model, &spec.tokenizer, &spec.evalData, &spec.samplePrompts, &spec.loraInit})
         if (auto s = copy(*field); !s)
             return fail(s.error());
     for (std::string& d : spec.data)

@@ -152,6 +152,16 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_evalData->setPlaceholderText(tr("eval.jsonl (optional)"));
     m_evalEvery = spin(this, 0, 100000000, 0, "evalEvery");
     m_evalEvery->setSpecialValueText(tr("at the end only"));
+    m_samplePrompts = new QLineEdit(this);
+    m_samplePrompts->setObjectName("samplePrompts");
+    m_samplePrompts->setPlaceholderText(tr("prompts.txt (optional): one prompt per line"));
+    m_samplePrompts->setToolTip(
+        tr("A text file of prompts, one per line (or JSON lines with a \"prompt\"): the run "
+           "writes their greedy completions as it trains (Monitor ▸ Samples, Compare ▸ Samples). "
+           "On a host: its path there, or copied with the inputs."));
+    m_sampleEvery = spin(this, 0, 100000000, 0, "sampleEvery");
+    m_sampleEvery->setSpecialValueText(tr("never"));
+    m_sampleEvery->setToolTip(tr("Complete the sample prompts every N steps and at the end"));
     m_packing = new QCheckBox(tr("Pack short samples into full sequences"), this);
     m_packing->setObjectName("packing");
     m_skipBadLines = new QCheckBox(tr("Skip malformed lines (counted)"), this);
@@ -244,6 +254,20 @@ LaunchPage::LaunchPage(QWidget* parent)
     dataForm->addRow(m_pairsLabel, m_pairs);
     dataForm->addRow(tr("E&val data"), m_evalData);
     dataForm->addRow(tr("Eval e&very (steps)"), m_evalEvery);
+    auto* browsePrompts = new QPushButton(tr("Browse…"), this);
+    auto* promptsRow = new QHBoxLayout;
+    promptsRow->addWidget(m_samplePrompts, 1);
+    promptsRow->addWidget(browsePrompts);
+    auto* promptsLabel = new QLabel(tr("Sample &prompts"), this);
+    promptsLabel->setBuddy(m_samplePrompts);
+    dataForm->addRow(promptsLabel, promptsRow);
+    connect(browsePrompts, &QPushButton::clicked, this, [this] {
+        const QString f = QFileDialog::getOpenFileName(
+            this, tr("Sample prompts"), {}, tr("Prompts (*.txt *.jsonl);;All files (*)"));
+        if (!f.isEmpty())
+            m_samplePrompts->setText(f);
+    });
+    dataForm->addRow(tr("Samples every (steps)"), m_sampleEvery);
     dataForm->addRow(tr("&Output folder"), m_out);
     auto* trainBox = new QGroupBox(tr("Optimisation"), this);
     auto* trainForm = new QFormLayout(trainBox);
@@ -333,7 +357,8 @@ LaunchPage::LaunchPage(QWidget* parent)
              static_cast<QWidget*>(m_data), static_cast<QWidget*>(browseData),
              static_cast<QWidget*>(m_format), static_cast<QWidget*>(m_packing),
              static_cast<QWidget*>(m_skipBadLines), static_cast<QWidget*>(m_evalData),
-             static_cast<QWidget*>(m_evalEvery)})
+             static_cast<QWidget*>(m_evalEvery), static_cast<QWidget*>(m_samplePrompts),
+             static_cast<QWidget*>(browsePrompts), static_cast<QWidget*>(m_sampleEvery)})
         m_engineBoxes << w;
     connect(m_commandBox, &QGroupBox::toggled, this, [this, commandFields](bool on) {
         commandFields->setVisible(on);
@@ -378,10 +403,10 @@ LaunchPage::LaunchPage(QWidget* parent)
     layout->addWidget(m_preview, 1);
 
     QList<QWidget*> order = {m_name, m_model, browseModel, m_data, browseData, m_format, m_packing,
-        m_skipBadLines, m_evalData, m_evalEvery, m_out, m_lr, m_weightDecay, m_schedule, m_warmup,
-        m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints, m_maxRestarts, m_seed, m_microBatch,
-        m_seqLen, m_gradAccum, m_device, m_strategy, m_shardGroup, m_ranks, m_nodes, m_offload,
-        m_precision, m_reduceDtype, m_checkpointing};
+        m_skipBadLines, m_evalData, m_evalEvery, m_samplePrompts, m_sampleEvery, m_out, m_lr,
+        m_weightDecay, m_schedule, m_warmup, m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints,
+        m_maxRestarts, m_seed, m_microBatch, m_seqLen, m_gradAccum, m_device, m_strategy,
+        m_shardGroup, m_ranks, m_nodes, m_offload, m_precision, m_reduceDtype, m_checkpointing};
     order << m_lora->widgets()
           << QList<QWidget*> {m_target, m_presets, m_loadPreset, m_savePreset, m_start, m_preview};
     for (qsizetype i = 1; i < order.size(); ++i)
@@ -404,10 +429,16 @@ LaunchPage::LaunchPage(QWidget* parent)
     };
     connect(m_precision, qOverload<int>(&QComboBox::currentIndexChanged), this, reduceChoice);
     reduceChoice();
-    for (QSpinBox* s :
-        {m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen, m_gradAccum,
-            m_ranks, m_nodes, m_shardGroup, m_evalEvery, m_keepCheckpoints, m_maxRestarts})
+    for (QSpinBox* s : {m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen,
+             m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_evalEvery, m_keepCheckpoints,
+             m_maxRestarts, m_sampleEvery})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, changed);
+    // A prompts file chosen while "every" is never also sets it, to a tenth of the run.
+    connect(m_samplePrompts, &QLineEdit::textChanged, this, [this, changed](const QString& text) {
+        if (!text.trimmed().isEmpty() && m_sampleEvery->value() == 0)
+            m_sampleEvery->setValue(std::max(1, m_steps->value() / 10));
+        changed();
+    });
     connect(m_lora, &LoraFields::changed, this, changed);
     // Preference pairs are not packed (the engine refuses it).
     auto packingChoice
@@ -560,6 +591,8 @@ protocol::RunSpec LaunchPage::fieldsSpec() const
     s.skipBadLines = m_skipBadLines->isChecked();
     s.evalData = m_evalData->text().trimmed().toStdString();
     s.evalEvery = m_evalEvery->value();
+    s.samplePrompts = m_samplePrompts->text().trimmed().toStdString();
+    s.sampleEvery = m_sampleEvery->value();
     s.outDir = runDirectory().toStdString();
     bool ok = false;
     if (const double lr = m_lr->text().trimmed().toDouble(&ok); ok)
@@ -851,6 +884,10 @@ InputProblems LaunchPage::checkInputs() const
             }
         }
     }
+    if (const QString prompts = QString::fromStdString(spec.samplePrompts);
+        p.data.isEmpty() && !prompts.isEmpty() && !QFileInfo(prompts).isFile())
+        p.data = tr("Sample prompts %1: no such file (a text file, one prompt per line).")
+                     .arg(prompts);
     if (p.model.isEmpty() && spec.device == "cpu") {
         try {
             const plan::PlanInput in
@@ -1037,6 +1074,8 @@ void LaunchPage::toFields(const protocol::RunSpec& s, bool keepBase)
     m_skipBadLines->setChecked(s.skipBadLines);
     m_evalData->setText(QString::fromStdString(s.evalData));
     m_evalEvery->setValue(int(s.evalEvery));
+    m_sampleEvery->setValue(int(s.sampleEvery)); // first: a loaded file keeps its every N
+    m_samplePrompts->setText(QString::fromStdString(s.samplePrompts));
     m_lr->setText(QString::number(s.lr, 'g', 6));
     m_weightDecay->setText(QString::number(s.weightDecay, 'g', 6));
     setCombo(m_schedule, s.schedule);

@@ -158,6 +158,8 @@ private:
     QComboBox* m_reduceDtype = nullptr; // bf16-mixed: fp32 or bf16 gradient reduce
     QLineEdit* m_evalData = nullptr;
     QSpinBox* m_evalEvery = nullptr;
+    QLineEdit* m_samplePrompts = nullptr; // a file of prompts, one per line (Monitor ▸ Samples)
+    QSpinBox* m_sampleEvery = nullptr;
     QCheckBox* m_packing = nullptr;
     QCheckBox* m_skipBadLines = nullptr;
     QLineEdit* m_weightDecay = nullptr;

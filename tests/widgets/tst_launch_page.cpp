@@ -93,6 +93,55 @@ private Q_SLOTS:
         QVERIFY(!page.messageText().isEmpty());
     }
 
+    // Sample prompts (Monitor ▸ Samples): the prompts file the engine reads; choosing one sets
+    // "every" to a tenth of the run when it was never; a file that is not there is said before a
+    // start; every N with no prompts is what the engine refuses, said too; a preset keeps both.
+    void samplePrompts()
+    {
+        LaunchPage page;
+        page.setModelFolder(m_tmp.filePath("model"));
+        const QString data = m_tmp.filePath("samples-data.jsonl");
+        {
+            QFile d(data);
+            QVERIFY(d.open(QIODevice::WriteOnly));
+            d.write("{\"text\": \"hello\"}\n");
+        }
+        page.setDataFiles({data});
+        page.setRunsRoot(m_tmp.filePath("runs"));
+        page.setSteps(50);
+        auto* prompts = page.findChild<QLineEdit*>("samplePrompts");
+        auto* every = page.findChild<QSpinBox*>("sampleEvery");
+        QVERIFY(prompts && every);
+        QCOMPARE(every->value(), 0);
+        const QString file = m_tmp.filePath("prompts.txt");
+        prompts->setText(file);
+        QCOMPARE(every->value(), 5);
+        auto spec = page.spec();
+        QVERIFY2(spec, qPrintable(spec.error()));
+        QCOMPARE(QString::fromStdString(spec.value().samplePrompts), file);
+        QCOMPARE(spec.value().sampleEvery, int64_t(5));
+        QTRY_VERIFY2(page.commandPreview().contains("\"sample_every\": 5"),
+            qPrintable(page.commandPreview()));
+        auto* problem = page.findChild<QLabel*>("dataProblem");
+        QTRY_VERIFY2(problem->text().contains("Sample prompts " + file + ": no such file"),
+            qPrintable(problem->text()));
+        QFile f(file);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("Once upon a time\n");
+        f.close();
+        every->setValue(20); // the user's choice stays
+        QTRY_VERIFY(!problem->text().contains("Sample prompts"));
+        page.savePreset("samples");
+        LaunchPage other;
+        QVERIFY(other.loadPreset("samples"));
+        QCOMPARE(QString::fromStdString(other.spec().value().samplePrompts), file);
+        QCOMPARE(other.findChild<QSpinBox*>("sampleEvery")->value(), 20);
+        prompts->clear();
+        QVERIFY(!page.spec());
+        QVERIFY2(page.spec().error().contains("sample_prompts"), qPrintable(page.spec().error()));
+        QTRY_VERIFY(page.commandPreview().contains("Not ready"));
+    }
+
     void presetsRoundTrip()
     {
         LaunchPage page;

@@ -8,6 +8,7 @@
 #include <QProcess>
 #include <QSpinBox>
 #include <QTemporaryDir>
+#include <QTreeWidget>
 
 #include "widgets/launch_page.h"
 #include "widgets/main_window.h"
@@ -48,6 +49,14 @@ private Q_SLOTS:
         launch->findChild<QSpinBox*>("seqLen")->setValue(32);
         launch->findChild<QSpinBox*>("microBatch")->setValue(4);
         launch->findChild<QLineEdit*>("lr")->setText("3e-3");
+        // Sample prompts typed on the Launch page come back as the run's samples.
+        {
+            QFile prompts(tmp.filePath("prompts.txt"));
+            QVERIFY(prompts.open(QIODevice::WriteOnly));
+            prompts.write("abc\n");
+        }
+        launch->findChild<QLineEdit*>("samplePrompts")->setText(tmp.filePath("prompts.txt"));
+        launch->findChild<QSpinBox*>("sampleEvery")->setValue(10);
         QTRY_VERIFY(!launch->commandPreview().contains("Not ready"));
         QVERIFY(launch->commandPreview().contains(worker));
 
@@ -73,6 +82,10 @@ private Q_SLOTS:
             QVERIFY(arrived.count() >= 2);
         const auto& loss = monitor->run().loss;
         QVERIFY(loss.back() < loss.front());
+        // At step 10 and at the end (15), each with its prompt.
+        auto* samples = monitor->findChild<QTreeWidget*>("samples");
+        QTRY_COMPARE_WITH_TIMEOUT(samples->topLevelItemCount(), 2, 30000);
+        QCOMPARE(samples->topLevelItem(0)->text(1), QString("abc"));
 
         // The run is recorded: the Runs page lists it with its final loss.
         RunsPage* runs = window.runsPage();
