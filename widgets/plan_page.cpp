@@ -122,6 +122,45 @@ QStringList planCategoryNames()
         QObject::tr("adapter optimizer")};
 }
 
+QStringList planCategoryTips()
+{
+    // In planCategoryNames()'s order, then the total and the host rows (engine/plan/ACCOUNTING.md).
+    return {QObject::tr("This rank's own master parameters: all of them under ddp, 1/S of them "
+                        "under ZeRO-1/2/3 and hybrid (S: the shard degree)."),
+        QObject::tr("Parameters in the compute dtype, gathered to compute with: the whole model "
+                    "under ZeRO-1/2 (and ddp when it computes in another dtype than its masters); "
+                    "under ZeRO-3 and hybrid only the embeddings, the head and the blocks in "
+                    "flight."),
+        QObject::tr("Gradients alive at the peak: the unsharded gradients that wait for their "
+                    "reduce and, under ZeRO, this rank's reduced shard. ddp holds the whole "
+                    "model's; ZeRO-1 keeps the whole model's unsharded gradients until its "
+                    "reduce-scatter as well as its shard, so it can show more than ddp; ZeRO-2 "
+                    "and ZeRO-3 reduce each block's as the backward goes."),
+        QObject::tr("AdamW's two moments for this rank's parameters: for the whole model under "
+                    "ddp, 1/S of it under ZeRO."),
+        QObject::tr("What the forward keeps for the backward, at the start of backward: every "
+                    "block's tensors (with checkpointing, each block's input and one block "
+                    "recomputed), the embeddings' and the last norm's. Freed by backward end, so "
+                    "a peak there shows 0 (checkpointing can move the peak to backward end)."),
+        QObject::tr("The LM head's logits and their gradient over one chunk of rows (the head "
+                    "and the cross entropy run fused, chunk by chunk), and the hidden states' "
+                    "gradient."),
+        QObject::tr("Reduce-scatter or all-reduce buffers alive at the peak (on CPU Gloo's "
+                    "receive buffer too)."),
+        QObject::tr("A fixed amount per device (on GPU the CUDA context and the caching "
+                    "allocator's reserve; 0 on CPU, where the engine counts its tensors) plus "
+                    "fragmentation as a share of the rest: the line under the chart gives both."),
+        QObject::tr("LoRA: the frozen base weights in the compute dtype (sharded 1/S under "
+                    "ZeRO-3 and hybrid)."),
+        QObject::tr("QLoRA: the base projections in NF4 with their block scales."),
+        QObject::tr("LoRA's A and B matrices (fp32 masters)."),
+        QObject::tr("The adapters' gradients."),
+        QObject::tr("AdamW's two moments for the adapters."),
+        QObject::tr("Everything above, per device."),
+        QObject::tr("Offloaded state in host memory per rank (masters, their gradients and "
+                    "AdamW's moments; GPU runs with offload).")};
+}
+
 std::optional<double> predictedBytesPerRank(const nlohmann::json& runSpec)
 {
     try {
@@ -1031,6 +1070,7 @@ void PlanPage::showResults()
                  .arg(QLocale().toString(qlonglong(c->tokensPerSecond)));
     if (c->hostBytesPerDevice > 0)
         lines << tr("Offloaded to host memory: %1 per rank").arg(gib(c->hostBytesPerDevice));
+    lines << memoryExplanation(*c);
     if (c->checkpointBytes > 0) {
         // What the Monitor then measures; the interval is the run's --checkpoint-every.
         QString line = tr("Checkpoint: %1 on disk (%2 written per rank: fp32 weights and AdamW "
@@ -1045,6 +1085,45 @@ void PlanPage::showResults()
         lines << tr("Note: %1").arg(QString::fromStdString(note).toHtmlEscaped());
     m_details->setText(lines.join("<br>"));
     showModelInfo();
+}
+
+QString PlanPage::memoryExplanation(const plan::PlanResult& c) const
+{
+    // Why the numbers are what they are: the accounting, the moment of the peak, the overhead.
+    const plan::PlanInput& in = c.input;
+    const QString mode = m_mode->currentData().toString();
+    const bool gpu = in.device.kind == plan::DeviceKind::Gpu;
+    QString text = mode == QLatin1String("deepspeed")
+        ? tr("Memory: DeepSpeed's accounting (its flat partitions, buckets and fp32 gradient "
+             "partitions, as DeepSpeed would hold them; not this engine's)")
+        : in.mode == plan::AccountingMode::Engine
+        ? tr("Memory: this engine's accounting (what a run of it allocates: within 0.3% of its "
+             "CPU runs%1; hover a row of the table for what it holds)")
+              .arg(gpu ? tr(", not yet measured on a GPU") : QString())
+        : tr("Memory: the ZeRO paper's accounting (model states (2+2+K)Ψ sharded by stage, "
+             "Megatron's s·b·h·(34 + 5·a·s/h) activations per layer): textbook figures, not "
+             "this engine's (choose the Shard Studio engine accounting for what a run of it "
+             "holds)");
+    if (!c.peakPhase.empty())
+        text += tr(" · peak at <b>%1</b> of a step%2")
+                    .arg(QString::fromStdString(c.peakPhase).toHtmlEscaped(),
+                        c.peakPhase == "backward end"
+                            ? tr(" (the activations are freed by then; the gradients wait for "
+                                 "their reduce)")
+                            : c.peakPhase == "backward start"
+                            ? tr(" (before any activation is freed)")
+                            : QString());
+    const double fixed = in.device.overheadBytes >= 0 ? double(in.device.overheadBytes)
+        : gpu                                         ? in.calibration.gpuOverheadBytes
+                                                      : in.calibration.cpuOverheadBytes;
+    const double frag = gpu ? in.calibration.gpuFragmentation : in.calibration.cpuFragmentation;
+    text += tr(" · overhead %1: %2 fixed per device%3 + %4 fragmentation (%5% of the rest)")
+                .arg(gib(c.perDevice.overhead), gib(int64_t(fixed)),
+                    gpu ? tr(" (CUDA context and allocator reserve)")
+                        : tr(" (none on CPU: the engine counts its tensors)"),
+                    gib(std::max<int64_t>(0, c.perDevice.overhead - int64_t(fixed))))
+                .arg(frag * 100.0, 0, 'g', 3);
+    return text;
 }
 
 QString PlanPage::suggestionsFor(const plan::PlanResult& c) const
@@ -1097,6 +1176,9 @@ void PlanPage::fillTable()
     rows << tr("total, %1").arg(unit.name) << tr("host (offload)");
     m_table->setToolTip(tr("%1 per device, by component and strategy").arg(unit.name));
     m_table->setVerticalHeaderLabels(rows);
+    const QStringList tips = planCategoryTips();
+    for (int row = 0; row < int(tips.size()) && row < m_table->rowCount(); ++row)
+        m_table->verticalHeaderItem(row)->setToolTip(tips[row]);
     QStringList columns;
     for (int c = 0; c < int(m_results.size()); ++c) {
         const plan::PlanResult& r = m_results[size_t(c)];

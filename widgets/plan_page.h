@@ -96,6 +96,8 @@ private:
     void recommendLayout();
     void showResults();
     QString suggestionsFor(const plan::PlanResult& chosen) const; // when it does not fit
+    // The accounting used, the moment of the peak and the overhead's parts, in a line.
+    QString memoryExplanation(const plan::PlanResult& c) const;
     void fillTable();
     void showModelInfo();
 
@@ -149,6 +151,9 @@ private:
 };
 
 QStringList planCategoryNames();
+// What each row of the Plan page's table holds (its tooltip): planCategoryNames()'s order, then
+// the total and the host rows.
+QStringList planCategoryTips();
 // The planner's total bytes per rank for a run.json (what the Monitor draws next to the measured
 // memory); empty when the spec or its model cannot be planned. Reads a model folder: call it off
 // the UI thread.

@@ -370,6 +370,42 @@ private Q_SLOTS:
         QVERIFY2(!details.contains("<b>65536</b>"), qPrintable(details));
     }
 
+    // Why the numbers are what they are (issue 27, item 3): the accounting used, the moment of
+    // the peak, the overhead's parts, and on hover what each row holds.
+    void numbersAreExplained()
+    {
+        PlanPage page;
+        page.setModel("llama-2-7b");
+        page.recompute();
+        QVERIFY(page.chosen());
+        QString details = field<QLabel>(page, "details")->text();
+        QVERIFY2(details.contains("this engine's accounting"), qPrintable(details));
+        QVERIFY2(details.contains("peak at <b>" + QString::fromStdString(page.chosen()->peakPhase)),
+            qPrintable(details));
+        QVERIFY2(details.contains("overhead ") && details.contains("1.50 GiB fixed per device")
+                && details.contains("fragmentation (5% of the rest)"),
+            qPrintable(details));
+        auto* table = field<QTableWidget>(page, "components");
+        QCOMPARE(table->verticalHeaderItem(2)->text(), QString("grads"));
+        QVERIFY(table->verticalHeaderItem(2)->toolTip().contains("ZeRO-1"));
+        QVERIFY(table->verticalHeaderItem(7)->toolTip().contains("fragmentation"));
+        QCOMPARE(planCategoryTips().size(), planCategoryNames().size() + 2);
+        for (int r = 0; r < table->rowCount(); ++r)
+            QVERIFY2(!table->verticalHeaderItem(r)->toolTip().isEmpty(),
+                qPrintable(table->verticalHeaderItem(r)->text()));
+        selectData(field<QComboBox>(page, "mode"), "zero-paper");
+        page.recompute();
+        details = field<QLabel>(page, "details")->text();
+        QVERIFY2(details.contains("the ZeRO paper's accounting")
+                && details.contains("not this engine's"),
+            qPrintable(details));
+        selectData(field<QComboBox>(page, "device"), "cpu");
+        selectData(field<QComboBox>(page, "mode"), "engine");
+        page.recompute();
+        details = field<QLabel>(page, "details")->text();
+        QVERIFY2(details.contains("none on CPU"), qPrintable(details));
+    }
+
     // The method and the LoRA fields come back after a restart, as every other field does.
     void loraFieldsSurviveARestart()
     {
