@@ -161,6 +161,7 @@ LaunchPage::LaunchPage(QWidget* parent)
            "On a host: its path there, or copied with the inputs."));
     m_sampleEvery = spin(this, 0, 100000000, 0, "sampleEvery");
     m_sampleEvery->setSpecialValueText(tr("never"));
+    m_sampleEvery->setSuffix(tr(" steps"));
     m_sampleEvery->setToolTip(tr("Complete the sample prompts every N steps and at the end"));
     m_packing = new QCheckBox(tr("Pack short samples into full sequences"), this);
     m_packing->setObjectName("packing");
@@ -267,7 +268,7 @@ LaunchPage::LaunchPage(QWidget* parent)
         if (!f.isEmpty())
             m_samplePrompts->setText(f);
     });
-    dataForm->addRow(tr("Samples every (steps)"), m_sampleEvery);
+    dataForm->addRow(tr("Samples every"), m_sampleEvery);
     dataForm->addRow(tr("&Output folder"), m_out);
     auto* trainBox = new QGroupBox(tr("Optimisation"), this);
     auto* trainForm = new QFormLayout(trainBox);
