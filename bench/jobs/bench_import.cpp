@@ -7,20 +7,19 @@
 // what the process held before): the reader and the importer stream, so it stays flat as the
 // file grows. Usage:
 // bench_jobs_import [--max-mb 100] [--runs 1000]   (--max-mb 1000 for a 1 GB file)
-#include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
-#include <thread>
 
 #include <QCoreApplication>
 #include <QTemporaryDir>
 
 #include "jobs/run_import.h"
 #include "jobs/run_store.h"
+#include "peak_memory.h"
 #include "tbio/event_reader.h"
 #include "tbio/event_writer.h"
 
@@ -53,36 +52,6 @@ long long writeRun(const std::string& dir, double bytes)
     }
 }
 
-// The process's anonymous resident memory in MiB (heap and SQLite's page cache; not the store's
-// pages SQLite maps from its file, which the kernel can drop at will).
-double anonMiB()
-{
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    while (std::getline(status, line))
-        if (line.rfind("RssAnon:", 0) == 0)
-            return std::atof(line.c_str() + 8) / 1024.0;
-    return 0;
-}
-
-// Its peak while `work` runs, sampled every 2 ms.
-template<typename F> double peakAnonMiB(F&& work)
-{
-    std::atomic<bool> done {false};
-    std::atomic<double> peak {anonMiB()};
-    std::thread sampler([&] {
-        while (!done) {
-            if (const double now = anonMiB(); now > peak)
-                peak = now;
-            std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        }
-    });
-    work();
-    done = true;
-    sampler.join();
-    return std::max(peak.load(), anonMiB());
-}
-
 } // namespace
 
 int main(int argc, char** argv)
@@ -109,9 +78,9 @@ int main(int argc, char** argv)
             file = e.path().string();
         const double size = static_cast<double>(fs::file_size(file));
         auto t0 = Clock::now();
-        const double baseMiB = anonMiB();
+        const double baseMiB = shard::testing::anonMiB();
         long long read = 0;
-        const double readPeak = peakAnonMiB([&] {
+        const double readPeak = shard::testing::peakAnonMiB([&] {
             shard::tbio::readEventFile(file, 0, [&](const shard::tbio::ScalarPoint&) { ++read; });
         });
         const double readSec = secondsSince(t0);
@@ -122,7 +91,7 @@ int main(int argc, char** argv)
         auto store = shard::jobs::RunStore::open(QString::fromStdString(storeDir + "/s.sqlite"));
         t0 = Clock::now();
         shard::jobs::Result<shard::jobs::ImportReport> report = shard::jobs::fail("not run");
-        const double importPeak = peakAnonMiB(
+        const double importPeak = shard::testing::peakAnonMiB(
             [&] { report = shard::jobs::importRuns(*store, QString::fromStdString(dir)); });
         const double import = secondsSince(t0);
         if (!report)
@@ -151,11 +120,13 @@ int main(int argc, char** argv)
     const double list = secondsSince(t0);
     t0 = Clock::now();
     qint64 loaded = 0;
-    for (int i = 0; i < 20 && i < listed->size(); ++i)
+    const int compared = std::min(20, int(listed->size()));
+    for (int i = 0; i < compared; ++i)
         loaded += store->metricSeries((*listed)[i].id)->size();
     const double compare = secondsSince(t0);
     std::printf("\n%d runs imported in %.1f s (%lld steps each); list all runs: %.1f ms; metric "
-                "series of 20 runs (%lld points): %.1f ms\n",
-        int(report->runs.size()), importAll, loaded / 20, list * 1e3, loaded, compare * 1e3);
+                "series of %d runs (%lld points): %.1f ms\n",
+        int(report->runs.size()), importAll, loaded / std::max(1, compared), list * 1e3, compared,
+        loaded, compare * 1e3);
     return 0;
 }

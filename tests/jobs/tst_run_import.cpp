@@ -6,11 +6,8 @@
 // and bad input is refused with its name; the CLI prints the new run ids. The engine's own
 // event files (shard-worker train) hold what metrics.jsonl holds, read by this reader and by a
 // Python reader written here on Debian's python3-protobuf.
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <map>
-#include <thread>
 
 #include <QDir>
 #include <QFile>
@@ -27,6 +24,7 @@
 #include "jobs/run_import.h"
 #include "jobs/run_store.h"
 #include "jobs/ssh_client.h"
+#include "peak_memory.h"
 #include "sshd_fixture.h"
 #include "tbio/event_reader.h"
 #include "tbio/event_writer.h"
@@ -576,37 +574,6 @@ QByteArray imageEvent(int step, int bytes)
     return QByteArray::fromStdString(shard::tbio::frameRecord(event.toStdString()));
 }
 
-// The process's anonymous resident memory (heap, SQLite's page cache; not the store's pages
-// SQLite maps from its file, which the kernel can drop), in MiB; -1 where /proc has no RssAnon.
-double anonMiB()
-{
-    const QByteArray status = readAll("/proc/self/status");
-    const int at = status.indexOf("RssAnon:");
-    if (at < 0)
-        return -1;
-    return status.mid(at + 8, status.indexOf('\n', at) - at - 8).trimmed().split(' ')[0].toDouble()
-        / 1024;
-}
-
-// Its peak while `work` runs, sampled every 2 ms.
-template<typename F> double peakAnonMiB(F&& work)
-{
-    std::atomic<bool> done {false};
-    std::atomic<double> peak {anonMiB()};
-    std::thread sampler([&] {
-        while (!done) {
-            const double now = anonMiB();
-            if (now > peak)
-                peak = now;
-            std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        }
-    });
-    work();
-    done = true;
-    sampler.join();
-    return std::max(peak.load(), anonMiB());
-}
-
 } // namespace
 
 void TestRunImport::hugeFileInBoundedMemory()
@@ -637,14 +604,16 @@ void TestRunImport::hugeFileInBoundedMemory()
         }
         QVERIFY(f.size() > 100'000'000);
     }
+    using shard::testing::anonMiB;
     if (anonMiB() < 0)
         QSKIP("/proc/self/status has no RssAnon (Linux 4.5+): memory cannot be measured");
     auto store = RunStore::open(m_tmp.filePath("huge.sqlite"));
     QVERIFY(store);
     const double base = anonMiB();
     Result<ImportReport> report = fail("not run");
-    const double grew
-        = peakAnonMiB([&] { report = importRuns(*store, dir.absolutePath()); }) - base;
+    const double grew = shard::testing::peakAnonMiB([&] {
+        report = importRuns(*store, dir.absolutePath());
+    }) - base;
     QVERIFY2(report, qPrintable(report.error()));
     qInfo("imported %lld points of a 100 MB file; peak memory grew by %.1f MiB",
         static_cast<long long>(report->runs[0].points), grew);

@@ -334,7 +334,6 @@ private Q_SLOTS:
         delete dialog;
     }
 
-    // An empty store: the page says where runs come from instead of showing an empty grid.
     // Import logs…: where the logs are (this machine, an SSH host, a Slurm cluster here or
     // through its login node) makes the path importRuns gets; a path or job id that cannot work
     // keeps Import disabled with the reason; importing a folder of event files records its run
@@ -430,6 +429,7 @@ private Q_SLOTS:
         QVERIFY(page.model()->runAt(0)->jobId.isEmpty());
     }
 
+    // An empty store: the page says where runs come from instead of showing an empty grid.
     void emptyStoreSaysWhereToStart()
     {
         QTemporaryDir tmp;
