@@ -120,7 +120,7 @@ RunData readEventRun(const Candidate& c, qint64 runId, const RunStore& store, Po
     for (const QString& file : c.eventFiles) {
         qint64 from = 0;
         if (runId > 0)
-            if (auto at = store.importOffset(runId, file); at && *at <= QFileInfo(file).size())
+            if (auto at = store.ingestOffset(runId, file); at && *at <= QFileInfo(file).size())
                 from = *at;
         tbio::EventFileScan scan;
         try {

@@ -140,8 +140,7 @@ public:
     {
         if (!writable())
             return;
-        if (slurmJob.isEmpty() && !isRemoteImportPath(path)
-            && QFileInfo::exists(QDir(path).filePath(QStringLiteral("run.json")))) {
+        if (slurmJob.isEmpty() && !isRemoteImportPath(path) && isEngineRunFolder(path)) {
             attachRunDirectory(path); // the engine's own run
             return;
         }
@@ -480,6 +479,14 @@ private:
         });
     }
 
+    // A run folder the engine wrote (its run.json or metrics.jsonl), attached, not imported.
+    static bool isEngineRunFolder(const QString& directory)
+    {
+        const QDir dir(directory);
+        return dir.exists(QStringLiteral("run.json"))
+            || dir.exists(QStringLiteral("metrics.jsonl"));
+    }
+
     // The run recorded for `directory` on this machine, or a new record; a run a watcher
     // already ingests is left to it.
     Result<qint64> attach(const QString& directory)
@@ -489,11 +496,9 @@ private:
             if (known && known.value() != 0 && m_watchers.contains(known.value()))
                 return known.value();
         }
-        // A folder the engine did not write (no run.json or metrics.jsonl), holding another
-        // tool's TensorBoard files or trainer_state.json, is imported.
-        const QDir dir(directory);
-        if (!directory.isEmpty() && !dir.exists(QStringLiteral("run.json"))
-            && !dir.exists(QStringLiteral("metrics.jsonl")) && hasImportableFiles(directory))
+        // A folder the engine did not write, holding another tool's TensorBoard files or
+        // trainer_state.json, is imported.
+        if (!directory.isEmpty() && !isEngineRunFolder(directory) && hasImportableFiles(directory))
             return ImportTarget(m_store.get()).attach(directory);
         return LocalLauncher(m_store.get()).attach(directory);
     }

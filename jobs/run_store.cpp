@@ -1307,11 +1307,6 @@ Status RunStore::finishImport(qint64 runId, const QByteArray& sourceJson,
     return tx.commit(doing);
 }
 
-Result<qint64> RunStore::importOffset(qint64 runId, const QString& file) const
-{
-    return ingestOffset(runId, file);
-}
-
 Result<QStringList> RunStore::scalarTags(qint64 runId) const
 {
     // The next tag after the last one, by the primary key: a seek per tag, where DISTINCT would

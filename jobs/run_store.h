@@ -209,6 +209,8 @@ public:
 
     // Ingestion (used by Ingestor): offsets of "metrics" / "events", and atomic appends that
     // store the points and the new offset in one transaction (so a crash never double-counts).
+    // ingestOffset also gives where the last import stopped reading an imported run's file (its
+    // path is the key; 0 if it was never read).
     Result<qint64> ingestOffset(qint64 runId, const QString& file) const;
     Status appendMetrics(
         qint64 runId, const std::vector<protocol::MetricRecord>& records, qint64 newOffset);
@@ -226,13 +228,11 @@ public:
     // Then, in one transaction: the metric columns of the steps from `fromStep` on are made again
     // from the stored scalars (`columns`: for each metric its tags, the first listed wins where
     // several log the same step; wall times in seconds after `t0`; no `fromStep`: none changed),
-    // the source is recorded, each file's read offset is kept (importOffset), and the run's
+    // the source is recorded, each file's read offset is kept (ingestOffset), and the run's
     // summary (last step, final and best loss, tokens, pace) is recomputed from what is stored.
     Status finishImport(qint64 runId, const QByteArray& sourceJson,
         const std::vector<ImportedColumn>& columns, std::optional<qint64> fromStep, double t0,
         const std::vector<std::pair<QString, qint64>>& fileOffsets);
-    // Where the last import stopped reading `file` (0 if it never read it).
-    Result<qint64> importOffset(qint64 runId, const QString& file) const;
     // An imported run's tags (one index seek each, however many points), and one tag's points in
     // step order.
     Result<QStringList> scalarTags(qint64 runId) const;

@@ -24,7 +24,7 @@ for lr in 3e-3 1e-3; do
         --warmup 5 --strategy zero3 --nproc-per-node 2 --checkpoint-every 30 >/dev/null
 done
 mkdir -p "$work/empty-model"
-"$shard" run --name "fails at start" --run-dir "$work/runs/fails" -- --model "$work/empty-model" \
+"$shard" run --no-preflight --name "fails at start" --run-dir "$work/runs/fails" -- --model "$work/empty-model" \
     --data "$work/copy.jsonl" --steps 10 >/dev/null 2>&1 || true
 out=docs/screenshots
 mkdir -p "$out"

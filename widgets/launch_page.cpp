@@ -25,6 +25,7 @@
 #include <QSpinBox>
 #include <QTimer>
 #include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
 
 #include "data/sample_builder.h"
 #include "jobs/launcher.h"
@@ -41,19 +42,6 @@
 #include <nlohmann/json.hpp>
 
 namespace shard::widgets {
-
-bool InputProblems::blocking() const
-{
-    return !name.isEmpty() || !model.isEmpty() || !data.isEmpty() || !fit.isEmpty();
-}
-
-QString InputProblems::first() const
-{
-    for (const QString* s : {&name, &model, &data, &fit})
-        if (!s->isEmpty())
-            return *s;
-    return {};
-}
 
 QString defaultRunName()
 {
@@ -228,25 +216,27 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_fitProblem = problemLabel("fitProblem");
     m_scheduleNote = problemLabel("scheduleNote");
     m_scheduleNote->setStyleSheet("color: #9a6700;");
+    m_dataNote = problemLabel("dataNote");
+    m_dataNote->setStyleSheet("color: #9a6700;");
+    m_checkingLabel = new QLabel(tr("Checking the model and data…"), this);
+    m_checkingLabel->setObjectName("checking");
+    m_checkingLabel->setVisible(false);
 
     auto* dataBox = new QGroupBox(tr("Data and output"), this);
     auto* dataForm = new QFormLayout(dataBox);
     dataForm->addRow(tr("Run &name"), m_name);
-    dataForm->addRow(QString(), m_nameProblem);
     auto* modelRow = new QHBoxLayout;
     modelRow->addWidget(m_model, 1);
     modelRow->addWidget(browseModel);
     auto* modelLabel = new QLabel(tr("&Model"), this);
     modelLabel->setBuddy(m_model);
     dataForm->addRow(modelLabel, modelRow);
-    dataForm->addRow(QString(), m_modelProblem);
     auto* dataRow = new QHBoxLayout;
     dataRow->addWidget(m_data, 1);
     dataRow->addWidget(browseData);
     auto* dataLabel = new QLabel(tr("&Data files"), this);
     dataLabel->setBuddy(m_data);
     dataForm->addRow(dataLabel, dataRow);
-    dataForm->addRow(QString(), m_dataProblem);
     dataForm->addRow(tr("F&ormat"), m_format);
     dataForm->addRow(QString(), m_packing);
     dataForm->addRow(QString(), m_skipBadLines);
@@ -281,7 +271,6 @@ LaunchPage::LaunchPage(QWidget* parent)
     trainForm->addRow(tr("Check&point every"), m_ckptEvery);
     trainForm->addRow(tr("Checkpoints &kept"), m_keepCheckpoints);
     trainForm->addRow(tr("Restarts on failure"), m_maxRestarts);
-    trainForm->addRow(QString(), m_scheduleNote);
     trainForm->addRow(tr("S&eed"), m_seed);
     auto* shardBox = new QGroupBox(tr("Batch and sharding"), this);
     auto* shardForm = new QFormLayout(shardBox);
@@ -302,7 +291,6 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_inputsLabel = new QLabel(tr("Model and data"), this);
     m_inputsLabel->setBuddy(m_inputs);
     shardForm->addRow(m_inputsLabel, m_inputs);
-    shardForm->addRow(QString(), m_fitProblem);
 
     m_commandBox = new QGroupBox(tr("Run a command instead of the engine"), this);
     m_commandBox->setObjectName("commandMode");
@@ -397,8 +385,16 @@ LaunchPage::LaunchPage(QWidget* parent)
     scroll->setWidget(formsWidget);
     scroll->setWidgetResizable(true);
     scroll->setFrameShape(QFrame::NoFrame);
+    // What stops a start, and what only warns, sits above Start: always in view, and the fields
+    // above never move when a problem comes or goes.
+    auto* problems = new QVBoxLayout;
+    problems->setSpacing(2);
+    for (QLabel* l : {m_nameProblem, m_modelProblem, m_dataProblem, m_fitProblem, m_dataNote,
+             m_scheduleNote, m_checkingLabel})
+        problems->addWidget(l);
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(scroll, 3);
+    layout->addLayout(problems);
     layout->addLayout(presetRow);
     layout->addWidget(m_message);
     layout->addWidget(m_preview, 1);
@@ -412,6 +408,16 @@ LaunchPage::LaunchPage(QWidget* parent)
           << QList<QWidget*> {m_target, m_presets, m_loadPreset, m_savePreset, m_start, m_preview};
     for (qsizetype i = 1; i < order.size(); ++i)
         setTabOrder(order[i - 1], order[i]);
+
+    m_checks = new QFutureWatcher<InputProblems>(this);
+    connect(m_checks, &QFutureWatcher<InputProblems>::finished, this, [this] {
+        if (m_nextCheck) { // the fields changed meanwhile: their check, not this one, counts
+            const jobs::PreflightInput next = *std::exchange(m_nextCheck, std::nullopt);
+            m_checks->setFuture(QtConcurrent::run([next] { return jobs::preflight(next); }));
+            return;
+        }
+        showChecks(commandMode() ? InputProblems() : m_checks->result());
+    });
 
     m_debounce = new QTimer(this);
     m_debounce->setSingleShot(true);
@@ -485,7 +491,6 @@ void LaunchPage::setStore(jobs::RunService* store)
     m_store = store;
     connect(store, &jobs::RunService::launched, this, [this](qint64 id, const QString& dir) {
         m_starting = false;
-        m_start->setEnabled(true);
         m_message->showMessage(tr("Run %1 started in %2").arg(id).arg(dir), MessageBar::Kind::Info);
         m_name->setText(defaultRunName());     // the next run gets a name of its own
         m_masterPort = jobs::pickMasterPort(); // the next run gets its own port
@@ -495,7 +500,7 @@ void LaunchPage::setStore(jobs::RunService* store)
     connect(store, &jobs::RunService::errorOccurred, this, [this](const QString& message) {
         if (m_starting) {
             m_starting = false;
-            m_start->setEnabled(true);
+            updateStartEnabled();
             m_message->showMessage(message);
         }
     });
@@ -699,6 +704,7 @@ void LaunchPage::updatePreview()
     m_editSbatchButton->setText(m_editedSbatch.isEmpty() ? tr("Edit the &batch script…")
                                                          : tr("Edit the &batch script (edited)…"));
     if (commandMode()) {
+        showChecks(InputProblems()); // the engine's checks do not apply to a command
         auto c = commandRequest();
         if (!c) {
             m_preview->setPlainText(tr("# Not ready: %1").arg(c.error()));
@@ -717,10 +723,11 @@ void LaunchPage::updatePreview()
         Q_EMIT previewChanged();
         return;
     }
+    m_ready = false;
     auto r = request();
     if (!r) {
         m_preview->setPlainText(tr("# Not ready: %1").arg(r.error()));
-        m_start->setEnabled(false);
+        showChecks(InputProblems());
         Q_EMIT previewChanged();
         return;
     }
@@ -730,14 +737,15 @@ void LaunchPage::updatePreview()
                          : jobs::Result<QString>(jobs::fail(launcher.error()));
     if (!text) {
         m_preview->setPlainText(tr("# Not ready: %1").arg(text.error()));
-        m_start->setEnabled(false);
+        showChecks(InputProblems());
         Q_EMIT previewChanged();
         return;
     }
     m_preview->setPlainText(text.value());
     updatePairPreview(r.value().spec);
-    const InputProblems problems = showInputProblems();
-    m_start->setEnabled(m_store != nullptr && !m_starting && !problems.blocking());
+    m_ready = true;
+    if (auto fields = spec())
+        runChecks(fields.value());
     const bool ssh = target().kind == jobs::TargetKind::Ssh;
     m_inputs->setVisible(ssh);
     m_inputsLabel->setVisible(ssh);
@@ -802,127 +810,72 @@ void LaunchPage::updatePairPreview(const protocol::RunSpec& spec)
     m_pairs->setPlainText(text.isEmpty() ? tr("(no pairs in %1)").arg(file) : text);
 }
 
-InputProblems LaunchPage::checkInputs() const
+jobs::PreflightInput LaunchPage::preflightInput(const protocol::RunSpec& spec) const
 {
-    InputProblems p;
-    auto s = spec();
-    if (!s)
-        return p;
-    const protocol::RunSpec& spec = s.value();
-    // Warnings that do not stop a start.
-    if (spec.steps > 0 && spec.warmup >= spec.steps)
-        p.schedule = tr("Warm-up (%1 steps) is as long as the run (%2 steps): the learning rate "
-                        "never reaches its peak.")
-                         .arg(spec.warmup)
-                         .arg(spec.steps);
-    else if (spec.steps > 0 && spec.checkpointEvery > spec.steps)
-        p.schedule = tr("The checkpoint interval (%1) is longer than the run (%2 steps): only the "
-                        "final model is saved, and a crash loses everything.")
-                         .arg(spec.checkpointEvery)
-                         .arg(spec.steps);
+    jobs::PreflightInput in;
+    in.spec = spec;
+    in.runName = m_name->text().trimmed();
+    in.wording = jobs::Wording::Studio;
+    const bool local = target().kind == jobs::TargetKind::Local;
     // Files are checked where they are read: on this machine, or copied from it.
-    if (target().kind != jobs::TargetKind::Local && !copiesInputs())
-        return p;
-    if (target().kind == jobs::TargetKind::Local
-        && (QFileInfo(QString::fromStdString(spec.outDir) + "/events.jsonl").exists()
-            || QFileInfo(QString::fromStdString(spec.outDir) + "/metrics.jsonl").exists()))
-        p.name = tr("A run named '%1' already exists in %2. Give this run another name, or open "
-                    "that one on the Monitor page to follow or resume it.")
-                     .arg(m_name->text().trimmed(), QString::fromStdString(spec.outDir));
-    const QDir model(QString::fromStdString(spec.model));
-    if (!model.exists())
-        p.model = tr("No such folder.");
-    else if (!model.exists("config.json"))
-        p.model = tr("No config.json here: choose a Hugging Face model folder (config.json, "
-                     "*.safetensors, tokenizer.json).");
-    else if (model.entryList({"*.safetensors"}, QDir::Files).isEmpty())
-        p.model = tr("No *.safetensors weights in this folder.");
-    else if (spec.dataFormat != "tokenized"
-        && !QDir(QString::fromStdString(spec.tokenizer.empty() ? spec.model : spec.tokenizer))
-                .exists("tokenizer.json"))
-        p.model = tr("No tokenizer.json in the model folder: add one, or use pre-tokenized data "
-                     "(format: tokenized).");
-    for (const std::string& file : spec.data) {
-        const QString f = QString::fromStdString(file);
-        const QString suffix = QFileInfo(f).suffix().toLower();
-        if (!QFileInfo(f).isFile()) {
-            p.data = tr("%1: no such file.").arg(f);
-            break;
-        }
-        if (suffix != "jsonl" && suffix != "json") {
-            p.data = tr("%1 is not JSON lines (.%2): convert it to .jsonl, one JSON object per "
-                        "line.")
-                         .arg(QFileInfo(f).fileName(), suffix);
-            break;
-        }
-        QFile in(f);
-        if (in.open(QIODevice::ReadOnly)) {
-            const QByteArray first = in.readLine(1 << 20).trimmed();
-            const auto j = nlohmann::json::parse(first.toStdString(), nullptr, false);
-            if (!first.isEmpty() && !j.is_object()) {
-                p.data = tr("%1: line 1 is not a JSON object; each line must be one, e.g. "
-                            "{\"text\": \"...\"}.")
-                             .arg(QFileInfo(f).fileName());
-                break;
-            }
-            // The objective and the kind of data must agree (the engine refuses the others).
-            if (j.is_object()) {
-                std::string why;
-                const bool isPair
-                    = data::detectFormat(j, why) == std::optional(data::DataFormat::Preference);
-                if (spec.usesPreferencePairs() && !isPair) {
-                    p.data = tr("%1 holds no preference pairs: %2 needs lines with \"prompt\", "
-                                "\"chosen\" and \"rejected\" (text, or message lists).")
-                                 .arg(QFileInfo(f).fileName(),
-                                     QString::fromStdString(spec.objective).toUpper());
-                    break;
-                }
-                if (!spec.usesPreferencePairs() && isPair) {
-                    p.data = tr("%1 holds preference pairs: choose the objective DPO or ORPO.")
-                                 .arg(QFileInfo(f).fileName());
-                    break;
-                }
-            }
-        }
-    }
-    if (const QString prompts = QString::fromStdString(spec.samplePrompts);
-        p.data.isEmpty() && !prompts.isEmpty() && !QFileInfo(prompts).isFile())
-        p.data = tr("Sample prompts %1: no such file (a text file, one prompt per line).")
-                     .arg(prompts);
-    if (p.model.isEmpty() && spec.device == "cpu") {
-        try {
-            const plan::PlanInput in
-                = plan::planInputFromSpec(spec, plan::DeviceSpec::cpu(plan::physicalMemoryBytes()));
-            const plan::PlanResult r = plan::plan(in);
-            if (!r.fits) {
-                const int64_t largest = plan::largestMicroBatch(in);
-                p.fit = tr("The planner expects %1 per rank and %2 ranks share this machine's %3: "
-                           "it does not fit. %4")
-                            .arg(QString::fromStdString(plan::formatGiB(r.perDevice.total())))
-                            .arg(in.gpusPerNode)
-                            .arg(QString::fromStdString(plan::formatGiB(in.device.memoryBytes)))
-                            .arg(largest > 0
-                                    ? tr("The largest micro-batch that fits is %1.").arg(largest)
-                                    : tr("Use fewer ranks, activation checkpointing or a "
-                                         "shorter sequence."));
-            }
-        } catch (const std::exception& e) {
-            p.fit = QString::fromUtf8(e.what());
-        }
-    }
-    return p;
+    in.checkFiles = local || copiesInputs();
+    in.checkRunFolder = local;
+    in.checkFit = local; // a CPU run's ranks share this machine's memory
+    return in;
 }
 
-InputProblems LaunchPage::showInputProblems()
+InputProblems LaunchPage::checkInputs() const
 {
-    const InputProblems p = checkInputs();
-    const std::pair<QLabel*, QString> rows[] = {{m_nameProblem, p.name}, {m_modelProblem, p.model},
-        {m_dataProblem, p.data}, {m_fitProblem, p.fit}, {m_scheduleNote, p.schedule}};
+    auto s = spec();
+    return s ? jobs::preflight(preflightInput(s.value())) : InputProblems();
+}
+
+void LaunchPage::runChecks(const protocol::RunSpec& spec)
+{
+    m_checked = false;
+    updateStartEnabled();
+    m_checkingLabel->setVisible(true);
+    const jobs::PreflightInput in = preflightInput(spec);
+    if (m_checks->isRunning()) {
+        m_nextCheck = in;
+        return;
+    }
+    m_checks->setFuture(QtConcurrent::run([in] { return jobs::preflight(in); }));
+}
+
+void LaunchPage::showChecks(const InputProblems& p)
+{
+    m_lastCheck = p;
+    m_checked = !m_checks->isRunning() && !m_nextCheck;
+    m_checkingLabel->setVisible(!m_checked);
+    // Each problem says which part of the form it concerns: they are shown above Start.
+    const std::pair<QLabel*, QString> rows[] = {{m_nameProblem, p.name},
+        {m_modelProblem, p.model.isEmpty() ? QString() : tr("Model: %1").arg(p.model)},
+        {m_dataProblem, p.data.isEmpty() ? QString() : tr("Data: %1").arg(p.data)},
+        {m_fitProblem, p.fit.isEmpty() ? QString() : tr("Batch and memory: %1").arg(p.fit)},
+        {m_dataNote, p.dataNote}, {m_scheduleNote, p.schedule}};
     for (const auto& [label, text] : rows) {
         label->setText(text);
         label->setVisible(!text.isEmpty());
     }
-    return p;
+    updateStartEnabled();
+    if (m_checked && m_startWhenChecked) {
+        m_startWhenChecked = false;
+        start();
+    }
+}
+
+void LaunchPage::updateStartEnabled()
+{
+    if (commandMode())
+        return; // its own rule (updatePreview)
+    const bool can
+        = m_store != nullptr && !m_starting && m_ready && m_checked && !m_lastCheck.blocking();
+    m_start->setEnabled(can);
+    m_start->setToolTip(can                                  ? QString()
+            : m_ready && !m_checked                          ? tr("Checking the model and data…")
+            : m_ready && m_checked && m_lastCheck.blocking() ? m_lastCheck.first()
+                                                             : QString());
 }
 
 bool LaunchPage::commandMode() const
@@ -1026,10 +979,13 @@ void LaunchPage::editSbatch()
 
 void LaunchPage::start()
 {
+    if (m_debounce->isActive())
+        updatePreview(); // fields just edited: their preview and preflight, not the last ones
     // What starts: the command, or the engine with the fields' spec on the target.
     QString name;
     std::function<void()> launch;
     if (commandMode()) {
+        showChecks(InputProblems()); // the engine's checks do not apply to a command
         auto c = commandRequest();
         if (!c) {
             m_message->showMessage(c.error());
@@ -1043,8 +999,14 @@ void LaunchPage::start()
             m_message->showMessage(r.error());
             return;
         }
-        if (const InputProblems p = showInputProblems(); p.blocking()) {
-            m_message->showMessage(tr("Not started: %1").arg(p.first()));
+        if (!m_checked) { // started as soon as the fields' preflight is done
+            m_startWhenChecked = true;
+            m_message->showMessage(
+                tr("Checking the model and data before the start…"), MessageBar::Kind::Info);
+            return;
+        }
+        if (m_lastCheck.blocking()) {
+            m_message->showMessage(tr("Not started: %1").arg(m_lastCheck.first()));
             return;
         }
         name = r.value().name;

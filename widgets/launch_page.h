@@ -4,10 +4,14 @@
 // jobs library's launcher on the store thread.
 #pragma once
 
+#include <optional>
+
+#include <QFutureWatcher>
 #include <QWidget>
 
 #include "jobs/command_run.h"
 #include "jobs/launch_request.h"
+#include "jobs/preflight.h"
 #include "jobs/result.h"
 #include "jobs/run_service.h"
 #include "plan/planner.h"
@@ -30,16 +34,8 @@ namespace shard::widgets {
 class LoraFields;
 class MessageBar;
 
-// What stops a start, each shown next to its field (empty = fine), and what only warns.
-struct InputProblems {
-    QString name;     // the run folder already holds a run
-    QString model;    // not a model folder, no weights, no tokenizer
-    QString data;     // missing, not JSON lines
-    QString fit;      // the planner says it does not fit this machine
-    QString schedule; // warning only: warm-up or checkpoint interval longer than the run
-    bool blocking() const;
-    QString first() const; // the first blocking problem
-};
+// What stops a start and what only warns: the preflight's findings (jobs/preflight.h).
+using InputProblems = jobs::Preflight;
 
 // "run-20261201-215959": a name no earlier run of this studio has.
 QString defaultRunName();
@@ -68,9 +64,13 @@ public:
     // Why a valid spec cannot run with this engine (a device it does not train on); empty when
     // it can. Start stays disabled while it is not empty.
     QString cannotRunHere() const;
-    // The model folder, tokenizer, data files, run folder and the planner's fit, checked before a
-    // start (files only on this machine's target).
+    // The preflight of the fields (jobs/preflight.h), worded for this page: the model folder,
+    // tokenizer, data (read through), run folder, batch against the data and the planner's fit
+    // (files only where they are read on this machine). Reads files: the page itself runs it off
+    // the UI thread as the fields change; this synchronous form is for callers and tests.
     InputProblems checkInputs() const;
+    // The fields' preflight is running (Start waits for it).
+    bool checking() const { return !m_checked; }
     // What start() will hand the launcher (run directory and port fixed by the preview).
     jobs::Result<jobs::LaunchRequest> request() const;
     QString commandPreview() const;
@@ -121,7 +121,11 @@ Q_SIGNALS:
 private:
     void updatePreview();
     void updatePairPreview(const protocol::RunSpec& spec);
-    InputProblems showInputProblems();
+    jobs::PreflightInput preflightInput(const protocol::RunSpec& spec) const;
+    // Starts the preflight of `spec` off the UI thread (the latest fields win).
+    void runChecks(const protocol::RunSpec& spec);
+    void showChecks(const InputProblems& problems);
+    void updateStartEnabled();
     // keepBase: the hidden settings stay those of the last preset or run loaded.
     void toFields(const protocol::RunSpec& s, bool keepBase = false);
     QString runDirectory() const;
@@ -132,6 +136,12 @@ private:
     QString m_workerProgram = QStringLiteral("shard-worker");
     QList<HostEntry> m_hosts;
     bool m_starting = false; // a start request is on its way to the store thread
+    bool m_ready = false;    // the fields make a request (its preview is not "Not ready")
+    QFutureWatcher<InputProblems>* m_checks = nullptr;
+    std::optional<jobs::PreflightInput> m_nextCheck; // fields changed while a check ran
+    bool m_checked = false;                          // m_lastCheck is of the current fields
+    bool m_startWhenChecked = false;                 // Start was asked for during a check
+    InputProblems m_lastCheck;
     QTimer* m_debounce = nullptr;
 
     QLineEdit* m_name = nullptr;
@@ -193,6 +203,8 @@ private:
     QLabel* m_dataProblem = nullptr;
     QLabel* m_fitProblem = nullptr;
     QLabel* m_scheduleNote = nullptr;
+    QLabel* m_dataNote = nullptr;
+    QLabel* m_checkingLabel = nullptr;
 };
 
 } // namespace shard::widgets

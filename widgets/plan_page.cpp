@@ -1113,10 +1113,8 @@ QString PlanPage::memoryExplanation(const plan::PlanResult& c) const
                             : c.peakPhase == "backward start"
                             ? tr(" (before any activation is freed)")
                             : QString());
-    const double fixed = in.device.overheadBytes >= 0 ? double(in.device.overheadBytes)
-        : gpu                                         ? in.calibration.gpuOverheadBytes
-                                                      : in.calibration.cpuOverheadBytes;
-    const double frag = gpu ? in.calibration.gpuFragmentation : in.calibration.cpuFragmentation;
+    const plan::OverheadParts overheadOf = plan::overheadParts(in);
+    const double fixed = overheadOf.fixedBytes, frag = overheadOf.fragmentation;
     text += tr(" · overhead %1: %2 fixed per device%3 + %4 fragmentation (%5% of the rest)")
                 .arg(gib(c.perDevice.overhead), gib(int64_t(fixed)),
                     gpu ? tr(" (CUDA context and allocator reserve)")

@@ -9,6 +9,7 @@
 
 #include "command.h"
 #include "jobs/command_run.h"
+#include "jobs/preflight.h"
 #include "jobs/slurm_options.h"
 #include "protocol/run_spec.h"
 #include "protocol/train_flags.h"
@@ -45,6 +46,7 @@ struct RunOptions {
     double graceSec = 10;
     std::string supervisor;
     std::string sbatchScript;
+    bool noPreflight = false;
 };
 
 protocol::RunSpec readSpec(const std::string& path)
@@ -64,6 +66,33 @@ protocol::RunSpec readSpec(const std::string& path)
     } catch (const std::exception& e) {
         throw std::runtime_error(path + ": " + e.what());
     }
+}
+
+// What the engine would refuse once started, said before anything starts (jobs/preflight.h):
+// the model and data where they are read on this machine (a local run, or a Slurm job submitted
+// from here), the run folder and the memory of a local run. Warnings are printed and the start
+// goes on; a blocking problem ends `shard run` with every one of them listed.
+void preflightCheck(const jobs::LaunchRequest& req, const RunOptions& o)
+{
+    const bool local = !o.slurm && o.hosts.empty();
+    jobs::PreflightInput in;
+    in.spec = req.spec;
+    in.spec.outDir = req.runDir.toStdString();
+    in.runName = req.name;
+    in.checkFiles = local || (o.slurm && o.via.empty());
+    in.checkRunFolder = local && !req.runDir.isEmpty() && !req.resume;
+    in.checkFit = local;
+    in.wording = jobs::Wording::Cli;
+    const jobs::Preflight p = jobs::preflight(in);
+    for (const QString& note : {p.dataNote, p.schedule})
+        if (!note.isEmpty())
+            std::fprintf(stderr, "note: %s\n", qPrintable(note));
+    if (!p.blocking())
+        return;
+    std::string why = "not started:";
+    for (const QString& problem : p.all())
+        why += "\n  " + problem.toStdString();
+    throw std::runtime_error(why + "\n(--no-preflight starts it anyway)");
 }
 
 // After a start: return at once (--detach), or follow the run to its end and say how it ended.
@@ -232,6 +261,8 @@ int runCommand(const RunOptions& o)
             hosts << QString::fromStdString(h);
         target = jobs::LaunchTarget::ssh(hosts);
     }
+    if (!o.noPreflight)
+        preflightCheck(req, o);
     auto launcher = jobs::makeLauncher(target, &store);
     if (!launcher)
         throw std::runtime_error(launcher.error().toStdString());
@@ -268,6 +299,9 @@ const CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--env", o->env, "KEY=VALUE for the launcher's environment (repeatable)")
         ->allow_extra_args(false);
     cmd->add_flag("--detach", o->detach, "return at once; the run goes on");
+    cmd->add_flag("--no-preflight", o->noPreflight,
+        "start without first checking the model, the data (every line), the run folder and the "
+        "memory of a local run");
     cmd->add_flag("--slurm", o->slurm, "submit through Slurm (sbatch)");
     cmd->add_option("--via", o->via, "Slurm: submit on this login node over SSH");
     cmd->add_option("--nodes", o->nodes, "Slurm: nodes (default: the run spec's)")

@@ -12,6 +12,7 @@
 
 #include "data/line_index.h"
 #include "data/split_mix64.h"
+#include "protocol/run_spec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shard::data {
@@ -229,6 +230,24 @@ Position positionFromJson(const nlohmann::json& json)
     p.epoch = json["epoch"].get<int64_t>();
     p.index = json["index"].get<int64_t>();
     return p;
+}
+
+DataConfig dataConfigFor(const protocol::RunSpec& spec)
+{
+    DataConfig dc;
+    dc.files = spec.data;
+    dc.format = parseDataFormat(spec.dataFormat);
+    dc.seqLen = spec.seqLen;
+    dc.packing = spec.packing;
+    dc.seed = spec.seed;
+    dc.shuffle = spec.shuffle;
+    dc.validationFraction = spec.evalFraction;
+    if (!spec.evalData.empty())
+        dc.validationFiles = {spec.evalData};
+    dc.skipBadLines = spec.skipBadLines;
+    dc.trainOnPrompt = spec.trainOnPrompt;
+    dc.chatTemplate = spec.chatTemplate;
+    return dc;
 }
 
 DataLoader::DataLoader(DataConfig config, std::shared_ptr<const tokenizer::Tokenizer> tokenizer)

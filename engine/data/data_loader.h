@@ -17,6 +17,9 @@
 namespace shard::tokenizer {
 class Tokenizer;
 }
+namespace shard::protocol {
+struct RunSpec;
+}
 
 namespace shard::data {
 
@@ -34,6 +37,10 @@ struct DataConfig {
     std::string chatTemplate; // llama3 | chatml | llama2 | a template file; empty: tokenizer's
     int32_t padId = -1;       // -1: the tokenizer's pad id (0 without a tokenizer)
 };
+
+// The data settings of a run spec (files, format, sequence, packing, split, seed, bad lines,
+// chat template): what the engine trains on and what the studio's preflight scans.
+DataConfig dataConfigFor(const protocol::RunSpec& spec);
 
 // Where the stream stands: `index` records of epoch `epoch`'s order are consumed.
 struct Position {

@@ -841,10 +841,8 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
     const double V = static_cast<double>(s.vocabSize);
     const double perLayer
         = in.checkpointing == Checkpointing::Full ? 2.0 * seq * b * h / t : seq * b * h * 34.0 / t;
-    const double fixed = in.device.overheadBytes >= 0
-        ? static_cast<double>(in.device.overheadBytes)
-        : (gpu ? k.gpuOverheadBytes : k.cpuOverheadBytes);
-    const double frag = gpu ? k.gpuFragmentation : k.cpuFragmentation;
+    const OverheadParts overheadOf = overheadParts(in);
+    const double fixed = overheadOf.fixedBytes, frag = overheadOf.fragmentation;
     Internal peak;
     for (int64_t st = 0; st < pp; ++st) {
         Internal states = paperModelStates(in, stageParams[static_cast<size_t>(st)], mesh.dpShard);
@@ -977,10 +975,8 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     ActivationBytes act
         = paper ? paperActivations(in, sequences) : engineActivations(in, sequences);
     const Calibration& k = in.calibration;
-    const double fixed = in.device.overheadBytes >= 0
-        ? static_cast<double>(in.device.overheadBytes)
-        : (gpu ? k.gpuOverheadBytes : k.cpuOverheadBytes);
-    const double frag = gpu ? k.gpuFragmentation : k.cpuFragmentation;
+    const OverheadParts overheadOf = overheadParts(in);
+    const double fixed = overheadOf.fixedBytes, frag = overheadOf.fragmentation;
     auto withOverhead = [&](MemoryBreakdown m) {
         m.overhead = 0;
         m.overhead = toBytes(fixed + frag * static_cast<double>(m.total()));
@@ -1327,6 +1323,18 @@ void validate(const PlanInput& in)
         throw std::runtime_error("offload '" + toString(in.offload)
             + "' means nothing on a CPU device (all state already lives in "
               "host memory); use offload none");
+}
+
+OverheadParts overheadParts(const PlanInput& in)
+{
+    const bool gpu = in.device.kind == DeviceKind::Gpu;
+    const Calibration& k = in.calibration;
+    OverheadParts o;
+    o.fixedBytes = in.device.overheadBytes >= 0 ? static_cast<double>(in.device.overheadBytes)
+        : gpu                                   ? k.gpuOverheadBytes
+                                                : k.cpuOverheadBytes;
+    o.fragmentation = gpu ? k.gpuFragmentation : k.cpuFragmentation;
+    return o;
 }
 
 PlanResult plan(const PlanInput& in)

@@ -217,6 +217,13 @@ struct PlanResult {
 // Throws std::runtime_error with a message that names the bad value and the fix.
 void validate(const PlanInput& in);
 PlanResult plan(const PlanInput& in);
+// The overhead's two parts as plan() counts them: a fixed amount per device (the device's own,
+// else the calibration's for its kind) plus a share of the rest of the peak (fragmentation).
+struct OverheadParts {
+    double fixedBytes = 0;
+    double fragmentation = 0; // share of the other categories' total
+};
+OverheadParts overheadParts(const PlanInput& in);
 // The input under every strategy (ddp, zero1, zero2, zero3, and hybrid when a group applies:
 // the input's shard group, else gpusPerNode when it splits the GPUs into several nodes).
 std::vector<PlanResult> planAllStrategies(const PlanInput& in);

@@ -32,6 +32,8 @@ class TestCliRuns : public QObject {
 
     QTemporaryDir m_dir;
 
+    // The fake worker trains no model: its runs start with --no-preflight (the preflight
+    // would refuse the model "m" that is no folder, as it should).
     QProcessEnvironment env() const
     {
         QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
@@ -54,8 +56,8 @@ class TestCliRuns : public QObject {
 private Q_SLOTS:
     void runFollowsToTheEnd()
     {
-        auto o = shard({"run", "--name", "alpha", "--nproc", "2", "--env", "FAKE_STEP_SEC=0.01",
-            "--", "--model", "m", "--steps", "25", "--lr", "0.01"});
+        auto o = shard({"run", "--no-preflight", "--name", "alpha", "--nproc", "2", "--env",
+            "FAKE_STEP_SEC=0.01", "--", "--model", "m", "--steps", "25", "--lr", "0.01"});
         QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
         QVERIFY(o.out.contains("run 1 'alpha' started (local)"));
         QVERIFY(o.out.contains("finished (completed)"));
@@ -70,7 +72,7 @@ private Q_SLOTS:
         spec.write(R"({"name":"beta","model":"m","data":["d.jsonl"],"steps":12,"lr":0.003,
             "strategy":"zero3","procs_per_node":2})");
         spec.close();
-        o = shard({"run", "--env", "FAKE_STEP_SEC=0.01", spec.fileName()});
+        o = shard({"run", "--no-preflight", "--env", "FAKE_STEP_SEC=0.01", spec.fileName()});
         QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
         auto beta = s.findRun("beta");
         QVERIFY(beta);
@@ -85,8 +87,8 @@ private Q_SLOTS:
         // A run name with terminal control sequences reaches the terminal escaped.
         const QString name
             = "evil\x1b[2J\x1b]0;title\x07\nfake line\r\x9b" + QString(QChar(0x202e));
-        auto o = shard({"run", "--name", name, "--env", "FAKE_STEP_SEC=0.01", "--", "--model", "m",
-            "--steps", "3"});
+        auto o = shard({"run", "--no-preflight", "--name", name, "--env", "FAKE_STEP_SEC=0.01",
+            "--", "--model", "m", "--steps", "3"});
         QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
         for (const QStringList& args : {QStringList {"runs", "list"},
                  QStringList {"runs", "show", name}, QStringList {"attach", name}}) {
@@ -160,7 +162,8 @@ private Q_SLOTS:
         QProcess cli;
         cli.setProcessEnvironment(env());
         cli.start(kShard,
-            {"run", "--name", "gamma", "--env", "FAKE_STEP_SEC=0.05", "--", "--steps", "80"});
+            {"run", "--no-preflight", "--name", "gamma", "--env", "FAKE_STEP_SEC=0.05", "--",
+                "--steps", "80"});
         QVERIFY(cli.waitForStarted());
         auto s = store();
         qint64 id = 0;
@@ -222,8 +225,8 @@ private Q_SLOTS:
 
     void stopAndDetach()
     {
-        auto o = shard({"run", "--detach", "--name", "delta", "--env", "FAKE_STEP_SEC=0.05", "--",
-            "--steps", "100000"});
+        auto o = shard({"run", "--no-preflight", "--detach", "--name", "delta", "--env",
+            "FAKE_STEP_SEC=0.05", "--", "--steps", "100000"});
         QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
         QVERIFY(o.out.contains("detached"));
         auto s = store();

@@ -176,6 +176,42 @@ private Q_SLOTS:
         QVERIFY2(o.err.contains("--run-dir"), qPrintable(o.err));
     }
 
+    // The preflight (jobs/preflight.h) before a local start: what the engine would refuse is
+    // said with the CLI's flags and nothing starts (no run recorded); a warning is printed and
+    // the run goes on.
+    void preflightRefusesBeforeStart()
+    {
+        auto store = RunStore::open(m_dir.filePath("runs.sqlite"));
+        auto o = shard(QStringList {"run", "--name", "malformed", "--"} + trainFlags(m_data));
+        QVERIFY(o.code != 0);
+        QVERIFY2(o.err.contains("not started:") && o.err.contains("2 malformed lines")
+                && o.err.contains("data.jsonl:7") && o.err.contains("pass --skip-bad-lines"),
+            qPrintable(o.err));
+        QVERIFY(!store->findRun("malformed"));
+
+        // 38 good records, 2 ranks: a micro-batch of 20 takes 40 a micro-step.
+        o = shard(QStringList {"run", "--name", "too-big", "--nproc", "2", "--"}
+            + trainFlags(m_data) + QStringList {"--skip-bad-lines", "--micro-batch", "20"});
+        QVERIFY(o.code != 0);
+        QVERIFY2(o.err.contains("training data has 38")
+                && o.err.contains("set --micro-batch to 19 or less"),
+            qPrintable(o.err));
+        QVERIFY(!store->findRun("too-big"));
+
+        // A model folder that is none.
+        o = shard(QStringList {"run", "--name", "no-model", "--", "--model",
+            m_dir.filePath("nowhere"), "--data", m_data, "--steps", "1"});
+        QVERIFY(o.code != 0);
+        QVERIFY2(o.err.contains("No such folder"), qPrintable(o.err));
+        QVERIFY(!store->findRun("no-model"));
+
+        // Skipped lines only warn.
+        o = shard(QStringList {"run", "--name", "warned", "--"} + trainFlags(m_data)
+            + QStringList {"--skip-bad-lines", "--steps", "1"});
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        QVERIFY2(o.err.contains("note: 2 malformed lines will be skipped"), qPrintable(o.err));
+    }
+
     // `shard run --nproc 0` used to start the spec's rank count and exit 0 (issue 32).
     void zeroRanksRefused()
     {

@@ -123,7 +123,7 @@ private Q_SLOTS:
         QTRY_VERIFY2(page.commandPreview().contains("\"sample_every\": 5"),
             qPrintable(page.commandPreview()));
         auto* problem = page.findChild<QLabel*>("dataProblem");
-        QTRY_VERIFY2(problem->text().contains("Sample prompts " + file + ": no such file"),
+        QTRY_VERIFY2(problem->text().contains("“Sample prompts” " + file + ": no such file"),
             qPrintable(problem->text()));
         QFile f(file);
         QVERIFY(f.open(QIODevice::WriteOnly));
@@ -300,12 +300,22 @@ private Q_SLOTS:
         QVERIFY(label("modelProblem")->isHidden());
         QVERIFY(!startButton()->isEnabled());
 
-        // A micro-batch no machine holds: the planner's largest is named.
-        page.setDataFiles({validDataFile()});
-        page.findChild<QSpinBox*>("microBatch")->setValue(65536);
+        // A micro-batch this machine does not hold (the data has records for it): the planner's
+        // largest is named.
+        const QString many = m_tmp.filePath("many.jsonl");
+        {
+            QFile m(many);
+            QVERIFY(m.open(QIODevice::WriteOnly));
+            for (int i = 0; i < 20000; ++i)
+                m.write("{\"text\": \"hi\"}\n");
+        }
+        page.setDataFiles({many});
+        page.findChild<QSpinBox*>("microBatch")->setValue(20000);
         page.findChild<QSpinBox*>("seqLen")->setValue(1024); // tiny-1m's maximum
-        QTRY_VERIFY2(label("fitProblem")->text().contains("largest micro-batch"),
+        QTRY_VERIFY2(label("fitProblem")->text().contains("does not fit")
+                && label("fitProblem")->text().contains("(the largest that fits)"),
             qPrintable(label("fitProblem")->text()));
+        page.setDataFiles({validDataFile()});
         page.findChild<QSpinBox*>("microBatch")->setValue(1);
         page.findChild<QSpinBox*>("seqLen")->setValue(64);
         QTRY_VERIFY(label("fitProblem")->isHidden());
@@ -334,6 +344,102 @@ private Q_SLOTS:
         LaunchPage other;
         QVERIFY2(other.findChild<QLineEdit*>("name")->text().startsWith("run-"),
             qPrintable(other.findChild<QLineEdit*>("name")->text()));
+    }
+
+    // The preflight (jobs/preflight.h) reads the data through before a start: malformed lines
+    // and a micro-batch larger than the data stop it there, not as a failed run, and the fix
+    // names the page's checkbox and field (not the CLI's flags). The check runs off the UI
+    // thread, and its findings sit above Start: the fields never move when one comes or goes.
+    void preflightNamesThePagesSettings()
+    {
+        LaunchPage page;
+        page.resize(1024, 700);
+        page.show();
+        shard::jobs::RunService store(m_tmp.filePath("store-preflight.sqlite"));
+        page.setStore(&store);
+        page.setRunsRoot(m_tmp.filePath("runs"));
+        page.setRunName("preflight");
+        page.setSteps(10);
+        page.findChild<QSpinBox*>("seqLen")->setValue(64);
+        page.setModelFolder(validModelFolder());
+        auto label = [&](const char* name) { return page.findChild<QLabel*>(name); };
+        auto* start = page.findChild<QPushButton*>("start");
+        auto* scroll = page.findChild<QWidget*>("fieldsScroll");
+        auto* nameField = page.findChild<QLineEdit*>("name");
+        QVERIFY(start && scroll && nameField);
+        for (const char* name : {"dataProblem", "fitProblem", "dataNote", "checking"})
+            QVERIFY2(!scroll->isAncestorOf(label(name)), name); // beside Start, not in the form
+        const QPoint fieldAt = nameField->mapTo(&page, QPoint());
+
+        // 300 good lines and two malformed ones (a cut-off object, a bare word).
+        const QString data = m_tmp.filePath("two-bad.jsonl");
+        {
+            QFile f(data);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            for (int i = 0; i < 302; ++i)
+                f.write(i == 40 ? "{\"text\": \"cut off\n"
+                        : i == 200
+                        ? "hello\n"
+                        : QByteArray("{\"text\": \"line ") + QByteArray::number(i) + "\"}\n");
+        }
+        // The result is not made on the UI thread: when the preview is written, the check of
+        // those fields is still under way.
+        bool checkingAtPreview = false;
+        connect(&page, &LaunchPage::previewChanged, &page,
+            [&] { checkingAtPreview = checkingAtPreview || page.checking(); });
+        page.setDataFiles({data});
+        QTRY_VERIFY2(label("dataProblem")->text().contains("2 malformed lines"),
+            qPrintable(label("dataProblem")->text()));
+        QVERIFY(checkingAtPreview);
+        QVERIFY2(label("dataProblem")->text().contains("two-bad.jsonl:41"),
+            qPrintable(label("dataProblem")->text()));
+        QVERIFY2(label("dataProblem")->text().contains("tick “Skip malformed lines”"),
+            qPrintable(label("dataProblem")->text()));
+        QVERIFY(!label("dataProblem")->text().contains("--"));
+        QVERIFY(!start->isEnabled());
+        QCOMPARE(nameField->mapTo(&page, QPoint()), fieldAt);
+        page.start();
+        QTRY_VERIFY2(page.messageText().contains("Not started"), qPrintable(page.messageText()));
+
+        // Skipped: a warning that counts them, and Start.
+        page.findChild<QCheckBox*>("skipBadLines")->setChecked(true);
+        QTRY_VERIFY(label("dataProblem")->isHidden());
+        QVERIFY2(label("dataNote")->text().contains("2 malformed lines will be skipped"),
+            qPrintable(label("dataNote")->text()));
+        QTRY_VERIFY(start->isEnabled());
+
+        // 300 records, 2 ranks: a micro-batch of 200 takes 400 a micro-step.
+        page.findChild<QSpinBox*>("ranks")->setValue(2);
+        page.findChild<QSpinBox*>("microBatch")->setValue(200);
+        QTRY_VERIFY2(label("fitProblem")->text().contains("training data has 300"),
+            qPrintable(label("fitProblem")->text()));
+        QVERIFY2(label("fitProblem")->text().contains("set “Micro-batch” to 150 or less"),
+            qPrintable(label("fitProblem")->text()));
+        QVERIFY(!label("fitProblem")->text().contains("--"));
+        QVERIFY(!start->isEnabled());
+        QCOMPARE(nameField->mapTo(&page, QPoint()), fieldAt);
+        page.findChild<QSpinBox*>("microBatch")->setValue(150);
+        QTRY_VERIFY(label("fitProblem")->isHidden());
+        QTRY_VERIFY(start->isEnabled());
+
+        // Evaluation every N steps with no held-out data: what the engine refuses at its start.
+        page.findChild<QSpinBox*>("evalEvery")->setValue(5);
+        QTRY_VERIFY2(label("dataProblem")->text().contains("needs held-out data"),
+            qPrintable(label("dataProblem")->text()));
+        QVERIFY(label("dataProblem")->text().contains("“Eval data”"));
+        page.findChild<QSpinBox*>("evalEvery")->setValue(0);
+        QTRY_VERIFY(start->isEnabled());
+
+        // The same spec through the CLI's words.
+        shard::jobs::PreflightInput in;
+        in.spec = page.spec().value();
+        in.spec.skipBadLines = false;
+        in.spec.microBatch = 200;
+        const shard::jobs::Preflight cli = shard::jobs::preflight(in);
+        QVERIFY2(cli.data.contains("pass --skip-bad-lines"), qPrintable(cli.data));
+        in.spec.skipBadLines = true;
+        QVERIFY2(shard::jobs::preflight(in).fit.contains("set --micro-batch to 150 or less"),
+            qPrintable(shard::jobs::preflight(in).fit));
     }
 
     void remoteTargetsPreviewAndRefusal()
@@ -467,6 +573,10 @@ private Q_SLOTS:
             qPrintable(label("dataProblem")->text()));
         auto* objective = page.findChild<QComboBox*>("objective");
         objective->setCurrentIndex(objective->findData("dpo"));
+        // Pairs for DPO; the second has nothing to prefer, as the engine would refuse it.
+        QTRY_VERIFY2(label("dataProblem")->text().contains("are the same answer"),
+            qPrintable(label("dataProblem")->text()));
+        page.findChild<QCheckBox*>("skipBadLines")->setChecked(true);
         QTRY_VERIFY(label("dataProblem")->isHidden());
         auto* packing = page.findChild<QCheckBox*>("packing");
         QVERIFY(!packing->isEnabled());
@@ -514,8 +624,9 @@ private Q_SLOTS:
     }
 
 private:
-    // A folder that passes the Launch page's checks: config.json of tiny-1m, a weights file and
-    // a tokenizer.json (their contents are the worker's business).
+    // A folder that passes the Launch page's checks: config.json of tiny-1m, a weights file (its
+    // contents are the worker's business) and a real tokenizer (the preflight reads the data
+    // with it).
     QString validModelFolder()
     {
         const QString dir = m_tmp.filePath("model-ok");
@@ -524,11 +635,10 @@ private:
         if (config.open(QIODevice::WriteOnly))
             config.write(QByteArray::fromStdString(
                 shard::plan::toHfConfig(*shard::plan::findPreset("tiny-1m")).dump()));
-        for (const char* name : {"model.safetensors", "tokenizer.json"}) {
-            QFile f(dir + "/" + name);
-            if (f.open(QIODevice::WriteOnly))
-                f.write("{}");
-        }
+        QFile weights(dir + "/model.safetensors");
+        if (weights.open(QIODevice::WriteOnly))
+            weights.write("{}");
+        shard::tokenizer::writeDemoTokenizer(dir.toStdString(), 512);
         return dir;
     }
     QString validDataFile()

@@ -154,8 +154,9 @@ private Q_SLOTS:
             return ended && p.exitCode() == 0 ? QString()
                                               : QString::fromUtf8(p.readAllStandardError());
         };
-        QString err = cli({"run", "--detach", "--name", "cli-run", "--env", "FAKE_STEP_SEC=0.05",
-            "--", "--steps", "30"});
+        // The fake worker trains no model: started without the preflight of model and data.
+        QString err = cli({"run", "--no-preflight", "--detach", "--name", "cli-run", "--env",
+            "FAKE_STEP_SEC=0.05", "--", "--steps", "30"});
         QVERIFY2(err.isEmpty(), qPrintable(err));
         err = cli({"run", "--slurm", "--via", "node0", "--detach", "--name", "slurm-run",
             "--worker", kFakeWorker, "--run-dir", m_tmp.filePath("slurm-run"), "--env",

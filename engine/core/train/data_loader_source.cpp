@@ -12,19 +12,7 @@ DataLoaderSource::DataLoaderSource(
     const protocol::RunSpec& spec, const std::string& modelDir, int64_t vocabSize)
     : m_vocab(vocabSize)
 {
-    data::DataConfig dc;
-    dc.files = spec.data;
-    dc.format = data::parseDataFormat(spec.dataFormat);
-    dc.seqLen = spec.seqLen;
-    dc.packing = spec.packing;
-    dc.seed = spec.seed;
-    dc.shuffle = spec.shuffle;
-    dc.validationFraction = spec.evalFraction;
-    if (!spec.evalData.empty())
-        dc.validationFiles = {spec.evalData};
-    dc.skipBadLines = spec.skipBadLines;
-    dc.trainOnPrompt = spec.trainOnPrompt;
-    dc.chatTemplate = spec.chatTemplate;
+    const data::DataConfig dc = data::dataConfigFor(spec);
     for (const auto& f : spec.data)
         m_files += (m_files.empty() ? "" : ", ") + f;
 
