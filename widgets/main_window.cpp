@@ -246,7 +246,7 @@ void MainWindow::wirePages()
             m_plan->useHostGpus(gpuName, memoryMiB, count);
             showPage(Page::Plan);
         });
-    m_monitor->setPredictor(&predictedBytesPerRank);
+    m_monitor->setPredictor(&planOfRunSpec);
     m_monitor->setStore(m_store);
     connect(
         m_store, &jobs::RunService::runsListed, this, [this](const QVector<jobs::RunRecord>& r) {

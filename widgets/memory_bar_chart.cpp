@@ -168,10 +168,16 @@ QString MemoryBarChart::describeBar(int index) const
     const MemoryBar& bar = m_bars[size_t(index)];
     QStringList lines {"<b>" + bar.label.toHtmlEscaped() + "</b>"};
     double sum = 0.0;
+    const bool planned = bar.plannedBytes.size() == bar.bytes.size();
     for (int c = 0; c < m_categories.size() && size_t(c) < bar.bytes.size(); ++c) {
         sum += bar.bytes[size_t(c)];
-        lines << tr("%1: %2").arg(
+        QString line = tr("%1: %2").arg(
             m_categories[c].toHtmlEscaped(), formatAxisBytes(bar.bytes[size_t(c)]));
+        if (planned)
+            line += tr(" · %1 %2")
+                        .arg(m_predictionLabel.toHtmlEscaped(),
+                            formatAxisBytes(bar.plannedBytes[size_t(c)]));
+        lines << line;
     }
     lines << tr("sum of categories: %1").arg(formatAxisBytes(sum));
     if (bar.measuredPeakBytes)

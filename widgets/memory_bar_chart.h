@@ -26,6 +26,9 @@ struct MemoryBar {
     // The allocator's measured peak: the bar reaches it (what the categories do not account
     // for is stacked on top as its own segment) and its label reads measured vs predicted.
     std::optional<double> measuredPeakBytes;
+    // The plan's bytes per category (setCategories' order), said beside each measured one in
+    // the tooltip; empty: none.
+    std::vector<double> plannedBytes;
     // More lines for the hover tooltip (plain text), e.g. a GPU caching allocator's figures.
     QStringList notes;
 };

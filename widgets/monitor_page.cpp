@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <QComboBox>
+#include <QCoreApplication>
 #include <QFileDialog>
 #include <QGridLayout>
 #include <QHBoxLayout>
@@ -21,6 +22,7 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
+#include "protocol/memory_categories.h"
 #include "widgets/background.h"
 #include "widgets/live_plot.h"
 #include "widgets/memory_bar_chart.h"
@@ -31,14 +33,18 @@ namespace shard::widgets {
 
 QStringList memoryCategoryNames()
 {
-    return {QObject::tr("sharded params"), QObject::tr("gathered params"), QObject::tr("grads"),
-        QObject::tr("optimizer"), QObject::tr("activations"), QObject::tr("other")};
+    QStringList names;
+    for (const protocol::MemoryCategory& c : protocol::memoryCategories())
+        names << QCoreApplication::translate("shard::protocol::MemoryCategory", c.label);
+    return names;
 }
 
 std::vector<double> memoryByCategory(const protocol::RankMemory& m)
 {
-    return {double(m.shardedParamBytes), double(m.gatheredParamBytes), double(m.gradBytes),
-        double(m.optimizerBytes), double(m.activationBytes), double(m.otherBytes)};
+    std::vector<double> bytes;
+    for (const protocol::MemoryCategory& c : protocol::memoryCategories())
+        bytes.push_back(double(m.*c.bytes));
+    return bytes;
 }
 
 MonitorPage::MonitorPage(QWidget* parent)
@@ -505,6 +511,8 @@ void MonitorPage::reset()
     m_loss->setEmptyText(tr("Waiting for the run's first step…"));
     m_run = jobs::RunSeries {};
     m_predictedBytes.reset();
+    m_plannedByCategory.clear();
+    m_plannedPeakPhase.clear();
     ++m_predictionGeneration;
     m_totalSteps = 0;
     m_finished = false;
@@ -586,10 +594,20 @@ void MonitorPage::onUpdate(const jobs::FollowUpdate& u)
             const quint64 generation = ++m_predictionGeneration;
             runInBackground(
                 this, [p = m_predictor, spec = u.spec] { return p(spec); },
-                [this, generation](std::optional<double> bytes) {
+                [this, generation](std::optional<plan::PlanResult> planned) {
                     if (generation != m_predictionGeneration)
                         return;
-                    m_predictedBytes = bytes;
+                    m_plannedByCategory.clear();
+                    m_plannedPeakPhase.clear();
+                    if (planned) {
+                        for (int64_t b :
+                            protocol::plannedByCategory(planned->perDevice.components()))
+                            m_plannedByCategory.push_back(double(b));
+                        m_plannedPeakPhase = QString::fromStdString(planned->peakPhase);
+                        // The worker's own estimate (its start event), when it came, stays.
+                        if (!m_predictedBytes)
+                            m_predictedBytes = double(planned->perDevice.total());
+                    }
                     updateMemory();
                 });
         }
@@ -635,7 +653,6 @@ void MonitorPage::onUpdate(const jobs::FollowUpdate& u)
         // the one made here from the spec (which a remote model folder may not allow).
         if (e.kind == "start" && e.data.contains("planned_peak_bytes")
             && e.data["planned_peak_bytes"].is_number()) {
-            ++m_predictionGeneration;
             m_predictedBytes = e.data["planned_peak_bytes"].get<double>();
             updateMemory();
         }
@@ -770,6 +787,22 @@ void MonitorPage::updateMemory()
         bar.predictedBytes = m_predictedBytes;
         if (m.peakBytes > 0)
             bar.measuredPeakBytes = double(m.peakBytes);
+        // Planned at the peak against measured at the step's end: what lives only inside a
+        // step is freed by the record.
+        bar.plannedBytes = m_plannedByCategory;
+        if (!m_plannedByCategory.empty()) {
+            QStringList transient;
+            for (const protocol::MemoryCategory& c : protocol::memoryCategories())
+                if (!c.persistent && c.key != std::string("activations"))
+                    transient << QCoreApplication::translate(
+                        "shard::protocol::MemoryCategory", c.label);
+            bar.notes << tr("planned: at the peak of a step%1; measured: at the step's end, "
+                            "where %2 are freed (activations: the largest forward's)")
+                             .arg(m_plannedPeakPhase.isEmpty()
+                                     ? QString()
+                                     : tr(" (%1)").arg(m_plannedPeakPhase),
+                                 transient.join(tr(", ")));
+        }
         if (m.offloadedBytes > 0)
             bar.notes << tr("offloaded to host memory: %1 (masters, gradients, AdamW state)")
                              .arg(formatBytes(double(m.offloadedBytes)));

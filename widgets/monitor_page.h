@@ -15,6 +15,7 @@
 #include "jobs/run_series.h"
 #include "jobs/run_service.h"
 #include "jobs/run_store.h"
+#include "plan/planner.h"
 
 class QComboBox;
 class QLabel;
@@ -38,8 +39,9 @@ class MonitorPage : public QWidget {
 public:
     explicit MonitorPage(QWidget* parent = nullptr);
 
-    // Predicts bytes per rank for a run.json (the planner); empty when it cannot.
-    using Predictor = std::function<std::optional<double>(const nlohmann::json& spec)>;
+    // The planner's plan of a run.json (its total per rank is drawn beside each rank's measured
+    // memory, its categories compared with the measured ones); empty when it cannot plan it.
+    using Predictor = std::function<std::optional<plan::PlanResult>(const nlohmann::json& spec)>;
     void setPredictor(Predictor predictor) { m_predictor = std::move(predictor); }
     // Whether Resume is offered: the run has ended and the run service says it is resumable (a
     // complete checkpoint with steps left); resumeCheckDone() follows each change.
@@ -119,6 +121,10 @@ private:
     Predictor m_predictor;
     std::optional<double> m_predictedBytes;
     quint64 m_predictionGeneration = 0;
+    // The plan's bytes per memory category (protocol::memoryCategories' order; empty: none) and
+    // the moment of its peak.
+    std::vector<double> m_plannedByCategory;
+    QString m_plannedPeakPhase;
     int64_t m_totalSteps = 0;
     bool m_finished = false;
     // The reason in the finish event of the run's latest process (none since its last start).
@@ -162,6 +168,7 @@ private:
     void requestScalars();
 };
 
+// The memory categories (protocol/memory_categories.h) as the Monitor stacks them.
 QStringList memoryCategoryNames();
 std::vector<double> memoryByCategory(const protocol::RankMemory& m);
 using jobs::formatBytes;    // the one byte formatter (jobs/format_bytes.h)

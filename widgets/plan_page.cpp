@@ -161,17 +161,24 @@ QStringList planCategoryTips()
                     "AdamW's moments; GPU runs with offload).")};
 }
 
-std::optional<double> predictedBytesPerRank(const nlohmann::json& runSpec)
+std::optional<plan::PlanResult> planOfRunSpec(const nlohmann::json& runSpec)
 {
     try {
         const protocol::RunSpec s = protocol::runSpecFromJson(runSpec);
         // Capacity does not change the prediction; only the kind of device does.
         const plan::PlanInput in
             = plan::planInputFromSpec(s, plan::defaultDeviceFor(s, int64_t(1) << 40));
-        return double(plan::plan(in).perDevice.total());
+        return plan::plan(in);
     } catch (const std::exception&) {
         return std::nullopt;
     }
+}
+
+std::optional<double> predictedBytesPerRank(const nlohmann::json& runSpec)
+{
+    if (const auto p = planOfRunSpec(runSpec))
+        return double(p->perDevice.total());
+    return std::nullopt;
 }
 
 std::vector<double> planCategoryBytes(const plan::MemoryBreakdown& m)

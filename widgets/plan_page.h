@@ -158,6 +158,8 @@ QStringList planCategoryTips();
 // memory); empty when the spec or its model cannot be planned. Reads a model folder: call it off
 // the UI thread.
 std::optional<double> predictedBytesPerRank(const nlohmann::json& runSpec);
+// Its whole plan (the Monitor compares each memory category with it).
+std::optional<plan::PlanResult> planOfRunSpec(const nlohmann::json& runSpec);
 std::vector<double> planCategoryBytes(const plan::MemoryBreakdown& m);
 
 } // namespace shard::widgets

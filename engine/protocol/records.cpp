@@ -1,6 +1,8 @@
 // JSON encoding of metric and event records; the field names are the on-disk contract.
 #include "records.h"
 
+#include "protocol/memory_categories.h"
+
 #include <stdexcept>
 
 namespace shard::protocol {
@@ -57,12 +59,11 @@ void checkVersion(const nlohmann::json& j, const char* what)
 
 nlohmann::json toJson(const RankMemory& m)
 {
-    nlohmann::json j = {{"rank", m.rank}, {"sharded_params", m.shardedParamBytes},
-        {"gathered_params", m.gatheredParamBytes}, {"grads", m.gradBytes},
-        {"optimizer", m.optimizerBytes}, {"activations", m.activationBytes},
-        {"other", m.otherBytes}, {"current", m.currentBytes}, {"peak", m.peakBytes}};
-    if (m.frozenParamBytes > 0) // LoRA runs only: full fine-tuning records are unchanged
-        j["frozen_params"] = m.frozenParamBytes;
+    nlohmann::json j = {{"rank", m.rank}, {"current", m.currentBytes}, {"peak", m.peakBytes}};
+    // frozen_params: LoRA runs only, full fine-tuning records are unchanged.
+    for (const MemoryCategory& c : memoryCategories())
+        if (c.writtenWhenZero || m.*c.bytes > 0)
+            j[c.key] = m.*c.bytes;
     if (m.offloadedBytes > 0) // offloading runs only
         j["offloaded"] = m.offloadedBytes;
     if (m.cuda) // GPU ranks only: CPU records are unchanged
@@ -77,15 +78,10 @@ RankMemory rankMemoryFromJson(const nlohmann::json& j)
 {
     RankMemory m;
     m.rank = optional<int>(j, "rank", 0);
-    m.shardedParamBytes = optional<int64_t>(j, "sharded_params", 0);
-    m.gatheredParamBytes = optional<int64_t>(j, "gathered_params", 0);
-    m.gradBytes = optional<int64_t>(j, "grads", 0);
-    m.optimizerBytes = optional<int64_t>(j, "optimizer", 0);
-    m.activationBytes = optional<int64_t>(j, "activations", 0);
-    m.otherBytes = optional<int64_t>(j, "other", 0);
+    for (const MemoryCategory& c : memoryCategories())
+        m.*c.bytes = optional<int64_t>(j, c.key, 0);
     m.currentBytes = optional<int64_t>(j, "current", 0);
     m.peakBytes = optional<int64_t>(j, "peak", 0);
-    m.frozenParamBytes = optional<int64_t>(j, "frozen_params", 0);
     m.offloadedBytes = optional<int64_t>(j, "offloaded", 0);
     if (auto it = j.find("cuda"); it != j.end() && it->is_object()) {
         m.cuda = true;

@@ -28,6 +28,7 @@
 #include "widgets/live_plot.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/monitor_page.h"
+#include "widgets/plan_page.h"
 
 #include "../jobs/jobs_test_util.h"
 
@@ -162,7 +163,8 @@ private Q_SLOTS:
         const auto& bars = page.memoryChart()->bars();
         QCOMPARE(int(bars.size()), 2);
         QCOMPARE(bars[1].label, QString("rank 1"));
-        QCOMPARE(bars[1].bytes[4], 310.0); // activations
+        const auto activations = page.memoryChart()->categories().indexOf("activations");
+        QCOMPARE(bars[1].bytes.at(size_t(activations)), 310.0);
         auto* progress = page.findChild<QProgressBar*>();
         QVERIFY(progress);
         QCOMPARE(progress->maximum(), 40);
@@ -353,6 +355,46 @@ private Q_SLOTS:
         // Another folder opened in the page: the GPU line goes with the run.
         page.openRunDirectory(tmp.filePath("run-gpu-missing"));
         QTRY_VERIFY_WITH_TIMEOUT(page.deviceMemoryText().isEmpty(), 30000);
+    }
+
+    // One memory vocabulary (protocol/memory_categories.h): a LoRA run's frozen base is a
+    // category of its own on the chart (it was in no bar), and each category's measured bytes
+    // are said beside the plan's for it, with when each was taken.
+    void memoryCategoriesPlannedAgainstMeasured()
+    {
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString run = startedRun(tmp, "run-lora",
+            R"({"name":"lora","model":"tiny-1m","steps":1,"method":"lora","strategy":"zero3",)"
+            R"("device":"cpu","micro_batch":2,"seq_len":64})");
+        writeFile(run + "/metrics.jsonl",
+            R"({"v":1,"type":"metric","step":1,"tokens":128,"loss":2.5,"lr":0.001,)"
+            R"("grad_norm":1,"tokens_per_sec":100,"step_time":1,"wall_time":1,"memory":[)"
+            R"({"rank":0,"sharded_params":4000,"frozen_params":2500000,"grads":0,)"
+            R"("optimizer":8000,"activations":90000,"other":100,"current":2700000,)"
+            R"("peak":2900000}]})"
+            "\n");
+        Service store;
+        MonitorPage page;
+        page.setPredictor(&shard::widgets::planOfRunSpec);
+        page.setStore(&store.service);
+        page.show();
+        page.openRunDirectory(run);
+        QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 1, 30000);
+        MemoryBarChart* chart = page.memoryChart();
+        const int frozen = int(chart->categories().indexOf("frozen base"));
+        QVERIFY2(frozen >= 0, qPrintable(chart->categories().join(", ")));
+        QTRY_VERIFY_WITH_TIMEOUT(
+            !chart->bars().empty() && !chart->bars().at(0).plannedBytes.empty(), 30000);
+        const MemoryBar& bar = chart->bars().at(0);
+        QCOMPARE(bar.bytes.at(size_t(frozen)), 2500000.0);
+        QCOMPARE(bar.plannedBytes.size(), bar.bytes.size());
+        QVERIFY(bar.plannedBytes.at(size_t(frozen)) > 0); // the plan's frozen base of tiny-1m
+        QVERIFY(chart->legendEntries().contains("frozen base"));
+        const QString tip = chart->describeBar(0);
+        QVERIFY2(tip.contains("frozen base: 2.4 MiB · planned "), qPrintable(tip));
+        QVERIFY2(tip.contains("measured: at the step's end, where gathered params, grads"),
+            qPrintable(tip));
     }
 
     void skippedDataLinesAreShown()
