@@ -11,6 +11,7 @@
 #include <QFileInfo>
 
 #include "protocol/jsonl_reader.h"
+#include "protocol/memory_categories.h"
 #include "protocol/run_dir.h"
 
 namespace shard::jobs {
@@ -146,15 +147,11 @@ Result<RunSeries> loadStoredSeries(
             continue;
         protocol::RankMemory r;
         r.rank = rank.rank;
-        r.shardedParamBytes = qint64(rank.shardedParams.value(i));
-        r.gatheredParamBytes = qint64(rank.gatheredParams.value(i));
-        r.gradBytes = qint64(rank.grads.value(i));
-        r.optimizerBytes = qint64(rank.optimizer.value(i));
-        r.activationBytes = qint64(rank.activations.value(i));
-        r.otherBytes = qint64(rank.other.value(i));
+        const auto& categories = protocol::memoryCategories();
+        for (size_t c = 0; c < categories.size() && c < rank.byCategory.size(); ++c)
+            r.*categories[c].bytes = qint64(rank.byCategory[c].value(i));
         r.currentBytes = qint64(rank.current.value(i));
         r.peakBytes = qint64(rank.peak.value(i));
-        r.frozenParamBytes = qint64(rank.frozenParams.value(i));
         r.cuda = rank.cuda.value(i);
         r.cudaAllocatedBytes = qint64(rank.cudaAllocated.value(i));
         r.cudaAllocatedPeakBytes = qint64(rank.cudaAllocatedPeak.value(i));

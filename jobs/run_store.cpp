@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include <QDir>
 #include <QElapsedTimer>
@@ -16,6 +17,7 @@
 
 #include "jobs/sqlite_db.h"
 #include "protocol/config_diff.h"
+#include "protocol/memory_categories.h"
 
 namespace shard::jobs {
 
@@ -403,6 +405,37 @@ struct RunStore::Impl {
         return {};
     }
 
+    // A memory category added to protocol::memoryCategories() gets its column in the memory table
+    // here (0 for the points stored before): no migration is written for it. Under the write lock,
+    // so two processes opening the store at once add it once.
+    Status addCategoryColumns()
+    {
+        auto missing = [this] {
+            std::set<std::string> have;
+            auto info = db.prepare("PRAGMA table_info(memory)");
+            while (info.valid() && info.step())
+                have.insert(info.text(1).toStdString());
+            std::vector<const char*> out;
+            for (const protocol::MemoryCategory& c : protocol::memoryCategories())
+                if (!have.count(c.key))
+                    out.push_back(c.key);
+            return out;
+        };
+        if (missing().empty())
+            return {};
+        const QString doing = QStringLiteral("adding memory category columns");
+        Tx tx(this);
+        if (auto st = tx.begin(doing); !st)
+            return st;
+        for (const char* key : missing()) {
+            const QByteArray sql = QByteArray("ALTER TABLE memory ADD COLUMN ") + key
+                + " INTEGER NOT NULL DEFAULT 0";
+            if (auto st = execOrFail(sql.constData(), doing); !st)
+                return st;
+        }
+        return tx.commit(doing);
+    }
+
     SqliteDb::Statement prep(const char* sql) const
     {
         return const_cast<SqliteDb&>(db).prepare(sql);
@@ -578,6 +611,8 @@ Result<RunStore> RunStore::open(const QString& path, OpenMode mode, int busyTime
             return fail(s.error());
         impl->version = v + 1;
     }
+    if (auto st = impl->addCategoryColumns(); !st)
+        return fail(st.error());
     return RunStore(std::move(impl));
 }
 
@@ -859,12 +894,15 @@ Result<MetricSeries> RunStore::metricSeries(qint64 runId, qint64 afterStep) cons
 
 Result<QVector<MemorySeries>> RunStore::memorySeries(qint64 runId, qint64 afterStep) const
 {
-    auto st = d->prep("SELECT rank, step, sharded_params, gathered_params, grads, optimizer, "
-                      "activations, other, current, peak, frozen_params, cuda, cuda_allocated, "
-                      "cuda_allocated_peak, cuda_reserved, cuda_reserved_peak, "
-                      "cuda_alloc_retries, cuda_ooms, offloaded FROM memory WHERE run_id = ?1 "
-                      "AND step > ?2 "
-                      "ORDER BY rank, step");
+    const auto& categories = protocol::memoryCategories();
+    const int n = int(categories.size());
+    QByteArray sql = "SELECT rank, step";
+    for (const protocol::MemoryCategory& c : categories)
+        sql += QByteArray(", ") + c.key;
+    sql += ", current, peak, cuda, cuda_allocated, cuda_allocated_peak, cuda_reserved, "
+           "cuda_reserved_peak, cuda_alloc_retries, cuda_ooms, offloaded FROM memory WHERE "
+           "run_id = ?1 AND step > ?2 ORDER BY rank, step";
+    auto st = d->prep(sql.constData());
     if (!st.valid())
         return fail(d->describe(QStringLiteral("reading the memory of run %1").arg(runId)));
     st.bind(1, runId).bind(2, afterStep);
@@ -874,31 +912,36 @@ Result<QVector<MemorySeries>> RunStore::memorySeries(qint64 runId, qint64 afterS
         if (out.isEmpty() || out.back().rank != rank) {
             out.push_back({});
             out.back().rank = rank;
+            out.back().byCategory.resize(categories.size());
         }
         MemorySeries& m = out.back();
         auto f = [&](int col) { return static_cast<double>(st.int64(col)); };
         m.step.push_back(f(1));
-        m.shardedParams.push_back(f(2));
-        m.gatheredParams.push_back(f(3));
-        m.grads.push_back(f(4));
-        m.optimizer.push_back(f(5));
-        m.activations.push_back(f(6));
-        m.other.push_back(f(7));
-        m.current.push_back(f(8));
-        m.peak.push_back(f(9));
-        m.frozenParams.push_back(f(10));
-        m.cuda.push_back(st.int64(11) != 0);
-        m.cudaAllocated.push_back(f(12));
-        m.cudaAllocatedPeak.push_back(f(13));
-        m.cudaReserved.push_back(f(14));
-        m.cudaReservedPeak.push_back(f(15));
-        m.cudaAllocRetries.push_back(f(16));
-        m.cudaOoms.push_back(f(17));
-        m.offloaded.push_back(f(18));
+        for (int c = 0; c < n; ++c)
+            m.byCategory[size_t(c)].push_back(f(2 + c));
+        m.current.push_back(f(n + 2));
+        m.peak.push_back(f(n + 3));
+        m.cuda.push_back(st.int64(n + 4) != 0);
+        m.cudaAllocated.push_back(f(n + 5));
+        m.cudaAllocatedPeak.push_back(f(n + 6));
+        m.cudaReserved.push_back(f(n + 7));
+        m.cudaReservedPeak.push_back(f(n + 8));
+        m.cudaAllocRetries.push_back(f(n + 9));
+        m.cudaOoms.push_back(f(n + 10));
+        m.offloaded.push_back(f(n + 11));
     }
     if (st.lastCode() != SQLITE_DONE)
         return fail(d->describe(QStringLiteral("reading the memory of run %1").arg(runId)));
     return out;
+}
+
+QVector<double> MemorySeries::category(const char* key) const
+{
+    const auto& categories = protocol::memoryCategories();
+    for (size_t c = 0; c < categories.size() && c < byCategory.size(); ++c)
+        if (std::string_view(categories[c].key) == key)
+            return byCategory[c];
+    return {};
 }
 
 Result<QVector<EventRow>> RunStore::events(qint64 runId, qint64 afterId) const
@@ -999,12 +1042,17 @@ Status RunStore::appendMetrics(
         "INSERT OR REPLACE INTO metrics(run_id, step, tokens, loss, lr, grad_norm, "
         "tokens_per_sec, step_time, wall_time, eval_loss, comm_bytes) VALUES(?1, ?2, ?3, ?4, ?5, "
         "?6, ?7, ?8, ?9, ?10, ?11)");
-    auto mem = d->db.prepare(
-        "INSERT OR REPLACE INTO memory(run_id, step, rank, sharded_params, gathered_params, grads, "
-        "optimizer, activations, other, current, peak, frozen_params, cuda, cuda_allocated, "
-        "cuda_allocated_peak, cuda_reserved, cuda_reserved_peak, cuda_alloc_retries, cuda_ooms, "
-        "offloaded) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-        "?17, ?18, ?19, ?20)");
+    const auto& categories = protocol::memoryCategories();
+    const int n = int(categories.size());
+    QByteArray memSql = "INSERT OR REPLACE INTO memory(run_id, step, rank";
+    for (const protocol::MemoryCategory& c : categories)
+        memSql += QByteArray(", ") + c.key;
+    memSql += ", current, peak, cuda, cuda_allocated, cuda_allocated_peak, cuda_reserved, "
+              "cuda_reserved_peak, cuda_alloc_retries, cuda_ooms, offloaded) VALUES(?1";
+    for (int i = 2; i <= n + 13; ++i)
+        memSql += ", ?" + QByteArray::number(i);
+    memSql += ")";
+    auto mem = d->db.prepare(memSql.constData());
     // A record's further scalars (a preference run's rewards) as tags, named as the engine's
     // TensorBoard file names them, so the Scalars tab and Compare read engine and imported runs
     // alike.
@@ -1043,26 +1091,19 @@ Status RunStore::appendMetrics(
             return fail(d->describe(doing));
         for (const auto& m : r.memory) {
             mem.reset();
-            mem.bind(1, runId)
-                .bind(2, static_cast<int64_t>(r.step))
-                .bind(3, m.rank)
-                .bind(4, static_cast<int64_t>(m.shardedParamBytes))
-                .bind(5, static_cast<int64_t>(m.gatheredParamBytes))
-                .bind(6, static_cast<int64_t>(m.gradBytes))
-                .bind(7, static_cast<int64_t>(m.optimizerBytes))
-                .bind(8, static_cast<int64_t>(m.activationBytes))
-                .bind(9, static_cast<int64_t>(m.otherBytes))
-                .bind(10, static_cast<int64_t>(m.currentBytes))
-                .bind(11, static_cast<int64_t>(m.peakBytes))
-                .bind(12, static_cast<int64_t>(m.frozenParamBytes))
-                .bind(13, static_cast<int64_t>(m.cuda ? 1 : 0))
-                .bind(14, static_cast<int64_t>(m.cudaAllocatedBytes))
-                .bind(15, static_cast<int64_t>(m.cudaAllocatedPeakBytes))
-                .bind(16, static_cast<int64_t>(m.cudaReservedBytes))
-                .bind(17, static_cast<int64_t>(m.cudaReservedPeakBytes))
-                .bind(18, static_cast<int64_t>(m.cudaAllocRetries))
-                .bind(19, static_cast<int64_t>(m.cudaOoms))
-                .bind(20, static_cast<int64_t>(m.offloadedBytes));
+            mem.bind(1, runId).bind(2, static_cast<int64_t>(r.step)).bind(3, m.rank);
+            for (int c = 0; c < n; ++c)
+                mem.bind(4 + c, static_cast<int64_t>(m.*categories[size_t(c)].bytes));
+            mem.bind(n + 4, static_cast<int64_t>(m.currentBytes))
+                .bind(n + 5, static_cast<int64_t>(m.peakBytes))
+                .bind(n + 6, static_cast<int64_t>(m.cuda ? 1 : 0))
+                .bind(n + 7, static_cast<int64_t>(m.cudaAllocatedBytes))
+                .bind(n + 8, static_cast<int64_t>(m.cudaAllocatedPeakBytes))
+                .bind(n + 9, static_cast<int64_t>(m.cudaReservedBytes))
+                .bind(n + 10, static_cast<int64_t>(m.cudaReservedPeakBytes))
+                .bind(n + 11, static_cast<int64_t>(m.cudaAllocRetries))
+                .bind(n + 12, static_cast<int64_t>(m.cudaOoms))
+                .bind(n + 13, static_cast<int64_t>(m.offloadedBytes));
             if (mem.exec() != SQLITE_DONE)
                 return fail(d->describe(doing));
             if (m.rank >= 0 && m.rank < 65536) {

@@ -121,9 +121,12 @@ struct ScalarSeries {
 struct MemorySeries {
     int rank = 0;
     QVector<double> step;
-    QVector<double> shardedParams, gatheredParams, grads, optimizer, activations, other;
+    // Bytes by category, in protocol::memoryCategories()' order (each is a store column named by
+    // its key: a category added to that table is stored and read without more code here).
+    std::vector<QVector<double>> byCategory;
     QVector<double> current, peak;
-    QVector<double> frozenParams; // LoRA: the frozen base
+    // One category's points by its key ("grads"); empty when there is no such category.
+    QVector<double> category(const char* key) const;
     // A GPU rank's caching allocator (protocol::RankMemory's cuda fields); cuda false on a CPU.
     QVector<bool> cuda;
     QVector<double> cudaAllocated, cudaAllocatedPeak, cudaReserved, cudaReservedPeak;

@@ -22,6 +22,7 @@
 #include "jobs/csv.h"
 #include "jobs/run_import.h"
 #include "jobs/run_series.h"
+#include "protocol/memory_categories.h"
 #include "run_follow.h"
 #include "terminal_text.h"
 
@@ -491,25 +492,23 @@ void exportRun(const RunsOptions& o)
     const jobs::RunRecord r = findRun(store, o.runs[0]);
     QByteArray csv;
     if (o.memory) {
-        csv = "step,rank,sharded_params,gathered_params,grads,optimizer,activations,other,current,"
-              "peak\n";
+        // Every memory category (protocol/memory_categories.h), then the allocator's figures.
+        const auto& categories = protocol::memoryCategories();
+        csv = "step,rank";
+        for (const protocol::MemoryCategory& c : categories)
+            csv += QByteArray(",") + c.key;
+        csv += ",current,peak\n";
         auto mem = store.memorySeries(r.id);
         if (!mem)
             throw std::runtime_error(mem.error().toStdString());
         for (const auto& m : *mem)
-            for (int i = 0; i < m.step.size(); ++i)
-                csv += QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9,%10\n")
-                           .arg(qint64(m.step[i]))
-                           .arg(m.rank)
-                           .arg(qint64(m.shardedParams[i]))
-                           .arg(qint64(m.gatheredParams[i]))
-                           .arg(qint64(m.grads[i]))
-                           .arg(qint64(m.optimizer[i]))
-                           .arg(qint64(m.activations[i]))
-                           .arg(qint64(m.other[i]))
-                           .arg(qint64(m.current[i]))
-                           .arg(qint64(m.peak[i]))
-                           .toUtf8();
+            for (int i = 0; i < m.step.size(); ++i) {
+                csv += QByteArray::number(qint64(m.step[i])) + "," + QByteArray::number(m.rank);
+                for (size_t c = 0; c < categories.size(); ++c)
+                    csv += "," + QByteArray::number(qint64(m.byCategory[c][i]));
+                csv += "," + QByteArray::number(qint64(m.current[i])) + ","
+                    + QByteArray::number(qint64(m.peak[i])) + "\n";
+            }
     } else {
         csv = "step,tokens,wall_time,loss,lr,grad_norm,tokens_per_sec,step_time,comm_bytes,"
               "eval_loss\n";

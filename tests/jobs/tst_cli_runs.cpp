@@ -155,6 +155,10 @@ private Q_SLOTS:
         QVERIFY(lines[1].startsWith("1,256,"));
         o = shard({"runs", "export", "alpha", "--memory"});
         QCOMPARE(o.out.trimmed().split('\n').size(), 1 + 25 * 2);
+        // Every memory category is a column (a LoRA run's frozen base was left out).
+        QVERIFY2(o.out.startsWith("step,rank,sharded_params,gathered_params,frozen_params,grads,"
+                                  "optimizer,activations,other,current,peak\n"),
+            qPrintable(o.out.left(200)));
     }
 
     void killedCliThenReattach()

@@ -11,6 +11,7 @@
 
 #include "jobs/run_series.h"
 #include "jobs/run_store.h"
+#include "protocol/memory_categories.h"
 #include "protocol/run_pace.h"
 
 using namespace shard::jobs;
@@ -197,6 +198,44 @@ private Q_SLOTS:
         QCOMPARE(store->listRuns()->front().durationMs(), qint64(26000));
     }
 
+    // One memory vocabulary: the memory table's category columns follow
+    // protocol::memoryCategories(). A store without one of them (here frozen_params dropped, as a
+    // store made before a new category would be) gets it at open, and every category round-trips
+    // through the store, the series and the CSV-facing accessor.
+    void memoryCategoryColumnsFollowTheTable()
+    {
+        QTemporaryDir dir;
+        const QString path = dir.filePath("runs.sqlite");
+        QVERIFY(RunStore::open(path));
+        {
+            sqlite3* db = nullptr;
+            QCOMPARE(sqlite3_open(path.toUtf8().constData(), &db), SQLITE_OK);
+            QCOMPARE(sqlite3_exec(db, "ALTER TABLE memory DROP COLUMN frozen_params", nullptr,
+                         nullptr, nullptr),
+                SQLITE_OK);
+            sqlite3_close(db);
+        }
+        auto store = RunStore::open(path);
+        QVERIFY2(store, qPrintable(store.error()));
+        const qint64 id = *store->createRun({});
+        MetricRecord r = metric(1, 2.0, 10);
+        RankMemory m;
+        int64_t value = 100;
+        for (const shard::protocol::MemoryCategory& c : shard::protocol::memoryCategories())
+            m.*c.bytes = value++;
+        r.memory = {m};
+        QVERIFY(store->appendMetrics(id, {r}, 10));
+        auto mem = store->memorySeries(id);
+        QVERIFY2(mem, qPrintable(mem.error()));
+        value = 100;
+        for (const shard::protocol::MemoryCategory& c : shard::protocol::memoryCategories())
+            QCOMPARE(mem->at(0).category(c.key), (QVector<double> {double(value++)}));
+        QCOMPARE(mem->at(0).category("frozen_params"), (QVector<double> {102}));
+        auto series = shard::jobs::loadStoredSeries(*store, id);
+        QVERIFY(series);
+        QCOMPARE(series->lastMemory.front().frozenParamBytes, int64_t(102));
+    }
+
     void summaryAndSeries()
     {
         QTemporaryDir dir;
@@ -239,7 +278,7 @@ private Q_SLOTS:
         QCOMPARE(mem->size(), 2);
         QCOMPARE(mem->at(1).rank, 1);
         QCOMPARE(mem->at(1).peak, (QVector<double> {200, 120, 500}));
-        QCOMPARE(mem->at(0).shardedParams, (QVector<double> {10, 10, 10}));
+        QCOMPARE(mem->at(0).category("sharded_params"), (QVector<double> {10, 10, 10}));
 
         shard::protocol::EventRecord e;
         e.kind = "finish";
