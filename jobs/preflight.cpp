@@ -231,7 +231,7 @@ QString checkBatch(const PreflightInput& in, const Preflight& p)
             .arg(largest > 0 ? tr("Set %1 to %2 or less (the largest that fits).")
                                    .arg(settingName(Setting::MicroBatch, w))
                                    .arg(largest)
-                             : tr("Use fewer %1, %2 full or a shorter %3.")
+                             : tr("Lower %1, set %2 to full or shorten %3.")
                                    .arg(settingName(Setting::Ranks, w),
                                        settingName(Setting::Checkpointing, w),
                                        settingName(Setting::SeqLen, w)));
@@ -263,15 +263,55 @@ QString settingName(Setting setting, Wording wording)
     case Setting::MicroBatch:
         return cli ? QStringLiteral("--micro-batch") : tr("“Micro-batch”");
     case Setting::Ranks:
-        return cli ? QStringLiteral("ranks (--nproc)") : tr("“Ranks per node”");
+        return cli ? QStringLiteral("--nproc-per-node") : tr("“Ranks per node”");
     case Setting::SeqLen:
         return cli ? QStringLiteral("--seq-len") : tr("“Sequence length”");
     case Setting::Checkpointing:
         return cli ? QStringLiteral("--checkpointing") : tr("“Activation checkpointing”");
     case Setting::SamplePrompts:
         return cli ? QStringLiteral("--sample-prompts") : tr("“Sample prompts”");
+    case Setting::Packing:
+        return cli ? QStringLiteral("--packing") : tr("“Pack short samples into full sequences”");
+    case Setting::GradAccum:
+        return cli ? QStringLiteral("--grad-accum") : tr("“Gradient accumulation”");
+    case Setting::Strategy:
+        return cli ? QStringLiteral("--strategy") : tr("“Strategy”");
+    case Setting::Offload:
+        return cli ? QStringLiteral("--offload") : tr("“Offload”");
+    case Setting::Precision:
+        return cli ? QStringLiteral("--precision") : tr("“Precision”");
+    case Setting::LearningRate:
+        return cli ? QStringLiteral("--lr") : tr("“Learning rate”");
+    case Setting::Steps:
+        return cli ? QStringLiteral("--steps") : tr("“Steps”");
+    case Setting::Warmup:
+        return cli ? QStringLiteral("--warmup") : tr("“Warm-up steps”");
+    case Setting::Count:
+        break;
     }
     return {};
+}
+
+QString inStudioWords(const QString& engineMessage)
+{
+    QStringList said;
+    for (int i = 0; i < int(Setting::Count); ++i) {
+        const auto setting = Setting(i);
+        const QString flag = settingName(setting, Wording::Cli);
+        // The flag itself, not a longer one it begins ("--eval-data", not "--eval-data-x").
+        for (qsizetype at = engineMessage.indexOf(flag); at >= 0;
+             at = engineMessage.indexOf(flag, at + 1)) {
+            const qsizetype end = at + flag.size();
+            const QChar next = end < engineMessage.size() ? engineMessage[end] : QChar(' ');
+            if (!next.isLetterOrNumber() && next != QLatin1Char('-')) {
+                said << tr("%1 is %2").arg(flag, settingName(setting, Wording::Studio));
+                break;
+            }
+        }
+    }
+    if (said.isEmpty())
+        return engineMessage;
+    return engineMessage + tr(" On the Launch page: %1.").arg(said.join(QStringLiteral(", ")));
 }
 
 bool Preflight::blocking() const

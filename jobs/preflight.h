@@ -32,9 +32,23 @@ enum class Setting {
     SeqLen,
     Checkpointing,
     SamplePrompts,
+    Packing,
+    GradAccum,
+    Strategy,
+    Offload,
+    Precision,
+    LearningRate,
+    Steps,
+    Warmup,
+    Count, // not a setting: how many there are
 };
-// "--micro-batch" / "the Micro-batch field" and so on.
+// "--micro-batch" (the train flag) / "“Micro-batch”" (the Launch page's field) and so on.
 QString settingName(Setting setting, Wording wording);
+
+// An engine message (a failed run's error) with each train flag it names said as the Launch
+// page names it: "… (pass --skip-bad-lines …)" gains " On the Launch page: --skip-bad-lines is
+// “Skip malformed lines”." The message is unchanged when it names none.
+QString inStudioWords(const QString& engineMessage);
 
 struct PreflightInput {
     protocol::RunSpec spec;

@@ -22,6 +22,7 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
+#include "jobs/preflight.h"
 #include "protocol/memory_categories.h"
 #include "widgets/background.h"
 #include "widgets/live_plot.h"
@@ -664,9 +665,10 @@ void MonitorPage::onUpdate(const jobs::FollowUpdate& u)
             m_lastSave.seconds = e.data.value("seconds", 0.0);
             updateCheckpointCost();
         }
-        if (e.kind == "error")
+        if (e.kind == "error") // the engine names its flags: said as the Launch page names them
             m_message->showMessage(
-                tr("The run reported an error: %1").arg(QString::fromStdString(e.message)));
+                tr("The run reported an error: %1")
+                    .arg(jobs::inStudioWords(QString::fromStdString(e.message))));
         else if (e.kind == "restart") {
             // The launcher healed a dead or hung rank (--max-restarts): marked where it failed.
             item->setForeground(2, QColor(200, 110, 20));

@@ -19,6 +19,7 @@
 
 #include <csignal>
 
+#include "jobs/preflight.h"
 #include "jobs/run_service.h"
 #include "jobs/run_store.h"
 #include "protocol/checkpoint_discovery.h"
@@ -395,6 +396,33 @@ private Q_SLOTS:
         QVERIFY2(tip.contains("frozen base: 2.4 MiB · planned "), qPrintable(tip));
         QVERIFY2(tip.contains("measured: at the step's end, where gathered params, grads"),
             qPrintable(tip));
+    }
+
+    // A run that failed after its start (its files on another host, where no preflight read
+    // them) says what the engine said, with each flag it names as the Launch page names it.
+    void engineErrorsNameTheLaunchPagesFields()
+    {
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString run = startedRun(tmp, "run-bad-data", R"({"name":"bad","steps":4})",
+            R"({"v":1,"type":"event","kind":"error","wall_time":1,"step":0,)"
+            R"x("message":"d.jsonl:3: malformed JSON (pass --skip-bad-lines to skip such lines)",)x"
+            R"("data":{}})"
+            "\n"
+            R"({"v":1,"type":"event","kind":"finish","wall_time":1,"step":0,)"
+            R"("message":"training failed","data":{"reason":"error"}})"
+            "\n");
+        Service store;
+        MonitorPage page;
+        page.setStore(&store.service);
+        page.openRunDirectory(run);
+        QTRY_VERIFY_WITH_TIMEOUT(page.messageText().contains("malformed JSON"), 30000);
+        QVERIFY2(page.messageText().contains(
+                     "On the Launch page: --skip-bad-lines is “Skip malformed lines”."),
+            qPrintable(page.messageText()));
+        // Only whole flags, and a message naming none is left as it is.
+        QCOMPARE(shard::jobs::inStudioWords("--steps-per-epoch 3"), QString("--steps-per-epoch 3"));
+        QVERIFY(shard::jobs::inStudioWords("(--micro-batch 250)").endsWith("“Micro-batch”."));
     }
 
     void skippedDataLinesAreShown()
