@@ -88,6 +88,8 @@ int screenshot(
                 window.launchPage()->loadRunSpec(loaded.value().config);
             }
         }
+        // The fields' preflight (model, data, fit) runs off the UI thread: its findings shown.
+        waitUntil([&] { return !window.launchPage()->checking(); }, 8000);
         break;
     case Page::Runs:
         QObject::connect(window.runsPage(), &RunsPage::refreshed, &window, [&] { ready = true; });
