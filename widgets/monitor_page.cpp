@@ -793,17 +793,23 @@ void MonitorPage::updateMemory()
         // step is freed by the record.
         bar.plannedBytes = m_plannedByCategory;
         if (!m_plannedByCategory.empty()) {
-            QStringList transient;
-            for (const protocol::MemoryCategory& c : protocol::memoryCategories())
-                if (!c.persistent && c.key != std::string("activations"))
-                    transient << QCoreApplication::translate(
-                        "shard::protocol::MemoryCategory", c.label);
+            using Measured = protocol::MemoryCategory::Measured;
+            auto labels = [](Measured kind) {
+                QStringList out;
+                for (const protocol::MemoryCategory& c : protocol::memoryCategories())
+                    if (c.measured == kind)
+                        out << QCoreApplication::translate(
+                            "shard::protocol::MemoryCategory", c.label);
+                return out.join(tr(", "));
+            };
             bar.notes << tr("planned: at the peak of a step%1; measured: at the step's end, "
-                            "where %2 are freed (activations: the largest forward's)")
+                            "where %2 are freed (%3: the largest forward's; %4: the rest the "
+                            "allocator holds)")
                              .arg(m_plannedPeakPhase.isEmpty()
                                      ? QString()
                                      : tr(" (%1)").arg(m_plannedPeakPhase),
-                                 transient.join(tr(", ")));
+                                 labels(Measured::Freed), labels(Measured::Largest),
+                                 labels(Measured::Rest));
         }
         if (m.offloadedBytes > 0)
             bar.notes << tr("offloaded to host memory: %1 (masters, gradients, AdamW state)")

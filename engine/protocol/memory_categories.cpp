@@ -9,19 +9,20 @@ const std::vector<MemoryCategory>& memoryCategories()
 {
     // The planner's comm buffers (reduce inputs and outputs) and overhead are not categories
     // the engine keeps apart: the counting allocator has them in "other".
+    using M = MemoryCategory::Measured;
     static const std::vector<MemoryCategory> table = {
-        {"sharded_params", "sharded params", &RankMemory::shardedParamBytes, true, true,
+        {"sharded_params", "sharded params", &RankMemory::shardedParamBytes, M::Held, true,
             {"sharded_params", "adapters"}},
-        {"gathered_params", "gathered params", &RankMemory::gatheredParamBytes, false, true,
+        {"gathered_params", "gathered params", &RankMemory::gatheredParamBytes, M::Freed, true,
             {"gathered_params"}},
-        {"frozen_params", "frozen base", &RankMemory::frozenParamBytes, true, false,
+        {"frozen_params", "frozen base", &RankMemory::frozenParamBytes, M::Held, false,
             {"frozen_base", "quantized_base"}},
-        {"grads", "grads", &RankMemory::gradBytes, false, true, {"grads", "adapter_grads"}},
-        {"optimizer", "optimizer", &RankMemory::optimizerBytes, true, true,
+        {"grads", "grads", &RankMemory::gradBytes, M::Freed, true, {"grads", "adapter_grads"}},
+        {"optimizer", "optimizer", &RankMemory::optimizerBytes, M::Held, true,
             {"optimizer", "adapter_optimizer"}},
-        {"activations", "activations", &RankMemory::activationBytes, false, true,
+        {"activations", "activations", &RankMemory::activationBytes, M::Largest, true,
             {"activations", "logits"}},
-        {"other", "other", &RankMemory::otherBytes, false, true, {"comm_buffers", "overhead"}},
+        {"other", "other", &RankMemory::otherBytes, M::Rest, true, {"comm_buffers", "overhead"}},
     };
     return table;
 }
