@@ -9,14 +9,10 @@
 #include <QCoreApplication>
 #include <QDateTime>
 #include <QDir>
-#include <QFile>
 #include <QFileInfo>
 #include <QHash>
 
-#include <nlohmann/json.hpp>
-
 #include "data/data_loader.h"
-#include "data/sample_builder.h"
 #include "plan/planner.h"
 #include "plan/run_spec_bridge.h"
 #include "tokenizer/tokenizer.h"
@@ -135,7 +131,7 @@ QString checkModel(const protocol::RunSpec& spec, Wording w)
     return {};
 }
 
-// The files themselves: present, JSON lines, and a first line that is an object.
+// The files themselves: present and named as JSON lines (their lines are read by the scan).
 QString checkDataFiles(const protocol::RunSpec& spec)
 {
     std::vector<std::string> files = spec.data;
