@@ -115,50 +115,22 @@ void addItems(QComboBox* box, const QStringList& values)
 
 QStringList planCategoryNames()
 {
-    return {QObject::tr("sharded params"), QObject::tr("gathered params"), QObject::tr("grads"),
-        QObject::tr("optimizer"), QObject::tr("activations"), QObject::tr("logits"),
-        QObject::tr("comm buffers"), QObject::tr("overhead"), QObject::tr("frozen base"),
-        QObject::tr("NF4 base"), QObject::tr("adapters"), QObject::tr("adapter grads"),
-        QObject::tr("adapter optimizer")};
+    QStringList names;
+    for (const plan::PlanComponent& c : plan::planComponents())
+        names << QString::fromUtf8(c.label);
+    return names;
 }
 
 QStringList planCategoryTips()
 {
     // In planCategoryNames()'s order, then the total and the host rows (engine/plan/ACCOUNTING.md).
-    return {QObject::tr("This rank's own master parameters: all of them under ddp, 1/S of them "
-                        "under ZeRO-1/2/3 and hybrid (S: the shard degree)."),
-        QObject::tr("Parameters in the compute dtype, gathered to compute with: the whole model "
-                    "under ZeRO-1/2 (and ddp when it computes in another dtype than its masters); "
-                    "under ZeRO-3 and hybrid only the embeddings, the head and the blocks in "
-                    "flight."),
-        QObject::tr("Gradients alive at the peak: the unsharded gradients that wait for their "
-                    "reduce and, under ZeRO, this rank's reduced shard. ddp holds the whole "
-                    "model's; ZeRO-1 keeps the whole model's unsharded gradients until its "
-                    "reduce-scatter as well as its shard, so it can show more than ddp; ZeRO-2 "
-                    "and ZeRO-3 reduce each block's as the backward goes."),
-        QObject::tr("AdamW's two moments for this rank's parameters: for the whole model under "
-                    "ddp, 1/S of it under ZeRO."),
-        QObject::tr("What the forward keeps for the backward, at the start of backward: every "
-                    "block's tensors (with checkpointing, each block's input and one block "
-                    "recomputed), the embeddings' and the last norm's. Freed by backward end, so "
-                    "a peak there shows 0 (checkpointing can move the peak to backward end)."),
-        QObject::tr("The LM head's logits and their gradient over one chunk of rows (the head "
-                    "and the cross entropy run fused, chunk by chunk), and the hidden states' "
-                    "gradient."),
-        QObject::tr("Reduce-scatter or all-reduce buffers alive at the peak (on CPU Gloo's "
-                    "receive buffer too)."),
-        QObject::tr("A fixed amount per device (on GPU the CUDA context and the caching "
-                    "allocator's reserve; 0 on CPU, where the engine counts its tensors) plus "
-                    "fragmentation as a share of the rest: the line under the chart gives both."),
-        QObject::tr("LoRA: the frozen base weights in the compute dtype (sharded 1/S under "
-                    "ZeRO-3 and hybrid)."),
-        QObject::tr("QLoRA: the base projections in NF4 with their block scales."),
-        QObject::tr("LoRA's A and B matrices (fp32 masters)."),
-        QObject::tr("The adapters' gradients."),
-        QObject::tr("AdamW's two moments for the adapters."),
-        QObject::tr("Everything above, per device."),
-        QObject::tr("Offloaded state in host memory per rank (masters, their gradients and "
-                    "AdamW's moments; GPU runs with offload).")};
+    QStringList tips;
+    for (const plan::PlanComponent& c : plan::planComponents())
+        tips << QString::fromUtf8(c.meaning);
+    tips << QObject::tr("Everything above, per device.")
+         << QObject::tr("Offloaded state in host memory per rank (masters, their gradients and "
+                        "AdamW's moments; GPU runs with offload).");
+    return tips;
 }
 
 std::optional<plan::PlanResult> planOfRunSpec(const nlohmann::json& runSpec)

@@ -319,25 +319,12 @@ void printHuman(const PlanInput& in, const std::vector<PlanResult>& all, const P
         std::printf("%*s", colWidth, name.c_str());
     }
     std::printf("\n");
-    const std::vector<std::pair<std::string, std::string>> labels = {
-        {"sharded_params", "params (own shard)"}, {"gathered_params", "params (gathered)"},
-        {"grads", "gradients"}, {"optimizer", "optimizer (AdamW)"}, {"activations", "activations"},
-        {"logits", "logits + grad"}, {"comm_buffers", "comm buffers"}, {"overhead", "overhead"},
-        {"frozen_base", "frozen base (own)"}, {"quantized_base", "NF4 base (own)"},
-        {"adapters", "adapters"}, {"adapter_grads", "adapter gradients"},
-        {"adapter_optimizer", "adapter AdamW"}};
-    const bool nf4 = in.method == Method::Qlora;
-    for (const auto& [key, label] : labels) {
-        const bool loraRow = key == "frozen_base" || key == "quantized_base" || key == "adapters"
-            || key == "adapter_grads" || key == "adapter_optimizer";
-        if ((loraRow && !in.usesLora()) || (key == "quantized_base" && !nf4)
-            || (in.usesLora() && (key == "sharded_params" || key == "grads" || key == "optimizer")))
+    for (const plan::PlanComponent& c : plan::planComponents()) {
+        if (!plan::heldUnder(c, in))
             continue;
-        std::printf("  %-*s", labelWidth - 2, label.c_str());
+        std::printf("  %-*s", labelWidth - 2, c.label);
         for (const auto& r : all)
-            for (const auto& [k, v] : r.perDevice.components())
-                if (k == key)
-                    std::printf("%*s", colWidth, gib(v).c_str());
+            std::printf("%*s", colWidth, gib(r.perDevice.*c.bytes).c_str());
         std::printf("\n");
     }
     std::printf("  %s\n", std::string(labelWidth - 2 + colWidth * all.size(), '-').c_str());
@@ -547,19 +534,15 @@ void printDeepSpeed(const PlanOptions& o, const ImportedConfig& c)
     printConfigNotes(c);
     std::printf("\n%-28s%14s%22s\n", "Memory per GPU (GiB)", "DeepSpeed",
         ("Shard Studio " + toString(in.strategy)).c_str());
-    const std::vector<std::pair<std::string, std::string>> labels = {
-        {"sharded_params", "params (16-bit + master)"}, {"gathered_params", "params (gathered)"},
-        {"grads", "gradients"}, {"optimizer", "optimizer (AdamW)"}, {"activations", "activations"},
-        {"logits", "logits + grad"}, {"comm_buffers", "comm buffers"}, {"overhead", "overhead"}};
-    auto valueOf = [](const MemoryBreakdown& b, const std::string& key) {
-        for (const auto& [k, v] : b.components())
-            if (k == key)
-                return v;
-        return int64_t {0};
-    };
-    for (const auto& [key, label] : labels)
-        std::printf("  %-26s%14s%22s\n", label.c_str(), gib(valueOf(r.perDevice, key)).c_str(),
-            engine ? gib(valueOf(engine->perDevice, key)).c_str() : "-");
+    // The full fine-tuning rows (DeepSpeed's figures have no LoRA split); its "sharded params"
+    // are the 16-bit parameters and the fp32 master.
+    for (const plan::PlanComponent& c : plan::planComponents())
+        if (c.held == plan::PlanComponent::Held::Always
+            || c.held == plan::PlanComponent::Held::Full)
+            std::printf("  %-26s%14s%22s\n",
+                c.bytes == &MemoryBreakdown::shardedParams ? "params (16-bit + master)" : c.label,
+                gib(r.perDevice.*c.bytes).c_str(),
+                engine ? gib(engine->perDevice.*c.bytes).c_str() : "-");
     std::printf("  %s\n", std::string(62, '-').c_str());
     std::printf("  %-26s%14s%22s\n", "total", gib(r.perDevice.total()).c_str(),
         engine ? gib(engine->perDevice.total()).c_str() : "-");

@@ -1217,18 +1217,96 @@ DeviceSpec DeviceSpec::cpu(int64_t memoryBytes)
     return d;
 }
 
+const std::vector<PlanComponent>& planComponents()
+{
+    using H = PlanComponent::Held;
+    using M = MemoryBreakdown;
+    static const std::vector<PlanComponent> table = {
+        {"sharded_params", "sharded params", &M::shardedParams, H::Full, true,
+            "This rank's own master parameters: all of them under ddp, 1/S of them under "
+            "ZeRO-1/2/3 and hybrid (S: the shard degree)."},
+        {"gathered_params", "gathered params", &M::gatheredParams, H::Always, true,
+            "Parameters in the compute dtype, gathered to compute with: the whole model under "
+            "ZeRO-1/2 (and ddp when it computes in another dtype than its masters); under ZeRO-3 "
+            "and hybrid only the embeddings, the head and the blocks in flight (with LoRA the "
+            "frozen base's, with QLoRA the running block's dequantised projections)."},
+        {"grads", "grads", &M::grads, H::Full, true,
+            "Gradients alive at the peak: the unsharded gradients that wait for their reduce and, "
+            "under ZeRO, this rank's reduced shard. ddp holds the whole model's; ZeRO-1 keeps the "
+            "whole model's unsharded gradients until its reduce-scatter as well as its shard, so "
+            "it can show more than ddp; ZeRO-2 and ZeRO-3 reduce each block's as the backward "
+            "goes."},
+        {"optimizer", "optimizer", &M::optimizer, H::Full, true,
+            "AdamW's two moments for this rank's parameters: for the whole model under ddp, 1/S "
+            "of it under ZeRO."},
+        {"activations", "activations", &M::activations, H::Always, false,
+            "What the forward keeps for the backward, at the start of backward: every block's "
+            "tensors (with checkpointing, each block's input and one block recomputed), the "
+            "embeddings' and the last norm's. Freed by backward end, so a peak there shows 0 "
+            "(checkpointing can move the peak to backward end)."},
+        {"logits", "logits", &M::logits, H::Always, false,
+            "The LM head's logits and their gradient over one chunk of rows (the head and the "
+            "cross entropy run fused, chunk by chunk), and the hidden states' gradient."},
+        {"comm_buffers", "comm buffers", &M::commBuffers, H::Always, false,
+            "Reduce-scatter or all-reduce buffers alive at the peak (on CPU Gloo's receive buffer "
+            "too)."},
+        {"overhead", "overhead", &M::overhead, H::Always, false,
+            "A fixed amount per device (on GPU the CUDA context and the caching allocator's "
+            "reserve; 0 on CPU, where the engine counts its tensors) plus fragmentation as a "
+            "share of the rest."},
+        {"frozen_base", "frozen base", &M::frozenBase, H::Lora, true,
+            "LoRA: the frozen base weights in the compute dtype (sharded 1/S under ZeRO-3 and "
+            "hybrid)."},
+        {"quantized_base", "NF4 base", &M::quantizedBase, H::Qlora, true,
+            "QLoRA: the base projections in NF4 with their block scales."},
+        {"adapters", "adapters", &M::adapters, H::Lora, true,
+            "LoRA's A and B matrices (fp32 masters, and their compute-dtype copies)."},
+        {"adapter_grads", "adapter grads", &M::adapterGrads, H::Lora, true,
+            "The adapters' gradients (sharded, unsharded and their reduce buffers)."},
+        {"adapter_optimizer", "adapter optimizer", &M::adapterOptimizer, H::Lora, true,
+            "AdamW's two moments for the adapters."},
+    };
+    return table;
+}
+
+bool heldUnder(const PlanComponent& c, const PlanInput& in)
+{
+    switch (c.held) {
+    case PlanComponent::Held::Always:
+        return true;
+    case PlanComponent::Held::Full:
+        return !in.usesLora();
+    case PlanComponent::Held::Lora:
+        return in.usesLora();
+    case PlanComponent::Held::Qlora:
+        return in.method == Method::Qlora;
+    }
+    return true;
+}
+
+int64_t MemoryBreakdown::modelStates() const
+{
+    int64_t sum = 0;
+    for (const PlanComponent& c : planComponents())
+        if (c.modelState)
+            sum += this->*c.bytes;
+    return sum;
+}
+
 int64_t MemoryBreakdown::total() const
 {
-    return modelStates() + activations + logits + commBuffers + overhead;
+    int64_t sum = 0;
+    for (const PlanComponent& c : planComponents())
+        sum += this->*c.bytes;
+    return sum;
 }
 
 std::vector<std::pair<std::string, int64_t>> MemoryBreakdown::components() const
 {
-    return {{"sharded_params", shardedParams}, {"gathered_params", gatheredParams},
-        {"grads", grads}, {"optimizer", optimizer}, {"activations", activations},
-        {"logits", logits}, {"comm_buffers", commBuffers}, {"overhead", overhead},
-        {"frozen_base", frozenBase}, {"quantized_base", quantizedBase}, {"adapters", adapters},
-        {"adapter_grads", adapterGrads}, {"adapter_optimizer", adapterOptimizer}};
+    std::vector<std::pair<std::string, int64_t>> out;
+    for (const PlanComponent& c : planComponents())
+        out.emplace_back(c.key, this->*c.bytes);
+    return out;
 }
 
 void validate(const PlanInput& in)

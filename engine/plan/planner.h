@@ -154,17 +154,31 @@ struct MemoryBreakdown {
     int64_t adapterGrads = 0;     // adapter gradients (sharded + unsharded + reduce buffers)
     int64_t adapterOptimizer = 0; // AdamW m and v of the adapters
 
-    int64_t modelStates() const
-    {
-        return shardedParams + gatheredParams + grads + optimizer + frozenBase + quantizedBase
-            + adapters + adapterGrads + adapterOptimizer;
-    }
+    // The model states: the components planComponents() marks so.
+    int64_t modelStates() const;
     int64_t total() const;
-    // (key, bytes) in display order; keys as in JSON: "sharded_params", "gathered_params",
-    // "grads", "optimizer", "activations", "logits", "comm_buffers", "overhead", "frozen_base",
-    // "quantized_base", "adapters", "adapter_grads", "adapter_optimizer".
+    // (key, bytes) in planComponents()' order.
     std::vector<std::pair<std::string, int64_t>> components() const;
 };
+
+// One row of the planner's memory accounting. Every view of a plan (its JSON, `shard plan`'s
+// table, the Plan page's table, chart and tooltips) loops over planComponents(), so a new
+// component is one row here and a field above (docs/ARCHITECTURE.md, section 4, item 6).
+struct PlanComponent {
+    const char* key;   // JSON key, e.g. "sharded_params"
+    const char* label; // as views show it, e.g. "sharded params" (measured ones as the Monitor)
+    int64_t MemoryBreakdown::*bytes;
+    enum class Held { Always, Full, Lora, Qlora } held; // under which fine-tuning (Lora: and QLoRA)
+    bool modelState;                                    // counted in MemoryBreakdown::modelStates()
+    const char* meaning; // what it holds, in a sentence or two (the Plan page's tooltip)
+};
+
+// In the order every view lists them: the full fine-tuning states, activations, logits, buffers
+// and overhead, then LoRA's.
+const std::vector<PlanComponent>& planComponents();
+// Whether a plan of `in` can hold the component (LoRA's rows under LoRA, NF4 under QLoRA, the
+// full model's gradients, optimizer and own shard under full fine-tuning).
+bool heldUnder(const PlanComponent& c, const PlanInput& in);
 
 struct PlanResult {
     PlanInput input;

@@ -703,6 +703,56 @@ void testCalibrationAndJson()
     CHECK_EQ(formatGiB(int64_t(3) << 29), std::string("1.50 GiB"));
 }
 
+// The component table is the one list every view loops over: it names each field of
+// MemoryBreakdown once, and total(), modelStates() and components() follow it.
+void testComponentTable()
+{
+    const auto& table = planComponents();
+    CHECK_EQ(table.size(), sizeof(MemoryBreakdown) / sizeof(int64_t)); // a new field needs a row
+    MemoryBreakdown m;
+    int64_t expectTotal = 0, expectStates = 0, value = 1;
+    for (const PlanComponent& c : table) {
+        CHECK_EQ(m.*c.bytes, int64_t(0)); // not named by an earlier row
+        m.*c.bytes = value;
+        expectTotal += value;
+        if (c.modelState)
+            expectStates += value;
+        value *= 2;
+    }
+    CHECK_EQ(m.total(), expectTotal);
+    CHECK_EQ(m.modelStates(), expectStates);
+    CHECK_EQ(m.modelStates(),
+        m.shardedParams + m.gatheredParams + m.grads + m.optimizer + m.frozenBase + m.quantizedBase
+            + m.adapters + m.adapterGrads + m.adapterOptimizer);
+    const auto parts = m.components();
+    CHECK_EQ(parts.size(), table.size());
+    for (size_t i = 0; i < table.size(); ++i) {
+        CHECK_EQ(parts[i].first, std::string(table[i].key));
+        CHECK_EQ(parts[i].second, m.*table[i].bytes);
+        CHECK(std::string(table[i].label).size() > 0 && std::string(table[i].meaning).size() > 20);
+    }
+    // Which fine-tuning holds which rows.
+    PlanInput full, lora, qlora;
+    lora.method = Method::Lora;
+    qlora.method = Method::Qlora;
+    auto rows = [&](const PlanInput& in) {
+        std::string out;
+        for (const PlanComponent& c : table)
+            if (heldUnder(c, in))
+                out += std::string(c.key) + " ";
+        return out;
+    };
+    CHECK_EQ(rows(full),
+        std::string("sharded_params gathered_params grads optimizer activations logits "
+                    "comm_buffers overhead "));
+    CHECK_EQ(rows(lora),
+        std::string("gathered_params activations logits comm_buffers overhead frozen_base "
+                    "adapters adapter_grads adapter_optimizer "));
+    CHECK_EQ(rows(qlora),
+        std::string("gathered_params activations logits comm_buffers overhead frozen_base "
+                    "quantized_base adapters adapter_grads adapter_optimizer "));
+}
+
 } // namespace
 
 // GPUs as nvidia-smi names them map to the catalogue (the Hosts page plans for what a host
@@ -862,5 +912,6 @@ int main()
     testNotesAndErrors();
     testCalibrationAndJson();
     testGpuNamesFromNvidiaSmi();
+    testComponentTable();
     return shard::plan::test::finish("tst_planner");
 }
