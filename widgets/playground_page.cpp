@@ -23,8 +23,11 @@
 #include <QSpinBox>
 #include <QTextCursor>
 #include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
 
 #include "jobs/generate_process.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #include "widgets/export_dialog.h"
 #include "widgets/message_bar.h"
 
@@ -64,63 +67,6 @@ QJsonObject readJsonObject(const QString& path)
     if (!f.open(QIODevice::ReadOnly))
         return {};
     return QJsonDocument::fromJson(f.readAll()).object();
-}
-
-// What the Chat row needs to know of a model path (a model folder, a run folder or one of its
-// checkpoints): the chat template its tokenizer carries, and whether its run trained on chat.
-struct ChatFacts {
-    bool known = false;     // a folder with a tokenizer_config.json was found
-    QString templateFamily; // "Llama 3", "ChatML", "Llama 2 [INST]", "a custom one"; empty: none
-    bool trainedOnChat = false;
-};
-
-ChatFacts chatFactsOf(const QString& path)
-{
-    ChatFacts facts;
-    if (path.isEmpty())
-        return facts;
-    QDir dir(path);
-    // The run folder: the path itself, its parent (run/model) or two up (run/checkpoints/step-N).
-    QString runDir;
-    for (const QString& up : {QStringLiteral("."), QStringLiteral(".."), QStringLiteral("../..")})
-        if (QFileInfo::exists(dir.filePath(up + "/run.json"))) {
-            runDir = QDir::cleanPath(dir.filePath(up));
-            break;
-        }
-    const QJsonObject run = runDir.isEmpty() ? QJsonObject() : readJsonObject(runDir + "/run.json");
-    // The tokenizer: the folder's own, else the run's exported model's, else its base model's.
-    QStringList folders {path};
-    if (!runDir.isEmpty())
-        folders << runDir + "/model" << run.value("model").toString();
-    for (const QString& folder : folders) {
-        const QString file = folder + "/tokenizer_config.json";
-        if (folder.isEmpty() || !QFileInfo::exists(file))
-            continue;
-        facts.known = true;
-        const QString text = readJsonObject(file).value("chat_template").toString();
-        if (text.contains("<|start_header_id|>"))
-            facts.templateFamily = QStringLiteral("Llama 3");
-        else if (text.contains("<|im_start|>"))
-            facts.templateFamily = QStringLiteral("ChatML");
-        else if (text.contains("[INST]"))
-            facts.templateFamily = QStringLiteral("Llama 2 [INST]");
-        else if (!text.isEmpty())
-            facts.templateFamily = QObject::tr("its own");
-        break;
-    }
-    // Trained on chat: a chat format or template named, or chat records in its first data file.
-    const QString format = run.value("data_format").toString();
-    facts.trainedOnChat
-        = format == QLatin1String("chat") || !run.value("chat_template").toString().isEmpty();
-    const QJsonArray data = run.value("data").toArray();
-    if (!facts.trainedOnChat && format == QLatin1String("auto") && !data.isEmpty()) {
-        QFile f(data.first().toString());
-        if (f.open(QIODevice::ReadOnly)) {
-            const QJsonObject first = QJsonDocument::fromJson(f.readLine()).object();
-            facts.trainedOnChat = first.contains("messages") || first.contains("conversations");
-        }
-    }
-    return facts;
 }
 
 } // namespace
@@ -219,8 +165,20 @@ PlaygroundPage::PlaygroundPage(QWidget* parent)
     m_prompt->setObjectName("prompt");
     m_prompt->setPlaceholderText(tr("Prompt (empty: start from BOS)"));
     m_prompt->setMaximumHeight(110);
-    m_chat = new QCheckBox(tr("&Chat (the tokenizer's chat template)"), this);
+    m_chat = new QCheckBox(tr("&Chat"), this);
     m_chat->setObjectName("chat");
+    m_chat->setToolTip(tr("Wrap the prompt in a chat template as one user turn (after the system "
+                          "prompt, when there is one)"));
+    m_template = new QComboBox(this);
+    m_template->setObjectName("chatTemplate");
+    m_template->addItem(tr("template: the run's or tokenizer's"), QString());
+    m_template->addItem(QStringLiteral("Llama 3"), QStringLiteral("llama3"));
+    m_template->addItem(QStringLiteral("ChatML"), QStringLiteral("chatml"));
+    m_template->addItem(QStringLiteral("Llama 2 [INST]"), QStringLiteral("llama2"));
+    m_template->setToolTip(tr("The chat template Chat renders the prompt with: by default the one "
+                              "the run was trained with, else the tokenizer's"));
+    m_template->setEnabled(false);
+    connect(m_chat, &QCheckBox::toggled, m_template, &QWidget::setEnabled);
     m_system = new QLineEdit(this);
     m_system->setObjectName("systemPrompt");
     m_system->setPlaceholderText(tr("system prompt (chat)"));
@@ -231,6 +189,17 @@ PlaygroundPage::PlaygroundPage(QWidget* parent)
     m_chatHint->setWordWrap(true);
     m_chatHint->hide();
     connect(m_chat, &QCheckBox::toggled, this, &PlaygroundPage::updateChatHint);
+    m_chatCheck = new QFutureWatcher<ChatFacts>(this);
+    connect(m_chatCheck, &QFutureWatcher<ChatFacts>::finished, this, [this] {
+        m_chatFacts = m_chatCheck->result();
+        m_chatFactsKey = m_chatCheckKey;
+        if (m_chatCheckAgain) {
+            m_chatCheckAgain = false;
+            checkChat();
+        }
+        updateChatHint();
+    });
+    connect(m_template, &QComboBox::currentIndexChanged, this, &PlaygroundPage::checkChat);
 
     m_temperature = doubleSpin(this, 0.0, 5.0, 0.1, 0.8, "temperature");
     m_temperature->setSpecialValueText(tr("0 (greedy)"));
@@ -278,6 +247,7 @@ PlaygroundPage::PlaygroundPage(QWidget* parent)
     pv->addWidget(m_prompt);
     auto* chatRow = new QHBoxLayout;
     chatRow->addWidget(m_chat);
+    chatRow->addWidget(m_template);
     chatRow->addWidget(m_system, 1);
     pv->addLayout(chatRow);
     pv->addWidget(m_chatHint);
@@ -301,22 +271,112 @@ PlaygroundPage::PlaygroundPage(QWidget* parent)
     layout->addWidget(m_message);
     layout->addLayout(answers, 1);
     connect(m_panes[1].path, &QComboBox::editTextChanged, this, [this] { updateButtons(); });
-    connect(m_panes[0].path, &QComboBox::editTextChanged, this, &PlaygroundPage::updateChatHint);
+    connect(m_panes[0].path, &QComboBox::editTextChanged, this, &PlaygroundPage::checkChat);
     updateButtons();
+}
+
+// The run folder of a path (the path itself, its parent: <run>/model, or two up:
+// <run>/checkpoints/step-N), as `shard-worker generate` finds it; the tokenizer it reads (the
+// folder's own, else the run's exported model's, its --tokenizer's or its base model's); the
+// template it would render a chat with (this row's choice, else the run's, else the
+// tokenizer's: tokenizer::chooseChatTemplate, the engine's own choice).
+PlaygroundPage::ChatFacts PlaygroundPage::chatFactsOf(
+    const QString& path, const QString& templateName)
+{
+    ChatFacts facts;
+    if (path.isEmpty())
+        return facts;
+    QDir dir(path);
+    QString runDir;
+    for (const QString& up : {QStringLiteral("."), QStringLiteral(".."), QStringLiteral("../..")})
+        if (QFileInfo::exists(dir.filePath(up + "/run.json"))) {
+            runDir = QDir::cleanPath(dir.filePath(up));
+            break;
+        }
+    const QJsonObject run = runDir.isEmpty() ? QJsonObject() : readJsonObject(runDir + "/run.json");
+    const QString trained = run.value("chat_template").toString();
+    QStringList folders {path};
+    if (!runDir.isEmpty())
+        folders << runDir + "/model" << run.value("tokenizer").toString()
+                << run.value("model").toString();
+    for (const QString& folder : folders) {
+        if (folder.isEmpty() || !QFileInfo::exists(folder + "/tokenizer.json"))
+            continue;
+        facts.known = true;
+        const QString chosen = !templateName.isEmpty() ? templateName : trained;
+        try {
+            const auto tok = tokenizer::Tokenizer::fromFolder(folder.toStdString());
+            const auto choice = tokenizer::chooseChatTemplate(tok, chosen.toStdString());
+            QString source = QString::fromStdString(choice.source);
+            if (!templateName.isEmpty())
+                source = tr("chosen here");
+            else if (!trained.isEmpty())
+                source = tr("the run was trained with it: --chat-template %1").arg(trained);
+            facts.templateText
+                = tr("%1 template (%2)")
+                      .arg(QString::fromStdString(tokenizer::chatTemplateTitle(choice.kind)))
+                      .arg(source);
+        } catch (const std::exception& e) {
+            // The engine's reason up to its fix, which names a CLI flag; the row's is Template.
+            const QString why = QString::fromUtf8(e.what()).section(';', 0, 0);
+            facts.problem = tr("Chat cannot wrap a prompt for this model: %1. Choose a template "
+                               "in the list beside Chat.")
+                                .arg(why);
+        }
+        break;
+    }
+    // Trained on chat: a chat format or template named, or chat records in its first data file.
+    const QString format = run.value("data_format").toString();
+    facts.trainedOnChat = format == QLatin1String("chat") || !trained.isEmpty();
+    const QJsonArray data = run.value("data").toArray();
+    if (!facts.trainedOnChat && format == QLatin1String("auto") && !data.isEmpty()) {
+        QFile f(data.first().toString());
+        if (f.open(QIODevice::ReadOnly)) {
+            const QJsonObject first = QJsonDocument::fromJson(f.readLine()).object();
+            facts.trainedOnChat = first.contains("messages") || first.contains("conversations");
+        }
+    }
+    return facts;
+}
+
+void PlaygroundPage::checkChat()
+{
+    const QString path = modelPath(0), name = m_template->currentData().toString();
+    const QString key = path + QLatin1Char('\n') + name;
+    if (m_chatCheck->isRunning()) {
+        m_chatCheckAgain = key != m_chatCheckKey;
+        return;
+    }
+    if (key == m_chatFactsKey)
+        return;
+    m_chatCheckKey = key;
+    m_chatCheck->setFuture(QtConcurrent::run([path, name] { return chatFactsOf(path, name); }));
+    updateChatHint();
+}
+
+bool PlaygroundPage::checkingChat() const
+{
+    return m_chatCheck->isRunning();
+}
+
+void PlaygroundPage::setChatTemplate(const QString& name)
+{
+    const int i = m_template->findData(name);
+    m_template->setCurrentIndex(i < 0 ? 0 : i);
 }
 
 void PlaygroundPage::updateChatHint()
 {
-    const ChatFacts facts = chatFactsOf(modelPath(0));
+    const QString key = modelPath(0) + QLatin1Char('\n') + m_template->currentData().toString();
+    // Facts of another path or template say nothing until this one's are found.
+    const ChatFacts facts = key == m_chatFactsKey ? m_chatFacts : ChatFacts {};
     QString hint;
     if (facts.known && !m_chat->isChecked() && facts.trainedOnChat)
         hint = tr("This run was fine-tuned on chat data: turn on Chat so that the prompt is "
                   "wrapped in the template it learned (a plain prompt may get no answer).");
     else if (facts.known && m_chat->isChecked())
-        hint = facts.templateFamily.isEmpty()
-            ? tr("This model's tokenizer has no chat template: Chat uses one guessed from its "
-                 "special tokens, which may not be what it was trained with.")
-            : tr("Chat uses the tokenizer's chat template (%1).").arg(facts.templateFamily);
+        hint = facts.problem.isEmpty() ? tr("Chat uses the %1.").arg(facts.templateText)
+                                       : facts.problem;
     m_chatHint->setText(hint);
     m_chatHint->setVisible(!hint.isEmpty());
 }
@@ -395,6 +455,8 @@ QStringList PlaygroundPage::workerArgs(int pane) const
         QStringLiteral("--dtype"), m_dtype->currentText()};
     if (m_chat->isChecked()) {
         a << QStringLiteral("--chat");
+        if (const QString t = m_template->currentData().toString(); !t.isEmpty())
+            a << QStringLiteral("--chat-template") << t;
         if (!m_system->text().isEmpty())
             a << QStringLiteral("--system") << m_system->text();
     }

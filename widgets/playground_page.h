@@ -8,6 +8,7 @@
 
 #include <array>
 
+#include <QFutureWatcher>
 #include <QStringList>
 #include <QWidget>
 
@@ -68,6 +69,10 @@ public:
     // What the Chat row says about the first model: which template Chat applies, or that the
     // run was fine-tuned on chat data and wants Chat on ("chatHint").
     QString chatHintText() const;
+    // The Chat row's template: "" (the run's, else the tokenizer's), llama3, chatml or llama2.
+    void setChatTemplate(const QString& name);
+    // Whether the template Chat would use is being found (the tokenizer is read off the UI thread).
+    bool checkingChat() const;
 
 Q_SIGNALS:
     void tokenArrived(int pane);
@@ -90,6 +95,15 @@ private:
     };
     void browse(int pane);
     void updateButtons();
+    // What the Chat row says of the first pane's model, found on a pool thread.
+    struct ChatFacts {
+        bool known = false;         // a tokenizer was found
+        bool trainedOnChat = false; // its run trained on chat data
+        QString templateText;       // e.g. "ChatML (the tokenizer's chat_template)"
+        QString problem;            // why Chat cannot render a prompt for it ("" when it can)
+    };
+    static ChatFacts chatFactsOf(const QString& path, const QString& templateName);
+    void checkChat();
     void updateChatHint();
     void onFinished(int pane, bool ok, bool cancelled, const QString& message);
 
@@ -98,6 +112,12 @@ private:
     QPlainTextEdit* m_prompt = nullptr;
     QCheckBox* m_chat = nullptr;
     QLabel* m_chatHint = nullptr;
+    QComboBox* m_template = nullptr;
+    QFutureWatcher<ChatFacts>* m_chatCheck = nullptr;
+    QString m_chatCheckKey; // path and template of the check under way
+    bool m_chatCheckAgain = false;
+    ChatFacts m_chatFacts;
+    QString m_chatFactsKey; // what m_chatFacts is of
     QLineEdit* m_system = nullptr;
     QDoubleSpinBox* m_temperature = nullptr;
     QSpinBox* m_topK = nullptr;

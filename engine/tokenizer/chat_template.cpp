@@ -196,37 +196,57 @@ std::string chatTemplateName(ChatTemplateKind kind)
     return "?";
 }
 
-ChatTemplateKind detectChatTemplate(const Tokenizer& tok, std::string_view override)
+std::string chatTemplateTitle(ChatTemplateKind kind)
 {
+    switch (kind) {
+    case ChatTemplateKind::Llama3:
+        return "Llama 3";
+    case ChatTemplateKind::ChatML:
+        return "ChatML";
+    case ChatTemplateKind::Llama2:
+        return "Llama 2 [INST]";
+    }
+    return "?";
+}
+
+ChatTemplateChoice chooseChatTemplate(const Tokenizer& tok, std::string_view override)
+{
+    using K = ChatTemplateKind;
     if (!override.empty())
-        return chatTemplateFromOption(override);
+        return {chatTemplateFromOption(override), "--chat-template " + std::string(override)};
     const std::string& t = tok.chatTemplate();
     if (!t.empty()) {
         if (auto kind = chatTemplateFromText(t))
-            return *kind;
+            return {*kind, "the tokenizer's chat_template"};
         throw std::runtime_error(
             "tokenizer_config.json: chat_template is not one of the known templates (Llama 3, "
             "ChatML, Llama 2); pass --chat-template llama3|chatml|llama2 (or a template file of "
             "one of them) to choose one");
     }
+    const std::string none = "the tokenizer has no chat_template; guessed from ";
     if (tok.tokenToId("<|start_header_id|>") >= 0 && tok.tokenToId("<|eot_id|>") >= 0)
-        return ChatTemplateKind::Llama3;
+        return {K::Llama3, none + "its special tokens <|start_header_id|> and <|eot_id|>"};
     if (tok.tokenToId("<|im_start|>") >= 0 && tok.tokenToId("<|im_end|>") >= 0)
-        return ChatTemplateKind::ChatML;
+        return {K::ChatML, none + "its special tokens <|im_start|> and <|im_end|>"};
     if (tok.tokenizerClass() == "LlamaTokenizer" || tok.tokenizerClass() == "LlamaTokenizerFast")
-        return ChatTemplateKind::Llama2;
+        return {K::Llama2, none + "its class " + tok.tokenizerClass()};
     // Last, the model type from config.json: Qwen models speak ChatML; Llama models with a
     // SentencePiece vocabulary (BOS "<s>") are Llama 2.
     const std::string& type = tok.modelType();
     if (type.rfind("qwen", 0) == 0)
-        return ChatTemplateKind::ChatML;
+        return {K::ChatML, none + "the model type " + type};
     if (type == "llama" && tok.bosToken() == "<s>")
-        return ChatTemplateKind::Llama2;
+        return {K::Llama2, none + "the model type llama with BOS <s>"};
     throw std::runtime_error("tokenizer has no chat_template and its model type ('"
         + (tok.modelType().empty() ? std::string("unknown") : tok.modelType())
         + "') is not recognised; pass "
           "--chat-template llama3|chatml|llama2 (or a template file of one of them) to choose "
           "one");
+}
+
+ChatTemplateKind detectChatTemplate(const Tokenizer& tok, std::string_view override)
+{
+    return chooseChatTemplate(tok, override).kind;
 }
 
 std::vector<ChatSegment> renderChat(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,

@@ -37,8 +37,20 @@ std::optional<ChatTemplateKind> chatTemplateFromText(std::string_view templateTe
 // "chat_template"). Throws naming the option and the fix.
 ChatTemplateKind chatTemplateFromOption(std::string_view option);
 
+// The family as people name it: "Llama 3", "ChatML", "Llama 2 [INST]".
+std::string chatTemplateTitle(ChatTemplateKind kind);
+
+// Which template a chat is rendered with, and where that came from, in words such as "the
+// tokenizer's chat_template" or "guessed from the tokenizer's special tokens <|im_start|> and
+// <|im_end|>" (the Playground and `shard-worker generate` say it).
+struct ChatTemplateChoice {
+    ChatTemplateKind kind;
+    std::string source;
+};
+
 // `override` (a chatTemplateFromOption value, may be empty) wins; otherwise detection from the
 // tokenizer. Throws when no template is recognised, naming the fix (--chat-template ...).
+ChatTemplateChoice chooseChatTemplate(const Tokenizer& tokenizer, std::string_view override = {});
 ChatTemplateKind detectChatTemplate(const Tokenizer& tokenizer, std::string_view override = {});
 
 // Renders messages into segments. Special-token strings (e.g. "<|eot_id|>") appear as text and

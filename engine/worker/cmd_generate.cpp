@@ -20,6 +20,7 @@
 #include "core/model/hf_folder.h"
 #include "core/model/llama_model.h"
 #include "protocol/records.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shard::worker {
@@ -115,6 +116,28 @@ Source resolveSource(const GenerateArgs& a)
     if (hasTokenizer(dir))
         s.tokenizerDir = dir;
     return s;
+}
+
+// The chat template the run being generated from was trained with: the "chat_template" of the
+// run.json beside the folder or checkpoint (the folder itself, its parent: <run>/model, or two
+// up: <run>/checkpoints/step-N); "" when it named none or no run is found. Without it a run
+// trained with --chat-template would be prompted in its tokenizer's template instead.
+std::string trainedChatTemplate(const std::string& path)
+{
+    if (path.empty())
+        return {};
+    fs::path dir = fs::absolute(path).lexically_normal();
+    for (int up = 0; up < 3 && !dir.empty(); ++up, dir = dir.parent_path()) {
+        std::ifstream in(dir / "run.json");
+        if (!in)
+            continue;
+        const auto j = nlohmann::json::parse(in, nullptr, false);
+        if (!j.is_object() || !j.contains("data"))
+            continue; // not a run's spec
+        const auto t = j.find("chat_template");
+        return t != j.end() && t->is_string() ? t->get<std::string>() : std::string();
+    }
+    return {};
 }
 
 int64_t availableHostBytes()
@@ -219,6 +242,17 @@ void runGenerate(const GenerateArgs& a)
     po.chat = a.chat;
     po.system = a.system;
     po.chatTemplate = a.chatTemplate;
+    std::string why;
+    if (a.chat && po.chatTemplate.empty()) {
+        po.chatTemplate = trainedChatTemplate(a.checkpoint.empty() ? a.model : src.checkpoint);
+        if (!po.chatTemplate.empty())
+            why = "the run's ";
+    }
+    if (a.chat) {
+        const auto choice = tokenizer::chooseChatTemplate(tok, po.chatTemplate);
+        std::fprintf(stderr, "generate: chat template %s (%s%s)\n",
+            tokenizer::chatTemplateTitle(choice.kind).c_str(), why.c_str(), choice.source.c_str());
+    }
     std::vector<int32_t> prompt = engine::promptIds(tok, po);
     if (prompt.empty())
         throw std::runtime_error("the prompt encodes to no tokens and the tokenizer adds no BOS; "

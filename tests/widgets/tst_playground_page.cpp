@@ -6,6 +6,8 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -174,9 +176,11 @@ private Q_SLOTS:
         QVERIFY(empty.messageText().contains("Choose a model"));
     }
 
-    // The Chat row names the template Chat applies, says when there is none, and suggests Chat
-    // for a run fine-tuned on chat data (issue 27, item 11: such a run answered a plain prompt
-    // with "0 tokens (stop: eos)" and nothing said why).
+    // The Chat row names the template Chat applies and where it comes from (the engine's own
+    // choice: the run's, else the tokenizer's, else guessed), says when there is none it can
+    // render and lets one be chosen, and suggests Chat for a run fine-tuned on chat data (issue
+    // 27, item 11: such a run answered a plain prompt with "0 tokens (stop: eos)" and nothing
+    // said why; a run trained with --chat-template was prompted in its tokenizer's template).
     void chatHintNamesTheTemplateAndSuggestsChat()
     {
         QTemporaryDir tmp;
@@ -187,25 +191,95 @@ private Q_SLOTS:
             QVERIFY(f.open(QIODevice::WriteOnly));
             f.write(text);
         };
+        // A copy of the tiny model's tokenizer (the demo one: a Llama 3 template) whose
+        // tokenizer_config.json has `chatTemplate` ("": none).
+        auto tokenizerWith = [&](const QString& folder, const QString& chatTemplate) {
+            QDir().mkpath(tmp.filePath(folder));
+            QFile::copy(m_model + "/tokenizer.json", tmp.filePath(folder + "/tokenizer.json"));
+            QFile f(m_model + "/tokenizer_config.json");
+            QVERIFY(f.open(QIODevice::ReadOnly));
+            QJsonObject config = QJsonDocument::fromJson(f.readAll()).object();
+            if (chatTemplate.isEmpty())
+                config.remove("chat_template");
+            else
+                config["chat_template"] = chatTemplate;
+            write(folder + "/tokenizer_config.json", QJsonDocument(config).toJson());
+        };
         // Plain string literals: moc reads this file too.
         write("chat.jsonl", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n");
         write("run/run.json",
             "{\"data\":[\"" + tmp.filePath("chat.jsonl").toUtf8()
                 + "\"],\"data_format\":\"auto\",\"chat_template\":\"\",\"model\":\"/nowhere\"}");
-        write("run/model/tokenizer_config.json",
-            "{\"chat_template\":\"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}\"}");
-        write("plain/tokenizer_config.json", "{\"tokenizer_class\":\"LlamaTokenizer\"}");
+        tokenizerWith("run/model", "{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}");
+        tokenizerWith("plain", "");
+        tokenizerWith("odd", "{{ messages }}");
 
         PlaygroundPage page;
         page.setModelPath(0, tmp.filePath("run"));
-        QVERIFY2(page.chatHintText().contains("turn on Chat"), qPrintable(page.chatHintText()));
+        QTRY_VERIFY2(page.chatHintText().contains("turn on Chat"), qPrintable(page.chatHintText()));
         page.setChat(true);
-        QVERIFY2(page.chatHintText().contains("chat template (ChatML)"),
+        QVERIFY2(page.chatHintText().contains(
+                     "Chat uses the ChatML template (the tokenizer's chat_template)"),
             qPrintable(page.chatHintText()));
+        // No template in the tokenizer: the engine's guess, said as such.
         page.setModelPath(0, tmp.filePath("plain"));
-        QVERIFY2(page.chatHintText().contains("no chat template"), qPrintable(page.chatHintText()));
+        QTRY_VERIFY2(page.chatHintText().contains("Llama 3 template (the tokenizer has no "
+                                                  "chat_template; guessed from its special tokens"),
+            qPrintable(page.chatHintText()));
+        // A template the engine does not render: said, with the fix on this page.
+        page.setModelPath(0, tmp.filePath("odd"));
+        QTRY_VERIFY2(page.chatHintText().contains("Chat cannot wrap a prompt"),
+            qPrintable(page.chatHintText()));
+        QVERIFY2(
+            page.chatHintText().contains("Choose a template"), qPrintable(page.chatHintText()));
+        QVERIFY(!page.chatHintText().contains("--"));
+        page.setChatTemplate("chatml");
+        QTRY_VERIFY2(page.chatHintText().contains("ChatML template (chosen here)"),
+            qPrintable(page.chatHintText()));
+        QStringList a = page.workerArgs(0);
+        QCOMPARE(a.value(a.indexOf("--chat-template") + 1), QString("chatml"));
+        page.setChatTemplate(QString());
+        QVERIFY(!page.workerArgs(0).contains("--chat-template"));
         page.setChat(false);
+        page.setModelPath(0, tmp.filePath("plain"));
+        QTRY_VERIFY(!page.checkingChat());
         QVERIFY(page.chatHintText().isEmpty()); // a plain model, a plain prompt: nothing to say
+
+        // A run trained with --chat-template chatml on a tokenizer whose own is Llama 3: the
+        // page and the worker both use the run's.
+        QVERIFY(QDir().mkpath(tmp.filePath("trained")));
+        QVERIFY(QFile::link(m_model, tmp.filePath("trained/model")));
+        write("trained/run.json",
+            "{\"data\":[\"" + tmp.filePath("chat.jsonl").toUtf8()
+                + "\"],\"data_format\":\"chat\",\"chat_template\":\"chatml\",\"model\":\""
+                + m_model.toUtf8() + "\"}");
+        page.setModelPath(0, tmp.filePath("trained"));
+        page.setChat(true);
+        QTRY_VERIFY2(page.chatHintText().contains(
+                         "ChatML template (the run was trained with it: --chat-template chatml)"),
+            qPrintable(page.chatHintText()));
+        QProcess worker;
+        worker.start(m_worker,
+            {"generate", "--model", tmp.filePath("trained"), "--chat", "--prompt", "hi",
+                "--max-new-tokens", "1"});
+        QVERIFY(worker.waitForFinished(60000));
+        const QString err = QString::fromUtf8(worker.readAllStandardError());
+        QVERIFY2(worker.exitCode() == 0, qPrintable(err));
+        QVERIFY2(err.contains("chat template ChatML (the run's --chat-template chatml)"),
+            qPrintable(err));
+        // Given the exported model's folder, the same run is found.
+        worker.start(m_worker,
+            {"generate", "--model", tmp.filePath("trained/model"), "--chat", "--prompt", "hi",
+                "--max-new-tokens", "1"});
+        QVERIFY(worker.waitForFinished(60000));
+        QVERIFY2(QString::fromUtf8(worker.readAllStandardError()).contains("ChatML (the run's"),
+            "the exported model's run was not found");
+        // A model folder of no run: the tokenizer's own.
+        worker.start(m_worker,
+            {"generate", "--model", m_model, "--chat", "--prompt", "hi", "--max-new-tokens", "1"});
+        QVERIFY(worker.waitForFinished(60000));
+        QVERIFY(QString::fromUtf8(worker.readAllStandardError())
+                    .contains("chat template Llama 3 (the tokenizer's chat_template)"));
     }
 };
 
