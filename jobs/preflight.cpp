@@ -13,6 +13,7 @@
 #include <QHash>
 
 #include "data/data_loader.h"
+#include "data/sample_builder.h"
 #include "plan/planner.h"
 #include "plan/run_spec_bridge.h"
 #include "tokenizer/tokenizer.h"
@@ -39,6 +40,7 @@ struct DataScan {
     int64_t badLines = 0;
     QStringList badReports; // the first few "file:line: reason"
     bool preference = false;
+    QString pairPreview; // the objective takes pairs: its first three, as Preflight says
 };
 
 // The tokenizer folder a spec reads ("" when the data is pre-tokenized).
@@ -63,17 +65,35 @@ QString scanKey(const protocol::RunSpec& spec)
     file(tokenizerDir(spec) + "/tokenizer.json");
     parts << q(spec.dataFormat) << QString::number(spec.seqLen) << QString::number(spec.packing)
           << QString::number(spec.seed) << QString::number(spec.evalFraction, 'g', 17)
-          << QString::number(spec.trainOnPrompt) << q(spec.chatTemplate);
+          << QString::number(spec.trainOnPrompt) << q(spec.chatTemplate)
+          << QString::number(spec.usesPreferencePairs());
     return parts.join(QLatin1Char('\n'));
+}
+
+QString pairPreviewText(const protocol::RunSpec& spec, const tokenizer::Tokenizer& tok)
+{
+    QString text;
+    for (const data::PairPreview& p :
+        data::previewPairs(spec.data.front(), tok, spec.chatTemplate, spec.seqLen, 3)) {
+        text += tr("line %1").arg(p.line);
+        if (!p.problem.empty()) {
+            text += tr(": %1\n").arg(q(p.problem));
+            continue;
+        }
+        text += (p.truncated ? tr(" (cut to %1 tokens)").arg(spec.seqLen) : QString()) + "\n";
+        text += tr("  prompt:   %1\n  chosen:   %2\n  rejected: %3\n")
+                    .arg(q(p.prompt).trimmed(), q(p.chosen).trimmed(), q(p.rejected).trimmed());
+    }
+    return text.isEmpty() ? tr("(no pairs in %1)").arg(q(spec.data.front())) : text;
 }
 
 DataScan scanData(const protocol::RunSpec& spec)
 {
     DataScan scan;
+    std::shared_ptr<const tokenizer::Tokenizer> tok;
     try {
         data::DataConfig dc = data::dataConfigFor(spec);
         dc.skipBadLines = true; // counted here; whether they stop the run is the spec's choice
-        std::shared_ptr<const tokenizer::Tokenizer> tok;
         const QString tokFile = tokenizerDir(spec) + "/tokenizer.json";
         if (QFileInfo(tokFile).isFile())
             tok = std::make_shared<const tokenizer::Tokenizer>(
@@ -87,6 +107,14 @@ DataScan scanData(const protocol::RunSpec& spec)
         scan.preference = loader.preference();
     } catch (const std::exception& e) {
         scan.error = QString::fromUtf8(e.what());
+    }
+    // Shown even when the data cannot be trained on: its first lines say why.
+    if (spec.usesPreferencePairs() && tok && !spec.data.empty()) {
+        try {
+            scan.pairPreview = pairPreviewText(spec, *tok);
+        } catch (const std::exception& e) {
+            scan.pairPreview = QString::fromUtf8(e.what());
+        }
     }
     return scan;
 }
@@ -155,6 +183,7 @@ QString checkDataContent(const PreflightInput& in, Preflight& p)
     const protocol::RunSpec& spec = in.spec;
     const Wording w = in.wording;
     const DataScan scan = cachedScan(spec);
+    p.pairPreview = scan.pairPreview;
     if (!scan.error.isEmpty())
         return scan.error;
     p.trainRecords = scan.trainRecords;

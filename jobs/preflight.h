@@ -69,6 +69,10 @@ struct Preflight {
     QString dataNote; // warning: malformed lines that will be skipped
     int64_t trainRecords = -1; // records a step draws from; -1: the data was not read
     int64_t badLines = 0;      // malformed lines found (skipped or not)
+    // DPO / ORPO: the first pairs of the data as the model sees them (through the chat template,
+    // cut to the sequence length; a line that is no usable pair says why); "" when the data
+    // was not read here.
+    QString pairPreview;
 
     bool blocking() const;
     QString first() const;   // the first blocking problem

@@ -416,7 +416,10 @@ LaunchPage::LaunchPage(QWidget* parent)
             m_checks->setFuture(QtConcurrent::run([next] { return jobs::preflight(next); }));
             return;
         }
-        showChecks(commandMode() ? InputProblems() : m_checks->result());
+        const InputProblems result = m_checks->result();
+        if (!result.pairPreview.isEmpty() && !m_pairs->isHidden() && !m_pairsKey.isEmpty())
+            m_pairs->setPlainText(result.pairPreview);
+        showChecks(commandMode() ? InputProblems() : result);
     });
 
     m_debounce = new QTimer(this);
@@ -788,26 +791,8 @@ void LaunchPage::updatePairPreview(const protocol::RunSpec& spec)
                                           : tr("(no such file: %1)").arg(file));
         return;
     }
-    QString text;
-    try {
-        const auto tok = tokenizer::Tokenizer::fromFolder(tokDir.toStdString());
-        for (const data::PairPreview& p :
-            data::previewPairs(spec.data.front(), tok, spec.chatTemplate, spec.seqLen, 3)) {
-            text += tr("line %1").arg(p.line);
-            if (!p.problem.empty()) {
-                text += tr(": %1\n").arg(QString::fromStdString(p.problem));
-                continue;
-            }
-            text += (p.truncated ? tr(" (cut to %1 tokens)").arg(spec.seqLen) : QString()) + "\n";
-            text += tr("  prompt:   %1\n  chosen:   %2\n  rejected: %3\n")
-                        .arg(QString::fromStdString(p.prompt).trimmed(),
-                            QString::fromStdString(p.chosen).trimmed(),
-                            QString::fromStdString(p.rejected).trimmed());
-        }
-    } catch (const std::exception& e) {
-        text = QString::fromUtf8(e.what());
-    }
-    m_pairs->setPlainText(text.isEmpty() ? tr("(no pairs in %1)").arg(file) : text);
+    // The pairs are read by the preflight, with the tokenizer it loads anyway, off this thread.
+    m_pairs->setPlainText(tr("(reading the first pairs…)"));
 }
 
 jobs::PreflightInput LaunchPage::preflightInput(const protocol::RunSpec& spec) const

@@ -572,6 +572,11 @@ private Q_SLOTS:
         QTRY_VERIFY2(label("dataProblem")->text().contains("DPO or ORPO"),
             qPrintable(label("dataProblem")->text()));
         auto* objective = page.findChild<QComboBox*>("objective");
+        // The pairs are read with the tokenizer by the preflight, off the UI thread: when the
+        // form has been taken in, the preview still waits for them.
+        QStringList previewAtUpdate;
+        connect(&page, &LaunchPage::previewChanged, this,
+            [&] { previewAtUpdate << page.pairPreview(); });
         objective->setCurrentIndex(objective->findData("dpo"));
         // Pairs for DPO; the second has nothing to prefer, as the engine would refuse it.
         QTRY_VERIFY2(label("dataProblem")->text().contains("are the same answer"),
@@ -583,6 +588,8 @@ private Q_SLOTS:
         auto* preview = page.findChild<QPlainTextEdit*>("pairPreview");
         QTRY_VERIFY(preview->isVisible());
         QTRY_VERIFY2(page.pairPreview().contains("chosen:"), qPrintable(page.pairPreview()));
+        QVERIFY2(previewAtUpdate.contains(QString("(reading the first pairs…)")),
+            qPrintable(previewAtUpdate.join(" | ")));
         // The first pair through the Llama 3 template; the second is refused with its reason.
         QVERIFY2(page.pairPreview().contains("What is 2 + 2?")
                 && page.pairPreview().contains("<|start_header_id|>assistant"),
