@@ -118,6 +118,9 @@ void testBadFiles()
             {{"name", "default"}, {"template", "[INST] <<SYS>> {{ x }}"}}});
     CHECK(detectChatTemplate(Tokenizer::fromJson(tj, withField(cfg, "chat_template", named)))
         == ChatTemplateKind::Llama2);
+    CHECK_EQ(
+        chooseChatTemplate(Tokenizer::fromJson(tj, withField(cfg, "chat_template", named))).source,
+        std::string("the tokenizer's chat_template"));
     CHECK_THROWS(detectChatTemplate(Tokenizer::fromJson(
                      tj, withField(cfg, "chat_template", "{{ messages | custom }}"))),
         "--chat-template");
@@ -220,6 +223,18 @@ void testModelTypeDetection()
     };
     CHECK(detect(R"({"model_type": "llama"})") == ChatTemplateKind::Llama2);
     CHECK(detect(R"({"model_type": "qwen2"})") == ChatTemplateKind::ChatML);
+    // The choice says where it came from (the Playground and `generate --chat` say it).
+    {
+        const Tokenizer qwen = Tokenizer::fromFolder(dir.string());
+        const ChatTemplateChoice guessed = chooseChatTemplate(qwen);
+        CHECK(guessed.kind == ChatTemplateKind::ChatML);
+        CHECK_EQ(guessed.source,
+            std::string("the tokenizer has no chat_template; guessed from the model type qwen2"));
+        const ChatTemplateChoice chosen = chooseChatTemplate(qwen, "llama3");
+        CHECK(chosen.kind == ChatTemplateKind::Llama3);
+        CHECK_EQ(chosen.source, std::string("--chat-template llama3"));
+        CHECK_EQ(chatTemplateTitle(ChatTemplateKind::Llama2), std::string("Llama 2 [INST]"));
+    }
     CHECK_THROWS(detect(R"({"model_type": "gpt2"})"), "model type ('gpt2') is not recognised");
     CHECK_THROWS(detect("{ broken"), "model type ('unknown')");
     CHECK_EQ(Tokenizer::fromFolder(dir.string()).modelType(), std::string());
