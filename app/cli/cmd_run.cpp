@@ -84,6 +84,13 @@ void preflightCheck(const jobs::LaunchRequest& req, const RunOptions& o)
     in.checkFit = local;
     in.wording = jobs::Wording::Cli;
     const jobs::Preflight p = jobs::preflight(in);
+    // DPO / ORPO: the first pairs as the model will see them (as TRL and LLaMA-Factory print a
+    // processed example at the start), before a problem is said.
+    if (!p.pairPreview.isEmpty()) {
+        std::fprintf(stderr, "the first pairs, as the model sees them:\n");
+        for (const QString& line : p.pairPreview.split(QLatin1Char('\n'), Qt::SkipEmptyParts))
+            std::fprintf(stderr, "  %s\n", qPrintable(line));
+    }
     for (const QString& note : {p.dataNote, p.schedule})
         if (!note.isEmpty())
             std::fprintf(stderr, "note: %s\n", qPrintable(note));

@@ -210,6 +210,29 @@ private Q_SLOTS:
             + QStringList {"--skip-bad-lines", "--steps", "1"});
         QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
         QVERIFY2(o.err.contains("note: 2 malformed lines will be skipped"), qPrintable(o.err));
+
+        // DPO: the first pairs through the chat template, and a pair with nothing to prefer
+        // refused with its line, before anything starts.
+        const QString pairs = m_dir.filePath("pairs.jsonl");
+        QFile f(pairs);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"prompt":[{"role":"user","content":"What is 2 + 2?"}],)"
+                R"("chosen":[{"role":"assistant","content":"4"}],)"
+                R"("rejected":[{"role":"assistant","content":"5"}]})"
+                "\n"
+                R"({"prompt":"Name a colour.","chosen":"blue","rejected":"blue"})"
+                "\n");
+        f.close();
+        o = shard(QStringList {"run", "--name", "pairs", "--", "--objective", "dpo", "--model",
+            m_model, "--data", pairs, "--steps", "1", "--seq-len", "64", "--micro-batch", "1"});
+        QVERIFY(o.code != 0);
+        QVERIFY2(o.err.contains("the first pairs, as the model sees them:")
+                && o.err.contains("What is 2 + 2?")
+                && o.err.contains("<|start_header_id|>assistant")
+                && o.err.contains("line 2: \"chosen\" and \"rejected\" are the same"),
+            qPrintable(o.err));
+        QVERIFY2(o.err.contains("not started:"), qPrintable(o.err));
+        QVERIFY(!store->findRun("pairs"));
     }
 
     // `shard run --nproc 0` used to start the spec's rank count and exit 0 (issue 32).
