@@ -26,6 +26,7 @@
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "jobs/generate_process.h"
+#include "protocol/checkpoint_discovery.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "widgets/export_dialog.h"
@@ -286,13 +287,7 @@ PlaygroundPage::ChatFacts PlaygroundPage::chatFactsOf(
     ChatFacts facts;
     if (path.isEmpty())
         return facts;
-    QDir dir(path);
-    QString runDir;
-    for (const QString& up : {QStringLiteral("."), QStringLiteral(".."), QStringLiteral("../..")})
-        if (QFileInfo::exists(dir.filePath(up + "/run.json"))) {
-            runDir = QDir::cleanPath(dir.filePath(up));
-            break;
-        }
+    const QString runDir = QString::fromStdString(protocol::runFolderOf(path.toStdString()));
     const QJsonObject run = runDir.isEmpty() ? QJsonObject() : readJsonObject(runDir + "/run.json");
     const QString trained = run.value("chat_template").toString();
     QStringList folders {path};
@@ -342,7 +337,7 @@ PlaygroundPage::ChatFacts PlaygroundPage::chatFactsOf(
 void PlaygroundPage::checkChat()
 {
     const QString path = modelPath(0), name = m_template->currentData().toString();
-    const QString key = path + QLatin1Char('\n') + name;
+    const QString key = chatKey();
     if (m_chatCheck->isRunning()) {
         m_chatCheckAgain = key != m_chatCheckKey;
         return;
@@ -352,6 +347,11 @@ void PlaygroundPage::checkChat()
     m_chatCheckKey = key;
     m_chatCheck->setFuture(QtConcurrent::run([path, name] { return chatFactsOf(path, name); }));
     updateChatHint();
+}
+
+QString PlaygroundPage::chatKey() const
+{
+    return modelPath(0) + QLatin1Char('\n') + m_template->currentData().toString();
 }
 
 bool PlaygroundPage::checkingChat() const
@@ -367,7 +367,7 @@ void PlaygroundPage::setChatTemplate(const QString& name)
 
 void PlaygroundPage::updateChatHint()
 {
-    const QString key = modelPath(0) + QLatin1Char('\n') + m_template->currentData().toString();
+    const QString key = chatKey();
     // Facts of another path or template say nothing until this one's are found.
     const ChatFacts facts = key == m_chatFactsKey ? m_chatFacts : ChatFacts {};
     QString hint;

@@ -105,6 +105,7 @@ private:
     static ChatFacts chatFactsOf(const QString& path, const QString& templateName);
     void checkChat();
     void updateChatHint();
+    QString chatKey() const; // what ChatFacts depend on: the first pane's path and the template
     void onFinished(int pane, bool ok, bool cancelled, const QString& message);
 
     std::array<Pane, kPanes> m_panes;

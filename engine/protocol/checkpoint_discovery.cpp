@@ -76,4 +76,26 @@ bool hasStepsLeftToResume(const std::string& runDir)
     return steps <= 0 || latest->step < steps;
 }
 
+std::string runFolderOf(const std::string& path)
+{
+    if (path.empty())
+        return {};
+    std::error_code ec;
+    fs::path dir = fs::absolute(path, ec).lexically_normal();
+    if (ec)
+        return {};
+    for (int up = 0; up < 3 && !dir.empty(); ++up) {
+        std::ifstream in(dir / "run.json");
+        if (in) {
+            const auto j = nlohmann::json::parse(in, nullptr, false);
+            if (j.is_object() && j.contains("data"))
+                return dir.string();
+        }
+        if (!dir.has_relative_path())
+            break; // the root has no parent
+        dir = dir.parent_path();
+    }
+    return {};
+}
+
 } // namespace shard::protocol

@@ -32,4 +32,9 @@ std::optional<CheckpointEntry> latestCompleteCheckpoint(const std::string& runDi
 // (run.json; its steps may have been raised since the run ended).
 bool hasStepsLeftToResume(const std::string& runDir);
 
+// The run directory a model path belongs to: the path itself, its parent or its grandparent
+// (a run, <run>/model, <run>/checkpoints/step-<n>), the first holding a run.json that is a
+// run's spec (a JSON object with "data"); empty when none does. Absolute and normalised.
+std::string runFolderOf(const std::string& path);
+
 } // namespace shard::protocol

@@ -19,6 +19,7 @@
 #include "core/generate/generation.h"
 #include "core/model/hf_folder.h"
 #include "core/model/llama_model.h"
+#include "protocol/checkpoint_discovery.h"
 #include "protocol/records.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -124,20 +125,13 @@ Source resolveSource(const GenerateArgs& a)
 // trained with --chat-template would be prompted in its tokenizer's template instead.
 std::string trainedChatTemplate(const std::string& path)
 {
-    if (path.empty())
+    const std::string run = protocol::runFolderOf(path);
+    if (run.empty())
         return {};
-    fs::path dir = fs::absolute(path).lexically_normal();
-    for (int up = 0; up < 3 && !dir.empty(); ++up, dir = dir.parent_path()) {
-        std::ifstream in(dir / "run.json");
-        if (!in)
-            continue;
-        const auto j = nlohmann::json::parse(in, nullptr, false);
-        if (!j.is_object() || !j.contains("data"))
-            continue; // not a run's spec
-        const auto t = j.find("chat_template");
-        return t != j.end() && t->is_string() ? t->get<std::string>() : std::string();
-    }
-    return {};
+    std::ifstream in(fs::path(run) / "run.json");
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    const auto t = j.find("chat_template");
+    return t != j.end() && t->is_string() ? t->get<std::string>() : std::string();
 }
 
 int64_t availableHostBytes()

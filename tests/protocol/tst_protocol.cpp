@@ -4,8 +4,10 @@
 #include <QTest>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
+#include "protocol/checkpoint_discovery.h"
 #include "protocol/config_diff.h"
 #include "protocol/jsonl_reader.h"
 #include "protocol/records.h"
@@ -316,6 +318,43 @@ private Q_SLOTS:
         QCOMPARE(keys, (QStringList {"lora_rank", "method"}));
         QCOMPARE(d.at(0).values, (std::vector<std::string> {"8", "16"}));
         QCOMPARE(d.at(1).values, (std::vector<std::string> {"full", "lora"}));
+    }
+
+    // The run a model path belongs to: the run folder itself, <run>/model and
+    // <run>/checkpoints/step-<n> all lead to it; a run.json that is not a run's spec (an
+    // exported model's, a JSON array, broken JSON) is passed over; no run anywhere is empty.
+    void runFolderOfFindsTheRun()
+    {
+        namespace fs = std::filesystem;
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const fs::path run = fs::path(tmp.path().toStdString()) / "run";
+        fs::create_directories(run / "model");
+        fs::create_directories(run / "checkpoints" / "step-4");
+        std::ofstream(run / "run.json") << R"({"model": "m", "data": ["a.jsonl"]})";
+        const std::string want = fs::path(run).lexically_normal().string();
+        QCOMPARE(runFolderOf(run.string()), want);
+        QCOMPARE(runFolderOf((run / "model").string()), want);
+        QCOMPARE(runFolderOf((run / "checkpoints" / "step-4").string()), want);
+        QCOMPARE(runFolderOf((run / "checkpoints" / ".." / "model").string()), want);
+
+        // Three levels up is too far: a folder below a checkpoint is not the run's.
+        fs::create_directories(run / "checkpoints" / "step-4" / "inner");
+        QCOMPARE(runFolderOf((run / "checkpoints" / "step-4" / "inner").string()), std::string());
+
+        // A run.json that is no run's spec does not stop the search, and is not an answer.
+        std::ofstream(run / "model" / "run.json") << R"({"exported": true})";
+        QCOMPARE(runFolderOf((run / "model").string()), want);
+        std::ofstream(run / "model" / "run.json") << "[1, 2]";
+        QCOMPARE(runFolderOf((run / "model").string()), want);
+        std::ofstream(run / "model" / "run.json") << "{not json";
+        QCOMPARE(runFolderOf((run / "model").string()), want);
+
+        const fs::path lone = fs::path(tmp.path().toStdString()) / "lone";
+        fs::create_directories(lone);
+        QCOMPARE(runFolderOf(lone.string()), std::string());
+        QCOMPARE(runFolderOf(""), std::string());
+        QCOMPARE(runFolderOf("/"), std::string());
     }
 };
 
