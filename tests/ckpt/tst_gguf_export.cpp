@@ -8,6 +8,12 @@
 //     stories260K (a trained SentencePiece-style Llama: f32, f16, bf16, q8_0) and random
 //     Llama-3-style (byte-level BPE, llama3 rope scaling), Qwen2-style (q/k/v biases, untied) and
 //     Qwen3-style (q/k norms, head_dim != hidden / heads) models;
+//   - q4_k_m and q6_k of a model whose rows are whole 256-value super-blocks: each matrix has
+//     the type llama-quantize's rule gives it, and its bytes are the bytes llama.cpp's own
+//     quantiser (libggml-base.so) makes of the same weights; llama.cpp runs the file;
+//     stories260K's q4_k_m falls back where llama.cpp's tools do and says so, and llama.cpp's
+//     perplexity of a story under f16, q8_0 and q4_k_m stays within stated bounds;
+//   - Hugging Face's GGUF parser (@huggingface/gguf) reads each header back the same;
 //   - the errors: a type GGUF export does not write, an existing output, a tokenizer GGUF cannot
 //     express, and a full disk (nothing is left under the final name).
 #include <cmath>
@@ -19,8 +25,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/ggml_quants.h"
 #include "ckpt_test_util.h"
 #include "core/safetensors/safetensors_file.h"
+#include "llama_cpp_ggml.h"
 #include "plan/model_spec.h"
 
 using namespace ckpt_test;
@@ -192,6 +200,8 @@ std::vector<float> values(const GgufFile& f, const std::string& name)
             uint16_t h;
             std::memcpy(&h, block, 2);
             v[i] = halfToFloat(h) * float(int8_t(block[2 + i % 32]));
+        } else { // k-quants and q5_0: the engine's dequantiser (tst_ggml_quants checks it)
+            return shard::ckpt::ggml::dequantize(shard::ckpt::ggml::Type(t.type), p, int64_t(n));
         }
     }
     return v;
@@ -357,6 +367,47 @@ void checkWithLlamaCpp(const std::string& what, const std::string& model, const 
     CHECK(same == greedy.size() && refGreedy.size() == greedy.size());
 }
 
+// Hugging Face's GGUF parser (@huggingface/gguf) reads the file back to the same header: the
+// architecture, block count, file type, and every tensor's name, shape and ggml type as parsed
+// here. Skipped (with the llama.cpp comparisons) without Node.js 20 and the fetched package.
+void checkWithHfGguf(const std::string& what, const std::string& gguf, const std::string& dir)
+{
+    if (!fs::exists(kNpm + "/node_modules/@huggingface/gguf/dist/index.mjs")) {
+        std::printf("SKIP %s: @huggingface/gguf is not under %s\n", what.c_str(), kNpm.c_str());
+        return;
+    }
+    const std::string cmd = "node " + std::string(SHARD_SOURCE_DIR)
+        + "/tests/ckpt/read_gguf_metadata.mjs " + kNpm + " " + gguf + " > " + dir + "/hf.json 2> "
+        + dir + "/hf.err";
+    if (std::system(cmd.c_str()) != 0) {
+        std::fprintf(stderr, "%s: @huggingface/gguf failed: %s\n", what.c_str(),
+            slurp(dir + "/hf.err").c_str());
+        CHECK(false);
+        return;
+    }
+    const json hf = json::parse(slurp(dir + "/hf.json"));
+    const GgufFile f = readGguf(gguf);
+    const json& md = hf["metadata"];
+    const std::string arch = f.kv.at("general.architecture").get<std::string>();
+    CHECK(md["general.architecture"] == arch);
+    CHECK(md[arch + ".block_count"] == f.kv.at(arch + ".block_count"));
+    CHECK(md["general.file_type"] == f.kv.at("general.file_type"));
+    CHECK(md["tokenizer.ggml.tokens"]["length"] == f.kv.at("tokenizer.ggml.tokens").size());
+    CHECK(hf["tensors"].size() == f.tensors.size());
+    int same = 0;
+    for (const auto& t : hf["tensors"]) {
+        const auto it = f.tensors.find(t["name"].get<std::string>());
+        const bool ok = it != f.tensors.end() && t["dtype"] == it->second.type
+            && t["shape"].get<std::vector<uint64_t>>() == it->second.ne;
+        if (!ok)
+            std::fprintf(stderr, "%s: @huggingface/gguf reads %s differently\n", what.c_str(),
+                t.dump().c_str());
+        same += ok;
+    }
+    CHECK(same == int(f.tensors.size()));
+    std::printf("%s: @huggingface/gguf reads the same header (%d tensors)\n", what.c_str(), same);
+}
+
 void writeConfig(const std::string& dir, json config)
 {
     fs::create_directories(dir);
@@ -401,8 +452,10 @@ void testStories(const std::string& root, bool llamaCpp)
         if (type == "q8_0") // ffn_down's rows (172) are not whole blocks: f16, as llama.cpp's
             CHECK(f.tensors.at("blk.0.ffn_down.weight").type == 1 // converter does
                 && f.tensors.at("blk.0.attn_q.weight").type == 8);
-        if (llamaCpp)
+        if (llamaCpp) {
             checkWithLlamaCpp("stories260k " + type, kStories, out, 64, root);
+            checkWithHfGguf("stories260k " + type, out, root);
+        }
     }
     // A vocabulary padded past the tokenizer (64 more rows): the extra rows become unused tokens.
     CHECK(randomModel(root, "padded",
@@ -491,6 +544,213 @@ void testByteLevel(const std::string& root, bool llamaCpp)
     }
 }
 
+// ---- k-quants ------------------------------------------------------------------------------
+
+// A short story in stories260K's domain, held out from nothing in particular (the model was
+// trained on TinyStories): the text the perplexities below are measured on.
+const std::string kStory
+    = "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park with her friends. One day, she saw a big red ball under a tree. She ran to the ball "
+      "and picked it up. It was very shiny and round. Lily wanted to share the ball with her "
+      "friend Tom. Tom was sad because he lost his toy car. Lily said, \"Tom, do you want to "
+      "play with my ball?\" Tom smiled and said, \"Yes, thank you, Lily!\" They played with the "
+      "ball all day. When the sun went down, they went home happy. Lily's mom gave her a big "
+      "hug and said, \"You are a good friend.\" Lily smiled and went to bed.";
+
+// llama.cpp's perplexity of `ids` under `gguf` (exp of the mean negative log-likelihood of
+// each token after the first); 0 when llama.cpp fails.
+double llamaCppPerplexity(
+    const std::string& gguf, const std::vector<int>& ids, const std::string& dir)
+{
+    std::ofstream(dir + "/ppl.json") << json({{"score_ids", ids}});
+    const std::string cmd = "node " + std::string(SHARD_SOURCE_DIR)
+        + "/tests/ckpt/reference_gguf.mjs " + kNpm + " " + gguf + " " + dir + "/ppl.json > " + dir
+        + "/ppl.out 2> " + dir + "/ppl.err";
+    if (std::system(cmd.c_str()) != 0) {
+        std::fprintf(
+            stderr, "llama.cpp failed on %s: %s\n", gguf.c_str(), slurp(dir + "/ppl.err").c_str());
+        return 0;
+    }
+    const json out = json::parse(slurp(dir + "/ppl.out"));
+    return out["nll"].is_number() ? std::exp(out["nll"].get<double>()) : 0;
+}
+
+// The Hugging Face tensor a GGUF matrix comes from, and the heads its rows are permuted by.
+std::pair<std::string, int64_t> sourceOf(const std::string& name, int64_t heads, int64_t kvHeads)
+{
+    if (name == "token_embd.weight")
+        return {"model.embed_tokens.weight", 0};
+    if (name == "output.weight")
+        return {"lm_head.weight", 0};
+    const size_t dot = name.find('.', 4);
+    const std::string layer = "model.layers." + name.substr(4, dot - 4) + ".";
+    const std::string leaf = name.substr(dot + 1);
+    const std::map<std::string, std::pair<std::string, int64_t>> leaves {
+        {"attn_q.weight", {"self_attn.q_proj.weight", heads}},
+        {"attn_k.weight", {"self_attn.k_proj.weight", kvHeads}},
+        {"attn_v.weight", {"self_attn.v_proj.weight", 0}},
+        {"attn_output.weight", {"self_attn.o_proj.weight", 0}},
+        {"ffn_gate.weight", {"mlp.gate_proj.weight", 0}},
+        {"ffn_up.weight", {"mlp.up_proj.weight", 0}},
+        {"ffn_down.weight", {"mlp.down_proj.weight", 0}}};
+    const auto it = leaves.find(leaf);
+    return it == leaves.end() ? std::pair<std::string, int64_t> {"", 0}
+                              : std::pair {layer + it->second.first, it->second.second};
+}
+
+// q4_k_m and q6_k of a model whose rows are whole 256-value super-blocks (hidden 256, 8
+// layers, untied): each matrix has the type llama-quantize gives it, its bytes are the bytes
+// llama.cpp's own quantiser makes of the same weights, and llama.cpp loads and runs the file.
+void testKQuants(const std::string& root, bool llamaCpp)
+{
+    namespace ggml = shard::ckpt::ggml;
+    if (!fs::exists(kStories + "/tokenizer.json")) {
+        std::printf("SKIP k-quants: %s is absent\n", kStories.c_str());
+        return;
+    }
+    const LlamaCppGgml lib(kNpm);
+    if (!lib.ok())
+        std::printf("SKIP the k-quant byte comparison: %s is absent (fetch-fixtures.sh)\n",
+            lib.path.c_str());
+    CHECK(randomModel(root, "kq",
+        {{"model_type", "llama"}, {"hidden_size", 256}, {"intermediate_size", 512},
+            {"num_hidden_layers", 8}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+            {"vocab_size", 512}, {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5},
+            {"tie_word_embeddings", false}, {"bos_token_id", 1}, {"eos_token_id", 2}},
+        kStories));
+    const shard::engine::SafetensorsReader w(root + "/kq");
+    for (const std::string type : {"q4_k_m", "q6_k"}) {
+        const std::string out = root + "/kq-" + type + ".gguf";
+        CHECK(worker(
+            {"export", "--format", "gguf", "--model", root + "/kq", "--out", out, "--type", type},
+            root + "/kq-" + type + ".log"));
+        if (!fs::exists(out))
+            continue;
+        const GgufFile f = readGguf(out);
+        CHECK(f.kv.at("general.file_type") == (type == "q4_k_m" ? 15 : 18));
+        CHECK(f.kv.at("general.quantization_version") == 2);
+        // llama-quantize's q4_k_m rule for 8 layers, written out: attn_v and ffn_down of layers
+        // 0, 3, 6 and 7 (the first and last eighth, and every third between) get q6_K, as does
+        // the output matrix; every other matrix q4_K.
+        int quantised = 0, sameBytes = 0;
+        for (const auto& [name, t] : f.tensors) {
+            const bool matrix = t.ne.size() == 2;
+            uint32_t want = matrix ? ggml::Q6_K : ggml::F32;
+            if (matrix && type == "q4_k_m") {
+                want = ggml::Q4_K;
+                const bool more = name.rfind("blk.0.", 0) == 0 || name.rfind("blk.3.", 0) == 0
+                    || name.rfind("blk.6.", 0) == 0 || name.rfind("blk.7.", 0) == 0;
+                const bool sensitive = name.find("attn_v.weight") != std::string::npos
+                    || name.find("ffn_down.weight") != std::string::npos;
+                if (name == "output.weight" || (more && sensitive))
+                    want = ggml::Q6_K;
+            }
+            if (t.type != want)
+                std::fprintf(stderr, "%s %s: ggml type %u, llama-quantize's is %u\n", type.c_str(),
+                    name.c_str(), t.type, want);
+            CHECK(t.type == want);
+            if (!matrix)
+                continue;
+            ++quantised;
+            const auto [source, heads] = sourceOf(name, 4, 2);
+            CHECK(!source.empty());
+            if (source.empty())
+                continue;
+            at::Tensor ref = w.tensor(source).to(at::kFloat).contiguous();
+            if (heads)
+                ref = llamaCppRows(ref, heads);
+            const int64_t n = ref.numel();
+            const char* data = f.bytes.data() + f.dataStart + t.offset;
+            // Read back within a 4-bit (6-bit) level of each 32 (16) value sub-block's range.
+            const std::vector<float> got = values(f, name);
+            const float* r = ref.data_ptr<float>();
+            double worst = 0;
+            const int64_t sub = t.type == ggml::Q4_K ? 32 : 16;
+            for (int64_t b = 0; b < n; b += sub) {
+                float lo = r[b], hi = r[b];
+                for (int64_t i = b; i < b + sub; ++i)
+                    lo = std::min(lo, r[i]), hi = std::max(hi, r[i]);
+                const double range = std::max(double(hi - lo), 1e-12);
+                for (int64_t i = b; i < b + sub; ++i)
+                    worst = std::max(worst, std::fabs(got[size_t(i)] - r[i]) / range);
+            }
+            CHECK(worst < (t.type == ggml::Q4_K ? 0.14 : 0.03));
+            if (lib.ok()) {
+                const std::vector<char> theirs
+                    = lib.quantize(ggml::Type(t.type), ref.data_ptr<float>(), n);
+                const bool same = std::memcmp(theirs.data(), data, theirs.size()) == 0;
+                if (!same)
+                    std::fprintf(stderr, "%s %s: bytes differ from llama.cpp's quantiser\n",
+                        type.c_str(), name.c_str());
+                sameBytes += same;
+                CHECK(same);
+            }
+        }
+        std::printf("%s: %d matrices, %d with llama.cpp's bytes; %.2f MiB\n", type.c_str(),
+            quantised, sameBytes, double(fs::file_size(out)) / 1048576.0);
+        if (llamaCpp) {
+            checkWithHfGguf("k-quant " + type, out, root);
+            const std::vector<int> prompt
+                = engineTokens(root + "/kq", "Once upon a time", true, root);
+            std::ofstream(root + "/kq-in.json")
+                << json({{"prompt_ids", prompt}, {"new_tokens", 16}});
+            const std::string cmd = "node " + std::string(SHARD_SOURCE_DIR)
+                + "/tests/ckpt/reference_gguf.mjs " + kNpm + " " + out + " " + root
+                + "/kq-in.json > " + root + "/kq-ref.json 2> " + root + "/kq-ref.err";
+            const bool ran = std::system(cmd.c_str()) == 0;
+            if (!ran)
+                std::fprintf(stderr, "llama.cpp failed on %s: %s\n", out.c_str(),
+                    slurp(root + "/kq-ref.err").c_str());
+            CHECK(ran && json::parse(slurp(root + "/kq-ref.json"))["continuation"].size() == 16);
+        }
+    }
+}
+
+// stories260K (a trained model) in q8_0 and q4_k_m against f16, by llama.cpp's perplexity of
+// a story: its rows (64 and 172 values) are not whole super-blocks, so q4_k_m falls back as
+// llama-quantize does (q4_K to q5_0, q6_K to q8_0, 172-value rows to f16) and says so.
+void testStoriesPerplexity(const std::string& root, bool llamaCpp)
+{
+    if (!fs::exists(kStories + "/model.safetensors"))
+        return; // testStories said SKIP
+    const std::string out = root + "/stories-q4_k_m.gguf";
+    CHECK(worker(
+        {"export", "--format", "gguf", "--model", kStories, "--out", out, "--type", "q4_k_m"},
+        root + "/export-q4_k_m.log"));
+    const std::string log = slurp(root + "/export-q4_k_m.log");
+    CHECK(log.find("blk.0.attn_q.weight: q5_0 instead of q4_K (rows of 64 values are not whole "
+                   "256-value blocks)")
+        != std::string::npos);
+    // 5 layers: layers 2 and 4 "use more bits" (q6_K) in ffn_down and attn_v; ffn_down's rows
+    // of 172 values are not whole 32-value blocks either, so f16 (as llama.cpp's tools).
+    CHECK(log.find("blk.0.ffn_down.weight: f16 instead of q4_K") != std::string::npos);
+    CHECK(log.find("blk.2.ffn_down.weight: f16 instead of q6_K") != std::string::npos);
+    CHECK(log.find("blk.4.attn_v.weight: q8_0 instead of q6_K") != std::string::npos);
+    CHECK(log.find("blk.1.attn_v.weight: q5_0 instead of q4_K") != std::string::npos);
+    CHECK(log.find("token_embd.weight: q8_0 instead of q6_K") != std::string::npos); // tied
+    if (!fs::exists(out))
+        return;
+    const GgufFile f = readGguf(out);
+    CHECK(f.tensors.at("blk.1.attn_q.weight").type == 6);   // q5_0
+    CHECK(f.tensors.at("blk.1.ffn_down.weight").type == 1); // f16: 172 is not a multiple of 32
+    CHECK(f.tensors.at("token_embd.weight").type == 8);     // q8_0
+    if (!llamaCpp)
+        return;
+    const std::vector<int> ids = engineTokens(kStories, kStory, true, root);
+    CHECK(ids.size() > 100);
+    std::map<std::string, double> ppl;
+    for (const std::string type : {"f32", "f16", "q8_0", "q4_k_m"})
+        ppl[type] = llamaCppPerplexity(root + "/stories-" + type + ".gguf", ids, root);
+    std::printf("stories260k perplexity of a %zu-token story under llama.cpp: f32 %.4f, f16 "
+                "%.4f, q8_0 %.4f (%+.2f%%), q4_k_m %.4f (%+.2f%%)\n",
+        ids.size(), ppl["f32"], ppl["f16"], ppl["q8_0"], 100 * (ppl["q8_0"] / ppl["f16"] - 1),
+        ppl["q4_k_m"], 100 * (ppl["q4_k_m"] / ppl["f16"] - 1));
+    CHECK(ppl["f32"] > 1 && ppl["f16"] > 1);
+    CHECK(std::fabs(ppl["f16"] / ppl["f32"] - 1) < 0.005);
+    CHECK(std::fabs(ppl["q8_0"] / ppl["f16"] - 1) < 0.01);
+    CHECK(ppl["q4_k_m"] > 1 && ppl["q4_k_m"] / ppl["f16"] - 1 < 0.05);
+}
+
 // From a run folder: the newest checkpoint through a temporary Hugging Face export (removed
 // afterwards), the same values as the folder `export --format hf` writes.
 void testCheckpoint(const std::string& root)
@@ -530,8 +790,8 @@ void testErrors(const std::string& root)
                 stderr, "expected a failure saying '%s', got: %s\n", part.c_str(), log.c_str());
         CHECK(!ok && log.find(part) != std::string::npos);
     };
-    fails({"--model", model, "--out", root + "/x.gguf", "--type", "q4_k_m"},
-        "use f32, f16, bf16 or q8_0");
+    fails({"--model", model, "--out", root + "/x.gguf", "--type", "q3_k_s"},
+        "use f32, f16, bf16, q8_0, q6_k or q4_k_m");
     fails({"--model", model, "--out", root + "/x.bin"}, "NAME.gguf");
     fails({"--out", root + "/x.gguf"}, "one source");
     std::ofstream(root + "/exists.gguf") << "x";
@@ -568,6 +828,8 @@ int main()
                     "older than 20 (scripts/fetch-fixtures.sh fetches it)\n",
             kNpm.c_str());
     testStories(tmp.path, llamaCpp);
+    testStoriesPerplexity(tmp.path, llamaCpp);
+    testKQuants(tmp.path, llamaCpp);
     testByteLevel(tmp.path, llamaCpp);
     testCheckpoint(tmp.path);
     testErrors(tmp.path);
