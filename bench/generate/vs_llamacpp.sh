@@ -5,7 +5,9 @@
 # ids and generate the same number of tokens greedily (EOS ignored), alternating, on 1 and 2
 # threads; medians of ROUNDS. Engine fp32 against llama.cpp f32, engine bf16 against llama.cpp
 # bf16 and f16. Decode is also set against the memory-bandwidth limit: the weights' bytes read
-# per token over this machine's measured copy bandwidth.
+# per token over this machine's measured copy bandwidth. The engine also runs with
+# SHARD_MATVEC=aten (every product through ATen's GEMM, as before its decode matrix-vector
+# product) in the same rounds.
 # usage: bench/generate/vs_llamacpp.sh [BUILD_DIR] [ROUNDS]   (prints a Markdown table)
 # Env: BENCH_1B=1 adds a ~1.2B model (llama-3.2-1b preset, random weights); TINY100M_NEW_TOKENS.
 set -euo pipefail
@@ -58,15 +60,21 @@ print(L * (2 * h * h + 2 * h * kv + 3 * h * I) + V * h * (1 if c.get('tie_word_e
             for pair in "fp32 f32" "bf16 bf16" "bf16 f16"; do
                 read -r dtype gtype <<<"$pair"
                 if [[ $gtype != f16 ]]; then
-                    "$worker" generate --model "$dir" --prompt-file "$out/prompt.txt" --ignore-eos \
-                        --max-new-tokens "$new" --dtype "$dtype" --threads "$threads" 2>/dev/null \
-                        | tail -n 1 | python3 -c "
+                    # The engine as it decodes (its matrix-vector product), and with every
+                    # product through ATen's GEMM (SHARD_MATVEC=aten: the engine before it).
+                    for impl in engine engine-aten; do
+                        mv=default; [[ $impl == engine-aten ]] && mv=aten
+                        SHARD_MATVEC=$mv "$worker" generate --model "$dir" \
+                            --prompt-file "$out/prompt.txt" --ignore-eos --max-new-tokens "$new" \
+                            --dtype "$dtype" --threads "$threads" 2>/dev/null \
+                            | tail -n 1 | python3 -c "
 import json, sys
 s = json.load(sys.stdin)
-print(json.dumps({'model': '$name', 'impl': 'engine', 'type': '$dtype', 'threads': $threads,
+print(json.dumps({'model': '$name', 'impl': '$impl', 'type': '$dtype', 'threads': $threads,
     'round': $r, 'params': $params, 'prompt_tokens': s['prompt_tokens'], 'tokens': s['tokens'],
     'prefill_tokens_per_sec': s['prefill_tokens_per_sec'],
     'decode_tokens_per_sec': s['decode_tokens_per_sec']}))" >>"$results"
+                    done
                 fi
                 node "$here/llamacpp_generate.mjs" "$npm" "$out/$name-$gtype.gguf" "$out/ids.json" \
                     "$new" "$threads" | python3 -c "
@@ -83,8 +91,8 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 bw = float(sys.argv[3])
 print(f"{sys.argv[2]} alternating rounds, medians; copy bandwidth {bw:.1f} GB/s (one thread)\n")
-print("| model | threads | engine | llama.cpp | prompt / new | prefill tok/s engine | prefill tok/s llama.cpp | decode tok/s engine | decode tok/s llama.cpp | **decode engine / llama.cpp** | engine decode: weights GB/s (of copy bw) |")
-print("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+print("| model | threads | engine | llama.cpp | prompt / new | prefill tok/s engine | prefill tok/s llama.cpp | decode tok/s engine | decode tok/s engine, ATen GEMM | decode tok/s llama.cpp | **decode engine / llama.cpp** | engine decode: weights GB/s (of copy bw) |")
+print("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
 def med(model, impl, typ, threads, field):
     sel = [r[field] for r in rows if (r["model"], r["impl"], r["type"], r["threads"]) == (model, impl, typ, threads)]
     return statistics.median(sel) if sel else None
@@ -98,9 +106,10 @@ for model, threads in seen:
     for etype, ltype in (("fp32", "f32"), ("bf16", "bf16"), ("bf16", "f16")):
         ep, lp = med(model, "engine", etype, threads, "prefill_tokens_per_sec"), med(model, "llama.cpp", ltype, threads, "prefill_tokens_per_sec")
         ed, ld = med(model, "engine", etype, threads, "decode_tokens_per_sec"), med(model, "llama.cpp", ltype, threads, "decode_tokens_per_sec")
+        ea = med(model, "engine-aten", etype, threads, "decode_tokens_per_sec")
         if ed is None or ld is None:
             continue
         wbytes = one["params"] * (4 if etype == "fp32" else 2)
-        print(f"| {model} | {threads} | {etype} | {ltype} | {one['prompt_tokens']} / {one['tokens']} | {ep:.4g} | {lp:.4g} | {ed:.4g} | {ld:.4g} | "
+        print(f"| {model} | {threads} | {etype} | {ltype} | {one['prompt_tokens']} / {one['tokens']} | {ep:.4g} | {lp:.4g} | {ed:.4g} | {ea:.4g} | {ld:.4g} | "
               f"**{ed / ld:.2f}** | {ed * wbytes / 1e9:.1f} ({100 * ed * wbytes / 1e9 / bw:.0f}%) |")
 PY

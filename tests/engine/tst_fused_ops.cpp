@@ -5,16 +5,19 @@
 // The reference is the fp64 product, not ATen's bf16 GEMM: LibTorch 1.13's scalar bf16 loop (CPUs
 // without AVX-512) accumulates some layouts in bf16 (relative errors of several units measured on
 // the backward's layout). The fused layers (RMSNorm, rotary embeddings, SwiGLU) against the
-// composed ATen ops they replace.
+// composed ATen ops they replace. The decode matrix-vector product against the exact product.
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
 #include "core/model/fused_ops.h"
+#include "core/model/matvec.h"
 #include "engine_test_util.h"
 
 using namespace shard;
@@ -153,6 +156,61 @@ void fusedLayers()
 
 } // namespace
 
+// The decode matrix-vector product (matvec.h): one row of x times w, fp32 and bf16, with and
+// without a bias, row counts that are and are not multiples of its four-row step, lengths that
+// are and are not multiples of its vector width. fp32 within fp32 accumulation of the exact
+// (fp64) product, bf16 the exact product rounded once; the same bits on 1 and 2 threads (rows
+// are split between threads, never a row's sum); and fused::linear takes it only where it
+// applies (one row, no gradient to record).
+void decodeMatvec()
+{
+    const int threads = at::get_num_threads();
+    for (const auto& [out, n] : std::vector<std::pair<int64_t, int64_t>> {
+             {29, 48}, {1, 5}, {7, 1000}, {130, 768}, {257, 33}, {64, 16}}) {
+        for (const at::ScalarType t : {at::kFloat, at::kBFloat16})
+            for (bool withBias : {false, true}) {
+                const at::Tensor x = at::randn({1, 1, n}).to(t);
+                const at::Tensor w = at::randn({out, n}).to(t);
+                const at::Tensor b = withBias ? at::randn({out}).to(t) : at::Tensor();
+                T_CHECK(fused::matvecApplies(x, w, b));
+                at::set_num_threads(1);
+                const at::Tensor y1 = fused::matvec(x, w, b);
+                at::set_num_threads(2);
+                const at::Tensor y2 = fused::matvec(x, w, b);
+                at::set_num_threads(threads);
+                T_CHECK(y1.scalar_type() == t && y1.sizes().equals({1, 1, out}));
+                T_CHECK(bitEqual(y1, y2));
+                at::Tensor exact = at::linear(d64(x), d64(w));
+                if (withBias)
+                    exact = exact + d64(b);
+                if (t == at::kBFloat16) {
+                    T_CHECK(roundedOnce(y1, exact));
+                } else {
+                    // fp32 accumulation: n products of O(1) terms, each rounded at 2^-24.
+                    const at::Tensor scale = at::linear(d64(x).abs(), d64(w).abs())
+                        + (withBias ? d64(b).abs() : at::zeros({out}, at::kDouble));
+                    T_CHECK((d64(y1) - exact)
+                                .abs()
+                                .le(scale * (n + 1) * 6e-8 + 1e-30)
+                                .all()
+                                .item<bool>());
+                }
+                // fused::linear is this product for the one-row case.
+                T_CHECK(bitEqual(fused::linear(x, w, b), y1));
+            }
+    }
+    const at::Tensor w = at::randn({8, 16});
+    T_CHECK(!fused::matvecApplies(at::randn({2, 16}), w, {}));                // two rows
+    T_CHECK(!fused::matvecApplies(at::randn({16}).to(at::kBFloat16), w, {})); // mixed dtypes
+    T_CHECK(!fused::matvecApplies(at::randn({16}).to(at::kDouble), w.to(at::kDouble), {}));
+    T_CHECK(!fused::matvecApplies(at::randn({16}).requires_grad_(true), w, {})); // autograd
+    T_CHECK(!fused::matvecApplies(at::randn({8}), w.t(), {})); // a transposed (strided) weight
+    {
+        at::NoGradGuard noGrad; // no gradient recorded: the product applies again
+        T_CHECK(fused::matvecApplies(at::randn({16}).requires_grad_(true), w, {}));
+    }
+}
+
 int main()
 {
     at::manual_seed(0);
@@ -230,6 +288,7 @@ int main()
         T_CHECK(roundedOnce(k.grad(), at::matmul(d64(q).transpose(-1, -2), d64(g))));
     }
     fusedLayers();
+    decodeMatvec();
     std::printf("bf16 GEMM through fp32: %s\n", fused::bf16GemmThroughFp32() ? "yes" : "no");
     return shard::test::finish("tst_fused_ops");
 }

@@ -12,6 +12,8 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "matvec.h"
+
 namespace shard::engine::fused {
 
 namespace {
@@ -219,6 +221,8 @@ bool bf16GemmThroughFp32()
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias)
 {
+    if (matvecApplies(x, w, bias)) // a decode step's one row: read the weights once, as stored
+        return matvec(x, w, bias);
     if (widened(x, w) && !bias.defined())
         return WideLinear::apply(x, w);
     if (widened(x, w) && bias.scalar_type() == at::kBFloat16)
