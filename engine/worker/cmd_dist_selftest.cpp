@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include <ATen/ATen.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
@@ -19,14 +20,19 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
 #include <ATen/ops/relu.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "core/model/llama_model.h"
+#include "core/model/tensor_parallel.h"
 #include "dist/communicator.h"
 #include "dist/rank_env.h"
 #include "dist/socket_traffic.h"
+#include "plan/model_spec.h"
 
 namespace shard::worker {
 namespace {
@@ -410,6 +416,111 @@ void testZero3Step(Communicator& comm, nlohmann::json& report)
     report["zero3_step_rel_error"] = worst;
 }
 
+// Mode tp-block: one tensor-parallel transformer block over all ranks (tensor_parallel.h)
+// against the whole block computed on every rank, in fp64 so that only summation order
+// differs: the output, the input's gradient, and every weight's gradient (each rank's slice of
+// the whole block's; for q/k norms, replicated inside the split heads, the sum over ranks).
+// Three shapes: Llama with grouped-query attention, Qwen2-style q/k/v biases with an o bias,
+// Qwen3-style q/k norms with head_dim != hidden / heads.
+void testTpBlock(Communicator& comm, nlohmann::json& report)
+{
+    const int64_t size = comm.worldSize(), rank = comm.rank();
+    const nlohmann::json base
+        = {{"hidden_size", 64}, {"intermediate_size", 96}, {"num_hidden_layers", 1},
+            {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"vocab_size", 32},
+            {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5}, {"torch_dtype", "float32"}};
+    std::vector<std::pair<std::string, nlohmann::json>> shapes;
+    shapes.push_back({"llama-gqa", base});
+    shapes.back().second["model_type"] = "llama";
+    shapes.push_back({"llama-bias", base});
+    shapes.back().second["model_type"] = "llama";
+    shapes.back().second["attention_bias"] = true;
+    shapes.push_back({"qwen3", base});
+    shapes.back().second["model_type"] = "qwen3";
+    shapes.back().second["head_dim"] = 12;
+    double worst = 0;
+    nlohmann::json cases = nlohmann::json::array();
+    for (const auto& [name, config] : shapes) {
+        engine::LlamaModel model(plan::parseHfConfig(config, name));
+        const std::string why = engine::tp::whyNotSplit(model.spec(), size);
+        if (!why.empty()) {
+            cases.push_back({{"shape", name}, {"skipped", why}});
+            continue;
+        }
+        model.materialize(at::kDouble);
+        model.initRandom(7);
+        // Weights far from init (std 0.3, norms around 1, biases around 0.1): attention is
+        // then not uniform and every path carries gradient.
+        at::manual_seed(11);
+        std::vector<at::Tensor> w;
+        for (const auto& p : model.unit(1).params) {
+            at::Tensor t = p.value.clone();
+            if (p.info.isNormOrBias && p.info.name.find("norm") != std::string::npos)
+                t = 1.0 + 0.2 * at::randn(t.sizes(), t.options());
+            else if (p.info.isNormOrBias)
+                t = 0.1 * at::randn(t.sizes(), t.options());
+            else
+                t = t * 15.0;
+            w.push_back(t);
+        }
+        const at::Tensor x = at::randn({2, 9, 64}, at::kDouble);
+        const at::Tensor g = at::randn({2, 9, 64}, at::kDouble);
+        const engine::RopeTables rope = model.rope(9, at::kDouble);
+
+        std::vector<at::Tensor> whole;
+        for (const auto& t : w)
+            whole.push_back(t.clone().requires_grad_(true));
+        at::Tensor xWhole = x.clone().requires_grad_(true);
+        const at::Tensor yWhole = model.block(whole, xWhole, rope);
+        yWhole.backward(g);
+
+        std::vector<at::Tensor> mine = engine::tp::blockSlice(model, w, rank, size);
+        for (auto& t : mine)
+            t.requires_grad_(true);
+        at::Tensor xMine = x.clone().requires_grad_(true);
+        const at::Tensor yMine = engine::tp::block(model, mine, xMine, rope, comm);
+        yMine.backward(g);
+
+        const auto rel = [](const at::Tensor& got, const at::Tensor& want) {
+            return (got - want).abs().max().item<double>()
+                / std::max(want.abs().max().item<double>(), 1e-300);
+        };
+        double caseWorst
+            = std::max(rel(yMine - x, yWhole.detach() - x), rel(xMine.grad(), xWhole.grad()));
+        std::vector<at::Tensor> wholeGrads;
+        for (const auto& t : whole)
+            wholeGrads.push_back(t.grad());
+        const std::vector<at::Tensor> wantGrads
+            = engine::tp::blockSlice(model, wholeGrads, rank, size);
+        const engine::BlockLayout& L = model.blockLayout();
+        for (size_t i = 0; i < mine.size(); ++i) {
+            at::Tensor got = mine[i].grad();
+            if (int(i) == L.qNorm || int(i) == L.kNorm) {
+                got = got.contiguous().clone();
+                comm.allReduce(got)->wait();
+            }
+            const double r = rel(got, wantGrads[i]);
+            check(r < 1e-10,
+                "tp-block " + name + ": gradient of " + model.unit(1).params[i].info.name
+                    + " differs by " + std::to_string(r));
+            caseWorst = std::max(caseWorst, r);
+        }
+        check(caseWorst < 1e-10,
+            "tp-block " + name + ": worst relative difference " + std::to_string(caseWorst));
+        worst = std::max(worst, caseWorst);
+        cases.push_back({{"shape", name}, {"rel_error", caseWorst}});
+    }
+    // A size that does not divide the model is refused with the numbers and the sizes that do.
+    nlohmann::json llama = base;
+    llama["model_type"] = "llama";
+    const std::string why = engine::tp::whyNotSplit(plan::parseHfConfig(llama), 3);
+    check(why.find("does not divide the model's 8 attention heads") != std::string::npos
+            && why.find("1, 2, 4") != std::string::npos,
+        "tp-block: the refusal of size 3 says: " + why);
+    report["tp_cases"] = cases;
+    report["tp_rel_error"] = worst;
+}
+
 void loopForever(Communicator& comm)
 {
     at::Tensor t = at::ones({4096}, at::kFloat);
@@ -428,8 +539,8 @@ CommandRegistration registration([](CLI::App& app) {
     cmd->group(""); // hidden
     auto mode = std::make_shared<std::string>("collectives");
     auto backend = std::make_shared<std::string>("gloo");
-    cmd->add_option("--mode", *mode, "collectives | wire | zero3-step | loop | exit")
-        ->check(CLI::IsMember({"collectives", "wire", "zero3-step", "loop", "exit"}));
+    cmd->add_option("--mode", *mode, "collectives | wire | zero3-step | tp-block | loop | exit")
+        ->check(CLI::IsMember({"collectives", "wire", "zero3-step", "tp-block", "loop", "exit"}));
     cmd->add_option("--backend", *backend, "gloo | nccl");
     auto device = std::make_shared<std::string>("cpu");
     cmd->add_option("--device", *device, "cpu | cuda (tensors for the collectives)");
@@ -460,6 +571,8 @@ CommandRegistration registration([](CLI::App& app) {
             testZero3Step(*comm, report);
         } else if (*mode == "wire") {
             testWireTraffic(*comm, report);
+        } else if (*mode == "tp-block") {
+            testTpBlock(*comm, report);
         }
         comm->barrier();
         report["failures"] = g_failures;

@@ -278,11 +278,13 @@ at::Tensor LlamaModel::attention(
     const std::vector<at::Tensor>& w, const at::Tensor& x, const RopeTables& rope) const
 {
     const auto& L = m_block;
-    const int64_t b = x.size(0), s = x.size(1);
-    const int64_t H = m_spec.numHeads, KV = m_spec.numKvHeads, D = m_spec.headDim;
-    at::Tensor q = proj(x, w, lora::Target::Q, L.q, L.qBias).view({b, s, H, D});
-    at::Tensor k = proj(x, w, lora::Target::K, L.k, L.kBias).view({b, s, KV, D});
-    at::Tensor v = proj(x, w, lora::Target::V, L.v, L.vBias).view({b, s, KV, D});
+    const int64_t b = x.size(0), s = x.size(1), D = m_spec.headDim;
+    // The heads are those the projections give: all of the model's, or a tensor-parallel
+    // rank's share (tensor_parallel.h).
+    at::Tensor q = proj(x, w, lora::Target::Q, L.q, L.qBias).view({b, s, -1, D});
+    at::Tensor k = proj(x, w, lora::Target::K, L.k, L.kBias).view({b, s, -1, D});
+    at::Tensor v = proj(x, w, lora::Target::V, L.v, L.vBias).view({b, s, -1, D});
+    const int64_t H = q.size(2), KV = k.size(2);
     if (L.qNorm >= 0) {
         q = rmsNorm(q, w[L.qNorm]);
         k = rmsNorm(k, w[L.kNorm]);

@@ -1,0 +1,158 @@
+// Tensor-parallel block (see tensor_parallel.h).
+#include "core/model/tensor_parallel.h"
+
+#include <cstdint>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace shard::engine::tp {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The group travels through the autograd context as its address (the context holds IValues);
+// the caller keeps the communicator alive across backward, as it does for every collective.
+int64_t groupHandle(dist::Communicator& group)
+{
+    return static_cast<int64_t>(reinterpret_cast<intptr_t>(&group));
+}
+
+dist::Communicator& groupOf(AutogradContext* ctx)
+{
+    return *reinterpret_cast<dist::Communicator*>(
+        static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
+}
+
+at::Tensor allReduced(const at::Tensor& t, dist::Communicator& group)
+{
+    at::Tensor sum = t.contiguous().clone();
+    group.allReduce(sum)->wait();
+    return sum;
+}
+
+struct CopyToGroup : torch::autograd::Function<CopyToGroup> {
+    static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t group)
+    {
+        ctx->saved_data["group"] = group;
+        return x.view_as(x);
+    }
+    static variable_list backward(AutogradContext* ctx, variable_list grads)
+    {
+        return {allReduced(grads[0], groupOf(ctx)), at::Tensor()};
+    }
+};
+
+struct ReduceFromGroup : torch::autograd::Function<ReduceFromGroup> {
+    static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t group)
+    {
+        ctx->saved_data["group"] = group;
+        return allReduced(x, groupOf(ctx));
+    }
+    static variable_list backward(AutogradContext*, variable_list grads)
+    {
+        return {grads[0], at::Tensor()};
+    }
+};
+
+// Rows [rank * n / size, (rank + 1) * n / size) of dim `dim`, as a contiguous copy.
+at::Tensor part(const at::Tensor& t, int64_t dim, int64_t rank, int64_t size)
+{
+    const int64_t n = t.size(dim) / size;
+    return t.narrow(dim, rank * n, n).contiguous();
+}
+
+std::string divisorsBelow(int64_t n, int64_t limit)
+{
+    std::string out;
+    for (int64_t d = 1; d <= n && d <= limit; ++d)
+        if (n % d == 0)
+            out += (out.empty() ? "" : ", ") + std::to_string(d);
+    return out;
+}
+
+} // namespace
+
+at::Tensor copyToGroup(const at::Tensor& x, dist::Communicator& group)
+{
+    if (group.worldSize() == 1)
+        return x;
+    return CopyToGroup::apply(x, groupHandle(group));
+}
+
+at::Tensor reduceFromGroup(const at::Tensor& x, dist::Communicator& group)
+{
+    if (group.worldSize() == 1)
+        return x;
+    return ReduceFromGroup::apply(x, groupHandle(group));
+}
+
+std::string whyNotSplit(const plan::ModelSpec& spec, int64_t size)
+{
+    if (size < 1)
+        return "tensor parallel size " + std::to_string(size) + " must be 1 or more";
+    const auto fails = [&](int64_t n, const char* what) -> std::string {
+        if (n % size == 0)
+            return {};
+        return "tensor parallel size " + std::to_string(size) + " does not divide the model's "
+            + std::to_string(n) + " " + what + "; sizes that divide the heads, the key/value "
+            + "heads and the intermediate size: "
+            + divisorsBelow(
+                std::gcd(std::gcd(spec.numHeads, spec.numKvHeads), spec.intermediateSize), 64);
+    };
+    for (const auto& [n, what] : {std::pair {spec.numHeads, "attention heads"},
+             std::pair {spec.numKvHeads, "key/value heads"},
+             std::pair {spec.intermediateSize, "intermediate size (MLP width)"}})
+        if (std::string why = fails(n, what); !why.empty())
+            return why;
+    return {};
+}
+
+std::vector<at::Tensor> blockSlice(
+    const LlamaModel& model, const std::vector<at::Tensor>& w, int64_t rank, int64_t size)
+{
+    if (const std::string why = whyNotSplit(model.spec(), size); !why.empty())
+        throw std::invalid_argument(why);
+    if (rank < 0 || rank >= size)
+        throw std::invalid_argument("tensor parallel rank " + std::to_string(rank)
+            + " is outside 0.." + std::to_string(size - 1));
+    const BlockLayout& L = model.blockLayout();
+    std::vector<at::Tensor> out = w;
+    // Column-parallel (output rows, whole heads): q, k, v and their biases; gate, up.
+    for (int i : {L.q, L.k, L.v, L.qBias, L.kBias, L.vBias, L.gate, L.up})
+        if (i >= 0)
+            out[size_t(i)] = part(w[size_t(i)], 0, rank, size);
+    // Row-parallel (input columns): o, down. o's bias is added once, after the reduction.
+    for (int i : {L.o, L.down})
+        out[size_t(i)] = part(w[size_t(i)], 1, rank, size);
+    return out;
+}
+
+at::Tensor block(const LlamaModel& model, const std::vector<at::Tensor>& w, const at::Tensor& x,
+    const RopeTables& rope, dist::Communicator& group)
+{
+    const BlockLayout& L = model.blockLayout();
+    // The attention's partial output without o's bias (a zero of its shape, not a parameter);
+    // the bias itself is added to the sum.
+    std::vector<at::Tensor> attnWeights = w;
+    if (L.oBias >= 0)
+        attnWeights[size_t(L.oBias)] = at::zeros_like(w[size_t(L.oBias)]).detach();
+    at::Tensor attn
+        = reduceFromGroup(model.attention(attnWeights,
+                              copyToGroup(model.rmsNorm(x, w[size_t(L.inputNorm)]), group), rope),
+            group);
+    if (L.oBias >= 0)
+        attn = attn + w[size_t(L.oBias)];
+    const at::Tensor h = x + attn;
+    return h
+        + reduceFromGroup(
+            model.mlp(w, copyToGroup(model.rmsNorm(h, w[size_t(L.postNorm)]), group)), group);
+}
+
+} // namespace shard::engine::tp
