@@ -15,7 +15,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../common.sh"
 bench_setup quant-ppl 400 "${1:-}" tiny-15m "${2:-}"
-trap 'rm -rf "$out"' EXIT
+trap 'rc=$?; if ((rc)); then echo "quant_ppl: failed (rc $rc); files kept in $out" >&2; else rm -rf "$out"; fi' EXIT
 root=$(cd "$here/../.." && pwd)
 npm=$root/third_party/npm
 stories=$root/../shared/models/stories260k
@@ -23,7 +23,8 @@ stories=$root/../shared/models/stories260k
     || { echo "node-llama-cpp is not under $npm: run scripts/fetch-fixtures.sh (Node.js >= 20)" >&2; exit 1; }
 [[ -f $stories/model.safetensors ]] || { echo "$stories is absent" >&2; exit 1; }
 
-# Stories: 400 for training, 12 held out (other seeds), 240 new tokens each after BOS.
+# Stories: 400 for training (BENCH_STORIES), 12 held out (other seeds), 240 new tokens each
+# after BOS.
 story() { # SEED -> one line of JSON {"text": ...}
     "$worker" generate --model "$stories" --max-new-tokens 240 --temperature 1 --seed "$1" \
         --threads 1 2>/dev/null | python3 -c '
@@ -31,8 +32,13 @@ import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
 print(json.dumps({"text": next(r["text"] for r in rows if r.get("type") == "summary")}))'
 }
-for s in $(seq 1 400); do story "$s"; done >"$out/train.jsonl"
-for s in $(seq 100001 100012); do story "$s"; done >"$out/heldout.jsonl"
+export -f story; export worker stories
+mkdir -p "$out/stories"
+nstories=${BENCH_STORIES:-400}
+seq 1 "$nstories" | xargs -P 2 -I{} bash -c 'story {} >"'"$out"'/stories/{}.json"'
+seq 100001 100012 | xargs -P 2 -I{} bash -c 'story {} >"'"$out"'/stories/{}.json"'
+for s in $(seq 1 "$nstories"); do cat "$out/stories/$s.json"; done >"$out/train.jsonl"
+for s in $(seq 100001 100012); do cat "$out/stories/$s.json"; done >"$out/heldout.jsonl"
 
 mkdir -p "$out/config"
 cat >"$out/config/config.json" <<'JSON'
@@ -48,7 +54,7 @@ start=$(date +%s)
     --seq-len 256 --lr 3e-3 --warmup 20 --packing --no-tensorboard --out "$out/run" \
     >/dev/null 2>"$out/train.err" || { tail -5 "$out/train.err" >&2; exit 1; }
 trained=$(( $(date +%s) - start ))
-"$worker" export --checkpoint "$out/run" --out "$out/model" >/dev/null 2>&1
+ln -s "$out/run/model" "$out/model" # the run's final weights, as a Hugging Face folder
 loss=$(python3 -c "
 import json
 rows = [json.loads(l) for l in open('$out/run/metrics.jsonl')]
@@ -57,7 +63,7 @@ print(f\"{rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}\")")
 
 for t in f32 f16 q8_0 q6_k q4_k_m; do
     "$worker" export --format gguf --model "$out/model" --out "$out/m-$t.gguf" --type "$t" \
-        2>"$out/export-$t.log" >/dev/null
+        2>"$out/export-$t.log" >/dev/null || { tail -5 "$out/export-$t.log" >&2; exit 1; }
 done
 # The held-out stories as token ids (BOS first), one JSON file per story.
 n=0
@@ -84,9 +90,11 @@ for t in f32 f16 q8_0 q6_k q4_k_m; do
         sum=$(python3 -c "print($sum + $s)"); count=$((count + c))
     done
     ppl[$t]=$(python3 -c "import math; print(math.exp($sum / $count))")
+done
+for t in f32 f16 q8_0 q6_k q4_k_m; do
     bytes=$(stat -c %s "$out/m-$t.gguf")
     types=$(grep -o 'tensor types: .*' "$out/export-$t.log" | sed 's/tensor types: //')
-    python3 - "$t" "$bytes" "${ppl[$t]}" "${ppl[f16]:-${ppl[$t]}}" "$types" "$out/model" <<'PY'
+    python3 - "$t" "$bytes" "${ppl[$t]}" "${ppl[f16]}" "$types" "$out/model" <<'PY'
 import json, sys
 t, size, p, f16, types, model = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
 c = json.load(open(f"{model}/config.json"))

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
@@ -470,41 +471,52 @@ void writeModelfile(
 
 } // namespace
 
+namespace {
+
+// The --type values: the matrices' type and the file type llama.cpp names the mix by (q4_k_m:
+// q4_K with llama-quantize's q6_K choices).
+struct GgufPreset {
+    const char* name;
+    ggml::Type type;
+    uint32_t fileType;
+};
+constexpr GgufPreset kPresets[]
+    = {{"f32", ggml::F32, 0}, {"f16", ggml::F16, 1}, {"bf16", ggml::BF16, 32},
+        {"q8_0", ggml::Q8_0, 7}, {"q6_k", ggml::Q6_K, 18}, {"q4_k_m", ggml::Q4_K, 15}};
+
+const GgufPreset* presetOf(const std::string& type)
+{
+    for (const auto& p : kPresets)
+        if (type == p.name)
+            return &p;
+    return nullptr;
+}
+
+} // namespace
+
 bool isGgufType(const std::string& type)
 {
-    for (const char* t : {"f32", "f16", "bf16", "q8_0", "q6_k", "q4_k_m"})
-        if (type == t)
-            return true;
-    return false;
+    return presetOf(type) != nullptr;
 }
 
 std::string ggufTypeList()
 {
-    return "f32, f16, bf16, q8_0, q6_k or q4_k_m";
+    std::string out;
+    const size_t n = std::size(kPresets);
+    for (size_t i = 0; i < n; ++i)
+        out += (i == 0 ? "" : i + 1 == n ? " or " : ", ") + std::string(kPresets[i].name);
+    return out;
 }
 
 GgufResult exportGguf(
     const std::string& modelDir, const std::string& outFile, const GgufOptions& options)
 {
-    // The type of the matrices, the file type llama.cpp names the mix by, and for q4_k_m the
-    // per-tensor mix of q4_K and q6_K.
-    ggml::Type want = ggml::F16;
-    uint32_t fileType = 1;
-    bool q4km = false;
-    if (options.type == "f32")
-        want = ggml::F32, fileType = 0;
-    else if (options.type == "f16")
-        want = ggml::F16, fileType = 1;
-    else if (options.type == "bf16")
-        want = ggml::BF16, fileType = 32;
-    else if (options.type == "q8_0")
-        want = ggml::Q8_0, fileType = 7;
-    else if (options.type == "q4_k_m")
-        want = ggml::Q4_K, fileType = 15, q4km = true;
-    else if (options.type == "q6_k")
-        want = ggml::Q6_K, fileType = 18;
-    else
+    const GgufPreset* preset = presetOf(options.type);
+    if (!preset)
         fail("--type '" + options.type + "': use " + ggufTypeList());
+    const ggml::Type want = preset->type;
+    const uint32_t fileType = preset->fileType;
+    const bool q4km = options.type == "q4_k_m";
 
     engine::HfModelFolder folder = engine::openHfModelFolder(modelDir);
     const plan::ModelSpec& s = folder.spec;
