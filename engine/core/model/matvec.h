@@ -3,9 +3,10 @@
 // read the weights once (docs/ARCHITECTURE.md, "Engine speed on the CPU"). LibTorch sends it to
 // its GEMM, which reads fp32 weights below the memory bandwidth and, for bf16 weights, converts
 // them or packs them per call; this reads each weight once in its own dtype (4 or 2 bytes) with
-// four rows in flight, widens bf16 in registers, and accumulates in fp32 (as a bf16 GEMM does),
-// over the intra-op threads by row ranges. AVX-512 or AVX2 by the running CPU, plain C++
-// otherwise. The result equals at::linear's up to summation order.
+// four rows in flight and accumulates in fp32 (as a bf16 GEMM does), over the intra-op threads
+// by row ranges. bf16 goes through vdpbf16ps on CPUs with AVX-512 BF16 (pairs of exact products
+// into fp32 lanes) and is widened in registers elsewhere; AVX-512 or AVX2 by the running CPU,
+// plain C++ otherwise. The result equals at::linear's up to summation order.
 #pragma once
 
 #include <ATen/core/Tensor.h>
