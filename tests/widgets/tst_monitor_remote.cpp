@@ -123,13 +123,20 @@ private Q_SLOTS:
         for (const auto& e : monitor->run().events)
             resumedEvent = resumedEvent || e.message.find("resumed from") != std::string::npos;
         QVERIFY(resumedEvent);
-        auto store = shard::jobs::RunStore::open(
-            m_tmp.filePath("store.sqlite"), shard::jobs::OpenMode::ReadOnly);
-        QVERIFY(store);
-        auto run = store->run(monitor->storeRunId());
-        QVERIFY(run);
-        QCOMPARE(toString(run->target), QString("ssh"));
-        QCOMPARE(shard::jobs::toString(run->status), QString("finished"));
+        // The store records the end when the run's process has gone, which may come after the
+        // Monitor has read the last step: wait for it rather than assume the order.
+        const auto stored = [&](bool target) -> QString {
+            auto store = shard::jobs::RunStore::open(
+                m_tmp.filePath("store.sqlite"), shard::jobs::OpenMode::ReadOnly);
+            if (!store)
+                return QString();
+            auto run = store->run(monitor->storeRunId());
+            if (!run)
+                return QString();
+            return target ? toString(run->target) : shard::jobs::toString(run->status);
+        };
+        QTRY_COMPARE_WITH_TIMEOUT(stored(false), QString("finished"), 30000);
+        QCOMPARE(stored(true), QString("ssh"));
     }
 
     // Runs started elsewhere — by the `shard` CLI on this machine, and as a Slurm job submitted
