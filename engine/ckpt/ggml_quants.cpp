@@ -418,59 +418,45 @@ void dequantizeBlock(Type t, const char* o, float* y)
 
 } // namespace
 
+namespace {
+
+// Each type's name (as llama.cpp prints it), values per block and bytes per block.
+struct TypeInfo {
+    Type type;
+    const char* name;
+    int64_t values;
+    int64_t bytes;
+};
+constexpr TypeInfo kTypes[]
+    = {{F32, "f32", 1, 4}, {F16, "f16", 1, 2}, {BF16, "bf16", 1, 2}, {Q5_0, "q5_0", kQK, 22},
+        {Q8_0, "q8_0", kQK, 34}, {Q4_K, "q4_K", kQK_K, 144}, {Q6_K, "q6_K", kQK_K, 210}};
+
+const TypeInfo* infoOf(Type t)
+{
+    for (const auto& info : kTypes)
+        if (info.type == t)
+            return &info;
+    return nullptr;
+}
+
+} // namespace
+
 std::string typeName(Type t)
 {
-    switch (t) {
-    case F32:
-        return "f32";
-    case F16:
-        return "f16";
-    case BF16:
-        return "bf16";
-    case Q5_0:
-        return "q5_0";
-    case Q8_0:
-        return "q8_0";
-    case Q4_K:
-        return "q4_K";
-    case Q6_K:
-        return "q6_K";
-    }
-    return "type " + std::to_string(uint32_t(t));
+    const TypeInfo* info = infoOf(t);
+    return info ? info->name : "type " + std::to_string(uint32_t(t));
 }
 
 int64_t blockValues(Type t)
 {
-    switch (t) {
-    case Q5_0:
-    case Q8_0:
-        return kQK;
-    case Q4_K:
-    case Q6_K:
-        return kQK_K;
-    default:
-        return 1;
-    }
+    const TypeInfo* info = infoOf(t);
+    return info ? info->values : 1;
 }
 
 int64_t blockBytes(Type t)
 {
-    switch (t) {
-    case F32:
-        return 4;
-    case F16:
-    case BF16:
-        return 2;
-    case Q5_0:
-        return 22;
-    case Q8_0:
-        return 34;
-    case Q4_K:
-        return 144;
-    case Q6_K:
-        return 210;
-    }
-    return 0;
+    const TypeInfo* info = infoOf(t);
+    return info ? info->bytes : 0;
 }
 
 uint64_t bytesOf(Type t, int64_t numel)

@@ -473,16 +473,17 @@ void writeModelfile(
 
 namespace {
 
-// The --type values: the matrices' type and the file type llama.cpp names the mix by (q4_k_m:
-// q4_K with llama-quantize's q6_K choices).
+// The --type values: the matrices' type, the file type llama.cpp names the mix by, and whether
+// the matrices follow llama-quantize's q4_k_m mix (q4_K with its q6_K choices).
 struct GgufPreset {
     const char* name;
     ggml::Type type;
     uint32_t fileType;
+    bool q4kmMix = false;
 };
 constexpr GgufPreset kPresets[]
     = {{"f32", ggml::F32, 0}, {"f16", ggml::F16, 1}, {"bf16", ggml::BF16, 32},
-        {"q8_0", ggml::Q8_0, 7}, {"q6_k", ggml::Q6_K, 18}, {"q4_k_m", ggml::Q4_K, 15}};
+        {"q8_0", ggml::Q8_0, 7}, {"q6_k", ggml::Q6_K, 18}, {"q4_k_m", ggml::Q4_K, 15, true}};
 
 const GgufPreset* presetOf(const std::string& type)
 {
@@ -516,7 +517,7 @@ GgufResult exportGguf(
         fail("--type '" + options.type + "': use " + ggufTypeList());
     const ggml::Type want = preset->type;
     const uint32_t fileType = preset->fileType;
-    const bool q4km = options.type == "q4_k_m";
+    const bool q4km = preset->q4kmMix;
 
     engine::HfModelFolder folder = engine::openHfModelFolder(modelDir);
     const plan::ModelSpec& s = folder.spec;

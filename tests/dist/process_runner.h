@@ -196,6 +196,21 @@ inline std::string readFile(const std::string& path)
     return ss.str();
 }
 
+// The last `dist-selftest` record in a launcher's stdout (rank 0's, forwarded by the launcher);
+// empty when there is none.
+inline nlohmann::json lastSelftestReport(const std::string& out)
+{
+    nlohmann::json report;
+    std::istringstream lines(out);
+    std::string line;
+    while (std::getline(lines, line)) {
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        if (!j.is_discarded() && j.value("type", "") == "selftest")
+            report = j;
+    }
+    return report;
+}
+
 inline std::vector<nlohmann::json> events(const std::string& dir)
 {
     std::vector<nlohmann::json> out;

@@ -13,20 +13,6 @@ using namespace shard::testing;
 
 namespace {
 
-// The last selftest record rank 0 printed (forwarded by the launcher).
-nlohmann::json lastReport(const std::string& out)
-{
-    nlohmann::json report;
-    std::istringstream lines(out);
-    std::string line;
-    while (std::getline(lines, line)) {
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        if (!j.is_discarded() && j.value("type", "") == "selftest")
-            report = j;
-    }
-    return report;
-}
-
 std::string tail(const std::string& dir, int rank)
 {
     std::ifstream f(dir + "/logs/rank-" + std::to_string(rank) + ".log");
@@ -45,7 +31,7 @@ void runCollectives(int world)
     SHARD_EXPECT(finished, "collectives at " + std::to_string(world) + " ranks timed out");
     SHARD_EXPECT(p.exitCode() == 0,
         "launcher exit " + std::to_string(p.exitCode()) + "; rank 0 log: " + tail(dir, 0));
-    auto report = lastReport(p.out);
+    auto report = lastSelftestReport(p.out);
     SHARD_EXPECT(report.value("failures", -1) == 0, "rank 0 reported failures: " + p.out);
     SHARD_EXPECT(report.value("world_size", 0) == world, "world size in the report");
     if (world == 4)
@@ -74,7 +60,7 @@ void runWire(int world)
     SHARD_EXPECT(p.exitCode() == 0,
         "launcher exit " + std::to_string(p.exitCode()) + "; rank 0 log: " + tail(dir, 0)
             + "\nrank 1 log: " + tail(dir, 1));
-    auto report = lastReport(p.out);
+    auto report = lastSelftestReport(p.out);
     const int64_t n = int64_t(3) << 19; // the selftest's buffer: fp32 elements
     const int64_t w = world;
     const std::map<std::string, int64_t> expected = {
@@ -113,7 +99,7 @@ int main()
         auto p = spawnProcess({workerPath(), "dist-selftest"},
             {"RANK=", "WORLD_SIZE=", "SLURM_PROCID=", "SLURM_NTASKS="});
         SHARD_EXPECT(p.wait(60) && p.exitCode() == 0, "single process selftest: " + p.err);
-        SHARD_EXPECT(lastReport(p.out).value("world_size", 0) == 1, "world size 1");
+        SHARD_EXPECT(lastSelftestReport(p.out).value("world_size", 0) == 1, "world size 1");
     }
     for (int world : {2, 3, 4})
         runCollectives(world);
@@ -126,7 +112,7 @@ int main()
         auto p = spawnProcess({workerPath(), "launch", "--nproc-per-node", "2", "--run-dir", dir,
             "--", "dist-selftest", "--mode", "zero3-step"});
         SHARD_EXPECT(p.wait(120) && p.exitCode() == 0, "zero3-step: " + p.err);
-        auto report = lastReport(p.out);
+        auto report = lastSelftestReport(p.out);
         SHARD_EXPECT(
             report.value("failures", -1) == 0 && report.value("zero3_step_rel_error", 1.0) < 0.05,
             "zero3 bf16 step matches the reference: " + p.out);

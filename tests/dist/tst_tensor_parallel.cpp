@@ -4,30 +4,12 @@
 // with grouped-query attention, q/k/v/o biases and Qwen3's q/k norms; a size that does not divide
 // the heads is refused with the numbers and the sizes that would.
 #include <cstdio>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "process_runner.h"
 
 using namespace shard::testing;
-
-namespace {
-
-nlohmann::json lastReport(const std::string& out)
-{
-    nlohmann::json report;
-    std::istringstream lines(out);
-    std::string line;
-    while (std::getline(lines, line)) {
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        if (!j.is_discarded() && j.value("type", "") == "selftest")
-            report = j;
-    }
-    return report;
-}
-
-} // namespace
 
 int main()
 {
@@ -37,7 +19,7 @@ int main()
             "--run-dir", dir, "--", "dist-selftest", "--mode", "tp-block"});
         const bool finished = p.wait(180);
         SHARD_EXPECT(finished, "tp-block at " + std::to_string(world) + " ranks timed out");
-        const auto report = lastReport(p.out);
+        const auto report = lastSelftestReport(p.out);
         SHARD_EXPECT(p.exitCode() == 0 && report.value("failures", -1) == 0,
             "tp-block at " + std::to_string(world) + " ranks: " + p.out + p.err);
         SHARD_EXPECT(report.contains("tp_cases") && report["tp_cases"].size() == 3,

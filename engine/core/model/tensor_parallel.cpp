@@ -10,6 +10,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "protocol/parallel_dims.h"
+
 namespace shard::engine::tp {
 
 namespace {
@@ -68,15 +70,6 @@ at::Tensor part(const at::Tensor& t, int64_t dim, int64_t rank, int64_t size)
     return t.narrow(dim, rank * n, n).contiguous();
 }
 
-std::string divisorsBelow(int64_t n, int64_t limit)
-{
-    std::string out;
-    for (int64_t d = 1; d <= n && d <= limit; ++d)
-        if (n % d == 0)
-            out += (out.empty() ? "" : ", ") + std::to_string(d);
-    return out;
-}
-
 } // namespace
 
 at::Tensor copyToGroup(const at::Tensor& x, dist::Communicator& group)
@@ -103,8 +96,8 @@ std::string whyNotSplit(const plan::ModelSpec& spec, int64_t size)
         return "tensor parallel size " + std::to_string(size) + " does not divide the model's "
             + std::to_string(n) + " " + what + "; sizes that divide the heads, the key/value "
             + "heads and the intermediate size: "
-            + divisorsBelow(
-                std::gcd(std::gcd(spec.numHeads, spec.numKvHeads), spec.intermediateSize), 64);
+            + protocol::divisorList(
+                std::gcd(std::gcd(spec.numHeads, spec.numKvHeads), spec.intermediateSize));
     };
     for (const auto& [n, what] : {std::pair {spec.numHeads, "attention heads"},
              std::pair {spec.numKvHeads, "key/value heads"},
