@@ -119,6 +119,27 @@ HybridGroups makeHybridGroups(Communicator& world, int shardGroupSize)
     return groups;
 }
 
+MeshGroups makeMeshGroups(Communicator& world, const protocol::DeviceMesh& mesh)
+{
+    if (mesh.worldSize() != world.worldSize())
+        throw std::invalid_argument("the mesh " + mesh.describe() + " has "
+            + std::to_string(mesh.worldSize()) + " ranks, the run "
+            + std::to_string(world.worldSize()));
+    MeshGroups groups;
+    for (const auto& [dim, slot] : {std::pair {protocol::MeshDim::DpReplicate, &groups.dpReplicate},
+             std::pair {protocol::MeshDim::DpShard, &groups.dpShard},
+             std::pair {protocol::MeshDim::Tp, &groups.tp}}) {
+        if (mesh.size(dim) < 2)
+            continue;
+        for (const std::vector<int64_t>& members : mesh.groups(dim)) {
+            const std::vector<int> ranks(members.begin(), members.end());
+            if (auto c = world.newGroup(ranks))
+                *slot = c;
+        }
+    }
+    return groups;
+}
+
 std::shared_ptr<Communicator> createCommunicator(const std::string& backend, const RankEnv& env)
 {
     if (backend == "gloo") {

@@ -11,6 +11,10 @@
 
 #include <ATen/core/Tensor.h>
 
+namespace shard::protocol {
+struct DeviceMesh;
+} // namespace shard::protocol
+
 namespace shard::dist {
 
 enum class Collective { AllGather = 0, ReduceScatter, AllReduce, Broadcast, Barrier };
@@ -113,6 +117,16 @@ struct HybridGroups {
     std::shared_ptr<Communicator> replicate; // ranks {i, i+G, i+2G, ...}, i = rank % G
 };
 HybridGroups makeHybridGroups(Communicator& world, int shardGroupSize);
+
+// This rank's group along each dimension of `mesh` that has more than one rank (nullptr along
+// the others), every group made by every rank in the mesh's order. Collective over `world`,
+// whose size must be the mesh's. The pipeline dimension is not grouped here.
+struct MeshGroups {
+    std::shared_ptr<Communicator> dpReplicate;
+    std::shared_ptr<Communicator> dpShard;
+    std::shared_ptr<Communicator> tp;
+};
+MeshGroups makeMeshGroups(Communicator& world, const protocol::DeviceMesh& mesh);
 
 struct RankEnv;
 // The communicator for this process: "gloo" (CPU) or "nccl" (GPU, when built with NCCL).

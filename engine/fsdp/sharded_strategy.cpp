@@ -13,6 +13,7 @@
 #include "core/memory/host_transfer.h"
 #include "core/memory/storage.h"
 #include "core/model/nf4.h"
+#include "core/model/tensor_parallel.h"
 #include "core/train/host_sync.h"
 #include "dist/rank_env.h"
 #include "protocol/parallel_dims.h"
@@ -31,6 +32,10 @@ struct ShardedStrategy::ParamSlot {
     int64_t gatheredOffset = 0; // in the unit's gathered buffer (Ws * shardNumel each)
     bool decay = true;
     engine::nf4::NestedScales nested; // a double-quantised absmax slot: its scales, whole here
+    // Tensor parallel: how the parameter is split over the TP group (shape is this rank's part
+    // of wholeShape).
+    engine::tp::Split split = engine::tp::Split::Whole;
+    std::vector<int64_t> wholeShape;
 };
 
 struct ShardedStrategy::UnitState {
@@ -98,7 +103,24 @@ ShardedStrategy::ShardedStrategy(engine::StrategyOptions options)
         : m_options.device.is_cuda()                      ? "nccl"
                                                           : "gloo";
     m_world = dist::createCommunicator(backend, env);
-    if (n == "ddp") {
+    const protocol::DeviceMesh& mesh = m_options.mesh;
+    if (mesh.tp > 1) {
+        // Tensor parallel: the strategy's groups are the mesh's data-parallel ones (the ranks
+        // with this rank's TP coordinate); the TP group splits the blocks' weights.
+        if (mesh.pp != 1)
+            throw std::runtime_error("pipeline parallel is not trained by this engine yet (pp "
+                + std::to_string(mesh.pp) + "); use --pipeline-parallel 1");
+        dist::MeshGroups groups = dist::makeMeshGroups(*m_world, mesh);
+        m_tp = groups.tp;
+        dist::RankEnv solo = env;
+        solo.rank = 0;
+        solo.worldSize = 1;
+        m_shard = groups.dpShard ? groups.dpShard : dist::createCommunicator(backend, solo);
+        m_replicate = groups.dpReplicate;
+        if (strategy != protocol::Strategy::Ddp && strategy != protocol::Strategy::Hybrid
+            && m_replicate)
+            throw std::runtime_error("the mesh " + mesh.describe() + " replicates under " + n);
+    } else if (n == "ddp") {
         dist::RankEnv solo = env; // this rank alone, on its own device
         solo.rank = 0;
         solo.worldSize = 1;
@@ -140,6 +162,7 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
     const at::ScalarType compute = m_options.computeDtype;
     const at::TensorOptions on = at::TensorOptions().device(m_options.device);
     m_numUnits = model.numUnits();
+    m_splitNames.clear();
     m_units.clear();
     m_units.resize(static_cast<size_t>(kGroups * m_numUnits));
     m_order.assign(static_cast<size_t>(m_numUnits), {});
@@ -164,7 +187,16 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
                 m_order[static_cast<size_t>(u)][i] = {st, static_cast<int>(s.params.size())};
             ParamSlot p;
             p.name = s.group == kAbsmax ? info.name + "#absmax" : info.name;
-            p.shape = info.shape;
+            p.wholeShape = info.shape;
+            if (m_tp) {
+                if (prm.quantized || prm.frozen)
+                    throw std::runtime_error("tensor parallel does not split LoRA / QLoRA "
+                                             "models yet; use --tensor-parallel 1");
+                p.split = engine::tp::splitOf(model, u, static_cast<int>(i));
+            }
+            p.shape = engine::tp::partShape(info.shape, p.split, tensorParallelSize());
+            if (p.split == engine::tp::Split::Rows || p.split == engine::tp::Split::Columns)
+                m_splitNames.insert(p.name);
             if (s.group == kPacked)
                 p.shape = {info.shape.at(0), info.shape.at(1) / 2};
             else if (s.group == kAbsmax)
@@ -234,6 +266,8 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
             full = at::empty(param->info.shape, on.dtype(at::kFloat));
         }
         m_world->broadcast(full, 0)->wait();
+        if (m_tp) // this rank's part of a split weight
+            full = engine::tp::partOf(full, p.split, m_tp->rank(), m_tp->worldSize());
         auto keepRows = [&](UnitState& st, const ParamSlot& slot, const at::Tensor& value) {
             const int64_t begin = std::min(me * slot.chunkRows, slot.d0);
             const int64_t rows = std::min(slot.chunkRows, slot.d0 - begin);
@@ -440,6 +474,46 @@ void ShardedStrategy::postBackward(int unit)
             reduceUnit(u);
     reduceUnit(0);
     finishReduces();
+    sumPartialGradsOverTp();
+}
+
+void ShardedStrategy::sumPartialGradsOverTp()
+{
+    if (!m_tp)
+        return;
+    // q/k norms act inside each rank's heads: each rank's gradient is its heads' share.
+    std::vector<at::Tensor> grads;
+    for (auto& s : m_units) {
+        if (s.frozen)
+            continue;
+        for (size_t i = 0; i < s.params.size(); ++i) {
+            const ParamSlot& p = s.params[i];
+            if (p.split != engine::tp::Split::WholeSummed)
+                continue;
+            if (s.gradsInLeaves)
+                grads.push_back(s.leaves[i].grad());
+            else if (s.shardGrad.defined())
+                grads.push_back(s.shardGrad.narrow(0, p.offset, p.shardNumel));
+        }
+    }
+    if (grads.empty())
+        return;
+    at::NoGradGuard noGrad;
+    std::vector<at::Tensor> flat;
+    for (const auto& g : grads)
+        flat.push_back(g.reshape({-1}));
+    at::Tensor sum = at::cat(flat);
+    m_tp->allReduce(sum)->wait();
+    int64_t at = 0;
+    for (auto& g : grads) {
+        g.copy_(sum.narrow(0, at, g.numel()).view(g.sizes()));
+        at += g.numel();
+    }
+}
+
+int ShardedStrategy::tensorParallelSize() const
+{
+    return m_tp ? m_tp->worldSize() : 1;
 }
 
 void ShardedStrategy::beginMicroStep(int micro, int numMicro)
@@ -591,11 +665,15 @@ at::Tensor ShardedStrategy::gradSquaredNorm(const std::vector<engine::OptimTarge
     // Each element lives on exactly one rank of the shard group (padding holds zero); replicas
     // hold the same shards, so the sum runs over the shard group only. Offloaded gradients are
     // summed where they are (host memory) and the sum joins the device for the all-reduce.
+    // Under tensor parallel, a split weight's parts are summed over the TP group and a whole
+    // one (the same on every TP rank) is counted by TP rank 0 alone.
     at::Tensor local
         = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_options.device));
     at::Tensor onHost;
     for (const auto& t : targets) {
         if (!t.grad.defined())
+            continue;
+        if (m_tp && m_tp->rank() != 0 && !m_splitNames.count(t.name))
             continue;
         if (t.grad.device() == local.device()) {
             engine::addSquaredSum(local, t.grad);
@@ -608,6 +686,8 @@ at::Tensor ShardedStrategy::gradSquaredNorm(const std::vector<engine::OptimTarge
     if (onHost.defined())
         local.add_(onHost.to(local.device()));
     m_shard->allReduce(local)->wait();
+    if (m_tp)
+        m_tp->allReduce(local)->wait();
     return local;
 }
 
@@ -616,11 +696,17 @@ double ShardedStrategy::allReduceSum(double local)
     at::Tensor v
         = at::full({1}, local, at::TensorOptions().dtype(at::kDouble).device(m_options.device));
     m_world->allReduce(v)->wait();
+    // Each TP rank of a data-parallel copy holds the same value: the copy counts once (a flag's
+    // sum stays > 0 when any rank raised it).
+    if (m_tp)
+        v.div_(m_tp->worldSize());
     return engine::hostsync::readValue(v);
 }
 
 void ShardedStrategy::allReduceSumInPlace(at::Tensor& t)
 {
+    if (m_tp && m_tp->rank() != 0) // the copy's value counts once, from its TP rank 0
+        t.zero_();
     m_world->allReduce(t)->wait();
 }
 
@@ -681,7 +767,7 @@ dist::CommStats ShardedStrategy::commStats() const
 {
     dist::CommStats total;
     std::set<const dist::Communicator*> seen;
-    for (const auto* c : {m_world.get(), m_shard.get(), m_replicate.get()}) {
+    for (const auto* c : {m_world.get(), m_shard.get(), m_replicate.get(), m_tp.get()}) {
         if (!c || !seen.insert(c).second)
             continue;
         for (int k = 0; k < dist::kCollectiveCount; ++k) {
@@ -778,6 +864,13 @@ void ShardedStrategy::exportParams(engine::LlamaModel& model,
                     return full.narrow(0, 0, slot.d0 * slot.rowNumel).view(slot.shape);
                 };
                 at::Tensor full = gatherFull(s, p);
+                if (m_tp && p.split != engine::tp::Split::Whole
+                    && p.split != engine::tp::Split::WholeSummed) {
+                    const int64_t n = m_tp->worldSize();
+                    at::Tensor parts = at::empty({n * full.numel()}, full.options());
+                    m_tp->allGather(parts, full.contiguous().view({-1}))->wait();
+                    full = engine::tp::wholeFrom(parts, p.wholeShape, p.split, n);
+                }
                 if (s.group == kPacked) { // QLoRA: the dequantized base
                     const UnitState& sa
                         = m_units.at(static_cast<size_t>(&s - m_units.data()) + m_numUnits);

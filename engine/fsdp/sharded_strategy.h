@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,7 @@ public:
     void barrier() override;
     void exportParams(engine::LlamaModel& model,
         const std::function<void(const std::string&, const at::Tensor&)>& sink) override;
+    dist::Communicator* tensorParallelGroup() override { return m_tp.get(); }
 
     // For tests: bytes sent per collective kind over all of this rank's communicators.
     dist::CommStats commStats() const;
@@ -85,6 +87,10 @@ private:
     // Adds a reduced gradient shard (on the shard gradient's device) into its fp32 sum.
     void addToShardGrad(UnitState& s, const at::Tensor& reduced);
     void writeOwnGradients(UnitState& s);
+    // Tensor parallel: all-reduce over the TP group the gradients each rank holds only a share
+    // of (engine::tp::Split::WholeSummed), after the data-parallel reduction.
+    void sumPartialGradsOverTp();
+    int tensorParallelSize() const;
     int64_t totalCommBytes() const;
 
     engine::StrategyOptions m_options;
@@ -96,6 +102,8 @@ private:
     std::shared_ptr<dist::Communicator> m_world;
     std::shared_ptr<dist::Communicator> m_shard;
     std::shared_ptr<dist::Communicator> m_replicate; // null when there is one replica
+    std::shared_ptr<dist::Communicator> m_tp;        // null without tensor parallel
+    std::set<std::string> m_splitNames;              // TP: parameters split over m_tp
     std::vector<UnitState> m_units;                  // kGroups * m_numUnits states (see statesOf)
     int m_numUnits = 0;
     // Per model unit, where each of its parameters lives: (state, slot).

@@ -881,7 +881,7 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
 
     // Bytes a GPU sends per step.
     const double layers = static_cast<double>(stageLayerCount[static_cast<size_t>(res.peakStage)]);
-    const double perMicro = seq * b * h * 2.0;
+    const double perMicro = seq * b * h * static_cast<double>(dtypeBytes(in).compute);
     const double tpOps = in.checkpointing == Checkpointing::Full ? 6.0 : 4.0;
     res.tpBytesPerDevicePerStep
         = toBytes(layers * K * tpOps * 2.0 * ringFraction(mesh.tp) * perMicro);
@@ -1332,10 +1332,10 @@ void validate(const PlanInput& in)
             + s.name + "'s maximum of " + std::to_string(s.maxPositionEmbeddings)
             + " positions (max_position_embeddings); use " + std::to_string(s.maxPositionEmbeddings)
             + " or less");
-    in.parallelDims().validate("GPUs");
     if (in.tp < 1 || in.pp < 1)
         throw std::runtime_error("tensor and pipeline parallel degrees are at least 1 (got tp "
             + std::to_string(in.tp) + ", pp " + std::to_string(in.pp) + ")");
+    in.parallelDims().validate("GPUs");
     if (in.threeD()) {
         if (in.mode != AccountingMode::ZeroPaper)
             throw std::runtime_error("tensor and pipeline parallelism are planned with the "

@@ -126,11 +126,11 @@ struct PlanInput {
     int64_t worldSize() const { return gpusPerNode * nodes; }
     protocol::ParallelDims parallelDims() const
     {
-        return {strategy, shardGroup, nodes, gpusPerNode};
+        return {strategy, shardGroup, nodes, gpusPerNode, tp, pp};
     }
     bool threeD() const { return tp > 1 || pp > 1; }
     // Where each GPU sits (throws std::runtime_error when the degrees do not divide the GPUs).
-    protocol::DeviceMesh mesh() const { return protocol::DeviceMesh::of(parallelDims(), tp, pp); }
+    protocol::DeviceMesh mesh() const { return protocol::DeviceMesh::of(parallelDims()); }
 };
 
 // The input's bytes per element: its precision's, with a bf16 reduce where it asks for one.

@@ -20,8 +20,9 @@ std::string meshDimName(MeshDim dim)
     return "?";
 }
 
-DeviceMesh DeviceMesh::of(const ParallelDims& dims, int64_t tp, int64_t pp)
+DeviceMesh DeviceMesh::of(const ParallelDims& dims)
 {
+    const int64_t tp = dims.tp, pp = dims.pp;
     const int64_t world = dims.worldSize();
     if (world < 1)
         throw std::runtime_error(

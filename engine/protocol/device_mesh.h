@@ -38,11 +38,11 @@ struct DeviceMesh {
     int64_t dpShard = 1;
     int64_t tp = 1;
 
-    // The mesh of `dims` with tensor degree `tp` and pipeline degree `pp`: the ranks left for
-    // data parallelism are replicated (ddp), sharded (zero1/2/3) or both (hybrid: dp_shard is
-    // the shard group). Throws std::runtime_error naming the degree that does not divide and
-    // the ones that would.
-    static DeviceMesh of(const ParallelDims& dims, int64_t tp = 1, int64_t pp = 1);
+    // The mesh of `dims` with its tensor degree dims.tp and pipeline degree dims.pp: the ranks
+    // left for data parallelism are replicated (ddp), sharded (zero1/2/3) or both (hybrid:
+    // dp_shard is the shard group). Throws std::runtime_error naming the degree that does not
+    // divide and the ones that would.
+    static DeviceMesh of(const ParallelDims& dims);
 
     int64_t worldSize() const { return pp * dpReplicate * dpShard * tp; }
     int64_t size(MeshDim dim) const;

@@ -2,6 +2,7 @@
 #include "protocol/parallel_dims.h"
 #include "protocol/device_mesh.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace shard::protocol {
@@ -46,12 +47,16 @@ Strategy parseStrategyName(const std::string& name)
 
 int64_t ParallelDims::shardDegree() const
 {
-    // The mesh's dp_shard; a hybrid group that does not divide the ranks (validate() says why)
-    // counts as its own size until then.
-    if (worldSize() < 1)
+    // The mesh's dp_shard; a layout that does not divide (validate() says why) counts the hybrid
+    // group as its own size, and every other strategy by its data-parallel ranks, until then.
+    const int64_t dp = dataParallel();
+    if (dp < 1)
         return 1;
-    if (strategy == Strategy::Hybrid && (shardGroup < 1 || worldSize() % shardGroup != 0))
-        return shardGroup > 0 ? shardGroup : 1;
+    if (tp < 1 || pp < 1 || worldSize() % (tp * pp) != 0
+        || (strategy == Strategy::Hybrid && (shardGroup < 1 || dp % shardGroup != 0)))
+        return strategy == Strategy::Ddp   ? 1
+            : strategy == Strategy::Hybrid ? std::max<int64_t>(1, shardGroup)
+                                           : std::max<int64_t>(1, dp);
     return DeviceMesh::of(*this).dpShard;
 }
 
@@ -69,17 +74,35 @@ std::string divisorList(int64_t n)
 
 void ParallelDims::validate(const std::string& ranks) const
 {
+    const int64_t w = worldSize();
+    if (tp < 1)
+        throw std::runtime_error(
+            "tensor parallel size must be 1 or more (got " + std::to_string(tp) + ")");
+    if (pp < 1)
+        throw std::runtime_error(
+            "pipeline parallel size must be 1 or more (got " + std::to_string(pp) + ")");
+    if (w % (tp * pp) != 0) {
+        const std::string what = pp == 1 ? "tensor parallel size " + std::to_string(tp)
+            : tp == 1                    ? "pipeline parallel size " + std::to_string(pp)
+                      : "tensor x pipeline parallel " + std::to_string(tp) + " x "
+                + std::to_string(pp) + " = " + std::to_string(tp * pp);
+        throw std::runtime_error(what + " does not divide the " + std::to_string(w) + " " + ranks
+            + "; use a divisor of " + std::to_string(w) + " (" + divisorList(w) + "), or a "
+            + "multiple of " + std::to_string(tp * pp) + " " + ranks);
+    }
     if (strategy != Strategy::Hybrid)
         return;
-    const int64_t w = worldSize();
+    const int64_t dp = w / (tp * pp);
+    const std::string counted = tp * pp > 1 ? std::to_string(dp) + " data-parallel " + ranks + " ("
+            + std::to_string(w) + " / " + std::to_string(tp * pp) + " " + ranks + " a model copy)"
+                                            : std::to_string(w) + " " + ranks;
     if (shardGroup <= 0)
-        throw std::runtime_error(
-            "hybrid needs a shard group size (--shard-group G), a divisor of the "
-            + std::to_string(w) + " " + ranks + " (" + divisorList(w) + ")");
-    if (w % shardGroup != 0)
+        throw std::runtime_error("hybrid needs a shard group size (--shard-group G), a divisor of "
+            + std::string("the ") + counted + " (" + divisorList(dp) + ")");
+    if (dp % shardGroup != 0)
         throw std::runtime_error("hybrid shard group " + std::to_string(shardGroup)
-            + " does not divide the " + std::to_string(w) + " " + ranks + "; use a divisor of "
-            + std::to_string(w) + " (" + divisorList(w) + ")");
+            + " does not divide the " + counted + "; use a divisor of " + std::to_string(dp) + " ("
+            + divisorList(dp) + ")");
 }
 
 } // namespace shard::protocol

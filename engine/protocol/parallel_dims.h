@@ -24,11 +24,23 @@ struct ParallelDims {
     int64_t shardGroup = 0; // hybrid: ranks that shard one replica; ignored otherwise
     int64_t nodes = 1;
     int64_t ranksPerNode = 1;
+    // Tensor-parallel degree: consecutive ranks that split each block's weights (Megatron
+    // style, core/model/tensor_parallel.h); the strategy runs over the world / tp data-parallel
+    // ranks.
+    int64_t tp = 1;
+    // Pipeline-parallel degree: stages of contiguous layers (planned; the engine trains pp 1).
+    int64_t pp = 1;
 
     int64_t worldSize() const { return nodes * ranksPerNode; }
-    // Ranks one copy of the sharded state is split over: ddp 1, hybrid the group, else all.
+    // The copies of the model the ranks hold: world / (tp x pp).
+    int64_t dataParallel() const
+    {
+        return tp > 0 && pp > 0 ? worldSize() / (tp * pp) : worldSize();
+    }
+    // Ranks one copy of the sharded state is split over: ddp 1, hybrid the group, else all the
+    // data-parallel ranks.
     int64_t shardDegree() const;
-    int64_t replicas() const { return worldSize() / shardDegree(); }
+    int64_t replicas() const { return dataParallel() / shardDegree(); }
     bool shardsParameters() const
     {
         return strategy == Strategy::Zero3 || strategy == Strategy::Hybrid;

@@ -33,6 +33,7 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("out", s.outDir);
     f("strategy", s.strategy);
     f("shard_group", s.shardGroup);
+    f("tensor_parallel", s.tensorParallel);
     f("nodes", s.nodes);
     f("procs_per_node", s.procsPerNode);
     f("device", s.device);

@@ -34,6 +34,9 @@ struct RunSpec {
 
     std::string strategy = "zero3"; // ddp, zero1, zero2, zero3, hybrid
     int shardGroup = 0;             // hybrid
+    // Ranks that split each block's weights (core/model/tensor_parallel.h); the strategy runs
+    // over the world / tensor_parallel data-parallel ranks.
+    int tensorParallel = 1;
     int nodes = 1;
     int procsPerNode = 1;
     // auto (CUDA when LibTorch sees a GPU, else the CPU), cuda or cpu; run.json records the
@@ -125,7 +128,7 @@ struct RunSpec {
     // The sharding fields, typed; throws std::runtime_error on an unknown strategy name.
     ParallelDims parallelDims() const
     {
-        return {parseStrategyName(strategy), shardGroup, nodes, procsPerNode};
+        return {parseStrategyName(strategy), shardGroup, nodes, procsPerNode, tensorParallel};
     }
 };
 

@@ -161,6 +161,9 @@ const std::vector<TrainFlag>& trainFlags()
             "Write no TensorBoard event files beside metrics.jsonl"),
         SHARD_FLAG("--strategy", strategy, "ddp, zero1, zero2, zero3, hybrid"),
         SHARD_FLAG("--shard-group", shardGroup, "Hybrid shard-group size"),
+        SHARD_FLAG("--tensor-parallel", tensorParallel,
+            "Ranks that split each block's weights (Megatron style; consecutive ranks, inside a "
+            "node); the strategy runs over ranks / N data-parallel copies (default 1)"),
         SHARD_FLAG("--threads", threads, "Intra-op threads (0 = auto)"),
         SHARD_FLAG("--hang-timeout", hangTimeoutSec,
             "Seconds without progress before the launcher calls a rank hung (0 = off; default "

@@ -431,7 +431,8 @@ void testTensorPipeline()
         CHECK_EQ(plan["mode"].get<std::string>(), std::string("zero-paper"));
     }
     expectError(flags + " --mode engine", "use --mode zero-paper, or tp 1 and pp 1");
-    expectError("plan --model llama-2-70b --gpus 8 --tp 3", "does not divide the 8 ranks");
+    expectError("plan --model llama-2-70b --gpus 8 --tp 3",
+        "tensor parallel size 3 does not divide the 8 GPUs; use a divisor of 8 (1, 2, 4, 8)");
     expectError(flags + " --export deepspeed", "written for torchtitan only");
 }
 

@@ -32,7 +32,7 @@ private Q_SLOTS:
     // The seeds' 70B layout on 64 GPUs (8 nodes of 8): DP 8, TP 4, PP 2 with ZeRO-3 inside.
     void torchtitanOrder()
     {
-        const auto m = DeviceMesh::of({Strategy::Zero3, 0, 8, 8}, /*tp=*/4, /*pp=*/2);
+        const auto m = DeviceMesh::of({Strategy::Zero3, 0, 8, 8, /*tp=*/4, /*pp=*/2});
         QCOMPARE(m.pp, int64_t(2));
         QCOMPARE(m.dpReplicate, int64_t(1));
         QCOMPARE(m.dpShard, int64_t(8));
@@ -101,7 +101,7 @@ private Q_SLOTS:
             QCOMPARE(flat.dataParallelIndex(r), r);
             QVERIFY(flat.dataRows(r, 8) == std::make_pair(2 * r, 2 * r + 2));
         }
-        const auto m = DeviceMesh::of({Strategy::Zero3, 0, 1, 8}, /*tp=*/2, /*pp=*/2);
+        const auto m = DeviceMesh::of({Strategy::Zero3, 0, 1, 8, /*tp=*/2, /*pp=*/2});
         QCOMPARE(m.dataParallel(), int64_t(2));
         std::vector<std::pair<int64_t, int64_t>> rows;
         for (int64_t r = 0; r < m.worldSize(); ++r)
@@ -120,7 +120,7 @@ private Q_SLOTS:
 
     void pipelineStagesOwnContiguousLayers()
     {
-        const auto m = DeviceMesh::of({Strategy::Zero3, 0, 1, 6}, 1, 3);
+        const auto m = DeviceMesh::of({Strategy::Zero3, 0, 1, 6, 1, 3});
         // 32 layers over 3 stages: 11, 11, 10.
         QVERIFY(m.stageLayers(0, 32) == std::make_pair(int64_t(0), int64_t(11)));
         QVERIFY(m.stageLayers(1, 32) == std::make_pair(int64_t(11), int64_t(22)));
@@ -131,7 +131,7 @@ private Q_SLOTS:
     void refusalsSayTheFix()
     {
         QVERIFY2(thrown([] {
-            DeviceMesh::of({Strategy::Zero3, 0, 1, 8}, 3);
+            DeviceMesh::of({Strategy::Zero3, 0, 1, 8, 3});
         })
                      .contains("tp 3 x pp 1 does not divide the 8 ranks; use degrees whose "
                                "product divides 8 (1, 2, 4, 8)"),
@@ -141,9 +141,9 @@ private Q_SLOTS:
         }).contains("hybrid shard group 3 does not divide the 8 data-parallel ranks"));
         // With tp 2 the hybrid group divides the data-parallel ranks, not the world.
         QVERIFY(thrown([] {
-            DeviceMesh::of({Strategy::Hybrid, 8, 1, 8}, 2);
+            DeviceMesh::of({Strategy::Hybrid, 8, 1, 8, 2});
         }).contains("does not divide the 4 data-parallel ranks"));
-        const auto wide = DeviceMesh::of({Strategy::Zero3, 0, 2, 4}, 8);
+        const auto wide = DeviceMesh::of({Strategy::Zero3, 0, 2, 4, 8});
         QVERIFY(thrown([&] {
             wide.validate(4, "GPUs");
         }).contains("tensor parallel degree 8 does not divide the 4 GPUs of a node"));

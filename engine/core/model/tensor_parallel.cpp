@@ -107,6 +107,59 @@ std::string whyNotSplit(const plan::ModelSpec& spec, int64_t size)
     return {};
 }
 
+Split splitAt(const BlockLayout& L, int position)
+{
+    if (position < 0)
+        return Split::Whole;
+    for (int i : {L.q, L.k, L.v, L.qBias, L.kBias, L.vBias, L.gate, L.up})
+        if (i == position)
+            return Split::Rows;
+    if (position == L.o || position == L.down)
+        return Split::Columns;
+    if (position == L.qNorm || position == L.kNorm)
+        return Split::WholeSummed;
+    return Split::Whole; // the two block norms; o's bias is added once, after the reduction
+}
+
+Split splitOf(const LlamaModel& model, int unit, int position)
+{
+    return unit == 0 ? Split::Whole : splitAt(model.blockLayout(), position);
+}
+
+std::vector<int64_t> partShape(const std::vector<int64_t>& shape, Split split, int64_t size)
+{
+    std::vector<int64_t> out = shape;
+    const size_t dim = split == Split::Rows ? 0 : split == Split::Columns ? 1 : out.size();
+    if (dim < out.size()) {
+        if (out[dim] % size != 0)
+            throw std::invalid_argument("tensor parallel size " + std::to_string(size)
+                + " does not divide a dimension of " + std::to_string(out[dim]));
+        out[dim] /= size;
+    }
+    return out;
+}
+
+at::Tensor partOf(const at::Tensor& whole, Split split, int64_t rank, int64_t size)
+{
+    if (split == Split::Rows)
+        return part(whole, 0, rank, size);
+    if (split == Split::Columns)
+        return part(whole, 1, rank, size);
+    return whole;
+}
+
+at::Tensor wholeFrom(
+    const at::Tensor& parts, const std::vector<int64_t>& shape, Split split, int64_t size)
+{
+    if (split == Split::Rows) // parts of rows, end to end: the whole, row-major
+        return parts.view(shape);
+    if (split == Split::Columns) { // (size, rows, cols / size) -> (rows, size, cols / size)
+        const std::vector<int64_t> p = partShape(shape, split, size);
+        return parts.view({size, p[0], p[1]}).permute({1, 0, 2}).reshape(shape);
+    }
+    return parts.narrow(0, 0, parts.numel() / size).view(shape);
+}
+
 std::vector<at::Tensor> blockSlice(
     const LlamaModel& model, const std::vector<at::Tensor>& w, int64_t rank, int64_t size)
 {
@@ -115,15 +168,9 @@ std::vector<at::Tensor> blockSlice(
     if (rank < 0 || rank >= size)
         throw std::invalid_argument("tensor parallel rank " + std::to_string(rank)
             + " is outside 0.." + std::to_string(size - 1));
-    const BlockLayout& L = model.blockLayout();
-    std::vector<at::Tensor> out = w;
-    // Column-parallel (output rows, whole heads): q, k, v and their biases; gate, up.
-    for (int i : {L.q, L.k, L.v, L.qBias, L.kBias, L.vBias, L.gate, L.up})
-        if (i >= 0)
-            out[size_t(i)] = part(w[size_t(i)], 0, rank, size);
-    // Row-parallel (input columns): o, down. o's bias is added once, after the reduction.
-    for (int i : {L.o, L.down})
-        out[size_t(i)] = part(w[size_t(i)], 1, rank, size);
+    std::vector<at::Tensor> out(w.size());
+    for (size_t i = 0; i < w.size(); ++i)
+        out[i] = partOf(w[i], splitAt(model.blockLayout(), static_cast<int>(i)), rank, size);
     return out;
 }
 

@@ -33,6 +33,26 @@ at::Tensor reduceFromGroup(const at::Tensor& x, dist::Communicator& group);
 // and the sizes that would.
 std::string whyNotSplit(const plan::ModelSpec& spec, int64_t size);
 
+// How a parameter is placed over a tensor-parallel group: whole on every rank (norms, o's bias,
+// everything outside the blocks), split along dim 0 (column-parallel: q, k, v, their biases,
+// gate, up) or dim 1 (row-parallel: o, down) into contiguous equal parts, rank r holding part r.
+// WholeSummed: whole on every rank, but each rank's gradient is only its heads' share, summed
+// over the group after backward (q/k norms, applied per head inside the split heads).
+enum class Split { Whole, Rows, Columns, WholeSummed };
+
+// The split of the parameter at `position` of a block unit (BlockLayout's indices).
+Split splitAt(const BlockLayout& layout, int position);
+// The split of `model`'s parameter `position` of unit `unit` (unit 0 is whole).
+Split splitOf(const LlamaModel& model, int unit, int position);
+// The shape rank's part has (the whole shape for Whole and WholeSummed).
+std::vector<int64_t> partShape(const std::vector<int64_t>& shape, Split split, int64_t size);
+// Part `rank` of `size` of a whole value, as a contiguous copy (the value itself when whole).
+at::Tensor partOf(const at::Tensor& whole, Split split, int64_t rank, int64_t size);
+// The whole value from every rank's part laid end to end in rank order (`parts`: size x the
+// part's elements, flat, as an all-gather leaves them), in the part's dtype.
+at::Tensor wholeFrom(
+    const at::Tensor& parts, const std::vector<int64_t>& shape, Split split, int64_t size);
+
 // The part of one block's weights (in the unit's order, BlockLayout) that TP rank `rank` of
 // `size` holds: q, k, v (and their biases) by heads, o by the same columns, gate and up by
 // rows, down by columns; norms and o's bias whole. Slices are contiguous copies.

@@ -12,6 +12,7 @@
 
 #include "core/model/fused_ops.h"
 #include "core/model/lora.h"
+#include "core/model/tensor_parallel.h"
 
 namespace shard::engine {
 
@@ -20,9 +21,17 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The block's forward: whole, or this rank's part of it over the tensor-parallel group.
+at::Tensor runBlock(const LlamaModel& model, const std::vector<at::Tensor>& w, const at::Tensor& x,
+    const RopeTables& rope, dist::Communicator* tensorParallel)
+{
+    return tensorParallel ? tp::block(model, w, x, rope, *tensorParallel) : model.block(w, x, rope);
+}
+
 struct BlockCall : torch::CustomClassHolder {
     const LlamaModel* model = nullptr;
     const RopeTables* rope = nullptr;
+    dist::Communicator* tensorParallel = nullptr;
     at::ScalarType dtype = at::kFloat;
     lora::Adapters::Context dropout; // the forward's LoRA dropout context, again in a recompute
 
@@ -35,7 +44,7 @@ struct BlockCall : torch::CustomClassHolder {
         w.reserve(weights.size());
         for (const auto& t : weights)
             w.push_back(fused::cast(t, dtype));
-        at::Tensor y = model->block(w, x, *rope);
+        at::Tensor y = runBlock(*model, w, x, *rope, tensorParallel);
         if (adapters)
             adapters->setContext({});
         return y;
@@ -199,11 +208,13 @@ at::Tensor ModelRunner::trunk(const at::Tensor& hostIds, std::vector<at::Tensor>
             auto call = c10::make_intrusive<BlockCall>();
             call->model = &m_model;
             call->rope = &m_rope;
+            call->tensorParallel = m_strategy.tensorParallelGroup();
             call->dtype = m_config.computeDtype;
             call->dropout = dropout;
             x = CheckpointedBlock::apply(x, at::TensorList(w), call);
         } else {
-            x = m_model.block(cast(std::move(w), m_config.computeDtype), x, rope);
+            x = runBlock(m_model, cast(std::move(w), m_config.computeDtype), x, rope,
+                m_strategy.tensorParallelGroup());
         }
         if (hooks)
             m_strategy.postForward(u);

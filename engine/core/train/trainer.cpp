@@ -28,6 +28,7 @@
 #include "core/model/hf_folder.h"
 #include "core/model/lora.h"
 #include "core/model/peft_folder.h"
+#include "core/model/tensor_parallel.h"
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
 #include "core/train/data_loader_source.h"
@@ -121,12 +122,40 @@ void writeFirstSpecFile(const std::string& path, const protocol::RunSpec& spec)
 protocol::DeviceMesh meshOf(const protocol::RunSpec& spec, const dist::RankEnv& env)
 {
     const int64_t world = std::max(1, env.worldSize);
-    if (world == 1) // every strategy is the single-process one
+    if (world == 1 && spec.tensorParallel <= 1) // every strategy is the single-process one
         return {};
     const int64_t local = std::max(1, env.localWorldSize);
     const bool even = world % local == 0; // srun may start uneven nodes: then one "node"
-    return protocol::DeviceMesh::of({protocol::parseStrategyName(spec.strategy), spec.shardGroup,
-        even ? world / local : 1, even ? local : world});
+    const protocol::ParallelDims dims {protocol::parseStrategyName(spec.strategy), spec.shardGroup,
+        even ? world / local : 1, even ? local : world, spec.tensorParallel};
+    dims.validate("ranks");
+    return protocol::DeviceMesh::of(dims);
+}
+
+// What tensor parallel trains in this engine: the blocks split over tp consecutive ranks, the
+// embedding and head whole on each (docs/ARCHITECTURE.md, "Tensor parallel"). Throws naming
+// what cannot be split and what to change, before any weight is placed.
+void checkTensorParallel(
+    const protocol::RunSpec& spec, const plan::ModelSpec& ms, const protocol::DeviceMesh& mesh)
+{
+    const std::string tp = "--tensor-parallel " + std::to_string(mesh.tp);
+    if (const std::string why = tp::whyNotSplit(ms, mesh.tp); !why.empty())
+        throw std::runtime_error(why + "; use --tensor-parallel with one of them");
+    const auto refuse = [&](const std::string& what, const std::string& fix) {
+        throw std::runtime_error(tp + " with " + what + " is not trained by this engine yet; " + fix
+            + ", or --tensor-parallel 1");
+    };
+    if (spec.usesLora())
+        refuse("--method " + spec.method, "train full weights (--method full)");
+    if (spec.checkpointEvery > 0 || !spec.resume.empty())
+        refuse("checkpoints (--checkpoint-every, --resume)",
+            "drop --checkpoint-every and --resume (the run's model is still written at the end)");
+    if (spec.sampleEvery > 0)
+        refuse("samples during training (--sample-every)", "use --sample-every 0");
+    if (spec.offload != "none")
+        refuse("--offload " + spec.offload, "use --offload none");
+    if (spec.usesPreferencePairs())
+        refuse("--objective " + spec.objective, "train with --objective sft");
 }
 
 // --steps, else the steps --epochs take at the spec's global batch.
@@ -496,6 +525,8 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
             + std::to_string(ms.maxPositionEmbeddings) + "); use --seq-len "
             + std::to_string(ms.maxPositionEmbeddings) + " or less");
     m_model = std::make_unique<LlamaModel>(ms);
+    if (m_mesh.tp > 1)
+        checkTensorParallel(m_spec, ms, m_mesh);
     if (m_spec.usesLora()) {
         const lora::LoraConfig lc = lora::configFromSpec(m_spec);
         lora::attach(*m_model, lc, m_spec.method == "qlora");
@@ -547,6 +578,7 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
     so.device = m_device;
     so.spec = m_spec;
     so.rank = m_rankEnv;
+    so.mesh = m_mesh;
     m_strategy = makeStrategy(so, m_worldSize);
 }
 
@@ -766,6 +798,13 @@ void Trainer::placeModel(Io& io, bool resuming, int threads)
     nlohmann::json started = {{"params", m_model->numParams()}, {"strategy", m_strategy->name()},
         {"world_size", m_strategy->worldSize()}, {"device", m_device.str()}, {"threads", threads},
         {"steps", m_steps}};
+    if (m_mesh.tp > 1) {
+        started["tensor_parallel"] = m_mesh.tp;
+        started["mesh"] = m_mesh.describe();
+        io.log->info("tensor parallel: mesh " + m_mesh.describe() + ", this rank tp "
+            + std::to_string(m_mesh.coord(protocol::MeshDim::Tp, m_rank))
+            + " of data-parallel copy " + std::to_string(m_mesh.dataParallelIndex(m_rank)));
+    }
     // The planner's peak per rank for this run, next to what the records measure (a reader
     // without the planner, such as bench/gpu, compares the two). Capacity does not change it.
     try {
