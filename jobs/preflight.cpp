@@ -226,7 +226,20 @@ QString checkBatch(const PreflightInput& in, const Preflight& p)
 {
     const protocol::RunSpec& spec = in.spec;
     const Wording w = in.wording;
-    const int64_t world = std::max(1, spec.worldSize());
+    // What tensor parallel splits: the worker refuses the rest with the same words.
+    if (spec.tensorParallel > 1) {
+        try {
+            const std::string why
+                = plan::tensorParallelRefusal(spec, plan::loadHfConfig(spec.model));
+            if (!why.empty())
+                return w == Wording::Studio ? inStudioWords(QString::fromStdString(why))
+                                            : QString::fromStdString(why);
+        } catch (const std::exception& e) {
+            return QString::fromUtf8(e.what());
+        }
+    }
+    // Each data-parallel copy (tensor_parallel ranks) takes its own micro-batch.
+    const int64_t world = std::max<int64_t>(1, spec.parallelDims().dataParallel());
     const int64_t dataLimit
         = p.trainRecords >= 0 ? std::max<int64_t>(1, p.trainRecords / world) : 65536;
     if (p.trainRecords >= 0 && spec.microBatch * world > p.trainRecords)
@@ -311,6 +324,12 @@ QString settingName(Setting setting, Wording wording)
         return cli ? QStringLiteral("--steps") : tr("“Steps”");
     case Setting::Warmup:
         return cli ? QStringLiteral("--warmup") : tr("“Warm-up steps”");
+    case Setting::TensorParallel:
+        return cli ? QStringLiteral("--tensor-parallel") : tr("“Tensor parallel”");
+    case Setting::Method:
+        return cli ? QStringLiteral("--method") : tr("“Method”");
+    case Setting::SampleEvery:
+        return cli ? QStringLiteral("--sample-every") : tr("“Samples every”");
     case Setting::Count:
         break;
     }

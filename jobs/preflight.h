@@ -40,6 +40,9 @@ enum class Setting {
     LearningRate,
     Steps,
     Warmup,
+    TensorParallel,
+    Method,
+    SampleEvery,
     Count, // not a setting: how many there are
 };
 // "--micro-batch" (the train flag) / "“Micro-batch”" (the Launch page's field) and so on.

@@ -118,6 +118,11 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_strategy->setCurrentIndex(m_strategy->findData("zero3"));
     m_shardGroup = spin(this, 1, 1 << 20, 1, "shardGroup");
     m_shardGroup->setEnabled(false);
+    m_tp = spin(this, 1, 1024, 1, "tensorParallel");
+    m_tp->setToolTip(tr("Tensor parallel: this many consecutive ranks split each block's weights "
+                        "(attention by heads, MLP by its width) and compute it together; the "
+                        "strategy runs over ranks / this many data-parallel copies. It must "
+                        "divide the heads, key/value heads and MLP width, and the rank count."));
     m_ranks = spin(this, 1, 1024, 1, "ranks");
     m_nodes = spin(this, 1, 4096, 1, "nodes");
     m_device = new QComboBox(this);
@@ -280,6 +285,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     shardForm->addRow(tr("De&vice"), m_device);
     shardForm->addRow(tr("St&rategy"), m_strategy);
     shardForm->addRow(tr("S&hard group (hybrid)"), m_shardGroup);
+    shardForm->addRow(tr("Tensor para&llel"), m_tp);
     shardForm->addRow(tr("R&anks per node"), m_ranks);
     shardForm->addRow(tr("&Nodes"), m_nodes);
     shardForm->addRow(tr("O&ffload"), m_offload);
@@ -399,11 +405,12 @@ LaunchPage::LaunchPage(QWidget* parent)
     layout->addWidget(m_message);
     layout->addWidget(m_preview, 1);
 
-    QList<QWidget*> order = {m_name, m_model, browseModel, m_data, browseData, m_format, m_packing,
-        m_skipBadLines, m_evalData, m_evalEvery, m_samplePrompts, m_sampleEvery, m_out, m_lr,
-        m_weightDecay, m_schedule, m_warmup, m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints,
-        m_maxRestarts, m_seed, m_microBatch, m_seqLen, m_gradAccum, m_device, m_strategy,
-        m_shardGroup, m_ranks, m_nodes, m_offload, m_precision, m_reduceDtype, m_checkpointing};
+    QList<QWidget*> order
+        = {m_name, m_model, browseModel, m_data, browseData, m_format, m_packing, m_skipBadLines,
+            m_evalData, m_evalEvery, m_samplePrompts, m_sampleEvery, m_out, m_lr, m_weightDecay,
+            m_schedule, m_warmup, m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints, m_maxRestarts,
+            m_seed, m_microBatch, m_seqLen, m_gradAccum, m_device, m_strategy, m_shardGroup, m_tp,
+            m_ranks, m_nodes, m_offload, m_precision, m_reduceDtype, m_checkpointing};
     order << m_lora->widgets()
           << QList<QWidget*> {m_target, m_presets, m_loadPreset, m_savePreset, m_start, m_preview};
     for (qsizetype i = 1; i < order.size(); ++i)
@@ -440,7 +447,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     connect(m_precision, qOverload<int>(&QComboBox::currentIndexChanged), this, reduceChoice);
     reduceChoice();
     for (QSpinBox* s : {m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen,
-             m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_evalEvery, m_keepCheckpoints,
+             m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_tp, m_evalEvery, m_keepCheckpoints,
              m_maxRestarts, m_sampleEvery})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, changed);
     // A prompts file chosen while "every" is never also sets it, to a tenth of the run.
@@ -624,6 +631,7 @@ protocol::RunSpec LaunchPage::fieldsSpec() const
     s.procsPerNode = m_ranks->value();
     s.nodes = m_nodes->value();
     s.shardGroup = s.strategy == "hybrid" ? m_shardGroup->value() : 0;
+    s.tensorParallel = m_tp->value();
     s.offload = m_offload->currentData().toString().toStdString();
     s.precision = m_precision->currentData().toString().toStdString();
     s.reduceDtype = m_reduceDtype->isEnabled()
@@ -1041,6 +1049,7 @@ void LaunchPage::toFields(const protocol::RunSpec& s, bool keepBase)
     setCombo(m_strategy, s.strategy);
     if (s.shardGroup > 0)
         m_shardGroup->setValue(s.shardGroup);
+    m_tp->setValue(s.tensorParallel);
     m_ranks->setValue(s.procsPerNode);
     m_nodes->setValue(s.nodes);
     setCombo(m_offload, s.offload);

@@ -161,6 +161,8 @@ private:
     QSpinBox* m_gradAccum = nullptr;
     QComboBox* m_strategy = nullptr;
     QSpinBox* m_shardGroup = nullptr;
+    QSpinBox* m_tp
+        = nullptr; // tensor parallel: ranks that split each block (run spec tensor_parallel)
     QSpinBox* m_ranks = nullptr;
     QSpinBox* m_nodes = nullptr;
     QComboBox* m_device = nullptr;

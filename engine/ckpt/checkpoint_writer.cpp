@@ -129,18 +129,18 @@ SaveResult saveCheckpoint(const SaveRequest& req, const std::vector<LocalTensor>
     step(
         true,
         [&] {
-            const ShardPlacement p
-                = placementFor(req.strategy, req.rank, req.worldSize, req.shardGroup);
+            const auto [p, tp] = placementWithTp(
+                req.strategy, req.rank, req.worldSize, req.shardGroup, req.tensorParallel);
             engine::NamedTensors out;
             for (const auto& t : tensors) {
                 if (t.shape.empty())
                     throw std::runtime_error("tensor '" + t.name + "' has no dimensions");
-                const RowRange rows = rowsOf(t.shape[0], p);
+                const RowRange rows = heldRows(t.shape[0], p, t.split, tp);
                 // Every rank checks its buffers; replica 0 of each non-empty chunk stores them.
                 at::Tensor param = storedRows(t, kParam, t.param, rows, req);
                 at::Tensor m = storedRows(t, kExpAvg, t.expAvg, rows, req);
                 at::Tensor v = storedRows(t, kExpAvgSq, t.expAvgSq, rows, req);
-                if (p.replica != 0 || rows.rows() == 0)
+                if (!storesRows(p, t.split, tp, rows))
                     continue;
                 out.push_back({tensorKey(kParam, t.name), param});
                 out.push_back({tensorKey(kExpAvg, t.name), m});
@@ -170,6 +170,7 @@ SaveResult saveCheckpoint(const SaveRequest& req, const std::vector<LocalTensor>
             m.worldSize = req.worldSize;
             m.strategy = req.strategy;
             m.shardGroup = req.shardGroup;
+            m.tensorParallel = req.tensorParallel;
             m.modelConfig = req.modelConfig;
             m.modelConfigHash = configHash(req.modelConfig);
             m.modelSource = req.modelSource;
@@ -181,8 +182,9 @@ SaveResult saveCheckpoint(const SaveRequest& req, const std::vector<LocalTensor>
                 m.rankFiles.push_back(rankFileName(r));
             std::vector<TensorSpec> specs;
             for (const auto& t : tensors)
-                specs.push_back({t.name, t.shape, t.decay});
-            m.tensors = layoutTensors(specs, req.strategy, req.worldSize, req.shardGroup);
+                specs.push_back({t.name, t.shape, t.decay, t.split});
+            m.tensors = layoutTensors(
+                specs, req.strategy, req.worldSize, req.shardGroup, req.tensorParallel);
             writeFileDurable(
                 (fs::path(tempDir) / kManifestFile).string(), toJson(m).dump(1) + "\n");
             phase("manifest-written");

@@ -27,6 +27,9 @@ struct LocalTensor {
     at::Tensor param;
     at::Tensor expAvg;
     at::Tensor expAvgSq;
+    // Tensor parallel: how the run splits it (the buffers hold heldRows(): a Columns tensor's
+    // are already gathered to whole rows over the TP group).
+    TpSplit split = TpSplit::Whole;
 };
 
 // Identical on every rank, except `rank`, `rankState` and `rng`.
@@ -38,6 +41,7 @@ struct SaveRequest {
     int rank = 0;
     int worldSize = 1;
     int shardGroup = 0;
+    int tensorParallel = 1; // TP group size (consecutive ranks)
     nlohmann::json modelConfig = nlohmann::json::object();
     std::string modelSource;
     std::string tokenizerSource;

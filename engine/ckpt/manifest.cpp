@@ -43,11 +43,11 @@ nlohmann::json toJson(const Manifest& m)
     }
     return {{"format", kManifestFormat}, {"version", m.version}, {"run_id", m.runId},
         {"step", m.step}, {"world_size", m.worldSize}, {"strategy", m.strategy},
-        {"shard_group", m.shardGroup}, {"model_config", m.modelConfig},
-        {"model_config_hash", m.modelConfigHash}, {"model_source", m.modelSource},
-        {"tokenizer_source", m.tokenizerSource}, {"data", m.data}, {"train_state", m.trainState},
-        {"created_utc", m.createdUtc}, {"kinds", stateKinds()}, {"rank_files", m.rankFiles},
-        {"tensors", tensors}};
+        {"shard_group", m.shardGroup}, {"tensor_parallel", m.tensorParallel},
+        {"model_config", m.modelConfig}, {"model_config_hash", m.modelConfigHash},
+        {"model_source", m.modelSource}, {"tokenizer_source", m.tokenizerSource}, {"data", m.data},
+        {"train_state", m.trainState}, {"created_utc", m.createdUtc}, {"kinds", stateKinds()},
+        {"rank_files", m.rankFiles}, {"tensors", tensors}};
 }
 
 namespace {
@@ -83,6 +83,7 @@ Manifest manifestFromJson(const nlohmann::json& j, const std::string& where)
     m.worldSize = field<int>(j, "world_size", where);
     m.strategy = field<std::string>(j, "strategy", where);
     m.shardGroup = field<int>(j, "shard_group", where);
+    m.tensorParallel = j.value("tensor_parallel", 1); // absent before tensor parallel
     m.modelConfig = field<nlohmann::json>(j, "model_config", where);
     m.modelConfigHash = field<std::string>(j, "model_config_hash", where);
     m.modelSource = field<std::string>(j, "model_source", where);
@@ -191,11 +192,11 @@ std::string tensorKey(const std::string& kind, const std::string& name)
 }
 
 std::vector<TensorEntry> layoutTensors(const std::vector<TensorSpec>& tensors,
-    const std::string& strategy, int worldSize, int shardGroup)
+    const std::string& strategy, int worldSize, int shardGroup, int tp)
 {
-    std::vector<ShardPlacement> placements;
+    std::vector<std::pair<ShardPlacement, TpPlacement>> placements;
     for (int r = 0; r < worldSize; ++r)
-        placements.push_back(placementFor(strategy, r, worldSize, shardGroup));
+        placements.push_back(placementWithTp(strategy, r, worldSize, shardGroup, tp));
     std::vector<TensorEntry> out;
     for (const auto& t : tensors) {
         if (t.shape.empty())
@@ -206,9 +207,9 @@ std::vector<TensorEntry> layoutTensors(const std::vector<TensorSpec>& tensors,
         e.shape = t.shape;
         e.decay = t.decay;
         for (int r = 0; r < worldSize; ++r) {
-            const ShardPlacement& p = placements[r];
-            const RowRange rows = rowsOf(t.shape[0], p);
-            if (p.replica == 0 && rows.rows() > 0)
+            const auto& [dp, tpp] = placements[static_cast<size_t>(r)];
+            const RowRange rows = heldRows(t.shape[0], dp, t.split, tpp);
+            if (storesRows(dp, t.split, tpp, rows))
                 e.chunks.push_back({r, rows});
         }
         if (t.shape[0] == 0)

@@ -51,6 +51,35 @@ RowRange chunkRows(int64_t dim0, int index, int count)
     return r;
 }
 
+std::pair<ShardPlacement, TpPlacement> placementWithTp(
+    const std::string& strategy, int rank, int worldSize, int shardGroup, int tp)
+{
+    if (tp < 1 || worldSize % tp != 0)
+        throw std::runtime_error("tensor parallel size " + std::to_string(tp)
+            + " does not divide the world size " + std::to_string(worldSize));
+    return {placementFor(strategy, rank / tp, worldSize / tp, shardGroup), {rank % tp, tp}};
+}
+
+RowRange heldRows(int64_t dim0, const ShardPlacement& dp, TpSplit split, const TpPlacement& tp)
+{
+    if (split != TpSplit::Rows || tp.size <= 1)
+        return chunkRows(dim0, dp.index, dp.count);
+    if (dim0 % tp.size != 0)
+        throw std::runtime_error("tensor parallel size " + std::to_string(tp.size)
+            + " does not divide " + std::to_string(dim0) + " rows");
+    const int64_t part = dim0 / tp.size;
+    RowRange r = chunkRows(part, dp.index, dp.count);
+    r.begin += tp.rank * part;
+    r.end += tp.rank * part;
+    return r;
+}
+
+bool storesRows(
+    const ShardPlacement& dp, TpSplit split, const TpPlacement& tp, const RowRange& rows)
+{
+    return dp.replica == 0 && rows.rows() > 0 && (split == TpSplit::Rows || tp.rank == 0);
+}
+
 std::vector<RowCopy> planRowCopies(const std::vector<RowRange>& stored, const RowRange& want)
 {
     std::vector<RowCopy> out;

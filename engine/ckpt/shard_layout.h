@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace shard::ckpt {
@@ -44,6 +45,30 @@ ShardPlacement placementFor(
 
 // Chunk `index` of `count` of a tensor with `dim0` rows.
 RowRange chunkRows(int64_t dim0, int index, int count);
+
+// Tensor parallel, as checkpoints see it (engine::tp::Split): a tensor whole on every rank of a
+// TP group, or split into equal parts along dim 0 (Rows) or dim 1 (Columns), part r on TP rank
+// r. A checkpoint stores whole-tensor rows only, so that any layout reads it: a Rows part's
+// data-parallel chunk is a row range of the whole tensor (offset by the part's first row), and
+// TP rank 0 stores a Whole or Columns tensor's chunk (Columns: after gathering the columns of
+// its rows over the group).
+enum class TpSplit { Whole, Rows, Columns };
+struct TpPlacement {
+    int rank = 0;
+    int size = 1;
+};
+
+// The data-parallel and tensor-parallel placement of `rank` of `worldSize` ranks in TP groups
+// of `tp` consecutive ranks (the world / tp data-parallel ranks placed by placementFor).
+std::pair<ShardPlacement, TpPlacement> placementWithTp(
+    const std::string& strategy, int rank, int worldSize, int shardGroup, int tp);
+// The rows of the whole tensor (of `dim0` rows) a rank's buffer covers: its data-parallel chunk
+// of the whole, or of its Rows part, shifted to the part's rows.
+RowRange heldRows(int64_t dim0, const ShardPlacement& dp, TpSplit split, const TpPlacement& tp);
+// Whether the rank stores those rows in a checkpoint: replica 0 of each non-empty chunk, and
+// of a tensor not split by rows only TP rank 0.
+bool storesRows(
+    const ShardPlacement& dp, TpSplit split, const TpPlacement& tp, const RowRange& rows);
 
 // One piece of a read plan: rows [srcRow, srcRow + rows) of a stored chunk (relative to the
 // chunk's first row) go to rows [dstRow, dstRow + rows) of the output buffer.

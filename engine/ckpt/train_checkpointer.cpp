@@ -3,21 +3,27 @@
 // with AdamW's state keyed by the same names is all a strategy has to expose.
 #include "train_checkpointer.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <stdexcept>
+#include <tuple>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_store.h"
 #include "ckpt/checkpoint_writer.h"
 #include "core/model/llama_model.h"
+#include "core/model/tensor_parallel.h"
 #include "core/optim/adamw.h"
 #include "core/train/strategy.h"
+#include "dist/communicator.h"
 #include "launch/rank_heartbeat.h"
 #include "plan/model_spec.h"
 #include "protocol/run_dir.h"
@@ -36,9 +42,49 @@ std::string shapeText(at::IntArrayRef s)
     return out + "]";
 }
 
-ShardPlacement placementOf(const engine::Strategy& strategy, const protocol::RunSpec& spec)
+// Where this rank's optimizer targets lie: its data-parallel chunk, its place in the tensor-
+// parallel group (shard_layout.h) and that group (null without tensor parallel).
+struct RankLayout {
+    ShardPlacement dp;
+    TpPlacement tp;
+    dist::Communicator* group = nullptr;
+};
+
+RankLayout layoutOf(engine::Strategy& strategy, const protocol::RunSpec& spec)
 {
-    return placementFor(strategy.name(), strategy.rank(), strategy.worldSize(), spec.shardGroup);
+    RankLayout l;
+    l.group = strategy.tensorParallelGroup();
+    std::tie(l.dp, l.tp) = placementWithTp(strategy.name(), strategy.rank(), strategy.worldSize(),
+        spec.shardGroup, l.group ? l.group->worldSize() : 1);
+    return l;
+}
+
+// How a tensor-parallel run holds each trained parameter, by name (Whole without one).
+std::map<std::string, TpSplit> splitsOf(const engine::LlamaModel& model, const RankLayout& l)
+{
+    std::map<std::string, TpSplit> out;
+    for (int u = 0; u < model.numUnits(); ++u) {
+        const auto& params = model.unit(u).params;
+        for (size_t i = 0; i < params.size(); ++i) {
+            const engine::tp::Split s = l.group ? engine::tp::splitOf(model, u, static_cast<int>(i))
+                                                : engine::tp::Split::Whole;
+            out[params[i].info.name] = s == engine::tp::Split::Rows ? TpSplit::Rows
+                : s == engine::tp::Split::Columns                   ? TpSplit::Columns
+                                                                    : TpSplit::Whole;
+        }
+    }
+    return out;
+}
+
+// A column part's rows as whole rows: every TP rank's columns of the same rows, side by side.
+at::Tensor gatherColumns(const at::Tensor& part, dist::Communicator& group)
+{
+    const int64_t n = group.worldSize();
+    at::Tensor parts = at::empty({n * part.numel()}, part.options());
+    group.allGather(parts, part.contiguous().view({-1}))->wait();
+    return parts.view({n, part.size(0), part.size(1)})
+        .permute({1, 0, 2})
+        .reshape({part.size(0), n * part.size(1)});
 }
 
 bool agreeAll(engine::Strategy& strategy, bool ok)
@@ -131,24 +177,40 @@ engine::LoopState TrainCheckpointer::restore(
             expect.tensors.push_back({p->info.name, p->info.shape, !p->info.isNormOrBias});
     reader.checkCompatible(expect);
 
-    const ShardPlacement placement = placementOf(strategy, m_spec);
+    // Each rank reads the whole-tensor rows its targets cover, whatever layout saved them: a
+    // tensor-parallel Rows part's rows, a Columns part's columns of its data-parallel rows.
+    const RankLayout layout = layoutOf(strategy, m_spec);
+    const std::map<std::string, TpSplit> splits = splitsOf(model, layout);
     at::NoGradGuard noGrad;
     for (const auto& t : strategy.optimizerTargets()) {
         const auto& shape = model.param(t.name).info.shape;
-        const RowRange rows = rowsOf(shape[0], placement);
+        const TpSplit split = splits.at(t.name);
+        const RowRange rows = heldRows(shape[0], layout.dp, split, layout.tp);
         std::vector<int64_t> want = shape;
         want[0] = rows.padded;
+        if (split == TpSplit::Columns)
+            want[1] /= layout.tp.size;
         if (t.master.sizes().vec() != want)
             throw std::runtime_error("strategy " + strategy.name() + " holds '" + t.name + "' as "
                 + shapeText(t.master.sizes()) + " on rank " + std::to_string(strategy.rank())
-                + ", not the dim-0 chunk " + shapeText(want) + " checkpoints expect");
-        at::Tensor master = t.master;
-        reader.readRowsInto(kParam, t.name, rows, master);
-        engine::AdamW::State st;
+                + ", not the chunk " + shapeText(want) + " checkpoints expect");
         // Read on the host, kept where the masters are (a GPU run's state lives on its GPU).
-        st.m = reader.readRows(kExpAvg, t.name, rows).view(t.master.sizes()).to(t.master.device());
-        st.v
-            = reader.readRows(kExpAvgSq, t.name, rows).view(t.master.sizes()).to(t.master.device());
+        const auto read = [&](const char* kind) {
+            at::Tensor whole = reader.readRows(kind, t.name, rows);
+            if (split == TpSplit::Columns)
+                whole = whole.view({rows.padded, shape[1]})
+                            .narrow(1, layout.tp.rank * want[1], want[1])
+                            .contiguous();
+            return whole.view(t.master.sizes()).to(t.master.device());
+        };
+        at::Tensor master = t.master;
+        if (split == TpSplit::Columns)
+            master.copy_(read(kParam));
+        else
+            reader.readRowsInto(kParam, t.name, rows, master);
+        engine::AdamW::State st;
+        st.m = read(kExpAvg);
+        st.v = read(kExpAvgSq);
         adamw.state()[t.name] = st;
     }
     const nlohmann::json& ts = m.trainState;
@@ -172,7 +234,7 @@ engine::LoopState TrainCheckpointer::restore(
     state.checkpointDir = reader.dir();
     state.microBatch = ts.value("micro_batch", static_cast<int64_t>(0));
     state.gradAccum = ts.value("grad_accum", static_cast<int64_t>(0));
-    state.worldSize = m.worldSize;
+    state.worldSize = m.worldSize / std::max(1, m.tensorParallel); // data-parallel copies
     // Every rank has its state before any of them goes on.
     if (!agreeAll(strategy, true))
         throw std::runtime_error("another rank failed to restore the checkpoint");
@@ -206,6 +268,9 @@ engine::CheckpointSaved TrainCheckpointer::save(engine::LlamaModel& model,
     req.rank = strategy.rank();
     req.worldSize = strategy.worldSize();
     req.shardGroup = m_spec.shardGroup;
+    const RankLayout layout = layoutOf(strategy, m_spec);
+    req.tensorParallel = layout.tp.size;
+    const std::map<std::string, TpSplit> splits = splitsOf(model, layout);
     req.modelConfig = plan::toHfConfig(model.spec());
     req.modelSource = fs::absolute(m_modelDir).lexically_normal().string();
     req.tokenizerSource = m_spec.tokenizer.empty()
@@ -238,11 +303,18 @@ engine::CheckpointSaved TrainCheckpointer::save(engine::LlamaModel& model,
         lt.name = t.name;
         lt.shape = model.param(t.name).info.shape;
         lt.decay = t.decay;
+        lt.split = splits.at(t.name);
         lt.param = t.master.detach();
         auto it = adamw.state().find(t.name);
         if (it != adamw.state().end() && it->second.m.defined()) {
             lt.expAvg = it->second.m.view(t.master.sizes());
             lt.expAvgSq = it->second.v.view(t.master.sizes());
+        }
+        if (lt.split == TpSplit::Columns) { // whole rows: every TP rank's columns of them
+            at::NoGradGuard noGrad;
+            for (at::Tensor* b : {&lt.param, &lt.expAvg, &lt.expAvgSq})
+                if (b->defined())
+                    *b = gatherColumns(*b, *layout.group);
         }
         tensors.push_back(std::move(lt));
     }

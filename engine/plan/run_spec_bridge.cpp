@@ -1,6 +1,9 @@
 // Plan <-> run spec (see run_spec_bridge.h).
 #include "plan/run_spec_bridge.h"
 
+#include <numeric>
+#include <utility>
+
 #include <stdexcept>
 
 namespace shard::plan {
@@ -92,6 +95,49 @@ void applyPlanToSpec(const PlanInput& in, const std::string& modelSource, protoc
     spec.loraTargets = in.loraTargets;
     spec.loraRslora = in.loraRslora;
     spec.qloraDoubleQuant = in.qloraDoubleQuant;
+}
+
+std::string whyNotSplitBlocks(const ModelSpec& model, int64_t size)
+{
+    if (size < 1)
+        return "tensor parallel size " + std::to_string(size) + " must be 1 or more";
+    const auto fails = [&](int64_t n, const char* what) -> std::string {
+        if (n % size == 0)
+            return {};
+        return "tensor parallel size " + std::to_string(size) + " does not divide the model's "
+            + std::to_string(n) + " " + what + "; sizes that divide the heads, the key/value "
+            + "heads and the intermediate size: "
+            + protocol::divisorList(
+                std::gcd(std::gcd(model.numHeads, model.numKvHeads), model.intermediateSize));
+    };
+    for (const auto& [n, what] : {std::pair {model.numHeads, "attention heads"},
+             std::pair {model.numKvHeads, "key/value heads"},
+             std::pair {model.intermediateSize, "intermediate size (MLP width)"}})
+        if (std::string why = fails(n, what); !why.empty())
+            return why;
+    return {};
+}
+
+std::string tensorParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model)
+{
+    if (spec.tensorParallel <= 1)
+        return {};
+    if (const std::string why = whyNotSplitBlocks(model, spec.tensorParallel); !why.empty())
+        return why + "; use --tensor-parallel with one of them";
+    const std::string tp = "--tensor-parallel " + std::to_string(spec.tensorParallel);
+    const auto refuse = [&](const std::string& what, const std::string& fix) {
+        return tp + " with " + what + " is not trained by this engine yet; " + fix
+            + ", or --tensor-parallel 1";
+    };
+    if (spec.usesLora())
+        return refuse("--method " + spec.method, "train full weights (--method full)");
+    if (spec.sampleEvery > 0)
+        return refuse("samples during training (--sample-every)", "use --sample-every 0");
+    if (spec.offload != "none")
+        return refuse("--offload " + spec.offload, "use --offload none");
+    if (spec.usesPreferencePairs())
+        return refuse("--objective " + spec.objective, "train with --objective sft");
+    return {};
 }
 
 } // namespace shard::plan

@@ -37,6 +37,17 @@ DeviceSpec defaultDeviceFor(const protocol::RunSpec& spec, int64_t hostMemoryByt
 // a folder; it becomes spec.model.
 void applyPlanToSpec(const PlanInput& in, const std::string& modelSource, protocol::RunSpec& spec);
 
+// Why `size` tensor-parallel ranks cannot split `model`'s blocks ("" when they can): the heads,
+// the key/value heads and the intermediate size must divide by it. The message names the
+// numbers and the sizes that would.
+std::string whyNotSplitBlocks(const ModelSpec& model, int64_t size);
+
+// Why the engine cannot train `spec` at its tensor_parallel on `model` ("" when it can, and
+// always at tensor_parallel 1): the blocks must split (whyNotSplitBlocks), and LoRA / QLoRA,
+// offload, samples during training and preference objectives are not split yet. Names the
+// flag to change. The worker refuses with it, and the pages do not offer what it refuses.
+std::string tensorParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model);
+
 // The run spec's device name for a planner device kind and back: "cuda" <-> Gpu, "cpu" <-> Cpu.
 std::string specDeviceName(DeviceKind kind);
 DeviceKind deviceKindOf(const std::string& specDevice);

@@ -33,6 +33,7 @@
 #include "dist/rank_env.h"
 #include "dist/socket_traffic.h"
 #include "plan/model_spec.h"
+#include "plan/run_spec_bridge.h"
 
 namespace shard::worker {
 namespace {
@@ -442,7 +443,7 @@ void testTpBlock(Communicator& comm, nlohmann::json& report)
     nlohmann::json cases = nlohmann::json::array();
     for (const auto& [name, config] : shapes) {
         engine::LlamaModel model(plan::parseHfConfig(config, name));
-        const std::string why = engine::tp::whyNotSplit(model.spec(), size);
+        const std::string why = plan::whyNotSplitBlocks(model.spec(), size);
         if (!why.empty()) {
             cases.push_back({{"shape", name}, {"skipped", why}});
             continue;
@@ -513,7 +514,7 @@ void testTpBlock(Communicator& comm, nlohmann::json& report)
     // A size that does not divide the model is refused with the numbers and the sizes that do.
     nlohmann::json llama = base;
     llama["model_type"] = "llama";
-    const std::string why = engine::tp::whyNotSplit(plan::parseHfConfig(llama), 3);
+    const std::string why = plan::whyNotSplitBlocks(plan::parseHfConfig(llama), 3);
     check(why.find("does not divide the model's 8 attention heads") != std::string::npos
             && why.find("1, 2, 4") != std::string::npos,
         "tp-block: the refusal of size 3 says: " + why);

@@ -113,6 +113,46 @@ static Manifest sampleManifest()
     return m;
 }
 
+// Tensor parallel: every stored chunk is rows of the whole tensor; a Rows part's chunk is offset
+// by the part's first row; TP rank 0 alone stores a Whole or Columns tensor's rows; together
+// the chunks hold every row once.
+static void testTensorParallelChunks()
+{
+    // 4 ranks: TP groups {0, 1} and {2, 3}, zero3 over data-parallel copies {0, 2} and {1, 3}.
+    const auto [dp3, tp3] = placementWithTp("zero3", 3, 4, 0, 2);
+    CHECK(dp3.index == 1 && dp3.count == 2 && tp3.rank == 1 && tp3.size == 2);
+    const auto table
+        = layoutTensors({{"q", {8, 3}, true, TpSplit::Rows}, {"o", {4, 6}, true, TpSplit::Columns},
+                            {"norm", {5}, false, TpSplit::Whole}},
+            "zero3", 4, 0, 2);
+    CHECK(table.size() == 3);
+    auto rowsAt = [](const TensorEntry& e) {
+        std::vector<std::pair<int, std::pair<int64_t, int64_t>>> out;
+        for (const auto& c : e.chunks)
+            out.push_back({c.rank, {c.rows.begin, c.rows.end}});
+        return out;
+    };
+    using Rows = std::vector<std::pair<int, std::pair<int64_t, int64_t>>>;
+    // q: part 0 is rows 0-3 (rank 0 rows 0-1, rank 2 rows 2-3), part 1 rows 4-7.
+    CHECK(rowsAt(table[0]) == (Rows {{0, {0, 2}}, {1, {4, 6}}, {2, {2, 4}}, {3, {6, 8}}}));
+    CHECK(rowsAt(table[1]) == (Rows {{0, {0, 2}}, {2, {2, 4}}}));
+    CHECK(rowsAt(table[2]) == (Rows {{0, {0, 3}}, {2, {3, 5}}}));
+    for (const auto& e : table) {
+        std::vector<RowRange> stored;
+        for (const auto& c : e.chunks)
+            stored.push_back(c.rows);
+        int64_t copied = 0;
+        for (const auto& c : planRowCopies(stored, RowRange {0, e.shape[0], e.shape[0]}))
+            copied += c.rows;
+        CHECK(copied == e.shape[0]);
+    }
+    // Without tensor parallel the table is the data-parallel one.
+    const auto flat = layoutTensors({{"q", {8, 3}, true, TpSplit::Rows}}, "zero3", 2, 0);
+    CHECK(rowsAt(flat[0]) == (Rows {{0, {0, 4}}, {1, {4, 8}}}));
+    CHECK(heldRows(8, dp3, TpSplit::Rows, tp3).begin == 6
+        && !storesRows(dp3, TpSplit::Columns, tp3, heldRows(4, dp3, TpSplit::Columns, tp3)));
+}
+
 static void testManifestRoundTrip()
 {
     const Manifest m = sampleManifest();
@@ -174,6 +214,7 @@ int main()
     testChunkRows();
     testPlacements();
     testRowCopies();
+    testTensorParallelChunks();
     testManifestRoundTrip();
     testManifestErrors();
     testJsonDifferences();

@@ -442,6 +442,61 @@ private Q_SLOTS:
             qPrintable(shard::jobs::preflight(in).fit));
     }
 
+    // Tensor parallel (run spec tensor_parallel): carried into the spec and the command; a
+    // TP copy of the model takes one micro-batch for its ranks; what the worker refuses (a size
+    // that does not divide the heads or the ranks, LoRA) is said before a start, in the page's
+    // words.
+    void tensorParallel()
+    {
+        LaunchPage page;
+        page.show();
+        shard::jobs::RunService store(m_tmp.filePath("store-tp.sqlite"));
+        page.setStore(&store);
+        page.setRunsRoot(m_tmp.filePath("runs"));
+        page.setRunName("tp");
+        page.setSteps(10);
+        page.findChild<QSpinBox*>("seqLen")->setValue(64);
+        page.setModelFolder(validModelFolder());
+        page.setDataFiles({validDataFile()});
+        auto label = [&](const char* name) { return page.findChild<QLabel*>(name); };
+        auto* start = page.findChild<QPushButton*>("start");
+        auto* tp = page.findChild<QSpinBox*>("tensorParallel");
+        auto* ranks = page.findChild<QSpinBox*>("ranks");
+        QVERIFY(start && tp && ranks);
+        // One record: two data-parallel copies need two a micro-step, one TP2 copy needs one.
+        ranks->setValue(2);
+        QTRY_VERIFY2(label("fitProblem")->text().contains("training data has 1"),
+            qPrintable(label("fitProblem")->text()));
+        tp->setValue(2);
+        QTRY_VERIFY2(label("fitProblem")->isHidden(), qPrintable(label("fitProblem")->text()));
+        QTRY_VERIFY(start->isEnabled());
+        const auto spec = page.spec();
+        QVERIFY2(spec, qPrintable(spec.error()));
+        QCOMPARE(spec.value().tensorParallel, 2);
+        QTRY_VERIFY2(page.commandPreview().contains("\"tensor_parallel\": 2"),
+            qPrintable(page.commandPreview()));
+        // 3 does not divide tiny-1m's 4 heads.
+        ranks->setValue(3);
+        tp->setValue(3);
+        QTRY_VERIFY2(
+            label("fitProblem")->text().contains("does not divide the model's 4 attention heads"),
+            qPrintable(label("fitProblem")->text()));
+        QVERIFY(!start->isEnabled());
+        // ...nor the 2 ranks.
+        ranks->setValue(2);
+        QVERIFY2(page.spec().error().contains("tensor parallel size 3 does not divide the 2 ranks"),
+            qPrintable(page.spec().error()));
+        // LoRA's adapters are not split yet.
+        tp->setValue(2);
+        auto* method = page.findChild<QComboBox*>("method");
+        method->setCurrentIndex(method->findData("lora"));
+        QTRY_VERIFY2(label("fitProblem")->text().contains("not trained by this engine yet")
+                && label("fitProblem")->text().contains("“Tensor parallel”")
+                && label("fitProblem")->text().contains("“Method”"),
+            qPrintable(label("fitProblem")->text()));
+        QVERIFY(!start->isEnabled());
+    }
+
     void remoteTargetsPreviewAndRefusal()
     {
         QTcpServer probe; // a loopback port nobody listens on

@@ -2,7 +2,6 @@
 #include "core/model/tensor_parallel.h"
 
 #include <cstdint>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -10,7 +9,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "protocol/parallel_dims.h"
+#include "plan/run_spec_bridge.h"
 
 namespace shard::engine::tp {
 
@@ -86,27 +85,6 @@ at::Tensor reduceFromGroup(const at::Tensor& x, dist::Communicator& group)
     return ReduceFromGroup::apply(x, groupHandle(group));
 }
 
-std::string whyNotSplit(const plan::ModelSpec& spec, int64_t size)
-{
-    if (size < 1)
-        return "tensor parallel size " + std::to_string(size) + " must be 1 or more";
-    const auto fails = [&](int64_t n, const char* what) -> std::string {
-        if (n % size == 0)
-            return {};
-        return "tensor parallel size " + std::to_string(size) + " does not divide the model's "
-            + std::to_string(n) + " " + what + "; sizes that divide the heads, the key/value "
-            + "heads and the intermediate size: "
-            + protocol::divisorList(
-                std::gcd(std::gcd(spec.numHeads, spec.numKvHeads), spec.intermediateSize));
-    };
-    for (const auto& [n, what] : {std::pair {spec.numHeads, "attention heads"},
-             std::pair {spec.numKvHeads, "key/value heads"},
-             std::pair {spec.intermediateSize, "intermediate size (MLP width)"}})
-        if (std::string why = fails(n, what); !why.empty())
-            return why;
-    return {};
-}
-
 Split splitAt(const BlockLayout& L, int position)
 {
     if (position < 0)
@@ -163,7 +141,7 @@ at::Tensor wholeFrom(
 std::vector<at::Tensor> blockSlice(
     const LlamaModel& model, const std::vector<at::Tensor>& w, int64_t rank, int64_t size)
 {
-    if (const std::string why = whyNotSplit(model.spec(), size); !why.empty())
+    if (const std::string why = plan::whyNotSplitBlocks(model.spec(), size); !why.empty())
         throw std::invalid_argument(why);
     if (rank < 0 || rank >= size)
         throw std::invalid_argument("tensor parallel rank " + std::to_string(rank)

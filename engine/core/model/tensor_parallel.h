@@ -28,11 +28,6 @@ at::Tensor copyToGroup(const at::Tensor& x, dist::Communicator& group);
 // Sum over `group` forward; identity backward.
 at::Tensor reduceFromGroup(const at::Tensor& x, dist::Communicator& group);
 
-// Why `size` ranks cannot split this model's blocks ("" when they can): the heads, the
-// key/value heads and the intermediate size must divide by it. The message names the numbers
-// and the sizes that would.
-std::string whyNotSplit(const plan::ModelSpec& spec, int64_t size);
-
 // How a parameter is placed over a tensor-parallel group: whole on every rank (norms, o's bias,
 // everything outside the blocks), split along dim 0 (column-parallel: q, k, v, their biases,
 // gate, up) or dim 1 (row-parallel: o, down) into contiguous equal parts, rank r holding part r.

@@ -28,7 +28,6 @@
 #include "core/model/hf_folder.h"
 #include "core/model/lora.h"
 #include "core/model/peft_folder.h"
-#include "core/model/tensor_parallel.h"
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
 #include "core/train/data_loader_source.h"
@@ -130,32 +129,6 @@ protocol::DeviceMesh meshOf(const protocol::RunSpec& spec, const dist::RankEnv& 
         even ? world / local : 1, even ? local : world, spec.tensorParallel};
     dims.validate("ranks");
     return protocol::DeviceMesh::of(dims);
-}
-
-// What tensor parallel trains in this engine: the blocks split over tp consecutive ranks, the
-// embedding and head whole on each (docs/ARCHITECTURE.md, "Tensor parallel"). Throws naming
-// what cannot be split and what to change, before any weight is placed.
-void checkTensorParallel(
-    const protocol::RunSpec& spec, const plan::ModelSpec& ms, const protocol::DeviceMesh& mesh)
-{
-    const std::string tp = "--tensor-parallel " + std::to_string(mesh.tp);
-    if (const std::string why = tp::whyNotSplit(ms, mesh.tp); !why.empty())
-        throw std::runtime_error(why + "; use --tensor-parallel with one of them");
-    const auto refuse = [&](const std::string& what, const std::string& fix) {
-        throw std::runtime_error(tp + " with " + what + " is not trained by this engine yet; " + fix
-            + ", or --tensor-parallel 1");
-    };
-    if (spec.usesLora())
-        refuse("--method " + spec.method, "train full weights (--method full)");
-    if (spec.checkpointEvery > 0 || !spec.resume.empty())
-        refuse("checkpoints (--checkpoint-every, --resume)",
-            "drop --checkpoint-every and --resume (the run's model is still written at the end)");
-    if (spec.sampleEvery > 0)
-        refuse("samples during training (--sample-every)", "use --sample-every 0");
-    if (spec.offload != "none")
-        refuse("--offload " + spec.offload, "use --offload none");
-    if (spec.usesPreferencePairs())
-        refuse("--objective " + spec.objective, "train with --objective sft");
 }
 
 // --steps, else the steps --epochs take at the spec's global batch.
@@ -525,8 +498,10 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
             + std::to_string(ms.maxPositionEmbeddings) + "); use --seq-len "
             + std::to_string(ms.maxPositionEmbeddings) + " or less");
     m_model = std::make_unique<LlamaModel>(ms);
-    if (m_mesh.tp > 1)
-        checkTensorParallel(m_spec, ms, m_mesh);
+    // What tensor parallel splits (docs/ARCHITECTURE.md, "Tensor parallel"), before any weight
+    // is placed.
+    if (const std::string why = plan::tensorParallelRefusal(m_spec, ms); !why.empty())
+        throw std::runtime_error(why);
     if (m_spec.usesLora()) {
         const lora::LoraConfig lc = lora::configFromSpec(m_spec);
         lora::attach(*m_model, lc, m_spec.method == "qlora");
