@@ -46,7 +46,7 @@ def tps(name):  # step 1 warms up; both rounds pooled
 
 def peak(name):
     mem = metrics(f"{name}.a")[-1].get("memory", [])
-    return max((m.get("peak_bytes", 0) for m in mem), default=0)
+    return max((m.get("peak", 0) for m in mem), default=0)
 
 runs = [("zero3-2", 2, 1), ("ddp-2", 2, 1), ("tp2-2", 2, 2), ("zero3-4", 4, 1), ("tp2-dp2-4", 4, 2)]
 print(f"### Tensor parallel on CPU ranks ({preset}, Gloo over loopback, {cores} cores)\n")
