@@ -462,11 +462,13 @@ void testTpBlock(Communicator& comm, nlohmann::json& report)
                 t = 0.1 * at::randn(t.sizes(), t.options());
             else
                 t = t * 15.0;
-            w.push_back(t);
+            w.push_back(dev(t));
         }
-        const at::Tensor x = at::randn({2, 9, 64}, at::kDouble);
-        const at::Tensor g = at::randn({2, 9, 64}, at::kDouble);
-        const engine::RopeTables rope = model.rope(9, at::kDouble);
+        // On --device (a GPU for NCCL), where the collectives' tensors must be.
+        const at::Tensor x = dev(at::randn({2, 9, 64}, at::kDouble));
+        const at::Tensor g = dev(at::randn({2, 9, 64}, at::kDouble));
+        engine::RopeTables rope = model.rope(9, at::kDouble);
+        rope = {dev(rope.cos), dev(rope.sin)};
 
         std::vector<at::Tensor> whole;
         for (const auto& t : w)
