@@ -189,9 +189,9 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
             p.name = s.group == kAbsmax ? info.name + "#absmax" : info.name;
             p.wholeShape = info.shape;
             if (m_tp) {
-                if (prm.quantized || prm.frozen)
-                    throw std::runtime_error("tensor parallel does not split LoRA / QLoRA "
-                                             "models yet; use --tensor-parallel 1");
+                if (prm.quantized)
+                    throw std::runtime_error("tensor parallel does not split QLoRA's NF4 base "
+                                             "yet; use --method lora, or --tensor-parallel 1");
                 p.split = engine::tp::splitOf(model, u, static_cast<int>(i));
             }
             p.shape = engine::tp::partShape(info.shape, p.split, tensorParallelSize());

@@ -129,8 +129,8 @@ std::string tensorParallelRefusal(const protocol::RunSpec& spec, const ModelSpec
         return tp + " with " + what + " is not trained by this engine yet; " + fix
             + ", or --tensor-parallel 1";
     };
-    if (spec.usesLora())
-        return refuse("--method " + spec.method, "train full weights (--method full)");
+    if (spec.method == "qlora")
+        return refuse("--method qlora", "use --method lora (its base is split like any weight)");
     if (spec.sampleEvery > 0)
         return refuse("samples during training (--sample-every)", "use --sample-every 0");
     if (spec.offload != "none")

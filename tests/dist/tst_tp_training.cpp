@@ -13,11 +13,15 @@
 //    TP4 x ddp, whose step-6 checkpoint resumed at one rank, gives the uninterrupted 1-rank run's
 //    losses within 1e-5 at every step and its weights within 1e-4;
 //  - refusals before training: a TP size that does not divide the ranks, the heads or the
-//    key/value heads, and LoRA (not split yet), each naming the numbers and the fix.
+//    key/value heads, and QLoRA (its NF4 base is not split yet), each naming the numbers and
+//    the fix;
+//  - LoRA on all seven projections at TP2 and TP2 x zero2 DP2: losses, merged weights and the
+//    adapters within 1e-5 / 1e-4 of one rank.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -220,6 +224,39 @@ int main()
             {"--micro-batch", "2", "--tensor-parallel", "2", "--strategy", "zero2",
                 "--checkpointing", "full"}));
 
+    // LoRA on every projection: adapters split with their base weight (B by rows of a column-
+    // parallel projection, A by columns of a row-parallel one; the other whole, its gradient
+    // summed over the group). The adapters themselves are compared too.
+    {
+        const std::vector<std::string> lora
+            = {"--method", "lora", "--lora-targets", "q,k,v,o,gate,up,down"};
+        auto with = [&](std::vector<std::string> a) {
+            a.insert(a.end(), lora.begin(), lora.end());
+            return a;
+        };
+        const Run loraRef = train("llama", "lora-1", 1, with({"--micro-batch", "4"}));
+        const Run loraRefGa
+            = train("llama", "lora-1-ga2", 1, with({"--micro-batch", "2", "--grad-accum", "2"}));
+        const Run loraTp2
+            = train("llama", "lora-tp2", 2, with({"--micro-batch", "4", "--tensor-parallel", "2"}));
+        const Run loraTp2Dp2 = train("llama", "lora-tp2-zero2-dp2", 4,
+            with({"--micro-batch", "2", "--tensor-parallel", "2", "--strategy", "zero2"}));
+        expectClose("llama LoRA TP2 vs 1 rank", loraRef, loraTp2);
+        expectClose("llama LoRA TP2 x zero2 DP2 vs 1 rank split", loraRefGa, loraTp2Dp2);
+        for (const auto& [what, ref, run] :
+            {std::tuple {"LoRA TP2 adapters", "lora-1", "lora-tp2"},
+                std::tuple {"LoRA TP2 x zero2 DP2 adapters", "lora-1-ga2", "lora-tp2-zero2-dp2"}}) {
+            const auto a = f32Tensors(g_dir + "/" + ref + "/adapter/adapter_model.safetensors");
+            const auto b
+                = f32Tensors(g_dir + "/" + std::string(run) + "/adapter/adapter_model.safetensors");
+            const RunDiff d = compareRuns({1.0}, {1.0}, a, b);
+            std::printf("%-40s adapters max rel %.3g  L2 rel %.3g (%zu tensors)\n", what,
+                d.weightMax, d.weightL2, a.size());
+            SHARD_EXPECT(a.size() == 56 && d.weightL2 <= 1e-4,
+                std::string(what) + ": every adapter whole and within 1e-4 (L2) of one rank's");
+        }
+    }
+
     // Qwen3 (GQA 4 / 2, q/k norms, head_dim 48) and Qwen2 (q/k/v biases).
     expectClose("qwen3 TP2 vs 1 rank", train("qwen3", "qwen3-1", 1, {"--micro-batch", "4"}),
         train("qwen3", "qwen3-tp2", 2, {"--micro-batch", "4", "--tensor-parallel", "2"}));
@@ -284,8 +321,8 @@ int main()
         "tensor parallel size 3 does not divide the 2 ranks");
     expectRefusal("qwen3", "refuse-heads", 4, {"--tensor-parallel", "4", "--micro-batch", "1"},
         "does not divide the model's 2 key/value heads");
-    expectRefusal("llama", "refuse-lora", 2, {"--tensor-parallel", "2", "--method", "lora"},
-        "--tensor-parallel 2 with --method lora is not trained by this engine yet");
+    expectRefusal("llama", "refuse-qlora", 2, {"--tensor-parallel", "2", "--method", "qlora"},
+        "--tensor-parallel 2 with --method qlora is not trained by this engine yet");
 
     if (g_failures == 0) {
         std::printf("tst_tp_training: all passed\n");

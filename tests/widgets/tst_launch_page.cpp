@@ -444,7 +444,7 @@ private Q_SLOTS:
 
     // Tensor parallel (run spec tensor_parallel): carried into the spec and the command; a
     // TP copy of the model takes one micro-batch for its ranks; what the worker refuses (a size
-    // that does not divide the heads or the ranks, LoRA) is said before a start, in the page's
+    // that does not divide the heads or the ranks, QLoRA) is said before a start, in the page's
     // words.
     void tensorParallel()
     {
@@ -486,10 +486,12 @@ private Q_SLOTS:
         ranks->setValue(2);
         QVERIFY2(page.spec().error().contains("tensor parallel size 3 does not divide the 2 ranks"),
             qPrintable(page.spec().error()));
-        // LoRA's adapters are not split yet.
+        // LoRA splits its adapters with their base; QLoRA's NF4 base is not split yet.
         tp->setValue(2);
         auto* method = page.findChild<QComboBox*>("method");
         method->setCurrentIndex(method->findData("lora"));
+        QTRY_VERIFY2(label("fitProblem")->isHidden(), qPrintable(label("fitProblem")->text()));
+        method->setCurrentIndex(method->findData("qlora"));
         QTRY_VERIFY2(label("fitProblem")->text().contains("not trained by this engine yet")
                 && label("fitProblem")->text().contains("“Tensor parallel”")
                 && label("fitProblem")->text().contains("“Method”"),

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "core/model/lora.h"
 #include "plan/run_spec_bridge.h"
 
 namespace shard::engine::tp {
@@ -101,7 +102,22 @@ Split splitAt(const BlockLayout& L, int position)
 
 Split splitOf(const LlamaModel& model, int unit, int position)
 {
-    return unit == 0 ? Split::Whole : splitAt(model.blockLayout(), position);
+    if (unit == 0)
+        return Split::Whole;
+    // LoRA: an adapter splits with its base weight. A column-parallel projection's B [out, r]
+    // splits by rows and its A [r, in] is whole (each rank's gradient of A is its rows' share);
+    // a row-parallel one's A splits by columns and its B is whole (its output is a partial sum
+    // until the reduction, and so is B's gradient).
+    if (const lora::Adapters* adapters = model.adapters())
+        for (int t = 0; t < lora::kTargetCount; ++t) {
+            const bool rowParallel
+                = lora::Target(t) == lora::Target::O || lora::Target(t) == lora::Target::Down;
+            if (position == adapters->a[size_t(t)])
+                return rowParallel ? Split::Columns : Split::WholeSummed;
+            if (position == adapters->b[size_t(t)])
+                return rowParallel ? Split::WholeSummed : Split::Rows;
+        }
+    return splitAt(model.blockLayout(), position);
 }
 
 std::vector<int64_t> partShape(const std::vector<int64_t>& shape, Split split, int64_t size)
