@@ -782,9 +782,14 @@ void MonitorPage::updateMemory()
     const protocol::RankMemory* mostReserved = nullptr;
     int64_t retries = 0;
     int64_t ooms = 0;
+    // Tensor parallel: consecutive ranks split each block (docs/ARCHITECTURE.md, "Placement"),
+    // so each bar says which data-parallel copy and which TP rank it is.
+    const int tp = m_run.config.is_object() ? m_run.config.value("tensor_parallel", 1) : 1;
     for (const auto& m : m_run.lastMemory) {
         MemoryBar bar;
-        bar.label = tr("rank %1").arg(m.rank);
+        bar.label = tp > 1
+            ? tr("rank %1 (copy %2, tp %3)").arg(m.rank).arg(m.rank / tp).arg(m.rank % tp)
+            : tr("rank %1").arg(m.rank);
         bar.bytes = memoryByCategory(m);
         bar.predictedBytes = m_predictedBytes;
         if (m.peakBytes > 0)

@@ -15,6 +15,7 @@
 //  - refusals before training: a TP size that does not divide the ranks, the heads or the
 //    key/value heads, and QLoRA (its NF4 base is not split yet), each naming the numbers and
 //    the fix;
+//  - bf16-mixed TP2 with activation checkpointing tracks one bf16-mixed rank (5e-3);
 //  - LoRA on all seven projections at TP2 and TP2 x zero2 DP2: losses, merged weights and the
 //    adapters within 1e-5 / 1e-4 of one rank.
 #include <cmath>
@@ -255,6 +256,19 @@ int main()
             SHARD_EXPECT(a.size() == 56 && d.weightL2 <= 1e-4,
                 std::string(what) + ": every adapter whole and within 1e-4 (L2) of one rank's");
         }
+    }
+
+    // bf16-mixed (bf16 compute, fp32 masters and reduce) with activation checkpointing: tracks
+    // the 1-rank bf16-mixed run within bf16's rounding of the split sums.
+    {
+        const Run bf
+            = train("llama", "bf16-1", 1, {"--micro-batch", "4", "--precision", "bf16-mixed"});
+        const Run bfTp = train("llama", "bf16-tp2", 2,
+            {"--micro-batch", "4", "--precision", "bf16-mixed", "--tensor-parallel", "2",
+                "--checkpointing", "full"});
+        const RunDiff d = compareRuns(bf.losses, bfTp.losses, bf.weights, bfTp.weights);
+        std::printf("%-40s loss max rel %.3g\n", "llama bf16-mixed TP2 + ckpt vs 1 rank", d.loss);
+        SHARD_EXPECT(d.loss <= 5e-3, "bf16-mixed TP2 tracks the 1-rank bf16-mixed run");
     }
 
     // Qwen3 (GQA 4 / 2, q/k norms, head_dim 48) and Qwen2 (q/k/v biases).

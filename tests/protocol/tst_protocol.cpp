@@ -300,8 +300,9 @@ private Q_SLOTS:
         QVERIFY(differingConfigValues({terse}).empty());
     }
 
-    // Compare's config diff shows the method and the LoRA rank of runs that differ in them; a
-    // full run and one that states method full with the default rank do not differ.
+    // Compare's config diff shows the method and the LoRA rank of runs that differ in them (and
+    // the tensor-parallel layout); a full run and one that states method full with the default
+    // rank do not differ.
     void configDifferencesShowMethodAndRank()
     {
         const nlohmann::json full = {{"model", "m"}, {"data", {"a.jsonl"}}, {"steps", 10}};
@@ -318,6 +319,13 @@ private Q_SLOTS:
         QCOMPARE(keys, (QStringList {"lora_rank", "method"}));
         QCOMPARE(d.at(0).values, (std::vector<std::string> {"8", "16"}));
         QCOMPARE(d.at(1).values, (std::vector<std::string> {"full", "lora"}));
+        // The layout: a tensor-parallel run against one that never set it (tp 1).
+        nlohmann::json tp = full;
+        tp["tensor_parallel"] = 2;
+        const auto layout = differingConfigValues({full, tp});
+        QCOMPARE(int(layout.size()), 1);
+        QCOMPARE(layout.at(0).key, std::string("tensor_parallel"));
+        QCOMPARE(layout.at(0).values, (std::vector<std::string> {"1", "2"}));
     }
 
     // The run a model path belongs to: the run folder itself, <run>/model and

@@ -312,6 +312,39 @@ private Q_SLOTS:
         qunsetenv("FAKE_STEP_SEC");
     }
 
+    // A tensor-parallel run (run.json tensor_parallel 2): each rank's memory bar says which
+    // data-parallel copy and which TP rank it is.
+    void tensorParallelRanksAreLabelled()
+    {
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString run = startedRun(tmp, "run-tp",
+            R"({"name":"tp","steps":1,"tensor_parallel":2,"procs_per_node":4})",
+            R"({"v":1,"type":"event","kind":"finish","wall_time":2,"step":1,"message":"done",)"
+            R"("data":{"reason":"completed"}})"
+            "\n");
+        QByteArray memory;
+        for (int r = 0; r < 4; ++r)
+            memory += (r ? "," : "")
+                + QString(R"({"rank":%1,"sharded_params":1000,"current":4000,"peak":5000})")
+                      .arg(r)
+                      .toUtf8();
+        writeFile(run + "/metrics.jsonl",
+            R"({"v":1,"type":"metric","step":1,"tokens":256,"loss":2.5,"lr":0.001,)"
+            R"("grad_norm":1,"tokens_per_sec":100,"step_time":1,"wall_time":1,"memory":[)"
+                + memory + "]}\n");
+        Service store;
+        MonitorPage page;
+        page.setStore(&store.service);
+        page.show();
+        page.openRunDirectory(run);
+        QTRY_COMPARE_WITH_TIMEOUT(page.pointCount(), 1, 30000);
+        QTRY_COMPARE_WITH_TIMEOUT(int(page.memoryChart()->bars().size()), 4, 30000);
+        const auto& bars = page.memoryChart()->bars();
+        QCOMPARE(bars[0].label, QString("rank 0 (copy 0, tp 0)"));
+        QCOMPARE(bars[3].label, QString("rank 3 (copy 1, tp 1)"));
+    }
+
     // A GPU run's records carry the CUDA caching allocator's figures: through the store to the
     // page, under the memory chart (the largest reserved peak over the ranks, retries, OOMs)
     // and in each rank's tooltip. A CPU run shows none (pointsArriveFromAProcessAppending).
