@@ -13,7 +13,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
 #include "ckpt/checkpoint_reader.h"
@@ -74,17 +73,6 @@ std::map<std::string, TpSplit> splitsOf(const engine::LlamaModel& model, const R
         }
     }
     return out;
-}
-
-// A column part's rows as whole rows: every TP rank's columns of the same rows, side by side.
-at::Tensor gatherColumns(const at::Tensor& part, dist::Communicator& group)
-{
-    const int64_t n = group.worldSize();
-    at::Tensor parts = at::empty({n * part.numel()}, part.options());
-    group.allGather(parts, part.contiguous().view({-1}))->wait();
-    return parts.view({n, part.size(0), part.size(1)})
-        .permute({1, 0, 2})
-        .reshape({part.size(0), n * part.size(1)});
 }
 
 bool agreeAll(engine::Strategy& strategy, bool ok)
@@ -314,7 +302,8 @@ engine::CheckpointSaved TrainCheckpointer::save(engine::LlamaModel& model,
             at::NoGradGuard noGrad;
             for (at::Tensor* b : {&lt.param, &lt.expAvg, &lt.expAvgSq})
                 if (b->defined())
-                    *b = gatherColumns(*b, *layout.group);
+                    *b = engine::tp::gatherWhole(*b, {b->size(0), b->size(1) * layout.tp.size},
+                        engine::tp::Split::Columns, *layout.group);
         }
         tensors.push_back(std::move(lt));
     }

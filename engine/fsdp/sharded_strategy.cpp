@@ -103,6 +103,12 @@ ShardedStrategy::ShardedStrategy(engine::StrategyOptions options)
         : m_options.device.is_cuda()                      ? "nccl"
                                                           : "gloo";
     m_world = dist::createCommunicator(backend, env);
+    auto solo = [&] { // this rank alone, on its own device
+        dist::RankEnv one = env;
+        one.rank = 0;
+        one.worldSize = 1;
+        return dist::createCommunicator(backend, one);
+    };
     const protocol::DeviceMesh& mesh = m_options.mesh;
     if (mesh.tp > 1) {
         // Tensor parallel: the strategy's groups are the mesh's data-parallel ones (the ranks
@@ -112,19 +118,13 @@ ShardedStrategy::ShardedStrategy(engine::StrategyOptions options)
                 + std::to_string(mesh.pp) + "); use --pipeline-parallel 1");
         dist::MeshGroups groups = dist::makeMeshGroups(*m_world, mesh);
         m_tp = groups.tp;
-        dist::RankEnv solo = env;
-        solo.rank = 0;
-        solo.worldSize = 1;
-        m_shard = groups.dpShard ? groups.dpShard : dist::createCommunicator(backend, solo);
+        m_shard = groups.dpShard ? groups.dpShard : solo();
         m_replicate = groups.dpReplicate;
         if (strategy != protocol::Strategy::Ddp && strategy != protocol::Strategy::Hybrid
             && m_replicate)
             throw std::runtime_error("the mesh " + mesh.describe() + " replicates under " + n);
     } else if (n == "ddp") {
-        dist::RankEnv solo = env; // this rank alone, on its own device
-        solo.rank = 0;
-        solo.worldSize = 1;
-        m_shard = dist::createCommunicator(backend, solo);
+        m_shard = solo();
         m_replicate = m_world->worldSize() > 1 ? m_world : nullptr;
     } else if (n == "hybrid") {
         const int g = m_options.shardGroup;
@@ -864,13 +864,8 @@ void ShardedStrategy::exportParams(engine::LlamaModel& model,
                     return full.narrow(0, 0, slot.d0 * slot.rowNumel).view(slot.shape);
                 };
                 at::Tensor full = gatherFull(s, p);
-                if (m_tp && p.split != engine::tp::Split::Whole
-                    && p.split != engine::tp::Split::WholeSummed) {
-                    const int64_t n = m_tp->worldSize();
-                    at::Tensor parts = at::empty({n * full.numel()}, full.options());
-                    m_tp->allGather(parts, full.contiguous().view({-1}))->wait();
-                    full = engine::tp::wholeFrom(parts, p.wholeShape, p.split, n);
-                }
+                if (m_tp) // a split weight's parts, whole again
+                    full = engine::tp::gatherWhole(full, p.wholeShape, p.split, *m_tp);
                 if (s.group == kPacked) { // QLoRA: the dequantized base
                     const UnitState& sa
                         = m_units.at(static_cast<size_t>(&s - m_units.data()) + m_numUnits);

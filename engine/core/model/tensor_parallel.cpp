@@ -154,6 +154,17 @@ at::Tensor wholeFrom(
     return parts.narrow(0, 0, parts.numel() / size).view(shape);
 }
 
+at::Tensor gatherWhole(const at::Tensor& part, const std::vector<int64_t>& shape, Split split,
+    dist::Communicator& group)
+{
+    if (split != Split::Rows && split != Split::Columns)
+        return part;
+    const int64_t n = group.worldSize();
+    at::Tensor parts = at::empty({n * part.numel()}, part.options());
+    group.allGather(parts, part.contiguous().view({-1}))->wait();
+    return wholeFrom(parts, shape, split, n);
+}
+
 std::vector<at::Tensor> blockSlice(
     const LlamaModel& model, const std::vector<at::Tensor>& w, int64_t rank, int64_t size)
 {

@@ -48,6 +48,11 @@ at::Tensor partOf(const at::Tensor& whole, Split split, int64_t rank, int64_t si
 at::Tensor wholeFrom(
     const at::Tensor& parts, const std::vector<int64_t>& shape, Split split, int64_t size);
 
+// The whole value (of `shape`) from this rank's part: a split part all-gathered over `group`
+// and laid out by wholeFrom; a Whole or WholeSummed value is returned as it is.
+at::Tensor gatherWhole(const at::Tensor& part, const std::vector<int64_t>& shape, Split split,
+    dist::Communicator& group);
+
 // The part of one block's weights (in the unit's order, BlockLayout) that TP rank `rank` of
 // `size` holds: q, k, v (and their biases) by heads, o by the same columns, gate and up by
 // rows, down by columns; norms and o's bias whole. Slices are contiguous copies.
