@@ -226,11 +226,13 @@ QString checkBatch(const PreflightInput& in, const Preflight& p)
 {
     const protocol::RunSpec& spec = in.spec;
     const Wording w = in.wording;
-    // What tensor parallel splits: the worker refuses the rest with the same words.
-    if (spec.tensorParallel > 1) {
+    // What tensor and pipeline parallel split: the worker refuses the rest with the same words.
+    if (spec.tensorParallel > 1 || spec.pipelineParallel > 1) {
         try {
-            const std::string why
-                = plan::tensorParallelRefusal(spec, plan::loadHfConfig(spec.model));
+            const plan::ModelSpec model = plan::loadHfConfig(spec.model);
+            std::string why = plan::tensorParallelRefusal(spec, model);
+            if (why.empty())
+                why = plan::pipelineParallelRefusal(spec, model);
             if (!why.empty())
                 return w == Wording::Studio ? inStudioWords(QString::fromStdString(why))
                                             : QString::fromStdString(why);
@@ -238,7 +240,8 @@ QString checkBatch(const PreflightInput& in, const Preflight& p)
             return QString::fromUtf8(e.what());
         }
     }
-    // Each data-parallel copy (tensor_parallel ranks) takes its own micro-batch.
+    // Each data-parallel copy (tensor_parallel x pipeline_parallel ranks) takes its own
+    // micro-batch.
     const int64_t world = std::max<int64_t>(1, spec.parallelDims().dataParallel());
     const int64_t dataLimit
         = p.trainRecords >= 0 ? std::max<int64_t>(1, p.trainRecords / world) : 65536;
@@ -326,6 +329,8 @@ QString settingName(Setting setting, Wording wording)
         return cli ? QStringLiteral("--warmup") : tr("“Warm-up steps”");
     case Setting::TensorParallel:
         return cli ? QStringLiteral("--tensor-parallel") : tr("“Tensor parallel”");
+    case Setting::PipelineParallel:
+        return cli ? QStringLiteral("--pipeline-parallel") : tr("“Pipeline stages”");
     case Setting::Method:
         return cli ? QStringLiteral("--method") : tr("“Method”");
     case Setting::SampleEvery:

@@ -41,6 +41,7 @@ enum class Setting {
     Steps,
     Warmup,
     TensorParallel,
+    PipelineParallel,
     Method,
     SampleEvery,
     Count, // not a setting: how many there are

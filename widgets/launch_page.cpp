@@ -123,6 +123,12 @@ LaunchPage::LaunchPage(QWidget* parent)
                         "(attention by heads, MLP by its width) and compute it together; the "
                         "strategy runs over ranks / this many data-parallel copies. It must "
                         "divide the heads, key/value heads and MLP width, and the rank count."));
+    m_pp = spin(this, 1, 1024, 1, "pipelineParallel");
+    m_pp->setToolTip(tr("Pipeline stages: the layers are cut into this many contiguous stages, "
+                        "one per group of ranks (the embedding on the first, the head on the "
+                        "last); the gradient-accumulation micro-batches flow through them in the "
+                        "1F1B order. The rank count is data-parallel copies x tensor parallel x "
+                        "stages; each stage needs a layer."));
     m_ranks = spin(this, 1, 1024, 1, "ranks");
     m_nodes = spin(this, 1, 4096, 1, "nodes");
     m_device = new QComboBox(this);
@@ -286,6 +292,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     shardForm->addRow(tr("St&rategy"), m_strategy);
     shardForm->addRow(tr("S&hard group (hybrid)"), m_shardGroup);
     shardForm->addRow(tr("Tensor para&llel"), m_tp);
+    shardForm->addRow(tr("Pipeline sta&ges"), m_pp);
     shardForm->addRow(tr("R&anks per node"), m_ranks);
     shardForm->addRow(tr("&Nodes"), m_nodes);
     shardForm->addRow(tr("O&ffload"), m_offload);
@@ -410,7 +417,7 @@ LaunchPage::LaunchPage(QWidget* parent)
             m_evalData, m_evalEvery, m_samplePrompts, m_sampleEvery, m_out, m_lr, m_weightDecay,
             m_schedule, m_warmup, m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints, m_maxRestarts,
             m_seed, m_microBatch, m_seqLen, m_gradAccum, m_device, m_strategy, m_shardGroup, m_tp,
-            m_ranks, m_nodes, m_offload, m_precision, m_reduceDtype, m_checkpointing};
+            m_pp, m_ranks, m_nodes, m_offload, m_precision, m_reduceDtype, m_checkpointing};
     order << m_lora->widgets()
           << QList<QWidget*> {m_target, m_presets, m_loadPreset, m_savePreset, m_start, m_preview};
     for (qsizetype i = 1; i < order.size(); ++i)
@@ -447,8 +454,8 @@ LaunchPage::LaunchPage(QWidget* parent)
     connect(m_precision, qOverload<int>(&QComboBox::currentIndexChanged), this, reduceChoice);
     reduceChoice();
     for (QSpinBox* s : {m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen,
-             m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_tp, m_evalEvery, m_keepCheckpoints,
-             m_maxRestarts, m_sampleEvery})
+             m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_tp, m_pp, m_evalEvery,
+             m_keepCheckpoints, m_maxRestarts, m_sampleEvery})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, changed);
     // A prompts file chosen while "every" is never also sets it, to a tenth of the run.
     connect(m_samplePrompts, &QLineEdit::textChanged, this, [this, changed](const QString& text) {
@@ -632,6 +639,7 @@ protocol::RunSpec LaunchPage::fieldsSpec() const
     s.nodes = m_nodes->value();
     s.shardGroup = s.strategy == "hybrid" ? m_shardGroup->value() : 0;
     s.tensorParallel = m_tp->value();
+    s.pipelineParallel = m_pp->value();
     s.offload = m_offload->currentData().toString().toStdString();
     s.precision = m_precision->currentData().toString().toStdString();
     s.reduceDtype = m_reduceDtype->isEnabled()
@@ -1050,6 +1058,7 @@ void LaunchPage::toFields(const protocol::RunSpec& s, bool keepBase)
     if (s.shardGroup > 0)
         m_shardGroup->setValue(s.shardGroup);
     m_tp->setValue(s.tensorParallel);
+    m_pp->setValue(s.pipelineParallel);
     m_ranks->setValue(s.procsPerNode);
     m_nodes->setValue(s.nodes);
     setCombo(m_offload, s.offload);

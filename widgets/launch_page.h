@@ -163,6 +163,7 @@ private:
     QSpinBox* m_shardGroup = nullptr;
     QSpinBox* m_tp
         = nullptr; // tensor parallel: ranks that split each block (run spec tensor_parallel)
+    QSpinBox* m_pp = nullptr; // pipeline stages of contiguous layers (run spec pipeline_parallel)
     QSpinBox* m_ranks = nullptr;
     QSpinBox* m_nodes = nullptr;
     QComboBox* m_device = nullptr;

@@ -1,6 +1,7 @@
 // MonitorPage: the run service's follow updates feed LivePlots and the per-rank memory chart.
 #include "widgets/monitor_page.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <QComboBox>
@@ -782,14 +783,30 @@ void MonitorPage::updateMemory()
     const protocol::RankMemory* mostReserved = nullptr;
     int64_t retries = 0;
     int64_t ooms = 0;
-    // Tensor parallel: consecutive ranks split each block (docs/ARCHITECTURE.md, "Placement"),
-    // so each bar says which data-parallel copy and which TP rank it is.
-    const int tp = m_run.config.is_object() ? m_run.config.value("tensor_parallel", 1) : 1;
+    // Tensor and pipeline parallel: consecutive ranks split each block and the stages hold
+    // consecutive groups of ranks (docs/ARCHITECTURE.md, "Placement"), so each bar says which
+    // stage, data-parallel copy and TP rank it is.
+    const int tp
+        = std::max(1, m_run.config.is_object() ? m_run.config.value("tensor_parallel", 1) : 1);
+    const int pp
+        = std::max(1, m_run.config.is_object() ? m_run.config.value("pipeline_parallel", 1) : 1);
+    const int world = static_cast<int>(m_run.lastMemory.size());
+    const int perStage = pp > 1 && world % pp == 0 ? world / pp : world;
     for (const auto& m : m_run.lastMemory) {
         MemoryBar bar;
-        bar.label = tp > 1
-            ? tr("rank %1 (copy %2, tp %3)").arg(m.rank).arg(m.rank / tp).arg(m.rank % tp)
-            : tr("rank %1").arg(m.rank);
+        const int within = perStage > 0 ? m.rank % perStage : m.rank;
+        if (pp > 1 && perStage > 0)
+            bar.label = tp > 1
+                ? tr("rank %1 (stage %2, copy %3, tp %4)")
+                      .arg(m.rank)
+                      .arg(m.rank / perStage)
+                      .arg(within / tp)
+                      .arg(within % tp)
+                : tr("rank %1 (stage %2, copy %3)").arg(m.rank).arg(m.rank / perStage).arg(within);
+        else
+            bar.label = tp > 1
+                ? tr("rank %1 (copy %2, tp %3)").arg(m.rank).arg(m.rank / tp).arg(m.rank % tp)
+                : tr("rank %1").arg(m.rank);
         bar.bytes = memoryByCategory(m);
         bar.predictedBytes = m_predictedBytes;
         if (m.peakBytes > 0)

@@ -239,13 +239,13 @@ PlanPage::PlanPage(QWidget* parent)
     m_shardGroup->setValue(8);
     m_shardGroup->setEnabled(false);
     // Tensor and pipeline parallelism: planned (the ZeRO paper's accounting, as Megatron-LM and
-    // torchtitan run them) and exported for torchtitan; this engine trains data parallelism.
+    // torchtitan run them), launched on this engine or exported for torchtitan.
     m_tp = new QSpinBox(this);
     m_tp->setObjectName("tp");
     m_tp->setRange(1, 64);
     m_tp->setToolTip(tr("Tensor parallel degree: each block's weights split over this many GPUs "
-                        "of a node. Planned for torchtitan / Megatron-LM (Export for… "
-                        "torchtitan); Shard Studio's engine trains data parallelism only."));
+                        "of a node (Megatron-LM style). Shard Studio's engine trains it; Export "
+                        "for… torchtitan writes the same layout for torchtitan."));
     m_pp = new QSpinBox(this);
     m_pp->setObjectName("pp");
     m_pp->setRange(1, 256);
@@ -450,8 +450,9 @@ PlanPage::PlanPage(QWidget* parent)
                 m_mode->setCurrentIndex(m_mode->findData("zero-paper"));
                 m_message->showMessage(
                     tr("Tensor and pipeline layouts are planned with the ZeRO paper's accounting, "
-                       "as Megatron-LM and torchtitan run them. Shard Studio's engine trains data "
-                       "parallelism only: Export for… torchtitan runs this plan."),
+                       "as Megatron-LM and torchtitan run them. Launch with these settings trains "
+                       "the layout on Shard Studio's engine; Export for… torchtitan writes it for "
+                       "torchtitan."),
                     MessageBar::Kind::Info);
             }
         });
@@ -922,11 +923,14 @@ void PlanPage::recompute()
         return;
     }
     m_input = in;
-    // What the engine does not train is not launched: a tensor / pipeline plan is exported.
-    m_toLaunch->setEnabled(!in->threeD());
+    // Tensor and pipeline layouts launch too (the engine trains them); what a layout cannot
+    // train on a model (the Launch page's preflight, the worker's refusal) is said there.
+    m_toLaunch->setEnabled(true);
     m_toLaunch->setToolTip(in->threeD()
-            ? tr("Shard Studio's engine trains data parallelism only: set Tensor parallel and "
-                 "Pipeline stages to 1 to launch, or Export for… torchtitan")
+            ? tr("The Launch page gets this layout (tensor parallel %1, pipeline stages %2) "
+                 "with the rest of the plan")
+                  .arg(in->tp)
+                  .arg(in->pp)
             : QString());
     m_export->setEnabled(true);
     // A model that failed to load stays reported; the plan shown is the previous model's. An

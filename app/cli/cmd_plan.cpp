@@ -781,7 +781,7 @@ const CommandRegistration kPlan([](CLI::App& app) {
             ->type_name("G"),
         sub->add_option("--tp", o->tp,
                "Tensor parallel degree (default 1): a Megatron-LM / torchtitan layout, planned "
-               "with the zero-paper accounting (this engine trains data parallelism only)")
+               "with the zero-paper accounting (shard-worker train --tensor-parallel trains it)")
             ->type_name("T"),
         sub->add_option("--pp", o->pp,
                "Pipeline parallel stages (default 1; 1F1B), as --tp; the data-parallel GPUs "

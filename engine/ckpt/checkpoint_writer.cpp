@@ -129,8 +129,8 @@ SaveResult saveCheckpoint(const SaveRequest& req, const std::vector<LocalTensor>
     step(
         true,
         [&] {
-            const auto [p, tp] = placementWithTp(
-                req.strategy, req.rank, req.worldSize, req.shardGroup, req.tensorParallel);
+            const auto [p, tp] = placementWithTp(req.strategy, req.rank, req.worldSize,
+                req.shardGroup, req.tensorParallel, req.pipelineParallel);
             engine::NamedTensors out;
             for (const auto& t : tensors) {
                 if (t.shape.empty())
@@ -171,6 +171,7 @@ SaveResult saveCheckpoint(const SaveRequest& req, const std::vector<LocalTensor>
             m.strategy = req.strategy;
             m.shardGroup = req.shardGroup;
             m.tensorParallel = req.tensorParallel;
+            m.pipelineParallel = req.pipelineParallel;
             m.modelConfig = req.modelConfig;
             m.modelConfigHash = configHash(req.modelConfig);
             m.modelSource = req.modelSource;
@@ -180,11 +181,12 @@ SaveResult saveCheckpoint(const SaveRequest& req, const std::vector<LocalTensor>
             m.createdUtc = utcNow();
             for (int r = 0; r < req.worldSize; ++r)
                 m.rankFiles.push_back(rankFileName(r));
-            std::vector<TensorSpec> specs;
-            for (const auto& t : tensors)
-                specs.push_back({t.name, t.shape, t.decay, t.split});
-            m.tensors = layoutTensors(
-                specs, req.strategy, req.worldSize, req.shardGroup, req.tensorParallel);
+            std::vector<TensorSpec> specs = req.layout;
+            if (specs.empty())
+                for (const auto& t : tensors)
+                    specs.push_back({t.name, t.shape, t.decay, t.split});
+            m.tensors = layoutTensors(specs, req.strategy, req.worldSize, req.shardGroup,
+                req.tensorParallel, req.pipelineParallel);
             writeFileDurable(
                 (fs::path(tempDir) / kManifestFile).string(), toJson(m).dump(1) + "\n");
             phase("manifest-written");

@@ -41,7 +41,11 @@ struct SaveRequest {
     int rank = 0;
     int worldSize = 1;
     int shardGroup = 0;
-    int tensorParallel = 1; // TP group size (consecutive ranks)
+    int tensorParallel = 1;   // TP group size (consecutive ranks)
+    int pipelineParallel = 1; // stages of worldSize / pipelineParallel consecutive ranks
+    // Pipeline parallel: every trained tensor of the model with its storing stage (rank 0 does
+    // not hold them all); empty: the tensors rank 0 saves are all of them.
+    std::vector<TensorSpec> layout;
     nlohmann::json modelConfig = nlohmann::json::object();
     std::string modelSource;
     std::string tokenizerSource;

@@ -44,10 +44,11 @@ nlohmann::json toJson(const Manifest& m)
     return {{"format", kManifestFormat}, {"version", m.version}, {"run_id", m.runId},
         {"step", m.step}, {"world_size", m.worldSize}, {"strategy", m.strategy},
         {"shard_group", m.shardGroup}, {"tensor_parallel", m.tensorParallel},
-        {"model_config", m.modelConfig}, {"model_config_hash", m.modelConfigHash},
-        {"model_source", m.modelSource}, {"tokenizer_source", m.tokenizerSource}, {"data", m.data},
-        {"train_state", m.trainState}, {"created_utc", m.createdUtc}, {"kinds", stateKinds()},
-        {"rank_files", m.rankFiles}, {"tensors", tensors}};
+        {"pipeline_parallel", m.pipelineParallel}, {"model_config", m.modelConfig},
+        {"model_config_hash", m.modelConfigHash}, {"model_source", m.modelSource},
+        {"tokenizer_source", m.tokenizerSource}, {"data", m.data}, {"train_state", m.trainState},
+        {"created_utc", m.createdUtc}, {"kinds", stateKinds()}, {"rank_files", m.rankFiles},
+        {"tensors", tensors}};
 }
 
 namespace {
@@ -84,6 +85,7 @@ Manifest manifestFromJson(const nlohmann::json& j, const std::string& where)
     m.strategy = field<std::string>(j, "strategy", where);
     m.shardGroup = field<int>(j, "shard_group", where);
     m.tensorParallel = j.value("tensor_parallel", 1); // absent before tensor parallel
+    m.pipelineParallel = j.value("pipeline_parallel", 1);
     m.modelConfig = field<nlohmann::json>(j, "model_config", where);
     m.modelConfigHash = field<std::string>(j, "model_config_hash", where);
     m.modelSource = field<std::string>(j, "model_source", where);
@@ -192,11 +194,11 @@ std::string tensorKey(const std::string& kind, const std::string& name)
 }
 
 std::vector<TensorEntry> layoutTensors(const std::vector<TensorSpec>& tensors,
-    const std::string& strategy, int worldSize, int shardGroup, int tp)
+    const std::string& strategy, int worldSize, int shardGroup, int tp, int pp)
 {
     std::vector<std::pair<ShardPlacement, TpPlacement>> placements;
     for (int r = 0; r < worldSize; ++r)
-        placements.push_back(placementWithTp(strategy, r, worldSize, shardGroup, tp));
+        placements.push_back(placementWithTp(strategy, r, worldSize, shardGroup, tp, pp));
     std::vector<TensorEntry> out;
     for (const auto& t : tensors) {
         if (t.shape.empty())
@@ -207,6 +209,8 @@ std::vector<TensorEntry> layoutTensors(const std::vector<TensorSpec>& tensors,
         e.shape = t.shape;
         e.decay = t.decay;
         for (int r = 0; r < worldSize; ++r) {
+            if (pp > 1 && pipelineStageOf(r, worldSize, pp) != t.stage)
+                continue; // another stage's ranks store it
             const auto& [dp, tpp] = placements[static_cast<size_t>(r)];
             const RowRange rows = heldRows(t.shape[0], dp, t.split, tpp);
             if (storesRows(dp, t.split, tpp, rows))

@@ -46,7 +46,8 @@ struct Manifest {
     int worldSize = 1;
     std::string strategy = "single";
     int shardGroup = 0;
-    int tensorParallel = 1; // ranks of a TP group (chunks are whole-tensor rows either way)
+    int tensorParallel = 1;   // ranks of a TP group (chunks are whole-tensor rows either way)
+    int pipelineParallel = 1; // stages (a tensor's chunks are in its stage's ranks' files)
     nlohmann::json modelConfig = nlohmann::json::object(); // HF config.json of the model trained
     std::string modelConfigHash;                           // configHash(modelConfig)
     std::string modelSource;                               // the model folder the run started from
@@ -76,14 +77,15 @@ struct TensorSpec {
     std::vector<int64_t> shape;
     bool decay = true;
     TpSplit split = TpSplit::Whole; // how a tensor-parallel run holds it
+    int stage = 0;                  // the pipeline stage that stores it
 };
 
 // The chunk table of tensors saved by `strategy` at `worldSize` (replica 0 of every chunk stores
 // it; empty chunks are not stored).
 // With tensor parallel `tp`, each tensor's chunks are the rows its TensorSpec::split has ranks
-// store (storesRows).
+// store (storesRows); with `pp` pipeline stages, only its TensorSpec::stage's ranks store it.
 std::vector<TensorEntry> layoutTensors(const std::vector<TensorSpec>& tensors,
-    const std::string& strategy, int worldSize, int shardGroup, int tp = 1);
+    const std::string& strategy, int worldSize, int shardGroup, int tp = 1, int pp = 1);
 
 // The rows rank `rank` holds of a tensor with `dim0` rows under `placement`.
 inline RowRange rowsOf(int64_t dim0, const ShardPlacement& p)

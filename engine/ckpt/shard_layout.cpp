@@ -51,9 +51,22 @@ RowRange chunkRows(int64_t dim0, int index, int count)
     return r;
 }
 
-std::pair<ShardPlacement, TpPlacement> placementWithTp(
-    const std::string& strategy, int rank, int worldSize, int shardGroup, int tp)
+int pipelineStageOf(int rank, int worldSize, int pp)
 {
+    if (pp < 1 || worldSize % pp != 0)
+        throw std::runtime_error("pipeline parallel size " + std::to_string(pp)
+            + " does not divide the world size " + std::to_string(worldSize));
+    return rank / (worldSize / pp);
+}
+
+std::pair<ShardPlacement, TpPlacement> placementWithTp(
+    const std::string& strategy, int rank, int worldSize, int shardGroup, int tp, int pp)
+{
+    if (pp > 1) {
+        const int perStage = worldSize / pp;
+        (void)pipelineStageOf(rank, worldSize, pp); // checks pp divides
+        return placementWithTp(strategy, rank % perStage, perStage, shardGroup, tp, 1);
+    }
     if (tp < 1 || worldSize % tp != 0)
         throw std::runtime_error("tensor parallel size " + std::to_string(tp)
             + " does not divide the world size " + std::to_string(worldSize));

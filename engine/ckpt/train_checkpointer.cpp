@@ -54,7 +54,7 @@ RankLayout layoutOf(engine::Strategy& strategy, const protocol::RunSpec& spec)
     RankLayout l;
     l.group = strategy.tensorParallelGroup();
     std::tie(l.dp, l.tp) = placementWithTp(strategy.name(), strategy.rank(), strategy.worldSize(),
-        spec.shardGroup, l.group ? l.group->worldSize() : 1);
+        spec.shardGroup, l.group ? l.group->worldSize() : 1, strategy.pipelineStages());
     return l;
 }
 
@@ -97,10 +97,10 @@ TrainCheckpointer::TrainCheckpointer(protocol::RunSpec spec, std::string modelDi
     // (world size, strategy: resharding), the split of the global batch into micro-batches,
     // precision and memory settings, cadence, paths.
     for (const char* k : {"resume", "steps", "epochs", "nodes", "procs_per_node", "strategy",
-             "shard_group", "tensor_parallel", "micro_batch", "grad_accum", "device", "precision",
-             "reduce_dtype", "checkpointing", "offload", "checkpoint_every", "keep_checkpoints",
-             "threads", "log_every", "eval_every", "name", "out", "model", "tokenizer",
-             "allow_batch_change", "schedule_start", "schedule_steps"})
+             "shard_group", "tensor_parallel", "pipeline_parallel", "micro_batch", "grad_accum",
+             "device", "precision", "reduce_dtype", "checkpointing", "offload", "checkpoint_every",
+             "keep_checkpoints", "threads", "log_every", "eval_every", "name", "out", "model",
+             "tokenizer", "allow_batch_change", "schedule_start", "schedule_steps"})
         j.erase(k);
     // Runs from before the field existed keep their id.
     if (m_spec.chatTemplate.empty())
@@ -222,7 +222,8 @@ engine::LoopState TrainCheckpointer::restore(
     state.checkpointDir = reader.dir();
     state.microBatch = ts.value("micro_batch", static_cast<int64_t>(0));
     state.gradAccum = ts.value("grad_accum", static_cast<int64_t>(0));
-    state.worldSize = m.worldSize / std::max(1, m.tensorParallel); // data-parallel copies
+    state.worldSize = m.worldSize // data-parallel copies
+        / (std::max(1, m.tensorParallel) * std::max(1, m.pipelineParallel));
     // Every rank has its state before any of them goes on.
     if (!agreeAll(strategy, true))
         throw std::runtime_error("another rank failed to restore the checkpoint");
@@ -258,7 +259,13 @@ engine::CheckpointSaved TrainCheckpointer::save(engine::LlamaModel& model,
     req.shardGroup = m_spec.shardGroup;
     const RankLayout layout = layoutOf(strategy, m_spec);
     req.tensorParallel = layout.tp.size;
+    req.pipelineParallel = strategy.pipelineStages();
     const std::map<std::string, TpSplit> splits = splitsOf(model, layout);
+    if (req.pipelineParallel > 1)
+        for (engine::Param* p : model.params())
+            if (!p->frozen)
+                req.layout.push_back({p->info.name, p->info.shape, !p->info.isNormOrBias,
+                    splits.at(p->info.name), strategy.stageOf(p->info.name)});
     req.modelConfig = plan::toHfConfig(model.spec());
     req.modelSource = fs::absolute(m_modelDir).lexically_normal().string();
     req.tokenizerSource = m_spec.tokenizer.empty()
@@ -287,6 +294,8 @@ engine::CheckpointSaved TrainCheckpointer::save(engine::LlamaModel& model,
 
     std::vector<LocalTensor> tensors;
     for (const auto& t : strategy.optimizerTargets()) {
+        if (strategy.stageOf(t.name) != strategy.pipelineStage())
+            continue; // a tied embedding's copy on the last stage: the first stores it
         LocalTensor lt;
         lt.name = t.name;
         lt.shape = model.param(t.name).info.shape;

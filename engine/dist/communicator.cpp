@@ -137,6 +137,21 @@ MeshGroups makeMeshGroups(Communicator& world, const protocol::DeviceMesh& mesh)
                 *slot = c;
         }
     }
+    if (mesh.pp < 2)
+        return groups;
+    for (const std::vector<int64_t>& members : mesh.groups(protocol::MeshDim::Pp)) {
+        const std::vector<int> ranks(members.begin(), members.end());
+        if (auto c = world.newGroup(ranks))
+            groups.pp = c;
+        for (size_t s = 0; s + 1 < ranks.size(); ++s)
+            if (auto c = world.newGroup({ranks[s], ranks[s + 1]}))
+                (c->rank() == 0 ? groups.ppNext : groups.ppPrev) = c;
+        if (ranks.size() > 2)
+            if (auto c = world.newGroup({ranks.front(), ranks.back()}))
+                groups.ppEnds = c;
+    }
+    if (mesh.pp == 2)
+        groups.ppEnds = groups.pp;
     return groups;
 }
 

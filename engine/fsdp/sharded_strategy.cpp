@@ -110,14 +110,18 @@ ShardedStrategy::ShardedStrategy(engine::StrategyOptions options)
         return dist::createCommunicator(backend, one);
     };
     const protocol::DeviceMesh& mesh = m_options.mesh;
-    if (mesh.tp > 1) {
-        // Tensor parallel: the strategy's groups are the mesh's data-parallel ones (the ranks
-        // with this rank's TP coordinate); the TP group splits the blocks' weights.
-        if (mesh.pp != 1)
-            throw std::runtime_error("pipeline parallel is not trained by this engine yet (pp "
-                + std::to_string(mesh.pp) + "); use --pipeline-parallel 1");
+    if (mesh.tp > 1 || mesh.pp > 1) {
+        // Tensor / pipeline parallel: the strategy's groups are the mesh's data-parallel ones
+        // (the ranks with this rank's TP coordinate on its stage); the TP group splits the
+        // blocks' weights; the pipeline groups carry activations between stages.
         dist::MeshGroups groups = dist::makeMeshGroups(*m_world, mesh);
         m_tp = groups.tp;
+        m_pp = groups.pp;
+        m_ppNext = groups.ppNext;
+        m_ppPrev = groups.ppPrev;
+        m_ppEnds = groups.ppEnds;
+        m_stages = static_cast<int>(mesh.pp);
+        m_stage = static_cast<int>(mesh.coord(protocol::MeshDim::Pp, m_world->rank()));
         m_shard = groups.dpShard ? groups.dpShard : solo();
         m_replicate = groups.dpReplicate;
         if (strategy != protocol::Strategy::Ddp && strategy != protocol::Strategy::Hybrid
@@ -162,6 +166,18 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
     const at::ScalarType compute = m_options.computeDtype;
     const at::TensorOptions on = at::TensorOptions().device(m_options.device);
     m_numUnits = model.numUnits();
+    if (m_stages > 1) {
+        m_layers = m_options.mesh.stageLayers(m_stage, m_numUnits - 1);
+        const engine::RootLayout& root = model.rootLayout();
+        m_tiedName = root.lmHead < 0 ? model.unit(0).params.at(root.embed).info.name : "";
+    } else {
+        m_layers = {0, m_numUnits - 1};
+    }
+    m_stageOf.clear();
+    for (int u = 0; u < m_numUnits; ++u)
+        for (size_t i = 0; i < model.unit(u).params.size(); ++i)
+            m_stageOf[model.unit(u).params[i].info.name]
+                = storingStage(model, u, static_cast<int>(i));
     m_splitNames.clear();
     m_units.clear();
     m_units.resize(static_cast<size_t>(kGroups * m_numUnits));
@@ -180,6 +196,10 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
             const int group = !prm.frozen ? kTrainable
                 : prm.quantized           ? (s.group == kAbsmax ? kAbsmax : kPacked)
                                           : kFrozen;
+            if (!holds(model, u, static_cast<int>(i))) {
+                m_order[static_cast<size_t>(u)][i] = {-1, -1}; // another stage's
+                continue;
+            }
             if (group != s.group)
                 continue;
             const auto& info = prm.info;
@@ -251,21 +271,24 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
     // compute dtype).
     at::NoGradGuard noGrad;
     for (engine::Param* param : model.params()) {
-        auto [u, i] = where.at(param->info.name);
-        UnitState& s = m_units[static_cast<size_t>(u)];
-        const ParamSlot& p = s.params[static_cast<size_t>(i)];
         at::Tensor full;
         if (m_world->rank() == 0) {
             full = source(*param).to(at::kFloat).contiguous();
             const auto& shape = param->info.shape;
             if (full.sizes().vec() != shape && !(shape.empty() && full.numel() == 1))
-                throw std::runtime_error("parameter " + p.name + " has the wrong shape");
+                throw std::runtime_error("parameter " + param->info.name + " has the wrong shape");
             // A copy either way: never write into a memory-mapped source.
             full = m_options.device.is_cpu() ? full.clone() : full.to(m_options.device);
         } else {
             full = at::empty(param->info.shape, on.dtype(at::kFloat));
         }
         m_world->broadcast(full, 0)->wait();
+        const auto found = where.find(param->info.name);
+        if (found == where.end()) // another pipeline stage's
+            continue;
+        auto [u, i] = found->second;
+        UnitState& s = m_units[static_cast<size_t>(u)];
+        const ParamSlot& p = s.params[static_cast<size_t>(i)];
         if (m_tp) // this rank's part of a split weight
             full = engine::tp::partOf(full, p.split, m_tp->rank(), m_tp->worldSize());
         auto keepRows = [&](UnitState& st, const ParamSlot& slot, const at::Tensor& value) {
@@ -395,11 +418,11 @@ std::vector<at::Tensor> ShardedStrategy::dequantized(int unit)
     engine::nf4::Dequantized& copies = m_dequant.at(static_cast<size_t>(unit));
     for (size_t i = 0; i < order.size(); ++i) {
         const auto& [st, slot] = order[i];
-        const UnitState& s = m_units.at(static_cast<size_t>(st));
-        if (s.group != kPacked) {
+        if (st < 0 || m_units.at(static_cast<size_t>(st)).group != kPacked) {
             out.emplace_back();
             continue;
         }
+        const UnitState& s = m_units.at(static_cast<size_t>(st));
         const UnitState& scales = m_units.at(static_cast<size_t>(st + m_numUnits));
         out.push_back(copies.get(i, s.leaves.at(static_cast<size_t>(slot)),
             scales.leaves.at(static_cast<size_t>(slot)), m_options.computeDtype,
@@ -417,7 +440,7 @@ std::vector<at::Tensor> ShardedStrategy::unitWeights(int unit)
     const auto& order = m_order.at(static_cast<size_t>(unit));
     for (size_t i = 0; i < order.size(); ++i) {
         const auto& [st, slot] = order[i];
-        if (!out[i].defined())
+        if (!out[i].defined() && st >= 0) // undefined: another pipeline stage's
             out[i] = m_units.at(static_cast<size_t>(st)).leaves.at(static_cast<size_t>(slot));
     }
     return out;
@@ -475,6 +498,76 @@ void ShardedStrategy::postBackward(int unit)
     reduceUnit(0);
     finishReduces();
     sumPartialGradsOverTp();
+    sumTiedEmbeddingGrad();
+}
+
+bool ShardedStrategy::holds(const engine::LlamaModel& model, int unit, int index) const
+{
+    if (m_stages == 1)
+        return true;
+    if (unit >= 1)
+        return unit - 1 >= m_layers.first && unit - 1 < m_layers.second;
+    const engine::RootLayout& root = model.rootLayout();
+    const bool last = m_stage == m_stages - 1;
+    if (index == root.embed)
+        return m_stage == 0 || (last && root.lmHead < 0); // tied: the head's weight too
+    return last;                                          // the final norm and the LM head
+}
+
+int ShardedStrategy::storingStage(const engine::LlamaModel& model, int unit, int index) const
+{
+    if (m_stages == 1)
+        return 0;
+    if (unit >= 1)
+        return static_cast<int>(m_options.mesh.stageOf(unit - 1, m_numUnits - 1));
+    return index == model.rootLayout().embed ? 0 : m_stages - 1;
+}
+
+int ShardedStrategy::stageOf(const std::string& name) const
+{
+    const auto it = m_stageOf.find(name);
+    return it == m_stageOf.end() ? 0 : it->second;
+}
+
+void ShardedStrategy::sumTiedEmbeddingGrad()
+{
+    if (m_tiedName.empty() || !m_ppEnds)
+        return;
+    for (auto& s : m_units) {
+        if (s.frozen)
+            continue;
+        for (size_t i = 0; i < s.params.size(); ++i) {
+            if (s.params[i].name != m_tiedName)
+                continue;
+            at::NoGradGuard noGrad;
+            at::Tensor g = s.gradsInLeaves
+                ? s.leaves[i].grad()
+                : s.shardGrad.narrow(0, s.params[i].offset, s.params[i].shardNumel);
+            at::Tensor flat = g.contiguous();
+            m_ppEnds->allReduce(flat)->wait();
+            if (!flat.is_same(g))
+                g.copy_(flat);
+            return;
+        }
+    }
+}
+
+void ShardedStrategy::pipelineSend(const at::Tensor& t, int delta)
+{
+    dist::Communicator* c = delta > 0 ? m_ppNext.get() : m_ppPrev.get();
+    if (!c || (delta != 1 && delta != -1))
+        throw std::logic_error("pipeline stage " + std::to_string(m_stage) + " of "
+            + std::to_string(m_stages) + " has no neighbour at " + std::to_string(delta));
+    c->broadcast(t, delta > 0 ? 0 : 1)->wait();
+}
+
+void ShardedStrategy::pipelineRecv(at::Tensor& t, int delta)
+{
+    dist::Communicator* c = delta > 0 ? m_ppNext.get() : m_ppPrev.get();
+    if (!c || (delta != 1 && delta != -1))
+        throw std::logic_error("pipeline stage " + std::to_string(m_stage) + " of "
+            + std::to_string(m_stages) + " has no neighbour at " + std::to_string(delta));
+    c->broadcast(t, delta > 0 ? 1 : 0)->wait();
 }
 
 void ShardedStrategy::sumPartialGradsOverTp()
@@ -675,6 +768,8 @@ at::Tensor ShardedStrategy::gradSquaredNorm(const std::vector<engine::OptimTarge
             continue;
         if (m_tp && m_tp->rank() != 0 && !m_splitNames.count(t.name))
             continue;
+        if (m_stage != 0 && t.name == m_tiedName) // the first stage counts a tied embedding
+            continue;
         if (t.grad.device() == local.device()) {
             engine::addSquaredSum(local, t.grad);
         } else {
@@ -688,6 +783,8 @@ at::Tensor ShardedStrategy::gradSquaredNorm(const std::vector<engine::OptimTarge
     m_shard->allReduce(local)->wait();
     if (m_tp)
         m_tp->allReduce(local)->wait();
+    if (m_pp)
+        m_pp->allReduce(local)->wait();
     return local;
 }
 
@@ -705,7 +802,9 @@ double ShardedStrategy::allReduceSum(double local)
 
 void ShardedStrategy::allReduceSumInPlace(at::Tensor& t)
 {
-    if (m_tp && m_tp->rank() != 0) // the copy's value counts once, from its TP rank 0
+    // The copy's value counts once, from its TP rank 0 on the last pipeline stage (where the
+    // loss is).
+    if ((m_tp && m_tp->rank() != 0) || m_stage != m_stages - 1)
         t.zero_();
     m_world->allReduce(t)->wait();
 }
@@ -767,7 +866,8 @@ dist::CommStats ShardedStrategy::commStats() const
 {
     dist::CommStats total;
     std::set<const dist::Communicator*> seen;
-    for (const auto* c : {m_world.get(), m_shard.get(), m_replicate.get(), m_tp.get()}) {
+    for (const auto* c : {m_world.get(), m_shard.get(), m_replicate.get(), m_tp.get(), m_pp.get(),
+             m_ppNext.get(), m_ppPrev.get(), m_ppEnds.get()}) {
         if (!c || !seen.insert(c).second)
             continue;
         for (int k = 0; k < dist::kCollectiveCount; ++k) {
@@ -844,26 +944,31 @@ void ShardedStrategy::exportParams(engine::LlamaModel& model,
     const int64_t ws = m_shard->worldSize();
     at::NoGradGuard noGrad;
     for (engine::Param* param : model.params()) {
-        for (auto& s : m_units)
+        const std::string& name = param->info.name;
+        const int owner = stageOf(name);
+        at::Tensor full;
+        for (auto& s : m_units) {
+            if (owner != m_stage)
+                break; // another stage stores it (a tied embedding's copy on the last included)
             for (const auto& p : s.params) {
-                if (p.name != param->info.name)
+                if (p.name != name)
                     continue;
                 auto gatherFull = [&](const UnitState& st, const ParamSlot& slot) {
                     if (st.frozen && st.aliased) // the whole frozen value is here already
                         return st.leaves.at(static_cast<size_t>(&slot - st.params.data()));
                     // One parameter at a time on the device (offloaded masters go there first);
                     // the sink copies it to the host.
-                    at::Tensor full = at::empty({ws * slot.shardNumel},
+                    at::Tensor whole = at::empty({ws * slot.shardNumel},
                         at::TensorOptions()
                             .dtype(st.master.scalar_type())
                             .device(m_options.device));
                     m_shard
-                        ->allGather(full,
+                        ->allGather(whole,
                             st.master.narrow(0, slot.offset, slot.shardNumel).to(m_options.device))
                         ->wait();
-                    return full.narrow(0, 0, slot.d0 * slot.rowNumel).view(slot.shape);
+                    return whole.narrow(0, 0, slot.d0 * slot.rowNumel).view(slot.shape);
                 };
-                at::Tensor full = gatherFull(s, p);
+                full = gatherFull(s, p);
                 if (m_tp) // a split weight's parts, whole again
                     full = engine::tp::gatherWhole(full, p.wholeShape, p.split, *m_tp);
                 if (s.group == kPacked) { // QLoRA: the dequantized base
@@ -873,9 +978,22 @@ void ShardedStrategy::exportParams(engine::LlamaModel& model,
                     full = engine::nf4::dequantizeRows(
                         full, gatherFull(sa, pa), at::kFloat, pa.nested);
                 }
-                if (rank() == 0)
-                    sink(p.name, full);
             }
+        }
+        if (m_pp && owner != 0) {
+            // The storing stage's copy travels to the first (rank 0's) over the pipeline group,
+            // in fp32, or in the compute dtype for a frozen base kept in it.
+            const at::ScalarType dtype
+                = param->frozen && !param->quantized ? m_options.computeDtype : at::kFloat;
+            if (owner == m_stage)
+                full = full.to(dtype).contiguous();
+            else
+                full = at::empty(
+                    param->info.shape, at::TensorOptions().dtype(dtype).device(m_options.device));
+            m_pp->broadcast(full, owner)->wait();
+        }
+        if (rank() == 0)
+            sink(name, full);
     }
 }
 

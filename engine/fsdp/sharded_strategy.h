@@ -7,6 +7,7 @@
 // divided by the global token count), then all-reduced over the replicate group (DDP, hybrid).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -53,6 +54,11 @@ public:
     void exportParams(engine::LlamaModel& model,
         const std::function<void(const std::string&, const at::Tensor&)>& sink) override;
     dist::Communicator* tensorParallelGroup() override { return m_tp.get(); }
+    int pipelineStages() const override { return m_stages; }
+    int pipelineStage() const override { return m_stage; }
+    int stageOf(const std::string& name) const override;
+    void pipelineSend(const at::Tensor& t, int delta) override;
+    void pipelineRecv(at::Tensor& t, int delta) override;
 
     // For tests: bytes sent per collective kind over all of this rank's communicators.
     dist::CommStats commStats() const;
@@ -91,6 +97,13 @@ private:
     // of (engine::tp::Split::WholeSummed), after the data-parallel reduction.
     void sumPartialGradsOverTp();
     int tensorParallelSize() const;
+    // Pipeline parallel: whether this rank's stage holds parameter `index` of model unit `unit`,
+    // and the stage that stores it (a tied embedding: held by the first and last, stored by the
+    // first).
+    bool holds(const engine::LlamaModel& model, int unit, int index) const;
+    int storingStage(const engine::LlamaModel& model, int unit, int index) const;
+    // A tied embedding's gradient, summed over the first and last stage (after the reductions).
+    void sumTiedEmbeddingGrad();
     int64_t totalCommBytes() const;
 
     engine::StrategyOptions m_options;
@@ -103,8 +116,17 @@ private:
     std::shared_ptr<dist::Communicator> m_shard;
     std::shared_ptr<dist::Communicator> m_replicate; // null when there is one replica
     std::shared_ptr<dist::Communicator> m_tp;        // null without tensor parallel
-    std::set<std::string> m_splitNames;              // TP: parameters split over m_tp
-    std::vector<UnitState> m_units;                  // kGroups * m_numUnits states (see statesOf)
+    std::shared_ptr<dist::Communicator> m_pp;        // null without pipeline parallel
+    std::shared_ptr<dist::Communicator> m_ppNext;    // with the next stage (null on the last)
+    std::shared_ptr<dist::Communicator> m_ppPrev;    // with the previous stage (null on the first)
+    std::shared_ptr<dist::Communicator> m_ppEnds;    // first and last stage, on those two
+    int m_stage = 0;
+    int m_stages = 1;
+    std::pair<int64_t, int64_t> m_layers {0, 0}; // this stage's blocks [first, end)
+    std::string m_tiedName;                      // pp > 1: a tied embedding's name
+    std::map<std::string, int> m_stageOf;        // every parameter's storing stage
+    std::set<std::string> m_splitNames;          // TP: parameters split over m_tp
+    std::vector<UnitState> m_units;              // kGroups * m_numUnits states (see statesOf)
     int m_numUnits = 0;
     // Per model unit, where each of its parameters lives: (state, slot).
     std::vector<std::vector<std::pair<int, int>>> m_order;

@@ -1293,7 +1293,7 @@ ImportedConfig readTorchtitanConfig(const std::string& path, const ConfigContext
             out.resolved.push_back({"accounting",
                 "zero-paper (tensor parallel " + std::to_string(tp) + ", pipeline "
                     + std::to_string(pp) + " stages: planned as Megatron-LM / torchtitan run "
-                    + "them; this engine trains data parallelism only)"});
+                    + "them)"});
         in.mode = AccountingMode::ZeroPaper;
         const std::string schedule = text("parallelism", "pipeline_parallel_schedule", "1F1B");
         if (pp > 1 && schedule != "1F1B")

@@ -789,7 +789,9 @@ void settleFit(const PlanInput& in, PlanResult& res)
 //   fp32 logits;
 // - per GPU per step: tensor parallel 4 all-reduce-equivalents per layer and micro-batch (6
 //   with recomputation) of s*b*h 16-bit elements over a ring of tp; pipeline sends of a
-//   micro-batch's s*b*h/t activations forward and their gradients back; the paper's
+//   micro-batch's s*b*h activations forward and their gradients back, as the engine sends
+//   them (each TP rank its copy): a middle stage sends both, 2K a step, the end stages K
+//   (pp 2: every stage is an end); the paper's
 //   data-parallel volumes on the stage's slice;
 // - time: compute / tp / pp per GPU, stretched by the 1F1B bubble (pp - 1) / (m + pp - 1), plus
 //   the tensor- and pipeline-parallel transfers (on the critical path); data-parallel transfers
@@ -885,7 +887,7 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
     const double tpOps = in.checkpointing == Checkpointing::Full ? 6.0 : 4.0;
     res.tpBytesPerDevicePerStep
         = toBytes(layers * K * tpOps * 2.0 * ringFraction(mesh.tp) * perMicro);
-    res.ppBytesPerDevicePerStep = pp > 1 ? toBytes(2.0 * K * perMicro / t) : 0;
+    res.ppBytesPerDevicePerStep = pp > 1 ? toBytes((pp > 2 ? 2.0 : 1.0) * K * perMicro) : 0;
     res.gatherBytesPerDevicePerStep = toBytes(peak.gatherBytes);
     res.reduceBytesPerDevicePerStep = toBytes(peak.reduceBytes);
     res.bytesSentPerDevicePerStep = res.gatherBytesPerDevicePerStep
@@ -917,8 +919,8 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
         = res.stepSeconds > 0 ? static_cast<double>(res.tokensPerStep) / res.stepSeconds : 0.0;
 
     res.notes.push_back("layout " + mesh.describe() + " (torchtitan's order: tensor parallel "
-        + "inside a node, pipeline stages outermost); this engine trains data parallelism "
-          "only: export the plan for torchtitan to run it");
+        + "inside a node, pipeline stages outermost); this engine trains it "
+          "(--tensor-parallel, --pipeline-parallel), or export the plan for torchtitan");
     if (mesh.tp > 1)
         res.notes.push_back("tensor parallel " + std::to_string(mesh.tp)
             + " with sequence parallelism: each block's weights and activations split over "
@@ -1340,8 +1342,8 @@ void validate(const PlanInput& in)
         if (in.mode != AccountingMode::ZeroPaper)
             throw std::runtime_error("tensor and pipeline parallelism are planned with the "
                                      "zero-paper accounting (Megatron-LM and torchtitan "
-                                     "layouts); this engine trains data parallelism only: use "
-                                     "--mode zero-paper, or tp 1 and pp 1");
+                                     "layouts); the engine accounting models data parallelism "
+                                     "only: use --mode zero-paper, or tp 1 and pp 1");
         if (s.isMoe())
             throw std::runtime_error(s.name
                 + " is a mixture-of-experts model: tensor and pipeline parallelism are planned "

@@ -97,9 +97,9 @@ struct PlanInput {
     int64_t gradAccum = 1; // micro-steps per optimizer step
     int64_t gpusPerNode = 8;
     int64_t nodes = 1;
-    // Tensor and pipeline parallel degrees (Megatron-LM / torchtitan layouts; planned with the
-    // zero-paper accounting only: this engine trains data parallelism). The data-parallel ranks
-    // are the GPUs / (tp x pp), sharded or replicated as the strategy says.
+    // Tensor and pipeline parallel degrees (Megatron-LM / torchtitan layouts, which the engine
+    // trains; planned with the zero-paper accounting only). The data-parallel ranks are the
+    // GPUs / (tp x pp), sharded or replicated as the strategy says.
     int64_t tp = 1;
     int64_t pp = 1;
     DeviceSpec device;

@@ -80,6 +80,8 @@ void applyPlanToSpec(const PlanInput& in, const std::string& modelSource, protoc
     spec.nodes = static_cast<int>(in.nodes);
     spec.strategy = toString(in.strategy);
     spec.shardGroup = in.strategy == Strategy::Hybrid ? static_cast<int>(in.shardGroup) : 0;
+    spec.tensorParallel = static_cast<int>(in.tp);
+    spec.pipelineParallel = static_cast<int>(in.pp);
     spec.precision = toString(in.precision);
     spec.checkpointing = toString(in.checkpointing);
     spec.offload = toString(in.offload);
@@ -115,6 +117,31 @@ std::string whyNotSplitBlocks(const ModelSpec& model, int64_t size)
              std::pair {model.intermediateSize, "intermediate size (MLP width)"}})
         if (std::string why = fails(n, what); !why.empty())
             return why;
+    return {};
+}
+
+std::string pipelineParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model)
+{
+    const int64_t pp = spec.pipelineParallel;
+    if (pp <= 1)
+        return {};
+    const std::string flag = "--pipeline-parallel " + std::to_string(pp);
+    if (pp > model.numLayers)
+        return flag + " needs at least one layer per stage and the model has "
+            + std::to_string(model.numLayers) + "; use --pipeline-parallel "
+            + std::to_string(model.numLayers) + " or less";
+    const auto refuse = [&](const std::string& what, const std::string& fix) {
+        return flag + " with " + what + " is not trained by this engine yet; " + fix
+            + ", or --pipeline-parallel 1";
+    };
+    if (spec.method == "qlora")
+        return refuse("--method qlora", "use --method lora");
+    if (spec.sampleEvery > 0)
+        return refuse("samples during training (--sample-every)", "use --sample-every 0");
+    if (spec.offload != "none")
+        return refuse("--offload " + spec.offload, "use --offload none");
+    if (spec.usesPreferencePairs())
+        return refuse("--objective " + spec.objective, "train with --objective sft");
     return {};
 }
 

@@ -48,6 +48,11 @@ std::string whyNotSplitBlocks(const ModelSpec& model, int64_t size);
 // flag to change. The worker refuses with it, and the pages do not offer what it refuses.
 std::string tensorParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model);
 
+// Why the engine cannot train `spec` at its pipeline_parallel on `model` ("" when it can, and
+// always at pipeline_parallel 1): every stage needs a layer, and QLoRA, offload, samples during
+// training and preference objectives are not pipelined yet. Names the flag to change.
+std::string pipelineParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model);
+
 // The run spec's device name for a planner device kind and back: "cuda" <-> Gpu, "cpu" <-> Cpu.
 std::string specDeviceName(DeviceKind kind);
 DeviceKind deviceKindOf(const std::string& specDevice);

@@ -168,6 +168,17 @@ std::pair<int64_t, int64_t> DeviceMesh::stageLayers(int64_t stage, int64_t layer
     return {first, first + base + (stage < extra ? 1 : 0)};
 }
 
+int64_t DeviceMesh::stageOf(int64_t layer, int64_t layers) const
+{
+    if (layer < 0 || layer >= layers)
+        throw std::runtime_error("layer " + std::to_string(layer) + " is outside the model's "
+            + std::to_string(layers) + " layers");
+    for (int64_t s = 0; s < pp; ++s)
+        if (layer < stageLayers(s, layers).second)
+            return s;
+    return pp - 1;
+}
+
 void DeviceMesh::validate(int64_t ranksPerNode, const std::string& ranks) const
 {
     if (tp > 1 && ranksPerNode % tp != 0)

@@ -69,6 +69,8 @@ struct DeviceMesh {
     // Pipeline stage `stage`'s layers [first, end) of `layers`: contiguous, the first
     // (layers % pp) stages one layer more. Throws when a stage would hold none.
     std::pair<int64_t, int64_t> stageLayers(int64_t stage, int64_t layers) const;
+    // The stage whose stageLayers hold `layer` of `layers`.
+    int64_t stageOf(int64_t layer, int64_t layers) const;
 
     // Throws std::runtime_error when a tensor-parallel group would span nodes (tp must divide
     // the ranks of a node: its collectives run every layer).

@@ -34,6 +34,7 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("strategy", s.strategy);
     f("shard_group", s.shardGroup);
     f("tensor_parallel", s.tensorParallel);
+    f("pipeline_parallel", s.pipelineParallel);
     f("nodes", s.nodes);
     f("procs_per_node", s.procsPerNode);
     f("device", s.device);

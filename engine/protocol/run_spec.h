@@ -37,6 +37,9 @@ struct RunSpec {
     // Ranks that split each block's weights (core/model/tensor_parallel.h); the strategy runs
     // over the world / tensor_parallel data-parallel ranks.
     int tensorParallel = 1;
+    // Pipeline stages of contiguous layers (docs/ARCHITECTURE.md, "Pipeline parallel"; 1F1B over
+    // the micro-batches of --grad-accum); the strategy runs inside each stage.
+    int pipelineParallel = 1;
     int nodes = 1;
     int procsPerNode = 1;
     // auto (CUDA when LibTorch sees a GPU, else the CPU), cuda or cpu; run.json records the
@@ -128,7 +131,8 @@ struct RunSpec {
     // The sharding fields, typed; throws std::runtime_error on an unknown strategy name.
     ParallelDims parallelDims() const
     {
-        return {parseStrategyName(strategy), shardGroup, nodes, procsPerNode, tensorParallel};
+        return {parseStrategyName(strategy), shardGroup, nodes, procsPerNode, tensorParallel,
+            pipelineParallel};
     }
 };
 

@@ -164,6 +164,9 @@ const std::vector<TrainFlag>& trainFlags()
         SHARD_FLAG("--tensor-parallel", tensorParallel,
             "Ranks that split each block's weights (Megatron style; consecutive ranks, inside a "
             "node); the strategy runs over ranks / N data-parallel copies (default 1)"),
+        SHARD_FLAG("--pipeline-parallel", pipelineParallel,
+            "Pipeline stages of contiguous layers, 1F1B over the --grad-accum micro-batches "
+            "(default 1); ranks = data-parallel copies x tensor parallel x N"),
         SHARD_FLAG("--threads", threads, "Intra-op threads (0 = auto)"),
         SHARD_FLAG("--hang-timeout", hangTimeoutSec,
             "Seconds without progress before the launcher calls a rank hung (0 = off; default "

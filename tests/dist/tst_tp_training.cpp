@@ -26,129 +26,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "layout_training.h"
 #include "plan/planner.h"
-#include "process_runner.h"
-#include "run_outputs.h"
 
 using namespace shard::testing;
+using namespace shard::testing::layout;
 
 namespace {
-
-std::string g_dir;
-constexpr int kSeq = 32;
-
-struct Run {
-    std::vector<double> losses;
-    std::vector<nlohmann::json> metrics;
-    std::map<std::string, std::vector<float>> weights;
-};
-
-Run train(const std::string& model, const std::string& tag, int ranks,
-    const std::vector<std::string>& extra)
-{
-    const std::string out = g_dir + "/" + tag;
-    std::vector<std::string> args = {"train", "--model", g_dir + "/" + model, "--data",
-        g_dir + "/data.jsonl", "--steps", "8", "--seq-len", std::to_string(kSeq), "--lr", "1e-3",
-        "--seed", "3", "--clip", "1.0", "--weight-decay", "0.1", "--threads", "1", "--out", out};
-    args.insert(args.end(), extra.begin(), extra.end());
-    trainWithWorker(tag, ranks, args, out, 240);
-    Run r;
-    r.metrics = metricRecords(out);
-    for (const auto& j : r.metrics)
-        r.losses.push_back(j.value("loss", 0.0));
-    r.weights = f32Tensors(out + "/model/model.safetensors");
-    SHARD_EXPECT(!r.losses.empty() && !r.weights.empty(), tag + ": no metrics or weights");
-    return r;
-}
-
-// The weights compared: all but k_proj's bias, whose gradient is zero in exact arithmetic (a
-// key bias adds the same score to every key of a query, and softmax ignores that): what it
-// holds after training is rounding noise of the sums, scaled up by AdamW, in any two runs
-// that sum in another order (its relative L2 difference here is 3e-5 to 6e-5, every other
-// tensor's below 2e-5).
-std::map<std::string, std::vector<float>> compared(std::map<std::string, std::vector<float>> w)
-{
-    for (auto it = w.begin(); it != w.end();)
-        it = it->first.find("k_proj.bias") != std::string::npos ? w.erase(it) : std::next(it);
-    return w;
-}
-
-void expectClose(const std::string& what, const Run& ref, const Run& run)
-{
-    const RunDiff d
-        = compareRuns(ref.losses, run.losses, compared(ref.weights), compared(run.weights));
-    std::printf("%-40s loss max rel %.3g  weights max rel %.3g  L2 rel %.3g\n", what.c_str(),
-        d.loss, d.weightMax, d.weightL2);
-    SHARD_EXPECT(d.loss <= 1e-5 && d.weightL2 <= 1e-4,
-        what + ": losses within 1e-5 and weights within 1e-4 (L2) of one rank");
-}
-
-// A model from a config.json (init-model's random weights, seed 1).
-void makeModel(const std::string& name, const nlohmann::json& config)
-{
-    const std::string cfgDir = g_dir + "/" + name + "-config";
-    std::filesystem::create_directories(cfgDir);
-    std::ofstream(cfgDir + "/config.json") << config.dump(2);
-    auto p = spawnProcess({workerPath(), "init-model", "--preset", cfgDir, "--out",
-        g_dir + "/" + name, "--seed", "1"});
-    SHARD_EXPECT(p.wait(60) && p.exitCode() == 0, "init-model " + name + ": " + p.err);
-}
-
-// The run's failure text: the launcher's stderr and every rank's log.
-std::string failure(const std::string& model, const std::string& tag, int ranks,
-    const std::vector<std::string>& extra)
-{
-    const std::string out = g_dir + "/" + tag;
-    std::vector<std::string> argv = {workerPath(), "launch", "--nproc-per-node",
-        std::to_string(ranks), "--", "train", "--model", g_dir + "/" + model, "--data",
-        g_dir + "/data.jsonl", "--steps", "2", "--seq-len", std::to_string(kSeq), "--threads", "1",
-        "--nproc-per-node", std::to_string(ranks), "--out", out};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto p = spawnProcess(argv);
-    const bool done = p.wait(120);
-    SHARD_EXPECT(done && p.exitCode() != 0, tag + " must fail");
-    std::string text = p.err;
-    for (int r = 0; r < ranks; ++r)
-        text += readFile(out + "/logs/rank-" + std::to_string(r) + ".log");
-    return text;
-}
-
-void expectRefusal(const std::string& model, const std::string& tag, int ranks,
-    const std::vector<std::string>& extra, const std::string& message)
-{
-    const std::string text = failure(model, tag, ranks, extra);
-    SHARD_EXPECT(text.find(message) != std::string::npos,
-        tag + ": expected \"" + message + "\" in: " + text.substr(0, 3000));
-    SHARD_EXPECT(
-        countLines(g_dir + "/" + tag + "/metrics.jsonl") == 0, tag + ": refused before any step");
-}
-
-// A copy of the run folder `run` under `parent` (same folder name: the same run id) with only
-// its checkpoint of `step`, to resume from there.
-std::string copyWithCheckpoint(const std::string& run, const std::string& parent, int64_t step)
-{
-    namespace fs = std::filesystem;
-    const std::string dst = parent + "/" + fs::path(run).filename().string();
-    fs::create_directories(parent);
-    fs::copy(run, dst, fs::copy_options::recursive);
-    fs::remove_all(dst + "/model");
-    for (const auto& e : fs::directory_iterator(dst + "/checkpoints"))
-        if (e.path().filename().string() != "step-" + std::to_string(step))
-            fs::remove_all(e.path());
-    return dst;
-}
-
-int64_t stepBytes(const Run& r)
-{
-    return r.metrics.empty() ? -1 : r.metrics.back().value("comm_bytes", int64_t(-1));
-}
 
 // The planner's tensor-parallel bytes per rank per step for the llama model at TP2, one
 // data-parallel copy of micro-batch 4.
 int64_t plannedTpBytes(bool checkpointing)
 {
     shard::plan::PlanInput in;
-    in.model = shard::plan::loadHfConfig(g_dir + "/llama");
+    in.model = shard::plan::loadHfConfig(dir() + "/llama");
     in.strategy = shard::plan::Strategy::Zero3;
     in.precision = shard::plan::Precision::Fp32;
     in.mode = shard::plan::AccountingMode::ZeroPaper;
@@ -166,23 +57,10 @@ int64_t plannedTpBytes(bool checkpointing)
 
 int main()
 {
-    g_dir = makeTempDir("tp-train");
-    {
-        // 64 rows of kSeq ids below tiny-1m's 512: every micro-batch is full length, so the
-        // bytes sent per step are the same every step.
-        std::ofstream data(g_dir + "/data.jsonl");
-        uint64_t x = 4242;
-        for (int line = 0; line < 64; ++line) {
-            data << "{\"input_ids\":[";
-            for (int i = 0; i < kSeq; ++i) {
-                x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-                data << (i ? "," : "") << (x >> 33) % 512;
-            }
-            data << "]}\n";
-        }
-    }
+    dir() = makeTempDir("tp-train");
+    writeData();
     auto p = spawnProcess({workerPath(), "init-model", "--preset", "tiny-1m", "--out",
-        g_dir + "/llama", "--seed", "1"});
+        dir() + "/llama", "--seed", "1"});
     SHARD_EXPECT(p.wait(60) && p.exitCode() == 0, "init-model: " + p.err);
     const nlohmann::json base = {{"hidden_size", 128}, {"intermediate_size", 256},
         {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
@@ -247,9 +125,9 @@ int main()
         for (const auto& [what, ref, run] :
             {std::tuple {"LoRA TP2 adapters", "lora-1", "lora-tp2"},
                 std::tuple {"LoRA TP2 x zero2 DP2 adapters", "lora-1-ga2", "lora-tp2-zero2-dp2"}}) {
-            const auto a = f32Tensors(g_dir + "/" + ref + "/adapter/adapter_model.safetensors");
+            const auto a = f32Tensors(dir() + "/" + ref + "/adapter/adapter_model.safetensors");
             const auto b
-                = f32Tensors(g_dir + "/" + std::string(run) + "/adapter/adapter_model.safetensors");
+                = f32Tensors(dir() + "/" + std::string(run) + "/adapter/adapter_model.safetensors");
             const RunDiff d = compareRuns({1.0}, {1.0}, a, b);
             std::printf("%-40s adapters max rel %.3g  L2 rel %.3g (%zu tensors)\n", what,
                 d.weightMax, d.weightL2, a.size());
@@ -301,13 +179,13 @@ int main()
                 a.push_back("--resume");
             return a;
         };
-        const std::string a = g_dir + "/chain-a/run";
+        const std::string a = dir() + "/chain-a/run";
         train("llama", "chain-a/run", 4,
             with({"--micro-batch", "2", "--tensor-parallel", "2", "--strategy", "zero3"}, false));
-        const std::string b = copyWithCheckpoint(a, g_dir + "/chain-b", 3);
+        const std::string b = copyWithCheckpoint(a, dir() + "/chain-b", 3);
         train("llama", "chain-b/run", 4,
             with({"--micro-batch", "4", "--tensor-parallel", "4", "--strategy", "ddp"}, true));
-        const std::string c = copyWithCheckpoint(b, g_dir + "/chain-c", 6);
+        const std::string c = copyWithCheckpoint(b, dir() + "/chain-c", 6);
         const Run last = train("llama", "chain-c/run", 1, with({"--micro-batch", "4"}, true));
         const auto losses = stepLosses(c);
         Run chained = last;

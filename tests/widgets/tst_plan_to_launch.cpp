@@ -113,6 +113,36 @@ private Q_SLOTS:
         QVERIFY(!l.request());
     }
 
+    void threeDPlanLaunches()
+    {
+        // A tensor x pipeline layout goes to the Launch page as it was planned: the engine
+        // trains it.
+        MainWindow w(m_tmp.filePath("store.sqlite"));
+        w.show();
+        PlanPage& p = *w.planPage();
+        LaunchPage& l = *w.launchPage();
+        l.setDataFiles({m_tmp.filePath("train.jsonl")});
+        QSignalSpy loaded(&p, &PlanPage::modelLoaded);
+        p.setModel(m_tmp.filePath("model"));
+        QTRY_VERIFY(loaded.count() > 0);
+        field<QSpinBox>(p, "gpus")->setValue(8);
+        selectData(field<QComboBox>(p, "device"), "h100-80g");
+        field<QSpinBox>(p, "tp")->setValue(2);
+        field<QSpinBox>(p, "pp")->setValue(2);
+        field<QSpinBox>(p, "seqLen")->setValue(256);
+        p.recompute();
+        QVERIFY2(p.input() && p.input()->threeD(), qPrintable(p.messageText()));
+        auto* toLaunch = field<QPushButton>(p, "toLaunch");
+        QVERIFY(toLaunch->isEnabled());
+        QTest::mouseClick(toLaunch, Qt::LeftButton);
+        QCOMPARE(w.currentPage(), Page::Launch);
+        const shard::protocol::RunSpec s = l.fieldsSpec();
+        QCOMPARE(s.tensorParallel, 2);
+        QCOMPARE(s.pipelineParallel, 2);
+        QCOMPARE(s.procsPerNode, 8);
+        QCOMPARE(field<QSpinBox>(l, "pipelineParallel")->value(), 2);
+    }
+
     void presetPlanDropsTheOldFolder()
     {
         MainWindow w(m_tmp.filePath("store.sqlite"));

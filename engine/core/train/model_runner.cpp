@@ -148,7 +148,8 @@ c10::intrusive_ptr<HookCall> hookCall(Strategy& s, int unit)
 std::vector<at::Tensor> cast(std::vector<at::Tensor> w, at::ScalarType dtype)
 {
     for (auto& t : w)
-        t = fused::cast(t, dtype);
+        if (t.defined()) // undefined: another pipeline stage's
+            t = fused::cast(t, dtype);
     return w;
 }
 
@@ -174,7 +175,8 @@ const RopeTables& ModelRunner::ropeFor(int64_t seqLen)
     return m_rope;
 }
 
-at::Tensor ModelRunner::trunk(const at::Tensor& hostIds, std::vector<at::Tensor>& root)
+at::Tensor ModelRunner::trunk(
+    const at::Tensor& hostIds, std::vector<at::Tensor>& root, const at::Tensor& input)
 {
     const at::Tensor ids = hostIds.to(m_config.device);
     const bool hooks = m_strategy.wantsUnitHooks();
@@ -194,8 +196,10 @@ at::Tensor ModelRunner::trunk(const at::Tensor& hostIds, std::vector<at::Tensor>
         dropout.seed = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
     }
     root = cast(m_strategy.unitWeights(0), m_config.computeDtype);
-    at::Tensor x = m_model.embed(root, ids);
-    for (int u = 1; u < m_model.numUnits(); ++u) {
+    at::Tensor x = input.defined() ? input : m_model.embed(root, ids);
+    const auto [first, end] = m_config.layers;
+    const int endUnit = end < 0 ? m_model.numUnits() : static_cast<int>(end) + 1;
+    for (int u = static_cast<int>(first) + 1; u < endUnit; ++u) {
         if (hooks && grad)
             x = PostBackwardMarker::apply(x, m_dummy, hookCall(m_strategy, u));
         if (hooks)
@@ -254,6 +258,22 @@ LossSum ModelRunner::lossSum(const at::Tensor& ids, const at::Tensor& labels, do
     out.tokens = tokens;
     // Under zero3 the root is gathered again by this marker's backward, before the loss's.
     out.sum = endRoot(out.sum);
+    return out;
+}
+
+StageOut ModelRunner::stage(
+    const at::Tensor& ids, const at::Tensor& input, const at::Tensor& labels, double gradScale)
+{
+    StageOut out;
+    std::vector<at::Tensor> root;
+    const at::Tensor x = trunk(ids, root, input);
+    if (m_strategy.pipelineStage() + 1 < m_strategy.pipelineStages()) {
+        out.hidden = endRoot(x);
+        return out;
+    }
+    out.loss = m_model.headLossSum(root, x, labels.to(m_config.device), gradScale);
+    out.loss.tokens = countLossTokens(labels);
+    out.loss.sum = endRoot(out.loss.sum);
     return out;
 }
 

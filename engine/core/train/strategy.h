@@ -148,6 +148,22 @@ public:
     // The tensor-parallel group the block forwards reduce over (null: blocks are whole). Sums
     // over ranks (allReduceSum, allReduceSumInPlace) count each data-parallel copy once.
     virtual dist::Communicator* tensorParallelGroup() { return nullptr; }
+    // Pipeline parallel (docs/ARCHITECTURE.md, "Pipeline parallel"): this rank's stage of
+    // pipelineStages(); it holds the blocks of DeviceMesh::stageLayers, the embedding on the first
+    // stage, the final norm and LM head on the last (a tied embedding on both, its gradient summed
+    // over the two). Sums over ranks (allReduceSumInPlace) take the last stage's value, where the
+    // loss is.
+    virtual int pipelineStages() const { return 1; }
+    virtual int pipelineStage() const { return 0; }
+    // The stage that stores the named parameter in checkpoints and exports it (a tied embedding:
+    // the first; the last stage keeps a copy it does not store).
+    virtual int stageOf(const std::string& /*name*/) const { return 0; }
+    // Point to point between this rank and the rank of the same data- and tensor-parallel
+    // coordinates on the stage `delta` (+1 next, -1 previous) away: `t` (contiguous, on the
+    // device) is sent, or received in place. Each pair of neighbours must issue its transfers
+    // in the same order (the 1F1B schedule does, docs/ARCHITECTURE.md).
+    virtual void pipelineSend(const at::Tensor& /*t*/, int /*delta*/) { }
+    virtual void pipelineRecv(at::Tensor& /*t*/, int /*delta*/) { }
     // The full HF state dict for export, on rank 0 (other ranks may return an empty list).
     // Tensors may be produced one at a time by the callback to bound memory; they may be on the
     // device (the callback copies what it keeps to the host).

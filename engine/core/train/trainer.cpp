@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -22,6 +23,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include "core/memory/counting_allocator.h"
 #include "core/memory/device_memory.h"
@@ -121,12 +123,12 @@ void writeFirstSpecFile(const std::string& path, const protocol::RunSpec& spec)
 protocol::DeviceMesh meshOf(const protocol::RunSpec& spec, const dist::RankEnv& env)
 {
     const int64_t world = std::max(1, env.worldSize);
-    if (world == 1 && spec.tensorParallel <= 1) // every strategy is the single-process one
+    if (world == 1 && spec.tensorParallel <= 1 && spec.pipelineParallel <= 1) // single-process
         return {};
     const int64_t local = std::max(1, env.localWorldSize);
     const bool even = world % local == 0; // srun may start uneven nodes: then one "node"
     const protocol::ParallelDims dims {protocol::parseStrategyName(spec.strategy), spec.shardGroup,
-        even ? world / local : 1, even ? local : world, spec.tensorParallel};
+        even ? world / local : 1, even ? local : world, spec.tensorParallel, spec.pipelineParallel};
     dims.validate("ranks");
     return protocol::DeviceMesh::of(dims);
 }
@@ -352,7 +354,10 @@ struct Trainer::Io {
 struct Trainer::Loop {
     explicit Loop(Trainer& t)
         : runner(*t.m_model, *t.m_strategy,
-            ForwardConfig {t.m_computeDtype, t.m_spec.checkpointing == "full", t.m_device})
+            ForwardConfig {t.m_computeDtype, t.m_spec.checkpointing == "full", t.m_device,
+                t.m_mesh.pp > 1 ? t.m_mesh.stageLayers(
+                    t.m_mesh.coord(protocol::MeshDim::Pp, t.m_rank), t.m_model->spec().numLayers)
+                                : std::pair<int64_t, int64_t> {0, -1}})
         , adamw(AdamWConfig {t.m_spec.beta1, t.m_spec.beta2, t.m_spec.eps, t.m_spec.weightDecay})
         , accum(static_cast<int>(t.m_spec.gradAccum))
         , globalRows(t.m_spec.microBatch * t.dataParallel())
@@ -501,6 +506,8 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
     // What tensor parallel splits (docs/ARCHITECTURE.md, "Tensor parallel"), before any weight
     // is placed.
     if (const std::string why = plan::tensorParallelRefusal(m_spec, ms); !why.empty())
+        throw std::runtime_error(why);
+    if (const std::string why = plan::pipelineParallelRefusal(m_spec, ms); !why.empty())
         throw std::runtime_error(why);
     if (m_spec.usesLora()) {
         const lora::LoraConfig lc = lora::configFromSpec(m_spec);
@@ -773,12 +780,21 @@ void Trainer::placeModel(Io& io, bool resuming, int threads)
     nlohmann::json started = {{"params", m_model->numParams()}, {"strategy", m_strategy->name()},
         {"world_size", m_strategy->worldSize()}, {"device", m_device.str()}, {"threads", threads},
         {"steps", m_steps}};
-    if (m_mesh.tp > 1) {
+    if (m_mesh.tp > 1 || m_mesh.pp > 1) {
         started["tensor_parallel"] = m_mesh.tp;
+        started["pipeline_parallel"] = m_mesh.pp;
         started["mesh"] = m_mesh.describe();
-        io.log->info("tensor parallel: mesh " + m_mesh.describe() + ", this rank tp "
+        std::string where = "mesh " + m_mesh.describe() + ", this rank tp "
             + std::to_string(m_mesh.coord(protocol::MeshDim::Tp, m_rank))
-            + " of data-parallel copy " + std::to_string(m_mesh.dataParallelIndex(m_rank)));
+            + " of data-parallel copy " + std::to_string(m_mesh.dataParallelIndex(m_rank));
+        if (m_mesh.pp > 1) {
+            const int64_t stage = m_mesh.coord(protocol::MeshDim::Pp, m_rank);
+            const auto [first, end] = m_mesh.stageLayers(stage, m_model->spec().numLayers);
+            where += ", pipeline stage " + std::to_string(stage) + " of "
+                + std::to_string(m_mesh.pp) + " (layers " + std::to_string(first) + "-"
+                + std::to_string(end - 1) + ")";
+        }
+        io.log->info((m_mesh.pp > 1 ? "3D parallel: " : "tensor parallel: ") + where);
     }
     // The planner's peak per rank for this run, next to what the records measure (a reader
     // without the planner, such as bench/gpu, compares the two). Capacity does not change it.
@@ -891,6 +907,8 @@ Trainer::Step Trainer::trainStep(Loop& loop, int64_t step)
     }
     if (m_preference) {
         preferenceMicroSteps(loop, micro, done);
+    } else if (m_mesh.pp > 1) {
+        pipelineMicroSteps(loop, micro, stepTokens, done);
     } else {
         supervisedMicroSteps(loop, micro, stepTokens, done);
     }
@@ -950,6 +968,131 @@ void Trainer::supervisedMicroSteps(
     }
     m_strategy->allReduceSumInPlace(lossSum);
     done.lossValue = lossSum / norm;
+}
+
+void Trainer::pipelineMicroSteps(
+    Loop& loop, const std::vector<std::vector<TrainRow>>& micro, int64_t stepTokens, Step& done)
+{
+    // 1F1B (PipeDream-flush, as Megatron and torchtitan schedule it): stage s runs
+    // min(P - 1 - s, K) forwards ahead, then alternates one forward and one backward, then
+    // drains the backwards. Neighbours exchange tensors as matched pairs, in one order on both
+    // sides: a forward's activation goes to the next stage after that stage's gradient for the
+    // oldest micro-batch in flight has come back (docs/ARCHITECTURE.md, "Pipeline parallel").
+    const int K = loop.accum;
+    const int P = m_strategy->pipelineStages();
+    const int s = m_strategy->pipelineStage();
+    const bool first = s == 0, last = s == P - 1;
+    const double norm = static_cast<double>(std::max<int64_t>(1, stepTokens));
+    const at::TensorOptions act = at::TensorOptions().dtype(m_computeDtype).device(m_device);
+    at::Tensor lossSum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
+    auto [lo, hi] = m_mesh.dataRows(m_rank, loop.globalRows);
+    // A copy with no rows this step still runs its stages (a sharded stage gathers inside
+    // them), on one row with every label masked, which adds nothing.
+    const bool masked = hi <= lo;
+    if (masked) {
+        lo = 0;
+        hi = 1;
+    }
+    struct InFlight {
+        at::Tensor input;  // a later stage: the received activation (its gradient goes back)
+        at::Tensor output; // the stage's output, or the last stage's scaled loss
+    };
+    std::deque<InFlight> inFlight;
+    const int64_t base = loop.liveBytes();
+    int nextForward = 0, nextBackward = 0;
+    auto forward = [&]() -> at::Tensor {
+        const int k = nextForward++;
+        const at::Tensor ids = rowsTensor(micro[k], lo, hi, false);
+        at::Tensor labels = rowsTensor(micro[k], lo, hi, true);
+        if (masked)
+            labels.fill_(-100);
+        InFlight f;
+        if (!first) {
+            f.input = at::empty({ids.size(0), ids.size(1), m_model->spec().hiddenSize}, act);
+            m_strategy->pipelineRecv(f.input, -1);
+            f.input.requires_grad_(true);
+        }
+        StageOut out = loop.runner.stage(ids, f.input, labels, 1.0 / norm);
+        at::Tensor toSend;
+        if (last) {
+            f.output = out.loss.sum / norm;
+            lossSum.add_(out.loss.sum.detach().to(at::kDouble));
+        } else {
+            f.output = out.hidden;
+            toSend = out.hidden.detach().contiguous();
+        }
+        inFlight.push_back(std::move(f));
+        done.activationBytes = std::max(done.activationBytes, loop.liveBytes() - base);
+        return toSend;
+    };
+    auto backward = [&](bool gradReceived, at::Tensor grad) {
+        const int k = nextBackward++;
+        m_strategy->beginMicroStep(k, K);
+        InFlight f = std::move(inFlight.front());
+        inFlight.pop_front();
+        if (last) {
+            f.output.backward();
+        } else {
+            if (!gradReceived) {
+                grad = at::empty(f.output.sizes(), act);
+                m_strategy->pipelineRecv(grad, +1);
+            }
+            torch::autograd::backward({f.output}, {grad});
+        }
+        if (!first) {
+            at::Tensor g = f.input.grad();
+            if (!g.defined())
+                g = at::zeros_like(f.input);
+            m_strategy->pipelineSend(g.contiguous(), -1);
+        }
+        m_strategy->endMicroStep(k, K);
+    };
+    const int warmup = std::min(P - 1 - s, K);
+    for (int i = 0; i < warmup; ++i) {
+        const at::Tensor a = forward();
+        m_strategy->pipelineSend(a, +1);
+    }
+    for (int i = warmup; i < K; ++i) {
+        const at::Tensor a = forward();
+        if (last) {
+            backward(false, {});
+            continue;
+        }
+        // The gradient for the oldest micro-batch first, then this forward's activation.
+        at::Tensor g = at::empty(inFlight.front().output.sizes(), act);
+        m_strategy->pipelineRecv(g, +1);
+        m_strategy->pipelineSend(a, +1);
+        backward(true, g);
+    }
+    while (nextBackward < K)
+        backward(false, {});
+    if (m_strategy->wantsUnitHooks())
+        m_strategy->postBackward(0);
+    m_strategy->allReduceSumInPlace(lossSum);
+    done.lossValue = lossSum / norm;
+}
+
+at::Tensor Trainer::pipelineEvalSum(
+    Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi, bool masked)
+{
+    const bool first = m_strategy->pipelineStage() == 0;
+    const bool last = m_strategy->pipelineStage() + 1 == m_strategy->pipelineStages();
+    const at::Tensor ids = rowsTensor(rows, lo, hi, false);
+    at::Tensor labels = rowsTensor(rows, lo, hi, true);
+    if (masked)
+        labels.fill_(-100);
+    at::Tensor input;
+    if (!first) {
+        input = at::empty({ids.size(0), ids.size(1), m_model->spec().hiddenSize},
+            at::TensorOptions().dtype(m_computeDtype).device(m_device));
+        m_strategy->pipelineRecv(input, -1);
+    }
+    StageOut out = loop.runner.stage(ids, input, labels);
+    if (!last) {
+        m_strategy->pipelineSend(out.hidden.contiguous(), +1);
+        return at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
+    }
+    return out.loss.sum.detach().to(at::kDouble).reshape({1});
 }
 
 Trainer::PairForward Trainer::pairForward(
@@ -1181,7 +1324,10 @@ double Trainer::evaluate(Loop& loop, std::map<std::string, double>& scalars)
         const int64_t e = std::min<int64_t>(rows.size(), b + chunk);
         std::vector<TrainRow> batch(rows.begin() + b, rows.begin() + e);
         auto [lo, hi] = m_mesh.dataRows(m_rank, e - b);
-        if (hi > lo) {
+        if (m_mesh.pp > 1) {
+            sum.add_(hi > lo ? pipelineEvalSum(loop, batch, lo, hi, false)
+                             : pipelineEvalSum(loop, batch, 0, 1, true));
+        } else if (hi > lo) {
             LossSum ls = loop.runner.lossSum(
                 rowsTensor(batch, lo, hi, false), rowsTensor(batch, lo, hi, true));
             sum.add_(ls.sum.detach().to(at::kDouble));

@@ -119,6 +119,14 @@ private:
     // Supervised: one optimizer step's micro-batches (next-token loss over stepTokens tokens).
     void supervisedMicroSteps(Loop& loop, const std::vector<std::vector<TrainRow>>& micro,
         int64_t stepTokens, Step& done);
+    // Pipeline parallel: the same over this rank's stage, in the 1F1B order (docs/
+    // ARCHITECTURE.md, "Pipeline parallel"): activations to the next stage, their gradients back.
+    void pipelineMicroSteps(Loop& loop, const std::vector<std::vector<TrainRow>>& micro,
+        int64_t stepTokens, Step& done);
+    // Pipeline parallel: this stage's forward of rows [lo, hi) of `rows` without gradients,
+    // the activation passed on; the last stage returns the loss sum (fp64, on the device).
+    at::Tensor pipelineEvalSum(
+        Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi, bool masked);
     // Preference objectives: one optimizer step's micro-batches of pairs (forward, loss,
     // backward); fills the step's loss and statistics (on the device).
     void preferenceMicroSteps(
