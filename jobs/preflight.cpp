@@ -227,7 +227,7 @@ QString checkBatch(const PreflightInput& in, const Preflight& p)
     const protocol::RunSpec& spec = in.spec;
     const Wording w = in.wording;
     // What tensor and pipeline parallel split: the worker refuses the rest with the same words.
-    if (spec.tensorParallel > 1 || spec.pipelineParallel > 1) {
+    if (spec.tensorParallel > 1 || spec.pipelineParallel > 1 || spec.virtualStages != 1) {
         try {
             const plan::ModelSpec model = plan::loadHfConfig(spec.model);
             std::string why = plan::tensorParallelRefusal(spec, model);
@@ -331,6 +331,8 @@ QString settingName(Setting setting, Wording wording)
         return cli ? QStringLiteral("--tensor-parallel") : tr("“Tensor parallel”");
     case Setting::PipelineParallel:
         return cli ? QStringLiteral("--pipeline-parallel") : tr("“Pipeline stages”");
+    case Setting::VirtualStages:
+        return cli ? QStringLiteral("--virtual-stages") : tr("“Chunks per stage”");
     case Setting::Method:
         return cli ? QStringLiteral("--method") : tr("“Method”");
     case Setting::SampleEvery:

@@ -42,6 +42,7 @@ enum class Setting {
     Warmup,
     TensorParallel,
     PipelineParallel,
+    VirtualStages,
     Method,
     SampleEvery,
     Count, // not a setting: how many there are

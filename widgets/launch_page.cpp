@@ -129,6 +129,11 @@ LaunchPage::LaunchPage(QWidget* parent)
                         "last); the gradient-accumulation micro-batches flow through them in the "
                         "1F1B order. The rank count is data-parallel copies x tensor parallel x "
                         "stages; each stage needs a layer."));
+    m_virtualStages = spin(this, 1, 64, 1, "virtualStages");
+    m_virtualStages->setToolTip(
+        tr("Chunks per stage: more than 1 runs interleaved 1F1B (Megatron-LM's virtual pipeline "
+           "stages): each stage holds this many separate layer ranges and the pipeline's idle "
+           "time shrinks by as much. Gradient accumulation must be a multiple of the stages."));
     m_ranks = spin(this, 1, 1024, 1, "ranks");
     m_nodes = spin(this, 1, 4096, 1, "nodes");
     m_device = new QComboBox(this);
@@ -293,6 +298,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     shardForm->addRow(tr("S&hard group (hybrid)"), m_shardGroup);
     shardForm->addRow(tr("Tensor para&llel"), m_tp);
     shardForm->addRow(tr("Pipeline sta&ges"), m_pp);
+    shardForm->addRow(tr("C&hunks per stage"), m_virtualStages);
     shardForm->addRow(tr("R&anks per node"), m_ranks);
     shardForm->addRow(tr("&Nodes"), m_nodes);
     shardForm->addRow(tr("O&ffload"), m_offload);
@@ -412,12 +418,12 @@ LaunchPage::LaunchPage(QWidget* parent)
     layout->addWidget(m_message);
     layout->addWidget(m_preview, 1);
 
-    QList<QWidget*> order
-        = {m_name, m_model, browseModel, m_data, browseData, m_format, m_packing, m_skipBadLines,
-            m_evalData, m_evalEvery, m_samplePrompts, m_sampleEvery, m_out, m_lr, m_weightDecay,
-            m_schedule, m_warmup, m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints, m_maxRestarts,
-            m_seed, m_microBatch, m_seqLen, m_gradAccum, m_device, m_strategy, m_shardGroup, m_tp,
-            m_pp, m_ranks, m_nodes, m_offload, m_precision, m_reduceDtype, m_checkpointing};
+    QList<QWidget*> order = {m_name, m_model, browseModel, m_data, browseData, m_format, m_packing,
+        m_skipBadLines, m_evalData, m_evalEvery, m_samplePrompts, m_sampleEvery, m_out, m_lr,
+        m_weightDecay, m_schedule, m_warmup, m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints,
+        m_maxRestarts, m_seed, m_microBatch, m_seqLen, m_gradAccum, m_device, m_strategy,
+        m_shardGroup, m_tp, m_pp, m_virtualStages, m_ranks, m_nodes, m_offload, m_precision,
+        m_reduceDtype, m_checkpointing};
     order << m_lora->widgets()
           << QList<QWidget*> {m_target, m_presets, m_loadPreset, m_savePreset, m_start, m_preview};
     for (qsizetype i = 1; i < order.size(); ++i)
@@ -454,7 +460,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     connect(m_precision, qOverload<int>(&QComboBox::currentIndexChanged), this, reduceChoice);
     reduceChoice();
     for (QSpinBox* s : {m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen,
-             m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_tp, m_pp, m_evalEvery,
+             m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_tp, m_pp, m_virtualStages, m_evalEvery,
              m_keepCheckpoints, m_maxRestarts, m_sampleEvery})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, changed);
     // A prompts file chosen while "every" is never also sets it, to a tenth of the run.
@@ -640,6 +646,7 @@ protocol::RunSpec LaunchPage::fieldsSpec() const
     s.shardGroup = s.strategy == "hybrid" ? m_shardGroup->value() : 0;
     s.tensorParallel = m_tp->value();
     s.pipelineParallel = m_pp->value();
+    s.virtualStages = m_virtualStages->value();
     s.offload = m_offload->currentData().toString().toStdString();
     s.precision = m_precision->currentData().toString().toStdString();
     s.reduceDtype = m_reduceDtype->isEnabled()
@@ -1059,6 +1066,7 @@ void LaunchPage::toFields(const protocol::RunSpec& s, bool keepBase)
         m_shardGroup->setValue(s.shardGroup);
     m_tp->setValue(s.tensorParallel);
     m_pp->setValue(s.pipelineParallel);
+    m_virtualStages->setValue(s.virtualStages);
     m_ranks->setValue(s.procsPerNode);
     m_nodes->setValue(s.nodes);
     setCombo(m_offload, s.offload);

@@ -164,6 +164,7 @@ private:
     QSpinBox* m_tp
         = nullptr; // tensor parallel: ranks that split each block (run spec tensor_parallel)
     QSpinBox* m_pp = nullptr; // pipeline stages of contiguous layers (run spec pipeline_parallel)
+    QSpinBox* m_virtualStages = nullptr; // model chunks per stage (run spec virtual_stages)
     QSpinBox* m_ranks = nullptr;
     QSpinBox* m_nodes = nullptr;
     QComboBox* m_device = nullptr;

@@ -10,7 +10,9 @@
 #      reduce-scatter, update of the fp32 shards) and compare it with an fp32 reference,
 #   4. tensor parallel: one split block against the whole block in fp64 on the GPU (1 rank: the
 #      degenerate path; with 2+ GPUs: 2 ranks over NCCL), and with 2+ GPUs a TP2 training run
-#      (`train --tensor-parallel 2 --device cuda`) against the same run on one GPU.
+#      (`train --tensor-parallel 2 --device cuda`) against the same run on one GPU,
+#   5. pipeline parallel, with 2+ GPUs: PP2 (1F1B over 4 micro-batches, activations and their
+#      gradients between the GPUs over NCCL) and, with 4+ GPUs, TP2 x PP2 against one GPU.
 # Usage: bench/gpu/run_nccl_zero3.sh [BUILD_DIR]   (env: PYTHON, CUDA_HOME, NPROC)
 # Output: one JSON line per check on stdout; exit status 0 when all passed.
 set -euo pipefail
@@ -53,26 +55,50 @@ with open('$run_dir/data.jsonl', 'w') as f:
         f.write(json.dumps({'input_ids': [r.randrange(4096) for _ in range(128)]}) + '\\n')
 "
     train_args=(train --model "$run_dir/model" --data "$run_dir/data.jsonl" --steps 8
-        --seq-len 128 --micro-batch 4 --lr 1e-3 --seed 3 --device cuda)
-    if "$worker" launch --nproc-per-node 1 -- "${train_args[@]}" \
-            --out "$run_dir/tp-ref" >/dev/null 2>&1 \
-        && "$worker" launch --nproc-per-node 2 -- "${train_args[@]}" \
-            --tensor-parallel 2 --nproc-per-node 2 --out "$run_dir/tp2" >/dev/null 2>&1; then
-        python3 - "$run_dir" <<'PY' || status=1
+        --seq-len 128 --lr 1e-3 --seed 3 --device cuda)
+    # train NAME NPROC ARGS...: one training run; compare REF RUN CHECK: the losses of two.
+    train() {
+        local name=$1 n=$2
+        shift 2
+        "$worker" launch --nproc-per-node "$n" -- "${train_args[@]}" "$@" --nproc-per-node "$n" \
+            --out "$run_dir/$name" >/dev/null 2>&1
+    }
+    compare() {
+        python3 - "$run_dir" "$1" "$2" "$3" <<'PY' || status=1
 import json, sys
-d = sys.argv[1]
-def losses(run):
-    return [r["loss"] for r in map(json.loads, open(f"{d}/{run}/metrics.jsonl"))
+d, ref, run, check = sys.argv[1:5]
+def losses(name):
+    return [r["loss"] for r in map(json.loads, open(f"{d}/{name}/metrics.jsonl"))
             if r.get("type") == "metric"]
-a, b = losses("tp-ref"), losses("tp2")
+a, b = losses(ref), losses(run)
 worst = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
-print(json.dumps({"check": "nccl-tp2-train", "ok": worst <= 1e-4, "loss_max_rel": worst,
-                  "steps": len(b)}))
+print(json.dumps({"check": check, "ok": worst <= 1e-4, "loss_max_rel": worst, "steps": len(b)}))
 sys.exit(0 if worst <= 1e-4 else 1)
 PY
-    else
-        echo "{\"check\":\"nccl-tp2-train\",\"ok\":false,\"log\":\"$run_dir/tp2/logs/rank-0.log\"}"
+    }
+    failed() {
+        echo "{\"check\":\"$1\",\"ok\":false,\"log\":\"$run_dir/$2/logs/rank-0.log\"}"
         status=1
+    }
+    if train tp-ref 1 --micro-batch 4 && train tp2 2 --micro-batch 4 --tensor-parallel 2; then
+        compare tp-ref tp2 nccl-tp2-train
+    else
+        failed nccl-tp2-train tp2
+    fi
+    # Pipeline parallel: the same losses as one GPU running the same 4 micro-batches.
+    if train pp-ref 1 --micro-batch 1 --grad-accum 4 \
+        && train pp2 2 --micro-batch 1 --grad-accum 4 --pipeline-parallel 2; then
+        compare pp-ref pp2 nccl-pp2-train
+    else
+        failed nccl-pp2-train pp2
+    fi
+    if (( nproc >= 4 )); then
+        if train tp2-pp2 4 --micro-batch 1 --grad-accum 4 --pipeline-parallel 2 \
+            --tensor-parallel 2; then
+            compare pp-ref tp2-pp2 nccl-tp2-pp2-train
+        else
+            failed nccl-tp2-pp2-train tp2-pp2
+        fi
     fi
 fi
 exit $status

@@ -3,6 +3,7 @@
 #include "dist/communicator.h"
 #include "protocol/device_mesh.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #ifdef SHARD_HAVE_GLOO
@@ -119,7 +120,7 @@ HybridGroups makeHybridGroups(Communicator& world, int shardGroupSize)
     return groups;
 }
 
-MeshGroups makeMeshGroups(Communicator& world, const protocol::DeviceMesh& mesh)
+MeshGroups makeMeshGroups(Communicator& world, const protocol::DeviceMesh& mesh, bool wrap)
 {
     if (mesh.worldSize() != world.worldSize())
         throw std::invalid_argument("the mesh " + mesh.describe() + " has "
@@ -143,9 +144,20 @@ MeshGroups makeMeshGroups(Communicator& world, const protocol::DeviceMesh& mesh)
         const std::vector<int> ranks(members.begin(), members.end());
         if (auto c = world.newGroup(ranks))
             groups.pp = c;
-        for (size_t s = 0; s + 1 < ranks.size(); ++s)
-            if (auto c = world.newGroup({ranks[s], ranks[s + 1]}))
-                (c->rank() == 0 ? groups.ppNext : groups.ppPrev) = c;
+        const size_t links = wrap ? ranks.size() : ranks.size() - 1;
+        for (size_t s = 0; s < links; ++s) {
+            const int from = ranks[s], to = ranks[(s + 1) % ranks.size()];
+            const std::vector<int> pair = {std::min(from, to), std::max(from, to)};
+            auto act = world.newGroup(pair);
+            auto grad = world.newGroup(pair);
+            if (world.rank() == from) {
+                groups.actOut = act;
+                groups.gradIn = grad;
+            } else if (world.rank() == to) {
+                groups.actIn = act;
+                groups.gradOut = grad;
+            }
+        }
         if (ranks.size() > 2)
             if (auto c = world.newGroup({ranks.front(), ranks.back()}))
                 groups.ppEnds = c;

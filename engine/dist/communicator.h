@@ -120,19 +120,23 @@ HybridGroups makeHybridGroups(Communicator& world, int shardGroupSize);
 
 // This rank's group along each dimension of `mesh` that has more than one rank (nullptr along
 // the others), every group made by every rank in the mesh's order. Collective over `world`,
-// whose size must be the mesh's. Along the pipeline: the whole group, the pairs of neighbouring
-// stages (point to point as a broadcast in a group of two) and, beyond two stages, the first and
-// last stage (a tied embedding's gradient).
+// whose size must be the mesh's. Along the pipeline: the whole group; point to point (a
+// broadcast from the sender in a group of two), one group per direction and kind of each link
+// between neighbouring stages, so that each group carries one sender's tensors in one order; and,
+// beyond two stages, the first and last stage (a tied embedding's gradient). With `wrap`
+// (interleaved schedules) the last stage's next is the first.
 struct MeshGroups {
     std::shared_ptr<Communicator> dpReplicate;
     std::shared_ptr<Communicator> dpShard;
     std::shared_ptr<Communicator> tp;
     std::shared_ptr<Communicator> pp;
-    std::shared_ptr<Communicator> ppNext; // with the next stage (this rank is its rank 0)
-    std::shared_ptr<Communicator> ppPrev; // with the previous stage (this rank is its rank 1)
-    std::shared_ptr<Communicator> ppEnds; // first and last stage (pp > 2; pp 2: the pp group)
+    std::shared_ptr<Communicator> actOut;  // activations to the next stage (this rank sends)
+    std::shared_ptr<Communicator> actIn;   // activations from the previous stage
+    std::shared_ptr<Communicator> gradOut; // their gradients to the previous stage
+    std::shared_ptr<Communicator> gradIn;  // gradients from the next stage
+    std::shared_ptr<Communicator> ppEnds;  // first and last stage (pp > 2; pp 2: the pp group)
 };
-MeshGroups makeMeshGroups(Communicator& world, const protocol::DeviceMesh& mesh);
+MeshGroups makeMeshGroups(Communicator& world, const protocol::DeviceMesh& mesh, bool wrap = false);
 
 struct RankEnv;
 // The communicator for this process: "gloo" (CPU) or "nccl" (GPU, when built with NCCL).

@@ -3,12 +3,19 @@
 #include "fsdp/sharded_strategy.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/DeviceGuard.h>
 
 #include "core/memory/host_transfer.h"
 #include "core/memory/storage.h"
@@ -67,6 +74,85 @@ struct ShardedStrategy::UnitState {
     at::Tensor reduceOut; // reduce dtype [shardNumel]
 };
 
+// Sends one channel's tensors in the order they were pushed, on its own thread, so that a stage
+// never waits for its neighbour to receive (the schedules' deadlock freedom assumes sends that
+// return at once, docs/ARCHITECTURE.md, "Pipeline parallel").
+class ShardedStrategy::PipeSender {
+public:
+    PipeSender(std::shared_ptr<dist::Communicator> channel, c10::Device device)
+        : m_channel(std::move(channel))
+        , m_device(device)
+        , m_thread([this] { loop(); })
+    {
+    }
+    ~PipeSender()
+    {
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            m_stop = true;
+        }
+        m_changed.notify_all();
+        m_thread.join();
+    }
+    void push(const at::Tensor& t)
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        rethrow();
+        m_queue.push_back(t);
+        m_changed.notify_all();
+    }
+    void flush()
+    {
+        std::unique_lock<std::mutex> lock(m_mutex);
+        m_changed.wait(lock, [&] { return m_queue.empty() || m_error; });
+        rethrow();
+    }
+
+private:
+    void rethrow()
+    {
+        if (m_error)
+            std::rethrow_exception(m_error);
+    }
+    void loop()
+    {
+        std::optional<c10::DeviceGuard> onDevice;
+        if (!m_device.is_cpu())
+            onDevice.emplace(m_device); // the GPU the collectives run on
+        for (;;) {
+            at::Tensor t;
+            {
+                std::unique_lock<std::mutex> lock(m_mutex);
+                m_changed.wait(lock, [&] { return m_stop || (!m_queue.empty() && !m_error); });
+                if (m_queue.empty() || m_error)
+                    return;
+                t = m_queue.front();
+            }
+            std::exception_ptr error;
+            try {
+                m_channel->broadcast(t, m_channel->rank())->wait();
+            } catch (...) {
+                error = std::current_exception();
+            }
+            {
+                std::lock_guard<std::mutex> lock(m_mutex);
+                m_queue.pop_front();
+                m_error = error;
+            }
+            m_changed.notify_all();
+        }
+    }
+
+    std::shared_ptr<dist::Communicator> m_channel;
+    c10::Device m_device;
+    std::mutex m_mutex;
+    std::condition_variable m_changed;
+    std::deque<at::Tensor> m_queue; // the front is being sent
+    std::exception_ptr m_error;
+    bool m_stop = false;
+    std::thread m_thread; // last: started once the rest is built
+};
+
 namespace {
 
 int64_t bytesOf(const at::Tensor& t)
@@ -114,14 +200,28 @@ ShardedStrategy::ShardedStrategy(engine::StrategyOptions options)
         // Tensor / pipeline parallel: the strategy's groups are the mesh's data-parallel ones
         // (the ranks with this rank's TP coordinate on its stage); the TP group splits the
         // blocks' weights; the pipeline groups carry activations between stages.
-        dist::MeshGroups groups = dist::makeMeshGroups(*m_world, mesh);
+        m_virtualStages = std::max(1, m_options.spec.virtualStages);
+        dist::MeshGroups groups = dist::makeMeshGroups(*m_world, mesh, m_virtualStages > 1);
         m_tp = groups.tp;
         m_pp = groups.pp;
-        m_ppNext = groups.ppNext;
-        m_ppPrev = groups.ppPrev;
+        m_actOut = groups.actOut;
+        m_actIn = groups.actIn;
+        m_gradOut = groups.gradOut;
+        m_gradIn = groups.gradIn;
         m_ppEnds = groups.ppEnds;
         m_stages = static_cast<int>(mesh.pp);
         m_stage = static_cast<int>(mesh.coord(protocol::MeshDim::Pp, m_world->rank()));
+        // A stage runs its blocks once per micro-batch in flight, forward and backward
+        // interleaved (1F1B): zero3 / hybrid keep a block's gathered parameters from its first
+        // forward to the optimizer step rather than gather them for every micro-batch twice
+        // (torchtitan's reshard_after_forward=False under pipeline parallel).
+        if (m_stages > 1) {
+            m_reshardAfterForward = false;
+            if (m_actOut)
+                m_sendActivations = std::make_unique<PipeSender>(m_actOut, m_options.device);
+            if (m_gradOut)
+                m_sendGradients = std::make_unique<PipeSender>(m_gradOut, m_options.device);
+        }
         m_shard = groups.dpShard ? groups.dpShard : solo();
         m_replicate = groups.dpReplicate;
         if (strategy != protocol::Strategy::Ddp && strategy != protocol::Strategy::Hybrid
@@ -166,12 +266,15 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
     const at::ScalarType compute = m_options.computeDtype;
     const at::TensorOptions on = at::TensorOptions().device(m_options.device);
     m_numUnits = model.numUnits();
+    m_chunkLayers.clear();
     if (m_stages > 1) {
-        m_layers = m_options.mesh.stageLayers(m_stage, m_numUnits - 1);
+        const protocol::DeviceMesh virt = virtualMesh();
+        for (int c = 0; c < m_virtualStages; ++c)
+            m_chunkLayers.push_back(virt.stageLayers(c * m_stages + m_stage, m_numUnits - 1));
         const engine::RootLayout& root = model.rootLayout();
         m_tiedName = root.lmHead < 0 ? model.unit(0).params.at(root.embed).info.name : "";
     } else {
-        m_layers = {0, m_numUnits - 1};
+        m_chunkLayers.push_back({0, m_numUnits - 1});
     }
     m_stageOf.clear();
     for (int u = 0; u < m_numUnits; ++u)
@@ -505,8 +608,12 @@ bool ShardedStrategy::holds(const engine::LlamaModel& model, int unit, int index
 {
     if (m_stages == 1)
         return true;
-    if (unit >= 1)
-        return unit - 1 >= m_layers.first && unit - 1 < m_layers.second;
+    if (unit >= 1) {
+        for (const auto& [first, end] : m_chunkLayers)
+            if (unit - 1 >= first && unit - 1 < end)
+                return true;
+        return false;
+    }
     const engine::RootLayout& root = model.rootLayout();
     const bool last = m_stage == m_stages - 1;
     if (index == root.embed)
@@ -518,8 +625,8 @@ int ShardedStrategy::storingStage(const engine::LlamaModel& model, int unit, int
 {
     if (m_stages == 1)
         return 0;
-    if (unit >= 1)
-        return static_cast<int>(m_options.mesh.stageOf(unit - 1, m_numUnits - 1));
+    if (unit >= 1) // the stage of the layer's virtual stage
+        return static_cast<int>(virtualMesh().stageOf(unit - 1, m_numUnits - 1) % m_stages);
     return index == model.rootLayout().embed ? 0 : m_stages - 1;
 }
 
@@ -552,22 +659,44 @@ void ShardedStrategy::sumTiedEmbeddingGrad()
     }
 }
 
-void ShardedStrategy::pipelineSend(const at::Tensor& t, int delta)
+protocol::DeviceMesh ShardedStrategy::virtualMesh() const
 {
-    dist::Communicator* c = delta > 0 ? m_ppNext.get() : m_ppPrev.get();
-    if (!c || (delta != 1 && delta != -1))
-        throw std::logic_error("pipeline stage " + std::to_string(m_stage) + " of "
-            + std::to_string(m_stages) + " has no neighbour at " + std::to_string(delta));
-    c->broadcast(t, delta > 0 ? 0 : 1)->wait();
+    protocol::DeviceMesh virt = m_options.mesh;
+    virt.pp = static_cast<int64_t>(m_stages) * m_virtualStages;
+    return virt;
 }
 
-void ShardedStrategy::pipelineRecv(at::Tensor& t, int delta)
+std::pair<int64_t, int64_t> ShardedStrategy::pipelineLayers(int chunk) const
 {
-    dist::Communicator* c = delta > 0 ? m_ppNext.get() : m_ppPrev.get();
-    if (!c || (delta != 1 && delta != -1))
+    return m_chunkLayers.at(static_cast<size_t>(chunk));
+}
+
+void ShardedStrategy::pipelineSend(const at::Tensor& t, PipeTensor kind)
+{
+    PipeSender* s
+        = kind == PipeTensor::Activation ? m_sendActivations.get() : m_sendGradients.get();
+    if (!s)
         throw std::logic_error("pipeline stage " + std::to_string(m_stage) + " of "
-            + std::to_string(m_stages) + " has no neighbour at " + std::to_string(delta));
-    c->broadcast(t, delta > 0 ? 1 : 0)->wait();
+            + std::to_string(m_stages) + " has no neighbour to send "
+            + (kind == PipeTensor::Activation ? "an activation" : "a gradient") + " to");
+    s->push(t);
+}
+
+void ShardedStrategy::pipelineRecv(at::Tensor& t, PipeTensor kind)
+{
+    dist::Communicator* c = kind == PipeTensor::Activation ? m_actIn.get() : m_gradIn.get();
+    if (!c)
+        throw std::logic_error("pipeline stage " + std::to_string(m_stage) + " of "
+            + std::to_string(m_stages) + " has no neighbour to receive "
+            + (kind == PipeTensor::Activation ? "an activation" : "a gradient") + " from");
+    c->broadcast(t, 1 - c->rank())->wait(); // the other member sends
+}
+
+void ShardedStrategy::pipelineFlush()
+{
+    for (PipeSender* s : {m_sendActivations.get(), m_sendGradients.get()})
+        if (s)
+            s->flush();
 }
 
 void ShardedStrategy::sumPartialGradsOverTp()
@@ -867,7 +996,7 @@ dist::CommStats ShardedStrategy::commStats() const
     dist::CommStats total;
     std::set<const dist::Communicator*> seen;
     for (const auto* c : {m_world.get(), m_shard.get(), m_replicate.get(), m_tp.get(), m_pp.get(),
-             m_ppNext.get(), m_ppPrev.get(), m_ppEnds.get()}) {
+             m_actOut.get(), m_actIn.get(), m_gradOut.get(), m_gradIn.get(), m_ppEnds.get()}) {
         if (!c || !seen.insert(c).second)
             continue;
         for (int k = 0; k < dist::kCollectiveCount; ++k) {

@@ -57,8 +57,11 @@ public:
     int pipelineStages() const override { return m_stages; }
     int pipelineStage() const override { return m_stage; }
     int stageOf(const std::string& name) const override;
-    void pipelineSend(const at::Tensor& t, int delta) override;
-    void pipelineRecv(at::Tensor& t, int delta) override;
+    int pipelineChunks() const override { return static_cast<int>(m_chunkLayers.size()); }
+    std::pair<int64_t, int64_t> pipelineLayers(int chunk) const override;
+    void pipelineSend(const at::Tensor& t, PipeTensor kind) override;
+    void pipelineRecv(at::Tensor& t, PipeTensor kind) override;
+    void pipelineFlush() override;
 
     // For tests: bytes sent per collective kind over all of this rank's communicators.
     dist::CommStats commStats() const;
@@ -101,6 +104,8 @@ private:
     // and the stage that stores it (a tied embedding: held by the first and last, stored by the
     // first).
     bool holds(const engine::LlamaModel& model, int unit, int index) const;
+    // The (virtual) pipeline mesh: stages x chunks stages of the layers.
+    protocol::DeviceMesh virtualMesh() const;
     int storingStage(const engine::LlamaModel& model, int unit, int index) const;
     // A tied embedding's gradient, summed over the first and last stage (after the reductions).
     void sumTiedEmbeddingGrad();
@@ -117,16 +122,21 @@ private:
     std::shared_ptr<dist::Communicator> m_replicate; // null when there is one replica
     std::shared_ptr<dist::Communicator> m_tp;        // null without tensor parallel
     std::shared_ptr<dist::Communicator> m_pp;        // null without pipeline parallel
-    std::shared_ptr<dist::Communicator> m_ppNext;    // with the next stage (null on the last)
-    std::shared_ptr<dist::Communicator> m_ppPrev;    // with the previous stage (null on the first)
-    std::shared_ptr<dist::Communicator> m_ppEnds;    // first and last stage, on those two
+    // Point to point (dist::MeshGroups), and a sending thread for each outgoing channel.
+    std::shared_ptr<dist::Communicator> m_actOut, m_actIn, m_gradOut, m_gradIn;
+    class PipeSender;
+    std::unique_ptr<PipeSender> m_sendActivations, m_sendGradients;
+    std::shared_ptr<dist::Communicator> m_ppEnds; // first and last stage, on those two
     int m_stage = 0;
     int m_stages = 1;
-    std::pair<int64_t, int64_t> m_layers {0, 0}; // this stage's blocks [first, end)
-    std::string m_tiedName;                      // pp > 1: a tied embedding's name
-    std::map<std::string, int> m_stageOf;        // every parameter's storing stage
-    std::set<std::string> m_splitNames;          // TP: parameters split over m_tp
-    std::vector<UnitState> m_units;              // kGroups * m_numUnits states (see statesOf)
+    // This stage's blocks [first, end), one range per model chunk (interleaved: chunk c is
+    // virtual stage c x stages + stage).
+    std::vector<std::pair<int64_t, int64_t>> m_chunkLayers;
+    int m_virtualStages = 1;              // model chunks per stage
+    std::string m_tiedName;               // pp > 1: a tied embedding's name
+    std::map<std::string, int> m_stageOf; // every parameter's storing stage
+    std::set<std::string> m_splitNames;   // TP: parameters split over m_tp
+    std::vector<UnitState> m_units;       // kGroups * m_numUnits states (see statesOf)
     int m_numUnits = 0;
     // Per model unit, where each of its parameters lives: (state, slot).
     std::vector<std::vector<std::pair<int, int>>> m_order;

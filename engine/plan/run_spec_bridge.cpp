@@ -123,13 +123,31 @@ std::string whyNotSplitBlocks(const ModelSpec& model, int64_t size)
 std::string pipelineParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model)
 {
     const int64_t pp = spec.pipelineParallel;
+    const int64_t v = spec.virtualStages;
+    if (v < 1)
+        return "--virtual-stages must be 1 or more (got " + std::to_string(v) + ")";
     if (pp <= 1)
-        return {};
+        return v > 1 ? "--virtual-stages " + std::to_string(v)
+                + " interleaves pipeline stages, and this run has one; use --pipeline-parallel 2 "
+                  "or more, or --virtual-stages 1"
+                     : std::string();
     const std::string flag = "--pipeline-parallel " + std::to_string(pp);
     if (pp > model.numLayers)
         return flag + " needs at least one layer per stage and the model has "
             + std::to_string(model.numLayers) + "; use --pipeline-parallel "
             + std::to_string(model.numLayers) + " or less";
+    if (pp * v > model.numLayers)
+        return flag + " x --virtual-stages " + std::to_string(v) + " = " + std::to_string(pp * v)
+            + " virtual stages need a layer each and the model has "
+            + std::to_string(model.numLayers) + "; use --virtual-stages "
+            + std::to_string(std::max<int64_t>(1, model.numLayers / pp)) + " or less";
+    if (v > 1 && spec.gradAccum % pp != 0)
+        return "interleaved 1F1B (--virtual-stages " + std::to_string(v)
+            + ") runs the micro-batches in groups of the " + std::to_string(pp)
+            + " stages, and --grad-accum " + std::to_string(spec.gradAccum)
+            + " is not a multiple of " + std::to_string(pp) + "; use --grad-accum "
+            + std::to_string(std::max<int64_t>(pp, spec.gradAccum / pp * pp)) + " or "
+            + std::to_string((spec.gradAccum / pp + 1) * pp);
     const auto refuse = [&](const std::string& what, const std::string& fix) {
         return flag + " with " + what + " is not trained by this engine yet; " + fix
             + ", or --pipeline-parallel 1";

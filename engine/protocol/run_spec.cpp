@@ -35,6 +35,7 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("shard_group", s.shardGroup);
     f("tensor_parallel", s.tensorParallel);
     f("pipeline_parallel", s.pipelineParallel);
+    f("virtual_stages", s.virtualStages);
     f("nodes", s.nodes);
     f("procs_per_node", s.procsPerNode);
     f("device", s.device);

@@ -40,6 +40,9 @@ struct RunSpec {
     // Pipeline stages of contiguous layers (docs/ARCHITECTURE.md, "Pipeline parallel"; 1F1B over
     // the micro-batches of --grad-accum); the strategy runs inside each stage.
     int pipelineParallel = 1;
+    // Model chunks per pipeline stage (Megatron's virtual pipeline stages): more than 1 runs the
+    // interleaved 1F1B schedule, chunk c of stage s holding virtual stage c x stages + s.
+    int virtualStages = 1;
     int nodes = 1;
     int procsPerNode = 1;
     // auto (CUDA when LibTorch sees a GPU, else the CPU), cuda or cpu; run.json records the

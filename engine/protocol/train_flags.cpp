@@ -167,6 +167,9 @@ const std::vector<TrainFlag>& trainFlags()
         SHARD_FLAG("--pipeline-parallel", pipelineParallel,
             "Pipeline stages of contiguous layers, 1F1B over the --grad-accum micro-batches "
             "(default 1); ranks = data-parallel copies x tensor parallel x N"),
+        SHARD_FLAG("--virtual-stages", virtualStages,
+            "Model chunks per pipeline stage: more than 1 runs interleaved 1F1B (a smaller "
+            "bubble; --grad-accum a multiple of --pipeline-parallel; default 1)"),
         SHARD_FLAG("--threads", threads, "Intra-op threads (0 = auto)"),
         SHARD_FLAG("--hang-timeout", hangTimeoutSec,
             "Seconds without progress before the launcher calls a rank hung (0 = off; default "

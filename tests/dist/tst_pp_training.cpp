@@ -2,19 +2,23 @@
 // --grad-accum micro-batches) against one rank, with real ranks on Gloo (fp32, 8 steps, AdamW,
 // clipping, weight decay; every row full length):
 //  - PP2, PP4 (four micro-batches in the steady 1F1B state, and two: fewer than the stages),
-//    PP2 with one micro-batch, PP2 x zero3 DP2 and PP2 x ddp DP2 (4 ranks), TP2 x PP2 (4 ranks)
-//    and PP2 x zero2 with activation checkpointing give the 1-rank run's losses within 1e-5
+//    PP2 with one micro-batch, PP2 x zero3 DP2 and PP2 x ddp DP2 (4 ranks), TP2 x PP2 (4 ranks),
+//    PP2 x zero2 with activation checkpointing, and interleaved 1F1B (two model chunks a stage:
+//    PP2 over 2 and 4 micro-batches, PP2 x zero3 DP2) give the 1-rank run's losses within 1e-5
 //    (relative) and its final weights within 1e-4 (L2 relative), against the 1-rank run that
 //    splits the global batch the same way; the exported model is whole;
-//  - a tied-embedding model (Qwen3 style) at PP3: the first and last stage hold the embedding
-//    and sum its gradient; held-out losses (--eval-every) match one rank's too;
+//  - a tied-embedding model (Qwen3 style) at PP3 and at PP2 interleaved: the first and last
+//    stage hold the embedding and sum its gradient; held-out losses (--eval-every) match one
+//    rank's too;
 //  - LoRA (dropout on) at PP2: the merged model and the adapters match one rank's;
 //  - bf16-mixed PP2 tracks one bf16-mixed rank;
 //  - rank 0's bytes per step at PP2 within 2% of the planner's pipeline traffic;
-//  - checkpoints are layout-independent: TP2 x zero3 DP2 (steps 1-3) -> PP2 x zero3 DP2 (4-6) ->
-//    one rank (7-8) gives the uninterrupted run's losses within 1e-5 and weights within 1e-4;
+//  - checkpoints are layout-independent: TP2 x zero3 DP2 (steps 1-3) -> PP2 x zero3 DP2
+//    interleaved (4-6) -> one rank (7-8) gives the uninterrupted run's losses within 1e-5 and
+//    weights within 1e-4;
 //  - refusals before training: stages that do not divide the ranks, more stages than layers,
-//    QLoRA, each naming the numbers and the fix.
+//    more virtual stages than layers, interleaving with micro-batches not a multiple of the
+//    stages, QLoRA, each naming the numbers and the fix.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -67,13 +71,14 @@ int main()
     auto p = spawnProcess({workerPath(), "init-model", "--preset", "tiny-1m", "--out",
         dir() + "/llama", "--seed", "1"});
     SHARD_EXPECT(p.wait(60) && p.exitCode() == 0, "init-model: " + p.err);
-    makeModel("tied",
-        {{"hidden_size", 128}, {"intermediate_size", 256}, {"num_hidden_layers", 3},
-            {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 512},
-            {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0},
-            {"hidden_act", "silu"}, {"model_type", "qwen3"},
-            {"architectures", {"Qwen3ForCausalLM"}}, {"head_dim", 48},
-            {"tie_word_embeddings", true}});
+    nlohmann::json tied = {{"hidden_size", 128}, {"intermediate_size", 256},
+        {"num_hidden_layers", 3}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+        {"vocab_size", 512}, {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-6},
+        {"rope_theta", 10000.0}, {"hidden_act", "silu"}, {"model_type", "qwen3"},
+        {"architectures", {"Qwen3ForCausalLM"}}, {"head_dim", 48}, {"tie_word_embeddings", true}};
+    makeModel("tied", tied);
+    tied["num_hidden_layers"] = 4;
+    makeModel("tied4", tied);
 
     // Llama (tiny-1m: 4 layers, untied head).
     const Run ref = train("llama", "llama-1", 1, {"--micro-batch", "4"});
@@ -104,6 +109,18 @@ int main()
         train("llama", "llama-tp2-pp2", 4,
             {"--micro-batch", "2", "--grad-accum", "2", "--pipeline-parallel", "2",
                 "--tensor-parallel", "2"}));
+    expectClose("llama PP2 interleaved (2 chunks, 2 micro-batches) vs 1 rank", refGa2,
+        train("llama", "llama-pp2-v2-ga2", 2,
+            {"--micro-batch", "2", "--grad-accum", "2", "--pipeline-parallel", "2",
+                "--virtual-stages", "2"}));
+    expectClose("llama PP2 interleaved (2 chunks, 4 micro-batches) vs 1 rank", refGa4,
+        train("llama", "llama-pp2-v2-ga4", 2,
+            {"--micro-batch", "1", "--grad-accum", "4", "--pipeline-parallel", "2",
+                "--virtual-stages", "2"}));
+    expectClose("llama PP2 interleaved x zero3 DP2 vs 1 rank split", refGa4,
+        train("llama", "llama-pp2-v2-zero3-dp2", 4,
+            {"--micro-batch", "1", "--grad-accum", "2", "--pipeline-parallel", "2",
+                "--virtual-stages", "2", "--strategy", "zero3"}));
     expectClose("llama PP2 x zero2 + checkpointing vs 1 rank", refGa2,
         train("llama", "llama-pp2-zero2-ckpt", 2,
             {"--micro-batch", "2", "--grad-accum", "2", "--pipeline-parallel", "2", "--strategy",
@@ -121,13 +138,21 @@ int main()
             = train("tied", "tied-1", 1, with({"--micro-batch", "2", "--grad-accum", "2"}));
         const Run tiedPp3 = train("tied", "tied-pp3", 3,
             with({"--micro-batch", "2", "--grad-accum", "2", "--pipeline-parallel", "3"}));
-        expectClose("tied PP3 vs 1 rank", tiedRef, tiedPp3);
-        const std::vector<double> a = evalLosses(tiedRef), b = evalLosses(tiedPp3);
-        SHARD_EXPECT(a.size() == 2 && a.size() == b.size(), "two held-out losses each");
-        for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-            std::printf("tied PP3 eval loss %.9g, 1 rank %.9g\n", b[i], a[i]);
-            SHARD_EXPECT(std::abs(a[i] - b[i]) <= 1e-5 * std::abs(a[i]),
-                "held-out loss through the pipeline within 1e-5 of one rank's");
+        const Run tied4Ref
+            = train("tied4", "tied4-1", 1, with({"--micro-batch", "2", "--grad-accum", "2"}));
+        const Run tied4V2 = train("tied4", "tied4-pp2-v2", 2,
+            with({"--micro-batch", "2", "--grad-accum", "2", "--pipeline-parallel", "2",
+                "--virtual-stages", "2"}));
+        for (const auto& [what, ref, run] : {std::tuple {"tied PP3", &tiedRef, &tiedPp3},
+                 std::tuple {"tied PP2 interleaved", &tied4Ref, &tied4V2}}) {
+            expectClose(std::string(what) + " vs 1 rank", *ref, *run);
+            const std::vector<double> a = evalLosses(*ref), b = evalLosses(*run);
+            SHARD_EXPECT(a.size() == 2 && a.size() == b.size(), "two held-out losses each");
+            for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+                std::printf("%s eval loss %.9g, 1 rank %.9g\n", what, b[i], a[i]);
+                SHARD_EXPECT(std::abs(a[i] - b[i]) <= 1e-5 * std::abs(a[i]),
+                    "held-out loss through the pipeline within 1e-5 of one rank's");
+            }
         }
     }
 
@@ -189,7 +214,9 @@ int main()
             with({"--micro-batch", "2", "--tensor-parallel", "2", "--strategy", "zero3"}, false));
         const std::string b = copyWithCheckpoint(a, dir() + "/chain-b", 3);
         train("llama", "chain-b/run", 4,
-            with({"--micro-batch", "2", "--pipeline-parallel", "2", "--strategy", "zero3"}, true));
+            with({"--micro-batch", "1", "--grad-accum", "2", "--pipeline-parallel", "2",
+                     "--virtual-stages", "2", "--strategy", "zero3"},
+                true));
         const nlohmann::json manifest = nlohmann::json::parse(
             readFile(b + "/checkpoints/step-6/manifest.json"), nullptr, false);
         SHARD_EXPECT(manifest.is_object() && manifest.value("pipeline_parallel", 0) == 2,
@@ -201,7 +228,7 @@ int main()
         for (const auto& [step, loss] : stepLosses(c))
             chained.losses.push_back(loss);
         SHARD_EXPECT(chained.losses.size() == 8, "the chained run has the losses of steps 1 to 8");
-        expectClose("resumed TP2xDP2 -> PP2xDP2 -> 1 rank vs 1 rank", ref, chained);
+        expectClose("resumed TP2xDP2 -> PP2xDP2 interleaved -> 1 rank vs 1 rank", ref, chained);
     }
 
     // Refusals, before any step, naming the numbers and the fix.
@@ -209,6 +236,13 @@ int main()
         "pipeline parallel size 3 does not divide the 2 ranks");
     expectRefusal("tied", "refuse-layers", 4, {"--pipeline-parallel", "4", "--micro-batch", "1"},
         "--pipeline-parallel 4 needs at least one layer per stage and the model has 3");
+    expectRefusal("tied", "refuse-virtual", 3,
+        {"--pipeline-parallel", "3", "--virtual-stages", "2", "--grad-accum", "3"},
+        "--pipeline-parallel 3 x --virtual-stages 2 = 6 virtual stages need a layer each and the "
+        "model has 3; use --virtual-stages 1 or less");
+    expectRefusal("llama", "refuse-interleave-micro", 2,
+        {"--pipeline-parallel", "2", "--virtual-stages", "2", "--grad-accum", "3"},
+        "--grad-accum 3 is not a multiple of 2; use --grad-accum 2 or 4");
     expectRefusal("llama", "refuse-qlora", 2, {"--pipeline-parallel", "2", "--method", "qlora"},
         "--pipeline-parallel 2 with --method qlora is not trained by this engine yet");
 

@@ -442,6 +442,57 @@ private Q_SLOTS:
             qPrintable(shard::jobs::preflight(in).fit));
     }
 
+    // Pipeline parallel (run spec pipeline_parallel, virtual_stages): carried into the spec and
+    // the command; what the worker refuses (more stages than layers, interleaving over
+    // micro-batches that are not a multiple of the stages) is said before a start.
+    void pipelineParallel()
+    {
+        LaunchPage page;
+        page.show();
+        shard::jobs::RunService store(m_tmp.filePath("store-pp.sqlite"));
+        page.setStore(&store);
+        page.setRunsRoot(m_tmp.filePath("runs"));
+        page.setRunName("pp");
+        page.setSteps(10);
+        page.findChild<QSpinBox*>("seqLen")->setValue(64);
+        page.setModelFolder(validModelFolder());
+        page.setDataFiles({validDataFile()});
+        auto* problem = page.findChild<QLabel*>("fitProblem");
+        auto* start = page.findChild<QPushButton*>("start");
+        auto* pp = page.findChild<QSpinBox*>("pipelineParallel");
+        auto* chunks = page.findChild<QSpinBox*>("virtualStages");
+        auto* ranks = page.findChild<QSpinBox*>("ranks");
+        auto* accum = page.findChild<QSpinBox*>("gradAccum");
+        QVERIFY(problem && start && pp && chunks && ranks && accum);
+        ranks->setValue(2);
+        pp->setValue(2);
+        accum->setValue(2);
+        QTRY_VERIFY2(problem->isHidden(), qPrintable(problem->text()));
+        QTRY_VERIFY(start->isEnabled());
+        auto spec = page.spec();
+        QVERIFY2(spec, qPrintable(spec.error()));
+        QCOMPARE(spec.value().pipelineParallel, 2);
+        QTRY_VERIFY2(page.commandPreview().contains("\"pipeline_parallel\": 2"),
+            qPrintable(page.commandPreview()));
+        // Interleaved: two chunks a stage over 2 micro-batches runs; over 3 it does not.
+        chunks->setValue(2);
+        QTRY_VERIFY2(problem->isHidden(), qPrintable(problem->text()));
+        spec = page.spec();
+        QVERIFY2(spec, qPrintable(spec.error()));
+        QCOMPARE(spec.value().virtualStages, 2);
+        accum->setValue(3);
+        QTRY_VERIFY2(problem->text().contains("is not a multiple of 2")
+                && problem->text().contains("“Chunks per stage”"),
+            qPrintable(problem->text()));
+        QVERIFY(!start->isEnabled());
+        // tiny-1m has 4 layers: 8 virtual stages do not fit.
+        accum->setValue(2);
+        chunks->setValue(4);
+        QTRY_VERIFY2(problem->text().contains("8 virtual stages need a layer each"),
+            qPrintable(problem->text()));
+        QVERIFY(!start->isEnabled());
+    }
+
     // Tensor parallel (run spec tensor_parallel): carried into the spec and the command; a
     // TP copy of the model takes one micro-batch for its ranks; what the worker refuses (a size
     // that does not divide the heads or the ranks, QLoRA) is said before a start, in the page's

@@ -175,8 +175,8 @@ const RopeTables& ModelRunner::ropeFor(int64_t seqLen)
     return m_rope;
 }
 
-at::Tensor ModelRunner::trunk(
-    const at::Tensor& hostIds, std::vector<at::Tensor>& root, const at::Tensor& input)
+at::Tensor ModelRunner::trunk(const at::Tensor& hostIds, std::vector<at::Tensor>& root,
+    const at::Tensor& input, std::pair<int64_t, int64_t> layers)
 {
     const at::Tensor ids = hostIds.to(m_config.device);
     const bool hooks = m_strategy.wantsUnitHooks();
@@ -197,7 +197,7 @@ at::Tensor ModelRunner::trunk(
     }
     root = cast(m_strategy.unitWeights(0), m_config.computeDtype);
     at::Tensor x = input.defined() ? input : m_model.embed(root, ids);
-    const auto [first, end] = m_config.layers;
+    const auto [first, end] = layers;
     const int endUnit = end < 0 ? m_model.numUnits() : static_cast<int>(end) + 1;
     for (int u = static_cast<int>(first) + 1; u < endUnit; ++u) {
         if (hooks && grad)
@@ -261,13 +261,13 @@ LossSum ModelRunner::lossSum(const at::Tensor& ids, const at::Tensor& labels, do
     return out;
 }
 
-StageOut ModelRunner::stage(
-    const at::Tensor& ids, const at::Tensor& input, const at::Tensor& labels, double gradScale)
+StageOut ModelRunner::stage(const StagePart& part, const at::Tensor& ids, const at::Tensor& input,
+    const at::Tensor& labels, double gradScale)
 {
     StageOut out;
     std::vector<at::Tensor> root;
-    const at::Tensor x = trunk(ids, root, input);
-    if (m_strategy.pipelineStage() + 1 < m_strategy.pipelineStages()) {
+    const at::Tensor x = trunk(ids, root, part.first ? at::Tensor() : input, part.layers);
+    if (!part.last) {
         out.hidden = endRoot(x);
         return out;
     }

@@ -15,9 +15,13 @@ struct ForwardConfig {
     bool checkpointing = false;
     // Where the strategy keeps the weights: ids, labels and the rotary tables go there too.
     c10::Device device = c10::Device(c10::DeviceType::CPU);
-    // Pipeline parallel: the stage's blocks [first, end) (DeviceMesh::stageLayers); end -1 =
-    // every block (no pipeline).
-    std::pair<int64_t, int64_t> layers {0, -1};
+};
+
+// Which part of the model a pipeline stage's forward runs (ModelRunner::stage).
+struct StagePart {
+    std::pair<int64_t, int64_t> layers {0, -1}; // blocks [first, end); end -1 = every block
+    bool first = true;                          // embeds the ids (else starts from the input)
+    bool last = true;                           // ends in the head and the loss
 };
 
 // A pipeline stage's forward (ModelRunner::stage): the blocks' output on every stage but the
@@ -41,11 +45,11 @@ public:
     // config().device, 0 where the label is masked (LlamaModel::headTokenLogProbs): the
     // sequence log-probabilities of preference objectives.
     at::Tensor tokenLogProbs(const at::Tensor& ids, const at::Tensor& labels);
-    // Pipeline parallel: this rank's stage of lossSum(). The first stage embeds `ids`; a later
-    // one runs its blocks on `input`, the previous stage's output (requires grad in training).
-    // The last ends in the fused head and loss (labels on any device).
-    StageOut stage(const at::Tensor& ids, const at::Tensor& input, const at::Tensor& labels,
-        double gradScale = 1.0);
+    // Pipeline parallel: one (virtual) stage's part of lossSum(). The first embeds `ids`; a
+    // later one runs its blocks on `input`, the previous stage's output (requires grad in
+    // training). The last ends in the fused head and loss (labels on any device).
+    StageOut stage(const StagePart& part, const at::Tensor& ids, const at::Tensor& input,
+        const at::Tensor& labels, double gradScale = 1.0);
     // LoRA: the forwards that follow run the base alone (adapters off), e.g. DPO's reference.
     void setAdaptersOff(bool off) { m_adaptersOff = off; }
     const ForwardConfig& config() const { return m_config; }
@@ -55,9 +59,9 @@ private:
     // The forward through the embedding and every block (the root unit's pre-forward included);
     // `root` gets the root unit's weights in the compute dtype for the head.
     // With `input` defined (a later pipeline stage), the blocks run on it instead of the
-    // embedding; only the config's layers run.
-    at::Tensor trunk(
-        const at::Tensor& ids, std::vector<at::Tensor>& root, const at::Tensor& input = {});
+    // embedding; only `layers` run ([first, end), end -1: to the last).
+    at::Tensor trunk(const at::Tensor& ids, std::vector<at::Tensor>& root,
+        const at::Tensor& input = {}, std::pair<int64_t, int64_t> layers = {0, -1});
     // The root unit's post-forward and, in grad mode, its pre-backward marker on `out`.
     at::Tensor endRoot(at::Tensor out);
 

@@ -158,12 +158,21 @@ public:
     // The stage that stores the named parameter in checkpoints and exports it (a tied embedding:
     // the first; the last stage keeps a copy it does not store).
     virtual int stageOf(const std::string& /*name*/) const { return 0; }
-    // Point to point between this rank and the rank of the same data- and tensor-parallel
-    // coordinates on the stage `delta` (+1 next, -1 previous) away: `t` (contiguous, on the
-    // device) is sent, or received in place. Each pair of neighbours must issue its transfers
-    // in the same order (the 1F1B schedule does, docs/ARCHITECTURE.md).
-    virtual void pipelineSend(const at::Tensor& /*t*/, int /*delta*/) { }
-    virtual void pipelineRecv(at::Tensor& /*t*/, int /*delta*/) { }
+    // Interleaved 1F1B: model chunks per rank (virtual stages; 1 = plain 1F1B). Chunk c of stage
+    // s is virtual stage c x pipelineStages() + s; its blocks are pipelineLayers(c).
+    virtual int pipelineChunks() const { return 1; }
+    virtual std::pair<int64_t, int64_t> pipelineLayers(int /*chunk*/) const { return {0, -1}; }
+    // Point to point with the rank of the same data- and tensor-parallel coordinates on the
+    // neighbouring stage: an activation goes to the next stage and comes from the previous, its
+    // gradient the other way (interleaved: the last stage's next is the first). `t` is
+    // contiguous, on the device. A send returns at once (a thread per channel sends in order;
+    // the tensor must not change afterwards); a receive fills `t` in place. Both sides of a
+    // channel issue its tensors in one order (the schedules do, docs/ARCHITECTURE.md).
+    enum class PipeTensor { Activation, Gradient };
+    virtual void pipelineSend(const at::Tensor& /*t*/, PipeTensor /*kind*/) { }
+    virtual void pipelineRecv(at::Tensor& /*t*/, PipeTensor /*kind*/) { }
+    // Waits until every send has been received; rethrows a transfer's error.
+    virtual void pipelineFlush() { }
     // The full HF state dict for export, on rank 0 (other ranks may return an empty list).
     // Tensors may be produced one at a time by the callback to bound memory; they may be on the
     // device (the callback copies what it keeps to the host).

@@ -354,10 +354,7 @@ struct Trainer::Io {
 struct Trainer::Loop {
     explicit Loop(Trainer& t)
         : runner(*t.m_model, *t.m_strategy,
-            ForwardConfig {t.m_computeDtype, t.m_spec.checkpointing == "full", t.m_device,
-                t.m_mesh.pp > 1 ? t.m_mesh.stageLayers(
-                    t.m_mesh.coord(protocol::MeshDim::Pp, t.m_rank), t.m_model->spec().numLayers)
-                                : std::pair<int64_t, int64_t> {0, -1}})
+            ForwardConfig {t.m_computeDtype, t.m_spec.checkpointing == "full", t.m_device})
         , adamw(AdamWConfig {t.m_spec.beta1, t.m_spec.beta2, t.m_spec.eps, t.m_spec.weightDecay})
         , accum(static_cast<int>(t.m_spec.gradAccum))
         , globalRows(t.m_spec.microBatch * t.dataParallel())
@@ -970,18 +967,68 @@ void Trainer::supervisedMicroSteps(
     done.lossValue = lossSum / norm;
 }
 
+namespace {
+
+// One op of a rank's pipeline schedule: the forward or backward of one micro-batch through one
+// of its model chunks.
+struct PipeOp {
+    bool forward = true;
+    int chunk = 0;
+    int micro = 0;
+};
+
+// Stage s of P's ops over K micro-batches with v model chunks: 1F1B (v = 1: PipeDream-flush, as
+// Megatron-LM and torchtitan run it) or Megatron-LM's interleaved 1F1B (K a multiple of P):
+// forward step i runs chunk (i / P) mod v on micro-batch (i / (P v)) P + i mod P, backward step
+// i the same micro-batch on chunk v - 1 - (i / P) mod v; a warm-up of forwards, then one
+// forward and one backward in turn, then the remaining backwards.
+std::vector<PipeOp> pipelineSchedule(int P, int s, int v, int K)
+{
+    const int n = K * v;
+    const auto forwardAt = [&](int i) {
+        return PipeOp {true, (i / P) % v, (i / (P * v)) * P + i % P};
+    };
+    const auto backwardAt = [&](int i) {
+        PipeOp op = forwardAt(i);
+        op.forward = false;
+        op.chunk = v - 1 - op.chunk;
+        return op;
+    };
+    const int warmup = v == 1 ? std::min(P - 1 - s, K) : std::min(n, (P - s - 1) * 2 + (v - 1) * P);
+    std::vector<PipeOp> ops;
+    int f = 0, b = 0;
+    while (f < warmup)
+        ops.push_back(forwardAt(f++));
+    while (f < n) {
+        ops.push_back(forwardAt(f++));
+        ops.push_back(backwardAt(b++));
+    }
+    while (b < n)
+        ops.push_back(backwardAt(b++));
+    return ops;
+}
+
+} // namespace
+
+StagePart Trainer::stagePart(int chunk) const
+{
+    const int P = m_strategy->pipelineStages();
+    const int v = m_strategy->pipelineChunks();
+    const int virtualStage = chunk * P + m_strategy->pipelineStage();
+    return {m_strategy->pipelineLayers(chunk), virtualStage == 0, virtualStage == P * v - 1};
+}
+
 void Trainer::pipelineMicroSteps(
     Loop& loop, const std::vector<std::vector<TrainRow>>& micro, int64_t stepTokens, Step& done)
 {
-    // 1F1B (PipeDream-flush, as Megatron and torchtitan schedule it): stage s runs
-    // min(P - 1 - s, K) forwards ahead, then alternates one forward and one backward, then
-    // drains the backwards. Neighbours exchange tensors as matched pairs, in one order on both
-    // sides: a forward's activation goes to the next stage after that stage's gradient for the
-    // oldest micro-batch in flight has come back (docs/ARCHITECTURE.md, "Pipeline parallel").
+    // The rank's ops in schedule order (pipelineSchedule). A forward receives its input from the
+    // previous (virtual) stage and sends its output on; a backward receives its output's
+    // gradient and sends its input's back. Sends return at once (a thread per channel), each
+    // channel carries its tensors in the order both sides issue them, and a stage waits only to
+    // receive, so the schedule cannot deadlock (docs/ARCHITECTURE.md, "Pipeline parallel").
     const int K = loop.accum;
     const int P = m_strategy->pipelineStages();
-    const int s = m_strategy->pipelineStage();
-    const bool first = s == 0, last = s == P - 1;
+    const int v = m_strategy->pipelineChunks();
     const double norm = static_cast<double>(std::max<int64_t>(1, stepTokens));
     const at::TensorOptions act = at::TensorOptions().dtype(m_computeDtype).device(m_device);
     at::Tensor lossSum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
@@ -997,75 +1044,54 @@ void Trainer::pipelineMicroSteps(
         at::Tensor input;  // a later stage: the received activation (its gradient goes back)
         at::Tensor output; // the stage's output, or the last stage's scaled loss
     };
-    std::deque<InFlight> inFlight;
+    std::vector<std::deque<InFlight>> inFlight(static_cast<size_t>(v));
     const int64_t base = loop.liveBytes();
-    int nextForward = 0, nextBackward = 0;
-    auto forward = [&]() -> at::Tensor {
-        const int k = nextForward++;
-        const at::Tensor ids = rowsTensor(micro[k], lo, hi, false);
-        at::Tensor labels = rowsTensor(micro[k], lo, hi, true);
-        if (masked)
-            labels.fill_(-100);
-        InFlight f;
-        if (!first) {
-            f.input = at::empty({ids.size(0), ids.size(1), m_model->spec().hiddenSize}, act);
-            m_strategy->pipelineRecv(f.input, -1);
-            f.input.requires_grad_(true);
-        }
-        StageOut out = loop.runner.stage(ids, f.input, labels, 1.0 / norm);
-        at::Tensor toSend;
-        if (last) {
-            f.output = out.loss.sum / norm;
-            lossSum.add_(out.loss.sum.detach().to(at::kDouble));
-        } else {
-            f.output = out.hidden;
-            toSend = out.hidden.detach().contiguous();
-        }
-        inFlight.push_back(std::move(f));
-        done.activationBytes = std::max(done.activationBytes, loop.liveBytes() - base);
-        return toSend;
-    };
-    auto backward = [&](bool gradReceived, at::Tensor grad) {
-        const int k = nextBackward++;
-        m_strategy->beginMicroStep(k, K);
-        InFlight f = std::move(inFlight.front());
-        inFlight.pop_front();
-        if (last) {
-            f.output.backward();
-        } else {
-            if (!gradReceived) {
-                grad = at::empty(f.output.sizes(), act);
-                m_strategy->pipelineRecv(grad, +1);
+    using Pipe = Strategy::PipeTensor;
+    for (const PipeOp& op : pipelineSchedule(P, m_strategy->pipelineStage(), v, K)) {
+        const StagePart part = stagePart(op.chunk);
+        auto& queue = inFlight[static_cast<size_t>(op.chunk)];
+        if (op.forward) {
+            const at::Tensor ids = rowsTensor(micro[static_cast<size_t>(op.micro)], lo, hi, false);
+            at::Tensor labels = rowsTensor(micro[static_cast<size_t>(op.micro)], lo, hi, true);
+            if (masked)
+                labels.fill_(-100);
+            InFlight f;
+            if (!part.first) {
+                f.input = at::empty({ids.size(0), ids.size(1), m_model->spec().hiddenSize}, act);
+                m_strategy->pipelineRecv(f.input, Pipe::Activation);
+                f.input.requires_grad_(true);
             }
-            torch::autograd::backward({f.output}, {grad});
-        }
-        if (!first) {
-            at::Tensor g = f.input.grad();
-            if (!g.defined())
-                g = at::zeros_like(f.input);
-            m_strategy->pipelineSend(g.contiguous(), -1);
-        }
-        m_strategy->endMicroStep(k, K);
-    };
-    const int warmup = std::min(P - 1 - s, K);
-    for (int i = 0; i < warmup; ++i) {
-        const at::Tensor a = forward();
-        m_strategy->pipelineSend(a, +1);
-    }
-    for (int i = warmup; i < K; ++i) {
-        const at::Tensor a = forward();
-        if (last) {
-            backward(false, {});
+            StageOut out = loop.runner.stage(part, ids, f.input, labels, 1.0 / norm);
+            if (part.last) {
+                f.output = out.loss.sum / norm;
+                lossSum.add_(out.loss.sum.detach().to(at::kDouble));
+            } else {
+                f.output = out.hidden;
+                m_strategy->pipelineSend(out.hidden.detach().contiguous(), Pipe::Activation);
+            }
+            queue.push_back(std::move(f));
+            done.activationBytes = std::max(done.activationBytes, loop.liveBytes() - base);
             continue;
         }
-        // The gradient for the oldest micro-batch first, then this forward's activation.
-        at::Tensor g = at::empty(inFlight.front().output.sizes(), act);
-        m_strategy->pipelineRecv(g, +1);
-        m_strategy->pipelineSend(a, +1);
-        backward(true, g);
+        // Reductions run in the backward of each unit's last micro-batch.
+        m_strategy->beginMicroStep(op.micro, K);
+        InFlight f = std::move(queue.front());
+        queue.pop_front();
+        if (part.last) {
+            f.output.backward();
+        } else {
+            at::Tensor grad = at::empty(f.output.sizes(), act);
+            m_strategy->pipelineRecv(grad, Pipe::Gradient);
+            torch::autograd::backward({f.output}, {grad});
+        }
+        if (!part.first) {
+            at::Tensor g = f.input.grad();
+            m_strategy->pipelineSend(
+                g.defined() ? g.contiguous() : at::zeros_like(f.input), Pipe::Gradient);
+        }
+        m_strategy->endMicroStep(op.micro, K);
     }
-    while (nextBackward < K)
-        backward(false, {});
+    m_strategy->pipelineFlush();
     if (m_strategy->wantsUnitHooks())
         m_strategy->postBackward(0);
     m_strategy->allReduceSumInPlace(lossSum);
@@ -1075,24 +1101,27 @@ void Trainer::pipelineMicroSteps(
 at::Tensor Trainer::pipelineEvalSum(
     Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi, bool masked)
 {
-    const bool first = m_strategy->pipelineStage() == 0;
-    const bool last = m_strategy->pipelineStage() + 1 == m_strategy->pipelineStages();
     const at::Tensor ids = rowsTensor(rows, lo, hi, false);
     at::Tensor labels = rowsTensor(rows, lo, hi, true);
     if (masked)
         labels.fill_(-100);
-    at::Tensor input;
-    if (!first) {
-        input = at::empty({ids.size(0), ids.size(1), m_model->spec().hiddenSize},
-            at::TensorOptions().dtype(m_computeDtype).device(m_device));
-        m_strategy->pipelineRecv(input, -1);
+    at::Tensor sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
+    for (int c = 0; c < m_strategy->pipelineChunks(); ++c) {
+        const StagePart part = stagePart(c);
+        at::Tensor input;
+        if (!part.first) {
+            input = at::empty({ids.size(0), ids.size(1), m_model->spec().hiddenSize},
+                at::TensorOptions().dtype(m_computeDtype).device(m_device));
+            m_strategy->pipelineRecv(input, Strategy::PipeTensor::Activation);
+        }
+        StageOut out = loop.runner.stage(part, ids, input, labels);
+        if (part.last)
+            sum.add_(out.loss.sum.detach().to(at::kDouble).reshape({1}));
+        else
+            m_strategy->pipelineSend(out.hidden.contiguous(), Strategy::PipeTensor::Activation);
     }
-    StageOut out = loop.runner.stage(ids, input, labels);
-    if (!last) {
-        m_strategy->pipelineSend(out.hidden.contiguous(), +1);
-        return at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
-    }
-    return out.loss.sum.detach().to(at::kDouble).reshape({1});
+    m_strategy->pipelineFlush();
+    return sum;
 }
 
 Trainer::PairForward Trainer::pairForward(

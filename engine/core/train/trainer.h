@@ -30,6 +30,7 @@ struct MetricRecord;
 namespace shard::engine {
 
 class TrainingSamples;
+struct StagePart;
 namespace lora {
 class AdapterSource;
 }
@@ -127,6 +128,9 @@ private:
     // the activation passed on; the last stage returns the loss sum (fp64, on the device).
     at::Tensor pipelineEvalSum(
         Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi, bool masked);
+    // The part of the model a model chunk of this rank's stage runs (its layers, whether it is
+    // the first or last virtual stage).
+    StagePart stagePart(int chunk) const;
     // Preference objectives: one optimizer step's micro-batches of pairs (forward, loss,
     // backward); fills the step's loss and statistics (on the device).
     void preferenceMicroSteps(
