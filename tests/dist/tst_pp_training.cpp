@@ -12,7 +12,8 @@
 //    rank's too;
 //  - LoRA (dropout on) at PP2: the merged model and the adapters match one rank's;
 //  - bf16-mixed PP2 tracks one bf16-mixed rank;
-//  - rank 0's bytes per step at PP2 within 2% of the planner's pipeline traffic;
+//  - rank 0's bytes per step at PP2 within 2% of the planner's pipeline traffic, and its
+//    record of the share of each step it waited for its neighbour (the bubble);
 //  - checkpoints are layout-independent: TP2 x zero3 DP2 (steps 1-3) -> PP2 x zero3 DP2
 //    interleaved (4-6) -> one rank (7-8) gives the uninterrupted run's losses within 1e-5 and
 //    weights within 1e-4;
@@ -197,6 +198,16 @@ int main()
             double(got) / double(planned));
         SHARD_EXPECT(planned > 0 && std::abs(double(got) / double(planned) - 1.0) <= 0.02,
             "PP2 bytes per step within 2% of the planner's");
+    }
+
+    // The bubble's record: rank 0's share of each step spent waiting for its neighbour.
+    for (const auto& j : pp2.metrics) {
+        const double idle = j.contains("scalars") && j["scalars"].is_object()
+            ? j["scalars"].value("pipeline/idle_fraction", -1.0)
+            : -1.0;
+        SHARD_EXPECT(idle >= 0.0 && idle < 1.0,
+            "each PP2 metric record has the pipeline's idle fraction (got " + std::to_string(idle)
+                + ")");
     }
 
     // Resume across layouts: TP2 x zero3 DP2 (steps 1-3) -> PP2 x zero3 DP2 (4-6) -> one rank.

@@ -424,8 +424,9 @@ struct Trainer::Step {
     double gradNorm = 0.0; // before clipping; set by readSteps
     double lr = 0.0;
     double seconds = 0.0;
-    int64_t tokens = 0;          // every rank's rows, masked labels included
-    int64_t activationBytes = 0; // the largest of its micro-batches'
+    int64_t tokens = 0;           // every rank's rows, masked labels included
+    int64_t activationBytes = 0;  // the largest of its micro-batches'
+    double pipelineWaitSec = 0.0; // pipeline parallel: waiting for a neighbour's tensors
     Clock::time_point end;
     // Preference objectives: [ORPO's NLL, then the per-pair statistics' means] (fp64, global).
     at::Tensor stats;
@@ -675,6 +676,10 @@ TrainResult Trainer::run()
             protocol::MetricRecord rec = metricRecord(io, loop, done, step + 1);
             if (logged && m_preference && !loop.result.scalars.empty())
                 rec.scalars = loop.result.scalars.back();
+            // Pipeline parallel: the share of the step this rank (the first stage) waited for
+            // its neighbours: the schedule's bubble and the transfers.
+            if (m_mesh.pp > 1 && done.seconds > 0)
+                rec.scalars["pipeline/idle_fraction"] = done.pipelineWaitSec / done.seconds;
             if (m_spec.evalEvery > 0 && ((step + 1) % m_spec.evalEvery == 0 || last)) {
                 const double ev = evaluate(loop, rec.scalars);
                 rec.evalLoss = ev;
@@ -1047,6 +1052,12 @@ void Trainer::pipelineMicroSteps(
     std::vector<std::deque<InFlight>> inFlight(static_cast<size_t>(v));
     const int64_t base = loop.liveBytes();
     using Pipe = Strategy::PipeTensor;
+    // The schedule's idle time on this stage: receives and the final flush.
+    const auto receive = [&](at::Tensor& t, Pipe kind) {
+        const auto t0 = Clock::now();
+        m_strategy->pipelineRecv(t, kind);
+        done.pipelineWaitSec += seconds(t0, Clock::now());
+    };
     for (const PipeOp& op : pipelineSchedule(P, m_strategy->pipelineStage(), v, K)) {
         const StagePart part = stagePart(op.chunk);
         auto& queue = inFlight[static_cast<size_t>(op.chunk)];
@@ -1058,7 +1069,7 @@ void Trainer::pipelineMicroSteps(
             InFlight f;
             if (!part.first) {
                 f.input = at::empty({ids.size(0), ids.size(1), m_model->spec().hiddenSize}, act);
-                m_strategy->pipelineRecv(f.input, Pipe::Activation);
+                receive(f.input, Pipe::Activation);
                 f.input.requires_grad_(true);
             }
             StageOut out = loop.runner.stage(part, ids, f.input, labels, 1.0 / norm);
@@ -1081,7 +1092,7 @@ void Trainer::pipelineMicroSteps(
             f.output.backward();
         } else {
             at::Tensor grad = at::empty(f.output.sizes(), act);
-            m_strategy->pipelineRecv(grad, Pipe::Gradient);
+            receive(grad, Pipe::Gradient);
             torch::autograd::backward({f.output}, {grad});
         }
         if (!part.first) {
@@ -1091,7 +1102,9 @@ void Trainer::pipelineMicroSteps(
         }
         m_strategy->endMicroStep(op.micro, K);
     }
+    const auto flushed = Clock::now();
     m_strategy->pipelineFlush();
+    done.pipelineWaitSec += seconds(flushed, Clock::now());
     if (m_strategy->wantsUnitHooks())
         m_strategy->postBackward(0);
     m_strategy->allReduceSumInPlace(lossSum);
