@@ -120,6 +120,30 @@ std::string whyNotSplitBlocks(const ModelSpec& model, int64_t size)
     return {};
 }
 
+namespace {
+
+// What tensor and pipeline parallel do not split yet, refused for `flag` ("--tensor-parallel 2")
+// with the fix and `off`, the flag's value that turns the layout off.
+std::string notSplitYet(const protocol::RunSpec& spec, const std::string& flag,
+    const std::string& off, const std::string& qloraFix)
+{
+    const auto refuse = [&](const std::string& what, const std::string& fix) {
+        return flag + " with " + what + " is not trained by this engine yet; " + fix + ", or "
+            + off;
+    };
+    if (spec.method == "qlora")
+        return refuse("--method qlora", qloraFix);
+    if (spec.sampleEvery > 0)
+        return refuse("samples during training (--sample-every)", "use --sample-every 0");
+    if (spec.offload != "none")
+        return refuse("--offload " + spec.offload, "use --offload none");
+    if (spec.usesPreferencePairs())
+        return refuse("--objective " + spec.objective, "train with --objective sft");
+    return {};
+}
+
+} // namespace
+
 std::string pipelineParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model)
 {
     const int64_t pp = spec.pipelineParallel;
@@ -148,19 +172,7 @@ std::string pipelineParallelRefusal(const protocol::RunSpec& spec, const ModelSp
             + " is not a multiple of " + std::to_string(pp) + "; use --grad-accum "
             + std::to_string(std::max<int64_t>(pp, spec.gradAccum / pp * pp)) + " or "
             + std::to_string((spec.gradAccum / pp + 1) * pp);
-    const auto refuse = [&](const std::string& what, const std::string& fix) {
-        return flag + " with " + what + " is not trained by this engine yet; " + fix
-            + ", or --pipeline-parallel 1";
-    };
-    if (spec.method == "qlora")
-        return refuse("--method qlora", "use --method lora");
-    if (spec.sampleEvery > 0)
-        return refuse("samples during training (--sample-every)", "use --sample-every 0");
-    if (spec.offload != "none")
-        return refuse("--offload " + spec.offload, "use --offload none");
-    if (spec.usesPreferencePairs())
-        return refuse("--objective " + spec.objective, "train with --objective sft");
-    return {};
+    return notSplitYet(spec, flag, "--pipeline-parallel 1", "use --method lora");
 }
 
 std::string tensorParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model)
@@ -169,20 +181,8 @@ std::string tensorParallelRefusal(const protocol::RunSpec& spec, const ModelSpec
         return {};
     if (const std::string why = whyNotSplitBlocks(model, spec.tensorParallel); !why.empty())
         return why + "; use --tensor-parallel with one of them";
-    const std::string tp = "--tensor-parallel " + std::to_string(spec.tensorParallel);
-    const auto refuse = [&](const std::string& what, const std::string& fix) {
-        return tp + " with " + what + " is not trained by this engine yet; " + fix
-            + ", or --tensor-parallel 1";
-    };
-    if (spec.method == "qlora")
-        return refuse("--method qlora", "use --method lora (its base is split like any weight)");
-    if (spec.sampleEvery > 0)
-        return refuse("samples during training (--sample-every)", "use --sample-every 0");
-    if (spec.offload != "none")
-        return refuse("--offload " + spec.offload, "use --offload none");
-    if (spec.usesPreferencePairs())
-        return refuse("--objective " + spec.objective, "train with --objective sft");
-    return {};
+    return notSplitYet(spec, "--tensor-parallel " + std::to_string(spec.tensorParallel),
+        "--tensor-parallel 1", "use --method lora (its base is split like any weight)");
 }
 
 } // namespace shard::plan

@@ -149,4 +149,49 @@ inline int64_t stepBytes(const Run& r)
     return r.metrics.empty() ? -1 : r.metrics.back().value("comm_bytes", int64_t(-1));
 }
 
+// A run resumed across layouts: the first leg (ranks, arguments) trains 8 steps of `model` with
+// a checkpoint every 3 steps; each later leg resumes a copy of the previous leg's folder that
+// holds only its checkpoint of step 3 x leg. Checks that each leg resumed from the checkpoint it
+// was given and returns the last leg's run with the losses of steps 1 to 8 from the chained
+// folders, and the folders (chain-a/run, chain-b/run, ...).
+struct Chain {
+    Run run;
+    std::vector<std::string> dirs;
+};
+inline Chain chainedRun(
+    const std::string& model, const std::vector<std::pair<int, std::vector<std::string>>>& legs)
+{
+    Chain out;
+    for (size_t i = 0; i < legs.size(); ++i) {
+        const std::string tag = std::string("chain-") + char('a' + i) + "/run";
+        if (i > 0)
+            copyWithCheckpoint(
+                out.dirs.back(), dir() + "/chain-" + char('a' + i), static_cast<int64_t>(3 * i));
+        std::vector<std::string> args = legs[i].second;
+        args.insert(args.end(), {"--checkpoint-every", "3", "--keep-checkpoints", "0"});
+        if (i > 0)
+            args.push_back("--resume");
+        out.run = train(model, tag, legs[i].first, args);
+        out.dirs.push_back(dir() + "/" + tag);
+        if (i == 0)
+            continue;
+        // The leg resumed from the checkpoint it was given (not a fresh start).
+        bool resumed = false;
+        const std::string step = "step-" + std::to_string(3 * i);
+        for (const auto& e : events(out.dirs.back()))
+            resumed = resumed
+                || (e.value("kind", "") == "checkpoint" && e.contains("data")
+                    && e["data"].value("action", "") == "resume"
+                    && e["data"].value("dir", "").find(step) != std::string::npos);
+        SHARD_EXPECT(resumed, out.dirs.back() + ": resumed at " + step);
+    }
+    const auto losses = stepLosses(out.dirs.back());
+    out.run.losses.clear();
+    for (const auto& [step, loss] : losses)
+        out.run.losses.push_back(loss);
+    SHARD_EXPECT(losses.size() == 8 && losses.begin()->first == 1,
+        "the chained run has the losses of steps 1 to 8");
+    return out;
+}
+
 } // namespace shard::testing::layout

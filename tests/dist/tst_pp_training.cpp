@@ -210,36 +210,20 @@ int main()
                 + ")");
     }
 
-    // Resume across layouts: TP2 x zero3 DP2 (steps 1-3) -> PP2 x zero3 DP2 (4-6) -> one rank.
+    // Resume across layouts: TP2 x zero3 DP2 (steps 1-3) -> PP2 x zero3 DP2 interleaved (4-6)
+    // -> one rank (7-8).
     {
-        const std::vector<std::string> ckpt
-            = {"--checkpoint-every", "3", "--keep-checkpoints", "0"};
-        auto with = [&](std::vector<std::string> a, bool resume) {
-            a.insert(a.end(), ckpt.begin(), ckpt.end());
-            if (resume)
-                a.push_back("--resume");
-            return a;
-        };
-        const std::string a = dir() + "/chain-a/run";
-        train("llama", "chain-a/run", 4,
-            with({"--micro-batch", "2", "--tensor-parallel", "2", "--strategy", "zero3"}, false));
-        const std::string b = copyWithCheckpoint(a, dir() + "/chain-b", 3);
-        train("llama", "chain-b/run", 4,
-            with({"--micro-batch", "1", "--grad-accum", "2", "--pipeline-parallel", "2",
-                     "--virtual-stages", "2", "--strategy", "zero3"},
-                true));
+        const Chain chain = chainedRun("llama",
+            {{4, {"--micro-batch", "2", "--tensor-parallel", "2", "--strategy", "zero3"}},
+                {4,
+                    {"--micro-batch", "1", "--grad-accum", "2", "--pipeline-parallel", "2",
+                        "--virtual-stages", "2", "--strategy", "zero3"}},
+                {1, {"--micro-batch", "4"}}});
         const nlohmann::json manifest = nlohmann::json::parse(
-            readFile(b + "/checkpoints/step-6/manifest.json"), nullptr, false);
+            readFile(chain.dirs.at(1) + "/checkpoints/step-6/manifest.json"), nullptr, false);
         SHARD_EXPECT(manifest.is_object() && manifest.value("pipeline_parallel", 0) == 2,
             "the PP2 checkpoint's manifest records its 2 stages");
-        const std::string c = copyWithCheckpoint(b, dir() + "/chain-c", 6);
-        const Run last = train("llama", "chain-c/run", 1, with({"--micro-batch", "4"}, true));
-        Run chained = last;
-        chained.losses.clear();
-        for (const auto& [step, loss] : stepLosses(c))
-            chained.losses.push_back(loss);
-        SHARD_EXPECT(chained.losses.size() == 8, "the chained run has the losses of steps 1 to 8");
-        expectClose("resumed TP2xDP2 -> PP2xDP2 interleaved -> 1 rank vs 1 rank", ref, chained);
+        expectClose("resumed TP2xDP2 -> PP2xDP2 interleaved -> 1 rank vs 1 rank", ref, chain.run);
     }
 
     // Refusals, before any step, naming the numbers and the fix.

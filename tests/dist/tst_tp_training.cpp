@@ -170,43 +170,12 @@ int main()
     }
 
     // Resume across layouts: TP2 x zero3 DP2 (steps 1-3) -> TP4 x ddp (4-6) -> one rank (7-8).
-    {
-        const std::vector<std::string> ckpt
-            = {"--checkpoint-every", "3", "--keep-checkpoints", "0"};
-        auto with = [&](std::vector<std::string> a, bool resume) {
-            a.insert(a.end(), ckpt.begin(), ckpt.end());
-            if (resume)
-                a.push_back("--resume");
-            return a;
-        };
-        const std::string a = dir() + "/chain-a/run";
-        train("llama", "chain-a/run", 4,
-            with({"--micro-batch", "2", "--tensor-parallel", "2", "--strategy", "zero3"}, false));
-        const std::string b = copyWithCheckpoint(a, dir() + "/chain-b", 3);
-        train("llama", "chain-b/run", 4,
-            with({"--micro-batch", "4", "--tensor-parallel", "4", "--strategy", "ddp"}, true));
-        const std::string c = copyWithCheckpoint(b, dir() + "/chain-c", 6);
-        const Run last = train("llama", "chain-c/run", 1, with({"--micro-batch", "4"}, true));
-        const auto losses = stepLosses(c);
-        Run chained = last;
-        chained.losses.clear();
-        for (const auto& [step, loss] : losses)
-            chained.losses.push_back(loss);
-        SHARD_EXPECT(losses.size() == 8 && losses.begin()->first == 1,
-            "the chained run has the losses of steps 1 to 8");
-        // Each leg resumed from the checkpoint it was given (not a fresh start).
-        for (const auto& [dir, step] : {std::pair {b, 3}, std::pair {c, 6}}) {
-            bool resumed = false;
-            for (const auto& e : events(dir))
-                resumed = resumed
-                    || (e.value("kind", "") == "checkpoint" && e.contains("data")
-                        && e["data"].value("action", "") == "resume"
-                        && e["data"].value("dir", "").find("step-" + std::to_string(step))
-                            != std::string::npos);
-            SHARD_EXPECT(resumed, dir + ": resumed at step " + std::to_string(step));
-        }
-        expectClose("resumed TP2xDP2 -> TP4 -> 1 rank vs 1 rank", ref, chained);
-    }
+    expectClose("resumed TP2xDP2 -> TP4 -> 1 rank vs 1 rank", ref,
+        chainedRun("llama",
+            {{4, {"--micro-batch", "2", "--tensor-parallel", "2", "--strategy", "zero3"}},
+                {4, {"--micro-batch", "4", "--tensor-parallel", "4", "--strategy", "ddp"}},
+                {1, {"--micro-batch", "4"}}})
+            .run);
 
     // Refusals, before any step, naming the numbers and the fix.
     expectRefusal("llama", "refuse-ranks", 2, {"--tensor-parallel", "3"},
