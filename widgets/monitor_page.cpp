@@ -794,19 +794,19 @@ void MonitorPage::updateMemory()
     const int perStage = pp > 1 && world % pp == 0 ? world / pp : world;
     for (const auto& m : m_run.lastMemory) {
         MemoryBar bar;
-        const int within = perStage > 0 ? m.rank % perStage : m.rank;
-        if (pp > 1 && perStage > 0)
-            bar.label = tp > 1
-                ? tr("rank %1 (stage %2, copy %3, tp %4)")
-                      .arg(m.rank)
-                      .arg(m.rank / perStage)
-                      .arg(within / tp)
-                      .arg(within % tp)
-                : tr("rank %1 (stage %2, copy %3)").arg(m.rank).arg(m.rank / perStage).arg(within);
-        else
-            bar.label = tp > 1
-                ? tr("rank %1 (copy %2, tp %3)").arg(m.rank).arg(m.rank / tp).arg(m.rank % tp)
-                : tr("rank %1").arg(m.rank);
+        bar.label = tr("rank %1").arg(m.rank);
+        if ((tp > 1 || pp > 1) && perStage > 0) {
+            // Under the rank, its coordinates in torchtitan's names (pp, dp, tp), short enough
+            // for several bars side by side.
+            const int within = m.rank % perStage;
+            QStringList at;
+            if (pp > 1)
+                at << QStringLiteral("pp%1").arg(m.rank / perStage);
+            at << QStringLiteral("dp%1").arg(within / tp);
+            if (tp > 1)
+                at << QStringLiteral("tp%1").arg(within % tp);
+            bar.label += QLatin1Char('\n') + at.join(QLatin1Char(' '));
+        }
         bar.bytes = memoryByCategory(m);
         bar.predictedBytes = m_predictedBytes;
         if (m.peakBytes > 0)

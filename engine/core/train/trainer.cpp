@@ -790,11 +790,13 @@ void Trainer::placeModel(Io& io, bool resuming, int threads)
             + std::to_string(m_mesh.coord(protocol::MeshDim::Tp, m_rank))
             + " of data-parallel copy " + std::to_string(m_mesh.dataParallelIndex(m_rank));
         if (m_mesh.pp > 1) {
-            const int64_t stage = m_mesh.coord(protocol::MeshDim::Pp, m_rank);
-            const auto [first, end] = m_mesh.stageLayers(stage, m_model->spec().numLayers);
-            where += ", pipeline stage " + std::to_string(stage) + " of "
-                + std::to_string(m_mesh.pp) + " (layers " + std::to_string(first) + "-"
-                + std::to_string(end - 1) + ")";
+            where += ", pipeline stage " + std::to_string(m_strategy->pipelineStage()) + " of "
+                + std::to_string(m_mesh.pp) + " (layers";
+            for (int c = 0; c < m_strategy->pipelineChunks(); ++c) {
+                const auto [first, end] = m_strategy->pipelineLayers(c);
+                where += (c ? ", " : " ") + std::to_string(first) + "-" + std::to_string(end - 1);
+            }
+            where += ")";
         }
         io.log->info((m_mesh.pp > 1 ? "3D parallel: " : "tensor parallel: ") + where);
     }
