@@ -65,8 +65,9 @@ std::map<std::string, TpSplit> splitsOf(const engine::LlamaModel& model, const R
     for (int u = 0; u < model.numUnits(); ++u) {
         const auto& params = model.unit(u).params;
         for (size_t i = 0; i < params.size(); ++i) {
-            const engine::tp::Split s = l.group ? engine::tp::splitOf(model, u, static_cast<int>(i))
-                                                : engine::tp::Split::Whole;
+            const engine::tp::Split s = l.group
+                ? engine::tp::splitOf(model, u, static_cast<int>(i), l.group->worldSize())
+                : engine::tp::Split::Whole;
             out[params[i].info.name] = s == engine::tp::Split::Rows ? TpSplit::Rows
                 : s == engine::tp::Split::Columns                   ? TpSplit::Columns
                                                                     : TpSplit::Whole;

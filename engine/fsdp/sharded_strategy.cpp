@@ -315,7 +315,7 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
                 if (prm.quantized)
                     throw std::runtime_error("tensor parallel does not split QLoRA's NF4 base "
                                              "yet; use --method lora, or --tensor-parallel 1");
-                p.split = engine::tp::splitOf(model, u, static_cast<int>(i));
+                p.split = engine::tp::splitOf(model, u, static_cast<int>(i), m_tp->worldSize());
             }
             p.shape = engine::tp::partShape(info.shape, p.split, tensorParallelSize());
             if (p.split == engine::tp::Split::Rows || p.split == engine::tp::Split::Columns)

@@ -822,8 +822,13 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
         for (int64_t l = first; l < end; ++l)
             stageOf[static_cast<size_t>(l)] = st;
     }
+    // The embedding and head split by vocabulary when tp divides it (the engine's
+    // tp::splitsVocabulary), else whole on every GPU of the group.
+    const bool vocabSplit = mesh.tp > 1 && s.vocabSize % mesh.tp == 0;
     for (const ParamInfo& p : parameterTable(s)) {
-        const bool replicated = p.shape.size() < 2 && p.name.find("norm") != std::string::npos;
+        const bool table = p.name == "model.embed_tokens.weight" || p.name == "lm_head.weight";
+        const bool replicated = (p.shape.size() < 2 && p.name.find("norm") != std::string::npos)
+            || (table && !vocabSplit);
         const double n = static_cast<double>(p.numel()) / (replicated ? 1.0 : t);
         if (p.layer >= 0) {
             stageParams[static_cast<size_t>(stageOf[static_cast<size_t>(p.layer)])] += n;
@@ -853,7 +858,7 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
         m.activations = toBytes(
             static_cast<double>(stageLayerCount[static_cast<size_t>(st)]) * inFlight * perLayer);
         if (st == pp - 1)
-            m.logits = toBytes(4.0 * seq * b * V / t);
+            m.logits = toBytes(4.0 * seq * b * V / (vocabSplit ? t : 1.0));
         m.overhead = toBytes(fixed + frag * static_cast<double>(m.total()));
         if (st == 0 || m.total() > res.perDevice.total()) {
             res.perDevice = m;
@@ -885,8 +890,15 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
     const double layers = static_cast<double>(stageLayerCount[static_cast<size_t>(res.peakStage)]);
     const double perMicro = seq * b * h * static_cast<double>(dtypeBytes(in).compute);
     const double tpOps = in.checkpointing == Checkpointing::Full ? 6.0 : 4.0;
-    res.tpBytesPerDevicePerStep
-        = toBytes(layers * K * tpOps * 2.0 * ringFraction(mesh.tp) * perMicro);
+    // A vocabulary split adds an all-reduce of the embedding's output (stage 0) and of the
+    // head's input gradient (the last stage), and the cross entropy's all-gather of three fp32
+    // numbers a predicting row (max, sum of exponentials, target logit) from every rank.
+    const bool peakFirst = res.peakStage == 0, peakLast = res.peakStage == pp - 1;
+    const double rootOps = vocabSplit ? (peakFirst ? 1.0 : 0.0) + (peakLast ? 1.0 : 0.0) : 0.0;
+    const double lossGather
+        = vocabSplit && peakLast ? K * (t - 1.0) * 3.0 * 4.0 * b * std::max(seq - 1.0, 0.0) : 0.0;
+    res.tpBytesPerDevicePerStep = toBytes(
+        K * (layers * tpOps + rootOps) * 2.0 * ringFraction(mesh.tp) * perMicro + lossGather);
     res.ppBytesPerDevicePerStep = pp > 1 ? toBytes((pp > 2 ? 2.0 : 1.0) * K * perMicro) : 0;
     res.gatherBytesPerDevicePerStep = toBytes(peak.gatherBytes);
     res.reduceBytesPerDevicePerStep = toBytes(peak.reduceBytes);
@@ -924,7 +936,29 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
     if (mesh.tp > 1)
         res.notes.push_back("tensor parallel " + std::to_string(mesh.tp)
             + " with sequence parallelism: each block's weights and activations split over "
-            + std::to_string(mesh.tp) + " GPUs, the embedding and head by vocabulary");
+            + std::to_string(mesh.tp) + " GPUs, "
+            + (vocabSplit ? std::string("the embedding and head by vocabulary (no GPU holds a "
+                                        "token's whole logits)")
+                          : "the embedding and head whole on each (tensor parallel "
+                        + std::to_string(mesh.tp) + " does not divide the vocabulary of "
+                        + std::to_string(s.vocabSize) + ")"));
+    if (mesh.tp > in.gpusPerNode) {
+        const double inside = in.device.intraNodeBytesPerSec,
+                     across = in.device.interNodeBytesPerSec;
+        res.notes.push_back("warning: tensor parallel " + std::to_string(mesh.tp) + " spans "
+            + std::to_string(mesh.tp / in.gpusPerNode) + " nodes of "
+            + std::to_string(in.gpusPerNode) + " GPUs: its blocking all-reduces ("
+            + formatGiB(res.tpBytesPerDevicePerStep) + " a step per GPU) cross the inter-node link"
+            + (across > 0 && inside > 0
+                    ? " at " + std::to_string(static_cast<int64_t>(across / 1e9 + 0.5))
+                        + " GB/s instead of "
+                        + std::to_string(static_cast<int64_t>(inside / 1e9 + 0.5))
+                        + " GB/s inside a node"
+                    : std::string())
+            + "; Megatron-LM and torchtitan keep tensor parallel inside a node: use tensor "
+              "parallel "
+            + std::to_string(in.gpusPerNode) + " or less and more pipeline stages");
+    }
     if (pp > 1) {
         const auto [first, end] = mesh.stageLayers(0, s.numLayers);
         res.notes.push_back(std::to_string(pp) + " pipeline stages (1F1B) of "

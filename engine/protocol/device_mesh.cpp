@@ -181,11 +181,15 @@ int64_t DeviceMesh::stageOf(int64_t layer, int64_t layers) const
 
 void DeviceMesh::validate(int64_t ranksPerNode, const std::string& ranks) const
 {
-    if (tp > 1 && ranksPerNode % tp != 0)
+    // A group inside a node, or whole nodes (allowed: the planner warns about the link); one
+    // that straddles node boundaries part-way is refused.
+    if (tp > 1 && ranksPerNode % tp != 0 && tp % ranksPerNode != 0)
         throw std::runtime_error("tensor parallel degree " + std::to_string(tp)
             + " does not divide the " + std::to_string(ranksPerNode) + " " + ranks
-            + " of a node, so its groups would span nodes; use a divisor of "
-            + std::to_string(ranksPerNode) + " (" + divisorList(ranksPerNode) + ")");
+            + " of a node, so some of its groups would straddle node boundaries; use a divisor of "
+            + std::to_string(ranksPerNode) + " (" + divisorList(ranksPerNode)
+            + ") to keep each group inside a node, or a multiple of " + std::to_string(ranksPerNode)
+            + " to span whole nodes");
 }
 
 std::string DeviceMesh::describe() const

@@ -20,13 +20,16 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/relu.h>
+#include <ATen/ops/tanh.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "core/model/chunked_loss.h"
 #include "core/model/llama_model.h"
 #include "core/model/tensor_parallel.h"
 #include "dist/communicator.h"
@@ -422,7 +425,7 @@ void testZero3Step(Communicator& comm, nlohmann::json& report)
 // differs: the output, the input's gradient, and every weight's gradient (each rank's slice of
 // the whole block's; for q/k norms, replicated inside the split heads, the sum over ranks).
 // Three shapes: Llama with grouped-query attention, Qwen2-style q/k/v biases with an o bias,
-// Qwen3-style q/k norms with head_dim != hidden / heads.
+// Qwen3-style q/k norms with head_dim != hidden / heads. Then the root unit split by vocabulary.
 void testTpBlock(Communicator& comm, nlohmann::json& report)
 {
     const int64_t size = comm.worldSize(), rank = comm.rank();
@@ -510,6 +513,94 @@ void testTpBlock(Communicator& comm, nlohmann::json& report)
         }
         check(caseWorst < 1e-10,
             "tp-block " + name + ": worst relative difference " + std::to_string(caseWorst));
+        worst = std::max(worst, caseWorst);
+        cases.push_back({{"shape", name}, {"rel_error", caseWorst}});
+    }
+    // The vocabulary-parallel embedding, head and cross entropy (untied and tied, vocabulary 32
+    // split by rows): the embedding's output bit for bit, the loss, the hidden state's gradient
+    // and each rank's rows of the tables' gradients against the whole root, with masked targets;
+    // and the chunked cross entropy alone over 5-row chunks (4 chunks of 16 rows).
+    for (const bool tied : {false, true}) {
+        nlohmann::json config = base;
+        config["model_type"] = "llama";
+        config["tie_word_embeddings"] = tied;
+        const std::string name = tied ? "root-tied" : "root";
+        engine::LlamaModel model(plan::parseHfConfig(config, name));
+        model.materialize(at::kDouble);
+        model.initRandom(5);
+        at::manual_seed(13);
+        std::vector<at::Tensor> root;
+        for (const auto& p : model.unit(0).params)
+            root.push_back(
+                dev(p.info.isNormOrBias ? 1.0 + 0.2 * at::randn(p.value.sizes(), p.value.options())
+                                        : p.value * 40.0));
+        const at::Tensor ids = dev(at::randint(0, 32, {2, 9}, at::kLong));
+        at::Tensor labels = ids.clone();
+        labels.index_put_({0, 3}, -100);
+        labels.index_put_({1, 7}, -100);
+        const at::Tensor g = dev(at::randn({2, 9, 64}, at::kDouble));
+        const auto rel = [](const at::Tensor& got, const at::Tensor& want) {
+            return (got - want).abs().max().item<double>()
+                / std::max(want.abs().max().item<double>(), 1e-300);
+        };
+        const auto run = [&](bool split, std::vector<at::Tensor>& w, at::Tensor& embedded) {
+            for (auto& t : w)
+                t.requires_grad_(true);
+            embedded = split ? engine::tp::embed(model, w, ids, comm) : model.embed(w, ids);
+            // A nonlinear function of the embedding before the head, as a block would be.
+            const at::Tensor x = embedded + at::tanh(embedded) * g;
+            const engine::LossSum l = split
+                ? engine::tp::headLossSum(model, w, x, labels, 0.25, comm)
+                : model.headLossSum(w, x, labels, 0.25);
+            (l.sum * 0.25).backward();
+            return l.sum.detach();
+        };
+        std::vector<at::Tensor> whole;
+        for (const auto& t : root)
+            whole.push_back(t.clone());
+        at::Tensor eWhole, eMine;
+        const at::Tensor lossWhole = run(false, whole, eWhole);
+        std::vector<at::Tensor> mine;
+        for (size_t i = 0; i < root.size(); ++i)
+            mine.push_back(engine::tp::partOf(
+                root[i], engine::tp::splitOf(model, 0, static_cast<int>(i), size), rank, size));
+        const at::Tensor lossMine = run(size > 1, mine, eMine);
+        double caseWorst = std::max(rel(lossMine, lossWhole), rel(eMine, eWhole));
+        check(size == 1 || at::equal(eMine, eWhole),
+            "vocab-parallel " + name + ": the embedding is the whole table's bit for bit");
+        for (size_t i = 0; i < root.size(); ++i) {
+            const engine::tp::Split split
+                = engine::tp::splitOf(model, 0, static_cast<int>(i), size);
+            check(size == 1 || (split == engine::tp::Split::Rows) == (mine[i].dim() == 2),
+                "vocab-parallel " + name + ": the tables split by rows, the norm whole");
+            const double r
+                = rel(mine[i].grad(), engine::tp::partOf(whole[i].grad(), split, rank, size));
+            check(r < 1e-10,
+                "vocab-parallel " + name + ": gradient of " + model.unit(0).params[i].info.name
+                    + " differs by " + std::to_string(r));
+            caseWorst = std::max(caseWorst, r);
+        }
+        // The chunked cross entropy alone: 16 rows over chunks of 5.
+        const at::Tensor h = dev(at::randn({16, 64}, at::kDouble));
+        const at::Tensor wv = dev(at::randn({32, 64}, at::kDouble));
+        at::Tensor targets = dev(at::randint(0, 32, {16}, at::kLong));
+        targets.index_put_({4}, -100);
+        const at::Tensor hW = h.clone().requires_grad_(true), wW = wv.clone().requires_grad_(true);
+        const at::Tensor sumW = engine::linearCrossEntropySum(hW, wW, targets, 0.5, 5);
+        sumW.backward();
+        const at::Tensor hM = h.clone().requires_grad_(true);
+        const at::Tensor wM
+            = engine::tp::partOf(wv, engine::tp::Split::Rows, rank, size).requires_grad_(true);
+        engine::VocabShard shard;
+        shard.group = &comm;
+        shard.first = rank * wM.size(0);
+        const at::Tensor sumM = engine::linearCrossEntropySum(
+            engine::tp::copyToGroup(hM, comm), wM, targets, 0.5, 5, size > 1 ? &shard : nullptr);
+        sumM.backward();
+        caseWorst = std::max({caseWorst, rel(sumM, sumW), rel(hM.grad(), hW.grad()),
+            rel(wM.grad(), engine::tp::partOf(wW.grad(), engine::tp::Split::Rows, rank, size))});
+        check(caseWorst < 1e-10,
+            "vocab-parallel " + name + ": worst relative difference " + std::to_string(caseWorst));
         worst = std::max(worst, caseWorst);
         cases.push_back({{"shape", name}, {"rel_error", caseWorst}});
     }

@@ -7,8 +7,9 @@
 //    PP2 over 2 and 4 micro-batches, PP2 x zero3 DP2) give the 1-rank run's losses within 1e-5
 //    (relative) and its final weights within 1e-4 (L2 relative), against the 1-rank run that
 //    splits the global batch the same way; the exported model is whole;
-//  - a tied-embedding model (Qwen3 style) at PP3 and at PP2 interleaved: the first and last
-//    stage hold the embedding and sum its gradient; held-out losses (--eval-every) match one
+//  - a tied-embedding model (Qwen3 style) at PP3, at PP2 interleaved and at TP2 x PP2 (the
+//    table split by vocabulary on both ends): the first and last stage hold the embedding and
+//    sum its gradient; held-out losses (--eval-every) match one
 //    rank's too;
 //  - LoRA (dropout on) at PP2: the merged model and the adapters match one rank's;
 //  - bf16-mixed PP2 tracks one bf16-mixed rank;
@@ -144,8 +145,14 @@ int main()
         const Run tied4V2 = train("tied4", "tied4-pp2-v2", 2,
             with({"--micro-batch", "2", "--grad-accum", "2", "--pipeline-parallel", "2",
                 "--virtual-stages", "2"}));
+        // Tensor parallel inside each stage: the one table split by vocabulary on the first and
+        // last stage, each TP rank's rows summed with the same rows of the other end.
+        const Run tied4Tp2Pp2 = train("tied4", "tied4-tp2-pp2", 4,
+            with({"--micro-batch", "2", "--grad-accum", "2", "--pipeline-parallel", "2",
+                "--tensor-parallel", "2"}));
         for (const auto& [what, ref, run] : {std::tuple {"tied PP3", &tiedRef, &tiedPp3},
-                 std::tuple {"tied PP2 interleaved", &tied4Ref, &tied4V2}}) {
+                 std::tuple {"tied PP2 interleaved", &tied4Ref, &tied4V2},
+                 std::tuple {"tied TP2 x PP2", &tied4Ref, &tied4Tp2Pp2}}) {
             expectClose(std::string(what) + " vs 1 rank", *ref, *run);
             const std::vector<double> a = evalLosses(*ref), b = evalLosses(*run);
             SHARD_EXPECT(a.size() == 2 && a.size() == b.size(), "two held-out losses each");

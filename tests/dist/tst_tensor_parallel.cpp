@@ -1,8 +1,10 @@
 // Tensor parallelism's building block (engine/core/model/tensor_parallel.h) on Gloo through real
 // processes started by `shard-worker launch`: one transformer block split over 1, 2 and 4 ranks
 // equals the whole block in fp64 (output, input gradient, every weight's gradient) for Llama
-// with grouped-query attention, q/k/v/o biases and Qwen3's q/k norms; a size that does not divide
-// the heads is refused with the numbers and the sizes that would.
+// with grouped-query attention, q/k/v/o biases and Qwen3's q/k norms; the root split by vocabulary
+// (embedding, head and cross entropy, untied and tied, over one and several loss chunks) equals the
+// whole root (the embedding bit for bit); a size that does not divide the heads is refused with
+// the numbers and the sizes that would.
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -22,8 +24,8 @@ int main()
         const auto report = lastSelftestReport(p.out);
         SHARD_EXPECT(p.exitCode() == 0 && report.value("failures", -1) == 0,
             "tp-block at " + std::to_string(world) + " ranks: " + p.out + p.err);
-        SHARD_EXPECT(report.contains("tp_cases") && report["tp_cases"].size() == 3,
-            "three block shapes were tried: " + report.dump());
+        SHARD_EXPECT(report.contains("tp_cases") && report["tp_cases"].size() == 5,
+            "three block shapes and two vocabulary-parallel roots were tried: " + report.dump());
         for (const auto& c : report.value("tp_cases", nlohmann::json::array()))
             SHARD_EXPECT(c.contains("rel_error") && c["rel_error"].get<double>() < 1e-10,
                 "split over " + std::to_string(world) + " ranks: " + c.dump());

@@ -461,11 +461,12 @@ void testTensorAndPipelineParallel()
     // 1F1B: (pp - 1) / (m + pp - 1) of the step idle.
     CHECK_NEAR(r.bubbleFraction, 1.0 / 17.0, 1e-12);
     // Tensor parallel: 4 all-reduce-equivalents per layer and micro-batch, each 2 (t-1)/t of
-    // s*b*h 16-bit elements; pipeline: 2 stages, each an end that sends one way a micro-batch's
-    // s*b*h (activations forward from the first, gradients back from the last; every TP rank its
-    // copy, as the engine sends them).
+    // s*b*h 16-bit elements, and on stage 0 the vocabulary-parallel embedding's all-reduce;
+    // pipeline: 2 stages, each an end that sends one way a micro-batch's s*b*h (activations
+    // forward from the first, gradients back from the last; every TP rank its copy, as the
+    // engine sends them).
     CHECK_NEAR(static_cast<double>(r.tpBytesPerDevicePerStep),
-        40 * 16 * 4 * 2 * 0.75 * seq * b * h * 2, 1e-12);
+        16 * (40 * 4 + 1) * 2 * 0.75 * seq * b * h * 2, 1e-12);
     CHECK_NEAR(static_cast<double>(r.ppBytesPerDevicePerStep), 16 * seq * b * h * 2, 1e-12);
     // The seeds' answer fits 80 GB; the same model without tensor or pipeline parallelism does not.
     CHECK(r.fits);
@@ -492,9 +493,28 @@ void testTensorAndPipelineParallel()
     bad.pp = 1;
     bad.nodes = 3;
     CHECK_THROWS_WITH(plan(bad), "tensor parallel degree 3 does not divide the 8 GPUs of a node");
-    bad.tp = 16;
-    bad.nodes = 2;
-    CHECK_THROWS_WITH(plan(bad), "does not divide the 8 GPUs of a node");
+    CHECK_THROWS_WITH(plan(bad), "or a multiple of 8 to span whole nodes");
+    // Tensor parallel over whole nodes is planned, with a warning about the link it crosses.
+    PlanInput wide = bad;
+    wide.tp = 16;
+    wide.nodes = 2;
+    const PlanResult across = plan(wide);
+    CHECK_EQ(across.input.mesh().tp, int64_t(16));
+    bool warned = false;
+    for (const auto& n : across.notes)
+        warned = warned
+            || (n.find("warning: tensor parallel 16 spans 2 nodes of 8 GPUs") != std::string::npos
+                && n.find("use tensor parallel 8 or less") != std::string::npos);
+    CHECK(warned);
+    wide.tp = 8;
+    for (const auto& n : plan(wide).notes)
+        CHECK(n.find("warning: tensor parallel") == std::string::npos);
+    // The link is what makes it slower: the same layout's step takes longer across nodes.
+    wide.tp = 16;
+    PlanInput inside = wide;
+    inside.gpusPerNode = 16;
+    inside.nodes = 1;
+    CHECK(plan(inside).stepSeconds < across.stepSeconds);
     bad.tp = 1;
     bad.pp = 128;
     bad.nodes = 16;

@@ -2,12 +2,16 @@
 #include "core/model/chunked_loss.h"
 
 #include <cmath>
+#include <cstdint>
+#include <tuple>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "core/model/fused_ops.h"
+#include "dist/communicator.h"
 #include "plan/planner.h"
 
 namespace shard::engine {
@@ -32,8 +36,27 @@ void addProduct(at::Tensor& acc, const at::Tensor& a, const at::Tensor& b)
         acc.addmm_(a, b);
 }
 
+// A chunk's log-sum-exp over the whole vocabulary and its targets' logits (0 where the target is
+// another rank's), from this rank's columns z (rows, V / t) and every rank's three numbers a row.
+// `safe`/`mine`: the targets' column here (0 when not here) and whether it is here.
+std::pair<at::Tensor, at::Tensor> shardedLse(
+    const at::Tensor& z, const at::Tensor& safe, const at::Tensor& mine, dist::Communicator& group)
+{
+    const int64_t rows = z.size(0), t = group.worldSize();
+    const at::Tensor m = std::get<0>(z.max(1));
+    const at::Tensor sent = at::stack({m, (z - m.unsqueeze(1)).exp().sum(1),
+        z.gather(1, safe).squeeze(1) * mine.to(z.scalar_type())});
+    at::Tensor all = at::empty({t * 3 * rows}, z.options());
+    group.allGather(all, sent.contiguous().view({-1}))->wait();
+    all = all.view({t, 3, rows});
+    const at::Tensor maxes = all.select(1, 0);
+    const at::Tensor top = std::get<0>(maxes.max(0));
+    const at::Tensor sum = (all.select(1, 1) * (maxes - top).exp()).sum(0);
+    return {top + sum.log(), all.select(1, 2).sum(0)};
+}
+
 Sums chunkedSums(const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets,
-    double gradScale, int64_t chunkRows, bool wantH, bool wantW)
+    double gradScale, int64_t chunkRows, bool wantH, bool wantW, const VocabShard* shard)
 {
     at::NoGradGuard noGrad;
     const int64_t n = h.size(0), vocab = w.size(0);
@@ -55,16 +78,26 @@ Sums chunkedSums(const at::Tensor& h, const at::Tensor& w, const at::Tensor& tar
         const at::Tensor hc = h.narrow(0, r0, rows);
         const at::Tensor tc = targets.narrow(0, r0, rows);
         at::Tensor z = fused::cast(fused::linear(hc, w), wide); // (rows, V)
-        const at::Tensor lse = at::logsumexp(z, 1);
         const at::Tensor valid = tc.ne(-100);
-        const at::Tensor safe = at::where(valid, tc, at::zeros_like(tc)).unsqueeze(1);
         const at::Tensor weight = valid.to(wide);
-        s.loss.add_(((lse - z.gather(1, safe).squeeze(1)) * weight).sum());
+        at::Tensor lse, picked, safe, hit = weight;
+        if (shard) { // this rank's columns [first, first + V / t)
+            const at::Tensor local = tc - shard->first;
+            const at::Tensor mine = valid.logical_and(local.ge(0)).logical_and(local.lt(vocab));
+            safe = at::where(mine, local, at::zeros_like(local)).unsqueeze(1);
+            std::tie(lse, picked) = shardedLse(z, safe, mine, *shard->group);
+            hit = mine.to(wide);
+        } else {
+            lse = at::logsumexp(z, 1);
+            safe = at::where(valid, tc, at::zeros_like(tc)).unsqueeze(1);
+            picked = z.gather(1, safe).squeeze(1);
+        }
+        s.loss.add_(((lse - picked) * weight).sum());
         if (!wantH && !wantW)
             continue;
         // d loss / d z = softmax(z) - onehot(target) on counted rows, scaled; in place on z.
         z.sub_(lse.unsqueeze(1)).exp_();
-        z.scatter_add_(1, safe, weight.neg().unsqueeze(1));
+        z.scatter_add_(1, safe, hit.neg().unsqueeze(1));
         z.mul_((weight * gradScale).unsqueeze(1));
         const at::Tensor g = fused::cast(z, compute);
         z = at::Tensor(); // the fp32 chunk goes before the products allocate
@@ -84,10 +117,13 @@ Sums chunkedSums(const at::Tensor& h, const at::Tensor& w, const at::Tensor& tar
 
 struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& w,
-        const at::Tensor& targets, double gradScale, int64_t chunkRows)
+        const at::Tensor& targets, double gradScale, int64_t chunkRows, int64_t shardAddress)
     {
+        // The shard travels as its address (the context holds IValues); it is read here only.
+        const auto* shard
+            = reinterpret_cast<const VocabShard*>(static_cast<intptr_t>(shardAddress));
         Sums s = chunkedSums(
-            h, w, targets, gradScale, chunkRows, h.requires_grad(), w.requires_grad());
+            h, w, targets, gradScale, chunkRows, h.requires_grad(), w.requires_grad(), shard);
         ctx->saved_data["scale"] = gradScale;
         ctx->save_for_backward({s.gradH, s.gradW});
         return s.loss;
@@ -113,7 +149,7 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
                 if (g.defined())
                     g.mul_(factor.to(g.scalar_type()));
         }
-        return {saved[0], saved[1], at::Tensor(), at::Tensor(), at::Tensor()};
+        return {saved[0], saved[1], at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
 };
 
@@ -205,7 +241,7 @@ at::Tensor linearTokenLogProbs(
 }
 
 at::Tensor linearCrossEntropySum(const at::Tensor& h, const at::Tensor& weight,
-    const at::Tensor& targets, double gradScale, int64_t chunkRows)
+    const at::Tensor& targets, double gradScale, int64_t chunkRows, const VocabShard* shard)
 {
     TORCH_CHECK(h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1),
         "linearCrossEntropySum: h (N, H) and W (V, H) expected");
@@ -213,8 +249,9 @@ at::Tensor linearCrossEntropySum(const at::Tensor& h, const at::Tensor& weight,
         "linearCrossEntropySum: one target per row of h expected");
     const bool grads = at::GradMode::is_enabled() && (h.requires_grad() || weight.requires_grad());
     if (!grads)
-        return chunkedSums(h, weight, targets, gradScale, chunkRows, false, false).loss;
-    return LinearCrossEntropy::apply(h, weight, targets, gradScale, chunkRows);
+        return chunkedSums(h, weight, targets, gradScale, chunkRows, false, false, shard).loss;
+    return LinearCrossEntropy::apply(h, weight, targets, gradScale, chunkRows,
+        static_cast<int64_t>(reinterpret_cast<intptr_t>(shard)));
 }
 
 } // namespace shard::engine

@@ -14,16 +14,37 @@
 // rounding of W's gradient per chunk).
 #pragma once
 
+#include <cstdint>
+
 #include <ATen/core/Tensor.h>
 
+namespace shard::dist {
+class Communicator;
+}
+
 namespace shard::engine {
+
+// The vocabulary-parallel cross entropy (Megatron-LM's, chunked): W holds this rank's rows
+// [first, first + W.size(0)) of the vocabulary, the other rows are on the other ranks of `group`
+// (equal counts, rank r's first = r * count). Per chunk each rank sends its rows' max logit,
+// their sum of exponentials and the target's logit where the target is its (one all-gather of
+// three numbers a row); every rank then has each row's log-sum-exp and target logit, so the loss
+// is the same on every rank and each rank's logits' gradient (softmax minus one-hot, its
+// columns) is made locally. h's gradient is this rank's columns' share: the caller sums it over
+// the group (tp::copyToGroup before the call).
+struct VocabShard {
+    dist::Communicator* group = nullptr;
+    int64_t first = 0;
+};
 
 // The 0-dim fp32 sum of -log softmax(h W^T)[target] over rows whose target is not -100.
 // h: (N, H) in the compute dtype, W: (V, H) in the same dtype, targets: (N,) long.
 // Gradients are made only in grad mode for the inputs that require them. chunkRows <= 0 picks
-// plan::lossChunkRows(N, H, V).
+// plan::lossChunkRows(N, H, V). With `shard`, W is this rank's rows of a vocabulary split over
+// the shard's group (VocabShard), and the sum is the whole vocabulary's on every rank.
 at::Tensor linearCrossEntropySum(const at::Tensor& h, const at::Tensor& weight,
-    const at::Tensor& targets, double gradScale = 1.0, int64_t chunkRows = 0);
+    const at::Tensor& targets, double gradScale = 1.0, int64_t chunkRows = 0,
+    const VocabShard* shard = nullptr);
 
 // Per row, log softmax(h W^T)[target] (0 where the target is -100): (N,) in fp32 (fp64 for fp64
 // inputs), for losses of whole sequences (DPO, ORPO). The logits exist one chunk at a time, as in

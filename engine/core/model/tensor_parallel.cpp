@@ -7,8 +7,11 @@
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "core/model/chunked_loss.h"
+#include "core/model/fused_ops.h"
 #include "core/model/lora.h"
 #include "plan/run_spec_bridge.h"
 
@@ -100,10 +103,18 @@ Split splitAt(const BlockLayout& L, int position)
     return Split::Whole; // the two block norms; o's bias is added once, after the reduction
 }
 
-Split splitOf(const LlamaModel& model, int unit, int position)
+bool splitsVocabulary(const plan::ModelSpec& spec, int64_t size)
 {
-    if (unit == 0)
-        return Split::Whole;
+    return size > 1 && spec.vocabSize % size == 0;
+}
+
+Split splitOf(const LlamaModel& model, int unit, int position, int64_t size)
+{
+    if (unit == 0) {
+        const RootLayout& R = model.rootLayout();
+        const bool table = position == R.embed || (R.lmHead >= 0 && position == R.lmHead);
+        return table && splitsVocabulary(model.spec(), size) ? Split::Rows : Split::Whole;
+    }
     // LoRA: an adapter splits with its base weight. A column-parallel projection's B [out, r]
     // splits by rows and its A [r, in] is whole (each rank's gradient of A is its rows' share);
     // a row-parallel one's A splits by columns and its B is whole (its output is a partial sum
@@ -177,6 +188,68 @@ std::vector<at::Tensor> blockSlice(
     for (size_t i = 0; i < w.size(); ++i)
         out[i] = partOf(w[i], splitAt(model.blockLayout(), static_cast<int>(i)), rank, size);
     return out;
+}
+
+namespace {
+
+// This rank's rows of the vocabulary: the first and the count.
+VocabShard shardOf(const at::Tensor& table, dist::Communicator& group)
+{
+    VocabShard v;
+    v.group = &group;
+    v.first = static_cast<int64_t>(group.rank()) * table.size(0);
+    return v;
+}
+
+const at::Tensor& headTable(const LlamaModel& model, const std::vector<at::Tensor>& root)
+{
+    const RootLayout& R = model.rootLayout();
+    return root[size_t(R.lmHead >= 0 ? R.lmHead : R.embed)];
+}
+
+} // namespace
+
+at::Tensor embed(const LlamaModel& model, const std::vector<at::Tensor>& root,
+    const at::Tensor& ids, dist::Communicator& group)
+{
+    const at::Tensor& table = root[size_t(model.rootLayout().embed)];
+    const int64_t first = shardOf(table, group).first;
+    const at::Tensor local = ids - first;
+    const at::Tensor outside = local.lt(0).logical_or(local.ge(table.size(0)));
+    // Rows of other ranks look up row 0 and are zeroed: their gradient there is zero too.
+    const at::Tensor x
+        = at::embedding(table, local.masked_fill(outside, 0)).masked_fill(outside.unsqueeze(-1), 0);
+    return reduceFromGroup(x, group);
+}
+
+LossSum headLossSum(const LlamaModel& model, const std::vector<at::Tensor>& root,
+    const at::Tensor& x, const at::Tensor& labels, double gradScale, dist::Communicator& group)
+{
+    const int64_t s = x.size(1), H = x.size(2);
+    // Each rank's gradient of the normed state is its columns' share: summed over the group.
+    const at::Tensor h
+        = copyToGroup(model.rmsNorm(x.narrow(1, 0, s - 1), root[size_t(model.rootLayout().norm)])
+                          .reshape({-1, H}),
+            group);
+    const at::Tensor targets = labels.narrow(1, 1, s - 1).reshape({-1}).to(at::kLong);
+    const at::Tensor& w = headTable(model, root);
+    const VocabShard shard = shardOf(w, group);
+    LossSum out;
+    out.sum = linearCrossEntropySum(h, w, targets, gradScale, 0, &shard);
+    return out;
+}
+
+at::Tensor logits(const LlamaModel& model, const std::vector<at::Tensor>& root, const at::Tensor& x,
+    dist::Communicator& group)
+{
+    at::NoGradGuard noGrad;
+    const int64_t b = x.size(0), s = x.size(1), H = x.size(2);
+    const at::Tensor& w = headTable(model, root);
+    const at::Tensor mine
+        = fused::linear(model.rmsNorm(x, root[size_t(model.rootLayout().norm)]), w)
+              .reshape({b * s, w.size(0)});
+    return gatherWhole(mine, {b * s, w.size(0) * group.worldSize()}, Split::Columns, group)
+        .view({b, s, -1});
 }
 
 at::Tensor block(const LlamaModel& model, const std::vector<at::Tensor>& w, const at::Tensor& x,

@@ -3,6 +3,7 @@
 #include "model_runner.h"
 
 #include <mutex>
+#include <stdexcept>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -196,7 +197,10 @@ at::Tensor ModelRunner::trunk(const at::Tensor& hostIds, std::vector<at::Tensor>
         dropout.seed = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
     }
     root = cast(m_strategy.unitWeights(0), m_config.computeDtype);
-    at::Tensor x = input.defined() ? input : m_model.embed(root, ids);
+    dist::Communicator* vocab = vocabularyGroup();
+    at::Tensor x = input.defined() ? input
+        : vocab                    ? tp::embed(m_model, root, ids, *vocab)
+                                   : m_model.embed(root, ids);
     const auto [first, end] = layers;
     const int endUnit = end < 0 ? m_model.numUnits() : static_cast<int>(end) + 1;
     for (int u = static_cast<int>(first) + 1; u < endUnit; ++u) {
@@ -240,25 +244,23 @@ at::Tensor ModelRunner::endRoot(at::Tensor out)
     return out;
 }
 
+dist::Communicator* ModelRunner::vocabularyGroup() const
+{
+    dist::Communicator* tp = m_strategy.tensorParallelGroup();
+    return tp && tp::splitsVocabulary(m_model.spec(), tp->worldSize()) ? tp : nullptr;
+}
+
 at::Tensor ModelRunner::logits(const at::Tensor& ids)
 {
     std::vector<at::Tensor> root;
     const at::Tensor x = trunk(ids, root);
-    return endRoot(m_model.head(root, x));
+    dist::Communicator* vocab = vocabularyGroup();
+    return endRoot(vocab ? tp::logits(m_model, root, x, *vocab) : m_model.head(root, x));
 }
 
 LossSum ModelRunner::lossSum(const at::Tensor& ids, const at::Tensor& labels, double gradScale)
 {
-    std::vector<at::Tensor> root;
-    const at::Tensor x = trunk(ids, root);
-    // The token count comes from the labels where they are (the host, for the loop's batches):
-    // no device read.
-    const int64_t tokens = countLossTokens(labels);
-    LossSum out = m_model.headLossSum(root, x, labels.to(m_config.device), gradScale);
-    out.tokens = tokens;
-    // Under zero3 the root is gathered again by this marker's backward, before the loss's.
-    out.sum = endRoot(out.sum);
-    return out;
+    return stage(StagePart {}, ids, {}, labels, gradScale).loss;
 }
 
 StageOut ModelRunner::stage(const StagePart& part, const at::Tensor& ids, const at::Tensor& input,
@@ -271,14 +273,25 @@ StageOut ModelRunner::stage(const StagePart& part, const at::Tensor& ids, const 
         out.hidden = endRoot(x);
         return out;
     }
-    out.loss = m_model.headLossSum(root, x, labels.to(m_config.device), gradScale);
-    out.loss.tokens = countLossTokens(labels);
+    // The token count comes from the labels where they are (the host, for the loop's batches):
+    // no device read.
+    const int64_t tokens = countLossTokens(labels);
+    const at::Tensor onDevice = labels.to(m_config.device);
+    dist::Communicator* vocab = vocabularyGroup();
+    out.loss = vocab ? tp::headLossSum(m_model, root, x, onDevice, gradScale, *vocab)
+                     : m_model.headLossSum(root, x, onDevice, gradScale);
+    out.loss.tokens = tokens;
+    // Under zero3 the root is gathered again by this marker's backward, before the loss's.
     out.loss.sum = endRoot(out.loss.sum);
     return out;
 }
 
 at::Tensor ModelRunner::tokenLogProbs(const at::Tensor& ids, const at::Tensor& labels)
 {
+    if (vocabularyGroup())
+        throw std::runtime_error("sequence log-probabilities (DPO, ORPO) are not computed over a "
+                                 "vocabulary split by tensor parallel yet; use "
+                                 "--tensor-parallel 1");
     std::vector<at::Tensor> root;
     const at::Tensor x = trunk(ids, root);
     return endRoot(m_model.headTokenLogProbs(root, x, labels.to(m_config.device)));

@@ -64,6 +64,8 @@ private:
         const at::Tensor& input = {}, std::pair<int64_t, int64_t> layers = {0, -1});
     // The root unit's post-forward and, in grad mode, its pre-backward marker on `out`.
     at::Tensor endRoot(at::Tensor out);
+    // The tensor-parallel group when it splits the embedding and head by vocabulary, else null.
+    dist::Communicator* vocabularyGroup() const;
 
     LlamaModel& m_model;
     Strategy& m_strategy;
