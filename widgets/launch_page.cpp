@@ -126,10 +126,12 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_pp = spin(this, 1, 1024, 1, "pipelineParallel");
     m_pp->setToolTip(tr("Pipeline stages: the layers are cut into this many contiguous stages, "
                         "one per group of ranks (the embedding on the first, the head on the "
-                        "last); the gradient-accumulation micro-batches flow through them in the "
+                        "last; balanced by compute, so a heavy head gets fewer layers); the "
+                        "gradient-accumulation micro-batches flow through them in the "
                         "1F1B order. The rank count is data-parallel copies x tensor parallel x "
                         "stages; each stage needs a layer."));
     m_virtualStages = spin(this, 1, 64, 1, "virtualStages");
+    m_virtualStages->setEnabled(false);
     m_virtualStages->setToolTip(
         tr("Chunks per stage: more than 1 runs interleaved 1F1B (Megatron-LM's virtual pipeline "
            "stages): each stage holds this many separate layer ranges and the pipeline's idle "
@@ -479,6 +481,9 @@ LaunchPage::LaunchPage(QWidget* parent)
         connect(b, &QCheckBox::toggled, this, changed);
     connect(m_strategy, qOverload<int>(&QComboBox::currentIndexChanged), this,
         [this] { m_shardGroup->setEnabled(m_strategy->currentData().toString() == "hybrid"); });
+    // Chunks per stage interleave pipeline stages: offered with two stages or more.
+    connect(m_pp, qOverload<int>(&QSpinBox::valueChanged), this,
+        [this](int stages) { m_virtualStages->setEnabled(stages > 1); });
     connect(browseModel, &QPushButton::clicked, this, [this] {
         const QString d = QFileDialog::getExistingDirectory(this, tr("Model folder"));
         if (!d.isEmpty())
@@ -646,7 +651,7 @@ protocol::RunSpec LaunchPage::fieldsSpec() const
     s.shardGroup = s.strategy == "hybrid" ? m_shardGroup->value() : 0;
     s.tensorParallel = m_tp->value();
     s.pipelineParallel = m_pp->value();
-    s.virtualStages = m_virtualStages->value();
+    s.virtualStages = s.pipelineParallel > 1 ? m_virtualStages->value() : 1;
     s.offload = m_offload->currentData().toString().toStdString();
     s.precision = m_precision->currentData().toString().toStdString();
     s.reduceDtype = m_reduceDtype->isEnabled()

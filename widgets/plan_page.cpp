@@ -252,6 +252,14 @@ PlanPage::PlanPage(QWidget* parent)
     m_pp->setToolTip(tr("Pipeline stages (1F1B): contiguous layer ranges, one per stage. Planned "
                         "for torchtitan / Megatron-LM; the data-parallel GPUs are the GPUs / "
                         "(tensor x pipeline)."));
+    m_virtualStages = new QSpinBox(this);
+    m_virtualStages->setObjectName("virtualStages");
+    m_virtualStages->setRange(1, 64);
+    m_virtualStages->setEnabled(false);
+    m_virtualStages->setToolTip(
+        tr("Chunks per stage: more than 1 plans interleaved 1F1B (Megatron-LM's virtual pipeline "
+           "stages), whose bubble is (stages - 1) / (chunks x micro-batches + stages - 1). "
+           "Gradient accumulation must be a multiple of the stages."));
     m_precision = new QComboBox(this);
     m_precision->setObjectName("precision");
     addItems(m_precision, {"fp32", "bf16-mixed", "bf16", "fp16-mixed"});
@@ -354,6 +362,7 @@ PlanPage::PlanPage(QWidget* parent)
     trainForm->addRow(tr("Shard &group"), m_shardGroup);
     trainForm->addRow(tr("&Tensor parallel"), m_tp);
     trainForm->addRow(tr("Pipeline s&tages"), m_pp);
+    trainForm->addRow(tr("C&hunks per stage"), m_virtualStages);
     trainForm->addRow(QString(), m_recommendLayout);
     trainForm->addRow(tr("P&recision"), m_precision);
     trainForm->addRow(tr("&Checkpointing"), m_checkpointing);
@@ -414,8 +423,8 @@ PlanPage::PlanPage(QWidget* parent)
 
     // Tab order follows the form top to bottom.
     QList<QWidget*> order = {m_modelBox, m_openFolder, m_importConfig, m_gpus, m_nodes, m_device,
-        m_customGiB, m_hostGiB, m_strategy, m_shardGroup, m_tp, m_pp, m_precision, m_checkpointing,
-        m_offload, m_reduceDtype, m_microBatch, m_seqLen, m_gradAccum, m_mode};
+        m_customGiB, m_hostGiB, m_strategy, m_shardGroup, m_tp, m_pp, m_virtualStages, m_precision,
+        m_checkpointing, m_offload, m_reduceDtype, m_microBatch, m_seqLen, m_gradAccum, m_mode};
     order << m_lora->widgets() << m_export << m_toLaunch;
     for (qsizetype i = 1; i < order.size(); ++i)
         setTabOrder(order[i - 1], order[i]);
@@ -439,9 +448,11 @@ PlanPage::PlanPage(QWidget* parent)
             Q_EMIT launchRequested(*m_input, m_modelSource);
     });
     connect(m_lora, &LoraFields::changed, this, &PlanPage::scheduleRecompute);
-    for (QSpinBox* s :
-        {m_gpus, m_nodes, m_shardGroup, m_tp, m_pp, m_microBatch, m_seqLen, m_gradAccum})
+    for (QSpinBox* s : {m_gpus, m_nodes, m_shardGroup, m_tp, m_pp, m_virtualStages, m_microBatch,
+             m_seqLen, m_gradAccum})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, &PlanPage::scheduleRecompute);
+    connect(m_pp, qOverload<int>(&QSpinBox::valueChanged), this,
+        [this](int stages) { m_virtualStages->setEnabled(stages > 1); });
     // A tensor or pipeline layout is planned in the paper's accounting: switch to it, and say so.
     for (QSpinBox* s : {m_tp, m_pp})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, [this] {
@@ -689,6 +700,7 @@ bool PlanPage::importConfig(const QString& path)
     m_gradAccum->setValue(int(in.gradAccum));
     m_tp->setValue(int(in.tp));
     m_pp->setValue(int(in.pp));
+    m_virtualStages->setValue(int(in.virtualStages));
     if (in.threeD())
         setData(m_mode, "zero-paper");
     if (c.usesDeepSpeed) {
@@ -813,6 +825,7 @@ void PlanPage::recommendLayout()
     const plan::LayoutCandidate& best = rec.candidates[size_t(rec.best)];
     m_tp->setValue(int(best.tp));
     m_pp->setValue(int(best.pp));
+    m_virtualStages->setValue(1); // the recommendation is a 1F1B layout
     m_gradAccum->setValue(int(best.gradAccum));
     if (best.tp * best.pp > 1)
         m_mode->setCurrentIndex(m_mode->findData("zero-paper"));
@@ -848,6 +861,7 @@ std::optional<plan::PlanInput> PlanPage::readFields(QString* error) const
     in.shardGroup = in.strategy == plan::Strategy::Hybrid ? m_shardGroup->value() : 0;
     in.tp = m_tp->value();
     in.pp = m_pp->value();
+    in.virtualStages = in.pp > 1 ? m_virtualStages->value() : 1;
     in.microBatch = m_microBatch->value();
     in.seqLen = m_seqLen->value();
     in.gradAccum = m_gradAccum->value();
@@ -1207,6 +1221,7 @@ void PlanPage::saveSettings() const
     s.setValue("shardGroup", m_shardGroup->value());
     s.setValue("tp", m_tp->value());
     s.setValue("pp", m_pp->value());
+    s.setValue("virtualStages", m_virtualStages->value());
     s.setValue("precision", m_precision->currentData());
     s.setValue("checkpointing", m_checkpointing->currentData());
     s.setValue("offload", m_offload->currentData());
@@ -1241,6 +1256,7 @@ void PlanPage::loadSettings()
     m_shardGroup->setValue(s.value("shardGroup", m_shardGroup->value()).toInt());
     m_tp->setValue(s.value("tp", 1).toInt());
     m_pp->setValue(s.value("pp", 1).toInt());
+    m_virtualStages->setValue(s.value("virtualStages", 1).toInt());
     setCombo(m_precision, "precision");
     setCombo(m_checkpointing, "checkpointing");
     setCombo(m_offload, "offload");

@@ -136,6 +136,7 @@ private:
     QSpinBox* m_shardGroup = nullptr;
     QSpinBox* m_tp = nullptr; // tensor parallel degree (planned for torchtitan / Megatron-LM)
     QSpinBox* m_pp = nullptr; // pipeline stages
+    QSpinBox* m_virtualStages = nullptr; // model chunks per stage (interleaved 1F1B)
     QComboBox* m_precision = nullptr;
     QComboBox* m_checkpointing = nullptr;
     QComboBox* m_offload = nullptr;

@@ -36,6 +36,7 @@ struct PlanOptions {
     std::string shardGroup;
     std::string tp = "1";
     std::string pp = "1";
+    std::string virtualStages = "1";
     bool modeGiven = false;
     std::string precision = "bf16-mixed";
     std::string checkpointing = "none";
@@ -173,6 +174,7 @@ PlanInput buildInput(const PlanOptions& o)
     }
     in.tp = parseCount("--tp", o.tp);
     in.pp = parseCount("--pp", o.pp);
+    in.virtualStages = parseCount("--virtual-stages", o.virtualStages);
     if (in.threeD() && !o.modeGiven && in.mode == AccountingMode::Engine) {
         // Tensor and pipeline layouts are other engines' (Megatron-LM, torchtitan): planned in
         // the paper's accounting, which the table says.
@@ -787,6 +789,10 @@ const CommandRegistration kPlan([](CLI::App& app) {
                "Pipeline parallel stages (default 1; 1F1B), as --tp; the data-parallel GPUs "
                "are the GPUs / (tp x pp)")
             ->type_name("P"),
+        sub->add_option("--virtual-stages", o->virtualStages,
+               "Model chunks per pipeline stage (default 1): more plans interleaved 1F1B, "
+               "whose bubble is (pp - 1) / (chunks x micro-batches + pp - 1)")
+            ->type_name("V"),
         sub->add_option("--precision", o->precision, "fp32, bf16-mixed (default), bf16, fp16-mixed")
             ->type_name("P"),
         sub->add_option("--checkpointing", o->checkpointing, "none (default), full")

@@ -23,6 +23,7 @@
 #include "core/model/tensor_parallel.h"
 #include "core/train/host_sync.h"
 #include "dist/rank_env.h"
+#include "plan/stage_balance.h"
 #include "protocol/parallel_dims.h"
 
 namespace shard::fsdp {
@@ -267,10 +268,17 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
     const at::TensorOptions on = at::TensorOptions().device(m_options.device);
     m_numUnits = model.numUnits();
     m_chunkLayers.clear();
+    m_layerStage.clear();
     if (m_stages > 1) {
-        const protocol::DeviceMesh virt = virtualMesh();
+        // Stages balanced by compute (a heavy head takes layers off the last), the cut the
+        // planner describes.
+        const auto cut = plan::balancedStages(model.spec(), int64_t(m_stages) * m_virtualStages);
+        m_layerStage.assign(static_cast<size_t>(m_numUnits - 1), 0);
+        for (size_t v = 0; v < cut.size(); ++v)
+            for (int64_t l = cut[v].first; l < cut[v].second; ++l)
+                m_layerStage[static_cast<size_t>(l)] = static_cast<int>(v) % m_stages;
         for (int c = 0; c < m_virtualStages; ++c)
-            m_chunkLayers.push_back(virt.stageLayers(c * m_stages + m_stage, m_numUnits - 1));
+            m_chunkLayers.push_back(cut.at(static_cast<size_t>(c * m_stages + m_stage)));
         const engine::RootLayout& root = model.rootLayout();
         m_tiedName = root.lmHead < 0 ? model.unit(0).params.at(root.embed).info.name : "";
     } else {
@@ -608,12 +616,8 @@ bool ShardedStrategy::holds(const engine::LlamaModel& model, int unit, int index
 {
     if (m_stages == 1)
         return true;
-    if (unit >= 1) {
-        for (const auto& [first, end] : m_chunkLayers)
-            if (unit - 1 >= first && unit - 1 < end)
-                return true;
-        return false;
-    }
+    if (unit >= 1)
+        return m_layerStage.at(static_cast<size_t>(unit - 1)) == m_stage;
     const engine::RootLayout& root = model.rootLayout();
     const bool last = m_stage == m_stages - 1;
     if (index == root.embed)
@@ -625,8 +629,8 @@ int ShardedStrategy::storingStage(const engine::LlamaModel& model, int unit, int
 {
     if (m_stages == 1)
         return 0;
-    if (unit >= 1) // the stage of the layer's virtual stage
-        return static_cast<int>(virtualMesh().stageOf(unit - 1, m_numUnits - 1) % m_stages);
+    if (unit >= 1)
+        return m_layerStage.at(static_cast<size_t>(unit - 1));
     return index == model.rootLayout().embed ? 0 : m_stages - 1;
 }
 
@@ -657,13 +661,6 @@ void ShardedStrategy::sumTiedEmbeddingGrad()
             return;
         }
     }
-}
-
-protocol::DeviceMesh ShardedStrategy::virtualMesh() const
-{
-    protocol::DeviceMesh virt = m_options.mesh;
-    virt.pp = static_cast<int64_t>(m_stages) * m_virtualStages;
-    return virt;
 }
 
 std::pair<int64_t, int64_t> ShardedStrategy::pipelineLayers(int chunk) const

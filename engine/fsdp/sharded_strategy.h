@@ -104,8 +104,6 @@ private:
     // and the stage that stores it (a tied embedding: held by the first and last, stored by the
     // first).
     bool holds(const engine::LlamaModel& model, int unit, int index) const;
-    // The (virtual) pipeline mesh: stages x chunks stages of the layers.
-    protocol::DeviceMesh virtualMesh() const;
     int storingStage(const engine::LlamaModel& model, int unit, int index) const;
     // A tied embedding's gradient, summed over the first and last stage (after the reductions).
     void sumTiedEmbeddingGrad();
@@ -130,8 +128,9 @@ private:
     int m_stage = 0;
     int m_stages = 1;
     // This stage's blocks [first, end), one range per model chunk (interleaved: chunk c is
-    // virtual stage c x stages + stage).
+    // virtual stage c x stages + stage), cut by plan::balancedStages.
     std::vector<std::pair<int64_t, int64_t>> m_chunkLayers;
+    std::vector<int> m_layerStage;        // pp > 1: the stage of each block, from the same cut
     int m_virtualStages = 1;              // model chunks per stage
     std::string m_tiedName;               // pp > 1: a tied embedding's name
     std::map<std::string, int> m_stageOf; // every parameter's storing stage

@@ -39,6 +39,7 @@ LayoutRecommendation recommendLayout(const PlanInput& given)
     PlanInput base = given;
     base.tp = 1;
     base.pp = 1;
+    base.virtualStages = 1; // the search compares 1F1B layouts
     validate(base);
     LayoutRecommendation rec;
     rec.gpus = given.worldSize();

@@ -11,9 +11,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plan/stage_balance.h"
+
 namespace shard::plan {
 
 namespace {
+
+// `x` with `digits` decimals ("1.25").
+std::string decimals(double x, int digits)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+    return buf;
+}
 
 template<typename E> struct NameTable {
     std::vector<std::pair<E, const char*>> rows;
@@ -779,7 +789,7 @@ void settleFit(const PlanInput& in, PlanResult& res)
 // Tensor and pipeline parallelism (Megatron-LM, torchtitan) with data parallelism inside each
 // stage, in the ZeRO paper's accounting (Narayanan et al. 2021; Korthikanti et al. 2022):
 // - a block's weights split over tp GPUs (norms replicated), the embedding and the head split
-//   by vocabulary; pipeline stage i holds its contiguous layers (DeviceMesh::stageLayers), stage
+//   by vocabulary; pipeline stage i holds its contiguous layers (balancedStages), stage
 //   0 the embedding, the last the final norm and the head (a tied head is a second copy there);
 // - model states of that slice as the paper's ZeRO stages over the dp_shard GPUs;
 // - activations with sequence parallelism and fused (flash) attention, as torchtitan and
@@ -816,10 +826,13 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
     std::vector<double> stageParams(static_cast<size_t>(pp), 0.0);
     std::vector<int64_t> stageLayerCount(static_cast<size_t>(pp), 0);
     std::vector<int64_t> stageOf(static_cast<size_t>(s.numLayers), 0);
-    for (int64_t st = 0; st < pp; ++st) {
-        const auto [first, end] = mesh.stageLayers(st, s.numLayers);
-        stageLayerCount[static_cast<size_t>(st)] = end - first;
-        for (int64_t l = first; l < end; ++l)
+    // The engine's cut (plan::balancedStages): virtual stage c * pp + st is chunk c of stage st.
+    const int64_t chunks = pp > 1 ? in.virtualStages : 1;
+    const auto cut = balancedStages(s, pp * chunks);
+    for (size_t v = 0; v < cut.size(); ++v) {
+        const int64_t st = static_cast<int64_t>(v) % pp;
+        stageLayerCount[static_cast<size_t>(st)] += cut[v].second - cut[v].first;
+        for (int64_t l = cut[v].first; l < cut[v].second; ++l)
             stageOf[static_cast<size_t>(l)] = st;
     }
     // The embedding and head split by vocabulary when tp divides it (the engine's
@@ -854,7 +867,14 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
     for (int64_t st = 0; st < pp; ++st) {
         Internal states = paperModelStates(in, stageParams[static_cast<size_t>(st)], mesh.dpShard);
         MemoryBreakdown m = states.mem;
-        const double inFlight = std::min(static_cast<double>(pp - st), K);
+        // Micro-batches' activations in flight at the peak: 1F1B keeps pp - st on stage st;
+        // interleaved, Megatron-LM's warm-up of 2 (pp - st - 1) + (v - 1) pp + 1 chunk forwards,
+        // each a 1 / v of the stage's layers (stage 0: pp + (pp - 1) / v micro-batches).
+        const double inFlight = chunks > 1 ? std::min(K * static_cast<double>(chunks),
+                                                 2.0 * static_cast<double>(pp - st - 1)
+                                                     + static_cast<double>((chunks - 1) * pp) + 1.0)
+                / static_cast<double>(chunks)
+                                           : std::min(static_cast<double>(pp - st), K);
         m.activations = toBytes(
             static_cast<double>(stageLayerCount[static_cast<size_t>(st)]) * inFlight * perLayer);
         if (st == pp - 1)
@@ -899,7 +919,11 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
         = vocabSplit && peakLast ? K * (t - 1.0) * 3.0 * 4.0 * b * std::max(seq - 1.0, 0.0) : 0.0;
     res.tpBytesPerDevicePerStep = toBytes(
         K * (layers * tpOps + rootOps) * 2.0 * ringFraction(mesh.tp) * perMicro + lossGather);
-    res.ppBytesPerDevicePerStep = pp > 1 ? toBytes((pp > 2 ? 2.0 : 1.0) * K * perMicro) : 0;
+    // Per micro-batch each of a stage's v chunks passes an activation on and a gradient back,
+    // except where the model starts and ends: a middle stage sends 2v, an end 2v - 1.
+    const double v = static_cast<double>(chunks);
+    res.ppBytesPerDevicePerStep
+        = pp > 1 ? toBytes((pp > 2 ? 2.0 * v : 2.0 * v - 1.0) * K * perMicro) : 0;
     res.gatherBytesPerDevicePerStep = toBytes(peak.gatherBytes);
     res.reduceBytesPerDevicePerStep = toBytes(peak.reduceBytes);
     res.bytesSentPerDevicePerStep = res.gatherBytesPerDevicePerStep
@@ -914,7 +938,7 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
                                        : in.device.interNodeBytesPerSec)
             * k.commEfficiency;
     };
-    res.bubbleFraction = static_cast<double>(pp - 1) / (K + static_cast<double>(pp - 1));
+    res.bubbleFraction = static_cast<double>(pp - 1) / (v * K + static_cast<double>(pp - 1));
     const double compute = res.deviceFlopsPerStep / (peakFlops * k.computeEfficiency);
     const double critical
         = (compute + static_cast<double>(res.tpBytesPerDevicePerStep) / bw(mesh.tp)
@@ -960,10 +984,19 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
             + std::to_string(in.gpusPerNode) + " or less and more pipeline stages");
     }
     if (pp > 1) {
-        const auto [first, end] = mesh.stageLayers(0, s.numLayers);
-        res.notes.push_back(std::to_string(pp) + " pipeline stages (1F1B) of "
-            + std::to_string(end - first) + (s.numLayers % pp ? " or fewer" : "")
-            + " layers: stage 0 keeps " + std::to_string(std::min<int64_t>(pp, in.gradAccum))
+        std::string layersOf;
+        for (int64_t st = 0; st < pp; ++st)
+            layersOf += (st ? ", " : "") + std::to_string(stageLayerCount[static_cast<size_t>(st)]);
+        const double imbalance = stageImbalance(s, cut);
+        res.notes.push_back(std::to_string(pp) + " pipeline stages ("
+            + (chunks > 1 ? "interleaved 1F1B, " + std::to_string(chunks) + " chunks a stage"
+                          : std::string("1F1B"))
+            + ") of " + layersOf + " layers, cut by compute (a block's products against the "
+            + "head's on the last stage; the slowest stage " + decimals(imbalance, 2)
+            + "x the mean): stage 0 keeps "
+            + decimals(chunks > 1 ? std::min(K * v, 2.0 * (pp - 1) + (v - 1) * pp + 1.0) / v
+                                  : std::min<double>(pp, K),
+                chunks > 1 ? 2 : 0)
             + " micro-batches' activations; the bubble idles "
             + std::to_string(static_cast<int>(res.bubbleFraction * 100.0 + 0.5)) + "% of a step at "
             + std::to_string(in.gradAccum)
@@ -1399,6 +1432,29 @@ void validate(const PlanInput& in)
                 + std::to_string(s.numLayers) + " layers: use at most "
                 + std::to_string(s.numLayers));
     }
+    // Interleaved 1F1B, as the engine refuses it (plan::pipelineParallelRefusal).
+    if (in.virtualStages < 1)
+        throw std::runtime_error("chunks per pipeline stage (virtual stages) must be 1 or more "
+                                 "(got "
+            + std::to_string(in.virtualStages) + ")");
+    if (in.virtualStages > 1) {
+        if (in.pp < 2)
+            throw std::runtime_error(std::to_string(in.virtualStages)
+                + " chunks per stage interleave pipeline stages, and this plan has one; use pp 2 "
+                  "or more, or 1 chunk a stage");
+        if (in.pp * in.virtualStages > s.numLayers)
+            throw std::runtime_error(std::to_string(in.pp) + " stages x "
+                + std::to_string(in.virtualStages) + " chunks need a layer each and " + s.name
+                + " has " + std::to_string(s.numLayers) + "; use "
+                + std::to_string(std::max<int64_t>(1, s.numLayers / in.pp))
+                + " chunks a stage or fewer");
+        if (in.gradAccum % in.pp != 0)
+            throw std::runtime_error("interleaved 1F1B runs the micro-batches in groups of the "
+                + std::to_string(in.pp) + " stages, and gradient accumulation "
+                + std::to_string(in.gradAccum) + " is not a multiple of " + std::to_string(in.pp)
+                + "; use " + std::to_string(std::max<int64_t>(in.pp, in.gradAccum / in.pp * in.pp))
+                + " or " + std::to_string((in.gradAccum / in.pp + 1) * in.pp));
+    }
     if (in.bf16Reduce && in.precision != Precision::Bf16Mixed)
         throw std::runtime_error("a bf16 reduce goes with bf16-mixed (" + toString(in.precision)
             + " reduces in its own dtype); use reduce fp32");
@@ -1684,6 +1740,8 @@ nlohmann::json toJson(const PlanResult& r)
         const auto mesh = in.mesh();
         j["mesh"] = {{"pp", mesh.pp}, {"dp_replicate", mesh.dpReplicate},
             {"dp_shard", mesh.dpShard}, {"tp", mesh.tp}};
+        if (in.virtualStages > 1)
+            j["virtual_stages"] = in.virtualStages;
         j["peak_stage"] = r.peakStage;
         j["stage_params_per_gpu"] = r.stageParams;
         j["bubble_fraction"] = r.bubbleFraction;

@@ -102,6 +102,9 @@ struct PlanInput {
     // GPUs / (tp x pp), sharded or replicated as the strategy says.
     int64_t tp = 1;
     int64_t pp = 1;
+    // Model chunks per pipeline stage: more than 1 plans interleaved 1F1B (Megatron-LM's virtual
+    // pipeline stages; the micro-batches a multiple of pp).
+    int64_t virtualStages = 1;
     DeviceSpec device;
     AccountingMode mode = AccountingMode::Engine;
     Calibration calibration;

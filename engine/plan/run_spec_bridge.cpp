@@ -82,6 +82,7 @@ void applyPlanToSpec(const PlanInput& in, const std::string& modelSource, protoc
     spec.shardGroup = in.strategy == Strategy::Hybrid ? static_cast<int>(in.shardGroup) : 0;
     spec.tensorParallel = static_cast<int>(in.tp);
     spec.pipelineParallel = static_cast<int>(in.pp);
+    spec.virtualStages = in.pp > 1 ? static_cast<int>(in.virtualStages) : 1;
     spec.precision = toString(in.precision);
     spec.checkpointing = toString(in.checkpointing);
     spec.offload = toString(in.offload);

@@ -154,31 +154,6 @@ std::vector<std::vector<int64_t>> DeviceMesh::groups(MeshDim dim) const
     return all;
 }
 
-std::pair<int64_t, int64_t> DeviceMesh::stageLayers(int64_t stage, int64_t layers) const
-{
-    if (stage < 0 || stage >= pp)
-        throw std::runtime_error("pipeline stage " + std::to_string(stage) + " is outside the "
-            + std::to_string(pp) + " stages");
-    if (layers < pp)
-        throw std::runtime_error(std::to_string(pp) + " pipeline stages need at least as many "
-            + "layers; the model has " + std::to_string(layers));
-    const int64_t base = layers / pp;
-    const int64_t extra = layers % pp;
-    const int64_t first = stage * base + std::min(stage, extra);
-    return {first, first + base + (stage < extra ? 1 : 0)};
-}
-
-int64_t DeviceMesh::stageOf(int64_t layer, int64_t layers) const
-{
-    if (layer < 0 || layer >= layers)
-        throw std::runtime_error("layer " + std::to_string(layer) + " is outside the model's "
-            + std::to_string(layers) + " layers");
-    for (int64_t s = 0; s < pp; ++s)
-        if (layer < stageLayers(s, layers).second)
-            return s;
-    return pp - 1;
-}
-
 void DeviceMesh::validate(int64_t ranksPerNode, const std::string& ranks) const
 {
     // A group inside a node, or whole nodes (allowed: the planner warns about the link); one

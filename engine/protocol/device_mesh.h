@@ -66,14 +66,9 @@ struct DeviceMesh {
     // Every group along `dim`, in the order of their first rank.
     std::vector<std::vector<int64_t>> groups(MeshDim dim) const;
 
-    // Pipeline stage `stage`'s layers [first, end) of `layers`: contiguous, the first
-    // (layers % pp) stages one layer more. Throws when a stage would hold none.
-    std::pair<int64_t, int64_t> stageLayers(int64_t stage, int64_t layers) const;
-    // The stage whose stageLayers hold `layer` of `layers`.
-    int64_t stageOf(int64_t layer, int64_t layers) const;
-
-    // Throws std::runtime_error when a tensor-parallel group would span nodes (tp must divide
-    // the ranks of a node: its collectives run every layer).
+    // Throws std::runtime_error when a tensor-parallel group would straddle node boundaries
+    // part-way (tp must divide the ranks of a node, or be a multiple of them: its collectives
+    // run every layer). Pipeline stages' layers are the model's to cut (plan::balancedStages).
     void validate(int64_t ranksPerNode, const std::string& ranks = "ranks") const;
 
     // "pp 2 x dp_replicate 8 x dp_shard 1 x tp 4".

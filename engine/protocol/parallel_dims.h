@@ -28,7 +28,7 @@ struct ParallelDims {
     // style, core/model/tensor_parallel.h); the strategy runs over the world / tp data-parallel
     // ranks.
     int64_t tp = 1;
-    // Pipeline-parallel degree: stages of contiguous layers (DeviceMesh::stageLayers), 1F1B.
+    // Pipeline-parallel degree: stages of contiguous layers (plan::balancedStages), 1F1B.
     int64_t pp = 1;
 
     int64_t worldSize() const { return nodes * ranksPerNode; }

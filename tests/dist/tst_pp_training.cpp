@@ -11,6 +11,8 @@
 //    table split by vocabulary on both ends): the first and last stage hold the embedding and
 //    sum its gradient; held-out losses (--eval-every) match one
 //    rank's too;
+//  - a model with a heavy head (vocabulary 4096, hidden 64) at PP2 is cut by compute, 5 + 1
+//    layers (plan::balancedStages; the start event records it), and matches one rank;
 //  - LoRA (dropout on) at PP2: the merged model and the adapters match one rank's;
 //  - bf16-mixed PP2 tracks one bf16-mixed rank;
 //  - rank 0's bytes per step at PP2 within 2% of the planner's pipeline traffic, and its
@@ -162,6 +164,29 @@ int main()
                     "held-out loss through the pipeline within 1e-5 of one rank's");
             }
         }
+    }
+
+    // A heavy head (vocabulary 4096 on hidden 64: its products cost seven of the six blocks'):
+    // the stages are cut by compute, 5 + 1 layers, and train as one rank does; the start event
+    // records the cut.
+    {
+        nlohmann::json wide = {{"hidden_size", 64}, {"intermediate_size", 128},
+            {"num_hidden_layers", 6}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+            {"vocab_size", 4096}, {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-6},
+            {"rope_theta", 10000.0}, {"hidden_act", "silu"}, {"model_type", "llama"},
+            {"architectures", {"LlamaForCausalLM"}}, {"tie_word_embeddings", false}};
+        makeModel("wide", wide);
+        expectClose("heavy-head PP2 (cut 5 + 1) vs 1 rank",
+            train("wide", "wide-1", 1, {"--micro-batch", "2", "--grad-accum", "2"}),
+            train("wide", "wide-pp2", 2,
+                {"--micro-batch", "2", "--grad-accum", "2", "--pipeline-parallel", "2"}));
+        nlohmann::json cut;
+        for (const auto& e : events(dir() + "/wide-pp2"))
+            if (e.value("kind", "") == "start" && e.contains("data"))
+                cut = e["data"].value("pipeline_layers", nlohmann::json());
+        std::printf("heavy-head PP2 stage layers %s\n", cut.dump().c_str());
+        SHARD_EXPECT(cut == nlohmann::json::parse("[[0,5],[5,6]]"),
+            "the heavy head's stage gets one layer: " + cut.dump());
     }
 
     // LoRA on every projection with dropout: the masks follow the 1-rank run's draws.

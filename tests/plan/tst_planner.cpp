@@ -9,6 +9,7 @@
 #include "plan/device_catalog.h"
 #include "plan/layout_search.h"
 #include "plan/planner.h"
+#include "plan/stage_balance.h"
 
 using namespace shard::plan;
 
@@ -919,6 +920,98 @@ void testMegatronFormula()
         (s * h * (18 + 4 * ffn / h) * L + 8 * s + s * h + s * h * 4 * (1 + Vp8 / h)) / 8, 1e-12);
 }
 
+// Pipeline stages cut by compute (plan::balancedStages), which the engine's strategy runs and
+// the planner describes: a model with a light head is cut evenly (Llama-2-70B: its head costs
+// 0.3 of one of its 80 blocks), a heavy head takes layers off
+// the last stage (Qwen2.5-1.5B: a head of 151936 x 1536 costs 4.99 of its blocks, so PP2 runs
+// 16 + 12 layers, the slowest stage 16.99 blocks instead of 18.99), interleaved chunks likewise;
+// the plan's stage parameters, notes, bubble, activations and pipeline bytes follow the cut and
+// the schedule.
+void testStageBalance()
+{
+    const ModelSpec q = preset("qwen2.5-1.5b");
+    const LayerCosts c = layerCosts(q);
+    CHECK_NEAR(c.head / c.block, 233373696.0 / 46797824.0, 1e-3);
+    using Cut = std::vector<std::pair<int64_t, int64_t>>;
+    CHECK(balancedStages(q, 2) == (Cut {{0, 16}, {16, 28}}));
+    CHECK(balancedStages(q, 1) == (Cut {{0, 28}}));
+    // Every cut is contiguous, covers the model and gives each stage a layer.
+    for (int64_t n : {3, 4, 7, 8, 14, 28}) {
+        const Cut cut = balancedStages(q, n);
+        CHECK_EQ(static_cast<int64_t>(cut.size()), n);
+        int64_t at = 0;
+        for (const auto& [first, end] : cut) {
+            CHECK_EQ(first, at);
+            CHECK(end > first);
+            at = end;
+        }
+        CHECK_EQ(at, int64_t(28));
+        // No cut is slower than the even one.
+        Cut even;
+        for (int64_t st = 0, f = 0; st < n; ++st) {
+            const int64_t k = 28 / n + (st < 28 % n ? 1 : 0);
+            even.push_back({f, f + k});
+            f += k;
+        }
+        CHECK(stageImbalance(q, cut) <= stageImbalance(q, even) + 1e-12);
+    }
+    CHECK_NEAR(stageImbalance(q, balancedStages(q, 2)), 2 * 16.987 / (28 + 4.987), 1e-3);
+    // A light head: the even cut.
+    const ModelSpec l = preset("llama-2-70b");
+    CHECK(balancedStages(l, 2) == (Cut {{0, 40}, {40, 80}}));
+    CHECK(balancedStages(l, 3) == (Cut {{0, 27}, {27, 54}, {54, 80}}));
+    CHECK_THROWS_WITH(balancedStages(l, 81), "need at least as many layers; the model has 80");
+
+    // The planner plans the engine's cut.
+    PlanInput in;
+    in.model = q;
+    in.mode = AccountingMode::ZeroPaper;
+    in.strategy = Strategy::Zero1;
+    in.gpusPerNode = 2;
+    in.pp = 2;
+    in.microBatch = 1;
+    in.seqLen = 1024;
+    in.gradAccum = 8;
+    in.device.overheadBytes = 0;
+    in.calibration.gpuFragmentation = 0;
+    const PlanResult r = plan(in);
+    bool cutNote = false;
+    for (const auto& n : r.notes)
+        cutNote = cutNote
+            || n.find("2 pipeline stages (1F1B) of 16, 12 layers, cut by compute")
+                != std::string::npos;
+    CHECK(cutNote);
+    CHECK_NEAR(r.bubbleFraction, 1.0 / 9.0, 1e-12);
+    const double perMicro = 1024.0 * q.hiddenSize * 2; // bf16 activations
+    CHECK_NEAR(static_cast<double>(r.ppBytesPerDevicePerStep), 8 * perMicro, 1e-9);
+    // Interleaved (2 chunks a stage): the bubble shrinks to (pp - 1) / (v K + pp - 1), the
+    // first stage keeps pp + (pp - 1) / v micro-batches of its layers, and each stage sends
+    // 2v - 1 tensors a micro-batch.
+    PlanInput iv = in;
+    iv.virtualStages = 2;
+    const PlanResult ri = plan(iv);
+    CHECK_NEAR(ri.bubbleFraction, 1.0 / 17.0, 1e-12);
+    CHECK_NEAR(static_cast<double>(ri.ppBytesPerDevicePerStep), 3 * 8 * perMicro, 1e-9);
+    const Cut chunks = balancedStages(q, 4);
+    const int64_t stage0
+        = (chunks[0].second - chunks[0].first) + (chunks[2].second - chunks[2].first);
+    const double perLayer = 1024.0 * q.hiddenSize * 34.0;
+    if (ri.peakStage == 0)
+        CHECK_NEAR(static_cast<double>(ri.perDevice.activations),
+            static_cast<double>(stage0) * (2.0 + 1.0 / 2.0) * perLayer, 1e-9);
+    const nlohmann::json j = toJson(ri);
+    CHECK_EQ(j["virtual_stages"].get<int64_t>(), int64_t(2));
+    // Refusals the engine would make, with the fix.
+    iv.gradAccum = 3;
+    CHECK_THROWS_WITH(plan(iv), "gradient accumulation 3 is not a multiple of 2; use 2 or 4");
+    iv.gradAccum = 8;
+    iv.virtualStages = 15;
+    CHECK_THROWS_WITH(plan(iv), "use 14 chunks a stage or fewer");
+    iv.virtualStages = 2;
+    iv.pp = 1;
+    CHECK_THROWS_WITH(plan(iv), "use pp 2 or more, or 1 chunk a stage");
+}
+
 int main()
 {
     testLlama7bZero3();
@@ -928,6 +1021,7 @@ int main()
     testPureBf16AndFp16();
     testZeroPaper();
     testTensorAndPipelineParallel();
+    testStageBalance();
     testLayoutSearch();
     testMegatronFormula();
     testDerivedAnswers();

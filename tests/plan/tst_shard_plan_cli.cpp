@@ -434,6 +434,20 @@ void testTensorPipeline()
     expectError("plan --model llama-2-70b --gpus 8 --tp 3",
         "tensor parallel size 3 does not divide the 8 GPUs; use a divisor of 8 (1, 2, 4, 8)");
     expectError(flags + " --export deepspeed", "written for torchtitan only");
+    // Interleaved 1F1B: the JSON carries the chunks and the smaller bubble; a micro-batch count
+    // that is not a multiple of the stages is refused with the nearest that are.
+    Result v = shard(flags + " --virtual-stages 2 --json");
+    CHECK_EQ(v.code, 0);
+    const json iv = json::parse(v.out, nullptr, false);
+    CHECK(!iv.is_discarded());
+    if (!iv.is_discarded() && !plan.is_discarded()) {
+        CHECK_EQ(iv["virtual_stages"].get<int64_t>(), int64_t(2));
+        CHECK_NEAR(iv["bubble_fraction"].get<double>(), 1.0 / 33.0, 1e-12);
+        CHECK_NEAR(plan["bubble_fraction"].get<double>(), 1.0 / 17.0, 1e-12);
+    }
+    expectError("plan --model llama-2-70b --gpus 8 --nodes 8 --tp 4 --pp 2 --grad-accum 5 "
+                "--virtual-stages 2",
+        "gradient accumulation 5 is not a multiple of 2; use 4 or 6");
 }
 
 // `--recommend-layout`: every layout of the GPUs with Megatron's formula beside it, the pick

@@ -118,16 +118,6 @@ private Q_SLOTS:
         QVERIFY(m.dataRows(2, 5) == std::make_pair(int64_t(2), int64_t(5)));
     }
 
-    void pipelineStagesOwnContiguousLayers()
-    {
-        const auto m = DeviceMesh::of({Strategy::Zero3, 0, 1, 6, 1, 3});
-        // 32 layers over 3 stages: 11, 11, 10.
-        QVERIFY(m.stageLayers(0, 32) == std::make_pair(int64_t(0), int64_t(11)));
-        QVERIFY(m.stageLayers(1, 32) == std::make_pair(int64_t(11), int64_t(22)));
-        QVERIFY(m.stageLayers(2, 32) == std::make_pair(int64_t(22), int64_t(32)));
-        QVERIFY(thrown([&] { m.stageLayers(0, 2); }).contains("need at least as many layers"));
-    }
-
     void refusalsSayTheFix()
     {
         QVERIFY2(thrown([] {
@@ -143,10 +133,17 @@ private Q_SLOTS:
         QVERIFY(thrown([] {
             DeviceMesh::of({Strategy::Hybrid, 8, 1, 8, 2});
         }).contains("does not divide the 4 data-parallel ranks"));
+        // Tensor parallel over whole nodes is allowed (the planner warns about the link); a
+        // group that straddles nodes part-way is refused with both fixes.
         const auto wide = DeviceMesh::of({Strategy::Zero3, 0, 2, 4, 8});
-        QVERIFY(thrown([&] {
-            wide.validate(4, "GPUs");
-        }).contains("tensor parallel degree 8 does not divide the 4 GPUs of a node"));
+        wide.validate(4, "GPUs");
+        const auto straddling = DeviceMesh::of({Strategy::Zero3, 0, 3, 4, 6});
+        const QString why = thrown([&] { straddling.validate(4, "GPUs"); });
+        QVERIFY2(why.contains("tensor parallel degree 6 does not divide the 4 GPUs of a node, so "
+                              "some of its groups would straddle node boundaries; use a divisor "
+                              "of 4 (1, 2, 4) to keep each group inside a node, or a multiple "
+                              "of 4 to span whole nodes"),
+            qPrintable(why));
         QVERIFY(thrown([] {
             DeviceMesh::of({Strategy::Ddp, 0, 1, 2}).coords(2);
         }).contains("rank 2 is outside the 2 ranks"));

@@ -464,8 +464,14 @@ private Q_SLOTS:
         auto* ranks = page.findChild<QSpinBox*>("ranks");
         auto* accum = page.findChild<QSpinBox*>("gradAccum");
         QVERIFY(problem && start && pp && chunks && ranks && accum);
+        // Chunks per stage are offered with two stages or more; one stage's spec has 1.
+        QVERIFY(!chunks->isEnabled());
+        chunks->setValue(2);
+        QCOMPARE(page.fieldsSpec().virtualStages, 1);
+        chunks->setValue(1);
         ranks->setValue(2);
         pp->setValue(2);
+        QVERIFY(chunks->isEnabled());
         accum->setValue(2);
         QTRY_VERIFY2(problem->isHidden(), qPrintable(problem->text()));
         QTRY_VERIFY(start->isEnabled());

@@ -128,10 +128,19 @@ private Q_SLOTS:
         field<QSpinBox>(p, "gpus")->setValue(8);
         selectData(field<QComboBox>(p, "device"), "h100-80g");
         field<QSpinBox>(p, "tp")->setValue(2);
+        auto* chunks = field<QSpinBox>(p, "virtualStages");
+        QVERIFY(!chunks->isEnabled()); // one stage: nothing to interleave
         field<QSpinBox>(p, "pp")->setValue(2);
+        QVERIFY(chunks->isEnabled());
+        chunks->setValue(2);
+        field<QSpinBox>(p, "gradAccum")->setValue(4);
         field<QSpinBox>(p, "seqLen")->setValue(256);
         p.recompute();
         QVERIFY2(p.input() && p.input()->threeD(), qPrintable(p.messageText()));
+        // The plan is the interleaved schedule's: its bubble is (pp - 1) / (v K + pp - 1).
+        QCOMPARE(p.input()->virtualStages, int64_t(2));
+        QVERIFY(p.chosen());
+        QCOMPARE(p.chosen()->bubbleFraction, 1.0 / 9.0);
         auto* toLaunch = field<QPushButton>(p, "toLaunch");
         QVERIFY(toLaunch->isEnabled());
         QTest::mouseClick(toLaunch, Qt::LeftButton);
@@ -139,8 +148,10 @@ private Q_SLOTS:
         const shard::protocol::RunSpec s = l.fieldsSpec();
         QCOMPARE(s.tensorParallel, 2);
         QCOMPARE(s.pipelineParallel, 2);
+        QCOMPARE(s.virtualStages, 2);
         QCOMPARE(s.procsPerNode, 8);
         QCOMPARE(field<QSpinBox>(l, "pipelineParallel")->value(), 2);
+        QCOMPARE(field<QSpinBox>(l, "virtualStages")->value(), 2);
     }
 
     void presetPlanDropsTheOldFolder()

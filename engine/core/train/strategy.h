@@ -149,7 +149,7 @@ public:
     // over ranks (allReduceSum, allReduceSumInPlace) count each data-parallel copy once.
     virtual dist::Communicator* tensorParallelGroup() { return nullptr; }
     // Pipeline parallel (docs/ARCHITECTURE.md, "Pipeline parallel"): this rank's stage of
-    // pipelineStages(); it holds the blocks of DeviceMesh::stageLayers, the embedding on the first
+    // pipelineStages(); it holds the blocks of plan::balancedStages, the embedding on the first
     // stage, the final norm and LM head on the last (a tied embedding on both, its gradient summed
     // over the two). Sums over ranks (allReduceSumInPlace) take the last stage's value, where the
     // loss is.

@@ -42,6 +42,7 @@
 #include "dist/device_choice.h"
 #include "launch/rank_heartbeat.h"
 #include "plan/run_spec_bridge.h"
+#include "plan/stage_balance.h"
 #include "protocol/jsonl_reader.h"
 #include "protocol/peer_loss.h"
 #include "protocol/records.h"
@@ -786,6 +787,13 @@ void Trainer::placeModel(Io& io, bool resuming, int threads)
         started["tensor_parallel"] = m_mesh.tp;
         started["pipeline_parallel"] = m_mesh.pp;
         started["mesh"] = m_mesh.describe();
+        if (m_mesh.pp > 1) { // the cut of every (virtual) stage, [first, end) layers
+            nlohmann::json cut = nlohmann::json::array();
+            for (const auto& [first, end] : plan::balancedStages(
+                     m_model->spec(), m_mesh.pp * std::max(1, m_spec.virtualStages)))
+                cut.push_back({first, end});
+            started["pipeline_layers"] = cut;
+        }
         std::string where = "mesh " + m_mesh.describe() + ", this rank tp "
             + std::to_string(m_mesh.coord(protocol::MeshDim::Tp, m_rank))
             + " of data-parallel copy " + std::to_string(m_mesh.dataParallelIndex(m_rank));
