@@ -2,7 +2,8 @@
 // --grad-accum micro-batches) against one rank, with real ranks on Gloo (fp32, 8 steps, AdamW,
 // clipping, weight decay; every row full length):
 //  - PP2, PP4 (four micro-batches in the steady 1F1B state, and two: fewer than the stages),
-//    PP2 with one micro-batch, PP2 x zero3 DP2 and PP2 x ddp DP2 (4 ranks), TP2 x PP2 (4 ranks),
+//    PP2 with one micro-batch, PP2 x zero3 DP2 and PP2 x ddp DP2 (4 ranks), PP2 x hybrid DP4
+//    (8 ranks, shard groups of 2), TP2 x PP2 (4 ranks),
 //    PP2 x zero2 with activation checkpointing, and interleaved 1F1B (two model chunks a stage:
 //    PP2 over 2 and 4 micro-batches, PP2 x zero3 DP2) give the 1-rank run's losses within 1e-5
 //    (relative) and its final weights within 1e-4 (L2 relative), against the 1-rank run that
@@ -109,6 +110,10 @@ int main()
         train("llama", "llama-pp2-ddp-dp2", 4,
             {"--micro-batch", "1", "--grad-accum", "2", "--pipeline-parallel", "2", "--strategy",
                 "ddp"}));
+    expectClose("llama PP2 x hybrid DP4 (shard group 2) vs 1 rank split", refGa4,
+        train("llama", "llama-pp2-hybrid-dp4", 8,
+            {"--micro-batch", "1", "--pipeline-parallel", "2", "--strategy", "hybrid",
+                "--shard-group", "2"}));
     expectClose("llama TP2 x PP2 vs 1 rank", refGa2,
         train("llama", "llama-tp2-pp2", 4,
             {"--micro-batch", "2", "--grad-accum", "2", "--pipeline-parallel", "2",

@@ -1,7 +1,8 @@
 // Tensor-parallel training (`shard-worker train --tensor-parallel N`) against one rank, with real
 // ranks on Gloo (fp32, 8 steps, AdamW, clipping, weight decay; every row full length):
 //  - TP2 (2 ranks), TP4 (4 ranks), TP2 with gradient accumulation, TP2 x zero3 DP2, TP2 x ddp
-//    DP2 and TP2 x zero2 DP2 with activation checkpointing (4 ranks) give the 1-rank run's
+//    DP2 and TP2 x zero2 DP2 with activation checkpointing (4 ranks), TP2 x hybrid DP4 (8
+//    ranks, shard groups of 2) give the 1-rank run's
 //    losses within 1e-5 (relative) and its final weights within 1e-4 (L2 relative), against
 //    the 1-rank run that splits the global batch as the data-parallel copies do (so only the
 //    tensor-parallel sums differ): the exported model is whole, gathered over the TP group;
@@ -95,6 +96,13 @@ int main()
     expectClose("llama TP2 x ddp DP2 vs 1 rank split", refGa,
         train("llama", "llama-tp2-ddp-dp2", 4,
             {"--micro-batch", "2", "--tensor-parallel", "2", "--strategy", "ddp"}));
+    // Hybrid inside the tensor-parallel layout: 8 ranks, TP2 x 4 data-parallel copies, ZeRO-3
+    // within shard groups of 2 copies and replicated across the 2 groups.
+    expectClose("llama TP2 x hybrid DP4 (shard group 2) vs 1 rank split",
+        train("llama", "llama-1-ga4", 1, {"--micro-batch", "1", "--grad-accum", "4"}),
+        train("llama", "llama-tp2-hybrid-dp4", 8,
+            {"--micro-batch", "1", "--tensor-parallel", "2", "--strategy", "hybrid",
+                "--shard-group", "2"}));
     const Run tp2ckpt = train("llama", "llama-tp2-ckpt", 2,
         {"--micro-batch", "4", "--tensor-parallel", "2", "--checkpointing", "full"});
     expectClose("llama TP2 + checkpointing vs 1 rank", ref, tp2ckpt);
