@@ -73,6 +73,17 @@ struct ShardedStrategy::UnitState {
     std::vector<dist::WorkPtr> reduceWork;
     at::Tensor reduceIn;  // reduce dtype, Ws * shard per parameter
     at::Tensor reduceOut; // reduce dtype [shardNumel]
+
+    // Slot i's reduced gradient, this rank's rows as the optimizer updates them (the leaf's
+    // gradient on one rank, a view of the shard gradient otherwise), or undefined before any.
+    at::Tensor grad(size_t i) const
+    {
+        if (gradsInLeaves)
+            return leaves[i].grad();
+        if (shardGrad.defined())
+            return shardGrad.narrow(0, params[i].offset, params[i].shardNumel);
+        return {};
+    }
 };
 
 // Sends one channel's tensors in the order they were pushed, on its own thread, so that a stage
@@ -651,9 +662,9 @@ void ShardedStrategy::sumTiedEmbeddingGrad()
             if (s.params[i].name != m_tiedName)
                 continue;
             at::NoGradGuard noGrad;
-            at::Tensor g = s.gradsInLeaves
-                ? s.leaves[i].grad()
-                : s.shardGrad.narrow(0, s.params[i].offset, s.params[i].shardNumel);
+            at::Tensor g = s.grad(i);
+            if (!g.defined())
+                return;
             at::Tensor flat = g.contiguous();
             m_ppEnds->allReduce(flat)->wait();
             if (!flat.is_same(g))
@@ -709,10 +720,8 @@ void ShardedStrategy::sumPartialGradsOverTp()
             const ParamSlot& p = s.params[i];
             if (p.split != engine::tp::Split::WholeSummed)
                 continue;
-            if (s.gradsInLeaves)
-                grads.push_back(s.leaves[i].grad());
-            else if (s.shardGrad.defined())
-                grads.push_back(s.shardGrad.narrow(0, p.offset, p.shardNumel));
+            if (at::Tensor g = s.grad(i); g.defined())
+                grads.push_back(g);
         }
     }
     if (grads.empty())
@@ -869,10 +878,8 @@ std::vector<engine::OptimTarget> ShardedStrategy::optimizerTargets()
             engine::OptimTarget t;
             t.name = p.name;
             t.master = s.master.narrow(0, p.offset, p.shardNumel).view(p.chunkShape);
-            if (s.gradsInLeaves) // one rank: the leaf is the whole shard (writeOwnGradients)
-                t.grad = s.leaves[i].grad().view(p.chunkShape);
-            else if (s.shardGrad.defined())
-                t.grad = s.shardGrad.narrow(0, p.offset, p.shardNumel).view(p.chunkShape);
+            if (at::Tensor g = s.grad(i); g.defined()) // one rank: the whole shard
+                t.grad = g.view(p.chunkShape);
             t.decay = p.decay;
             out.push_back(std::move(t));
         }

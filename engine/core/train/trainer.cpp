@@ -1047,14 +1047,7 @@ void Trainer::pipelineMicroSteps(
     const double norm = static_cast<double>(std::max<int64_t>(1, stepTokens));
     const at::TensorOptions act = at::TensorOptions().dtype(m_computeDtype).device(m_device);
     at::Tensor lossSum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
-    auto [lo, hi] = m_mesh.dataRows(m_rank, loop.globalRows);
-    // A copy with no rows this step still runs its stages (a sharded stage gathers inside
-    // them), on one row with every label masked, which adds nothing.
-    const bool masked = hi <= lo;
-    if (masked) {
-        lo = 0;
-        hi = 1;
-    }
+    const auto [lo, hi] = m_mesh.dataRows(m_rank, loop.globalRows);
     struct InFlight {
         at::Tensor input;  // a later stage: the received activation (its gradient goes back)
         at::Tensor output; // the stage's output, or the last stage's scaled loss
@@ -1072,17 +1065,14 @@ void Trainer::pipelineMicroSteps(
         const StagePart part = stagePart(op.chunk);
         auto& queue = inFlight[static_cast<size_t>(op.chunk)];
         if (op.forward) {
-            const at::Tensor ids = rowsTensor(micro[static_cast<size_t>(op.micro)], lo, hi, false);
-            at::Tensor labels = rowsTensor(micro[static_cast<size_t>(op.micro)], lo, hi, true);
-            if (masked)
-                labels.fill_(-100);
+            const CopyRows in = copyRows(micro[static_cast<size_t>(op.micro)], lo, hi);
             InFlight f;
             if (!part.first) {
-                f.input = at::empty({ids.size(0), ids.size(1), m_model->spec().hiddenSize}, act);
+                f.input = activationBuffer(in.ids);
                 receive(f.input, Pipe::Activation);
                 f.input.requires_grad_(true);
             }
-            StageOut out = loop.runner.stage(part, ids, f.input, labels, 1.0 / norm);
+            StageOut out = loop.runner.stage(part, in.ids, f.input, in.labels, 1.0 / norm);
             if (part.last) {
                 f.output = out.loss.sum / norm;
                 lossSum.add_(out.loss.sum.detach().to(at::kDouble));
@@ -1121,23 +1111,36 @@ void Trainer::pipelineMicroSteps(
     done.lossValue = lossSum / norm;
 }
 
-at::Tensor Trainer::pipelineEvalSum(
-    Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi, bool masked)
+Trainer::CopyRows Trainer::copyRows(const std::vector<TrainRow>& rows, int64_t lo, int64_t hi) const
 {
-    const at::Tensor ids = rowsTensor(rows, lo, hi, false);
-    at::Tensor labels = rowsTensor(rows, lo, hi, true);
-    if (masked)
-        labels.fill_(-100);
+    if (hi <= lo) {
+        CopyRows none;
+        none.ids = rowsTensor(rows, 0, 1, false);
+        none.labels = at::full_like(none.ids, -100);
+        return none;
+    }
+    return {rowsTensor(rows, lo, hi, false), rowsTensor(rows, lo, hi, true)};
+}
+
+at::Tensor Trainer::activationBuffer(const at::Tensor& ids) const
+{
+    return at::empty({ids.size(0), ids.size(1), m_model->spec().hiddenSize},
+        at::TensorOptions().dtype(m_computeDtype).device(m_device));
+}
+
+at::Tensor Trainer::pipelineEvalSum(
+    Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi)
+{
+    const CopyRows in = copyRows(rows, lo, hi);
     at::Tensor sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
     for (int c = 0; c < m_strategy->pipelineChunks(); ++c) {
         const StagePart part = stagePart(c);
         at::Tensor input;
         if (!part.first) {
-            input = at::empty({ids.size(0), ids.size(1), m_model->spec().hiddenSize},
-                at::TensorOptions().dtype(m_computeDtype).device(m_device));
+            input = activationBuffer(in.ids);
             m_strategy->pipelineRecv(input, Strategy::PipeTensor::Activation);
         }
-        StageOut out = loop.runner.stage(part, ids, input, labels);
+        StageOut out = loop.runner.stage(part, in.ids, input, in.labels);
         if (part.last)
             sum.add_(out.loss.sum.detach().to(at::kDouble).reshape({1}));
         else
@@ -1375,20 +1378,14 @@ double Trainer::evaluate(Loop& loop, std::map<std::string, double>& scalars)
     for (int64_t b = 0; b < static_cast<int64_t>(rows.size()); b += chunk) {
         const int64_t e = std::min<int64_t>(rows.size(), b + chunk);
         std::vector<TrainRow> batch(rows.begin() + b, rows.begin() + e);
-        auto [lo, hi] = m_mesh.dataRows(m_rank, e - b);
+        // The last chunk may have fewer rows than copies: a copy without rows still runs the
+        // forward (sharded strategies gather inside it), on a masked row (copyRows).
+        const auto [lo, hi] = m_mesh.dataRows(m_rank, e - b);
         if (m_mesh.pp > 1) {
-            sum.add_(hi > lo ? pipelineEvalSum(loop, batch, lo, hi, false)
-                             : pipelineEvalSum(loop, batch, 0, 1, true));
-        } else if (hi > lo) {
-            LossSum ls = loop.runner.lossSum(
-                rowsTensor(batch, lo, hi, false), rowsTensor(batch, lo, hi, true));
-            sum.add_(ls.sum.detach().to(at::kDouble));
+            sum.add_(pipelineEvalSum(loop, batch, lo, hi));
         } else {
-            // The last chunk has fewer rows than ranks: this rank still runs the forward
-            // (sharded strategies gather inside it, so every rank must take part), on one row
-            // with every label masked, which adds nothing.
-            at::Tensor ids = rowsTensor(batch, 0, 1, false);
-            loop.runner.lossSum(ids, at::full_like(ids, -100));
+            const CopyRows in = copyRows(batch, lo, hi);
+            sum.add_(loop.runner.lossSum(in.ids, in.labels).sum.detach().to(at::kDouble));
         }
         tokens += static_cast<double>(countTokens(batch));
     }

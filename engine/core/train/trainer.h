@@ -127,7 +127,17 @@ private:
     // Pipeline parallel: this stage's forward of rows [lo, hi) of `rows` without gradients,
     // the activation passed on; the last stage returns the loss sum (fp64, on the device).
     at::Tensor pipelineEvalSum(
-        Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi, bool masked);
+        Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi);
+    // A data-parallel copy's rows [lo, hi) of `rows` as ids and labels (on the host). A copy
+    // with none (fewer rows than copies) gets the first row with every label masked: it adds
+    // nothing to a sum, and the forward still runs, which sharded stages gather inside.
+    struct CopyRows {
+        at::Tensor ids;
+        at::Tensor labels;
+    };
+    CopyRows copyRows(const std::vector<TrainRow>& rows, int64_t lo, int64_t hi) const;
+    // The buffer a later pipeline stage receives its input activation for `ids` into.
+    at::Tensor activationBuffer(const at::Tensor& ids) const;
     // The part of the model a model chunk of this rank's stage runs (its layers, whether it is
     // the first or last virtual stage).
     StagePart stagePart(int chunk) const;
