@@ -227,7 +227,8 @@ QString checkBatch(const PreflightInput& in, const Preflight& p)
     const protocol::RunSpec& spec = in.spec;
     const Wording w = in.wording;
     // What tensor and pipeline parallel split: the worker refuses the rest with the same words.
-    if (spec.tensorParallel > 1 || spec.pipelineParallel > 1 || spec.virtualStages != 1) {
+    if (spec.tensorParallel > 1 || spec.pipelineParallel > 1 || spec.virtualStages != 1
+        || spec.sequenceParallel) {
         try {
             const plan::ModelSpec model = plan::loadHfConfig(spec.model);
             std::string why = plan::tensorParallelRefusal(spec, model);
@@ -333,6 +334,8 @@ QString settingName(Setting setting, Wording wording)
         return cli ? QStringLiteral("--pipeline-parallel") : tr("“Pipeline stages”");
     case Setting::VirtualStages:
         return cli ? QStringLiteral("--virtual-stages") : tr("“Chunks per stage”");
+    case Setting::SequenceParallel:
+        return cli ? QStringLiteral("--sequence-parallel") : tr("“Sequence parallel”");
     case Setting::Method:
         return cli ? QStringLiteral("--method") : tr("“Method”");
     case Setting::SampleEvery:

@@ -43,6 +43,7 @@ enum class Setting {
     TensorParallel,
     PipelineParallel,
     VirtualStages,
+    SequenceParallel,
     Method,
     SampleEvery,
     Count, // not a setting: how many there are

@@ -169,7 +169,12 @@ const char* const kRunColumns
     = "id, name, status, target, host, run_dir, pid, job_id, launch_info, message, created_at, "
       "started_at, ended_at, model, strategy, world_size, total_steps, last_step, tokens, "
       "final_loss, best_loss, tps_sum, tps_count, peak_memory, spec, notes, step_tokens, "
-      "step_sec, active_sec, source";
+      "step_sec, active_sec, source, "
+      // The layout from the spec, when it is JSON (an imported or old row's may not be).
+      "CASE WHEN json_valid(spec) THEN json_extract(spec, '$.tensor_parallel') END, "
+      "CASE WHEN json_valid(spec) THEN json_extract(spec, '$.sequence_parallel') END, "
+      "CASE WHEN json_valid(spec) THEN json_extract(spec, '$.pipeline_parallel') END, "
+      "CASE WHEN json_valid(spec) THEN json_extract(spec, '$.virtual_stages') END";
 
 qint64 nowMs()
 {
@@ -237,6 +242,8 @@ RunRecord readRun(const SqliteDb::Statement& st, bool includeSpec)
         r.specJson = st.blob(24);
     r.notes = st.text(25);
     r.source = st.blob(29);
+    const auto count = [&](int col) { return st.isNull(col) ? 1 : st.int64(col); };
+    r.layout = layoutLabel(count(30), !st.isNull(31) && st.int64(31) != 0, count(32), count(33));
     return r;
 }
 
@@ -270,6 +277,19 @@ SpecColumns specColumns(const QByteArray& specJson)
 }
 
 } // namespace
+
+QString layoutLabel(
+    qint64 tensorParallel, bool sequenceParallel, qint64 pipelineParallel, qint64 virtualStages)
+{
+    QStringList parts;
+    if (tensorParallel > 1)
+        parts << QStringLiteral("TP%1").arg(tensorParallel)
+                + (sequenceParallel ? QStringLiteral("+SP") : QString());
+    if (pipelineParallel > 1)
+        parts << QStringLiteral("PP%1").arg(pipelineParallel)
+                + (virtualStages > 1 ? QStringLiteral(" v%1").arg(virtualStages) : QString());
+    return parts.join(QStringLiteral(" x "));
+}
 
 QString toString(RunStatus status)
 {

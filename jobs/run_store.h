@@ -36,6 +36,11 @@ QString toString(TargetKind kind);
 std::optional<TargetKind> targetKindFromString(const QString& text);
 
 // One row of the runs table. Timestamps are invalid QDateTime when not set.
+// A run's model-parallel layout in a few characters: "TP2", "TP2+SP" (sequence parallel),
+// "PP4", "PP2 v2" (interleaved 1F1B, 2 chunks a stage), "TP2 x PP2"; "" when tp = pp = 1.
+QString layoutLabel(
+    qint64 tensorParallel, bool sequenceParallel, qint64 pipelineParallel, qint64 virtualStages);
+
 struct RunRecord {
     qint64 id = 0;
     QString name;
@@ -57,6 +62,9 @@ struct RunRecord {
     QString model, strategy;
     int worldSize = 0;
     qint64 totalSteps = 0;
+    // The model-parallel layout (layoutLabel of the spec's tensor_parallel, sequence_parallel,
+    // pipeline_parallel and virtual_stages): "" for data parallelism only.
+    QString layout;
 
     // Summary, kept up to date by ingestion.
     qint64 lastStep = 0;

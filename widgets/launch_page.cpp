@@ -36,6 +36,7 @@
 
 #include "widgets/lora_fields.h"
 #include "widgets/message_bar.h"
+#include "widgets/parallel_fields.h"
 
 #include <optional>
 
@@ -118,24 +119,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     m_strategy->setCurrentIndex(m_strategy->findData("zero3"));
     m_shardGroup = spin(this, 1, 1 << 20, 1, "shardGroup");
     m_shardGroup->setEnabled(false);
-    m_tp = spin(this, 1, 1024, 1, "tensorParallel");
-    m_tp->setToolTip(tr("Tensor parallel: this many consecutive ranks split each block's weights "
-                        "(attention by heads, MLP by its width) and compute it together; the "
-                        "strategy runs over ranks / this many data-parallel copies. It must "
-                        "divide the heads, key/value heads and MLP width, and the rank count."));
-    m_pp = spin(this, 1, 1024, 1, "pipelineParallel");
-    m_pp->setToolTip(tr("Pipeline stages: the layers are cut into this many contiguous stages, "
-                        "one per group of ranks (the embedding on the first, the head on the "
-                        "last; balanced by compute, so a heavy head gets fewer layers); the "
-                        "gradient-accumulation micro-batches flow through them in the "
-                        "1F1B order. The rank count is data-parallel copies x tensor parallel x "
-                        "stages; each stage needs a layer."));
-    m_virtualStages = spin(this, 1, 64, 1, "virtualStages");
-    m_virtualStages->setEnabled(false);
-    m_virtualStages->setToolTip(
-        tr("Chunks per stage: more than 1 runs interleaved 1F1B (Megatron-LM's virtual pipeline "
-           "stages): each stage holds this many separate layer ranges and the pipeline's idle "
-           "time shrinks by as much. Gradient accumulation must be a multiple of the stages."));
+    m_parallel = new ParallelFields(this);
     m_ranks = spin(this, 1, 1024, 1, "ranks");
     m_nodes = spin(this, 1, 4096, 1, "nodes");
     m_device = new QComboBox(this);
@@ -298,9 +282,7 @@ LaunchPage::LaunchPage(QWidget* parent)
     shardForm->addRow(tr("De&vice"), m_device);
     shardForm->addRow(tr("St&rategy"), m_strategy);
     shardForm->addRow(tr("S&hard group (hybrid)"), m_shardGroup);
-    shardForm->addRow(tr("Tensor para&llel"), m_tp);
-    shardForm->addRow(tr("Pipeline sta&ges"), m_pp);
-    shardForm->addRow(tr("C&hunks per stage"), m_virtualStages);
+    m_parallel->addRows(shardForm);
     shardForm->addRow(tr("R&anks per node"), m_ranks);
     shardForm->addRow(tr("&Nodes"), m_nodes);
     shardForm->addRow(tr("O&ffload"), m_offload);
@@ -420,13 +402,15 @@ LaunchPage::LaunchPage(QWidget* parent)
     layout->addWidget(m_message);
     layout->addWidget(m_preview, 1);
 
-    QList<QWidget*> order = {m_name, m_model, browseModel, m_data, browseData, m_format, m_packing,
-        m_skipBadLines, m_evalData, m_evalEvery, m_samplePrompts, m_sampleEvery, m_out, m_lr,
-        m_weightDecay, m_schedule, m_warmup, m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints,
-        m_maxRestarts, m_seed, m_microBatch, m_seqLen, m_gradAccum, m_device, m_strategy,
-        m_shardGroup, m_tp, m_pp, m_virtualStages, m_ranks, m_nodes, m_offload, m_precision,
-        m_reduceDtype, m_checkpointing};
-    order << m_lora->widgets()
+    QList<QWidget*> order
+        = {m_name, m_model, browseModel, m_data, browseData, m_format, m_packing, m_skipBadLines,
+            m_evalData, m_evalEvery, m_samplePrompts, m_sampleEvery, m_out, m_lr, m_weightDecay,
+            m_schedule, m_warmup, m_steps, m_epochs, m_ckptEvery, m_keepCheckpoints, m_maxRestarts,
+            m_seed, m_microBatch, m_seqLen, m_gradAccum, m_device, m_strategy, m_shardGroup};
+    order << m_parallel->widgets()
+          << QList<QWidget*> {m_ranks, m_nodes, m_offload, m_precision, m_reduceDtype,
+                 m_checkpointing}
+          << m_lora->widgets()
           << QList<QWidget*> {m_target, m_presets, m_loadPreset, m_savePreset, m_start, m_preview};
     for (qsizetype i = 1; i < order.size(); ++i)
         setTabOrder(order[i - 1], order[i]);
@@ -462,8 +446,8 @@ LaunchPage::LaunchPage(QWidget* parent)
     connect(m_precision, qOverload<int>(&QComboBox::currentIndexChanged), this, reduceChoice);
     reduceChoice();
     for (QSpinBox* s : {m_warmup, m_steps, m_epochs, m_ckptEvery, m_seed, m_microBatch, m_seqLen,
-             m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_tp, m_pp, m_virtualStages, m_evalEvery,
-             m_keepCheckpoints, m_maxRestarts, m_sampleEvery})
+             m_gradAccum, m_ranks, m_nodes, m_shardGroup, m_evalEvery, m_keepCheckpoints,
+             m_maxRestarts, m_sampleEvery})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, changed);
     // A prompts file chosen while "every" is never also sets it, to a tenth of the run.
     connect(m_samplePrompts, &QLineEdit::textChanged, this, [this, changed](const QString& text) {
@@ -472,6 +456,7 @@ LaunchPage::LaunchPage(QWidget* parent)
         changed();
     });
     connect(m_lora, &LoraFields::changed, this, changed);
+    connect(m_parallel, &ParallelFields::changed, this, changed);
     // Preference pairs are not packed (the engine refuses it).
     auto packingChoice
         = [this] { m_packing->setEnabled(m_lora->objective() == QLatin1String("sft")); };
@@ -481,9 +466,6 @@ LaunchPage::LaunchPage(QWidget* parent)
         connect(b, &QCheckBox::toggled, this, changed);
     connect(m_strategy, qOverload<int>(&QComboBox::currentIndexChanged), this,
         [this] { m_shardGroup->setEnabled(m_strategy->currentData().toString() == "hybrid"); });
-    // Chunks per stage interleave pipeline stages: offered with two stages or more.
-    connect(m_pp, qOverload<int>(&QSpinBox::valueChanged), this,
-        [this](int stages) { m_virtualStages->setEnabled(stages > 1); });
     connect(browseModel, &QPushButton::clicked, this, [this] {
         const QString d = QFileDialog::getExistingDirectory(this, tr("Model folder"));
         if (!d.isEmpty())
@@ -649,9 +631,7 @@ protocol::RunSpec LaunchPage::fieldsSpec() const
     s.procsPerNode = m_ranks->value();
     s.nodes = m_nodes->value();
     s.shardGroup = s.strategy == "hybrid" ? m_shardGroup->value() : 0;
-    s.tensorParallel = m_tp->value();
-    s.pipelineParallel = m_pp->value();
-    s.virtualStages = s.pipelineParallel > 1 ? m_virtualStages->value() : 1;
+    m_parallel->writeTo(s);
     s.offload = m_offload->currentData().toString().toStdString();
     s.precision = m_precision->currentData().toString().toStdString();
     s.reduceDtype = m_reduceDtype->isEnabled()
@@ -1069,9 +1049,7 @@ void LaunchPage::toFields(const protocol::RunSpec& s, bool keepBase)
     setCombo(m_strategy, s.strategy);
     if (s.shardGroup > 0)
         m_shardGroup->setValue(s.shardGroup);
-    m_tp->setValue(s.tensorParallel);
-    m_pp->setValue(s.pipelineParallel);
-    m_virtualStages->setValue(s.virtualStages);
+    m_parallel->show(s);
     m_ranks->setValue(s.procsPerNode);
     m_nodes->setValue(s.nodes);
     setCombo(m_offload, s.offload);

@@ -32,6 +32,7 @@ class QTimer;
 namespace shard::widgets {
 
 class LoraFields;
+class ParallelFields;
 class MessageBar;
 
 // What stops a start and what only warns: the preflight's findings (jobs/preflight.h).
@@ -161,10 +162,7 @@ private:
     QSpinBox* m_gradAccum = nullptr;
     QComboBox* m_strategy = nullptr;
     QSpinBox* m_shardGroup = nullptr;
-    QSpinBox* m_tp
-        = nullptr; // tensor parallel: ranks that split each block (run spec tensor_parallel)
-    QSpinBox* m_pp = nullptr; // pipeline stages of contiguous layers (run spec pipeline_parallel)
-    QSpinBox* m_virtualStages = nullptr; // model chunks per stage (run spec virtual_stages)
+    ParallelFields* m_parallel = nullptr; // tensor / pipeline / sequence parallel
     QSpinBox* m_ranks = nullptr;
     QSpinBox* m_nodes = nullptr;
     QComboBox* m_device = nullptr;

@@ -44,6 +44,7 @@
 #include "widgets/lora_fields.h"
 #include "widgets/memory_bar_chart.h"
 #include "widgets/message_bar.h"
+#include "widgets/parallel_fields.h"
 
 namespace shard::widgets {
 
@@ -240,26 +241,7 @@ PlanPage::PlanPage(QWidget* parent)
     m_shardGroup->setEnabled(false);
     // Tensor and pipeline parallelism: planned (the ZeRO paper's accounting, as Megatron-LM and
     // torchtitan run them), launched on this engine or exported for torchtitan.
-    m_tp = new QSpinBox(this);
-    m_tp->setObjectName("tp");
-    m_tp->setRange(1, 64);
-    m_tp->setToolTip(tr("Tensor parallel degree: each block's weights split over this many GPUs "
-                        "of a node (Megatron-LM style). Shard Studio's engine trains it; Export "
-                        "for… torchtitan writes the same layout for torchtitan."));
-    m_pp = new QSpinBox(this);
-    m_pp->setObjectName("pp");
-    m_pp->setRange(1, 256);
-    m_pp->setToolTip(tr("Pipeline stages (1F1B): contiguous layer ranges, one per stage. Planned "
-                        "for torchtitan / Megatron-LM; the data-parallel GPUs are the GPUs / "
-                        "(tensor x pipeline)."));
-    m_virtualStages = new QSpinBox(this);
-    m_virtualStages->setObjectName("virtualStages");
-    m_virtualStages->setRange(1, 64);
-    m_virtualStages->setEnabled(false);
-    m_virtualStages->setToolTip(
-        tr("Chunks per stage: more than 1 plans interleaved 1F1B (Megatron-LM's virtual pipeline "
-           "stages), whose bubble is (stages - 1) / (chunks x micro-batches + stages - 1). "
-           "Gradient accumulation must be a multiple of the stages."));
+    m_parallel = new ParallelFields(this);
     m_precision = new QComboBox(this);
     m_precision->setObjectName("precision");
     addItems(m_precision, {"fp32", "bf16-mixed", "bf16", "fp16-mixed"});
@@ -360,9 +342,7 @@ PlanPage::PlanPage(QWidget* parent)
     auto* trainForm = new QFormLayout(trainBox);
     trainForm->addRow(tr("&Strategy"), m_strategy);
     trainForm->addRow(tr("Shard &group"), m_shardGroup);
-    trainForm->addRow(tr("&Tensor parallel"), m_tp);
-    trainForm->addRow(tr("Pipeline s&tages"), m_pp);
-    trainForm->addRow(tr("C&hunks per stage"), m_virtualStages);
+    m_parallel->addRows(trainForm);
     trainForm->addRow(QString(), m_recommendLayout);
     trainForm->addRow(tr("P&recision"), m_precision);
     trainForm->addRow(tr("&Checkpointing"), m_checkpointing);
@@ -423,9 +403,11 @@ PlanPage::PlanPage(QWidget* parent)
 
     // Tab order follows the form top to bottom.
     QList<QWidget*> order = {m_modelBox, m_openFolder, m_importConfig, m_gpus, m_nodes, m_device,
-        m_customGiB, m_hostGiB, m_strategy, m_shardGroup, m_tp, m_pp, m_virtualStages, m_precision,
-        m_checkpointing, m_offload, m_reduceDtype, m_microBatch, m_seqLen, m_gradAccum, m_mode};
-    order << m_lora->widgets() << m_export << m_toLaunch;
+        m_customGiB, m_hostGiB, m_strategy, m_shardGroup};
+    order << m_parallel->widgets()
+          << QList<QWidget*> {m_precision, m_checkpointing, m_offload, m_reduceDtype, m_microBatch,
+                 m_seqLen, m_gradAccum, m_mode}
+          << m_lora->widgets() << m_export << m_toLaunch;
     for (qsizetype i = 1; i < order.size(); ++i)
         setTabOrder(order[i - 1], order[i]);
 
@@ -448,25 +430,22 @@ PlanPage::PlanPage(QWidget* parent)
             Q_EMIT launchRequested(*m_input, m_modelSource);
     });
     connect(m_lora, &LoraFields::changed, this, &PlanPage::scheduleRecompute);
-    for (QSpinBox* s : {m_gpus, m_nodes, m_shardGroup, m_tp, m_pp, m_virtualStages, m_microBatch,
-             m_seqLen, m_gradAccum})
+    for (QSpinBox* s : {m_gpus, m_nodes, m_shardGroup, m_microBatch, m_seqLen, m_gradAccum})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, &PlanPage::scheduleRecompute);
-    connect(m_pp, qOverload<int>(&QSpinBox::valueChanged), this,
-        [this](int stages) { m_virtualStages->setEnabled(stages > 1); });
+    connect(m_parallel, &ParallelFields::changed, this, &PlanPage::scheduleRecompute);
     // A tensor or pipeline layout is planned in the paper's accounting: switch to it, and say so.
-    for (QSpinBox* s : {m_tp, m_pp})
-        connect(s, qOverload<int>(&QSpinBox::valueChanged), this, [this] {
-            if ((m_tp->value() > 1 || m_pp->value() > 1)
-                && m_mode->currentData().toString() != "zero-paper") {
-                m_mode->setCurrentIndex(m_mode->findData("zero-paper"));
-                m_message->showMessage(
-                    tr("Tensor and pipeline layouts are planned with the ZeRO paper's accounting, "
-                       "as Megatron-LM and torchtitan run them. Launch with these settings trains "
-                       "the layout on Shard Studio's engine; Export for… torchtitan writes it for "
-                       "torchtitan."),
-                    MessageBar::Kind::Info);
-            }
-        });
+    connect(m_parallel, &ParallelFields::changed, this, [this] {
+        if ((m_parallel->tensorParallel() > 1 || m_parallel->pipelineStages() > 1)
+            && m_mode->currentData().toString() != "zero-paper") {
+            m_mode->setCurrentIndex(m_mode->findData("zero-paper"));
+            m_message->showMessage(
+                tr("Tensor and pipeline layouts are planned with the ZeRO paper's accounting, "
+                   "as Megatron-LM and torchtitan run them. Launch with these settings trains "
+                   "the layout on Shard Studio's engine; Export for… torchtitan writes it for "
+                   "torchtitan."),
+                MessageBar::Kind::Info);
+        }
+    });
     for (QDoubleSpinBox* s : {m_customGiB, m_hostGiB})
         connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this,
             &PlanPage::scheduleRecompute);
@@ -698,9 +677,7 @@ bool PlanPage::importConfig(const QString& path)
     m_microBatch->setValue(int(in.microBatch));
     m_seqLen->setValue(int(in.seqLen));
     m_gradAccum->setValue(int(in.gradAccum));
-    m_tp->setValue(int(in.tp));
-    m_pp->setValue(int(in.pp));
-    m_virtualStages->setValue(int(in.virtualStages));
+    m_parallel->show(in);
     if (in.threeD())
         setData(m_mode, "zero-paper");
     if (c.usesDeepSpeed) {
@@ -823,9 +800,8 @@ void PlanPage::recommendLayout()
         return;
     }
     const plan::LayoutCandidate& best = rec.candidates[size_t(rec.best)];
-    m_tp->setValue(int(best.tp));
-    m_pp->setValue(int(best.pp));
-    m_virtualStages->setValue(1); // the recommendation is a 1F1B layout
+    // The recommendation is a 1F1B layout, with sequence parallel where its plan has it.
+    m_parallel->show(best.plan->input);
     m_gradAccum->setValue(int(best.gradAccum));
     if (best.tp * best.pp > 1)
         m_mode->setCurrentIndex(m_mode->findData("zero-paper"));
@@ -859,9 +835,7 @@ std::optional<plan::PlanInput> PlanPage::readFields(QString* error) const
         return std::nullopt;
     }
     in.shardGroup = in.strategy == plan::Strategy::Hybrid ? m_shardGroup->value() : 0;
-    in.tp = m_tp->value();
-    in.pp = m_pp->value();
-    in.virtualStages = in.pp > 1 ? m_virtualStages->value() : 1;
+    m_parallel->writeTo(in);
     in.microBatch = m_microBatch->value();
     in.seqLen = m_seqLen->value();
     in.gradAccum = m_gradAccum->value();
@@ -1219,9 +1193,7 @@ void PlanPage::saveSettings() const
     s.setValue("mode", m_mode->currentData());
     s.setValue("strategy", m_strategy->currentData());
     s.setValue("shardGroup", m_shardGroup->value());
-    s.setValue("tp", m_tp->value());
-    s.setValue("pp", m_pp->value());
-    s.setValue("virtualStages", m_virtualStages->value());
+    m_parallel->save(s);
     s.setValue("precision", m_precision->currentData());
     s.setValue("checkpointing", m_checkpointing->currentData());
     s.setValue("offload", m_offload->currentData());
@@ -1254,9 +1226,7 @@ void PlanPage::loadSettings()
     setCombo(m_mode, "mode");
     setCombo(m_strategy, "strategy");
     m_shardGroup->setValue(s.value("shardGroup", m_shardGroup->value()).toInt());
-    m_tp->setValue(s.value("tp", 1).toInt());
-    m_pp->setValue(s.value("pp", 1).toInt());
-    m_virtualStages->setValue(s.value("virtualStages", 1).toInt());
+    m_parallel->restore(s);
     setCombo(m_precision, "precision");
     setCombo(m_checkpointing, "checkpointing");
     setCombo(m_offload, "offload");

@@ -30,6 +30,7 @@ class QToolButton;
 namespace shard::widgets {
 
 class LoraFields;
+class ParallelFields;
 class MemoryBarChart;
 class MessageBar;
 
@@ -134,9 +135,7 @@ private:
     QScrollArea* m_fields = nullptr;  // the form on the left
     QComboBox* m_strategy = nullptr;
     QSpinBox* m_shardGroup = nullptr;
-    QSpinBox* m_tp = nullptr; // tensor parallel degree (planned for torchtitan / Megatron-LM)
-    QSpinBox* m_pp = nullptr; // pipeline stages
-    QSpinBox* m_virtualStages = nullptr; // model chunks per stage (interleaved 1F1B)
+    ParallelFields* m_parallel = nullptr; // tensor / pipeline / sequence parallel
     QComboBox* m_precision = nullptr;
     QComboBox* m_checkpointing = nullptr;
     QComboBox* m_offload = nullptr;

@@ -93,6 +93,8 @@ QVariant RunTableModel::headerData(int section, Qt::Orientation orientation, int
         return tr("Model");
     case Strategy:
         return tr("Strategy");
+    case Layout:
+        return tr("Layout");
     case Ranks:
         return tr("Ranks");
     case Status:
@@ -160,6 +162,8 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
         return r->model;
     case Strategy:
         return r->strategy;
+    case Layout:
+        return r->layout;
     case Ranks:
         return r->worldSize;
     case Status:

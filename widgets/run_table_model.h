@@ -19,6 +19,7 @@ public:
         Source,
         Model,
         Strategy,
+        Layout, // tensor / sequence / pipeline parallel (jobs::layoutLabel)
         Ranks,
         Status,
         BestLoss,

@@ -37,6 +37,7 @@ struct PlanOptions {
     std::string tp = "1";
     std::string pp = "1";
     std::string virtualStages = "1";
+    bool sequenceParallel = false;
     bool modeGiven = false;
     std::string precision = "bf16-mixed";
     std::string checkpointing = "none";
@@ -175,6 +176,7 @@ PlanInput buildInput(const PlanOptions& o)
     in.tp = parseCount("--tp", o.tp);
     in.pp = parseCount("--pp", o.pp);
     in.virtualStages = parseCount("--virtual-stages", o.virtualStages);
+    in.sequenceParallel = o.sequenceParallel;
     if (in.threeD() && !o.modeGiven && in.mode == AccountingMode::Engine) {
         // Tensor and pipeline layouts are other engines' (Megatron-LM, torchtitan): planned in
         // the paper's accounting, which the table says.
@@ -640,6 +642,7 @@ void printLayouts(const PlanOptions& o, const PlanInput& in)
                 l["refused"] = c.refused;
             if (c.plan) {
                 l["per_device"] = toJson(c.plan->perDevice);
+                l["sequence_parallel"] = c.plan->input.sequenceParallel;
                 l["bubble_fraction"] = c.plan->bubbleFraction;
                 l["step_s"] = c.plan->stepSeconds;
                 l["tokens_per_s"] = c.plan->tokensPerSecond;
@@ -654,7 +657,8 @@ void printLayouts(const PlanOptions& o, const PlanInput& in)
             {"global_batch", rec.globalBatch}, {"reason", rec.reason}, {"layouts", layouts}};
         if (rec.best >= 0) {
             const LayoutCandidate& b = rec.candidates[size_t(rec.best)];
-            j["best"] = {{"tp", b.tp}, {"pp", b.pp}, {"dp", b.dp}, {"grad_accum", b.gradAccum}};
+            j["best"] = {{"tp", b.tp}, {"pp", b.pp}, {"dp", b.dp}, {"grad_accum", b.gradAccum},
+                {"sequence_parallel", b.plan && b.plan->input.sequenceParallel}};
         } else {
             j["best"] = nullptr;
         }
@@ -793,6 +797,9 @@ const CommandRegistration kPlan([](CLI::App& app) {
                "Model chunks per pipeline stage (default 1): more plans interleaved 1F1B, "
                "whose bubble is (pp - 1) / (chunks x micro-batches + pp - 1)")
             ->type_name("V"),
+        sub->add_flag("--sequence-parallel", o->sequenceParallel,
+            "With --tp: split the norms' and the residual stream's activations along the "
+            "sequence too (Megatron-LM's --sequence-parallel; shard-worker train trains it)"),
         sub->add_option("--precision", o->precision, "fp32, bf16-mixed (default), bf16, fp16-mixed")
             ->type_name("P"),
         sub->add_option("--checkpointing", o->checkpointing, "none (default), full")

@@ -318,10 +318,11 @@ void listRuns(const RunsOptions& o)
                 {"status", jobs::toString(r.status).toStdString()},
                 {"target", jobs::toString(r.target).toStdString()}, {"host", r.host.toStdString()},
                 {"run_dir", r.runDir.toStdString()}, {"model", r.model.toStdString()},
-                {"strategy", r.strategy.toStdString()}, {"world_size", r.worldSize},
-                {"last_step", r.lastStep}, {"total_steps", r.totalSteps},
-                {"tokens_per_sec", r.tokensPerSec}, {"peak_memory_bytes", r.peakMemoryBytes()},
-                {"duration_ms", r.durationMs()}, {"job_id", r.jobId.toStdString()}};
+                {"strategy", r.strategy.toStdString()}, {"layout", r.layout.toStdString()},
+                {"world_size", r.worldSize}, {"last_step", r.lastStep},
+                {"total_steps", r.totalSteps}, {"tokens_per_sec", r.tokensPerSec},
+                {"peak_memory_bytes", r.peakMemoryBytes()}, {"duration_ms", r.durationMs()},
+                {"job_id", r.jobId.toStdString()}};
             j["final_loss"] = r.finalLoss ? nlohmann::json(*r.finalLoss) : nlohmann::json();
             j["best_loss"] = r.bestLoss ? nlohmann::json(*r.bestLoss) : nlohmann::json();
             arr.push_back(j);

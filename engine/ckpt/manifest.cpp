@@ -6,6 +6,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "protocol/device_mesh.h"
+
 namespace shard::ckpt {
 
 const std::vector<std::string>& stateKinds()
@@ -197,8 +199,12 @@ std::vector<TensorEntry> layoutTensors(const std::vector<TensorSpec>& tensors,
     const std::string& strategy, int worldSize, int shardGroup, int tp, int pp)
 {
     std::vector<std::pair<ShardPlacement, TpPlacement>> placements;
+    std::vector<int> stageOf; // each rank's pipeline stage, as the mesh places it
     for (int r = 0; r < worldSize; ++r)
         placements.push_back(placementWithTp(strategy, r, worldSize, shardGroup, tp, pp));
+    const auto mesh = protocol::DeviceMesh::of({protocol::Strategy::Ddp, 0, 1, worldSize, tp, pp});
+    for (int r = 0; r < worldSize; ++r)
+        stageOf.push_back(static_cast<int>(mesh.coords(r).pp));
     std::vector<TensorEntry> out;
     for (const auto& t : tensors) {
         if (t.shape.empty())
@@ -209,7 +215,7 @@ std::vector<TensorEntry> layoutTensors(const std::vector<TensorSpec>& tensors,
         e.shape = t.shape;
         e.decay = t.decay;
         for (int r = 0; r < worldSize; ++r) {
-            if (pp > 1 && pipelineStageOf(r, worldSize, pp) != t.stage)
+            if (stageOf[static_cast<size_t>(r)] != t.stage)
                 continue; // another stage's ranks store it
             const auto& [dp, tpp] = placements[static_cast<size_t>(r)];
             const RowRange rows = heldRows(t.shape[0], dp, t.split, tpp);

@@ -15,27 +15,7 @@ bool isKnownStrategy(const std::string& s)
 
 ShardPlacement placementFor(const std::string& strategy, int rank, int worldSize, int shardGroup)
 {
-    if (worldSize < 1)
-        throw std::runtime_error(
-            "world size must be at least 1 (got " + std::to_string(worldSize) + ")");
-    if (rank < 0 || rank >= worldSize)
-        throw std::runtime_error(
-            "rank " + std::to_string(rank) + " is outside world size " + std::to_string(worldSize));
-    if (!isKnownStrategy(strategy))
-        throw std::runtime_error("unknown strategy '" + strategy
-            + "' (checkpoints know single, ddp, zero1, zero2, zero3, hybrid)");
-    // The mesh owns placement: the shard is the rank's dp_shard coordinate, the replica its
-    // dp_replicate one ("single" holds everything, as ddp's replicas do).
-    const protocol::Strategy s
-        = strategy == "single" ? protocol::Strategy::Ddp : protocol::parseStrategyName(strategy);
-    const auto mesh = protocol::DeviceMesh::of({s, shardGroup, 1, worldSize});
-    const protocol::MeshCoords c = mesh.coords(rank);
-    ShardPlacement p;
-    p.index = static_cast<int>(c.dpShard);
-    p.count = static_cast<int>(mesh.dpShard);
-    p.replica = static_cast<int>(c.dpReplicate);
-    p.replicas = static_cast<int>(mesh.dpReplicate);
-    return p;
+    return placementWithTp(strategy, rank, worldSize, shardGroup, 1, 1).first;
 }
 
 RowRange chunkRows(int64_t dim0, int index, int count)
@@ -51,26 +31,34 @@ RowRange chunkRows(int64_t dim0, int index, int count)
     return r;
 }
 
-int pipelineStageOf(int rank, int worldSize, int pp)
-{
-    if (pp < 1 || worldSize % pp != 0)
-        throw std::runtime_error("pipeline parallel size " + std::to_string(pp)
-            + " does not divide the world size " + std::to_string(worldSize));
-    return rank / (worldSize / pp);
-}
-
 std::pair<ShardPlacement, TpPlacement> placementWithTp(
     const std::string& strategy, int rank, int worldSize, int shardGroup, int tp, int pp)
 {
-    if (pp > 1) {
-        const int perStage = worldSize / pp;
-        (void)pipelineStageOf(rank, worldSize, pp); // checks pp divides
-        return placementWithTp(strategy, rank % perStage, perStage, shardGroup, tp, 1);
-    }
-    if (tp < 1 || worldSize % tp != 0)
-        throw std::runtime_error("tensor parallel size " + std::to_string(tp)
-            + " does not divide the world size " + std::to_string(worldSize));
-    return {placementFor(strategy, rank / tp, worldSize / tp, shardGroup), {rank % tp, tp}};
+    if (worldSize < 1)
+        throw std::runtime_error(
+            "world size must be at least 1 (got " + std::to_string(worldSize) + ")");
+    if (rank < 0 || rank >= worldSize)
+        throw std::runtime_error(
+            "rank " + std::to_string(rank) + " is outside world size " + std::to_string(worldSize));
+    if (!isKnownStrategy(strategy))
+        throw std::runtime_error("unknown strategy '" + strategy
+            + "' (checkpoints know single, ddp, zero1, zero2, zero3, hybrid)");
+    if (tp < 1 || pp < 1 || worldSize % (static_cast<int64_t>(tp) * pp) != 0)
+        throw std::runtime_error("tensor parallel " + std::to_string(tp) + " x pipeline parallel "
+            + std::to_string(pp) + " does not divide the world size " + std::to_string(worldSize));
+    // The mesh owns placement: the shard is the rank's dp_shard coordinate, the replica its
+    // dp_replicate one ("single" holds everything, as ddp's replicas do), within its pipeline
+    // stage; the TP rank its tp coordinate.
+    const protocol::Strategy s
+        = strategy == "single" ? protocol::Strategy::Ddp : protocol::parseStrategyName(strategy);
+    const auto mesh = protocol::DeviceMesh::of({s, shardGroup, 1, worldSize, tp, pp});
+    const protocol::MeshCoords c = mesh.coords(rank);
+    ShardPlacement p;
+    p.index = static_cast<int>(c.dpShard);
+    p.count = static_cast<int>(mesh.dpShard);
+    p.replica = static_cast<int>(c.dpReplicate);
+    p.replicas = static_cast<int>(mesh.dpReplicate);
+    return {p, {static_cast<int>(c.tp), static_cast<int>(mesh.tp)}};
 }
 
 RowRange heldRows(int64_t dim0, const ShardPlacement& dp, TpSplit split, const TpPlacement& tp)

@@ -61,10 +61,9 @@ struct TpPlacement {
 // The data-parallel and tensor-parallel placement of `rank` of `worldSize` ranks in TP groups
 // of `tp` consecutive ranks (the world / tp data-parallel ranks placed by placementFor). With
 // `pp` pipeline stages of worldSize / pp consecutive ranks each (the mesh's outermost
-// dimension), the placement within the rank's stage (pipelineStageOf).
+// dimension), the placement within the rank's stage (protocol::DeviceMesh's coordinates).
 std::pair<ShardPlacement, TpPlacement> placementWithTp(
     const std::string& strategy, int rank, int worldSize, int shardGroup, int tp, int pp = 1);
-int pipelineStageOf(int rank, int worldSize, int pp);
 // The rows of the whole tensor (of `dim0` rows) a rank's buffer covers: its data-parallel chunk
 // of the whole, or of its Rows part, shifted to the part's rows.
 RowRange heldRows(int64_t dim0, const ShardPlacement& dp, TpSplit split, const TpPlacement& tp);

@@ -98,10 +98,11 @@ TrainCheckpointer::TrainCheckpointer(protocol::RunSpec spec, std::string modelDi
     // (world size, strategy: resharding), the split of the global batch into micro-batches,
     // precision and memory settings, cadence, paths.
     for (const char* k : {"resume", "steps", "epochs", "nodes", "procs_per_node", "strategy",
-             "shard_group", "tensor_parallel", "pipeline_parallel", "virtual_stages", "micro_batch",
-             "grad_accum", "device", "precision", "reduce_dtype", "checkpointing", "offload",
-             "checkpoint_every", "keep_checkpoints", "threads", "log_every", "eval_every", "name",
-             "out", "model", "tokenizer", "allow_batch_change", "schedule_start", "schedule_steps"})
+             "shard_group", "tensor_parallel", "pipeline_parallel", "virtual_stages",
+             "sequence_parallel", "micro_batch", "grad_accum", "device", "precision",
+             "reduce_dtype", "checkpointing", "offload", "checkpoint_every", "keep_checkpoints",
+             "threads", "log_every", "eval_every", "name", "out", "model", "tokenizer",
+             "allow_batch_change", "schedule_start", "schedule_steps"})
         j.erase(k);
     // Runs from before the field existed keep their id.
     if (m_spec.chatTemplate.empty())

@@ -280,10 +280,12 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
     m_numUnits = model.numUnits();
     m_chunkLayers.clear();
     m_layerStage.clear();
+    m_cut.clear();
     if (m_stages > 1) {
         // Stages balanced by compute (a heavy head takes layers off the last), the cut the
         // planner describes.
-        const auto cut = plan::balancedStages(model.spec(), int64_t(m_stages) * m_virtualStages);
+        m_cut = plan::balancedStages(model.spec(), int64_t(m_stages) * m_virtualStages);
+        const auto& cut = m_cut;
         m_layerStage.assign(static_cast<size_t>(m_numUnits - 1), 0);
         for (size_t v = 0; v < cut.size(); ++v)
             for (int64_t l = cut[v].first; l < cut[v].second; ++l)
@@ -334,7 +336,8 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
                 if (prm.quantized)
                     throw std::runtime_error("tensor parallel does not split QLoRA's NF4 base "
                                              "yet; use --method lora, or --tensor-parallel 1");
-                p.split = engine::tp::splitOf(model, u, static_cast<int>(i), m_tp->worldSize());
+                p.split = engine::tp::splitOf(model, u, static_cast<int>(i), m_tp->worldSize(),
+                    m_options.spec.sequenceParallel);
             }
             p.shape = engine::tp::partShape(info.shape, p.split, tensorParallelSize());
             if (p.split == engine::tp::Split::Rows || p.split == engine::tp::Split::Columns)
@@ -564,6 +567,24 @@ std::vector<at::Tensor> ShardedStrategy::unitWeights(int unit)
         const auto& [st, slot] = order[i];
         if (!out[i].defined() && st >= 0) // undefined: another pipeline stage's
             out[i] = m_units.at(static_cast<size_t>(st)).leaves.at(static_cast<size_t>(slot));
+    }
+    return out;
+}
+
+std::vector<at::Tensor> ShardedStrategy::wholeUnitWeights(int unit)
+{
+    std::vector<at::Tensor> out = unitWeights(unit);
+    if (!m_tp)
+        return out;
+    at::NoGradGuard noGrad;
+    const auto& order = m_order.at(static_cast<size_t>(unit));
+    for (size_t i = 0; i < order.size(); ++i) {
+        const auto& [st, slot] = order[i];
+        if (!out[i].defined() || st < 0)
+            continue;
+        const ParamSlot& p
+            = m_units.at(static_cast<size_t>(st)).params.at(static_cast<size_t>(slot));
+        out[i] = engine::tp::gatherWhole(out[i].detach(), p.wholeShape, p.split, *m_tp);
     }
     return out;
 }

@@ -33,6 +33,7 @@ public:
 
     void setup(engine::LlamaModel& model, const engine::ParamSource& source) override;
     std::vector<at::Tensor> unitWeights(int unit) override;
+    std::vector<at::Tensor> wholeUnitWeights(int unit) override;
     bool wantsUnitHooks() const override { return true; }
     void preForward(int unit) override;
     void postForward(int unit) override;
@@ -58,6 +59,7 @@ public:
     int pipelineStage() const override { return m_stage; }
     int stageOf(const std::string& name) const override;
     int pipelineChunks() const override { return static_cast<int>(m_chunkLayers.size()); }
+    std::vector<std::pair<int64_t, int64_t>> pipelineCut() const override { return m_cut; }
     std::pair<int64_t, int64_t> pipelineLayers(int chunk) const override;
     void pipelineSend(const at::Tensor& t, PipeTensor kind) override;
     void pipelineRecv(at::Tensor& t, PipeTensor kind) override;
@@ -130,6 +132,7 @@ private:
     // This stage's blocks [first, end), one range per model chunk (interleaved: chunk c is
     // virtual stage c x stages + stage), cut by plan::balancedStages.
     std::vector<std::pair<int64_t, int64_t>> m_chunkLayers;
+    std::vector<std::pair<int64_t, int64_t>> m_cut; // pp > 1: every virtual stage's blocks
     std::vector<int> m_layerStage;        // pp > 1: the stage of each block, from the same cut
     int m_virtualStages = 1;              // model chunks per stage
     std::string m_tiedName;               // pp > 1: a tied embedding's name

@@ -13,6 +13,8 @@
 #include <toml++/toml.h>
 #include <yaml-cpp/yaml.h>
 
+#include "plan/run_spec_bridge.h"
+
 namespace shard::plan {
 namespace {
 
@@ -1355,6 +1357,12 @@ ImportedConfig readTorchtitanConfig(const std::string& path, const ConfigContext
                 + " contradicts [training] local_batch_size " + std::to_string(local));
     in.microBatch = local;
     in.seqLen = integer("training", "seq_len", 2048);
+    // torchtitan's tensor parallel shards the norms and the residual stream along the sequence
+    // (SequenceParallel): planned so where the planner can.
+    in.sequenceParallel = in.tp > 1 && whyNoSequenceParallel(in.model, in.tp, in.seqLen).empty();
+    if (in.sequenceParallel)
+        out.resolved.push_back({"sequence parallel",
+            "on (torchtitan's tensor parallel shards the norms along the sequence)"});
     const int64_t global = integer("training", "global_batch_size", -1);
     const int64_t dp = rep * shard;
     if (global > 0) {
@@ -1673,6 +1681,10 @@ ExportedConfig writeTorchtitanConfig(const PlanInput& in)
         {"context_parallel_degree", 1}};
     if (in.pp > 1)
         parallelism.insert("pipeline_parallel_schedule", "1F1B");
+    if (in.tp > 1 && !in.sequenceParallel)
+        e.notExpressed.push_back("tensor parallel without sequence parallel: torchtitan's tensor "
+                                 "parallel always shards the norms along the sequence (its "
+                                 "activations are smaller than planned here)");
     t.insert("parallelism", std::move(parallelism));
     t.insert("activation_checkpoint",
         toml::table {{"mode", in.checkpointing == Checkpointing::Full ? "full" : "none"}});

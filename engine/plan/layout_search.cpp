@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "plan/run_spec_bridge.h"
+
 namespace shard::plan {
 
 namespace {
@@ -40,6 +42,7 @@ LayoutRecommendation recommendLayout(const PlanInput& given)
     base.tp = 1;
     base.pp = 1;
     base.virtualStages = 1; // the search compares 1F1B layouts
+    base.sequenceParallel = false;
     validate(base);
     LayoutRecommendation rec;
     rec.gpus = given.worldSize();
@@ -70,6 +73,9 @@ LayoutRecommendation recommendLayout(const PlanInput& given)
             x.tp = tp;
             x.pp = pp;
             x.gradAccum = c.gradAccum;
+            // Tensor-parallel layouts with sequence parallel where the model allows it, as
+            // Megatron-LM and torchtitan run them.
+            x.sequenceParallel = tp > 1 && whyNoSequenceParallel(x.model, tp, x.seqLen).empty();
             // The accounting that models tensor and pipeline parallelism, for every layout, so
             // they compare alike.
             x.mode = AccountingMode::ZeroPaper;
@@ -137,6 +143,8 @@ LayoutRecommendation recommendLayout(const PlanInput& given)
     if (dataOnly && dataOnly != &b && dataOnly->plan && !dataOnly->fits())
         rec.reason += "; data parallelism alone (" + dataOnly->name() + ") needs "
             + formatGiB(dataOnly->plan->perDevice.total()) + " a GPU";
+    if (b.plan->input.sequenceParallel)
+        rec.reason += "; tensor parallel with sequence parallel (--sequence-parallel)";
     if (b.pp > 1)
         rec.reason += "; its pipeline idles "
             + std::to_string(static_cast<int>(b.plan->bubbleFraction * 100.0 + 0.5)) + "% at "

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plan/run_spec_bridge.h"
 #include "plan/stage_balance.h"
 
 namespace shard::plan {
@@ -792,9 +793,11 @@ void settleFit(const PlanInput& in, PlanResult& res)
 //   by vocabulary; pipeline stage i holds its contiguous layers (balancedStages), stage
 //   0 the embedding, the last the final norm and the head (a tied head is a second copy there);
 // - model states of that slice as the paper's ZeRO stages over the dp_shard GPUs;
-// - activations with sequence parallelism and fused (flash) attention, as torchtitan and
-//   Megatron-LM run: Korthikanti's s*b*h*34/t per layer and micro-batch (the 5*a*s/h term of
-//   stored attention scores is not kept; 2*s*b*h/t under full recomputation); under 1F1B stage
+// - activations with fused (flash) attention, as torchtitan and Megatron-LM run: Korthikanti's
+//   s*b*h*34/t per layer and micro-batch with sequence parallelism, s*b*h*(10 + 24/t) without
+//   (the norms, residual adds and dropouts whole on every GPU) (the 5*a*s/h term of stored
+//   attention scores is not kept; under full recomputation the block input, 2*s*b*h, over t
+//   with sequence parallelism); under 1F1B stage
 //   i keeps min(pp - i, micro-batches) micro-batches in flight; the last stage keeps 4*s*b*V/t
 //   fp32 logits;
 // - per GPU per step: tensor parallel 4 all-reduce-equivalents per layer and micro-batch (6
@@ -835,9 +838,9 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
         for (int64_t l = cut[v].first; l < cut[v].second; ++l)
             stageOf[static_cast<size_t>(l)] = st;
     }
-    // The embedding and head split by vocabulary when tp divides it (the engine's
-    // tp::splitsVocabulary), else whole on every GPU of the group.
-    const bool vocabSplit = mesh.tp > 1 && s.vocabSize % mesh.tp == 0;
+    // The embedding and head split by vocabulary when tp divides it (as the engine splits
+    // them), else whole on every GPU of the group.
+    const bool vocabSplit = splitsVocabulary(s, mesh.tp);
     for (const ParamInfo& p : parameterTable(s)) {
         const bool table = p.name == "model.embed_tokens.weight" || p.name == "lm_head.weight";
         const bool replicated = (p.shape.size() < 2 && p.name.find("norm") != std::string::npos)
@@ -859,24 +862,30 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
     const double b = static_cast<double>(in.microBatch * in.sequencesPerSample());
     const double seq = static_cast<double>(in.seqLen), h = static_cast<double>(s.hiddenSize);
     const double V = static_cast<double>(s.vocabSize);
-    const double perLayer
-        = in.checkpointing == Checkpointing::Full ? 2.0 * seq * b * h / t : seq * b * h * 34.0 / t;
+    const bool sp = in.sequenceParallel && mesh.tp > 1;
+    const double sbh = seq * b * h;
+    const double perLayer = in.checkpointing == Checkpointing::Full
+        ? 2.0 * sbh / (sp ? t : 1.0)
+        : sbh * (sp ? 34.0 / t : 10.0 + 24.0 / t);
     const OverheadParts overheadOf = overheadParts(in);
     const double fixed = overheadOf.fixedBytes, frag = overheadOf.fragmentation;
+    // Micro-batches' activations in flight at stage st's peak: 1F1B keeps pp - st; interleaved,
+    // Megatron-LM's warm-up of 2 (pp - st - 1) + (v - 1) pp + 1 chunk forwards, each a 1 / v of
+    // the stage's layers (stage 0: pp + (pp - 1) / v micro-batches).
+    const auto inFlight = [&](int64_t st) {
+        const double v = static_cast<double>(chunks);
+        return chunks > 1 ? std::min(K * v,
+                                2.0 * static_cast<double>(pp - st - 1)
+                                    + (v - 1.0) * static_cast<double>(pp) + 1.0)
+                / v
+                          : std::min(static_cast<double>(pp - st), K);
+    };
     Internal peak;
     for (int64_t st = 0; st < pp; ++st) {
         Internal states = paperModelStates(in, stageParams[static_cast<size_t>(st)], mesh.dpShard);
         MemoryBreakdown m = states.mem;
-        // Micro-batches' activations in flight at the peak: 1F1B keeps pp - st on stage st;
-        // interleaved, Megatron-LM's warm-up of 2 (pp - st - 1) + (v - 1) pp + 1 chunk forwards,
-        // each a 1 / v of the stage's layers (stage 0: pp + (pp - 1) / v micro-batches).
-        const double inFlight = chunks > 1 ? std::min(K * static_cast<double>(chunks),
-                                                 2.0 * static_cast<double>(pp - st - 1)
-                                                     + static_cast<double>((chunks - 1) * pp) + 1.0)
-                / static_cast<double>(chunks)
-                                           : std::min(static_cast<double>(pp - st), K);
-        m.activations = toBytes(
-            static_cast<double>(stageLayerCount[static_cast<size_t>(st)]) * inFlight * perLayer);
+        m.activations = toBytes(static_cast<double>(stageLayerCount[static_cast<size_t>(st)])
+            * inFlight(st) * perLayer);
         if (st == pp - 1)
             m.logits = toBytes(4.0 * seq * b * V / (vocabSplit ? t : 1.0));
         m.overhead = toBytes(fixed + frag * static_cast<double>(m.total()));
@@ -959,7 +968,10 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
           "(--tensor-parallel, --pipeline-parallel), or export the plan for torchtitan");
     if (mesh.tp > 1)
         res.notes.push_back("tensor parallel " + std::to_string(mesh.tp)
-            + " with sequence parallelism: each block's weights and activations split over "
+            + (sp ? " with sequence parallel: each block's weights and activations split over "
+                  : " without sequence parallel (the norms' and residual activations whole on "
+                    "every GPU; --sequence-parallel splits them too): each block's weights split "
+                    "over ")
             + std::to_string(mesh.tp) + " GPUs, "
             + (vocabSplit ? std::string("the embedding and head by vocabulary (no GPU holds a "
                                         "token's whole logits)")
@@ -993,10 +1005,7 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
                           : std::string("1F1B"))
             + ") of " + layersOf + " layers, cut by compute (a block's products against the "
             + "head's on the last stage; the slowest stage " + decimals(imbalance, 2)
-            + "x the mean): stage 0 keeps "
-            + decimals(chunks > 1 ? std::min(K * v, 2.0 * (pp - 1) + (v - 1) * pp + 1.0) / v
-                                  : std::min<double>(pp, K),
-                chunks > 1 ? 2 : 0)
+            + "x the mean): stage 0 keeps " + decimals(inFlight(0), chunks > 1 ? 2 : 0)
             + " micro-batches' activations; the bubble idles "
             + std::to_string(static_cast<int>(res.bubbleFraction * 100.0 + 0.5)) + "% of a step at "
             + std::to_string(in.gradAccum)
@@ -1012,8 +1021,9 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
                         "overlap it");
     res.notes.push_back("ZeRO-paper accounting: 16-bit parameters and gradients, K="
         + std::to_string(static_cast<int>(k.zeroPaperK))
-        + " optimizer bytes per parameter, Korthikanti activations with sequence parallelism "
-          "and fused attention (no stored attention scores)");
+        + " optimizer bytes per parameter, Korthikanti activations"
+        + (sp ? " with sequence parallelism" : "")
+        + " and fused attention (no stored attention scores)");
     return res;
 }
 
@@ -1427,34 +1437,22 @@ void validate(const PlanInput& in)
                 + "'s " + std::to_string(s.numKvHeads)
                 + " key/value heads neither divide the other; use a divisor or a multiple of "
                 + std::to_string(s.numKvHeads));
-        if (in.pp > s.numLayers)
-            throw std::runtime_error(std::to_string(in.pp) + " pipeline stages for "
-                + std::to_string(s.numLayers) + " layers: use at most "
-                + std::to_string(s.numLayers));
     }
-    // Interleaved 1F1B, as the engine refuses it (plan::pipelineParallelRefusal).
-    if (in.virtualStages < 1)
-        throw std::runtime_error("chunks per pipeline stage (virtual stages) must be 1 or more "
-                                 "(got "
-            + std::to_string(in.virtualStages) + ")");
-    if (in.virtualStages > 1) {
-        if (in.pp < 2)
-            throw std::runtime_error(std::to_string(in.virtualStages)
-                + " chunks per stage interleave pipeline stages, and this plan has one; use pp 2 "
-                  "or more, or 1 chunk a stage");
-        if (in.pp * in.virtualStages > s.numLayers)
-            throw std::runtime_error(std::to_string(in.pp) + " stages x "
-                + std::to_string(in.virtualStages) + " chunks need a layer each and " + s.name
-                + " has " + std::to_string(s.numLayers) + "; use "
-                + std::to_string(std::max<int64_t>(1, s.numLayers / in.pp))
-                + " chunks a stage or fewer");
-        if (in.gradAccum % in.pp != 0)
-            throw std::runtime_error("interleaved 1F1B runs the micro-batches in groups of the "
-                + std::to_string(in.pp) + " stages, and gradient accumulation "
-                + std::to_string(in.gradAccum) + " is not a multiple of " + std::to_string(in.pp)
-                + "; use " + std::to_string(std::max<int64_t>(in.pp, in.gradAccum / in.pp * in.pp))
-                + " or " + std::to_string((in.gradAccum / in.pp + 1) * in.pp));
-    }
+    // Sequence parallel, as the engine refuses it (plan::tensorParallelRefusal).
+    if (in.sequenceParallel)
+        if (const std::string why = whyNoSequenceParallel(s, in.tp, in.seqLen); !why.empty())
+            throw std::runtime_error(why);
+    // Pipeline stages and interleaved 1F1B, as the engine refuses them (one rule:
+    // plan::whyNoPipeline), in the planner's words.
+    const PipelineWords words {[](int64_t n) { return std::to_string(n) + " pipeline stages"; },
+        [](int64_t n) {
+            return std::to_string(n) + (n == 1 ? " chunk a stage" : " chunks a stage");
+        },
+        [](int64_t n) { return "gradient accumulation " + std::to_string(n); }};
+    if (const std::string why
+        = whyNoPipeline(in.pp, in.virtualStages, in.gradAccum, s.numLayers, words);
+        !why.empty())
+        throw std::runtime_error(why);
     if (in.bf16Reduce && in.precision != Precision::Bf16Mixed)
         throw std::runtime_error("a bf16 reduce goes with bf16-mixed (" + toString(in.precision)
             + " reduces in its own dtype); use reduce fp32");
@@ -1742,6 +1740,8 @@ nlohmann::json toJson(const PlanResult& r)
             {"dp_shard", mesh.dpShard}, {"tp", mesh.tp}};
         if (in.virtualStages > 1)
             j["virtual_stages"] = in.virtualStages;
+        if (in.tp > 1)
+            j["sequence_parallel"] = in.sequenceParallel;
         j["peak_stage"] = r.peakStage;
         j["stage_params_per_gpu"] = r.stageParams;
         j["bubble_fraction"] = r.bubbleFraction;

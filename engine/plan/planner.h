@@ -105,6 +105,10 @@ struct PlanInput {
     // Model chunks per pipeline stage: more than 1 plans interleaved 1F1B (Megatron-LM's virtual
     // pipeline stages; the micro-batches a multiple of pp).
     int64_t virtualStages = 1;
+    // Sequence parallel over the tensor-parallel GPUs (the run spec's sequence_parallel,
+    // Megatron-LM's --sequence-parallel): the norms' and the residual stream's activations split
+    // along the sequence too. Needs tp > 1, the vocabulary split and seqLen a multiple of tp.
+    bool sequenceParallel = false;
     DeviceSpec device;
     AccountingMode mode = AccountingMode::Engine;
     Calibration calibration;

@@ -83,6 +83,7 @@ void applyPlanToSpec(const PlanInput& in, const std::string& modelSource, protoc
     spec.tensorParallel = static_cast<int>(in.tp);
     spec.pipelineParallel = static_cast<int>(in.pp);
     spec.virtualStages = in.pp > 1 ? static_cast<int>(in.virtualStages) : 1;
+    spec.sequenceParallel = in.tp > 1 && in.sequenceParallel;
     spec.precision = toString(in.precision);
     spec.checkpointing = toString(in.checkpointing);
     spec.offload = toString(in.offload);
@@ -124,9 +125,10 @@ std::string whyNotSplitBlocks(const ModelSpec& model, int64_t size)
 namespace {
 
 // What tensor and pipeline parallel do not split yet, refused for `flag` ("--tensor-parallel 2")
-// with the fix and `off`, the flag's value that turns the layout off.
+// with the fix and `off`, the flag's value that turns the layout off. Under `tensorParallel`
+// (as opposed to pipeline parallel) preference objectives and samples during training run.
 std::string notSplitYet(const protocol::RunSpec& spec, const std::string& flag,
-    const std::string& off, const std::string& qloraFix)
+    const std::string& off, const std::string& qloraFix, bool tensorParallel)
 {
     const auto refuse = [&](const std::string& what, const std::string& fix) {
         return flag + " with " + what + " is not trained by this engine yet; " + fix + ", or "
@@ -134,56 +136,97 @@ std::string notSplitYet(const protocol::RunSpec& spec, const std::string& flag,
     };
     if (spec.method == "qlora")
         return refuse("--method qlora", qloraFix);
-    if (spec.sampleEvery > 0)
+    if (spec.sampleEvery > 0 && !tensorParallel)
         return refuse("samples during training (--sample-every)", "use --sample-every 0");
     if (spec.offload != "none")
         return refuse("--offload " + spec.offload, "use --offload none");
-    if (spec.usesPreferencePairs())
+    if (spec.usesPreferencePairs() && !tensorParallel)
         return refuse("--objective " + spec.objective, "train with --objective sft");
     return {};
 }
 
 } // namespace
 
+std::string whyNoPipeline(
+    int64_t pp, int64_t v, int64_t microBatches, int64_t layers, const PipelineWords& w)
+{
+    const auto n = [](int64_t x) { return std::to_string(x); };
+    if (v < 1)
+        return "chunks per pipeline stage (virtual stages) must be 1 or more (got " + n(v) + ")";
+    if (pp <= 1)
+        return v > 1 ? w.chunks(v) + " interleaves pipeline stages, and this run has one; use "
+                + w.stages(2) + " or more, or " + w.chunks(1)
+                     : std::string();
+    if (pp > layers)
+        return w.stages(pp) + " for " + n(layers) + " layers: each stage needs a layer; use "
+            + w.stages(layers) + " or less";
+    if (pp * v > layers)
+        return w.stages(pp) + " x " + w.chunks(v) + " = " + n(pp * v)
+            + " virtual stages need a layer each and the model has " + n(layers) + "; use "
+            + w.chunks(std::max<int64_t>(1, layers / pp)) + " or less";
+    if (v > 1 && microBatches % pp != 0)
+        return "interleaved 1F1B (" + w.chunks(v) + ") runs the micro-batches in groups of the "
+            + n(pp) + " stages, and " + w.microBatches(microBatches) + " is not a multiple of "
+            + n(pp) + "; use " + w.microBatches(std::max<int64_t>(pp, microBatches / pp * pp))
+            + " or " + n((microBatches / pp + 1) * pp);
+    return {};
+}
+
 std::string pipelineParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model)
 {
-    const int64_t pp = spec.pipelineParallel;
-    const int64_t v = spec.virtualStages;
-    if (v < 1)
-        return "--virtual-stages must be 1 or more (got " + std::to_string(v) + ")";
-    if (pp <= 1)
-        return v > 1 ? "--virtual-stages " + std::to_string(v)
-                + " interleaves pipeline stages, and this run has one; use --pipeline-parallel 2 "
-                  "or more, or --virtual-stages 1"
-                     : std::string();
-    const std::string flag = "--pipeline-parallel " + std::to_string(pp);
-    if (pp > model.numLayers)
-        return flag + " needs at least one layer per stage and the model has "
-            + std::to_string(model.numLayers) + "; use --pipeline-parallel "
-            + std::to_string(model.numLayers) + " or less";
-    if (pp * v > model.numLayers)
-        return flag + " x --virtual-stages " + std::to_string(v) + " = " + std::to_string(pp * v)
-            + " virtual stages need a layer each and the model has "
-            + std::to_string(model.numLayers) + "; use --virtual-stages "
-            + std::to_string(std::max<int64_t>(1, model.numLayers / pp)) + " or less";
-    if (v > 1 && spec.gradAccum % pp != 0)
-        return "interleaved 1F1B (--virtual-stages " + std::to_string(v)
-            + ") runs the micro-batches in groups of the " + std::to_string(pp)
-            + " stages, and --grad-accum " + std::to_string(spec.gradAccum)
-            + " is not a multiple of " + std::to_string(pp) + "; use --grad-accum "
-            + std::to_string(std::max<int64_t>(pp, spec.gradAccum / pp * pp)) + " or "
-            + std::to_string((spec.gradAccum / pp + 1) * pp);
-    return notSplitYet(spec, flag, "--pipeline-parallel 1", "use --method lora");
+    const auto flag = [](const char* name) {
+        return [name](int64_t x) { return std::string(name) + " " + std::to_string(x); };
+    };
+    const PipelineWords words {
+        flag("--pipeline-parallel"), flag("--virtual-stages"), flag("--grad-accum")};
+    if (std::string why = whyNoPipeline(
+            spec.pipelineParallel, spec.virtualStages, spec.gradAccum, model.numLayers, words);
+        !why.empty() || spec.pipelineParallel <= 1)
+        return why;
+    return notSplitYet(spec, words.stages(spec.pipelineParallel), "--pipeline-parallel 1",
+        "use --method lora", false);
+}
+
+bool splitsVocabulary(const ModelSpec& model, int64_t tp)
+{
+    return tp > 1 && model.vocabSize % tp == 0;
+}
+
+std::string whyNoSequenceParallel(const ModelSpec& model, int64_t t, int64_t seqLen)
+{
+    if (t <= 1)
+        return "--sequence-parallel splits the residual stream over the tensor-parallel ranks, "
+               "and this run has none; use --tensor-parallel 2 or more, or drop "
+               "--sequence-parallel";
+    if (!splitsVocabulary(model, t))
+        return "--sequence-parallel needs the vocabulary split over the tensor-parallel ranks, "
+               "and --tensor-parallel "
+            + std::to_string(t) + " does not divide the model's vocabulary of "
+            + std::to_string(model.vocabSize) + "; use --tensor-parallel with one of "
+            + protocol::divisorList(std::gcd(std::gcd(model.numHeads, model.numKvHeads),
+                std::gcd(model.intermediateSize, model.vocabSize)))
+            + ", or drop --sequence-parallel";
+    if (seqLen % t != 0)
+        return "--sequence-parallel splits each sequence of --seq-len " + std::to_string(seqLen)
+            + " over the " + std::to_string(t) + " tensor-parallel ranks, and " + std::to_string(t)
+            + " does not divide it; use --seq-len "
+            + std::to_string(std::max<int64_t>(t, seqLen / t * t)) + " or "
+            + std::to_string((seqLen / t + 1) * t);
+    return {};
 }
 
 std::string tensorParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model)
 {
-    if (spec.tensorParallel <= 1)
-        return {};
-    if (const std::string why = whyNotSplitBlocks(model, spec.tensorParallel); !why.empty())
+    const int64_t t = spec.tensorParallel;
+    if (t <= 1)
+        return spec.sequenceParallel ? whyNoSequenceParallel(model, t, spec.seqLen) : std::string();
+    if (const std::string why = whyNotSplitBlocks(model, t); !why.empty())
         return why + "; use --tensor-parallel with one of them";
+    if (spec.sequenceParallel)
+        if (const std::string why = whyNoSequenceParallel(model, t, spec.seqLen); !why.empty())
+            return why;
     return notSplitYet(spec, "--tensor-parallel " + std::to_string(spec.tensorParallel),
-        "--tensor-parallel 1", "use --method lora (its base is split like any weight)");
+        "--tensor-parallel 1", "use --method lora (its base is split like any weight)", true);
 }
 
 } // namespace shard::plan

@@ -5,6 +5,7 @@
 // the Launch page, the Monitor's prediction and `shard plan --spec`.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "plan/planner.h"
@@ -42,11 +43,34 @@ void applyPlanToSpec(const PlanInput& in, const std::string& modelSource, protoc
 // numbers and the sizes that would.
 std::string whyNotSplitBlocks(const ModelSpec& model, int64_t size);
 
+// Whether `tp` tensor-parallel ranks split the embedding and the LM head by vocabulary
+// (core/model/tensor_parallel.h): tp > 1 and it divides the vocabulary. Else both stay whole.
+bool splitsVocabulary(const ModelSpec& model, int64_t tp);
+
+// Why sequence parallel cannot run at `tp` ranks ("" when it can; tp must be 2 or more): it
+// needs the vocabulary split (splitsVocabulary) and a sequence length tp divides. Names the
+// numbers and the values that would (in the run's flags).
+std::string whyNoSequenceParallel(const ModelSpec& model, int64_t tp, int64_t seqLen);
+
 // Why the engine cannot train `spec` at its tensor_parallel on `model` ("" when it can, and
-// always at tensor_parallel 1): the blocks must split (whyNotSplitBlocks), and LoRA / QLoRA,
-// offload, samples during training and preference objectives are not split yet. Names the
-// flag to change. The worker refuses with it, and the pages do not offer what it refuses.
+// always at tensor_parallel 1): the blocks must split (whyNotSplitBlocks), sequence parallel
+// must be possible (whyNoSequenceParallel), and QLoRA and offload are not split yet. Names the flag
+// to change. The worker refuses with it, and the pages do not offer what it refuses.
 std::string tensorParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model);
+
+// How a pipeline refusal names its numbers: a run's flags ("--pipeline-parallel 2") or the
+// planner's words ("2 pipeline stages").
+struct PipelineWords {
+    std::function<std::string(int64_t)> stages, chunks, microBatches;
+};
+
+// Why `pp` stages of `v` chunks each (interleaved 1F1B when v > 1) over `microBatches`
+// micro-batches cannot run a model of `layers` layers ("" when they can; always at pp 1 and v
+// 1): each (virtual) stage needs a layer, and interleaving needs two stages or more and the
+// micro-batches a multiple of the stages. Names the values that would do. The engine
+// (pipelineParallelRefusal) and the planner (plan::validate) refuse with it.
+std::string whyNoPipeline(
+    int64_t pp, int64_t v, int64_t microBatches, int64_t layers, const PipelineWords& words);
 
 // Why the engine cannot train `spec` at its pipeline_parallel on `model` ("" when it can, and
 // always at pipeline_parallel 1): every stage needs a layer, and QLoRA, offload, samples during

@@ -36,6 +36,7 @@ template<typename Spec, typename F> void forEachField(Spec& s, F&& f)
     f("tensor_parallel", s.tensorParallel);
     f("pipeline_parallel", s.pipelineParallel);
     f("virtual_stages", s.virtualStages);
+    f("sequence_parallel", s.sequenceParallel);
     f("nodes", s.nodes);
     f("procs_per_node", s.procsPerNode);
     f("device", s.device);

@@ -43,6 +43,9 @@ struct RunSpec {
     // Model chunks per pipeline stage (Megatron's virtual pipeline stages): more than 1 runs the
     // interleaved 1F1B schedule, chunk c of stage s holding virtual stage c x stages + s.
     int virtualStages = 1;
+    // Sequence parallel (Megatron-LM's --sequence-parallel): with tensor parallel, the residual
+    // stream, the norms and what a block saves are split along the sequence over the group.
+    bool sequenceParallel = false;
     int nodes = 1;
     int procsPerNode = 1;
     // auto (CUDA when LibTorch sees a GPU, else the CPU), cuda or cpu; run.json records the

@@ -170,6 +170,9 @@ const std::vector<TrainFlag>& trainFlags()
         SHARD_FLAG("--virtual-stages", virtualStages,
             "Model chunks per pipeline stage: more than 1 runs interleaved 1F1B (a smaller "
             "bubble; --grad-accum a multiple of --pipeline-parallel; default 1)"),
+        SHARD_SWITCH("--sequence-parallel", sequenceParallel, true,
+            "With --tensor-parallel: split the residual stream, the norms and the activations "
+            "a block saves along the sequence over the group (--seq-len a multiple of it)"),
         SHARD_FLAG("--threads", threads, "Intra-op threads (0 = auto)"),
         SHARD_FLAG("--hang-timeout", hangTimeoutSec,
             "Seconds without progress before the launcher calls a rank hung (0 = off; default "

@@ -599,6 +599,23 @@ void testTpBlock(Communicator& comm, nlohmann::json& report)
         sumM.backward();
         caseWorst = std::max({caseWorst, rel(sumM, sumW), rel(hM.grad(), hW.grad()),
             rel(wM.grad(), engine::tp::partOf(wW.grad(), engine::tp::Split::Rows, rank, size))});
+        // The rows' log-probabilities of their targets (DPO, ORPO) over the split vocabulary,
+        // with a gradient that differs per row (a sequence loss's).
+        const at::Tensor rowGrad = dev(at::randn({16}, at::kDouble));
+        const at::Tensor hW2 = h.clone().requires_grad_(true),
+                         wW2 = wv.clone().requires_grad_(true);
+        const at::Tensor lpW = engine::linearTokenLogProbs(hW2, wW2, targets, 5);
+        (lpW * rowGrad).sum().backward();
+        const at::Tensor hM2 = h.clone().requires_grad_(true);
+        const at::Tensor wM2
+            = engine::tp::partOf(wv, engine::tp::Split::Rows, rank, size).requires_grad_(true);
+        const at::Tensor lpM = engine::linearTokenLogProbs(
+            engine::tp::copyToGroup(hM2, comm), wM2, targets, 5, size > 1 ? &shard : nullptr);
+        (lpM * rowGrad).sum().backward();
+        caseWorst = std::max({caseWorst, rel(lpM, lpW), rel(hM2.grad(), hW2.grad()),
+            rel(wM2.grad(), engine::tp::partOf(wW2.grad(), engine::tp::Split::Rows, rank, size))});
+        check(lpM.select(0, 4).item<double>() == 0.0,
+            "vocab-parallel " + name + ": a masked row's log-probability is 0");
         check(caseWorst < 1e-10,
             "vocab-parallel " + name + ": worst relative difference " + std::to_string(caseWorst));
         worst = std::max(worst, caseWorst);

@@ -1,8 +1,9 @@
-// What the layout tests (tst_tp_training, tst_pp_training) share: `shard-worker train` runs of a
-// model at a layout against one rank, their losses and exported weights, refusals, and copies of
-// a run folder to resume a checkpoint at another layout.
+// What the layout tests (tst_tp_training, tst_pp_training, tst_sp_training) share: `shard-worker
+// train` runs of a model at a layout against one rank, their losses and exported weights, refusals,
+// and copies of a run folder to resume a checkpoint at another layout.
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -99,15 +100,19 @@ inline void makeModel(const std::string& name, const nlohmann::json& config)
     SHARD_EXPECT(p.wait(60) && p.exitCode() == 0, "init-model " + name + ": " + p.err);
 }
 
-// The run's failure text: the launcher's stderr and every rank's log.
+// The run's failure text: the launcher's stderr and every rank's log (--seq-len kSeq unless
+// `extra` gives one).
 inline std::string failure(const std::string& model, const std::string& tag, int ranks,
     const std::vector<std::string>& extra)
 {
     const std::string out = dir() + "/" + tag;
-    std::vector<std::string> argv = {workerPath(), "launch", "--nproc-per-node",
-        std::to_string(ranks), "--", "train", "--model", dir() + "/" + model, "--data",
-        dir() + "/data.jsonl", "--steps", "2", "--seq-len", std::to_string(kSeq), "--threads", "1",
-        "--nproc-per-node", std::to_string(ranks), "--out", out};
+    const bool seqGiven = std::find(extra.begin(), extra.end(), "--seq-len") != extra.end();
+    std::vector<std::string> argv
+        = {workerPath(), "launch", "--nproc-per-node", std::to_string(ranks), "--", "train",
+            "--model", dir() + "/" + model, "--data", dir() + "/data.jsonl", "--steps", "2",
+            "--threads", "1", "--nproc-per-node", std::to_string(ranks), "--out", out};
+    if (!seqGiven)
+        argv.insert(argv.end(), {"--seq-len", std::to_string(kSeq)});
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = spawnProcess(argv);
     const bool done = p.wait(120);

@@ -267,7 +267,7 @@ int main()
     expectRefusal("llama", "refuse-ranks", 2, {"--pipeline-parallel", "3"},
         "pipeline parallel size 3 does not divide the 2 ranks");
     expectRefusal("tied", "refuse-layers", 4, {"--pipeline-parallel", "4", "--micro-batch", "1"},
-        "--pipeline-parallel 4 needs at least one layer per stage and the model has 3");
+        "--pipeline-parallel 4 for 3 layers: each stage needs a layer; use --pipeline-parallel 3");
     expectRefusal("tied", "refuse-virtual", 3,
         {"--pipeline-parallel", "3", "--virtual-stages", "2", "--grad-accum", "3"},
         "--pipeline-parallel 3 x --virtual-stages 2 = 6 virtual stages need a layer each and the "

@@ -516,6 +516,22 @@ void testTrainingSamplesAndCheckpoints()
         err);
     const auto s2 = samplesOf(two);
     T_CHECK_MSG(s2.size() == 4, "2-rank sample events: " + std::to_string(s2.size()));
+    // Tensor parallel with sequence parallel (each TP rank gathers every unit's parts and
+    // decodes the whole model in lockstep): the 1-rank run's samples.
+    const std::string tp = g_dir + "/run-tp2";
+    T_CHECK_MSG(runCommand(worker + " launch --nproc-per-node 2 -- train" + common + prompts
+                        + " --micro-batch 2 --tensor-parallel 2 --sequence-parallel "
+                          "--nproc-per-node 2 --out "
+                        + tp,
+                    &out, &err)
+            == 0,
+        err);
+    const auto sTp = samplesOf(tp);
+    T_CHECK_MSG(sTp.size() == s1.size(), "TP2 sample events: " + std::to_string(sTp.size()));
+    for (size_t i = 0; i < std::min(sTp.size(), s1.size()); ++i)
+        T_CHECK_MSG(sTp[i].step == s1[i].step && sTp[i].completion == s1[i].completion,
+            "TP2 sample " + std::to_string(i) + ": '" + sTp[i].completion + "' vs one rank's '"
+                + s1[i].completion + "'");
     // A bad prompts file is refused before training starts.
     T_CHECK(runCommand(worker + " train" + common + " --sample-prompts " + g_dir
                     + "/none.txt --out " + g_dir + "/run3",

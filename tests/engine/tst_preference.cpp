@@ -5,7 +5,8 @@
 // reference as the base with its adapters off; preference data in TRL's forms (text,
 // conversational, implicit prompt), the truncation policy and bad pairs; training through
 // shard-worker: step 1's DPO loss is exactly ln 2 with zero rewards on every strategy, zero3 at
-// 2 and 4 ranks equals 1 rank over 6 steps, a resumed run with a precomputed reference continues
+// 2 and 4 ranks, tensor parallel 2 (with and without sequence parallel, and under zero3 DP2)
+// and ORPO at TP2 equal 1 rank over 6 steps, a resumed run with a precomputed reference continues
 // exactly, a tiny model learns to prefer the chosen answers; refusals with their fixes.
 #include <cmath>
 #include <cstdio>
@@ -530,7 +531,15 @@ void testRanks()
     const Metrics two = run("r2", 2, common + "--strategy zero3 --micro-batch 2");
     const Metrics four = run("r4", 4, common + "--strategy zero3 --micro-batch 1");
     const Metrics ddp = run("r2ddp", 2, common + "--strategy ddp --micro-batch 1 --grad-accum 2");
-    for (const Metrics* m : {&two, &four, &ddp}) {
+    // Tensor parallel: the sequences' log-probabilities over the vocabulary split by rows
+    // (linearTokenLogProbs with a VocabShard), with and without sequence parallel, and under a
+    // data-parallel copy each.
+    const Metrics tp2 = run("r2tp", 2, common + "--tensor-parallel 2 --micro-batch 4");
+    const Metrics sp2
+        = run("r2sp", 2, common + "--tensor-parallel 2 --sequence-parallel --micro-batch 4");
+    const Metrics tp2dp2
+        = run("r4tp", 4, common + "--tensor-parallel 2 --strategy zero3 --micro-batch 2");
+    for (const Metrics* m : {&two, &four, &ddp, &tp2, &sp2, &tp2dp2}) {
         T_CHECK(m->loss.size() == 6 && one.loss.size() == 6);
         double worst = 0;
         for (size_t i = 0; i < std::min(m->loss.size(), one.loss.size()); ++i)
@@ -541,9 +550,13 @@ void testRanks()
     }
     const Metrics o1 = run("o1", 1, "--objective orpo --steps 6 --strategy zero3 --micro-batch 4");
     const Metrics o2 = run("o2", 2, "--objective orpo --steps 6 --strategy zero3 --micro-batch 2");
-    T_CHECK(o1.loss.size() == 6 && o2.loss.size() == 6);
-    for (size_t i = 0; i < std::min(o1.loss.size(), o2.loss.size()); ++i)
-        T_CHECK(std::abs(o1.loss[i] - o2.loss[i]) <= 1e-5 * std::abs(o1.loss[i]));
+    const Metrics oTp
+        = run("o2tp", 2, "--objective orpo --steps 6 --tensor-parallel 2 --micro-batch 4");
+    for (const Metrics* o : {&o2, &oTp}) {
+        T_CHECK(o1.loss.size() == 6 && o->loss.size() == 6);
+        for (size_t i = 0; i < std::min(o1.loss.size(), o->loss.size()); ++i)
+            T_CHECK(std::abs(o1.loss[i] - o->loss[i]) <= 1e-5 * std::abs(o1.loss[i]));
+    }
     T_CHECK(!o1.scalars.empty() && o1.scalars[0].count("nll_loss") == 1);
     // DPO with the chosen answers' NLL (RPO): at step 1 the DPO part is ln 2, so the loss is
     // ln 2 + weight x the NLL it reports.

@@ -118,6 +118,30 @@ private Q_SLOTS:
         QCOMPARE(all->at(1).strategy, QString("zero3"));
         QCOMPARE(all->at(1).worldSize, 2);
         QCOMPARE(all->at(1).totalSteps, qint64(50));
+        QCOMPARE(all->at(1).layout, QString()); // data parallel only
+
+        // The model-parallel layout from the spec; a spec that is not JSON lists without one.
+        for (const auto& [spec, label] :
+            {std::pair {R"({"tensor_parallel":2,"sequence_parallel":true,"pipeline_parallel":2,
+                    "virtual_stages":2})",
+                 "TP2+SP x PP2 v2"},
+                std::pair {R"({"tensor_parallel":4,"sequence_parallel":false})", "TP4"},
+                std::pair {R"({"pipeline_parallel":3,"virtual_stages":1})", "PP3"},
+                std::pair {"not json", ""}}) {
+            NewRun layout;
+            layout.name = QString("layout %1").arg(label);
+            layout.specJson = spec;
+            const auto id = store->createRun(layout);
+            QVERIFY2(id, qPrintable(id.error()));
+            QCOMPARE(store->run(*id)->layout, QString(label));
+            bool listed = false;
+            const auto runs = store->listRuns();
+            QVERIFY(runs);
+            for (const auto& r : *runs)
+                listed = listed || (r.id == *id && r.layout == QString(label));
+            QVERIFY(listed);
+            QVERIFY(store->deleteRun(*id));
+        }
 
         RunQuery q;
         q.text = "GPU2";

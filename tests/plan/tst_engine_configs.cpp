@@ -318,7 +318,14 @@ void roundTrips()
         in.tp = 4;
         in.pp = 2;
         in.gradAccum = 16;
+        // Without sequence parallel: said, since torchtitan's tensor parallel always has it.
+        in.sequenceParallel = false;
+        CHECK(exportFor(in, "torchtitan", "train.py", "")
+                  .text.find("# not in this file: tensor parallel without sequence parallel")
+            != std::string::npos);
+        in.sequenceParallel = true;
         const ExportedConfig e = exportFor(in, "torchtitan", "train.py", "");
+        CHECK(e.text.find("without sequence parallel") == std::string::npos);
         CHECK(e.text.find("tensor_parallel_degree = 4") != std::string::npos);
         CHECK(e.text.find("pipeline_parallel_degree = 2") != std::string::npos);
         CHECK(e.text.find("data_parallel_shard_degree = 8") != std::string::npos);
@@ -330,6 +337,7 @@ void roundTrips()
         CHECK_EQ(back.input.pp, 2);
         CHECK(back.input.strategy == Strategy::Zero3);
         CHECK_EQ(back.input.gradAccum, 16);
+        CHECK(back.input.sequenceParallel); // torchtitan's tensor parallel shards the norms
         CHECK_EQ(plan(back.input).perDevice.total(), plan(in).perDevice.total());
         CHECK_THROWS_WITH(
             exportFor(in, "deepspeed", "train.py", ""), "written for torchtitan only");

@@ -429,6 +429,7 @@ void testTensorAndPipelineParallel()
     in.nodes = 8;
     in.tp = 4;
     in.pp = 2;
+    in.sequenceParallel = true;
     in.microBatch = 1;
     in.seqLen = 4096;
     in.gradAccum = 16;
@@ -469,8 +470,46 @@ void testTensorAndPipelineParallel()
     CHECK_NEAR(static_cast<double>(r.tpBytesPerDevicePerStep),
         16 * (40 * 4 + 1) * 2 * 0.75 * seq * b * h * 2, 1e-12);
     CHECK_NEAR(static_cast<double>(r.ppBytesPerDevicePerStep), 16 * seq * b * h * 2, 1e-12);
+    // Without sequence parallel the norms', residual adds' and dropouts' activations stay whole
+    // on every GPU (Korthikanti's s*b*h*(10 + 24/t)); under full recomputation the block input
+    // is whole too (2*s*b*h) instead of split (2*s*b*h/t). The traffic is the same (a
+    // reduce-scatter and an all-gather move what an all-reduce moves).
+    {
+        PlanInput noSp = in;
+        noSp.sequenceParallel = false;
+        const PlanResult n = plan(noSp);
+        CHECK_NEAR(static_cast<double>(n.perDevice.activations),
+            40 * 2 * seq * b * h * (10 + 24 / t), 1e-12);
+        CHECK_EQ(n.tpBytesPerDevicePerStep, r.tpBytesPerDevicePerStep);
+        bool said = false;
+        for (const auto& note : n.notes)
+            said = said || note.find("without sequence parallel") != std::string::npos;
+        CHECK(said);
+        for (const bool sp : {true, false}) {
+            PlanInput ck = in;
+            ck.sequenceParallel = sp;
+            ck.checkpointing = Checkpointing::Full;
+            CHECK_NEAR(static_cast<double>(plan(ck).perDevice.activations),
+                40 * 2 * 2 * seq * b * h / (sp ? t : 1), 1e-12);
+        }
+        CHECK(toJson(r)["sequence_parallel"].get<bool>());
+        CHECK(!toJson(n)["sequence_parallel"].get<bool>());
+        // Refused as the engine refuses it, naming the fix.
+        PlanInput odd = in;
+        odd.seqLen = 4094;
+        CHECK_THROWS_WITH(plan(odd), "use --seq-len 4092 or 4096");
+        odd = in;
+        odd.tp = 1;
+        odd.pp = 8;
+        CHECK_THROWS_WITH(
+            plan(odd), "use --tensor-parallel 2 or more, or drop --sequence-parallel");
+        odd = in;
+        odd.model.vocabSize = 32002;
+        CHECK_THROWS_WITH(plan(odd), "does not divide the model's vocabulary of 32002");
+    }
     // The seeds' answer fits 80 GB; the same model without tensor or pipeline parallelism does not.
     CHECK(r.fits);
+    in.sequenceParallel = false; // from here on layouts with tp 1 too
     PlanInput flat = in;
     flat.tp = 1;
     flat.pp = 1;
@@ -1003,13 +1042,14 @@ void testStageBalance()
     CHECK_EQ(j["virtual_stages"].get<int64_t>(), int64_t(2));
     // Refusals the engine would make, with the fix.
     iv.gradAccum = 3;
-    CHECK_THROWS_WITH(plan(iv), "gradient accumulation 3 is not a multiple of 2; use 2 or 4");
+    CHECK_THROWS_WITH(plan(iv),
+        "gradient accumulation 3 is not a multiple of 2; use gradient accumulation 2 or 4");
     iv.gradAccum = 8;
     iv.virtualStages = 15;
-    CHECK_THROWS_WITH(plan(iv), "use 14 chunks a stage or fewer");
+    CHECK_THROWS_WITH(plan(iv), "use 14 chunks a stage or less");
     iv.virtualStages = 2;
     iv.pp = 1;
-    CHECK_THROWS_WITH(plan(iv), "use pp 2 or more, or 1 chunk a stage");
+    CHECK_THROWS_WITH(plan(iv), "use 2 pipeline stages or more, or 1 chunk a stage");
 }
 
 int main()

@@ -407,13 +407,14 @@ namespace {
 void testTensorPipeline()
 {
     const std::string flags = "plan --model llama-2-70b --gpus 8 --nodes 8 --tp 4 --pp 2 "
-                              "--strategy zero1 --grad-accum 16 --seq-len 4096";
+                              "--strategy zero1 --grad-accum 16 --seq-len 4096 "
+                              "--sequence-parallel";
     Result r = shard(flags);
     CHECK_EQ(r.code, 0);
-    for (const char* s :
-        {"zero-paper accounting", "Layout  pp 2 x dp_replicate 1 x dp_shard 8 x tp 4",
-            "Verdict: zero1 FITS", "memory peak at", "pipeline stage 0", "parameters per GPU",
-            "pipeline bubble", "+ TP ", "or export the plan for torchtitan"})
+    for (const char* s : {"zero-paper accounting",
+             "Layout  pp 2 x dp_replicate 1 x dp_shard 8 x tp 4", "Verdict: zero1 FITS",
+             "memory peak at", "pipeline stage 0", "parameters per GPU", "pipeline bubble", "+ TP ",
+             "or export the plan for torchtitan", "with sequence parallel"})
         if (r.out.find(s) == std::string::npos)
             shard::plan::test::fail(
                 __FILE__, __LINE__, std::string("3D table lacks '") + s + "'\n" + r.out);
@@ -429,8 +430,15 @@ void testTensorPipeline()
         CHECK_EQ(plan["mesh"]["tp"].get<int64_t>(), int64_t(4));
         CHECK_EQ(plan["mesh"]["dp_shard"].get<int64_t>(), int64_t(8));
         CHECK_EQ(plan["mode"].get<std::string>(), std::string("zero-paper"));
+        CHECK(plan["sequence_parallel"].get<bool>());
     }
     expectError(flags + " --mode engine", "use --mode zero-paper, or tp 1 and pp 1");
+    // Sequence parallel needs tensor parallel and a sequence length it divides.
+    expectError("plan --model llama-2-70b --gpus 8 --pp 2 --sequence-parallel",
+        "use --tensor-parallel 2 or more, or drop --sequence-parallel");
+    expectError("plan --model llama-2-70b --gpus 8 --nodes 8 --tp 4 --pp 2 --strategy zero1 "
+                "--grad-accum 16 --seq-len 4094 --sequence-parallel",
+        "use --seq-len 4092 or 4096");
     expectError("plan --model llama-2-70b --gpus 8 --tp 3",
         "tensor parallel size 3 does not divide the 8 GPUs; use a divisor of 8 (1, 2, 4, 8)");
     expectError(flags + " --export deepspeed", "written for torchtitan only");
@@ -447,7 +455,7 @@ void testTensorPipeline()
     }
     expectError("plan --model llama-2-70b --gpus 8 --nodes 8 --tp 4 --pp 2 --grad-accum 5 "
                 "--virtual-stages 2",
-        "gradient accumulation 5 is not a multiple of 2; use 4 or 6");
+        "gradient accumulation 5 is not a multiple of 2; use gradient accumulation 4 or 6");
 }
 
 // `--recommend-layout`: every layout of the GPUs with Megatron's formula beside it, the pick

@@ -532,6 +532,27 @@ private Q_SLOTS:
         QCOMPARE(spec.value().tensorParallel, 2);
         QTRY_VERIFY2(page.commandPreview().contains("\"tensor_parallel\": 2"),
             qPrintable(page.commandPreview()));
+        // Sequence parallel: offered with tensor parallel; a --seq-len it does not divide is
+        // said in the page's words.
+        auto* sp = page.findChild<QCheckBox*>("sequenceParallel");
+        QVERIFY(sp && sp->isEnabled());
+        sp->setChecked(true);
+        QTRY_VERIFY2(label("fitProblem")->isHidden(), qPrintable(label("fitProblem")->text()));
+        QVERIFY(page.spec().value().sequenceParallel);
+        QTRY_VERIFY2(page.commandPreview().contains("\"sequence_parallel\": true"),
+            qPrintable(page.commandPreview()));
+        page.findChild<QSpinBox*>("seqLen")->setValue(63);
+        QTRY_VERIFY2(label("fitProblem")->text().contains("“Sequence parallel”")
+                && label("fitProblem")->text().contains("use --seq-len 62 or 64")
+                && label("fitProblem")->text().contains("--seq-len is “Sequence length”"),
+            qPrintable(label("fitProblem")->text()));
+        QVERIFY(!start->isEnabled());
+        page.findChild<QSpinBox*>("seqLen")->setValue(64);
+        sp->setChecked(false);
+        tp->setValue(1);
+        QVERIFY(!sp->isEnabled());
+        QVERIFY(!page.spec().value().sequenceParallel); // not without tensor parallel
+        tp->setValue(2);
         // 3 does not divide tiny-1m's 4 heads.
         ranks->setValue(3);
         tp->setValue(3);

@@ -497,14 +497,26 @@ private Q_SLOTS:
         PlanPage page;
         page.show();
         seventyBOnSixtyFourGpus(page);
-        field<QSpinBox>(page, "tp")->setValue(4);
-        field<QSpinBox>(page, "pp")->setValue(2);
+        auto* sp = field<QCheckBox>(page, "sequenceParallel");
+        QVERIFY(!sp->isEnabled()); // offered with tensor parallel only
+        field<QSpinBox>(page, "tensorParallel")->setValue(4);
+        field<QSpinBox>(page, "pipelineParallel")->setValue(2);
+        QVERIFY(sp->isEnabled());
         QCOMPARE(field<QComboBox>(page, "mode")->currentData().toString(), QString("zero-paper"));
         QVERIFY2(
             page.messageText().contains("Export for… torchtitan"), qPrintable(page.messageText()));
+        // Without sequence parallel the norms' activations are whole on every GPU; with it
+        // they are split over the 4 (70B at TP4 x PP2 fits 80 GB with it).
         page.recompute();
         QTRY_VERIFY(page.chosen() && page.chosen()->input.tp == 4);
+        QVERIFY(!page.chosen()->input.sequenceParallel);
+        const int64_t without = page.chosen()->perDevice.activations;
+        sp->setChecked(true);
+        page.recompute();
+        QTRY_VERIFY(
+            page.chosen() && page.chosen()->input.tp == 4 && page.chosen()->input.sequenceParallel);
         const plan::PlanResult* c = page.chosen();
+        QVERIFY(c->perDevice.activations < without);
         QCOMPARE(c->input.pp, int64_t(2));
         QCOMPARE(c->shardDegree, int64_t(8));
         QCOMPARE(c->peakPhase, std::string("backward start, pipeline stage 0"));
@@ -514,10 +526,12 @@ private Q_SLOTS:
         QVERIFY2(launch->toolTip().contains("tensor parallel 4, pipeline stages 2"),
             qPrintable(launch->toolTip()));
         QVERIFY(page.findChild<QToolButton*>("exportFor")->isEnabled());
-        field<QSpinBox>(page, "tp")->setValue(1);
-        field<QSpinBox>(page, "pp")->setValue(1);
+        field<QSpinBox>(page, "tensorParallel")->setValue(1);
+        field<QSpinBox>(page, "pipelineParallel")->setValue(1);
+        QVERIFY(!sp->isEnabled());
         page.recompute();
         QTRY_VERIFY(page.chosen() && page.chosen()->input.tp == 1);
+        QVERIFY(!page.chosen()->input.sequenceParallel); // not planned without tensor parallel
         QVERIFY(launch->isEnabled());
     }
 
@@ -533,8 +547,8 @@ private Q_SLOTS:
         page.recompute();
         QTRY_VERIFY(page.chosen() && page.chosen()->input.model.name == "llama-2-70b");
         page.findChild<QPushButton*>("recommendLayout")->click();
-        const int tp = field<QSpinBox>(page, "tp")->value();
-        const int pp = field<QSpinBox>(page, "pp")->value();
+        const int tp = field<QSpinBox>(page, "tensorParallel")->value();
+        const int pp = field<QSpinBox>(page, "pipelineParallel")->value();
         QVERIFY2(tp * pp > 1, "data parallelism alone does not fit");
         QCOMPARE(field<QSpinBox>(page, "gradAccum")->value() * 64 / (tp * pp), 1024);
         QCOMPARE(field<QComboBox>(page, "mode")->currentData().toString(), QString("zero-paper"));
@@ -550,7 +564,7 @@ private Q_SLOTS:
         page.findChild<QPushButton*>("recommendLayout")->click();
         QVERIFY2(
             page.messageText().contains("no layout of 1 GPU fits"), qPrintable(page.messageText()));
-        QCOMPARE(field<QSpinBox>(page, "tp")->value(), tp);
+        QCOMPARE(field<QSpinBox>(page, "tensorParallel")->value(), tp);
     }
 
     // A DeepSpeed config sets the fields and the page plans it with DeepSpeed's accounting and

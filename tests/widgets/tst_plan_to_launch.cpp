@@ -127,12 +127,13 @@ private Q_SLOTS:
         QTRY_VERIFY(loaded.count() > 0);
         field<QSpinBox>(p, "gpus")->setValue(8);
         selectData(field<QComboBox>(p, "device"), "h100-80g");
-        field<QSpinBox>(p, "tp")->setValue(2);
+        field<QSpinBox>(p, "tensorParallel")->setValue(2);
         auto* chunks = field<QSpinBox>(p, "virtualStages");
         QVERIFY(!chunks->isEnabled()); // one stage: nothing to interleave
-        field<QSpinBox>(p, "pp")->setValue(2);
+        field<QSpinBox>(p, "pipelineParallel")->setValue(2);
         QVERIFY(chunks->isEnabled());
         chunks->setValue(2);
+        field<QCheckBox>(p, "sequenceParallel")->setChecked(true);
         field<QSpinBox>(p, "gradAccum")->setValue(4);
         field<QSpinBox>(p, "seqLen")->setValue(256);
         p.recompute();
@@ -149,9 +150,12 @@ private Q_SLOTS:
         QCOMPARE(s.tensorParallel, 2);
         QCOMPARE(s.pipelineParallel, 2);
         QCOMPARE(s.virtualStages, 2);
+        QVERIFY(s.sequenceParallel);
         QCOMPARE(s.procsPerNode, 8);
         QCOMPARE(field<QSpinBox>(l, "pipelineParallel")->value(), 2);
         QCOMPARE(field<QSpinBox>(l, "virtualStages")->value(), 2);
+        auto* sp = field<QCheckBox>(l, "sequenceParallel");
+        QVERIFY(sp->isEnabled() && sp->isChecked());
     }
 
     void presetPlanDropsTheOldFolder()

@@ -115,6 +115,8 @@ private Q_SLOTS:
             jobs::NewRun a;
             a.name = "finished";
             a.runDir = folder;
+            a.specJson = R"({"strategy":"zero3","tensor_parallel":2,"sequence_parallel":true,
+                "pipeline_parallel":2})";
             done = *store->createRun(a);
             QVERIFY(store->setStatus(done, jobs::RunStatus::Failed, "rank 1 exited with code 1"));
             // Queued and not started yet: live (the store's reconciliation leaves it be).
@@ -143,6 +145,13 @@ private Q_SLOTS:
         };
         QCOMPARE(cell(done, RunTableModel::Id), QString::number(done));
         QCOMPARE(cell(done, RunTableModel::Message), QString("rank 1 exited with code 1"));
+        QCOMPARE(cell(done, RunTableModel::Strategy), QString("zero3"));
+        QCOMPARE(cell(done, RunTableModel::Layout), QString("TP2+SP x PP2"));
+        QCOMPARE(cell(live, RunTableModel::Layout), QString()); // data parallel only
+        QCOMPARE(page.model()
+                     ->headerData(RunTableModel::Layout, Qt::Horizontal, Qt::DisplayRole)
+                     .toString(),
+            QString("Layout"));
 
         // The edited run stays selected when the rows come back.
         auto viewRowOf = [&](qint64 id) {

@@ -55,6 +55,29 @@ std::pair<at::Tensor, at::Tensor> shardedLse(
     return {top + sum.log(), all.select(1, 2).sum(0)};
 }
 
+// A chunk's logits' log-sum-exp and its targets' logits (0 where masked; with a shard, summed
+// over the group so every rank has them), and the targets' columns here and whether here.
+struct ChunkLogits {
+    at::Tensor lse, picked, safe, mine;
+};
+ChunkLogits chunkLogits(const at::Tensor& z, const at::Tensor& tc, const VocabShard* shard)
+{
+    ChunkLogits c;
+    const at::Tensor valid = tc.ne(-100);
+    if (shard) { // this rank's columns [first, first + V / t)
+        const at::Tensor local = tc - shard->first;
+        c.mine = valid.logical_and(local.ge(0)).logical_and(local.lt(z.size(1)));
+        c.safe = at::where(c.mine, local, at::zeros_like(local)).unsqueeze(1);
+        std::tie(c.lse, c.picked) = shardedLse(z, c.safe, c.mine, *shard->group);
+    } else {
+        c.mine = valid;
+        c.safe = at::where(valid, tc, at::zeros_like(tc)).unsqueeze(1);
+        c.lse = at::logsumexp(z, 1);
+        c.picked = z.gather(1, c.safe).squeeze(1);
+    }
+    return c;
+}
+
 Sums chunkedSums(const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets,
     double gradScale, int64_t chunkRows, bool wantH, bool wantW, const VocabShard* shard)
 {
@@ -78,20 +101,9 @@ Sums chunkedSums(const at::Tensor& h, const at::Tensor& w, const at::Tensor& tar
         const at::Tensor hc = h.narrow(0, r0, rows);
         const at::Tensor tc = targets.narrow(0, r0, rows);
         at::Tensor z = fused::cast(fused::linear(hc, w), wide); // (rows, V)
-        const at::Tensor valid = tc.ne(-100);
-        const at::Tensor weight = valid.to(wide);
-        at::Tensor lse, picked, safe, hit = weight;
-        if (shard) { // this rank's columns [first, first + V / t)
-            const at::Tensor local = tc - shard->first;
-            const at::Tensor mine = valid.logical_and(local.ge(0)).logical_and(local.lt(vocab));
-            safe = at::where(mine, local, at::zeros_like(local)).unsqueeze(1);
-            std::tie(lse, picked) = shardedLse(z, safe, mine, *shard->group);
-            hit = mine.to(wide);
-        } else {
-            lse = at::logsumexp(z, 1);
-            safe = at::where(valid, tc, at::zeros_like(tc)).unsqueeze(1);
-            picked = z.gather(1, safe).squeeze(1);
-        }
+        const at::Tensor weight = tc.ne(-100).to(wide);
+        const auto [lse, picked, safe, mine] = chunkLogits(z, tc, shard);
+        const at::Tensor hit = mine.to(wide);
         s.loss.add_(((lse - picked) * weight).sum());
         if (!wantH && !wantW)
             continue;
@@ -153,33 +165,41 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     }
 };
 
-// The rows' log-probabilities of their targets (chunked, no gradient).
-at::Tensor chunkedLogProbs(
-    const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets, int64_t chunkRows)
+// The rows' log-probabilities of their targets (chunked, no gradient) and, with a shard, each
+// row's log-sum-exp (for the backward).
+std::pair<at::Tensor, at::Tensor> chunkedLogProbs(const at::Tensor& h, const at::Tensor& w,
+    const at::Tensor& targets, int64_t chunkRows, const VocabShard* shard)
 {
     at::NoGradGuard noGrad;
     const int64_t n = h.size(0);
     const at::ScalarType wide = at::promoteTypes(h.scalar_type(), at::kFloat);
     at::Tensor out = at::empty({n}, h.options().dtype(wide));
+    at::Tensor lses = shard ? at::empty({n}, h.options().dtype(wide)) : at::Tensor();
     for (int64_t r0 = 0; r0 < n; r0 += chunkRows) {
         const int64_t rows = std::min(chunkRows, n - r0);
         const at::Tensor tc = targets.narrow(0, r0, rows);
         const at::Tensor z = fused::cast(fused::linear(h.narrow(0, r0, rows), w), wide);
-        const at::Tensor valid = tc.ne(-100);
-        const at::Tensor safe = at::where(valid, tc, at::zeros_like(tc)).unsqueeze(1);
-        out.narrow(0, r0, rows)
-            .copy_((z.gather(1, safe).squeeze(1) - at::logsumexp(z, 1)) * valid.to(wide));
+        const ChunkLogits c = chunkLogits(z, tc, shard);
+        out.narrow(0, r0, rows).copy_((c.picked - c.lse) * tc.ne(-100).to(wide));
+        if (shard)
+            lses.narrow(0, r0, rows).copy_(c.lse);
     }
-    return out;
+    return {out, lses};
 }
 
 struct LinearTokenLogProbs : torch::autograd::Function<LinearTokenLogProbs> {
     static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& w,
-        const at::Tensor& targets, int64_t chunkRows)
+        const at::Tensor& targets, int64_t chunkRows, int64_t shardAddress)
     {
+        // The shard travels as its address (the context holds IValues); it is read here only:
+        // the backward needs its first row, and the log-sum-exps saved here.
+        const auto* shard
+            = reinterpret_cast<const VocabShard*>(static_cast<intptr_t>(shardAddress));
+        auto [out, lses] = chunkedLogProbs(h, w, targets, chunkRows, shard);
         ctx->saved_data["chunk"] = chunkRows;
-        ctx->save_for_backward({h, w, targets});
-        return chunkedLogProbs(h, w, targets, chunkRows);
+        ctx->saved_data["first"] = shard ? shard->first : int64_t(-1);
+        ctx->save_for_backward({h, w, targets, lses});
+        return out;
     }
 
     static variable_list backward(AutogradContext* ctx, variable_list gradOutputs)
@@ -189,9 +209,11 @@ struct LinearTokenLogProbs : torch::autograd::Function<LinearTokenLogProbs> {
         const at::Tensor& h = saved[0];
         const at::Tensor& w = saved[1];
         const at::Tensor& targets = saved[2];
+        const at::Tensor& lses = saved[3];
         const int64_t chunkRows = ctx->saved_data["chunk"].toInt();
+        const int64_t first = ctx->saved_data["first"].toInt();
         const bool wantH = ctx->needs_input_grad(0), wantW = ctx->needs_input_grad(1);
-        const int64_t n = h.size(0);
+        const int64_t n = h.size(0), vocab = w.size(0);
         const at::ScalarType compute = h.scalar_type();
         const at::ScalarType wide = at::promoteTypes(compute, at::kFloat);
         const at::Tensor g = gradOutputs[0].to(wide);
@@ -206,10 +228,14 @@ struct LinearTokenLogProbs : torch::autograd::Function<LinearTokenLogProbs> {
             const at::Tensor tc = targets.narrow(0, r0, rows);
             at::Tensor z = fused::cast(fused::linear(hc, w), wide);
             const at::Tensor valid = tc.ne(-100);
-            const at::Tensor safe = at::where(valid, tc, at::zeros_like(tc)).unsqueeze(1);
+            // The target's column among this rank's (every column without a shard).
+            const at::Tensor local = first >= 0 ? tc - first : tc;
+            const at::Tensor mine = valid.logical_and(local.ge(0)).logical_and(local.lt(vocab));
+            const at::Tensor safe = at::where(mine, local, at::zeros_like(local)).unsqueeze(1);
+            const at::Tensor lse = first >= 0 ? lses.narrow(0, r0, rows) : at::logsumexp(z, 1);
             // d logp / d z = onehot(target) - softmax(z), times the row's gradient; in place.
-            z.sub_(at::logsumexp(z, 1).unsqueeze(1)).exp_().neg_();
-            z.scatter_add_(1, safe, at::ones({rows, 1}, z.options()));
+            z.sub_(lse.unsqueeze(1)).exp_().neg_();
+            z.scatter_add_(1, safe, mine.to(wide).unsqueeze(1));
             z.mul_((g.narrow(0, r0, rows) * valid.to(wide)).unsqueeze(1));
             const at::Tensor gc = fused::cast(z, compute);
             z = at::Tensor();
@@ -218,14 +244,14 @@ struct LinearTokenLogProbs : torch::autograd::Function<LinearTokenLogProbs> {
             if (wantW)
                 addProduct(gradW, gc.t(), hc);
         }
-        return {gradH, gradW, at::Tensor(), at::Tensor()};
+        return {gradH, gradW, at::Tensor(), at::Tensor(), at::Tensor()};
     }
 };
 
 } // namespace
 
-at::Tensor linearTokenLogProbs(
-    const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targets, int64_t chunkRows)
+at::Tensor linearTokenLogProbs(const at::Tensor& h, const at::Tensor& weight,
+    const at::Tensor& targets, int64_t chunkRows, const VocabShard* shard)
 {
     TORCH_CHECK(h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1),
         "linearTokenLogProbs: h (N, H) and W (V, H) expected");
@@ -236,8 +262,9 @@ at::Tensor linearTokenLogProbs(
     chunkRows = std::max<int64_t>(1, chunkRows);
     const bool grads = at::GradMode::is_enabled() && (h.requires_grad() || weight.requires_grad());
     if (!grads)
-        return chunkedLogProbs(h, weight, targets, chunkRows);
-    return LinearTokenLogProbs::apply(h, weight, targets, chunkRows);
+        return chunkedLogProbs(h, weight, targets, chunkRows, shard).first;
+    return LinearTokenLogProbs::apply(
+        h, weight, targets, chunkRows, static_cast<int64_t>(reinterpret_cast<intptr_t>(shard)));
 }
 
 at::Tensor linearCrossEntropySum(const at::Tensor& h, const at::Tensor& weight,

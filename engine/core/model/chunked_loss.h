@@ -50,8 +50,13 @@ at::Tensor linearCrossEntropySum(const at::Tensor& h, const at::Tensor& weight,
 // inputs), for losses of whole sequences (DPO, ORPO). The logits exist one chunk at a time, as in
 // linearCrossEntropySum; the gradient of each row is known only once the caller's loss has seen
 // every row, so the backward computes each chunk's logits again (one more head GEMM) instead of
-// keeping them. chunkRows <= 0 picks plan::lossChunkRows(N, H, V).
+// keeping them. chunkRows <= 0 picks plan::lossChunkRows(N, H, V). With `shard`, W is this rank's
+// rows of a vocabulary split over the shard's group (as in linearCrossEntropySum): the
+// log-probabilities are the whole vocabulary's on every rank (each chunk's log-sum-exp kept from
+// the forward, so the backward needs no collective), and h's gradient is this rank's columns'
+// share, which the caller sums over the group. The gradient coming in must be the same on every
+// rank of the group (a loss every rank computes alike).
 at::Tensor linearTokenLogProbs(const at::Tensor& h, const at::Tensor& weight,
-    const at::Tensor& targets, int64_t chunkRows = 0);
+    const at::Tensor& targets, int64_t chunkRows = 0, const VocabShard* shard = nullptr);
 
 } // namespace shard::engine

@@ -422,24 +422,35 @@ const at::Tensor& LlamaModel::headWeight(const std::vector<at::Tensor>& root) co
     return root[m_root.lmHead >= 0 ? m_root.lmHead : m_root.embed];
 }
 
-LossSum LlamaModel::headLossSum(const std::vector<at::Tensor>& root, const at::Tensor& x,
-    const at::Tensor& labels, double gradScale) const
+at::Tensor LlamaModel::predictingStates(
+    const std::vector<at::Tensor>& root, const at::Tensor& x, const HeadSplit* split) const
 {
-    const int64_t s = x.size(1), H = x.size(2);
-    // The positions that predict a next token, and their targets (the Hugging Face shift).
-    at::Tensor h = rmsNorm(x.narrow(1, 0, s - 1), root[m_root.norm]).reshape({-1, H});
-    at::Tensor t = nextTokenTargets(labels);
+    at::Tensor normed = rmsNorm(x, root[m_root.norm]);
+    if (split)
+        normed = split->toGroup(normed);
+    // The positions that predict a next token (the Hugging Face shift), one row each.
+    const int64_t s = normed.size(1), H = normed.size(2);
+    return normed.narrow(1, 0, s - 1).reshape({-1, H});
+}
+
+LossSum LlamaModel::headLossSum(const std::vector<at::Tensor>& root, const at::Tensor& x,
+    const at::Tensor& labels, double gradScale, const HeadSplit* split) const
+{
+    const at::Tensor h = predictingStates(root, x, split);
     LossSum out;
-    out.sum = linearCrossEntropySum(h, headWeight(root), t, gradScale);
+    out.sum = linearCrossEntropySum(h, headWeight(root), nextTokenTargets(labels), gradScale, 0,
+        split ? split->shard : nullptr);
     return out; // tokens: counted by the caller where its labels are (countLossTokens)
 }
 
-at::Tensor LlamaModel::headTokenLogProbs(
-    const std::vector<at::Tensor>& root, const at::Tensor& x, const at::Tensor& labels) const
+at::Tensor LlamaModel::headTokenLogProbs(const std::vector<at::Tensor>& root, const at::Tensor& x,
+    const at::Tensor& labels, const HeadSplit* split) const
 {
-    const int64_t b = x.size(0), s = x.size(1), H = x.size(2);
-    at::Tensor h = rmsNorm(x.narrow(1, 0, s - 1), root[m_root.norm]).reshape({-1, H});
-    return linearTokenLogProbs(h, headWeight(root), nextTokenTargets(labels)).reshape({b, s - 1});
+    const at::Tensor h = predictingStates(root, x, split);
+    const int64_t b = x.size(0), s = labels.size(1);
+    return linearTokenLogProbs(
+        h, headWeight(root), nextTokenTargets(labels), 0, split ? split->shard : nullptr)
+        .reshape({b, s - 1});
 }
 
 LossSum nextTokenLossSum(const at::Tensor& logits, const at::Tensor& labels)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -67,6 +68,17 @@ struct LossSum {
     int64_t tokens = 0;
 };
 
+struct VocabShard; // core/model/chunked_loss.h
+
+// The LM head's loss over a vocabulary split by tensor parallel (tp::headLossSum): this rank's
+// rows of the table, and what the normed hidden state passes through on its way to them
+// (tp::copyToGroup, or tp::gatherSequence under sequence parallel), so that its gradient sums
+// every rank's columns' share.
+struct HeadSplit {
+    const VocabShard* shard = nullptr;
+    std::function<at::Tensor(const at::Tensor&)> toGroup;
+};
+
 class LlamaModel {
 public:
     // Builds the parameter table only; nothing is allocated. Throws when the architecture is one
@@ -115,10 +127,13 @@ public:
     // result's tokens stay 0: the caller counts them where its labels are (countLossTokens).
     // The final norm, the LM head and each position's log-probability of its next-token target
     // (linearTokenLogProbs): (batch, seq - 1), fp32, 0 where the target is masked.
-    at::Tensor headTokenLogProbs(
-        const std::vector<at::Tensor>& root, const at::Tensor& x, const at::Tensor& labels) const;
+    at::Tensor headTokenLogProbs(const std::vector<at::Tensor>& root, const at::Tensor& x,
+        const at::Tensor& labels, const HeadSplit* split = nullptr) const;
+    // With `split`, this rank's rows of a vocabulary split over a tensor-parallel group.
     LossSum headLossSum(const std::vector<at::Tensor>& root, const at::Tensor& x,
-        const at::Tensor& labels, double gradScale = 1.0) const;
+        const at::Tensor& labels, double gradScale = 1.0, const HeadSplit* split = nullptr) const;
+    // The LM head's weight among the root unit's: lm_head, or the embedding when tied.
+    const at::Tensor& headWeight(const std::vector<at::Tensor>& root) const;
     RopeTables rope(int64_t seqLen, at::ScalarType dtype) const;
     // The inverse frequencies (headDim / 2) after rope_scaling, in fp32.
     at::Tensor inverseFrequencies() const;
@@ -138,10 +153,12 @@ public:
         const RopeTables& rope, int64_t pos, KvCache& cache) const;
 
 private:
+    // The final norm of x and its positions that predict a next token, (batch x (seq - 1),
+    // hidden); with `split`, through split->toGroup (the whole sequence under sequence parallel).
+    at::Tensor predictingStates(
+        const std::vector<at::Tensor>& root, const at::Tensor& x, const HeadSplit* split) const;
     at::Tensor proj(const at::Tensor& x, const std::vector<at::Tensor>& w, lora::Target t,
         int weight, int bias = -1) const;
-    // The LM head's weight among the root unit's: lm_head, or the embedding when tied.
-    const at::Tensor& headWeight(const std::vector<at::Tensor>& root) const;
 
     plan::ModelSpec m_spec;
     std::vector<Unit> m_units;

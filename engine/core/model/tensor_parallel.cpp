@@ -66,6 +66,57 @@ struct ReduceFromGroup : torch::autograd::Function<ReduceFromGroup> {
     }
 };
 
+// The sequence (dim 1 of x) all-gathered over the group: every rank's positions in rank order.
+at::Tensor allGatheredSequence(const at::Tensor& x, dist::Communicator& group)
+{
+    const at::Tensor mine = x.transpose(0, 1).contiguous(); // (positions, batch, ...)
+    std::vector<int64_t> shape = mine.sizes().vec();
+    shape[0] *= group.worldSize();
+    at::Tensor all = at::empty(shape, mine.options());
+    group.allGather(all.view({-1}), mine.view({-1}))->wait();
+    return all.transpose(0, 1).contiguous();
+}
+
+// This rank's positions of x's sequence (dim 1) summed over the group.
+at::Tensor reduceScatteredSequence(const at::Tensor& x, dist::Communicator& group)
+{
+    const int64_t t = group.worldSize();
+    if (x.size(1) % t != 0)
+        throw std::invalid_argument("sequence parallel: a sequence of " + std::to_string(x.size(1))
+            + " positions does not split over " + std::to_string(t)
+            + " tensor-parallel ranks; use a --seq-len that is a multiple of " + std::to_string(t));
+    const at::Tensor whole = x.transpose(0, 1).contiguous(); // (positions, batch, ...)
+    std::vector<int64_t> shape = whole.sizes().vec();
+    shape[0] /= t;
+    at::Tensor mine = at::empty(shape, whole.options());
+    group.reduceScatter(mine.view({-1}), whole.view({-1}))->wait();
+    return mine.transpose(0, 1).contiguous();
+}
+
+struct ScatterSequence : torch::autograd::Function<ScatterSequence> {
+    static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t group)
+    {
+        ctx->saved_data["group"] = group;
+        return reduceScatteredSequence(x, groupOf(ctx));
+    }
+    static variable_list backward(AutogradContext* ctx, variable_list grads)
+    {
+        return {allGatheredSequence(grads[0], groupOf(ctx)), at::Tensor()};
+    }
+};
+
+struct GatherSequence : torch::autograd::Function<GatherSequence> {
+    static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t group)
+    {
+        ctx->saved_data["group"] = group;
+        return allGatheredSequence(x, groupOf(ctx));
+    }
+    static variable_list backward(AutogradContext* ctx, variable_list grads)
+    {
+        return {reduceScatteredSequence(grads[0], groupOf(ctx)), at::Tensor()};
+    }
+};
+
 // Rows [rank * n / size, (rank + 1) * n / size) of dim `dim`, as a contiguous copy.
 at::Tensor part(const at::Tensor& t, int64_t dim, int64_t rank, int64_t size)
 {
@@ -89,6 +140,20 @@ at::Tensor reduceFromGroup(const at::Tensor& x, dist::Communicator& group)
     return ReduceFromGroup::apply(x, groupHandle(group));
 }
 
+at::Tensor scatterSequence(const at::Tensor& x, dist::Communicator& group)
+{
+    if (group.worldSize() == 1)
+        return x;
+    return ScatterSequence::apply(x, groupHandle(group));
+}
+
+at::Tensor gatherSequence(const at::Tensor& x, dist::Communicator& group)
+{
+    if (group.worldSize() == 1)
+        return x;
+    return GatherSequence::apply(x, groupHandle(group));
+}
+
 Split splitAt(const BlockLayout& L, int position)
 {
     if (position < 0)
@@ -103,17 +168,16 @@ Split splitAt(const BlockLayout& L, int position)
     return Split::Whole; // the two block norms; o's bias is added once, after the reduction
 }
 
-bool splitsVocabulary(const plan::ModelSpec& spec, int64_t size)
+Split splitOf(const LlamaModel& model, int unit, int position, int64_t size, bool sequenceParallel)
 {
-    return size > 1 && spec.vocabSize % size == 0;
-}
-
-Split splitOf(const LlamaModel& model, int unit, int position, int64_t size)
-{
+    // Under sequence parallel a rank's norms (and o's bias) see its positions only.
+    const Split onPositions = sequenceParallel && size > 1 ? Split::WholeSummed : Split::Whole;
     if (unit == 0) {
         const RootLayout& R = model.rootLayout();
         const bool table = position == R.embed || (R.lmHead >= 0 && position == R.lmHead);
-        return table && splitsVocabulary(model.spec(), size) ? Split::Rows : Split::Whole;
+        if (table)
+            return plan::splitsVocabulary(model.spec(), size) ? Split::Rows : Split::Whole;
+        return position == R.norm ? onPositions : Split::Whole;
     }
     // LoRA: an adapter splits with its base weight. A column-parallel projection's B [out, r]
     // splits by rows and its A [r, in] is whole (each rank's gradient of A is its rows' share);
@@ -128,7 +192,10 @@ Split splitOf(const LlamaModel& model, int unit, int position, int64_t size)
             if (position == adapters->b[size_t(t)])
                 return rowParallel ? Split::WholeSummed : Split::Rows;
         }
-    return splitAt(model.blockLayout(), position);
+    const BlockLayout& L = model.blockLayout();
+    if (position == L.inputNorm || position == L.postNorm || (L.oBias >= 0 && position == L.oBias))
+        return onPositions;
+    return splitAt(L, position);
 }
 
 std::vector<int64_t> partShape(const std::vector<int64_t>& shape, Split split, int64_t size)
@@ -201,16 +268,23 @@ VocabShard shardOf(const at::Tensor& table, dist::Communicator& group)
     return v;
 }
 
-const at::Tensor& headTable(const LlamaModel& model, const std::vector<at::Tensor>& root)
+// The head over this rank's rows of the vocabulary. Each rank's gradient of the normed state is
+// its columns' share: summed over the group (by the gather's reduce-scatter under sequence
+// parallel, which normed its positions only).
+HeadSplit headSplit(const VocabShard& shard, dist::Communicator& group, bool sequenceParallel)
 {
-    const RootLayout& R = model.rootLayout();
-    return root[size_t(R.lmHead >= 0 ? R.lmHead : R.embed)];
+    HeadSplit split;
+    split.shard = &shard;
+    split.toGroup = [&group, sequenceParallel](const at::Tensor& normed) {
+        return sequenceParallel ? gatherSequence(normed, group) : copyToGroup(normed, group);
+    };
+    return split;
 }
 
 } // namespace
 
 at::Tensor embed(const LlamaModel& model, const std::vector<at::Tensor>& root,
-    const at::Tensor& ids, dist::Communicator& group)
+    const at::Tensor& ids, dist::Communicator& group, bool sequenceParallel)
 {
     const at::Tensor& table = root[size_t(model.rootLayout().embed)];
     const int64_t first = shardOf(table, group).first;
@@ -219,32 +293,33 @@ at::Tensor embed(const LlamaModel& model, const std::vector<at::Tensor>& root,
     // Rows of other ranks look up row 0 and are zeroed: their gradient there is zero too.
     const at::Tensor x
         = at::embedding(table, local.masked_fill(outside, 0)).masked_fill(outside.unsqueeze(-1), 0);
-    return reduceFromGroup(x, group);
+    return sequenceParallel ? scatterSequence(x, group) : reduceFromGroup(x, group);
 }
 
 LossSum headLossSum(const LlamaModel& model, const std::vector<at::Tensor>& root,
-    const at::Tensor& x, const at::Tensor& labels, double gradScale, dist::Communicator& group)
+    const at::Tensor& x, const at::Tensor& labels, double gradScale, dist::Communicator& group,
+    bool sequenceParallel)
 {
-    const int64_t s = x.size(1), H = x.size(2);
-    // Each rank's gradient of the normed state is its columns' share: summed over the group.
-    const at::Tensor h
-        = copyToGroup(model.rmsNorm(x.narrow(1, 0, s - 1), root[size_t(model.rootLayout().norm)])
-                          .reshape({-1, H}),
-            group);
-    const at::Tensor targets = labels.narrow(1, 1, s - 1).reshape({-1}).to(at::kLong);
-    const at::Tensor& w = headTable(model, root);
-    const VocabShard shard = shardOf(w, group);
-    LossSum out;
-    out.sum = linearCrossEntropySum(h, w, targets, gradScale, 0, &shard);
-    return out;
+    const VocabShard shard = shardOf(model.headWeight(root), group);
+    const HeadSplit split = headSplit(shard, group, sequenceParallel);
+    return model.headLossSum(root, x, labels, gradScale, &split);
 }
 
-at::Tensor logits(const LlamaModel& model, const std::vector<at::Tensor>& root, const at::Tensor& x,
-    dist::Communicator& group)
+at::Tensor tokenLogProbs(const LlamaModel& model, const std::vector<at::Tensor>& root,
+    const at::Tensor& x, const at::Tensor& labels, dist::Communicator& group, bool sequenceParallel)
+{
+    const VocabShard shard = shardOf(model.headWeight(root), group);
+    const HeadSplit split = headSplit(shard, group, sequenceParallel);
+    return model.headTokenLogProbs(root, x, labels, &split);
+}
+
+at::Tensor logits(const LlamaModel& model, const std::vector<at::Tensor>& root,
+    const at::Tensor& mineOrWhole, dist::Communicator& group, bool sequenceParallel)
 {
     at::NoGradGuard noGrad;
-    const int64_t b = x.size(0), s = x.size(1), H = x.size(2);
-    const at::Tensor& w = headTable(model, root);
+    const at::Tensor x = sequenceParallel ? gatherSequence(mineOrWhole, group) : mineOrWhole;
+    const int64_t b = x.size(0), s = x.size(1);
+    const at::Tensor& w = model.headWeight(root);
     const at::Tensor mine
         = fused::linear(model.rmsNorm(x, root[size_t(model.rootLayout().norm)]), w)
               .reshape({b * s, w.size(0)});
@@ -253,24 +328,28 @@ at::Tensor logits(const LlamaModel& model, const std::vector<at::Tensor>& root, 
 }
 
 at::Tensor block(const LlamaModel& model, const std::vector<at::Tensor>& w, const at::Tensor& x,
-    const RopeTables& rope, dist::Communicator& group)
+    const RopeTables& rope, dist::Communicator& group, bool sequenceParallel)
 {
     const BlockLayout& L = model.blockLayout();
+    // Into a column-parallel layer: the whole input (gathered from the positions under sequence
+    // parallel); out of a row-parallel one: the sum (this rank's positions of it).
+    const auto in = [&](const at::Tensor& t) {
+        return sequenceParallel ? gatherSequence(t, group) : copyToGroup(t, group);
+    };
+    const auto out = [&](const at::Tensor& t) {
+        return sequenceParallel ? scatterSequence(t, group) : reduceFromGroup(t, group);
+    };
     // The attention's partial output without o's bias (a zero of its shape, not a parameter);
     // the bias itself is added to the sum.
     std::vector<at::Tensor> attnWeights = w;
     if (L.oBias >= 0)
         attnWeights[size_t(L.oBias)] = at::zeros_like(w[size_t(L.oBias)]).detach();
     at::Tensor attn
-        = reduceFromGroup(model.attention(attnWeights,
-                              copyToGroup(model.rmsNorm(x, w[size_t(L.inputNorm)]), group), rope),
-            group);
+        = out(model.attention(attnWeights, in(model.rmsNorm(x, w[size_t(L.inputNorm)])), rope));
     if (L.oBias >= 0)
         attn = attn + w[size_t(L.oBias)];
     const at::Tensor h = x + attn;
-    return h
-        + reduceFromGroup(
-            model.mlp(w, copyToGroup(model.rmsNorm(h, w[size_t(L.postNorm)]), group)), group);
+    return h + out(model.mlp(w, in(model.rmsNorm(h, w[size_t(L.postNorm)]))));
 }
 
 } // namespace shard::engine::tp

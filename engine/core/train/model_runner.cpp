@@ -3,7 +3,6 @@
 #include "model_runner.h"
 
 #include <mutex>
-#include <stdexcept>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -14,6 +13,7 @@
 #include "core/model/fused_ops.h"
 #include "core/model/lora.h"
 #include "core/model/tensor_parallel.h"
+#include "plan/run_spec_bridge.h"
 
 namespace shard::engine {
 
@@ -24,15 +24,17 @@ using torch::autograd::variable_list;
 
 // The block's forward: whole, or this rank's part of it over the tensor-parallel group.
 at::Tensor runBlock(const LlamaModel& model, const std::vector<at::Tensor>& w, const at::Tensor& x,
-    const RopeTables& rope, dist::Communicator* tensorParallel)
+    const RopeTables& rope, dist::Communicator* tensorParallel, bool sequenceParallel)
 {
-    return tensorParallel ? tp::block(model, w, x, rope, *tensorParallel) : model.block(w, x, rope);
+    return tensorParallel ? tp::block(model, w, x, rope, *tensorParallel, sequenceParallel)
+                          : model.block(w, x, rope);
 }
 
 struct BlockCall : torch::CustomClassHolder {
     const LlamaModel* model = nullptr;
     const RopeTables* rope = nullptr;
     dist::Communicator* tensorParallel = nullptr;
+    bool sequenceParallel = false;
     at::ScalarType dtype = at::kFloat;
     lora::Adapters::Context dropout; // the forward's LoRA dropout context, again in a recompute
 
@@ -45,7 +47,7 @@ struct BlockCall : torch::CustomClassHolder {
         w.reserve(weights.size());
         for (const auto& t : weights)
             w.push_back(fused::cast(t, dtype));
-        at::Tensor y = runBlock(*model, w, x, *rope, tensorParallel);
+        at::Tensor y = runBlock(*model, w, x, *rope, tensorParallel, sequenceParallel);
         if (adapters)
             adapters->setContext({});
         return y;
@@ -198,8 +200,9 @@ at::Tensor ModelRunner::trunk(const at::Tensor& hostIds, std::vector<at::Tensor>
     }
     root = cast(m_strategy.unitWeights(0), m_config.computeDtype);
     dist::Communicator* vocab = vocabularyGroup();
+    const bool sp = sequenceParallel();
     at::Tensor x = input.defined() ? input
-        : vocab                    ? tp::embed(m_model, root, ids, *vocab)
+        : vocab                    ? tp::embed(m_model, root, ids, *vocab, sp)
                                    : m_model.embed(root, ids);
     const auto [first, end] = layers;
     const int endUnit = end < 0 ? m_model.numUnits() : static_cast<int>(end) + 1;
@@ -217,12 +220,13 @@ at::Tensor ModelRunner::trunk(const at::Tensor& hostIds, std::vector<at::Tensor>
             call->model = &m_model;
             call->rope = &m_rope;
             call->tensorParallel = m_strategy.tensorParallelGroup();
+            call->sequenceParallel = sp;
             call->dtype = m_config.computeDtype;
             call->dropout = dropout;
             x = CheckpointedBlock::apply(x, at::TensorList(w), call);
         } else {
             x = runBlock(m_model, cast(std::move(w), m_config.computeDtype), x, rope,
-                m_strategy.tensorParallelGroup());
+                m_strategy.tensorParallelGroup(), sp);
         }
         if (hooks)
             m_strategy.postForward(u);
@@ -247,7 +251,13 @@ at::Tensor ModelRunner::endRoot(at::Tensor out)
 dist::Communicator* ModelRunner::vocabularyGroup() const
 {
     dist::Communicator* tp = m_strategy.tensorParallelGroup();
-    return tp && tp::splitsVocabulary(m_model.spec(), tp->worldSize()) ? tp : nullptr;
+    return tp && plan::splitsVocabulary(m_model.spec(), tp->worldSize()) ? tp : nullptr;
+}
+
+bool ModelRunner::sequenceParallel() const
+{
+    // plan::tensorParallelRefusal keeps sequence parallel to a vocabulary split over the group.
+    return m_config.sequenceParallel && vocabularyGroup();
 }
 
 at::Tensor ModelRunner::logits(const at::Tensor& ids)
@@ -255,7 +265,8 @@ at::Tensor ModelRunner::logits(const at::Tensor& ids)
     std::vector<at::Tensor> root;
     const at::Tensor x = trunk(ids, root);
     dist::Communicator* vocab = vocabularyGroup();
-    return endRoot(vocab ? tp::logits(m_model, root, x, *vocab) : m_model.head(root, x));
+    return endRoot(
+        vocab ? tp::logits(m_model, root, x, *vocab, sequenceParallel()) : m_model.head(root, x));
 }
 
 LossSum ModelRunner::lossSum(const at::Tensor& ids, const at::Tensor& labels, double gradScale)
@@ -278,8 +289,9 @@ StageOut ModelRunner::stage(const StagePart& part, const at::Tensor& ids, const 
     const int64_t tokens = countLossTokens(labels);
     const at::Tensor onDevice = labels.to(m_config.device);
     dist::Communicator* vocab = vocabularyGroup();
-    out.loss = vocab ? tp::headLossSum(m_model, root, x, onDevice, gradScale, *vocab)
-                     : m_model.headLossSum(root, x, onDevice, gradScale);
+    out.loss = vocab
+        ? tp::headLossSum(m_model, root, x, onDevice, gradScale, *vocab, sequenceParallel())
+        : m_model.headLossSum(root, x, onDevice, gradScale);
     out.loss.tokens = tokens;
     // Under zero3 the root is gathered again by this marker's backward, before the loss's.
     out.loss.sum = endRoot(out.loss.sum);
@@ -288,13 +300,12 @@ StageOut ModelRunner::stage(const StagePart& part, const at::Tensor& ids, const 
 
 at::Tensor ModelRunner::tokenLogProbs(const at::Tensor& ids, const at::Tensor& labels)
 {
-    if (vocabularyGroup())
-        throw std::runtime_error("sequence log-probabilities (DPO, ORPO) are not computed over a "
-                                 "vocabulary split by tensor parallel yet; use "
-                                 "--tensor-parallel 1");
     std::vector<at::Tensor> root;
     const at::Tensor x = trunk(ids, root);
-    return endRoot(m_model.headTokenLogProbs(root, x, labels.to(m_config.device)));
+    const at::Tensor onDevice = labels.to(m_config.device);
+    dist::Communicator* vocab = vocabularyGroup();
+    return endRoot(vocab ? tp::tokenLogProbs(m_model, root, x, onDevice, *vocab, sequenceParallel())
+                         : m_model.headTokenLogProbs(root, x, onDevice));
 }
 
 } // namespace shard::engine

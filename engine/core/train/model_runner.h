@@ -15,6 +15,9 @@ struct ForwardConfig {
     bool checkpointing = false;
     // Where the strategy keeps the weights: ids, labels and the rotary tables go there too.
     c10::Device device = c10::Device(c10::DeviceType::CPU);
+    // Sequence parallel over the tensor-parallel group (core/model/tensor_parallel.h): between
+    // the blocks' matrix products each rank holds its positions of the residual stream.
+    bool sequenceParallel = false;
 };
 
 // Which part of the model a pipeline stage's forward runs (ModelRunner::stage).
@@ -66,6 +69,8 @@ private:
     at::Tensor endRoot(at::Tensor out);
     // The tensor-parallel group when it splits the embedding and head by vocabulary, else null.
     dist::Communicator* vocabularyGroup() const;
+    // Whether the residual stream between blocks is this rank's positions only.
+    bool sequenceParallel() const;
 
     LlamaModel& m_model;
     Strategy& m_strategy;

@@ -107,6 +107,10 @@ public:
     // The tensors the unit's forward uses, in unit order (Unit::params). The loop casts them to
     // the compute dtype (a no-op when they already are) inside the autograd graph.
     virtual std::vector<at::Tensor> unitWeights(int unit) = 0;
+    // The unit's weights whole (no gradient): unitWeights, with a tensor-parallel part
+    // all-gathered over its group, so that every TP rank can run the whole model (samples during
+    // training decode on every rank in lockstep). Collective under tensor parallel.
+    virtual std::vector<at::Tensor> wholeUnitWeights(int unit) { return unitWeights(unit); }
     virtual bool wantsUnitHooks() const { return false; }
     virtual void preForward(int /*unit*/) { }
     virtual void postForward(int /*unit*/) { }
@@ -162,6 +166,9 @@ public:
     // s is virtual stage c x pipelineStages() + s; its blocks are pipelineLayers(c).
     virtual int pipelineChunks() const { return 1; }
     virtual std::pair<int64_t, int64_t> pipelineLayers(int /*chunk*/) const { return {0, -1}; }
+    // The blocks [first, end) of every virtual stage in order, the cut this run trains (empty
+    // without pipeline parallel).
+    virtual std::vector<std::pair<int64_t, int64_t>> pipelineCut() const { return {}; }
     // Point to point with the rank of the same data- and tensor-parallel coordinates on the
     // neighbouring stage: an activation goes to the next stage and comes from the previous, its
     // gradient the other way (interleaved: the last stage's next is the first). `t` is

@@ -42,7 +42,6 @@
 #include "dist/device_choice.h"
 #include "launch/rank_heartbeat.h"
 #include "plan/run_spec_bridge.h"
-#include "plan/stage_balance.h"
 #include "protocol/jsonl_reader.h"
 #include "protocol/peer_loss.h"
 #include "protocol/records.h"
@@ -355,7 +354,8 @@ struct Trainer::Io {
 struct Trainer::Loop {
     explicit Loop(Trainer& t)
         : runner(*t.m_model, *t.m_strategy,
-            ForwardConfig {t.m_computeDtype, t.m_spec.checkpointing == "full", t.m_device})
+            ForwardConfig {t.m_computeDtype, t.m_spec.checkpointing == "full", t.m_device,
+                t.m_spec.sequenceParallel})
         , adamw(AdamWConfig {t.m_spec.beta1, t.m_spec.beta2, t.m_spec.eps, t.m_spec.weightDecay})
         , accum(static_cast<int>(t.m_spec.gradAccum))
         , globalRows(t.m_spec.microBatch * t.dataParallel())
@@ -787,10 +787,11 @@ void Trainer::placeModel(Io& io, bool resuming, int threads)
         started["tensor_parallel"] = m_mesh.tp;
         started["pipeline_parallel"] = m_mesh.pp;
         started["mesh"] = m_mesh.describe();
+        if (m_mesh.tp > 1)
+            started["sequence_parallel"] = m_spec.sequenceParallel;
         if (m_mesh.pp > 1) { // the cut of every (virtual) stage, [first, end) layers
             nlohmann::json cut = nlohmann::json::array();
-            for (const auto& [first, end] : plan::balancedStages(
-                     m_model->spec(), m_mesh.pp * std::max(1, m_spec.virtualStages)))
+            for (const auto& [first, end] : m_strategy->pipelineCut())
                 cut.push_back({first, end});
             started["pipeline_layers"] = cut;
         }
@@ -1124,7 +1125,10 @@ Trainer::CopyRows Trainer::copyRows(const std::vector<TrainRow>& rows, int64_t l
 
 at::Tensor Trainer::activationBuffer(const at::Tensor& ids) const
 {
-    return at::empty({ids.size(0), ids.size(1), m_model->spec().hiddenSize},
+    // Under sequence parallel a stage sends and receives its tensor-parallel rank's positions.
+    const int64_t positions
+        = m_spec.sequenceParallel && m_mesh.tp > 1 ? ids.size(1) / m_mesh.tp : ids.size(1);
+    return at::empty({ids.size(0), positions, m_model->spec().hiddenSize},
         at::TensorOptions().dtype(m_computeDtype).device(m_device));
 }
 

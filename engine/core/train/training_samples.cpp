@@ -73,7 +73,7 @@ std::vector<protocol::SampleEvent> TrainingSamples::run(
     access.acquire = [&](int unit) {
         if (hooks)
             strategy.preForward(unit);
-        return strategy.unitWeights(unit);
+        return strategy.wholeUnitWeights(unit); // whole under tensor parallel
     };
     access.release = [&](int unit) {
         if (hooks)
