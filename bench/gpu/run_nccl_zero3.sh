@@ -10,7 +10,8 @@
 #      reduce-scatter, update of the fp32 shards) and compare it with an fp32 reference,
 #   4. tensor parallel: one split block against the whole block in fp64 on the GPU (1 rank: the
 #      degenerate path; with 2+ GPUs: 2 ranks over NCCL), and with 2+ GPUs a TP2 training run
-#      (`train --tensor-parallel 2 --device cuda`) against the same run on one GPU,
+#      (`train --tensor-parallel 2 --device cuda`) against the same run on one GPU, and the same
+#      with sequence parallel (reduce-scatter / all-gather along the sequence over NCCL),
 #   5. pipeline parallel, with 2+ GPUs: PP2 (1F1B over 4 micro-batches, activations and their
 #      gradients between the GPUs over NCCL) and, with 4+ GPUs, TP2 x PP2 against one GPU.
 # Usage: bench/gpu/run_nccl_zero3.sh [BUILD_DIR]   (env: PYTHON, CUDA_HOME, NPROC)
@@ -84,6 +85,11 @@ PY
         compare tp-ref tp2 nccl-tp2-train
     else
         failed nccl-tp2-train tp2
+    fi
+    if train tp2-sp 2 --micro-batch 4 --tensor-parallel 2 --sequence-parallel; then
+        compare tp-ref tp2-sp nccl-tp2-sp-train
+    else
+        failed nccl-tp2-sp-train tp2-sp
     fi
     # Pipeline parallel: the same losses as one GPU running the same 4 micro-batches.
     if train pp-ref 1 --micro-batch 1 --grad-accum 4 \

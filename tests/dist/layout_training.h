@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plan/planner.h"
 #include "process_runner.h"
 #include "run_outputs.h"
 
@@ -197,6 +198,64 @@ inline Chain chainedRun(
     SHARD_EXPECT(losses.size() == 8 && losses.begin()->first == 1,
         "the chained run has the losses of steps 1 to 8");
     return out;
+}
+
+// The models the tensor-parallel tests train besides tiny-1m's Llama ("llama", made first):
+// the config both share (GQA 4 / 2, MLP 256, 2 layers, vocabulary 512) as a Qwen3 ("qwen3":
+// q/k norms, head_dim 48, a tied table) and a Qwen2 ("qwen2": q/k/v biases, untied); `base`
+// gets the shared config.
+inline void makeLlamaAndQwenModels(nlohmann::json* base = nullptr)
+{
+    auto p = spawnProcess({workerPath(), "init-model", "--preset", "tiny-1m", "--out",
+        dir() + "/llama", "--seed", "1"});
+    SHARD_EXPECT(p.wait(60) && p.exitCode() == 0, "init-model: " + p.err);
+    const nlohmann::json shared = {{"hidden_size", 128}, {"intermediate_size", 256},
+        {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+        {"vocab_size", 512}, {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-6},
+        {"rope_theta", 10000.0}, {"hidden_act", "silu"}};
+    nlohmann::json qwen3 = shared;
+    qwen3["model_type"] = "qwen3";
+    qwen3["architectures"] = {"Qwen3ForCausalLM"};
+    qwen3["head_dim"] = 48;
+    qwen3["tie_word_embeddings"] = true;
+    makeModel("qwen3", qwen3);
+    nlohmann::json qwen2 = shared;
+    qwen2["model_type"] = "qwen2";
+    qwen2["architectures"] = {"Qwen2ForCausalLM"};
+    qwen2["tie_word_embeddings"] = false;
+    makeModel("qwen2", qwen2);
+    if (base)
+        *base = shared;
+}
+
+// The held-out losses of a run's metric records (--eval-every), in step order.
+inline std::vector<double> evalLosses(const Run& r)
+{
+    std::vector<double> out;
+    for (const auto& j : r.metrics)
+        if (j.contains("eval_loss"))
+            out.push_back(j.value("eval_loss", 0.0));
+    return out;
+}
+
+// The planner's tensor-parallel bytes per rank per step for the "llama" model at TP2, one
+// data-parallel copy of micro-batch 4.
+inline int64_t plannedTpBytes(bool checkpointing, bool sequenceParallel)
+{
+    shard::plan::PlanInput in;
+    in.model = shard::plan::loadHfConfig(dir() + "/llama");
+    in.strategy = shard::plan::Strategy::Zero3;
+    in.precision = shard::plan::Precision::Fp32;
+    in.mode = shard::plan::AccountingMode::ZeroPaper;
+    in.checkpointing
+        = checkpointing ? shard::plan::Checkpointing::Full : shard::plan::Checkpointing::None;
+    in.gpusPerNode = 2;
+    in.tp = 2;
+    in.sequenceParallel = sequenceParallel;
+    in.microBatch = 4;
+    in.seqLen = kSeq;
+    in.device = shard::plan::DeviceSpec::cpu(24LL << 30);
+    return shard::plan::plan(in).tpBytesPerDevicePerStep;
 }
 
 } // namespace shard::testing::layout

@@ -58,15 +58,6 @@ int64_t plannedPpBytes()
     return shard::plan::plan(in).ppBytesPerDevicePerStep;
 }
 
-std::vector<double> evalLosses(const Run& r)
-{
-    std::vector<double> out;
-    for (const auto& j : r.metrics)
-        if (j.contains("eval_loss"))
-            out.push_back(j.value("eval_loss", 0.0));
-    return out;
-}
-
 } // namespace
 
 int main()

@@ -19,39 +19,11 @@
 #include <nlohmann/json.hpp>
 
 #include "layout_training.h"
-#include "plan/planner.h"
 
 using namespace shard::testing;
 using namespace shard::testing::layout;
 
 namespace {
-
-// The planner's tensor-parallel bytes per rank per step for the llama model at TP2, one
-// data-parallel copy of micro-batch 4.
-int64_t plannedTpBytes()
-{
-    shard::plan::PlanInput in;
-    in.model = shard::plan::loadHfConfig(dir() + "/llama");
-    in.strategy = shard::plan::Strategy::Zero3;
-    in.precision = shard::plan::Precision::Fp32;
-    in.mode = shard::plan::AccountingMode::ZeroPaper;
-    in.gpusPerNode = 2;
-    in.tp = 2;
-    in.sequenceParallel = true;
-    in.microBatch = 4;
-    in.seqLen = kSeq;
-    in.device = shard::plan::DeviceSpec::cpu(24LL << 30);
-    return shard::plan::plan(in).tpBytesPerDevicePerStep;
-}
-
-std::vector<double> evalLosses(const Run& r)
-{
-    std::vector<double> out;
-    for (const auto& j : r.metrics)
-        if (j.contains("eval_loss"))
-            out.push_back(j["eval_loss"].get<double>());
-    return out;
-}
 
 nlohmann::json startData(const std::string& tag)
 {
@@ -67,24 +39,8 @@ int main()
 {
     dir() = makeTempDir("sp-train");
     writeData();
-    auto p = spawnProcess({workerPath(), "init-model", "--preset", "tiny-1m", "--out",
-        dir() + "/llama", "--seed", "1"});
-    SHARD_EXPECT(p.wait(60) && p.exitCode() == 0, "init-model: " + p.err);
-    const nlohmann::json base = {{"hidden_size", 128}, {"intermediate_size", 256},
-        {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-        {"vocab_size", 512}, {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-6},
-        {"rope_theta", 10000.0}, {"hidden_act", "silu"}};
-    nlohmann::json qwen3 = base;
-    qwen3["model_type"] = "qwen3";
-    qwen3["architectures"] = {"Qwen3ForCausalLM"};
-    qwen3["head_dim"] = 48;
-    qwen3["tie_word_embeddings"] = true;
-    makeModel("qwen3", qwen3);
-    nlohmann::json qwen2 = base;
-    qwen2["model_type"] = "qwen2";
-    qwen2["architectures"] = {"Qwen2ForCausalLM"};
-    qwen2["tie_word_embeddings"] = false;
-    makeModel("qwen2", qwen2);
+    nlohmann::json base;
+    makeLlamaAndQwenModels(&base);
     nlohmann::json odd = base;
     odd["model_type"] = "llama";
     odd["architectures"] = {"LlamaForCausalLM"};
@@ -154,7 +110,7 @@ int main()
     // Bytes: a reduce-scatter and an all-gather move what the all-reduce they replace moves.
     {
         const int64_t withSp = stepBytes(sp2), without = stepBytes(tp2);
-        const int64_t planned = plannedTpBytes();
+        const int64_t planned = plannedTpBytes(false, true);
         std::printf("TP2 SP bytes/step/rank %lld, TP2 %lld (ratio %.4f), planner %lld (ratio "
                     "%.4f)\n",
             static_cast<long long>(withSp), static_cast<long long>(without),

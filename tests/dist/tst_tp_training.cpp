@@ -28,56 +28,15 @@
 #include <nlohmann/json.hpp>
 
 #include "layout_training.h"
-#include "plan/planner.h"
 
 using namespace shard::testing;
 using namespace shard::testing::layout;
-
-namespace {
-
-// The planner's tensor-parallel bytes per rank per step for the llama model at TP2, one
-// data-parallel copy of micro-batch 4.
-int64_t plannedTpBytes(bool checkpointing)
-{
-    shard::plan::PlanInput in;
-    in.model = shard::plan::loadHfConfig(dir() + "/llama");
-    in.strategy = shard::plan::Strategy::Zero3;
-    in.precision = shard::plan::Precision::Fp32;
-    in.mode = shard::plan::AccountingMode::ZeroPaper;
-    in.checkpointing
-        = checkpointing ? shard::plan::Checkpointing::Full : shard::plan::Checkpointing::None;
-    in.gpusPerNode = 2;
-    in.tp = 2;
-    in.microBatch = 4;
-    in.seqLen = kSeq;
-    in.device = shard::plan::DeviceSpec::cpu(24LL << 30);
-    return shard::plan::plan(in).tpBytesPerDevicePerStep;
-}
-
-} // namespace
 
 int main()
 {
     dir() = makeTempDir("tp-train");
     writeData();
-    auto p = spawnProcess({workerPath(), "init-model", "--preset", "tiny-1m", "--out",
-        dir() + "/llama", "--seed", "1"});
-    SHARD_EXPECT(p.wait(60) && p.exitCode() == 0, "init-model: " + p.err);
-    const nlohmann::json base = {{"hidden_size", 128}, {"intermediate_size", 256},
-        {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-        {"vocab_size", 512}, {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-6},
-        {"rope_theta", 10000.0}, {"hidden_act", "silu"}};
-    nlohmann::json qwen3 = base;
-    qwen3["model_type"] = "qwen3";
-    qwen3["architectures"] = {"Qwen3ForCausalLM"};
-    qwen3["head_dim"] = 48;
-    qwen3["tie_word_embeddings"] = true;
-    makeModel("qwen3", qwen3);
-    nlohmann::json qwen2 = base;
-    qwen2["model_type"] = "qwen2";
-    qwen2["architectures"] = {"Qwen2ForCausalLM"};
-    qwen2["tie_word_embeddings"] = false;
-    makeModel("qwen2", qwen2);
+    makeLlamaAndQwenModels();
 
     // Llama (tiny-1m: 4 heads, 4 key/value heads, MLP 384, 4 layers).
     const Run ref = train("llama", "llama-1", 1, {"--micro-batch", "4"});
@@ -169,7 +128,7 @@ int main()
     // few scalars) against the planner's tensor-parallel traffic.
     for (const auto& [run, ckpt] : {std::pair {&tp2, false}, std::pair {&tp2ckpt, true}}) {
         const int64_t got = stepBytes(*run);
-        const int64_t planned = plannedTpBytes(ckpt);
+        const int64_t planned = plannedTpBytes(ckpt, false);
         std::printf("TP2%s bytes/step/rank %lld, planner %lld (ratio %.4f)\n",
             ckpt ? " + checkpointing" : "", static_cast<long long>(got),
             static_cast<long long>(planned), double(got) / double(planned));
