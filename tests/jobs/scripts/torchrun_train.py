@@ -53,7 +53,10 @@ for step in range(1, steps + 1):
     opt.step()
     if rank == fail_rank and step == fail_step:
         print("rank %d fails on purpose at step %d" % (rank, step), file=sys.stderr, flush=True)
-        sys.exit(3)
+        sys.stdout.flush()
+        # os._exit, not sys.exit: interpreter teardown with a live Gloo group can abort (SIGABRT,
+        # exit -6 under Debian 13's PyTorch 2.6) before the 3 is returned; a crashed rank is the case.
+        os._exit(3)
     mean = loss.detach().clone()
     dist.all_reduce(mean)
     mean /= world
