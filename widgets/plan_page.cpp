@@ -239,8 +239,9 @@ PlanPage::PlanPage(QWidget* parent)
     m_shardGroup->setRange(1, 4096);
     m_shardGroup->setValue(8);
     m_shardGroup->setEnabled(false);
-    // Tensor and pipeline parallelism: planned (the ZeRO paper's accounting, as Megatron-LM and
-    // torchtitan run them), launched on this engine or exported for torchtitan.
+    // Tensor and pipeline parallelism: planned in the chosen accounting (this engine's, or the
+    // ZeRO paper's as Megatron-LM and torchtitan run them), launched on this engine or exported
+    // for torchtitan.
     m_parallel = new ParallelFields(this);
     m_precision = new QComboBox(this);
     m_precision->setObjectName("precision");
@@ -433,19 +434,6 @@ PlanPage::PlanPage(QWidget* parent)
     for (QSpinBox* s : {m_gpus, m_nodes, m_shardGroup, m_microBatch, m_seqLen, m_gradAccum})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, &PlanPage::scheduleRecompute);
     connect(m_parallel, &ParallelFields::changed, this, &PlanPage::scheduleRecompute);
-    // A tensor or pipeline layout is planned in the paper's accounting: switch to it, and say so.
-    connect(m_parallel, &ParallelFields::changed, this, [this] {
-        if ((m_parallel->tensorParallel() > 1 || m_parallel->pipelineStages() > 1)
-            && m_mode->currentData().toString() != "zero-paper") {
-            m_mode->setCurrentIndex(m_mode->findData("zero-paper"));
-            m_message->showMessage(
-                tr("Tensor and pipeline layouts are planned with the ZeRO paper's accounting, "
-                   "as Megatron-LM and torchtitan run them. Launch with these settings trains "
-                   "the layout on Shard Studio's engine; Export for… torchtitan writes it for "
-                   "torchtitan."),
-                MessageBar::Kind::Info);
-        }
-    });
     for (QDoubleSpinBox* s : {m_customGiB, m_hostGiB})
         connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this,
             &PlanPage::scheduleRecompute);

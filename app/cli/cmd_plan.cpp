@@ -38,7 +38,6 @@ struct PlanOptions {
     std::string pp = "1";
     std::string virtualStages = "1";
     bool sequenceParallel = false;
-    bool modeGiven = false;
     std::string precision = "bf16-mixed";
     std::string checkpointing = "none";
     std::string offload = "none";
@@ -177,11 +176,6 @@ PlanInput buildInput(const PlanOptions& o)
     in.pp = parseCount("--pp", o.pp);
     in.virtualStages = parseCount("--virtual-stages", o.virtualStages);
     in.sequenceParallel = o.sequenceParallel;
-    if (in.threeD() && !o.modeGiven && in.mode == AccountingMode::Engine) {
-        // Tensor and pipeline layouts are other engines' (Megatron-LM, torchtitan): planned in
-        // the paper's accounting, which the table says.
-        in.mode = AccountingMode::ZeroPaper;
-    }
     in.device = deviceFor(o);
     if (o.method == "dpo" || o.method == "orpo")
         throw std::runtime_error("--method says which weights train (full, lora or qlora); "
@@ -786,8 +780,9 @@ const CommandRegistration kPlan([](CLI::App& app) {
         sub->add_option("--shard-group", o->shardGroup, "hybrid: ranks per shard group")
             ->type_name("G"),
         sub->add_option("--tp", o->tp,
-               "Tensor parallel degree (default 1): a Megatron-LM / torchtitan layout, planned "
-               "with the zero-paper accounting (shard-worker train --tensor-parallel trains it)")
+               "Tensor parallel degree (default 1): a Megatron-LM / torchtitan layout, planned as "
+               "this engine trains it (shard-worker train --tensor-parallel), or with --mode "
+               "zero-paper in the ZeRO paper's and Korthikanti's accounting")
             ->type_name("T"),
         sub->add_option("--pp", o->pp,
                "Pipeline parallel stages (default 1; 1F1B), as --tp; the data-parallel GPUs "
@@ -892,7 +887,6 @@ const CommandRegistration kPlan([](CLI::App& app) {
         o->accumGiven = sub->get_option("--grad-accum")->count() > 0;
         o->precisionGiven = sub->get_option("--precision")->count() > 0;
         o->checkpointingGiven = sub->get_option("--checkpointing")->count() > 0;
-        o->modeGiven = sub->get_option("--mode")->count() > 0;
         runPlan(*o);
     });
 });

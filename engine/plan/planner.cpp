@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <stdexcept>
 
@@ -79,11 +80,15 @@ struct ModelShapes {
     bool tied = false;
 };
 
-ModelShapes modelShapes(const ModelSpec& spec)
+// `keep`: the parameters one pipeline stage holds (empty: all of them).
+ModelShapes modelShapes(
+    const ModelSpec& spec, const std::function<bool(const ParamInfo&)>& keep = {})
 {
     ModelShapes m;
     m.tied = spec.tieWordEmbeddings;
     for (const auto& p : parameterTable(spec)) {
+        if (keep && !keep(p))
+            continue;
         int64_t rows = p.shape.empty() ? 1 : p.shape[0];
         int64_t n = p.numel();
         m.shapes.push_back(
@@ -228,6 +233,10 @@ struct ActivationBytes {
     double activations = 0;
     double logits = 0;
     double largestBlock = 0; // freed first in backward (the last block's saved tensors)
+    // The part of `activations` each micro-batch in flight keeps (its blocks' saved tensors, or
+    // their checkpointed inputs): a pipeline stage holds it once per micro-batch in flight, the
+    // rest (the root's, the backward's transients, a recomputed block) once.
+    double perMicroBatch = 0;
 };
 
 ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
@@ -272,10 +281,11 @@ ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
     ActivationBytes a;
     a.largestBlock = maxBlock;
     if (in.checkpointing == Checkpointing::Full)
-        a.activations = static_cast<double>(s.numLayers) * T * c * k.ckptSavedPerHidden * h
-            + maxBlock + root + transient;
+        a.perMicroBatch = static_cast<double>(s.numLayers) * T * c * k.ckptSavedPerHidden * h;
     else
-        a.activations = sumBlocks + root + transient;
+        a.perMicroBatch = sumBlocks;
+    a.activations = a.perMicroBatch + root + transient
+        + (in.checkpointing == Checkpointing::Full ? maxBlock : 0.0);
     if (in.usesLora()) {
         // Each adapted projection saves A's output (T x rank) for B's backward and, with dropout,
         // the dropped input (T x in); checkpointing keeps one block's.
@@ -302,6 +312,8 @@ ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
             = in.checkpointing == Checkpointing::Full ? 1.0 : static_cast<double>(s.numLayers);
         a.activations += blocks * perBlock
             - (in.checkpointing == Checkpointing::Full ? largestUnsaved : unsaved) - T * c * h;
+        if (in.checkpointing != Checkpointing::Full)
+            a.perMicroBatch += blocks * perBlock - unsaved;
         a.largestBlock += in.checkpointing == Checkpointing::Full ? 0.0 : perBlock - largestUnsaved;
     }
     // The fused head and loss (engine/core/model/chunked_loss.h): one chunk of rows' logits at
@@ -342,6 +354,10 @@ struct Internal {
     // ZeRO-3 / hybrid over S > 1: the last block's forward, the block gathered besides the root,
     // every activation but no logits yet (the head's chunks come after its reshard).
     MemoryBreakdown fwdMem;
+    // Under recomputation (engine mode, CPU): the first block's backward recomputes its forward
+    // when every other unit's gradients exist and its own reduce buffers do not yet.
+    MemoryBreakdown firstBlockMem;
+    bool hasFirstBlock = false;
     bool hasFwd = false;
     bool hasEnd = false;
     bool hasMid = true;
@@ -589,6 +605,9 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     fillModelStates(o.midMem, sharded, gatheredM, fullGrads + gradsM, opt, commM);
     fillModelStates(o.endMem, sharded, gatheredB, gradsB, opt, commB);
     o.hasEnd = true;
+    fillModelStates(o.firstBlockMem, sharded, gatheredB,
+        solo ? gradsB : std::max(0.0, gradsB - r * Pb * (1.0 + outFrac)), opt, commB);
+    o.hasFirstBlock = true;
     // The last block's forward: it is gathered besides the root, no gradient exists yet.
     const bool sharded3
         = (in.strategy == Strategy::Zero3 || in.strategy == Strategy::Hybrid) && !aliased && S > 1;
@@ -641,7 +660,9 @@ struct LoraSizes {
     double adapters = 0, adaptersExact = 0, adapterBlock = 0; // trainable adapters
 };
 
-LoraSizes loraSizes(const PlanInput& in, int64_t S)
+// `keep`: the parameters this rank's pipeline stage holds (empty: all of them).
+LoraSizes loraSizes(
+    const PlanInput& in, int64_t S, const std::function<bool(const ParamInfo&)>& keep = {})
 {
     const std::vector<bool> on = parseLoraTargets(in.loraTargets);
     const bool q = in.method == Method::Qlora;
@@ -649,6 +670,8 @@ LoraSizes loraSizes(const PlanInput& in, int64_t S)
     LoraSizes z;
     std::map<int64_t, double> frozenBlocks, quantBlocks, quantBlocksExact, adapterBlocks;
     for (const ParamInfo& p : parameterTable(in.model)) {
+        if (keep && !keep(p))
+            continue;
         const int64_t rows = p.shape.empty() ? 1 : p.shape[0];
         const double perRow = rows ? static_cast<double>(p.numel() / rows) : 0.0;
         const double padded = static_cast<double>(padRows(rows, S)) * perRow;
@@ -687,11 +710,12 @@ LoraSizes loraSizes(const PlanInput& in, int64_t S)
 
 // Model states of a LoRA / QLoRA step (one moment: they change little over the step; the
 // activations and logits decide the peak as for full fine-tuning).
-Internal engineLoraStates(const PlanInput& in, int64_t S)
+Internal engineLoraStates(
+    const PlanInput& in, int64_t S, const std::function<bool(const ParamInfo&)>& keep = {})
 {
     const DtypeBytes d = dtypeBytes(in);
     const double c = d.compute, mb = d.master, gb = d.grad, ob = d.optimizer, r = d.reduce;
-    const LoraSizes z = loraSizes(in, S);
+    const LoraSizes z = loraSizes(in, S, keep);
     const double Sd = static_cast<double>(S);
     const int64_t W = in.worldSize();
     const bool zero3 = in.strategy == Strategy::Zero3 || in.strategy == Strategy::Hybrid;
@@ -787,6 +811,141 @@ void settleFit(const PlanInput& in, PlanResult& res)
     }
 }
 
+// The peak of a step in the engine's accounting: the largest of its moments (Internal), each
+// with its activations, the micro-batch part of `act` held `inFlight` times (a pipeline stage's
+// micro-batches in flight; 1 otherwise), and the logits where `logits` (the head's GPU).
+struct StepPeak {
+    MemoryBreakdown mem;
+    std::string phase;
+};
+
+StepPeak stepPeak(const PlanInput& in, const Internal& st, const ActivationBytes& act,
+    double inFlight, bool logits)
+{
+    const OverheadParts overheadOf = overheadParts(in);
+    const double fixed = overheadOf.fixedBytes, frag = overheadOf.fragmentation;
+    auto withOverhead = [&](MemoryBreakdown m) {
+        m.overhead = 0;
+        m.overhead = toBytes(fixed + frag * static_cast<double>(m.total()));
+        return m;
+    };
+    const double activations = act.activations + (inFlight - 1.0) * act.perMicroBatch;
+    StepPeak p;
+    auto consider = [&](MemoryBreakdown m, const char* phase) {
+        m = withOverhead(m);
+        if (p.phase.empty() || m.total() > p.mem.total()) {
+            p.mem = m;
+            p.phase = phase;
+        }
+    };
+    MemoryBreakdown start = st.mem;
+    start.activations = toBytes(activations);
+    start.logits = logits ? toBytes(act.logits) : 0;
+    consider(start, "backward start");
+    if (st.hasFwd) {
+        MemoryBreakdown fwd = st.fwdMem;
+        fwd.activations = toBytes(activations);
+        consider(fwd, "forward end");
+    }
+    if (st.hasMid) {
+        MemoryBreakdown mid = st.midMem;
+        mid.activations = toBytes(std::max(0.0, activations - act.largestBlock));
+        consider(mid, "mid backward");
+    }
+    if (st.hasEnd)
+        consider(st.endMem, "backward end");
+    if (st.hasFirstBlock && in.checkpointing == Checkpointing::Full) {
+        MemoryBreakdown first = st.firstBlockMem;
+        first.activations = toBytes(act.largestBlock);
+        consider(first, "first block's backward");
+    }
+    return p;
+}
+
+// The engine's own accounting of one GPU of pipeline stage `st` of `layers` layers: its
+// tensor-parallel slice of them (each block's heads and MLP width over tp, the norms whole,
+// the embedding on the first stage, the final norm and head on the last, a tied head a copy
+// there; the tables split by vocabulary when tp divides it) planned as a model of its own over
+// the stage's data-parallel ranks. A pipeline stage keeps its blocks gathered over its
+// micro-batches (ShardedStrategy: zero3 and hybrid hold what zero2 does); its micro-batches in
+// flight each keep their blocks' activations: `inFlightFirst` at the first backward, before any
+// gradient exists, `inFlightLater` at a later one, beside the accumulated gradients.
+struct EngineStage {
+    Internal states;
+    StepPeak peak;
+};
+
+EngineStage engineStage(const PlanInput& in, const protocol::DeviceMesh& mesh, int64_t st,
+    int64_t layers, double inFlightFirst, double inFlightLater)
+{
+    const ModelSpec& s = in.model;
+    const int64_t t = mesh.tp, S = mesh.dpShard;
+    const bool first = st == 0, last = st == mesh.pp - 1;
+    PlanInput slice = in;
+    ModelSpec& m = slice.model;
+    m.numLayers = layers;
+    m.numHeads /= t;
+    m.numKvHeads /= t;
+    m.intermediateSize /= t;
+    if (splitsVocabulary(s, t))
+        m.vocabSize /= t;
+    m.tieWordEmbeddings = s.tieWordEmbeddings && first && last;
+    slice.tp = slice.pp = slice.virtualStages = 1;
+    slice.sequenceParallel = false;
+    slice.gpusPerNode = mesh.dataParallel();
+    slice.nodes = 1;
+    const bool keepGathered
+        = mesh.pp > 1 && (in.strategy == Strategy::Zero3 || in.strategy == Strategy::Hybrid);
+    if (keepGathered) {
+        slice.strategy = Strategy::Zero2;
+        slice.shardGroup = 0;
+    }
+    const auto keep = [&](const ParamInfo& p) {
+        if (p.layer >= 0)
+            return true;
+        if (p.name == "model.embed_tokens.weight")
+            return first || (s.tieWordEmbeddings && last);
+        return last;
+    };
+    ModelShapes shapes = modelShapes(m, keep);
+    shapes.tied = s.tieWordEmbeddings && last;
+    const auto statesAt = [&](int64_t accum) {
+        PlanInput at = slice;
+        at.gradAccum = accum;
+        return std::pair {
+            at, at.usesLora() ? engineLoraStates(at, S, keep) : engineModelStates(at, shapes, S)};
+    };
+    const int64_t sequences = in.microBatch * in.sequencesPerSample();
+    ActivationBytes act = engineActivations(slice, sequences);
+    if (in.sequenceParallel && t > 1) {
+        // Sequence parallel keeps 1/t of the positions of what the norms save, their inputs
+        // (two of a block's saved hidden-sized tensors; the normed outputs are gathered whole
+        // for the column-parallel products), and under recomputation of each block's input.
+        const double T = static_cast<double>(sequences * in.seqLen);
+        const double perBlock
+            = in.checkpointing == Checkpointing::Full ? in.calibration.ckptSavedPerHidden : 2.0;
+        const double split = static_cast<double>(layers) * T * dtypeBytes(in).compute
+            * static_cast<double>(s.hiddenSize) * perBlock * (1.0 - 1.0 / static_cast<double>(t));
+        act.perMicroBatch -= split;
+        act.activations -= split;
+    }
+    const bool pipelined = mesh.pp > 1 && in.gradAccum > 1;
+    const auto [atK, later] = statesAt(in.gradAccum);
+    EngineStage e;
+    e.states = later;
+    e.peak = stepPeak(atK, later, act, pipelined ? inFlightLater : inFlightFirst, last);
+    if (pipelined) {
+        const auto [atOne, before] = statesAt(1);
+        const StepPeak p = stepPeak(atOne, before, act, inFlightFirst, last);
+        if (p.mem.total() > e.peak.mem.total())
+            e.peak = p;
+    }
+    if (keepGathered && in.strategy == Strategy::Hybrid) // zero2's volumes, hybrid's replicas
+        e.states.reduceBytes += 2.0 * ringFraction(mesh.dpReplicate) * dtypeBytes(in).reduce
+            * unitSizes(shapes, S).total / static_cast<double>(S);
+    return e;
+}
+
 // Tensor and pipeline parallelism (Megatron-LM, torchtitan) with data parallelism inside each
 // stage, in the ZeRO paper's accounting (Narayanan et al. 2021; Korthikanti et al. 2022):
 // - a block's weights split over tp GPUs (norms replicated), the embedding and the head split
@@ -880,24 +1039,41 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
                 / v
                           : std::min(static_cast<double>(pp - st), K);
     };
+    // The engine's later backwards (beside the accumulated gradients) find one micro-batch
+    // fewer in flight than the first where the warm-up took them all.
+    const auto inFlightLater
+        = [&](int64_t st) { return std::max(1.0, std::min(inFlight(st), K - 1.0)); };
+    const bool paper = in.mode == AccountingMode::ZeroPaper;
     Internal peak;
+    std::string phase;
     for (int64_t st = 0; st < pp; ++st) {
-        Internal states = paperModelStates(in, stageParams[static_cast<size_t>(st)], mesh.dpShard);
-        MemoryBreakdown m = states.mem;
-        m.activations = toBytes(static_cast<double>(stageLayerCount[static_cast<size_t>(st)])
-            * inFlight(st) * perLayer);
-        if (st == pp - 1)
-            m.logits = toBytes(4.0 * seq * b * V / (vocabSplit ? t : 1.0));
-        m.overhead = toBytes(fixed + frag * static_cast<double>(m.total()));
+        const int64_t layers = stageLayerCount[static_cast<size_t>(st)];
+        Internal states;
+        MemoryBreakdown m;
+        std::string stagePhase = "backward start";
+        if (paper) {
+            states = paperModelStates(in, stageParams[static_cast<size_t>(st)], mesh.dpShard);
+            m = states.mem;
+            m.activations = toBytes(static_cast<double>(layers) * inFlight(st) * perLayer);
+            if (st == pp - 1)
+                m.logits = toBytes(4.0 * seq * b * V / (vocabSplit ? t : 1.0));
+            m.overhead = toBytes(fixed + frag * static_cast<double>(m.total()));
+        } else {
+            const EngineStage e
+                = engineStage(in, mesh, st, layers, inFlight(st), inFlightLater(st));
+            states = e.states;
+            m = e.peak.mem;
+            stagePhase = e.peak.phase;
+        }
         if (st == 0 || m.total() > res.perDevice.total()) {
             res.perDevice = m;
             res.peakStage = st;
             res.stageParams = toBytes(stageParams[static_cast<size_t>(st)]);
             peak = states;
+            phase = stagePhase;
         }
     }
-    res.peakPhase = pp > 1 ? "backward start, pipeline stage " + std::to_string(res.peakStage)
-                           : std::string("backward start");
+    res.peakPhase = pp > 1 ? phase + ", pipeline stage " + std::to_string(res.peakStage) : phase;
     res.hostBytesPerDevice = toBytes(peak.host);
     settleFit(in, res);
 
@@ -1019,11 +1195,20 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
     res.notes.push_back("step time: the tensor- and pipeline-parallel transfers wait on the "
                         "compute (Megatron-LM's blocking collectives), the data-parallel ones "
                         "overlap it");
-    res.notes.push_back("ZeRO-paper accounting: 16-bit parameters and gradients, K="
-        + std::to_string(static_cast<int>(k.zeroPaperK))
-        + " optimizer bytes per parameter, Korthikanti activations"
-        + (sp ? " with sequence parallelism" : "")
-        + " and fused attention (no stored attention scores)");
+    if (paper)
+        res.notes.push_back("ZeRO-paper accounting: 16-bit parameters and gradients, K="
+            + std::to_string(static_cast<int>(k.zeroPaperK))
+            + " optimizer bytes per parameter, Korthikanti activations"
+            + (sp ? " with sequence parallelism" : "")
+            + " and fused attention (no stored attention scores)");
+    else
+        res.notes.push_back("engine accounting: each GPU's tensor-parallel slice of its stage as "
+                            "this engine allocates it, over the stage's data-parallel ranks"
+            + std::string(pp > 1 ? "; a stage keeps its blocks gathered over its micro-batches"
+                                   " and each micro-batch in flight its activations"
+                                 : "")
+            + (sp ? "; sequence parallel splits the norms' and the residual stream's activations"
+                  : ""));
     return res;
 }
 
@@ -1054,43 +1239,9 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     ActivationBytes act
         = paper ? paperActivations(in, sequences) : engineActivations(in, sequences);
     const Calibration& k = in.calibration;
-    const OverheadParts overheadOf = overheadParts(in);
-    const double fixed = overheadOf.fixedBytes, frag = overheadOf.fragmentation;
-    auto withOverhead = [&](MemoryBreakdown m) {
-        m.overhead = 0;
-        m.overhead = toBytes(fixed + frag * static_cast<double>(m.total()));
-        return m;
-    };
-    MemoryBreakdown start = st.mem;
-    start.activations = toBytes(act.activations);
-    start.logits = toBytes(act.logits);
-    res.perDevice = withOverhead(start);
-    res.peakPhase = "backward start";
-    if (st.hasFwd) {
-        MemoryBreakdown fwd = st.fwdMem;
-        fwd.activations = toBytes(act.activations);
-        fwd = withOverhead(fwd);
-        if (fwd.total() > res.perDevice.total()) {
-            res.perDevice = fwd;
-            res.peakPhase = "forward end";
-        }
-    }
-    if (st.hasMid) {
-        MemoryBreakdown mid = st.midMem;
-        mid.activations = toBytes(std::max(0.0, act.activations - act.largestBlock));
-        mid = withOverhead(mid);
-        if (mid.total() > res.perDevice.total()) {
-            res.perDevice = mid;
-            res.peakPhase = "mid backward";
-        }
-    }
-    if (st.hasEnd) {
-        MemoryBreakdown end = withOverhead(st.endMem);
-        if (end.total() > res.perDevice.total()) {
-            res.perDevice = end;
-            res.peakPhase = "backward end";
-        }
-    }
+    const StepPeak moments = stepPeak(in, st, act, 1.0, true);
+    res.perDevice = moments.mem;
+    res.peakPhase = moments.phase;
     const MemoryBreakdown& m = res.perDevice;
     res.hostBytesPerDevice = toBytes(st.host);
     settleFit(in, res);
@@ -1416,11 +1567,6 @@ void validate(const PlanInput& in)
             + std::to_string(in.tp) + ", pp " + std::to_string(in.pp) + ")");
     in.parallelDims().validate("GPUs");
     if (in.threeD()) {
-        if (in.mode != AccountingMode::ZeroPaper)
-            throw std::runtime_error("tensor and pipeline parallelism are planned with the "
-                                     "zero-paper accounting (Megatron-LM and torchtitan "
-                                     "layouts); the engine accounting models data parallelism "
-                                     "only: use --mode zero-paper, or tp 1 and pp 1");
         if (s.isMoe())
             throw std::runtime_error(s.name
                 + " is a mixture-of-experts model: tensor and pipeline parallelism are planned "
@@ -1453,6 +1599,17 @@ void validate(const PlanInput& in)
         = whyNoPipeline(in.pp, in.virtualStages, in.gradAccum, s.numLayers, words);
         !why.empty())
         throw std::runtime_error(why);
+    // The engine accounting plans what this engine trains: its refusals of a layout (one rule
+    // with the worker's) refuse the plan, with the run's flag to change.
+    if (in.threeD() && in.mode == AccountingMode::Engine) {
+        protocol::RunSpec spec;
+        applyPlanToSpec(in, s.name, spec);
+        for (const std::string& why :
+            {tensorParallelRefusal(spec, s), pipelineParallelRefusal(spec, s)})
+            if (!why.empty())
+                throw std::runtime_error("the engine accounting plans what this engine trains: "
+                    + why + " (or plan with --mode zero-paper for Megatron-LM or torchtitan)");
+    }
     if (in.bf16Reduce && in.precision != Precision::Bf16Mixed)
         throw std::runtime_error("a bf16 reduce goes with bf16-mixed (" + toString(in.precision)
             + " reduces in its own dtype); use reduce fp32");

@@ -98,7 +98,8 @@ struct PlanInput {
     int64_t gpusPerNode = 8;
     int64_t nodes = 1;
     // Tensor and pipeline parallel degrees (Megatron-LM / torchtitan layouts, which the engine
-    // trains; planned with the zero-paper accounting only). The data-parallel ranks are the
+    // trains; the engine accounting plans each GPU's slice as the engine allocates it, the
+    // zero-paper one as Megatron-LM and torchtitan do). The data-parallel ranks are the
     // GPUs / (tp x pp), sharded or replicated as the strategy says.
     int64_t tp = 1;
     int64_t pp = 1;

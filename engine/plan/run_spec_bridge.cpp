@@ -41,6 +41,11 @@ PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& dev
     applyRunFieldsOf(spec, in);
     in.gpusPerNode = spec.procsPerNode;
     in.nodes = spec.nodes;
+    // The run's layout: a tensor / pipeline run is planned as the engine trains it.
+    in.tp = spec.tensorParallel;
+    in.pp = spec.pipelineParallel;
+    in.virtualStages = spec.pipelineParallel > 1 ? spec.virtualStages : 1;
+    in.sequenceParallel = spec.tensorParallel > 1 && spec.sequenceParallel;
     in.device = device;
     return in;
 }

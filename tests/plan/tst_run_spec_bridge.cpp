@@ -68,6 +68,32 @@ void testPlanToSpecAndBack()
     CHECK_EQ(back.gpusPerNode, in.gpusPerNode);
     CHECK_EQ(back.nodes, in.nodes);
     CHECK_EQ(plan(back).perDevice.total(), plan(in).perDevice.total());
+
+    // A tensor / pipeline layout goes to the spec and back, so the Launch page's fit check
+    // plans the run's layout (the engine accounting of its fullest stage), not data parallelism.
+    PlanInput layout = in;
+    layout.offload = Offload::None; // not trained under tensor parallel yet
+    layout.strategy = Strategy::Zero3;
+    layout.shardGroup = 0;
+    layout.tp = 2;
+    layout.pp = 2;
+    layout.virtualStages = 2;
+    layout.gradAccum = 4;
+    layout.sequenceParallel = true;
+    protocol::RunSpec spec3d;
+    applyPlanToSpec(layout, "llama-3-8b", spec3d);
+    const PlanInput back3d = planInputFromSpec(spec3d, DeviceSpec::gpu(80));
+    CHECK_EQ(back3d.tp, int64_t(2));
+    CHECK_EQ(back3d.pp, int64_t(2));
+    CHECK_EQ(back3d.virtualStages, int64_t(2));
+    CHECK(back3d.sequenceParallel);
+    const PlanResult r3d = plan(back3d);
+    CHECK_EQ(r3d.perDevice.total(), plan(layout).perDevice.total());
+    CHECK(r3d.peakPhase.find("pipeline stage") != std::string::npos);
+    PlanInput flat = back3d;
+    flat.tp = flat.pp = flat.virtualStages = 1;
+    flat.sequenceParallel = false;
+    CHECK(r3d.perDevice.total() < plan(flat).perDevice.total());
 }
 
 void testDevices()
