@@ -198,13 +198,14 @@ std::string tensorKey(const std::string& kind, const std::string& name)
 std::vector<TensorEntry> layoutTensors(const std::vector<TensorSpec>& tensors,
     const std::string& strategy, int worldSize, int shardGroup, int tp, int pp)
 {
+    // One mesh places every rank: its data- and tensor-parallel rows and its pipeline stage.
+    const protocol::DeviceMesh mesh = checkpointMesh(strategy, worldSize, shardGroup, tp, pp);
     std::vector<std::pair<ShardPlacement, TpPlacement>> placements;
-    std::vector<int> stageOf; // each rank's pipeline stage, as the mesh places it
-    for (int r = 0; r < worldSize; ++r)
-        placements.push_back(placementWithTp(strategy, r, worldSize, shardGroup, tp, pp));
-    const auto mesh = protocol::DeviceMesh::of({protocol::Strategy::Ddp, 0, 1, worldSize, tp, pp});
-    for (int r = 0; r < worldSize; ++r)
+    std::vector<int> stageOf;
+    for (int r = 0; r < worldSize; ++r) {
+        placements.push_back(placementIn(mesh, r));
         stageOf.push_back(static_cast<int>(mesh.coords(r).pp));
+    }
     std::vector<TensorEntry> out;
     for (const auto& t : tensors) {
         if (t.shape.empty())

@@ -34,12 +34,18 @@ RowRange chunkRows(int64_t dim0, int index, int count)
 std::pair<ShardPlacement, TpPlacement> placementWithTp(
     const std::string& strategy, int rank, int worldSize, int shardGroup, int tp, int pp)
 {
+    if (worldSize >= 1 && (rank < 0 || rank >= worldSize))
+        throw std::runtime_error(
+            "rank " + std::to_string(rank) + " is outside world size " + std::to_string(worldSize));
+    return placementIn(checkpointMesh(strategy, worldSize, shardGroup, tp, pp), rank);
+}
+
+protocol::DeviceMesh checkpointMesh(
+    const std::string& strategy, int worldSize, int shardGroup, int tp, int pp)
+{
     if (worldSize < 1)
         throw std::runtime_error(
             "world size must be at least 1 (got " + std::to_string(worldSize) + ")");
-    if (rank < 0 || rank >= worldSize)
-        throw std::runtime_error(
-            "rank " + std::to_string(rank) + " is outside world size " + std::to_string(worldSize));
     if (!isKnownStrategy(strategy))
         throw std::runtime_error("unknown strategy '" + strategy
             + "' (checkpoints know single, ddp, zero1, zero2, zero3, hybrid)");
@@ -51,7 +57,11 @@ std::pair<ShardPlacement, TpPlacement> placementWithTp(
     // stage; the TP rank its tp coordinate.
     const protocol::Strategy s
         = strategy == "single" ? protocol::Strategy::Ddp : protocol::parseStrategyName(strategy);
-    const auto mesh = protocol::DeviceMesh::of({s, shardGroup, 1, worldSize, tp, pp});
+    return protocol::DeviceMesh::of({s, shardGroup, 1, worldSize, tp, pp});
+}
+
+std::pair<ShardPlacement, TpPlacement> placementIn(const protocol::DeviceMesh& mesh, int rank)
+{
     const protocol::MeshCoords c = mesh.coords(rank);
     ShardPlacement p;
     p.index = static_cast<int>(c.dpShard);

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "protocol/device_mesh.h"
+
 namespace shard::ckpt {
 
 // Rows [begin, end) of the global tensor, held in a buffer of `padded` rows (the tail
@@ -64,6 +66,11 @@ struct TpPlacement {
 // dimension), the placement within the rank's stage (protocol::DeviceMesh's coordinates).
 std::pair<ShardPlacement, TpPlacement> placementWithTp(
     const std::string& strategy, int rank, int worldSize, int shardGroup, int tp, int pp = 1);
+// The mesh placementWithTp places ranks by ("single" as ddp: every rank a replica), after
+// checking the strategy and that tp x pp divides the world; and a rank's placement in it.
+protocol::DeviceMesh checkpointMesh(
+    const std::string& strategy, int worldSize, int shardGroup, int tp, int pp);
+std::pair<ShardPlacement, TpPlacement> placementIn(const protocol::DeviceMesh& mesh, int rank);
 // The rows of the whole tensor (of `dim0` rows) a rank's buffer covers: its data-parallel chunk
 // of the whole, or of its Rows part, shifted to the part's rows.
 RowRange heldRows(int64_t dim0, const ShardPlacement& dp, TpSplit split, const TpPlacement& tp);

@@ -56,6 +56,9 @@ public:
     // LoRA: the forwards that follow run the base alone (adapters off), e.g. DPO's reference.
     void setAdaptersOff(bool off) { m_adaptersOff = off; }
     const ForwardConfig& config() const { return m_config; }
+    // Whether the residual stream between blocks is this rank's positions only (sequence
+    // parallel): the one rule the forwards and the trainer's pipeline buffers follow.
+    bool sequenceParallel() const;
 
 private:
     const RopeTables& ropeFor(int64_t seqLen);
@@ -69,8 +72,6 @@ private:
     at::Tensor endRoot(at::Tensor out);
     // The tensor-parallel group when it splits the embedding and head by vocabulary, else null.
     dist::Communicator* vocabularyGroup() const;
-    // Whether the residual stream between blocks is this rank's positions only.
-    bool sequenceParallel() const;
 
     LlamaModel& m_model;
     Strategy& m_strategy;

@@ -1069,7 +1069,7 @@ void Trainer::pipelineMicroSteps(
             const CopyRows in = copyRows(micro[static_cast<size_t>(op.micro)], lo, hi);
             InFlight f;
             if (!part.first) {
-                f.input = activationBuffer(in.ids);
+                f.input = activationBuffer(loop.runner, in.ids);
                 receive(f.input, Pipe::Activation);
                 f.input.requires_grad_(true);
             }
@@ -1123,11 +1123,11 @@ Trainer::CopyRows Trainer::copyRows(const std::vector<TrainRow>& rows, int64_t l
     return {rowsTensor(rows, lo, hi, false), rowsTensor(rows, lo, hi, true)};
 }
 
-at::Tensor Trainer::activationBuffer(const at::Tensor& ids) const
+at::Tensor Trainer::activationBuffer(const ModelRunner& runner, const at::Tensor& ids) const
 {
-    // Under sequence parallel a stage sends and receives its tensor-parallel rank's positions.
-    const int64_t positions
-        = m_spec.sequenceParallel && m_mesh.tp > 1 ? ids.size(1) / m_mesh.tp : ids.size(1);
+    // Under sequence parallel (the runner's rule) a stage sends and receives its
+    // tensor-parallel rank's positions.
+    const int64_t positions = runner.sequenceParallel() ? ids.size(1) / m_mesh.tp : ids.size(1);
     return at::empty({ids.size(0), positions, m_model->spec().hiddenSize},
         at::TensorOptions().dtype(m_computeDtype).device(m_device));
 }
@@ -1141,7 +1141,7 @@ at::Tensor Trainer::pipelineEvalSum(
         const StagePart part = stagePart(c);
         at::Tensor input;
         if (!part.first) {
-            input = activationBuffer(in.ids);
+            input = activationBuffer(loop.runner, in.ids);
             m_strategy->pipelineRecv(input, Strategy::PipeTensor::Activation);
         }
         StageOut out = loop.runner.stage(part, in.ids, input, in.labels);

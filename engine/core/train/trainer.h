@@ -29,6 +29,7 @@ struct MetricRecord;
 
 namespace shard::engine {
 
+class ModelRunner;
 class TrainingSamples;
 struct StagePart;
 namespace lora {
@@ -137,7 +138,7 @@ private:
     };
     CopyRows copyRows(const std::vector<TrainRow>& rows, int64_t lo, int64_t hi) const;
     // The buffer a later pipeline stage receives its input activation for `ids` into.
-    at::Tensor activationBuffer(const at::Tensor& ids) const;
+    at::Tensor activationBuffer(const ModelRunner& runner, const at::Tensor& ids) const;
     // The part of the model a model chunk of this rank's stage runs (its layers, whether it is
     // the first or last virtual stage).
     StagePart stagePart(int chunk) const;
