@@ -55,6 +55,21 @@ std::pair<at::Tensor, at::Tensor> shardedLse(
     return {top + sum.log(), all.select(1, 2).sum(0)};
 }
 
+// Where a chunk's targets `tc` fall among this rank's `columns` columns from `first` (a
+// shard's first row; 0 without): whether each row's target is here and not masked (`mine`),
+// and its column here, 0 where not (`safe`, (rows, 1) for gather and scatter).
+struct TargetColumns {
+    at::Tensor mine, safe;
+};
+TargetColumns targetColumns(const at::Tensor& tc, int64_t first, int64_t columns)
+{
+    const at::Tensor local = tc - first;
+    TargetColumns t;
+    t.mine = tc.ne(-100).logical_and(local.ge(0)).logical_and(local.lt(columns));
+    t.safe = at::where(t.mine, local, at::zeros_like(local)).unsqueeze(1);
+    return t;
+}
+
 // A chunk's logits' log-sum-exp and its targets' logits (0 where masked; with a shard, summed
 // over the group so every rank has them), and the targets' columns here and whether here.
 struct ChunkLogits {
@@ -65,9 +80,9 @@ ChunkLogits chunkLogits(const at::Tensor& z, const at::Tensor& tc, const VocabSh
     ChunkLogits c;
     const at::Tensor valid = tc.ne(-100);
     if (shard) { // this rank's columns [first, first + V / t)
-        const at::Tensor local = tc - shard->first;
-        c.mine = valid.logical_and(local.ge(0)).logical_and(local.lt(z.size(1)));
-        c.safe = at::where(c.mine, local, at::zeros_like(local)).unsqueeze(1);
+        TargetColumns here = targetColumns(tc, shard->first, z.size(1));
+        c.mine = std::move(here.mine);
+        c.safe = std::move(here.safe);
         std::tie(c.lse, c.picked) = shardedLse(z, c.safe, c.mine, *shard->group);
     } else {
         c.mine = valid;
@@ -229,9 +244,7 @@ struct LinearTokenLogProbs : torch::autograd::Function<LinearTokenLogProbs> {
             at::Tensor z = fused::cast(fused::linear(hc, w), wide);
             const at::Tensor valid = tc.ne(-100);
             // The target's column among this rank's (every column without a shard).
-            const at::Tensor local = first >= 0 ? tc - first : tc;
-            const at::Tensor mine = valid.logical_and(local.ge(0)).logical_and(local.lt(vocab));
-            const at::Tensor safe = at::where(mine, local, at::zeros_like(local)).unsqueeze(1);
+            const auto [mine, safe] = targetColumns(tc, std::max<int64_t>(first, 0), vocab);
             const at::Tensor lse = first >= 0 ? lses.narrow(0, r0, rows) : at::logsumexp(z, 1);
             // d logp / d z = onehot(target) - softmax(z), times the row's gradient; in place.
             z.sub_(lse.unsqueeze(1)).exp_().neg_();
