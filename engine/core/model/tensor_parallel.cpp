@@ -42,29 +42,11 @@ at::Tensor allReduced(const at::Tensor& t, dist::Communicator& group)
     return sum;
 }
 
-struct CopyToGroup : torch::autograd::Function<CopyToGroup> {
-    static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t group)
-    {
-        ctx->saved_data["group"] = group;
-        return x.view_as(x);
-    }
-    static variable_list backward(AutogradContext* ctx, variable_list grads)
-    {
-        return {allReduced(grads[0], groupOf(ctx)), at::Tensor()};
-    }
-};
-
-struct ReduceFromGroup : torch::autograd::Function<ReduceFromGroup> {
-    static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t group)
-    {
-        ctx->saved_data["group"] = group;
-        return allReduced(x, groupOf(ctx));
-    }
-    static variable_list backward(AutogradContext*, variable_list grads)
-    {
-        return {grads[0], at::Tensor()};
-    }
-};
+// x itself (a view): the identity half of a conjugate pair.
+at::Tensor passedThrough(const at::Tensor& x, dist::Communicator&)
+{
+    return x.view_as(x);
+}
 
 // The sequence (dim 1 of x) all-gathered over the group: every rank's positions in rank order.
 at::Tensor allGatheredSequence(const at::Tensor& x, dist::Communicator& group)
@@ -93,27 +75,29 @@ at::Tensor reduceScatteredSequence(const at::Tensor& x, dist::Communicator& grou
     return mine.transpose(0, 1).contiguous();
 }
 
-struct ScatterSequence : torch::autograd::Function<ScatterSequence> {
-    static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t group)
-    {
-        ctx->saved_data["group"] = group;
-        return reduceScatteredSequence(x, groupOf(ctx));
-    }
-    static variable_list backward(AutogradContext* ctx, variable_list grads)
-    {
-        return {allGatheredSequence(grads[0], groupOf(ctx)), at::Tensor()};
-    }
-};
+// A collective over the tensor-parallel group as an autograd function: `Forward` on the way in,
+// its conjugate `Backward` on the gradient (Megatron-LM's pairs: identity / all-reduce,
+// all-gather / reduce-scatter along the sequence).
+using GroupOp = at::Tensor (*)(const at::Tensor&, dist::Communicator&);
 
-struct GatherSequence : torch::autograd::Function<GatherSequence> {
+template<GroupOp Forward, GroupOp Backward>
+struct GroupCollective : torch::autograd::Function<GroupCollective<Forward, Backward>> {
     static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t group)
     {
         ctx->saved_data["group"] = group;
-        return allGatheredSequence(x, groupOf(ctx));
+        return Forward(x, groupOf(ctx));
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads)
     {
-        return {reduceScatteredSequence(grads[0], groupOf(ctx)), at::Tensor()};
+        return {Backward(grads[0], groupOf(ctx)), at::Tensor()};
+    }
+
+    // x unchanged on one rank (no collective, no autograd node).
+    static at::Tensor over(const at::Tensor& x, dist::Communicator& group)
+    {
+        if (group.worldSize() == 1)
+            return x;
+        return GroupCollective::apply(x, groupHandle(group));
     }
 };
 
@@ -128,30 +112,22 @@ at::Tensor part(const at::Tensor& t, int64_t dim, int64_t rank, int64_t size)
 
 at::Tensor copyToGroup(const at::Tensor& x, dist::Communicator& group)
 {
-    if (group.worldSize() == 1)
-        return x;
-    return CopyToGroup::apply(x, groupHandle(group));
+    return GroupCollective<passedThrough, allReduced>::over(x, group);
 }
 
 at::Tensor reduceFromGroup(const at::Tensor& x, dist::Communicator& group)
 {
-    if (group.worldSize() == 1)
-        return x;
-    return ReduceFromGroup::apply(x, groupHandle(group));
+    return GroupCollective<allReduced, passedThrough>::over(x, group);
 }
 
 at::Tensor scatterSequence(const at::Tensor& x, dist::Communicator& group)
 {
-    if (group.worldSize() == 1)
-        return x;
-    return ScatterSequence::apply(x, groupHandle(group));
+    return GroupCollective<reduceScatteredSequence, allGatheredSequence>::over(x, group);
 }
 
 at::Tensor gatherSequence(const at::Tensor& x, dist::Communicator& group)
 {
-    if (group.worldSize() == 1)
-        return x;
-    return GatherSequence::apply(x, groupHandle(group));
+    return GroupCollective<allGatheredSequence, reduceScatteredSequence>::over(x, group);
 }
 
 Split splitAt(const BlockLayout& L, int position)
