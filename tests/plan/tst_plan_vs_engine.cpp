@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/planner.h"
-#include "process_runner.h"
+#include "run_memory.h"
 
 using namespace shard::testing;
 
@@ -37,39 +37,21 @@ Measured train(const std::string& dir, int ranks)
         dir + "/data.jsonl", "--steps", "2", "--seq-len", std::to_string(kSeq), "--micro-batch",
         std::to_string(kGlobalRows / ranks), "--strategy", "zero3", "--threads", "1",
         "--no-shuffle", "--log-every", "1", "--seed", "3", "--checkpoint-every", "2", "--out", out};
-    std::vector<std::string> argv {workerPath()};
-    if (ranks > 1) {
-        argv.insert(argv.end(), {"launch", "--nproc-per-node", std::to_string(ranks), "--"});
-        args.insert(args.end(), {"--nproc-per-node", std::to_string(ranks)});
-    }
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto p = spawnProcess(argv);
-    const bool done = p.wait(120);
-    SHARD_EXPECT(done && p.exitCode() == 0, "train at " + std::to_string(ranks) + ": " + p.err);
+    std::string err;
+    SHARD_EXPECT(
+        trainOnRanks(args, ranks, 120, &err), "train at " + std::to_string(ranks) + ": " + err);
+    const RunMemory run = readRunMemory(out);
     Measured m;
-    std::ifstream f(out + "/metrics.jsonl");
+    m.peak = run.peak;
+    m.states = run.maxSumOfLast("sharded_params", "optimizer");
+    m.ranks = run.ranks();
     std::string line;
-    nlohmann::json last;
-    while (std::getline(f, line)) {
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || j.value("type", "") != "metric")
-            continue;
-        for (const auto& r : j["memory"])
-            m.peak = std::max(m.peak, r.value("peak", int64_t(-1)));
-        last = j;
-    }
     std::ifstream events(out + "/events.jsonl");
     while (std::getline(events, line)) {
         auto j = nlohmann::json::parse(line, nullptr, false);
         if (!j.is_discarded() && j.value("kind", "") == "checkpoint")
             m.checkpointBytes = j["data"].value("bytes", int64_t(-1));
     }
-    if (last.is_object())
-        for (const auto& r : last["memory"]) {
-            m.states = std::max(
-                m.states, r.value("sharded_params", int64_t(0)) + r.value("optimizer", int64_t(0)));
-            ++m.ranks;
-        }
     return m;
 }
 

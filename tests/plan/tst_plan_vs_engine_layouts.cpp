@@ -8,14 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "plan/planner.h"
-#include "process_runner.h"
+#include "run_memory.h"
 
 using namespace shard::testing;
 
@@ -29,59 +26,32 @@ struct Layout {
     bool sequenceParallel, checkpointing, lora;
 };
 
-struct Measured {
-    int64_t peak = -1;   // max over ranks and steps
-    int64_t states = -1; // max over ranks, last step
-    int ranks = 0;
-};
-
-Measured train(const std::string& dir, const Layout& l)
+RunMemory train(const std::string& dir, const Layout& l)
 {
-    const std::string out = dir + "/" + l.name;
     std::vector<std::string> args {"train", "--model", dir + "/model", "--data",
         dir + "/data.jsonl", "--steps", "2", "--seq-len", std::to_string(kSeq), "--micro-batch",
         std::to_string(l.microBatch), "--grad-accum", std::to_string(l.gradAccum), "--strategy",
         "zero3", "--threads", "1", "--no-shuffle", "--log-every", "1", "--seed", "3",
         "--tensor-parallel", std::to_string(l.tp), "--pipeline-parallel", std::to_string(l.pp),
-        "--virtual-stages", std::to_string(l.virtualStages), "--nproc-per-node",
-        std::to_string(l.ranks), "--out", out};
+        "--virtual-stages", std::to_string(l.virtualStages), "--out", dir + "/" + l.name};
     if (l.sequenceParallel)
         args.push_back("--sequence-parallel");
     if (l.checkpointing)
         args.insert(args.end(), {"--checkpointing", "full"});
     if (l.lora)
         args.insert(args.end(), {"--method", "lora", "--lora-targets", "q,k,v,o,gate,up,down"});
-    std::vector<std::string> argv {
-        workerPath(), "launch", "--nproc-per-node", std::to_string(l.ranks), "--"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto p = spawnProcess(argv);
-    const bool done = p.wait(240);
-    SHARD_EXPECT(done && p.exitCode() == 0, std::string(l.name) + ": " + p.err);
-    Measured m;
-    std::ifstream f(out + "/metrics.jsonl");
-    std::string line;
-    nlohmann::json last;
-    while (std::getline(f, line)) {
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || j.value("type", "") != "metric")
-            continue;
-        for (const auto& r : j["memory"])
-            m.peak = std::max(m.peak, r.value("peak", int64_t(-1)));
-        last = j;
-    }
-    if (last.is_object())
-        for (const auto& r : last["memory"]) {
-            m.states = std::max(
-                m.states, r.value("sharded_params", int64_t(0)) + r.value("optimizer", int64_t(0)));
-            ++m.ranks;
-        }
-    return m;
+    std::string err;
+    SHARD_EXPECT(trainOnRanks(args, l.ranks, 240, &err), std::string(l.name) + ": " + err);
+    return readRunMemory(dir + "/" + l.name);
 }
 
 void compare(const std::string& dir, const Layout& l)
 {
-    const Measured m = train(dir, l);
-    SHARD_EXPECT(m.ranks == l.ranks, std::string(l.name) + ": memory records for every rank");
+    const RunMemory run = train(dir, l);
+    const double peak = static_cast<double>(run.peak);
+    const double measuredStates
+        = static_cast<double>(run.maxSumOfLast("sharded_params", "optimizer"));
+    SHARD_EXPECT(run.ranks() == l.ranks, std::string(l.name) + ": memory records for every rank");
     shard::plan::PlanInput in;
     in.model = shard::plan::loadHfConfig(dir + "/model");
     in.strategy = shard::plan::Strategy::Zero3;
@@ -106,12 +76,12 @@ void compare(const std::string& dir, const Layout& l)
     const double total = static_cast<double>(r.perDevice.total());
     const double states = static_cast<double>(r.perDevice.shardedParams + r.perDevice.optimizer);
     std::printf("%-22s peak %lld measured / %.0f planned (%.4f, %s); states %lld / %.0f\n", l.name,
-        static_cast<long long>(m.peak), total, m.peak / total, r.peakPhase.c_str(),
-        static_cast<long long>(m.states), states);
-    SHARD_EXPECT(std::fabs(m.peak / total - 1.0) <= 0.05,
+        static_cast<long long>(run.peak), total, peak / total, r.peakPhase.c_str(),
+        static_cast<long long>(measuredStates), states);
+    SHARD_EXPECT(std::fabs(peak / total - 1.0) <= 0.05,
         std::string(l.name) + ": peak per rank within 5% of the plan");
     if (!l.lora)
-        SHARD_EXPECT(states > 0 && std::fabs(m.states / states - 1.0) <= 0.01,
+        SHARD_EXPECT(states > 0 && std::fabs(measuredStates / states - 1.0) <= 0.01,
             std::string(l.name) + ": model states within 1% of the plan");
 }
 

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/planner.h"
-#include "process_runner.h"
+#include "run_memory.h"
 
 using namespace shard::testing;
 
@@ -40,34 +40,15 @@ Measured train(
         std::to_string(kGlobalRows / ranks), "--strategy", strategy, "--threads", "1",
         "--no-shuffle", "--log-every", "1", "--seed", "3", "--precision", "fp32", "--method",
         method, "--lora-rank", std::to_string(kRank), "--lora-targets", kTargets, "--out", out};
-    std::vector<std::string> argv {workerPath()};
-    if (ranks > 1) {
-        argv.insert(argv.end(), {"launch", "--nproc-per-node", std::to_string(ranks), "--"});
-        args.insert(args.end(), {"--nproc-per-node", std::to_string(ranks)});
-    }
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto p = spawnProcess(argv);
-    const bool done = p.wait(120);
-    SHARD_EXPECT(done && p.exitCode() == 0, method + " " + strategy + " train: " + p.err);
+    std::string err;
+    SHARD_EXPECT(trainOnRanks(args, ranks, 120, &err), method + " " + strategy + " train: " + err);
+    const RunMemory run = readRunMemory(out);
     Measured m;
-    std::ifstream f(out + "/metrics.jsonl");
-    std::string line;
-    nlohmann::json last;
-    while (std::getline(f, line)) {
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || j.value("type", "") != "metric")
-            continue;
-        for (const auto& r : j["memory"])
-            m.peak = std::max(m.peak, r.value("peak", int64_t(-1)));
-        last = j;
-    }
-    if (last.is_object())
-        for (const auto& r : last["memory"]) {
-            m.frozen = std::max(m.frozen, r.value("frozen_params", int64_t(-1)));
-            m.masters = std::max(m.masters, r.value("sharded_params", int64_t(-1)));
-            m.optimizer = std::max(m.optimizer, r.value("optimizer", int64_t(-1)));
-            ++m.ranks;
-        }
+    m.peak = run.peak;
+    m.frozen = run.maxOfLast("frozen_params");
+    m.masters = run.maxOfLast("sharded_params");
+    m.optimizer = run.maxOfLast("optimizer");
+    m.ranks = run.ranks();
     return m;
 }
 
