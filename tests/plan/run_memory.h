@@ -1,38 +1,15 @@
-// What the planner-against-engine tests share: a `shard-worker train` at some rank count (one
-// process, or `launch` for several) and the memory its ranks reported in metrics.jsonl.
+// What the planner-against-engine tests share: the memory a run's ranks reported in
+// metrics.jsonl (the runs start with run_outputs.h's trainWithWorker).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <string>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "process_runner.h"
-
 namespace shard::testing {
-
-// Runs `shard-worker <trainArgs>` on `ranks` ranks (one process, or `launch` with
-// --nproc-per-node for several); false with the worker's stderr in `err` when it fails or
-// outlives `timeoutSec`.
-inline bool trainOnRanks(
-    std::vector<std::string> trainArgs, int ranks, int timeoutSec, std::string* err)
-{
-    std::vector<std::string> argv {workerPath()};
-    if (ranks > 1) {
-        argv.insert(argv.end(), {"launch", "--nproc-per-node", std::to_string(ranks), "--"});
-        trainArgs.insert(trainArgs.end(), {"--nproc-per-node", std::to_string(ranks)});
-    }
-    argv.insert(argv.end(), trainArgs.begin(), trainArgs.end());
-    auto p = spawnProcess(argv);
-    const bool done = p.wait(timeoutSec);
-    if (done && p.exitCode() == 0)
-        return true;
-    *err = done ? p.err : "timed out after " + std::to_string(timeoutSec) + " s: " + p.err;
-    return false;
-}
 
 // The memory records of a run directory's metrics.jsonl: the largest peak over ranks and
 // steps, and the last metric record's per-rank entries.

@@ -15,6 +15,7 @@
 
 #include "plan/planner.h"
 #include "run_memory.h"
+#include "run_outputs.h"
 
 using namespace shard::testing;
 
@@ -37,9 +38,7 @@ Measured train(const std::string& dir, int ranks)
         dir + "/data.jsonl", "--steps", "2", "--seq-len", std::to_string(kSeq), "--micro-batch",
         std::to_string(kGlobalRows / ranks), "--strategy", "zero3", "--threads", "1",
         "--no-shuffle", "--log-every", "1", "--seed", "3", "--checkpoint-every", "2", "--out", out};
-    std::string err;
-    SHARD_EXPECT(
-        trainOnRanks(args, ranks, 120, &err), "train at " + std::to_string(ranks) + ": " + err);
+    trainWithWorker("train at " + std::to_string(ranks), ranks, args, out, 120);
     const RunMemory run = readRunMemory(out);
     Measured m;
     m.peak = run.peak;

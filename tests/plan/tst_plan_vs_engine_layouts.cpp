@@ -13,6 +13,7 @@
 
 #include "plan/planner.h"
 #include "run_memory.h"
+#include "run_outputs.h"
 
 using namespace shard::testing;
 
@@ -40,8 +41,7 @@ RunMemory train(const std::string& dir, const Layout& l)
         args.insert(args.end(), {"--checkpointing", "full"});
     if (l.lora)
         args.insert(args.end(), {"--method", "lora", "--lora-targets", "q,k,v,o,gate,up,down"});
-    std::string err;
-    SHARD_EXPECT(trainOnRanks(args, l.ranks, 240, &err), std::string(l.name) + ": " + err);
+    trainWithWorker(l.name, l.ranks, args, dir + "/" + l.name, 240);
     return readRunMemory(dir + "/" + l.name);
 }
 

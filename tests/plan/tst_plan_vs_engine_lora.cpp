@@ -15,6 +15,7 @@
 
 #include "plan/planner.h"
 #include "run_memory.h"
+#include "run_outputs.h"
 
 using namespace shard::testing;
 
@@ -40,8 +41,7 @@ Measured train(
         std::to_string(kGlobalRows / ranks), "--strategy", strategy, "--threads", "1",
         "--no-shuffle", "--log-every", "1", "--seed", "3", "--precision", "fp32", "--method",
         method, "--lora-rank", std::to_string(kRank), "--lora-targets", kTargets, "--out", out};
-    std::string err;
-    SHARD_EXPECT(trainOnRanks(args, ranks, 120, &err), method + " " + strategy + " train: " + err);
+    trainWithWorker(method + " " + strategy + " train", ranks, args, out, 120);
     const RunMemory run = readRunMemory(out);
     Measured m;
     m.peak = run.peak;
