@@ -1202,7 +1202,7 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
             + (sp ? " with sequence parallelism" : "")
             + " and fused attention (no stored attention scores)");
     else
-        res.notes.push_back("engine accounting: each GPU's tensor-parallel slice of its stage as "
+        res.notes.push_back("engine accounting: each rank's tensor-parallel slice of its stage as "
                             "this engine allocates it, over the stage's data-parallel ranks"
             + std::string(pp > 1 ? "; a stage keeps its blocks gathered over its micro-batches"
                                    " and each micro-batch in flight its activations"

@@ -41,11 +41,6 @@ PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& dev
     applyRunFieldsOf(spec, in);
     in.gpusPerNode = spec.procsPerNode;
     in.nodes = spec.nodes;
-    // The run's layout: a tensor / pipeline run is planned as the engine trains it.
-    in.tp = spec.tensorParallel;
-    in.pp = spec.pipelineParallel;
-    in.virtualStages = spec.pipelineParallel > 1 ? spec.virtualStages : 1;
-    in.sequenceParallel = spec.tensorParallel > 1 && spec.sequenceParallel;
     in.device = device;
     return in;
 }
@@ -63,6 +58,11 @@ void applyRunFieldsOf(const protocol::RunSpec& spec, PlanInput& in)
     in.gradAccum = spec.gradAccum;
     in.objective = spec.objective;
     in.reference = spec.resolvedReference();
+    // The run's layout: a tensor / pipeline run is planned as the engine trains it.
+    in.tp = std::max(1, spec.tensorParallel);
+    in.pp = std::max(1, spec.pipelineParallel);
+    in.virtualStages = in.pp > 1 ? std::max(1, spec.virtualStages) : 1;
+    in.sequenceParallel = in.tp > 1 && spec.sequenceParallel;
     applyLoraFieldsOf(spec, in);
 }
 

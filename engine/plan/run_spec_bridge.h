@@ -20,8 +20,9 @@ namespace shard::plan {
 PlanInput planInputFromSpec(const protocol::RunSpec& spec, const DeviceSpec& device);
 
 // Every field of a spec that shapes the plan except the model, the device and the rank counts
-// (strategy, shard group, precision, checkpointing, offload, reduce dtype, batch shape and the
-// LoRA fields) into `in`: planInputFromSpec's, and the engine's for its own memory checks.
+// (strategy, shard group, precision, checkpointing, offload, reduce dtype, batch shape, the
+// tensor / pipeline layout and the LoRA fields) into `in`: planInputFromSpec's, and the
+// engine's for its own memory checks.
 void applyRunFieldsOf(const protocol::RunSpec& spec, PlanInput& in);
 
 // The method and LoRA fields of a spec (method, rank, alpha, dropout, targets, rsLoRA, double

@@ -435,7 +435,7 @@ void testTensorPipeline()
     }
     const Result e = shard(flags);
     CHECK_EQ(e.code, 0);
-    CHECK(e.out.find("engine accounting: each GPU's tensor-parallel slice") != std::string::npos);
+    CHECK(e.out.find("engine accounting: each rank's tensor-parallel slice") != std::string::npos);
     expectError(flags + " --offload optimizer",
         "--tensor-parallel 4 with --offload optimizer is not trained by this engine yet");
     // Sequence parallel needs tensor parallel and a sequence length it divides.

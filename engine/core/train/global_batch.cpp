@@ -31,13 +31,21 @@ plan::PlanInput planInputFor(const protocol::RunSpec& spec, const plan::ModelSpe
     return in;
 }
 
+// The ranks that take rows of their own: the world over tensor x pipeline parallel.
+int64_t dataParallelRanks(const protocol::RunSpec& spec, int64_t worldSize)
+{
+    const int64_t layout = static_cast<int64_t>(std::max(1, spec.tensorParallel))
+        * std::max(1, spec.pipelineParallel);
+    return std::max<int64_t>(1, worldSize / layout);
+}
+
 } // namespace
 
 int64_t largestMicroBatchFor(const protocol::RunSpec& spec, const plan::ModelSpec& model,
     int worldSize, int localWorldSize, int64_t trainRecords, bool gpu, int64_t capacityBytesPerRank)
 {
     const int64_t W = std::max(1, worldSize);
-    const int64_t dataLimit = std::max<int64_t>(1, trainRecords / W);
+    const int64_t dataLimit = std::max<int64_t>(1, trainRecords / dataParallelRanks(spec, W));
     try {
         // A CPU node's memory is shared by its ranks: the planner divides it by them.
         const plan::DeviceSpec device = gpu
@@ -54,7 +62,9 @@ void checkMicroBatch(const protocol::RunSpec& spec, const plan::ModelSpec& model
     int localWorldSize, int64_t trainRecords)
 {
     const int64_t W = std::max(1, worldSize);
-    const int64_t dataLimit = std::max<int64_t>(1, trainRecords / W);
+    // Tensor- and pipeline-parallel ranks share their data-parallel copy's rows.
+    const int64_t D = dataParallelRanks(spec, W);
+    const int64_t dataLimit = std::max<int64_t>(1, trainRecords / D);
     plan::PlanInput in;
     bool planned = spec.device == "cpu";
     if (planned) {
@@ -73,9 +83,10 @@ void checkMicroBatch(const protocol::RunSpec& spec, const plan::ModelSpec& model
         return "; the largest micro-batch that fits is " + std::to_string(largest)
             + " (--micro-batch " + std::to_string(largest) + ")";
     };
-    if (spec.microBatch * W > trainRecords)
+    if (spec.microBatch * D > trainRecords)
         throw std::runtime_error("--micro-batch " + std::to_string(spec.microBatch) + " x "
-            + std::to_string(W) + " ranks needs " + std::to_string(spec.microBatch * W)
+            + std::to_string(D) + (D == W ? " ranks" : " data-parallel ranks") + " needs "
+            + std::to_string(spec.microBatch * D)
             + " rows per micro-step but the training data has " + std::to_string(trainRecords)
             + " records" + largestText());
     if (!planned)
