@@ -57,7 +57,7 @@ void ParallelFields::addRows(QFormLayout* form) const
     form->addRow(tr("Tensor para&llel"), m_tp);
     form->addRow(tr("Pipeline sta&ges"), m_pp);
     form->addRow(tr("C&hunks per stage"), m_virtualStages);
-    form->addRow(tr("Se&quence parallel"), m_sequenceParallel);
+    form->addRow(tr("Sequence parallel"), m_sequenceParallel); // Alt+Q is "Sequence length"
 }
 
 QList<QWidget*> ParallelFields::widgets() const

@@ -298,10 +298,13 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
         m_chunkLayers.push_back({0, m_numUnits - 1});
     }
     m_stageOf.clear();
+    m_unitInfo.assign(static_cast<size_t>(m_numUnits), {});
     for (int u = 0; u < m_numUnits; ++u)
-        for (size_t i = 0; i < model.unit(u).params.size(); ++i)
+        for (size_t i = 0; i < model.unit(u).params.size(); ++i) {
             m_stageOf[model.unit(u).params[i].info.name]
                 = storingStage(model, u, static_cast<int>(i));
+            m_unitInfo[static_cast<size_t>(u)].push_back(model.unit(u).params[i].info);
+        }
     m_splitNames.clear();
     m_units.clear();
     m_units.resize(static_cast<size_t>(kGroups * m_numUnits));
@@ -332,20 +335,18 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
             ParamSlot p;
             p.name = s.group == kAbsmax ? info.name + "#absmax" : info.name;
             p.wholeShape = info.shape;
-            if (m_tp) {
-                if (prm.quantized)
-                    throw std::runtime_error("tensor parallel does not split QLoRA's NF4 base "
-                                             "yet; use --method lora, or --tensor-parallel 1");
+            if (m_tp)
                 p.split = engine::tp::splitOf(model, u, static_cast<int>(i), m_tp->worldSize(),
                     m_options.spec.sequenceParallel);
-            }
             p.shape = engine::tp::partShape(info.shape, p.split, tensorParallelSize());
             if (p.split == engine::tp::Split::Rows || p.split == engine::tp::Split::Columns)
                 m_splitNames.insert(p.name);
+            // QLoRA: the NF4 bytes and scales of this rank's part, in the row form
+            // (plan::tensorParallelRefusal asks for whole blocks in a row-parallel part).
             if (s.group == kPacked)
-                p.shape = {info.shape.at(0), info.shape.at(1) / 2};
+                p.shape = {p.shape.at(0), p.shape.at(1) / 2};
             else if (s.group == kAbsmax)
-                p.shape = {info.shape.at(0), info.shape.at(1) / engine::nf4::kBlockSize};
+                p.shape = {p.shape.at(0), p.shape.at(1) / engine::nf4::kBlockSize};
             p.d0 = p.shape.empty() ? 1 : p.shape[0];
             for (size_t d = 1; d < p.shape.size(); ++d)
                 p.rowNumel *= p.shape[d];
@@ -414,7 +415,8 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
         auto [u, i] = found->second;
         UnitState& s = m_units[static_cast<size_t>(u)];
         const ParamSlot& p = s.params[static_cast<size_t>(i)];
-        if (m_tp) // this rank's part of a split weight
+        // This rank's part of a split weight (QLoRA's is quantized whole first, below).
+        if (m_tp && !param->quantized)
             full = engine::tp::partOf(full, p.split, m_tp->rank(), m_tp->worldSize());
         auto keepRows = [&](UnitState& st, const ParamSlot& slot, const at::Tensor& value) {
             const int64_t begin = std::min(me * slot.chunkRows, slot.d0);
@@ -425,13 +427,24 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
                         value.reshape({-1}).narrow(0, begin * slot.rowNumel, rows * slot.rowNumel));
         };
         if (param->quantized) {
-            // Every rank quantizes the same tensor the same way and keeps its rows of the bytes.
-            const engine::nf4::Rows q
-                = engine::nf4::quantizeRows(full, m_options.spec.qloraDoubleQuant);
-            keepRows(s, p, q.packed);
+            // Every rank quantizes the same whole tensor the same way (so a tensor-parallel
+            // part holds the bytes and scales one rank would) and keeps its rows of its part.
+            engine::nf4::Rows q = engine::nf4::quantizeRows(full, m_options.spec.qloraDoubleQuant);
             auto [ua, ia] = where.at(param->info.name + "#absmax");
             UnitState& sa = m_units[static_cast<size_t>(ua)];
             ParamSlot& pa = sa.params[static_cast<size_t>(ia)];
+            if (m_tp && p.split != engine::tp::Split::Whole) {
+                const int64_t t = m_tp->worldSize(), r = m_tp->rank();
+                const bool rows = p.split == engine::tp::Split::Rows;
+                if (q.nested.defined()) {
+                    q.nested.wholeCols = q.absmax.size(1);
+                    q.nested.firstRow = rows ? r * pa.shape.at(0) : 0;
+                    q.nested.firstCol = rows ? 0 : r * pa.shape.at(1);
+                }
+                q.packed = engine::tp::partOf(q.packed, p.split, r, t);
+                q.absmax = engine::tp::partOf(q.absmax, p.split, r, t);
+            }
+            keepRows(s, p, q.packed);
             keepRows(sa, pa, q.absmax);
             pa.nested = q.nested;
         } else {
@@ -574,17 +587,31 @@ std::vector<at::Tensor> ShardedStrategy::unitWeights(int unit)
 std::vector<at::Tensor> ShardedStrategy::wholeUnitWeights(int unit)
 {
     std::vector<at::Tensor> out = unitWeights(unit);
-    if (!m_tp)
-        return out;
     at::NoGradGuard noGrad;
     const auto& order = m_order.at(static_cast<size_t>(unit));
-    for (size_t i = 0; i < order.size(); ++i) {
-        const auto& [st, slot] = order[i];
-        if (!out[i].defined() || st < 0)
-            continue;
-        const ParamSlot& p
-            = m_units.at(static_cast<size_t>(st)).params.at(static_cast<size_t>(slot));
-        out[i] = engine::tp::gatherWhole(out[i].detach(), p.wholeShape, p.split, *m_tp);
+    if (m_tp) {
+        for (size_t i = 0; i < order.size(); ++i) {
+            const auto& [st, slot] = order[i];
+            if (!out[i].defined() || st < 0)
+                continue;
+            const ParamSlot& p
+                = m_units.at(static_cast<size_t>(st)).params.at(static_cast<size_t>(slot));
+            out[i] = engine::tp::gatherWhole(out[i].detach(), p.wholeShape, p.split, *m_tp);
+        }
+    }
+    if (m_pp) {
+        // The stage that stores a weight sends it whole (in the compute dtype) over the
+        // pipeline group, whose rank i is stage i; the others receive it, one tensor at a time.
+        const auto& infos = m_unitInfo.at(static_cast<size_t>(unit));
+        for (size_t i = 0; i < infos.size(); ++i) {
+            const int owner = stageOf(infos[i].name);
+            at::Tensor t = owner == m_stage
+                ? out[i].detach().to(m_options.computeDtype).contiguous()
+                : at::empty(infos[i].shape,
+                    at::TensorOptions().dtype(m_options.computeDtype).device(m_options.device));
+            m_pp->broadcast(t, owner)->wait();
+            out[i] = t;
+        }
     }
     return out;
 }
@@ -686,7 +713,8 @@ void ShardedStrategy::sumTiedEmbeddingGrad()
             at::Tensor g = s.grad(i);
             if (!g.defined())
                 return;
-            at::Tensor flat = g.contiguous();
+            // Summed on the device (an offloaded gradient shard lives in host memory).
+            at::Tensor flat = g.contiguous().to(m_options.device);
             m_ppEnds->allReduce(flat)->wait();
             if (!flat.is_same(g))
                 g.copy_(flat);
@@ -751,7 +779,8 @@ void ShardedStrategy::sumPartialGradsOverTp()
     std::vector<at::Tensor> flat;
     for (const auto& g : grads)
         flat.push_back(g.reshape({-1}));
-    at::Tensor sum = at::cat(flat);
+    // Summed on the device (an offloaded gradient shard lives in host memory).
+    at::Tensor sum = at::cat(flat).to(m_options.device);
     m_tp->allReduce(sum)->wait();
     int64_t at = 0;
     for (auto& g : grads) {
@@ -1123,15 +1152,15 @@ void ShardedStrategy::exportParams(engine::LlamaModel& model,
                     return whole.narrow(0, 0, slot.d0 * slot.rowNumel).view(slot.shape);
                 };
                 full = gatherFull(s, p);
-                if (m_tp) // a split weight's parts, whole again
-                    full = engine::tp::gatherWhole(full, p.wholeShape, p.split, *m_tp);
-                if (s.group == kPacked) { // QLoRA: the dequantized base
+                if (s.group == kPacked) { // QLoRA: the dequantized base (this rank's part)
                     const UnitState& sa
                         = m_units.at(static_cast<size_t>(&s - m_units.data()) + m_numUnits);
                     const ParamSlot& pa = sa.params.at(static_cast<size_t>(&p - s.params.data()));
                     full = engine::nf4::dequantizeRows(
                         full, gatherFull(sa, pa), at::kFloat, pa.nested);
                 }
+                if (m_tp) // a split weight's parts, whole again
+                    full = engine::tp::gatherWhole(full, p.wholeShape, p.split, *m_tp);
             }
         }
         if (m_pp && owner != 0) {

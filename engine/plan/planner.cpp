@@ -763,10 +763,12 @@ Internal engineLoraStates(
     o.midMem = m;
     o.midMem.gatheredParams = toBytes(gatheredMid + midCopies);
     o.hasMid = gatheredMid + midCopies > gathered;
-    // The last block's forward: it is gathered (and, under QLoRA, dequantised) besides the root.
+    // The last block's forward: it is gathered (and, under QLoRA, dequantised) besides the root,
+    // every block's activations alive. Without a head after it (a pipeline stage before the
+    // last) this is also the start of the stage's backward: the block's copies refilled.
     o.fwdMem = m;
     o.fwdMem.gatheredParams = toBytes(gatheredWith(1.0) + midCopies);
-    o.hasFwd = zero3 && S > 1;
+    o.hasFwd = (zero3 && S > 1) || midCopies > 0;
 
     // Traffic: only the adapters' gradients are reduced; zero3 gathers the frozen base (its
     // packed bytes under QLoRA) and the adapters twice per micro-step, zero1 / zero2 gather the
@@ -1022,10 +1024,14 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
     const double seq = static_cast<double>(in.seqLen), h = static_cast<double>(s.hiddenSize);
     const double V = static_cast<double>(s.vocabSize);
     const bool sp = in.sequenceParallel && mesh.tp > 1;
-    const double sbh = seq * b * h;
-    const double perLayer = in.checkpointing == Checkpointing::Full
-        ? 2.0 * sbh / (sp ? t : 1.0)
-        : sbh * (sp ? 34.0 / t : 10.0 + 24.0 / t);
+    // The ZeRO paper accounting's activations of one layer and micro-batch (Korthikanti et al.'s
+    // 34 sbh split by tp; 2 sbh, the saved input, under recomputation). The engine accounting
+    // counts its own saved tensors (engineStage).
+    const auto paperPerLayer = [&] {
+        const double sbh = seq * b * h;
+        return in.checkpointing == Checkpointing::Full ? 2.0 * sbh / (sp ? t : 1.0)
+                                                       : sbh * (sp ? 34.0 / t : 10.0 + 24.0 / t);
+    };
     const OverheadParts overheadOf = overheadParts(in);
     const double fixed = overheadOf.fixedBytes, frag = overheadOf.fragmentation;
     // Micro-batches' activations in flight at stage st's peak: 1F1B keeps pp - st; interleaved,
@@ -1054,7 +1060,7 @@ PlanResult plan3d(const PlanInput& in, const ModelShapes& shapes)
         if (paper) {
             states = paperModelStates(in, stageParams[static_cast<size_t>(st)], mesh.dpShard);
             m = states.mem;
-            m.activations = toBytes(static_cast<double>(layers) * inFlight(st) * perLayer);
+            m.activations = toBytes(static_cast<double>(layers) * inFlight(st) * paperPerLayer());
             if (st == pp - 1)
                 m.logits = toBytes(4.0 * seq * b * V / (vocabSplit ? t : 1.0));
             m.overhead = toBytes(fixed + frag * static_cast<double>(m.total()));
@@ -1230,7 +1236,6 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     res.checkpointBytes = toBytes(12.0 * trained);
     res.checkpointBytesPerRank = toBytes(12.0 * trained / static_cast<double>(res.shardDegree));
     const bool paper = in.mode == AccountingMode::ZeroPaper;
-    const bool gpu = in.device.kind == DeviceKind::Gpu;
 
     Internal st = paper ? paperModelStates(in, static_cast<double>(shapes.params), res.shardDegree)
         : in.usesLora() ? engineLoraStates(in, res.shardDegree)
@@ -1242,7 +1247,6 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     const StepPeak moments = stepPeak(in, st, act, 1.0, true);
     res.perDevice = moments.mem;
     res.peakPhase = moments.phase;
-    const MemoryBreakdown& m = res.perDevice;
     res.hostBytesPerDevice = toBytes(st.host);
     settleFit(in, res);
 

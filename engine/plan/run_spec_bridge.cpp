@@ -129,24 +129,40 @@ std::string whyNotSplitBlocks(const ModelSpec& model, int64_t size)
 
 namespace {
 
-// What tensor and pipeline parallel do not split yet, refused for `flag` ("--tensor-parallel 2")
-// with the fix and `off`, the flag's value that turns the layout off. Under `tensorParallel`
-// (as opposed to pipeline parallel) preference objectives and samples during training run.
-std::string notSplitYet(const protocol::RunSpec& spec, const std::string& flag,
-    const std::string& off, const std::string& qloraFix, bool tensorParallel)
+// Why QLoRA's NF4 base cannot split over `t` tensor-parallel ranks: a row-parallel part (o's and
+// down's inputs over t) must hold whole quantisation blocks of 64 inputs, as every rank keeps
+// the bytes and scales of its part of the whole weight's quantisation. "" when it can.
+std::string whyNoNf4Split(const ModelSpec& model, int64_t t)
 {
-    const auto refuse = [&](const std::string& what, const std::string& fix) {
-        return flag + " with " + what + " is not trained by this engine yet; " + fix + ", or "
-            + off;
-    };
-    if (spec.method == "qlora")
-        return refuse("--method qlora", qloraFix);
-    if (spec.sampleEvery > 0 && !tensorParallel)
-        return refuse("samples during training (--sample-every)", "use --sample-every 0");
-    if (spec.offload != "none")
-        return refuse("--offload " + spec.offload, "use --offload none");
-    if (spec.usesPreferencePairs() && !tensorParallel)
-        return refuse("--objective " + spec.objective, "train with --objective sft");
+    constexpr int64_t kNf4Block = 64; // engine::nf4::kBlockSize
+    for (const auto& [inputs, name] :
+        {std::pair {model.qDim(), "o_proj"}, std::pair {model.intermediateSize, "down_proj"}}) {
+        if ((inputs / t) % kNf4Block == 0)
+            continue;
+        std::string fits;
+        for (int64_t d = 2; d <= inputs / kNf4Block; ++d)
+            if (model.qDim() % (d * kNf4Block) == 0 && model.intermediateSize % (d * kNf4Block) == 0
+                && whyNotSplitBlocks(model, d).empty())
+                fits += (fits.empty() ? "" : ", ") + std::to_string(d);
+        return "--tensor-parallel " + std::to_string(t) + " with --method qlora gives each rank "
+            + std::to_string(inputs / t) + " of " + name + "'s " + std::to_string(inputs)
+            + " inputs, and NF4 quantises whole blocks of " + std::to_string(kNf4Block)
+            + " inputs; use "
+            + (fits.empty() ? std::string("--tensor-parallel 1")
+                            : "--tensor-parallel " + fits + " (or 1)")
+            + ", or --method lora";
+    }
+    return {};
+}
+
+// What pipeline parallel does not run yet, refused for `flag` ("--pipeline-parallel 2") with
+// the fix and `off`, the flag's value that turns the layout off: preference objectives.
+std::string notPipelinedYet(
+    const protocol::RunSpec& spec, const std::string& flag, const std::string& off)
+{
+    if (spec.usesPreferencePairs())
+        return flag + " with --objective " + spec.objective
+            + " is not trained by this engine yet; train with --objective sft, or " + off;
     return {};
 }
 
@@ -188,8 +204,7 @@ std::string pipelineParallelRefusal(const protocol::RunSpec& spec, const ModelSp
             spec.pipelineParallel, spec.virtualStages, spec.gradAccum, model.numLayers, words);
         !why.empty() || spec.pipelineParallel <= 1)
         return why;
-    return notSplitYet(spec, words.stages(spec.pipelineParallel), "--pipeline-parallel 1",
-        "use --method lora", false);
+    return notPipelinedYet(spec, words.stages(spec.pipelineParallel), "--pipeline-parallel 1");
 }
 
 bool splitsVocabulary(const ModelSpec& model, int64_t tp)
@@ -230,8 +245,7 @@ std::string tensorParallelRefusal(const protocol::RunSpec& spec, const ModelSpec
     if (spec.sequenceParallel)
         if (const std::string why = whyNoSequenceParallel(model, t, spec.seqLen); !why.empty())
             return why;
-    return notSplitYet(spec, "--tensor-parallel " + std::to_string(spec.tensorParallel),
-        "--tensor-parallel 1", "use --method lora (its base is split like any weight)", true);
+    return spec.method == "qlora" ? whyNoNf4Split(model, t) : std::string();
 }
 
 } // namespace shard::plan

@@ -55,8 +55,9 @@ std::string whyNoSequenceParallel(const ModelSpec& model, int64_t tp, int64_t se
 
 // Why the engine cannot train `spec` at its tensor_parallel on `model` ("" when it can, and
 // always at tensor_parallel 1): the blocks must split (whyNotSplitBlocks), sequence parallel
-// must be possible (whyNoSequenceParallel), and QLoRA and offload are not split yet. Names the flag
-// to change. The worker refuses with it, and the pages do not offer what it refuses.
+// must be possible (whyNoSequenceParallel), and QLoRA's row-parallel parts must hold whole NF4
+// blocks. Names the flag to change. The worker refuses with it, and the pages do not offer what
+// it refuses.
 std::string tensorParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model);
 
 // How a pipeline refusal names its numbers: a run's flags ("--pipeline-parallel 2") or the
@@ -74,8 +75,8 @@ std::string whyNoPipeline(
     int64_t pp, int64_t v, int64_t microBatches, int64_t layers, const PipelineWords& words);
 
 // Why the engine cannot train `spec` at its pipeline_parallel on `model` ("" when it can, and
-// always at pipeline_parallel 1): every stage needs a layer, and QLoRA, offload, samples during
-// training and preference objectives are not pipelined yet. Names the flag to change.
+// always at pipeline_parallel 1): every stage needs a layer, and preference objectives are not
+// pipelined yet. Names the flag to change.
 std::string pipelineParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model);
 
 // The run spec's device name for a planner device kind and back: "cuda" <-> Gpu, "cpu" <-> Cpu.

@@ -8,6 +8,8 @@
 //    parameter over N ranks), keep a compute-dtype shard on the device for optimizer offload
 //    and none for params+optimizer, and the planner's host bytes are that plus the gradient
 //    shard the step holds between its reduce and the zero-grad;
+//  - TP2 with sequence parallel, PP2 and TP2 x PP2 offloaded are bit-identical to the same
+//    layouts kept on the device;
 //  - a 1-rank offload run killed after a checkpoint resumes bit-identically.
 #include <cmath>
 #include <cstdlib>
@@ -110,6 +112,20 @@ void testEquivalenceAndMemory()
     const std::vector<std::string> one = {"--micro-batch", "4", "--strategy", "zero3"};
     expectIdentical("zero3-1 --offload optimizer", train("zero3-1", 1, one),
         train("zero3-1-opt", 1, with(one, {"--offload", "optimizer"})));
+    // Tensor and pipeline layouts: each rank offloads its slice's (its stage's) state. Under
+    // sequence parallel the norms' gradient parts are summed over the tensor-parallel group
+    // from the host shard; TP2 x PP2 offloads on every stage of every slice.
+    const std::vector<std::string> tpSp
+        = {"--micro-batch", "4", "--tensor-parallel", "2", "--sequence-parallel"};
+    expectIdentical("TP2 + SP --offload params+optimizer", train("tp2-sp", 2, tpSp),
+        train("tp2-sp-all", 2, with(tpSp, {"--offload", "params+optimizer"})));
+    const std::vector<std::string> pp
+        = {"--micro-batch", "2", "--grad-accum", "2", "--pipeline-parallel", "2"};
+    expectIdentical("PP2 --offload optimizer", train("pp2", 2, pp),
+        train("pp2-opt", 2, with(pp, {"--offload", "optimizer"})));
+    const std::vector<std::string> tpPp = with(pp, {"--tensor-parallel", "2"});
+    expectIdentical("TP2 x PP2 --offload params+optimizer", train("tp2-pp2", 4, tpPp),
+        train("tp2-pp2-all", 4, with(tpPp, {"--offload", "params+optimizer"})));
     const std::vector<std::string> bf16
         = with(mb2, {"--strategy", "zero3", "--precision", "bf16-mixed"});
     const Run b = train("bf16-zero3-2", 2, bf16);

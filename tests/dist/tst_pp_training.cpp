@@ -15,6 +15,8 @@
 //  - a model with a heavy head (vocabulary 4096, hidden 64) at PP2 is cut by compute, 5 + 1
 //    layers (plan::balancedStages; the start event records it), and matches one rank;
 //  - LoRA (dropout on) at PP2: the merged model and the adapters match one rank's;
+//  - QLoRA (NF4 base, double-quantised scales) at PP2 and at TP2 x PP2 matches the 1-rank QLoRA
+//    run: each stage quantises its layers as one rank does;
 //  - bf16-mixed PP2 tracks one bf16-mixed rank;
 //  - rank 0's bytes per step at PP2 within 2% of the planner's pipeline traffic, and its
 //    record of the share of each step it waited for its neighbour (the bubble);
@@ -23,7 +25,7 @@
 //    weights within 1e-4;
 //  - refusals before training: stages that do not divide the ranks, more stages than layers,
 //    more virtual stages than layers, interleaving with micro-batches not a multiple of the
-//    stages, QLoRA, each naming the numbers and the fix.
+//    stages, a preference objective, each naming the numbers and the fix.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -204,6 +206,23 @@ int main()
             "LoRA PP2: every adapter, within 1e-4 (L2) of one rank's");
     }
 
+    // QLoRA: each stage's NF4 base is its layers' part of the 1-rank quantisation (and each
+    // tensor-parallel rank its part of that).
+    {
+        const std::vector<std::string> qlora = {"--method", "qlora", "--lora-targets",
+            "q,k,v,o,gate,up,down", "--micro-batch", "2", "--grad-accum", "2"};
+        auto with = [&](std::vector<std::string> a) {
+            a.insert(a.begin(), qlora.begin(), qlora.end());
+            return a;
+        };
+        const Run qRef = train("llama", "qlora-1", 1, qlora);
+        expectClose("llama QLoRA PP2 vs 1 rank", qRef,
+            train("llama", "qlora-pp2", 2, with({"--pipeline-parallel", "2"})));
+        expectClose("llama QLoRA TP2 x PP2 vs 1 rank", qRef,
+            train("llama", "qlora-tp2-pp2", 4,
+                with({"--pipeline-parallel", "2", "--tensor-parallel", "2"})));
+    }
+
     // bf16-mixed (bf16 activations between stages).
     {
         const Run bf = train("llama", "bf16-1", 1,
@@ -266,8 +285,9 @@ int main()
     expectRefusal("llama", "refuse-interleave-micro", 2,
         {"--pipeline-parallel", "2", "--virtual-stages", "2", "--grad-accum", "3"},
         "--grad-accum 3 is not a multiple of 2; use --grad-accum 2 or 4");
-    expectRefusal("llama", "refuse-qlora", 2, {"--pipeline-parallel", "2", "--method", "qlora"},
-        "--pipeline-parallel 2 with --method qlora is not trained by this engine yet");
+    expectRefusal("llama", "refuse-dpo", 2, {"--pipeline-parallel", "2", "--objective", "dpo"},
+        "--pipeline-parallel 2 with --objective dpo is not trained by this engine yet; train with "
+        "--objective sft, or --pipeline-parallel 1");
 
     if (g_failures == 0) {
         std::printf("tst_pp_training: all passed\n");

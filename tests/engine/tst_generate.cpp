@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -463,8 +464,8 @@ std::vector<int32_t> tokenIds(const std::string& out)
     return ids;
 }
 
-// Training writes sample events (one rank, and two ranks of zero3 in lockstep); a checkpoint
-// and the run folder generate like the exported model.
+// Training writes sample events (one rank, and two ranks of zero3, TP2, PP2 and TP2 x PP2 in
+// lockstep); a checkpoint and the run folder generate like the exported model.
 void testTrainingSamplesAndCheckpoints()
 {
     const std::string worker = SHARD_WORKER;
@@ -532,6 +533,26 @@ void testTrainingSamplesAndCheckpoints()
         T_CHECK_MSG(sTp[i].step == s1[i].step && sTp[i].completion == s1[i].completion,
             "TP2 sample " + std::to_string(i) + ": '" + sTp[i].completion + "' vs one rank's '"
                 + s1[i].completion + "'");
+    // Pipeline parallel, alone and with tensor parallel: each stage sends the weights it stores
+    // and every rank decodes the whole model in lockstep: the 1-rank run's samples.
+    for (const auto& [name, ranks, layout] : {std::tuple {"PP2", 2, " --pipeline-parallel 2"},
+             std::tuple {"TP2 x PP2", 4, " --pipeline-parallel 2 --tensor-parallel 2"}}) {
+        const std::string run = g_dir + "/run-" + std::to_string(ranks);
+        const std::string n = std::to_string(ranks);
+        T_CHECK_MSG(
+            runCommand(worker + " launch --nproc-per-node " + n + " -- train" + common + prompts
+                    + " --micro-batch 2" + layout + " --nproc-per-node " + n + " --out " + run,
+                &out, &err)
+                == 0,
+            err);
+        const auto got = samplesOf(run);
+        T_CHECK_MSG(got.size() == s1.size(),
+            std::string(name) + " sample events: " + std::to_string(got.size()));
+        for (size_t i = 0; i < std::min(got.size(), s1.size()); ++i)
+            T_CHECK_MSG(got[i].step == s1[i].step && got[i].completion == s1[i].completion,
+                std::string(name) + " sample " + std::to_string(i) + ": '" + got[i].completion
+                    + "' vs one rank's '" + s1[i].completion + "'");
+    }
     // A bad prompts file is refused before training starts.
     T_CHECK(runCommand(worker + " train" + common + " --sample-prompts " + g_dir
                     + "/none.txt --out " + g_dir + "/run3",

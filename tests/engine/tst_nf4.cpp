@@ -4,7 +4,9 @@
 // per byte, the first in the high nibble; partial and all-zero blocks. Double quantisation: the
 // dynamic map is bitsandbytes' create_dynamic_map() (its construction, and PyTorch's values of
 // it where python3-torch is installed), the absmax codes are the nearest entries, and both the
-// absmax and the weights come back within the bounds the two tables imply.
+// absmax and the weights come back within the bounds the two tables imply; a tensor-parallel
+// part of the codes, placed in the whole tensor's nested blocks, dequantises to the part of the
+// whole weight exactly.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -145,6 +147,41 @@ void checkDoubleQuant()
     T_CHECK(at::equal(copies.get(0, dq.packed, dq.absmax, at::kFloat, dq.nested), wq));
 }
 
+// A tensor-parallel part (rows or columns of the row form, as tp::partOf cuts it) of a
+// double-quantised weight: its absmax codes with the whole tensor's nested scales, placed by
+// wholeCols / firstRow / firstCol, give exactly the part of the whole weight's dequantisation.
+void checkDoubleQuantParts()
+{
+    at::manual_seed(7);
+    // [96, 384]: 6 absmax per row, 576 in all, 3 nested blocks (the last one partial).
+    at::Tensor w = at::randn({96, 384}, at::kFloat) * 0.02;
+    w.narrow(0, 40, 1).mul_(30);
+    const nf4::Rows q = nf4::quantizeRows(w, true);
+    const at::Tensor whole = nf4::dequantizeRows(q.packed, q.absmax, at::kFloat, q.nested);
+    for (int64_t t : {2, 3}) {
+        for (int64_t r = 0; r < t; ++r) {
+            // Rows: rows [r 96/t, (r+1) 96/t) of the packed bytes and absmax codes.
+            nf4::NestedScales rows = q.nested;
+            rows.wholeCols = q.absmax.size(1);
+            rows.firstRow = r * 96 / t;
+            const at::Tensor byRows = nf4::dequantizeRows(q.packed.chunk(t, 0)[r].contiguous(),
+                q.absmax.chunk(t, 0)[r].contiguous(), at::kFloat, rows);
+            T_CHECK(at::equal(byRows, whole.chunk(t, 0)[r]));
+            // Columns: each row's inputs [r 384/t, (r+1) 384/t), whole blocks of 64 at t 2 and 3.
+            nf4::NestedScales cols = q.nested;
+            cols.wholeCols = q.absmax.size(1);
+            cols.firstCol = r * q.absmax.size(1) / t;
+            const at::Tensor byCols = nf4::dequantizeRows(q.packed.chunk(t, 1)[r].contiguous(),
+                q.absmax.chunk(t, 1)[r].contiguous(), at::kFloat, cols);
+            T_CHECK(at::equal(byCols, whole.chunk(t, 1)[r]));
+        }
+    }
+    // Read in whole-tensor order instead, a column part takes other blocks' scales.
+    const at::Tensor naive = nf4::dequantizeRows(q.packed.chunk(2, 1)[1].contiguous(),
+        q.absmax.chunk(2, 1)[1].contiguous(), at::kFloat, q.nested);
+    T_CHECK(!at::equal(naive, whole.chunk(2, 1)[1]));
+}
+
 } // namespace
 
 int main()
@@ -213,5 +250,6 @@ int main()
 
     checkDynamicMap();
     checkDoubleQuant();
+    checkDoubleQuantParts();
     return shard::test::finish("tst_nf4");
 }

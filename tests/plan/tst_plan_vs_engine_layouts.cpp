@@ -4,7 +4,7 @@
 // against `shard::plan::plan` for the same settings: the fullest stage's planned total at most
 // 5% under the fullest rank's peak and 10% over it, the states within 1%. Tensor parallel with and
 // without sequence parallel and recomputation, 1F1B and interleaved pipelines, TP x PP and each
-// with zero3 data parallelism, LoRA on a TP slice.
+// with zero3 data parallelism, LoRA and QLoRA on a TP slice, QLoRA on a pipeline stage.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -24,7 +24,9 @@ constexpr int kSeq = 128;
 struct Layout {
     const char* name;
     int ranks, microBatch, gradAccum, tp, pp, virtualStages;
-    bool sequenceParallel, checkpointing, lora;
+    bool sequenceParallel, checkpointing;
+    const char* method; // full, lora or qlora (on all seven projections)
+    bool adapters() const { return std::string(method) != "full"; }
 };
 
 RunMemory train(const std::string& dir, const Layout& l)
@@ -39,8 +41,8 @@ RunMemory train(const std::string& dir, const Layout& l)
         args.push_back("--sequence-parallel");
     if (l.checkpointing)
         args.insert(args.end(), {"--checkpointing", "full"});
-    if (l.lora)
-        args.insert(args.end(), {"--method", "lora", "--lora-targets", "q,k,v,o,gate,up,down"});
+    if (l.adapters())
+        args.insert(args.end(), {"--method", l.method, "--lora-targets", "q,k,v,o,gate,up,down"});
     trainWithWorker(l.name, l.ranks, args, dir + "/" + l.name, 240);
     return readRunMemory(dir + "/" + l.name);
 }
@@ -67,8 +69,9 @@ void compare(const std::string& dir, const Layout& l)
     in.precision = shard::plan::Precision::Fp32;
     in.checkpointing
         = l.checkpointing ? shard::plan::Checkpointing::Full : shard::plan::Checkpointing::None;
-    if (l.lora) {
-        in.method = shard::plan::Method::Lora;
+    if (l.adapters()) {
+        in.method = std::string(l.method) == "qlora" ? shard::plan::Method::Qlora
+                                                     : shard::plan::Method::Lora;
         in.loraTargets = "q,k,v,o,gate,up,down";
     }
     in.device = shard::plan::DeviceSpec::cpu(int64_t(24) << 30);
@@ -83,7 +86,7 @@ void compare(const std::string& dir, const Layout& l)
     // tensor-parallel slice than its calibration says: TP rows come out 3-5% over there).
     SHARD_EXPECT(peak / total <= 1.05 && peak / total >= 0.90,
         std::string(l.name) + ": peak per rank within -5% / +10% of the plan");
-    if (!l.lora)
+    if (!l.adapters())
         SHARD_EXPECT(states > 0 && std::fabs(measuredStates / states - 1.0) <= 0.01,
             std::string(l.name) + ": model states within 1% of the plan");
 }
@@ -94,17 +97,19 @@ int main()
 {
     const std::string dir = makeTempDir("plan-vs-engine-layouts");
     SHARD_EXPECT(makeFullLengthRunInputs(dir, "tiny-15m", kSeq), "init-model");
-    // name, ranks, micro-batch, grad-accum, tp, pp, virtual stages, sp, checkpointing, lora
+    // name, ranks, micro-batch, grad-accum, tp, pp, virtual stages, sp, checkpointing, method
     const std::vector<Layout> layouts {
-        {"tp2", 2, 4, 1, 2, 1, 1, false, false, false},
-        {"tp2-sp", 2, 4, 1, 2, 1, 1, true, false, false},
-        {"tp2-sp-checkpointing", 2, 4, 1, 2, 1, 1, true, true, false},
-        {"tp2-lora", 2, 4, 1, 2, 1, 1, false, false, true},
-        {"pp2-1f1b", 2, 2, 4, 1, 2, 1, false, false, false},
-        {"pp2-interleaved", 2, 2, 4, 1, 2, 2, false, false, false},
-        {"tp2-x-zero3-dp2", 4, 2, 1, 2, 1, 1, false, false, false},
-        {"tp2-x-pp2", 4, 4, 2, 2, 2, 1, false, false, false},
-        {"pp2-x-zero3-dp2", 4, 2, 2, 1, 2, 1, false, false, false},
+        {"tp2", 2, 4, 1, 2, 1, 1, false, false, "full"},
+        {"tp2-sp", 2, 4, 1, 2, 1, 1, true, false, "full"},
+        {"tp2-sp-checkpointing", 2, 4, 1, 2, 1, 1, true, true, "full"},
+        {"tp2-lora", 2, 4, 1, 2, 1, 1, false, false, "lora"},
+        {"tp2-qlora", 2, 4, 1, 2, 1, 1, false, false, "qlora"},
+        {"pp2-1f1b", 2, 2, 4, 1, 2, 1, false, false, "full"},
+        {"pp2-interleaved", 2, 2, 4, 1, 2, 2, false, false, "full"},
+        {"pp2-qlora", 2, 2, 4, 1, 2, 1, false, false, "qlora"},
+        {"tp2-x-zero3-dp2", 4, 2, 1, 2, 1, 1, false, false, "full"},
+        {"tp2-x-pp2", 4, 4, 2, 2, 2, 1, false, false, "full"},
+        {"pp2-x-zero3-dp2", 4, 2, 2, 1, 2, 1, false, false, "full"},
     };
     for (const Layout& l : layouts)
         compare(dir, l);

@@ -127,16 +127,22 @@ void testCategoriesOneGpu()
     // (the total by more: the fragmentation overhead is a share of what is allocated)
     CHECK(qlPlain.perDevice.total() - ql.perDevice.total() >= 3 * Q / 64 - 4 * Q / (64 * 256));
     CHECK_EQ(ql.perDevice.frozenBase, 2 * (P - Q));
-    // At backward start (the head's backward) no block's copies are alive; inside the blocks'
-    // backward one block's are, with h's gradient gone. The fused head and loss keep one chunk of
-    // 256 rows' logits (fp32, bf16 product and gradient) and h's gradient, far below the batch's
-    // fp32 logits; the head is frozen, so it makes no W gradient.
-    CHECK_EQ(ql.perDevice.gatheredParams, int64_t(0));
-    CHECK_EQ(ql.perDevice.logits, int64_t(256) * 128256 * (4 + 2 * 2) + 4096 * 4096 * 2);
-    CHECK(ql.perDevice.logits < int64_t(4096) * 128256 * 4);
+    // At backward start (the head's backward) no block's copies are alive. The fused head and
+    // loss keep one chunk of 256 rows' logits (fp32, bf16 product and gradient) and h's
+    // gradient, far below the batch's fp32 logits; the head is frozen, so it makes no W
+    // gradient (LoRA's peak, the same head).
+    CHECK_EQ(m.logits, int64_t(256) * 128256 * (4 + 2 * 2) + 4096 * 4096 * 2);
+    CHECK(m.logits < int64_t(4096) * 128256 * 4);
+    CHECK_EQ(lora.peakPhase, std::string("backward start"));
+    // QLoRA's peak is the last block's forward end (and its backward's start): every block's
+    // activations and that block's dequantised bf16 projections, more than the head's chunk.
+    CHECK_EQ(ql.peakPhase, std::string("forward end"));
+    CHECK_EQ(ql.perDevice.gatheredParams, 2 * block);
+    CHECK_EQ(ql.perDevice.logits, int64_t(0));
+    CHECK_EQ(ql.perDevice.activations, m.activations);
     PlanInput ckpt = eightB(Method::Qlora, Strategy::Ddp, 1);
     ckpt.checkpointing = Checkpointing::Full;
-    CHECK_EQ(plan(ckpt).perDevice.gatheredParams, int64_t(0));
+    CHECK_EQ(plan(ckpt).perDevice.gatheredParams, 2 * block);
     CHECK_EQ(sumOfComponents(ql.perDevice), ql.perDevice.total());
 
     nlohmann::json j = toJson(ql);

@@ -72,7 +72,6 @@ void testPlanToSpecAndBack()
     // A tensor / pipeline layout goes to the spec and back, so the Launch page's fit check
     // plans the run's layout (the engine accounting of its fullest stage), not data parallelism.
     PlanInput layout = in;
-    layout.offload = Offload::None; // not trained under tensor parallel yet
     layout.strategy = Strategy::Zero3;
     layout.shardGroup = 0;
     layout.tp = 2;

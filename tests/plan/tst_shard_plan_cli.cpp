@@ -436,8 +436,11 @@ void testTensorPipeline()
     const Result e = shard(flags);
     CHECK_EQ(e.code, 0);
     CHECK(e.out.find("engine accounting: each rank's tensor-parallel slice") != std::string::npos);
-    expectError(flags + " --offload optimizer",
-        "--tensor-parallel 4 with --offload optimizer is not trained by this engine yet");
+    // Offload under the layout: each rank's optimizer state planned in host memory.
+    const Result off = shard(flags + " --offload optimizer --json");
+    CHECK_EQ(off.code, 0);
+    const json offPlan = json::parse(off.out, nullptr, false);
+    CHECK(!offPlan.is_discarded() && offPlan.value("host_per_device", int64_t(0)) > 0);
     // Sequence parallel needs tensor parallel and a sequence length it divides.
     expectError("plan --model llama-2-70b --gpus 8 --pp 2 --sequence-parallel",
         "use --tensor-parallel 2 or more, or drop --sequence-parallel");

@@ -501,8 +501,8 @@ private Q_SLOTS:
 
     // Tensor parallel (run spec tensor_parallel): carried into the spec and the command; a
     // TP copy of the model takes one micro-batch for its ranks; what the worker refuses (a size
-    // that does not divide the heads or the ranks, QLoRA) is said before a start, in the page's
-    // words.
+    // that does not divide the heads or the ranks, QLoRA at a size that cuts NF4 blocks) is said
+    // before a start, in the page's words.
     void tensorParallel()
     {
         LaunchPage page;
@@ -564,13 +564,17 @@ private Q_SLOTS:
         ranks->setValue(2);
         QVERIFY2(page.spec().error().contains("tensor parallel size 3 does not divide the 2 ranks"),
             qPrintable(page.spec().error()));
-        // LoRA splits its adapters with their base; QLoRA's NF4 base is not split yet.
+        // LoRA splits its adapters with their base, and QLoRA its NF4 base where each rank's part
+        // of o and down holds whole blocks of 64 inputs: at TP2 (64 of o's 128), not at TP4.
         tp->setValue(2);
         auto* method = page.findChild<QComboBox*>("method");
         method->setCurrentIndex(method->findData("lora"));
         QTRY_VERIFY2(label("fitProblem")->isHidden(), qPrintable(label("fitProblem")->text()));
         method->setCurrentIndex(method->findData("qlora"));
-        QTRY_VERIFY2(label("fitProblem")->text().contains("not trained by this engine yet")
+        QTRY_VERIFY2(label("fitProblem")->isHidden(), qPrintable(label("fitProblem")->text()));
+        ranks->setValue(4);
+        tp->setValue(4);
+        QTRY_VERIFY2(label("fitProblem")->text().contains("NF4 quantises whole blocks of 64")
                 && label("fitProblem")->text().contains("“Tensor parallel”")
                 && label("fitProblem")->text().contains("“Method”"),
             qPrintable(label("fitProblem")->text()));

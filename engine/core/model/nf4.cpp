@@ -121,8 +121,22 @@ at::Tensor absmaxOf(const at::Tensor& absmax, const NestedScales& nested)
         throw std::runtime_error("nf4: a double-quantised absmax must be uint8 codes");
     const int64_t n = absmax.numel();
     at::Tensor v = lookup(dynamicMap(), absmax);
-    at::Tensor scale
-        = nested.scale.to(absmax.device()).repeat_interleave(kNestedBlockSize).narrow(0, 0, n);
+    const at::Tensor blockScales = nested.scale.to(absmax.device());
+    at::Tensor scale;
+    if (nested.wholeCols > 0) {
+        // A part of the whole [rows, wholeCols] codes: each code's block from its whole index.
+        if (absmax.dim() != 2)
+            throw std::runtime_error("nf4: a part of a double-quantised absmax must be 2-D");
+        const auto idx = at::TensorOptions().dtype(at::kLong).device(absmax.device());
+        const at::Tensor rows = (at::arange(absmax.size(0), idx) + nested.firstRow)
+                                    .mul_(nested.wholeCols)
+                                    .unsqueeze(1);
+        const at::Tensor cols = (at::arange(absmax.size(1), idx) + nested.firstCol).unsqueeze(0);
+        scale = blockScales.index_select(
+            0, at::floor_divide(rows + cols, kNestedBlockSize).reshape({-1}));
+    } else {
+        scale = blockScales.repeat_interleave(kNestedBlockSize).narrow(0, 0, n);
+    }
     return (v * scale + nested.offset).view(absmax.sizes());
 }
 

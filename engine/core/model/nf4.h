@@ -34,6 +34,12 @@ const std::array<float, 256>& dynamicMap();
 struct NestedScales {
     at::Tensor scale; // fp32 [ceil(absmax count / kNestedBlockSize)]
     float offset = 0; // the mean of the absmax, subtracted before quantising
+    // A tensor-parallel rank's part of a [rows, wholeCols] absmax (partOf): the codes it holds
+    // start at row firstRow and column firstCol of the whole, whose nested blocks `scale` still
+    // counts. wholeCols 0: the codes are the whole tensor's in order.
+    int64_t wholeCols = 0;
+    int64_t firstRow = 0;
+    int64_t firstCol = 0;
     bool defined() const { return scale.defined(); }
 };
 
@@ -41,7 +47,8 @@ struct NestedScales {
 // the nearest code of (absmax - mean) / its block's max |.| (ties to the lower code).
 std::pair<at::Tensor, NestedScales> quantizeNested(const at::Tensor& absmax);
 // `absmax` itself when `nested` is undefined, else dynamicMap()[code] * scale + offset, fp32 of
-// the codes' shape. The codes are those of the whole tensor in order, as gathered.
+// the codes' shape. The codes are those of the whole tensor in order, as gathered, or the 2-D
+// part of them `nested` places (wholeCols > 0).
 at::Tensor absmaxOf(const at::Tensor& absmax, const NestedScales& nested);
 // The largest |absmaxOf(quantizeNested(a)) - a| / scale of a's block: half the widest gap
 // between neighbouring codes of the dynamic map.

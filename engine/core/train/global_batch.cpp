@@ -31,12 +31,14 @@ plan::PlanInput planInputFor(const protocol::RunSpec& spec, const plan::ModelSpe
     return in;
 }
 
-// The ranks that take rows of their own: the world over tensor x pipeline parallel.
+// The ranks that take rows of their own (the data-parallel copies of the run's layout, over
+// the world that started).
 int64_t dataParallelRanks(const protocol::RunSpec& spec, int64_t worldSize)
 {
-    const int64_t layout = static_cast<int64_t>(std::max(1, spec.tensorParallel))
-        * std::max(1, spec.pipelineParallel);
-    return std::max<int64_t>(1, worldSize / layout);
+    protocol::ParallelDims dims = spec.parallelDims();
+    dims.nodes = 1;
+    dims.ranksPerNode = worldSize;
+    return std::max<int64_t>(1, dims.dataParallel());
 }
 
 } // namespace

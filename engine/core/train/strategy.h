@@ -108,8 +108,9 @@ public:
     // the compute dtype (a no-op when they already are) inside the autograd graph.
     virtual std::vector<at::Tensor> unitWeights(int unit) = 0;
     // The unit's weights whole (no gradient): unitWeights, with a tensor-parallel part
-    // all-gathered over its group, so that every TP rank can run the whole model (samples during
-    // training decode on every rank in lockstep). Collective under tensor parallel.
+    // all-gathered over its group and, under pipeline parallel, another stage's weights sent by
+    // the stage that stores them, so that every rank can run the whole model (samples during
+    // training decode on every rank in lockstep). Collective under tensor and pipeline parallel.
     virtual std::vector<at::Tensor> wholeUnitWeights(int unit) { return unitWeights(unit); }
     virtual bool wantsUnitHooks() const { return false; }
     virtual void preForward(int /*unit*/) { }

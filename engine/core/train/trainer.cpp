@@ -1399,7 +1399,7 @@ double Trainer::evaluate(Loop& loop, std::map<std::string, double>& scalars)
 
 void Trainer::writeSamples(Io& io, int64_t step)
 {
-    for (const auto& sample : m_samples->run(*m_model, *m_strategy, m_computeDtype, step))
+    for (const auto& sample : m_samples->run(*m_model, *m_strategy, m_computeDtype, m_device, step))
         io.write(io.events,
             protocol::toJson(protocol::toEvent(sample, seconds(io.start, Clock::now()))));
 }

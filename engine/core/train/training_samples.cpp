@@ -65,15 +65,16 @@ bool TrainingSamples::due(int64_t step, bool last) const
     return m_every > 0 && (step % m_every == 0 || last);
 }
 
-std::vector<protocol::SampleEvent> TrainingSamples::run(
-    const LlamaModel& model, Strategy& strategy, at::ScalarType dtype, int64_t step) const
+std::vector<protocol::SampleEvent> TrainingSamples::run(const LlamaModel& model, Strategy& strategy,
+    at::ScalarType dtype, at::Device device, int64_t step) const
 {
     const bool hooks = strategy.wantsUnitHooks();
     UnitAccess access;
     access.acquire = [&](int unit) {
         if (hooks)
             strategy.preForward(unit);
-        return strategy.wholeUnitWeights(unit); // whole under tensor parallel
+        // Whole under tensor parallel, and every stage's under pipeline parallel.
+        return strategy.wholeUnitWeights(unit);
     };
     access.release = [&](int unit) {
         if (hooks)
@@ -92,7 +93,6 @@ std::vector<protocol::SampleEvent> TrainingSamples::run(
             if (static_cast<int64_t>(prompt.size()) >= context)
                 prompt.erase(prompt.begin(), prompt.end() - (context - 1));
         }
-        const at::Device device = strategy.unitWeights(0).front().device();
         Decoder decoder(model, access, dtype, device, capacity);
         GenerateOptions o;
         o.maxNewTokens = m_maxTokens;

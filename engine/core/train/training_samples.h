@@ -31,8 +31,9 @@ public:
     bool due(int64_t step, bool last) const;
     // The completions at `step`. Every rank must call it (the same number of forwards on every
     // rank: with several ranks the decode runs to the token limit and is cut at EOS after).
-    std::vector<protocol::SampleEvent> run(
-        const LlamaModel& model, Strategy& strategy, at::ScalarType dtype, int64_t step) const;
+    // The decode runs on `device`, the rank's.
+    std::vector<protocol::SampleEvent> run(const LlamaModel& model, Strategy& strategy,
+        at::ScalarType dtype, at::Device device, int64_t step) const;
 
 private:
     int64_t m_every = 0;
