@@ -20,7 +20,15 @@ function(shard_add_test name)
     if(NOT T_TIMEOUT)
         set(T_TIMEOUT 300)
     endif()
+    set(env "QT_QPA_PLATFORM=offscreen;OMP_NUM_THREADS=1")
+    if(T_QT)
+        # Qt Test's watchdog (300 s a function by default) ends a function just before CTest
+        # would end the test, so a slow machine fails a wait with its own message (and Qt's
+        # stack trace) rather than on a watchdog shorter than the waits it cuts.
+        math(EXPR watchdog_ms "(${T_TIMEOUT} - 15) * 1000")
+        list(APPEND env "QTEST_FUNCTION_TIMEOUT=${watchdog_ms}")
+    endif()
     set_tests_properties(${name} PROPERTIES
         LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
-        ENVIRONMENT "QT_QPA_PLATFORM=offscreen;OMP_NUM_THREADS=1;${T_ENV}")
+        ENVIRONMENT "${env};${T_ENV}")
 endfunction()
