@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "jobs/run_service.h"
-#include "protocol/checkpoint_discovery.h"
 #include "jobs/run_store.h"
+#include "protocol/checkpoint_discovery.h"
 #include "widgets/main_window.h"
 #include "widgets/monitor_page.h"
 
