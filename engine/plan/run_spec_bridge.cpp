@@ -155,17 +155,6 @@ std::string whyNoNf4Split(const ModelSpec& model, int64_t t)
     return {};
 }
 
-// What pipeline parallel does not run yet, refused for `flag` ("--pipeline-parallel 2") with
-// the fix and `off`, the flag's value that turns the layout off: preference objectives.
-std::string notPipelinedYet(
-    const protocol::RunSpec& spec, const std::string& flag, const std::string& off)
-{
-    if (spec.usesPreferencePairs())
-        return flag + " with --objective " + spec.objective
-            + " is not trained by this engine yet; train with --objective sft, or " + off;
-    return {};
-}
-
 } // namespace
 
 std::string whyNoPipeline(
@@ -200,11 +189,8 @@ std::string pipelineParallelRefusal(const protocol::RunSpec& spec, const ModelSp
     };
     const PipelineWords words {
         flag("--pipeline-parallel"), flag("--virtual-stages"), flag("--grad-accum")};
-    if (std::string why = whyNoPipeline(
-            spec.pipelineParallel, spec.virtualStages, spec.gradAccum, model.numLayers, words);
-        !why.empty() || spec.pipelineParallel <= 1)
-        return why;
-    return notPipelinedYet(spec, words.stages(spec.pipelineParallel), "--pipeline-parallel 1");
+    return whyNoPipeline(
+        spec.pipelineParallel, spec.virtualStages, spec.gradAccum, model.numLayers, words);
 }
 
 bool splitsVocabulary(const ModelSpec& model, int64_t tp)

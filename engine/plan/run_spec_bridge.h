@@ -75,8 +75,8 @@ std::string whyNoPipeline(
     int64_t pp, int64_t v, int64_t microBatches, int64_t layers, const PipelineWords& words);
 
 // Why the engine cannot train `spec` at its pipeline_parallel on `model` ("" when it can, and
-// always at pipeline_parallel 1): every stage needs a layer, and preference objectives are not
-// pipelined yet. Names the flag to change.
+// always at pipeline_parallel 1): every (virtual) stage needs a layer, and interleaving needs
+// the micro-batches in groups of the stages (whyNoPipeline). Names the flag to change.
 std::string pipelineParallelRefusal(const protocol::RunSpec& spec, const ModelSpec& model);
 
 // The run spec's device name for a planner device kind and back: "cuda" <-> Gpu, "cpu" <-> Cpu.

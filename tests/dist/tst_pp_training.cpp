@@ -25,7 +25,7 @@
 //    weights within 1e-4;
 //  - refusals before training: stages that do not divide the ranks, more stages than layers,
 //    more virtual stages than layers, interleaving with micro-batches not a multiple of the
-//    stages, a preference objective, each naming the numbers and the fix.
+//    stages, each naming the numbers and the fix (preference objectives: tst_preference).
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -285,9 +285,6 @@ int main()
     expectRefusal("llama", "refuse-interleave-micro", 2,
         {"--pipeline-parallel", "2", "--virtual-stages", "2", "--grad-accum", "3"},
         "--grad-accum 3 is not a multiple of 2; use --grad-accum 2 or 4");
-    expectRefusal("llama", "refuse-dpo", 2, {"--pipeline-parallel", "2", "--objective", "dpo"},
-        "--pipeline-parallel 2 with --objective dpo is not trained by this engine yet; train with "
-        "--objective sft, or --pipeline-parallel 1");
 
     if (g_failures == 0) {
         std::printf("tst_pp_training: all passed\n");

@@ -5,14 +5,17 @@
 // reference as the base with its adapters off; preference data in TRL's forms (text,
 // conversational, implicit prompt), the truncation policy and bad pairs; training through
 // shard-worker: step 1's DPO loss is exactly ln 2 with zero rewards on every strategy, zero3 at
-// 2 and 4 ranks, tensor parallel 2 (with and without sequence parallel, and under zero3 DP2)
-// and ORPO at TP2 equal 1 rank over 6 steps, a resumed run with a precomputed reference continues
-// exactly, a tiny model learns to prefer the chosen answers; refusals with their fixes.
+// 2 and 4 ranks, tensor parallel 2 (with and without sequence parallel, and under zero3 DP2),
+// pipeline parallel 2 (1F1B, interleaved, under zero3 DP2 and under TP2; LoRA with its live
+// reference through the stages) and ORPO at TP2 and PP2 equal 1 rank over 6 steps, a resumed
+// run with a precomputed reference continues exactly (1 rank and PP2), a tiny model learns to
+// prefer the chosen answers; refusals with their fixes.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -505,6 +508,9 @@ void testStepOne()
         {"s1-zero2", {2, "--strategy zero2 --micro-batch 2"}},
         {"s1-hybrid", {4, "--strategy hybrid --shard-group 2 --micro-batch 1"}},
         {"s1-lora-live", {2, "--strategy zero3 --micro-batch 2 --method lora"}},
+        // The live reference as a pass without gradients through the pipeline stages.
+        {"s1-lora-live-pp2",
+            {2, "--pipeline-parallel 2 --micro-batch 2 --grad-accum 2 --method lora"}},
         {"s1-bf16-ckpt", {1, "--micro-batch 4 --precision bf16-mixed --checkpointing full"}},
     };
     for (const auto& [name, how] : runs) {
@@ -520,7 +526,7 @@ void testStepOne()
     }
 }
 
-void testPlan(const Metrics& dpo, const Metrics& orpo);
+void testPlan(const Metrics& dpo, const Metrics& orpo, const Metrics& dpoPp2);
 
 void testRanks()
 {
@@ -539,7 +545,19 @@ void testRanks()
         = run("r2sp", 2, common + "--tensor-parallel 2 --sequence-parallel --micro-batch 4");
     const Metrics tp2dp2
         = run("r4tp", 4, common + "--tensor-parallel 2 --strategy zero3 --micro-batch 2");
-    for (const Metrics* m : {&two, &four, &ddp, &tp2, &sp2, &tp2dp2}) {
+    // Pipeline parallel: the policy's sequences through the stages in the 1F1B order (two
+    // micro-batches of 2 pairs), the pair loss on the last stage; plain, interleaved (two model
+    // chunks a stage), under zero3 DP2 and under TP2.
+    const Metrics pp2
+        = run("r2pp", 2, common + "--pipeline-parallel 2 --micro-batch 2 --grad-accum 2");
+    const Metrics pp2v2 = run("r2ppv", 2,
+        common + "--pipeline-parallel 2 --virtual-stages 2 --micro-batch 2 --grad-accum 2");
+    const Metrics pp2dp2 = run("r4pp", 4,
+        common + "--pipeline-parallel 2 --strategy zero3 --micro-batch 1 --grad-accum 2");
+    const Metrics tp2pp2 = run("r4tppp", 4,
+        common + "--tensor-parallel 2 --pipeline-parallel 2 --micro-batch 2 --grad-accum 2");
+    for (const Metrics* m :
+        {&two, &four, &ddp, &tp2, &sp2, &tp2dp2, &pp2, &pp2v2, &pp2dp2, &tp2pp2}) {
         T_CHECK(m->loss.size() == 6 && one.loss.size() == 6);
         double worst = 0;
         for (size_t i = 0; i < std::min(m->loss.size(), one.loss.size()); ++i)
@@ -552,7 +570,9 @@ void testRanks()
     const Metrics o2 = run("o2", 2, "--objective orpo --steps 6 --strategy zero3 --micro-batch 2");
     const Metrics oTp
         = run("o2tp", 2, "--objective orpo --steps 6 --tensor-parallel 2 --micro-batch 4");
-    for (const Metrics* o : {&o2, &oTp}) {
+    const Metrics oPp = run("o2pp", 2,
+        "--objective orpo --steps 6 --pipeline-parallel 2 --micro-batch 2 --grad-accum 2");
+    for (const Metrics* o : {&o2, &oTp, &oPp}) {
         T_CHECK(o1.loss.size() == 6 && o->loss.size() == 6);
         for (size_t i = 0; i < std::min(o1.loss.size(), o->loss.size()); ++i)
             T_CHECK(std::abs(o1.loss[i] - o->loss[i]) <= 1e-5 * std::abs(o1.loss[i]));
@@ -567,13 +587,22 @@ void testRanks()
             std::abs(rpo.loss[0] - (std::log(2.0) + 0.5 * rpo.scalars[0].at("nll_loss"))) < 1e-12);
     else
         T_CHECK_MSG(false, "the DPO+NLL run reports no nll_loss");
-    testPlan(one, o1);
+    // LoRA's live reference (the base with its adapters off) as a pass through the stages.
+    const Metrics l1 = run("l1", 1, common + "--method lora --strategy zero3 --micro-batch 4");
+    const Metrics lPp = run(
+        "l2pp", 2, common + "--method lora --pipeline-parallel 2 --micro-batch 2 --grad-accum 2");
+    T_CHECK(l1.loss.size() == 6 && lPp.loss.size() == 6);
+    for (size_t i = 0; i < std::min(l1.loss.size(), lPp.loss.size()); ++i)
+        T_CHECK(std::abs(l1.loss[i] - lPp.loss[i]) <= 1e-5 * std::abs(l1.loss[i]));
+    T_CHECK(lPp.evalAccuracy == l1.evalAccuracy);
+    testPlan(one, o1, pp2);
 }
 
-void testPlan(const Metrics& dpo, const Metrics& orpo)
+void testPlan(const Metrics& dpo, const Metrics& orpo, const Metrics& dpoPp2)
 {
     // The planner counts a pair as two sequences: a DPO or ORPO run's measured peak equals a
-    // supervised run's with twice the micro-batch, and the plan holds it within 5%.
+    // supervised run's with twice the micro-batch, also under pipeline parallel (each stage's
+    // micro-batches in flight), and the plan holds it within 5%.
     const std::string chat = g_dir + "/chat.jsonl";
     const auto made
         = worker("make-data --task arithmetic --format chat --count 20 --seed 4 --out " + chat);
@@ -584,15 +613,24 @@ void testPlan(const Metrics& dpo, const Metrics& orpo)
           "--strategy zero3 --micro-batch 8");
     T_CHECK_MSG(r.code == 0, r.output);
     const Metrics sft = readMetrics(out);
-    for (const auto& [name, m] :
-        {std::pair<const char*, const Metrics*> {"dpo", &dpo}, {"orpo", &orpo}}) {
+    // The same under pipeline parallel: 2 stages, two micro-batches.
+    const std::string outPp = g_dir + "/sft-pp2";
+    const auto rPp = worker("launch --nproc-per-node 2 -- train --model " + g_model + " --data "
+        + chat + " --out " + outPp
+        + " --seq-len 48 --schedule constant --threads 1 --seed 3 --lr 2e-3 --steps 6 "
+          "--pipeline-parallel 2 --micro-batch 4 --grad-accum 2");
+    T_CHECK_MSG(rPp.code == 0, rPp.output);
+    const Metrics sftPp = readMetrics(outPp);
+    for (const auto& [name, m, s] :
+        {std::tuple<const char*, const Metrics*, const Metrics*> {"dpo", &dpo, &sft},
+            {"orpo", &orpo, &sft}, {"dpo pp2", &dpoPp2, &sftPp}}) {
         std::printf("%s: peak %.2f MiB, planned %.2f MiB (%.3f); supervised with twice the "
                     "micro-batch %.2f MiB, planned %.2f MiB\n",
             name, m->peak / 1048576.0, m->plannedPeak / 1048576.0,
-            double(m->peak) / double(std::max<int64_t>(1, m->plannedPeak)), sft.peak / 1048576.0,
-            sft.plannedPeak / 1048576.0);
-        T_CHECK(m->plannedPeak == sft.plannedPeak);
-        T_CHECK(std::abs(double(m->peak) / double(sft.peak) - 1.0) <= 0.01);
+            double(m->peak) / double(std::max<int64_t>(1, m->plannedPeak)), s->peak / 1048576.0,
+            s->plannedPeak / 1048576.0);
+        T_CHECK(m->plannedPeak == s->plannedPeak);
+        T_CHECK(std::abs(double(m->peak) / double(s->peak) - 1.0) <= 0.01);
         T_CHECK_MSG(
             std::abs(double(m->peak) / double(std::max<int64_t>(1, m->plannedPeak)) - 1.0) <= 0.05,
             std::string(name) + ": the planner's peak is more than 5% off the measured one");
@@ -602,14 +640,22 @@ void testPlan(const Metrics& dpo, const Metrics& orpo)
 void testResume()
 {
     // Full DPO with the reference precomputed: a run stopped at step 3 and resumed computes the
-    // reference from the weights again and continues as the uninterrupted run.
-    const std::string base = "--objective dpo --strategy zero3 --micro-batch 4 ";
-    const Metrics whole = run("whole", 1, base + "--steps 6");
-    run("parts", 1, base + "--steps 3 --checkpoint-every 3");
-    const Metrics parts = run("parts", 1, base + "--steps 6 --checkpoint-every 3 --resume auto");
-    T_CHECK(whole.loss.size() == 6 && parts.loss.size() == 6);
-    for (size_t i = 0; i < std::min(whole.loss.size(), parts.loss.size()); ++i)
-        T_CHECK_MSG(whole.loss[i] == parts.loss[i], "the resumed run's loss differs");
+    // reference from the weights again and continues as the uninterrupted run; at one rank and
+    // at PP2, where the reference pass runs through the stages.
+    const std::vector<std::pair<int, std::string>> layouts
+        = {{1, "--strategy zero3 --micro-batch 4"},
+            {2, "--pipeline-parallel 2 --micro-batch 2 --grad-accum 2"}};
+    for (const auto& [ranks, how] : layouts) {
+        const std::string base = "--objective dpo " + how + " ";
+        const std::string tag = std::to_string(ranks);
+        const Metrics whole = run("whole" + tag, ranks, base + "--steps 6");
+        run("parts" + tag, ranks, base + "--steps 3 --checkpoint-every 3");
+        const Metrics parts
+            = run("parts" + tag, ranks, base + "--steps 6 --checkpoint-every 3 --resume auto");
+        T_CHECK(whole.loss.size() == 6 && parts.loss.size() == 6);
+        for (size_t i = 0; i < std::min(whole.loss.size(), parts.loss.size()); ++i)
+            T_CHECK_MSG(whole.loss[i] == parts.loss[i], "the resumed run's loss differs: " + how);
+    }
 }
 
 void testLearns()

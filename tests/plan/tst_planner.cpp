@@ -540,9 +540,16 @@ void testTensorAndPipelineParallel()
         CHECK_EQ(kept.hostBytesPerDevice, int64_t(0));
         CHECK(offloaded.perDevice.total() < kept.perDevice.total());
     }
-    bad.objective = "dpo";
-    CHECK_THROWS_WITH(plan(bad), "--objective dpo is not trained by this engine yet");
-    bad.objective = "sft";
+    // Preference objectives under tensor and pipeline parallel: a pair is two sequences, so the
+    // plan is the supervised one with twice the micro-batch (tst_preference measures it).
+    {
+        PlanInput dpo = bad;
+        dpo.objective = "dpo";
+        PlanInput twice = bad;
+        twice.microBatch *= 2;
+        CHECK_EQ(plan(dpo).perDevice.total(), plan(twice).perDevice.total());
+        CHECK_EQ(plan(dpo).peakPhase, plan(twice).peakPhase);
+    }
     bad.mode = AccountingMode::ZeroPaper;
     bad.tp = 3;
     bad.pp = 1;

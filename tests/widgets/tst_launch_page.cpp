@@ -759,6 +759,16 @@ private Q_SLOTS:
         loss->setCurrentIndex(loss->findData("ipo"));
         QVERIFY(!page.findChild<QDoubleSpinBox*>("dpoLabelSmoothing")->isEnabled());
         QVERIFY(page.spec());
+        // Pipeline stages train DPO too (the pair loss on the last stage): nothing to refuse.
+        auto* ranks = page.findChild<QSpinBox*>("ranks");
+        auto* pp = page.findChild<QSpinBox*>("pipelineParallel");
+        ranks->setValue(2);
+        pp->setValue(2);
+        QTRY_VERIFY(page.spec() && page.spec().value().pipelineParallel == 2);
+        QTRY_VERIFY2(label("fitProblem")->isHidden(), qPrintable(label("fitProblem")->text()));
+        QCOMPARE(page.spec().value().objective, std::string("dpo"));
+        pp->setValue(1);
+        ranks->setValue(1);
         // Supervised data with a preference objective.
         page.setDataFiles({validDataFile()});
         QTRY_VERIFY2(label("dataProblem")->text().contains("holds no preference pairs"),

@@ -284,6 +284,10 @@ StageOut ModelRunner::stage(const StagePart& part, const at::Tensor& ids, const 
         out.hidden = endRoot(x);
         return out;
     }
+    if (part.logProbs) {
+        out.tokenLogProbs = headLogProbs(root, x, labels);
+        return out;
+    }
     // The token count comes from the labels where they are (the host, for the loop's batches):
     // no device read.
     const int64_t tokens = countLossTokens(labels);
@@ -302,6 +306,12 @@ at::Tensor ModelRunner::tokenLogProbs(const at::Tensor& ids, const at::Tensor& l
 {
     std::vector<at::Tensor> root;
     const at::Tensor x = trunk(ids, root);
+    return headLogProbs(root, x, labels);
+}
+
+at::Tensor ModelRunner::headLogProbs(
+    std::vector<at::Tensor>& root, const at::Tensor& x, const at::Tensor& labels)
+{
     const at::Tensor onDevice = labels.to(m_config.device);
     dist::Communicator* vocab = vocabularyGroup();
     return endRoot(vocab ? tp::tokenLogProbs(m_model, root, x, onDevice, *vocab, sequenceParallel())

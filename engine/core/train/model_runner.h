@@ -25,13 +25,17 @@ struct StagePart {
     std::pair<int64_t, int64_t> layers {0, -1}; // blocks [first, end); end -1 = every block
     bool first = true;                          // embeds the ids (else starts from the input)
     bool last = true;                           // ends in the head and the loss
+    // The last stage ends in each position's log-probability of its label (tokenLogProbs)
+    // instead of the loss sum: preference objectives.
+    bool logProbs = false;
 };
 
 // A pipeline stage's forward (ModelRunner::stage): the blocks' output on every stage but the
-// last, the loss sum on the last.
+// last, the loss sum (or with StagePart::logProbs the token log-probabilities) on the last.
 struct StageOut {
     at::Tensor hidden; // (batch, seq, hidden), compute dtype
     LossSum loss;
+    at::Tensor tokenLogProbs; // (batch, seq - 1) fp32, as ModelRunner::tokenLogProbs
 };
 
 class ModelRunner {
@@ -68,6 +72,9 @@ private:
     // embedding; only `layers` run ([first, end), end -1: to the last).
     at::Tensor trunk(const at::Tensor& ids, std::vector<at::Tensor>& root,
         const at::Tensor& input = {}, std::pair<int64_t, int64_t> layers = {0, -1});
+    // The head's log-probability of each label after the trunk's output x, and the root's end.
+    at::Tensor headLogProbs(
+        std::vector<at::Tensor>& root, const at::Tensor& x, const at::Tensor& labels);
     // The root unit's post-forward and, in grad mode, its pre-backward marker on `out`.
     at::Tensor endRoot(at::Tensor out);
     // The tensor-parallel group when it splits the embedding and head by vocabulary, else null.

@@ -998,7 +998,7 @@ struct PipeOp {
 // forward step i runs chunk (i / P) mod v on micro-batch (i / (P v)) P + i mod P, backward step
 // i the same micro-batch on chunk v - 1 - (i / P) mod v; a warm-up of forwards, then one
 // forward and one backward in turn, then the remaining backwards.
-std::vector<PipeOp> pipelineSchedule(int P, int s, int v, int K)
+std::vector<PipeOp> pipelineOps(int P, int s, int v, int K)
 {
     const int n = K * v;
     const auto forwardAt = [&](int i) {
@@ -1037,18 +1037,35 @@ StagePart Trainer::stagePart(int chunk) const
 void Trainer::pipelineMicroSteps(
     Loop& loop, const std::vector<std::vector<TrainRow>>& micro, int64_t stepTokens, Step& done)
 {
-    // The rank's ops in schedule order (pipelineSchedule). A forward receives its input from the
+    const double norm = static_cast<double>(std::max<int64_t>(1, stepTokens));
+    at::Tensor lossSum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
+    const auto [lo, hi] = m_mesh.dataRows(m_rank, loop.globalRows);
+    std::vector<CopyRows> inputs;
+    for (const auto& rows : micro)
+        inputs.push_back(copyRows(rows, lo, hi));
+    pipelineSchedule(
+        loop, inputs, false, 1.0 / norm,
+        [&](int /*k*/, const StageOut& out) {
+            lossSum.add_(out.loss.sum.detach().to(at::kDouble));
+            return out.loss.sum / norm;
+        },
+        done);
+    m_strategy->allReduceSumInPlace(lossSum);
+    done.lossValue = lossSum / norm;
+}
+
+void Trainer::pipelineSchedule(Loop& loop, const std::vector<CopyRows>& inputs, bool logProbs,
+    double gradScale, const std::function<at::Tensor(int, const StageOut&)>& lastLoss, Step& done)
+{
+    // The rank's ops in schedule order (pipelineOps). A forward receives its input from the
     // previous (virtual) stage and sends its output on; a backward receives its output's
     // gradient and sends its input's back. Sends return at once (a thread per channel), each
     // channel carries its tensors in the order both sides issue them, and a stage waits only to
     // receive, so the schedule cannot deadlock (docs/ARCHITECTURE.md, "Pipeline parallel").
-    const int K = loop.accum;
+    const int K = static_cast<int>(inputs.size());
     const int P = m_strategy->pipelineStages();
     const int v = m_strategy->pipelineChunks();
-    const double norm = static_cast<double>(std::max<int64_t>(1, stepTokens));
     const at::TensorOptions act = at::TensorOptions().dtype(m_computeDtype).device(m_device);
-    at::Tensor lossSum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
-    const auto [lo, hi] = m_mesh.dataRows(m_rank, loop.globalRows);
     struct InFlight {
         at::Tensor input;  // a later stage: the received activation (its gradient goes back)
         at::Tensor output; // the stage's output, or the last stage's scaled loss
@@ -1062,21 +1079,21 @@ void Trainer::pipelineMicroSteps(
         m_strategy->pipelineRecv(t, kind);
         done.pipelineWaitSec += seconds(t0, Clock::now());
     };
-    for (const PipeOp& op : pipelineSchedule(P, m_strategy->pipelineStage(), v, K)) {
-        const StagePart part = stagePart(op.chunk);
+    for (const PipeOp& op : pipelineOps(P, m_strategy->pipelineStage(), v, K)) {
+        StagePart part = stagePart(op.chunk);
+        part.logProbs = logProbs;
         auto& queue = inFlight[static_cast<size_t>(op.chunk)];
         if (op.forward) {
-            const CopyRows in = copyRows(micro[static_cast<size_t>(op.micro)], lo, hi);
+            const CopyRows& in = inputs[static_cast<size_t>(op.micro)];
             InFlight f;
             if (!part.first) {
                 f.input = activationBuffer(loop.runner, in.ids);
                 receive(f.input, Pipe::Activation);
                 f.input.requires_grad_(true);
             }
-            StageOut out = loop.runner.stage(part, in.ids, f.input, in.labels, 1.0 / norm);
+            StageOut out = loop.runner.stage(part, in.ids, f.input, in.labels, gradScale);
             if (part.last) {
-                f.output = out.loss.sum / norm;
-                lossSum.add_(out.loss.sum.detach().to(at::kDouble));
+                f.output = lastLoss(op.micro, out);
             } else {
                 f.output = out.hidden;
                 m_strategy->pipelineSend(out.hidden.detach().contiguous(), Pipe::Activation);
@@ -1108,8 +1125,39 @@ void Trainer::pipelineMicroSteps(
     done.pipelineWaitSec += seconds(flushed, Clock::now());
     if (m_strategy->wantsUnitHooks())
         m_strategy->postBackward(0);
-    m_strategy->allReduceSumInPlace(lossSum);
-    done.lossValue = lossSum / norm;
+}
+
+std::vector<at::Tensor> Trainer::pipelineSequenceLogProbs(
+    Loop& loop, const std::vector<CopyRows>& batches)
+{
+    at::NoGradGuard noGrad;
+    const size_t P = static_cast<size_t>(m_strategy->pipelineStages());
+    std::vector<at::Tensor> sums(batches.size());
+    // Windows of P batches, each window through one model chunk after the other: the stages
+    // work on different batches at once, and a window's sends are received (pipelineFlush)
+    // before the next window starts, so no stage runs more than P batches ahead.
+    for (size_t w = 0; w < batches.size(); w += P) {
+        const size_t end = std::min(batches.size(), w + P);
+        for (int c = 0; c < m_strategy->pipelineChunks(); ++c) {
+            StagePart part = stagePart(c);
+            part.logProbs = true;
+            for (size_t b = w; b < end; ++b) {
+                at::Tensor input;
+                if (!part.first) {
+                    input = activationBuffer(loop.runner, batches[b].ids);
+                    m_strategy->pipelineRecv(input, Strategy::PipeTensor::Activation);
+                }
+                StageOut out = loop.runner.stage(part, batches[b].ids, input, batches[b].labels);
+                if (part.last)
+                    sums[b] = out.tokenLogProbs.sum(1).to(at::kDouble);
+                else
+                    m_strategy->pipelineSend(
+                        out.hidden.contiguous(), Strategy::PipeTensor::Activation);
+            }
+        }
+        m_strategy->pipelineFlush();
+    }
+    return sums;
 }
 
 Trainer::CopyRows Trainer::copyRows(const std::vector<TrainRow>& rows, int64_t lo, int64_t hi) const
@@ -1157,39 +1205,54 @@ at::Tensor Trainer::pipelineEvalSum(
 Trainer::PairForward Trainer::pairForward(
     Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi)
 {
-    const int64_t n = hi - lo;
     const at::Tensor ids = rowsTensor(rows, 2 * lo, 2 * hi, false);
     const at::Tensor labels = rowsTensor(rows, 2 * lo, 2 * hi, true);
-    const at::Tensor hostCounts = rowTokenCounts(labels).view({n, 2});
-    const at::Tensor counts = hostCounts.to(m_device);
-    PairLogProbs reference;
+    at::Tensor reference;
     if (m_preference->objective == "dpo") {
-        at::Tensor ref;
         if (m_reference.defined()) {
-            std::vector<int64_t> index;
-            for (int64_t r = 2 * lo; r < 2 * hi; ++r) {
-                if (rows[r].record < 0)
-                    throw std::logic_error("a preference row without its record number");
-                index.push_back(2 * rows[r].record + (r % 2));
-            }
-            ref = m_reference.index_select(0, at::tensor(index, at::kLong).to(m_device));
+            reference = precomputedReference(rows, lo, hi);
         } else {
             // The reference is the base with its adapters off: a forward without gradients
             // before the policy's (under zero3 it gathers each unit once more).
             at::NoGradGuard noGrad;
             AdaptersOff off(loop.runner);
-            ref = loop.runner.tokenLogProbs(ids, labels).sum(1).to(at::kDouble);
+            reference = loop.runner.tokenLogProbs(ids, labels).sum(1).to(at::kDouble);
         }
-        ref = ref.view({n, 2});
-        reference = {ref.select(1, 0), ref.select(1, 1), counts.select(1, 0), counts.select(1, 1)};
     }
-    const at::Tensor seq
-        = loop.runner.tokenLogProbs(ids, labels).sum(1).to(at::kDouble).view({n, 2});
-    const PairLogProbs policy {
-        seq.select(1, 0), seq.select(1, 1), counts.select(1, 0), counts.select(1, 1)};
+    return pairLoss(
+        labels, loop.runner.tokenLogProbs(ids, labels).sum(1).to(at::kDouble), reference);
+}
+
+at::Tensor Trainer::precomputedReference(
+    const std::vector<TrainRow>& rows, int64_t lo, int64_t hi) const
+{
+    std::vector<int64_t> index;
+    for (int64_t r = 2 * lo; r < 2 * hi; ++r) {
+        if (rows[static_cast<size_t>(r)].record < 0)
+            throw std::logic_error("a preference row without its record number");
+        index.push_back(2 * rows[static_cast<size_t>(r)].record + (r % 2));
+    }
+    return m_reference.index_select(0, at::tensor(index, at::kLong).to(m_device));
+}
+
+Trainer::PairForward Trainer::pairLoss(
+    const at::Tensor& labels, const at::Tensor& policySums, const at::Tensor& referenceSums) const
+{
+    const int64_t n = labels.size(0) / 2;
+    const at::Tensor hostCounts = rowTokenCounts(labels).view({n, 2});
+    const at::Tensor counts = hostCounts.to(m_device);
+    const auto pairs = [&](const at::Tensor& sums) {
+        const at::Tensor two = sums.view({n, 2});
+        return PairLogProbs {
+            two.select(1, 0), two.select(1, 1), counts.select(1, 0), counts.select(1, 1)};
+    };
+    const PairLogProbs policy = pairs(policySums);
+    PairLogProbs reference;
+    if (referenceSums.defined())
+        reference = pairs(referenceSums);
     PairForward out;
-    out.loss = preferenceLoss(
-        *m_preference, policy, m_preference->objective == "dpo" ? &reference : nullptr);
+    out.loss
+        = preferenceLoss(*m_preference, policy, referenceSums.defined() ? &reference : nullptr);
     if (m_preference->nllWeight > 0) {
         out.chosenNll = -policy.chosen;
         out.chosenTokens = static_cast<int64_t>(hostCounts.select(1, 0).sum().item<double>());
@@ -1214,26 +1277,60 @@ void Trainer::preferenceMicroSteps(
     // [loss, NLL, per-pair statistics] summed in fp64 on the device.
     at::Tensor sums = at::zeros(
         {2 + kPreferenceStatCount}, at::TensorOptions().dtype(at::kDouble).device(m_device));
-    for (int k = 0; k < K; ++k) {
-        m_strategy->beginMicroStep(k, K);
-        auto [lo, hi] = m_mesh.dataRows(m_rank, pairs);
-        if (hi > lo) {
-            const int64_t before = loop.liveBytes();
-            PairForward f = pairForward(loop, micro[k], lo, hi);
-            done.activationBytes = std::max(done.activationBytes, loop.liveBytes() - before);
-            at::Tensor loss = f.loss.losses.sum() / stepPairs;
-            if (f.chosenNll.defined()) {
-                const at::Tensor nll = f.chosenNll.sum() * (m_preference->nllWeight / nllNorm);
-                loss = loss + nll;
-                sums.narrow(0, 1, 1).add_(nll.detach().reshape({1}));
-            }
-            loss.backward();
-            sums.narrow(0, 0, 1).add_(loss.detach().reshape({1}));
-            sums.narrow(0, 2, kPreferenceStatCount).add_(f.loss.stats.sum(0));
+    // The micro-batch's loss to run backward from, its terms added to the sums.
+    const auto stepLoss = [&](const PairForward& f) {
+        at::Tensor loss = f.loss.losses.sum() / stepPairs;
+        if (f.chosenNll.defined()) {
+            const at::Tensor nll = f.chosenNll.sum() * (m_preference->nllWeight / nllNorm);
+            loss = loss + nll;
+            sums.narrow(0, 1, 1).add_(nll.detach().reshape({1}));
         }
-        if (m_strategy->wantsUnitHooks())
-            m_strategy->postBackward(0);
-        m_strategy->endMicroStep(k, K);
+        sums.narrow(0, 0, 1).add_(loss.detach().reshape({1}));
+        sums.narrow(0, 2, kPreferenceStatCount).add_(f.loss.stats.sum(0));
+        return loss;
+    };
+    const auto [lo, hi] = m_mesh.dataRows(m_rank, pairs);
+    if (m_mesh.pp > 1) {
+        // Pipeline parallel: the policy's sequences go through the stages in the 1F1B order, and
+        // the last stage turns their log-probabilities into the pair loss. A live DPO reference
+        // is a pass without gradients through the stages before it (pipelineSequenceLogProbs).
+        std::vector<CopyRows> inputs;
+        for (const auto& rows : micro)
+            inputs.push_back(copyRows(rows, 2 * lo, 2 * hi));
+        const bool last = m_strategy->pipelineStage() == m_strategy->pipelineStages() - 1;
+        std::vector<at::Tensor> reference(micro.size());
+        if (m_preference->objective == "dpo") {
+            if (!m_reference.defined()) {
+                AdaptersOff off(loop.runner);
+                reference = pipelineSequenceLogProbs(loop, inputs);
+            } else if (last && hi > lo) {
+                for (size_t k = 0; k < micro.size(); ++k)
+                    reference[k] = precomputedReference(micro[k], lo, hi);
+            }
+        }
+        pipelineSchedule(
+            loop, inputs, true, 1.0,
+            [&](int k, const StageOut& out) {
+                const at::Tensor seq = out.tokenLogProbs.sum(1).to(at::kDouble);
+                if (hi <= lo) // a copy without pairs: its masked row adds nothing
+                    return seq.sum() * 0.0;
+                return stepLoss(
+                    pairLoss(inputs[static_cast<size_t>(k)].labels, seq, reference[size_t(k)]));
+            },
+            done);
+    } else {
+        for (int k = 0; k < K; ++k) {
+            m_strategy->beginMicroStep(k, K);
+            if (hi > lo) {
+                const int64_t before = loop.liveBytes();
+                PairForward f = pairForward(loop, micro[k], lo, hi);
+                done.activationBytes = std::max(done.activationBytes, loop.liveBytes() - before);
+                stepLoss(f).backward();
+            }
+            if (m_strategy->wantsUnitHooks())
+                m_strategy->postBackward(0);
+            m_strategy->endMicroStep(k, K);
+        }
     }
     m_strategy->allReduceSumInPlace(sums);
     done.lossValue = sums.narrow(0, 0, 1);
@@ -1250,26 +1347,43 @@ void Trainer::precomputeReference(Io& io, Loop& loop)
     const int64_t total = m_data->totalRecords();
     m_reference = at::zeros({2 * total}, at::TensorOptions().dtype(at::kDouble).device(m_device));
     const int64_t chunk = m_spec.microBatch * dataParallel();
-    for (int64_t b = 0; b < total; b += chunk) {
+    // Pipeline parallel: as many chunks as stages go through the stages at once
+    // (pipelineSequenceLogProbs); otherwise one chunk at a time.
+    const int64_t window = chunk * m_mesh.pp;
+    for (int64_t w = 0; w < total; w += window) {
         launch::RankHeartbeat::report(0, launch::RankPhase::Setup);
-        const int64_t e = std::min(total, b + chunk);
-        auto [lo, hi] = m_mesh.dataRows(m_rank, e - b);
-        if (hi > lo) {
-            std::vector<TrainRow> rows;
-            for (int64_t rec = b + lo; rec < b + hi; ++rec)
-                for (TrainRow& r : m_data->recordRows(rec))
-                    rows.push_back(std::move(r));
-            const int64_t n = static_cast<int64_t>(rows.size());
-            const at::Tensor lp = loop.runner.tokenLogProbs(
-                rowsTensor(rows, 0, n, false), rowsTensor(rows, 0, n, true));
-            m_reference.narrow(0, 2 * (b + lo), n).copy_(lp.sum(1).to(at::kDouble));
-        } else {
-            // Fewer pairs than ranks in the last chunk: this rank still takes part in the
-            // forward (sharded strategies gather inside it), on one row that counts nothing.
-            const std::vector<TrainRow> rows = m_data->recordRows(b);
-            const at::Tensor ids = rowsTensor(rows, 0, 1, false);
-            loop.runner.tokenLogProbs(ids, at::full_like(ids, -100));
+        std::vector<CopyRows> batches;
+        std::vector<std::pair<int64_t, int64_t>> into; // (first element, count) of m_reference
+        for (int64_t b = w; b < std::min(total, w + window); b += chunk) {
+            const int64_t e = std::min(total, b + chunk);
+            auto [lo, hi] = m_mesh.dataRows(m_rank, e - b);
+            if (hi > lo) {
+                std::vector<TrainRow> rows;
+                for (int64_t rec = b + lo; rec < b + hi; ++rec)
+                    for (TrainRow& r : m_data->recordRows(rec))
+                        rows.push_back(std::move(r));
+                const int64_t n = static_cast<int64_t>(rows.size());
+                batches.push_back({rowsTensor(rows, 0, n, false), rowsTensor(rows, 0, n, true)});
+                into.emplace_back(2 * (b + lo), n);
+            } else {
+                // Fewer pairs than ranks in the last chunk: this rank still takes part in the
+                // forward (sharded strategies gather inside it), on one row that counts nothing.
+                const std::vector<TrainRow> rows = m_data->recordRows(b);
+                const at::Tensor ids = rowsTensor(rows, 0, 1, false);
+                batches.push_back({ids, at::full_like(ids, -100)});
+                into.emplace_back(0, 0);
+            }
         }
+        std::vector<at::Tensor> sums;
+        if (m_mesh.pp > 1) {
+            sums = pipelineSequenceLogProbs(loop, batches); // defined on the last stage
+        } else {
+            for (const CopyRows& in : batches)
+                sums.push_back(loop.runner.tokenLogProbs(in.ids, in.labels).sum(1).to(at::kDouble));
+        }
+        for (size_t i = 0; i < sums.size(); ++i)
+            if (sums[i].defined() && into[i].second > 0)
+                m_reference.narrow(0, into[i].first, into[i].second).copy_(sums[i]);
     }
     m_strategy->allReduceSumInPlace(m_reference);
     const double sec = seconds(t0, Clock::now());
@@ -1352,20 +1466,48 @@ double Trainer::evaluate(Loop& loop, std::map<std::string, double>& scalars)
         const int64_t pairs = static_cast<int64_t>(rows.size()) / 2;
         const int64_t chunk = m_spec.microBatch * dataParallel();
         at::Tensor acc = at::zeros({4}, at::TensorOptions().dtype(at::kDouble).device(m_device));
-        for (int64_t b = 0; b < pairs; b += chunk) {
+        const auto add = [&](const PairForward& f) {
+            acc.narrow(0, 0, 1).add_(f.loss.losses.sum().reshape({1}));
+            acc.narrow(0, 1, 1).add_(f.loss.stats.select(1, kRewardAccuracy).sum().reshape({1}));
+            if (f.chosenNll.defined()) {
+                acc.narrow(0, 2, 1).add_(f.chosenNll.sum().reshape({1}) * m_preference->nllWeight);
+                acc.narrow(0, 3, 1).add_(static_cast<double>(f.chosenTokens));
+            }
+        };
+        if (m_mesh.pp > 1) {
+            // The policy's (and a live reference's) sequences through the stages, every chunk
+            // of pairs in one pass each; the last stage makes the pair losses.
+            std::vector<std::vector<TrainRow>> batches;
+            std::vector<CopyRows> inputs;
+            std::vector<std::pair<int64_t, int64_t>> copyPairs;
+            for (int64_t b = 0; b < pairs; b += chunk) {
+                const int64_t e = std::min(pairs, b + chunk);
+                batches.emplace_back(rows.begin() + 2 * b, rows.begin() + 2 * e);
+                copyPairs.push_back(m_mesh.dataRows(m_rank, e - b));
+                inputs.push_back(copyRows(
+                    batches.back(), 2 * copyPairs.back().first, 2 * copyPairs.back().second));
+            }
+            std::vector<at::Tensor> reference(batches.size());
+            if (m_preference->objective == "dpo" && !m_reference.defined()) {
+                AdaptersOff off(loop.runner);
+                reference = pipelineSequenceLogProbs(loop, inputs);
+            }
+            const std::vector<at::Tensor> policy = pipelineSequenceLogProbs(loop, inputs);
+            for (size_t i = 0; i < batches.size(); ++i) {
+                const auto [lo, hi] = copyPairs[i];
+                if (!policy[i].defined() || hi <= lo)
+                    continue;
+                if (m_preference->objective == "dpo" && m_reference.defined())
+                    reference[i] = precomputedReference(batches[i], lo, hi);
+                add(pairLoss(inputs[i].labels, policy[i], reference[i]));
+            }
+        }
+        for (int64_t b = 0; m_mesh.pp <= 1 && b < pairs; b += chunk) {
             const int64_t e = std::min(pairs, b + chunk);
             const std::vector<TrainRow> batch(rows.begin() + 2 * b, rows.begin() + 2 * e);
             auto [lo, hi] = m_mesh.dataRows(m_rank, e - b);
             if (hi > lo) {
-                const PairForward f = pairForward(loop, batch, lo, hi);
-                acc.narrow(0, 0, 1).add_(f.loss.losses.sum().reshape({1}));
-                acc.narrow(0, 1, 1).add_(
-                    f.loss.stats.select(1, kRewardAccuracy).sum().reshape({1}));
-                if (f.chosenNll.defined()) {
-                    acc.narrow(0, 2, 1).add_(
-                        f.chosenNll.sum().reshape({1}) * m_preference->nllWeight);
-                    acc.narrow(0, 3, 1).add_(static_cast<double>(f.chosenTokens));
-                }
+                add(pairForward(loop, batch, lo, hi));
             } else {
                 pairForward(loop, batch, 0, 1); // every rank takes part in a sharded forward
             }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -32,6 +33,7 @@ namespace shard::engine {
 class ModelRunner;
 class TrainingSamples;
 struct StagePart;
+struct StageOut;
 namespace lora {
 class AdapterSource;
 }
@@ -121,10 +123,26 @@ private:
     // Supervised: one optimizer step's micro-batches (next-token loss over stepTokens tokens).
     void supervisedMicroSteps(Loop& loop, const std::vector<std::vector<TrainRow>>& micro,
         int64_t stepTokens, Step& done);
-    // Pipeline parallel: the same over this rank's stage, in the 1F1B order (docs/
-    // ARCHITECTURE.md, "Pipeline parallel"): activations to the next stage, their gradients back.
+    // Pipeline parallel: the same over this rank's stage (pipelineSchedule).
     void pipelineMicroSteps(Loop& loop, const std::vector<std::vector<TrainRow>>& micro,
         int64_t stepTokens, Step& done);
+    struct CopyRows {
+        at::Tensor ids;
+        at::Tensor labels;
+    };
+    // Pipeline parallel: one optimizer step's forwards and backwards of this rank's stage over
+    // the micro-batches `inputs`, in the 1F1B order (docs/ARCHITECTURE.md, "Pipeline
+    // parallel"): activations to the next stage, their gradients back. The last stage ends each
+    // micro-batch in the loss sum (logProbs: the token log-probabilities) and runs the backward
+    // from what lastLoss(micro-batch, its output) returns; gradScale as ModelRunner::stage's.
+    void pipelineSchedule(Loop& loop, const std::vector<CopyRows>& inputs, bool logProbs,
+        double gradScale, const std::function<at::Tensor(int, const StageOut&)>& lastLoss,
+        Step& done);
+    // Pipeline parallel, without gradients: each batch's sequence log-probabilities (rows, fp64,
+    // on the device), defined on the last stage only (undefined elsewhere). Collective over the
+    // pipeline group: every stage calls it with its copy's batches.
+    std::vector<at::Tensor> pipelineSequenceLogProbs(
+        Loop& loop, const std::vector<CopyRows>& batches);
     // Pipeline parallel: this stage's forward of rows [lo, hi) of `rows` without gradients,
     // the activation passed on; the last stage returns the loss sum (fp64, on the device).
     at::Tensor pipelineEvalSum(
@@ -132,10 +150,6 @@ private:
     // A data-parallel copy's rows [lo, hi) of `rows` as ids and labels (on the host). A copy
     // with none (fewer rows than copies) gets the first row with every label masked: it adds
     // nothing to a sum, and the forward still runs, which sharded stages gather inside.
-    struct CopyRows {
-        at::Tensor ids;
-        at::Tensor labels;
-    };
     CopyRows copyRows(const std::vector<TrainRow>& rows, int64_t lo, int64_t hi) const;
     // The buffer a later pipeline stage receives its input activation for `ids` into.
     at::Tensor activationBuffer(const ModelRunner& runner, const at::Tensor& ids) const;
@@ -150,6 +164,15 @@ private:
     // `rows` (chosen, rejected, chosen, ...), and the preference loss of each pair.
     struct PairForward;
     PairForward pairForward(Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi);
+    // The pair losses of the rows whose labels are `labels` (chosen, rejected, ...) from the
+    // sequences' summed log-probabilities (fp64, one a row) of the policy and (DPO) the
+    // reference (undefined for ORPO).
+    PairForward pairLoss(const at::Tensor& labels, const at::Tensor& policySums,
+        const at::Tensor& referenceSums) const;
+    // DPO with --reference precomputed: the reference sums of this rank's pairs [lo, hi) of
+    // `rows`, by record number.
+    at::Tensor precomputedReference(
+        const std::vector<TrainRow>& rows, int64_t lo, int64_t hi) const;
     // DPO with --reference precomputed: every record's reference log-probabilities, one
     // forward pass over the data without gradients (collective), before training.
     void precomputeReference(Io& io, Loop& loop);
