@@ -301,9 +301,9 @@ void ShardedStrategy::setup(engine::LlamaModel& model, const engine::ParamSource
     m_unitInfo.assign(static_cast<size_t>(m_numUnits), {});
     for (int u = 0; u < m_numUnits; ++u)
         for (size_t i = 0; i < model.unit(u).params.size(); ++i) {
-            m_stageOf[model.unit(u).params[i].info.name]
-                = storingStage(model, u, static_cast<int>(i));
-            m_unitInfo[static_cast<size_t>(u)].push_back(model.unit(u).params[i].info);
+            const int stage = storingStage(model, u, static_cast<int>(i));
+            m_stageOf[model.unit(u).params[i].info.name] = stage;
+            m_unitInfo[static_cast<size_t>(u)].push_back({model.unit(u).params[i].info, stage});
         }
     m_splitNames.clear();
     m_units.clear();
@@ -589,10 +589,13 @@ std::vector<at::Tensor> ShardedStrategy::wholeUnitWeights(int unit)
     std::vector<at::Tensor> out = unitWeights(unit);
     at::NoGradGuard noGrad;
     const auto& order = m_order.at(static_cast<size_t>(unit));
+    const auto& infos = m_unitInfo.at(static_cast<size_t>(unit));
     if (m_tp) {
         for (size_t i = 0; i < order.size(); ++i) {
             const auto& [st, slot] = order[i];
-            if (!out[i].defined() || st < 0)
+            // A copy this stage does not store (the last stage's tied embedding) is replaced by
+            // the storing stage's whole weight below: not gathered.
+            if (!out[i].defined() || st < 0 || (m_pp && infos[i].stage != m_stage))
                 continue;
             const ParamSlot& p
                 = m_units.at(static_cast<size_t>(st)).params.at(static_cast<size_t>(slot));
@@ -602,12 +605,11 @@ std::vector<at::Tensor> ShardedStrategy::wholeUnitWeights(int unit)
     if (m_pp) {
         // The stage that stores a weight sends it whole (in the compute dtype) over the
         // pipeline group, whose rank i is stage i; the others receive it, one tensor at a time.
-        const auto& infos = m_unitInfo.at(static_cast<size_t>(unit));
         for (size_t i = 0; i < infos.size(); ++i) {
-            const int owner = stageOf(infos[i].name);
+            const int owner = infos[i].stage;
             at::Tensor t = owner == m_stage
                 ? out[i].detach().to(m_options.computeDtype).contiguous()
-                : at::empty(infos[i].shape,
+                : at::empty(infos[i].info.shape,
                     at::TensorOptions().dtype(m_options.computeDtype).device(m_options.device));
             m_pp->broadcast(t, owner)->wait();
             out[i] = t;

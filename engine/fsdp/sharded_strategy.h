@@ -137,8 +137,13 @@ private:
     int m_virtualStages = 1;              // model chunks per stage
     std::string m_tiedName;               // pp > 1: a tied embedding's name
     std::map<std::string, int> m_stageOf; // every parameter's storing stage
-    // Every unit's parameters (names and whole shapes), held here or not (wholeUnitWeights).
-    std::vector<std::vector<plan::ParamInfo>> m_unitInfo;
+    // Every unit's parameters (names and whole shapes) with their storing stage, held here or
+    // not (wholeUnitWeights).
+    struct WholeParam {
+        plan::ParamInfo info;
+        int stage = 0;
+    };
+    std::vector<std::vector<WholeParam>> m_unitInfo;
     std::set<std::string> m_splitNames; // TP: parameters split over m_tp
     std::vector<UnitState> m_units;     // kGroups * m_numUnits states (see statesOf)
     int m_numUnits = 0;

@@ -11,6 +11,12 @@
 
 namespace shard::plan {
 
+// QLoRA's NF4 format (engine/core/model/nf4.h, whose sizes these are): values quantised in blocks
+// of kNf4Block along a row, each block's fp32 absmax, double-quantised in blocks of
+// kNf4NestedBlock absmax. The planner's bytes and the engine's refusals count with them.
+inline constexpr int64_t kNf4Block = 64;
+inline constexpr int64_t kNf4NestedBlock = 256;
+
 struct RopeScaling {
     std::string type; // "" (none), "llama3", "linear", "dynamic", "yarn"
     double factor = 1.0;

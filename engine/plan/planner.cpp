@@ -1643,10 +1643,11 @@ void validate(const PlanInput& in)
                 + " (the adapters' optimizer state is small); use offload none");
         if (in.method == Method::Qlora)
             for (const ParamInfo& p : parameterTable(s))
-                if (projectionOf(p) >= 0 && p.shape[1] % 64 != 0)
+                if (projectionOf(p) >= 0 && p.shape[1] % kNf4Block != 0)
                     throw std::runtime_error("QLoRA needs every projection's input size to be a "
-                                             "multiple of the NF4 block of 64; "
-                        + p.name + " has " + std::to_string(p.shape[1]) + "; use --method lora");
+                                             "multiple of the NF4 block of "
+                        + std::to_string(kNf4Block) + "; " + p.name + " has "
+                        + std::to_string(p.shape[1]) + "; use --method lora");
     }
     if (in.device.kind == DeviceKind::Cpu && in.offload != Offload::None)
         throw std::runtime_error("offload '" + toString(in.offload)
@@ -1804,7 +1805,10 @@ int64_t quantizedParameterCount(const ModelSpec& spec)
 
 double nf4Bytes(double n, bool doubleQuant)
 {
-    return n / 2.0 + (doubleQuant ? n / 64.0 + 4.0 * n / (64.0 * 256.0) : 4.0 * n / 64.0);
+    const double block = static_cast<double>(kNf4Block);
+    return n / 2.0
+        + (doubleQuant ? n / block + 4.0 * n / (block * static_cast<double>(kNf4NestedBlock))
+                       : 4.0 * n / block);
 }
 
 MemoryBreakdown zeroPaperModelStates(Strategy s, double psi, int64_t n, double k)

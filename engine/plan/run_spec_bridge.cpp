@@ -134,7 +134,6 @@ namespace {
 // the bytes and scales of its part of the whole weight's quantisation. "" when it can.
 std::string whyNoNf4Split(const ModelSpec& model, int64_t t)
 {
-    constexpr int64_t kNf4Block = 64; // engine::nf4::kBlockSize
     for (const auto& [inputs, name] :
         {std::pair {model.qDim(), "o_proj"}, std::pair {model.intermediateSize, "down_proj"}}) {
         if ((inputs / t) % kNf4Block == 0)

@@ -553,6 +553,40 @@ void testTrainingSamplesAndCheckpoints()
                 std::string(name) + " sample " + std::to_string(i) + ": '" + got[i].completion
                     + "' vs one rank's '" + s1[i].completion + "'");
     }
+    // A tied embedding at TP2 x PP2: the last stage's copy is not gathered, the first stage's
+    // whole table replaces it; the 1-rank run's samples.
+    {
+        const std::string cfg = g_dir + "/tied-config";
+        std::filesystem::create_directories(cfg);
+        std::ifstream in(model + "/config.json");
+        nlohmann::json c = nlohmann::json::parse(in);
+        c["tie_word_embeddings"] = true;
+        std::ofstream(cfg + "/config.json") << c.dump(2);
+        const std::string tied = g_dir + "/tied";
+        T_CHECK(runCommand(worker + " init-model --preset " + cfg + " --out " + tied + " --seed 2",
+                    &out, &err)
+            == 0);
+        const std::string tiedArgs = " --model " + tied + " --data " + g_dir
+            + "/copy.jsonl --steps 4 --seq-len 32 --lr 1e-3 --sample-every 2 --sample-max-tokens 6"
+            + prompts + " --micro-batch 2 --out ";
+        T_CHECK_MSG(
+            runCommand(worker + " train" + tiedArgs + g_dir + "/tied-1", &out, &err) == 0, err);
+        T_CHECK_MSG(runCommand(worker
+                            + " launch --nproc-per-node 4 -- train --pipeline-parallel 2 "
+                              "--tensor-parallel 2"
+                            + tiedArgs + g_dir + "/tied-4",
+                        &out, &err)
+                == 0,
+            err);
+        const auto want = samplesOf(g_dir + "/tied-1");
+        const auto got = samplesOf(g_dir + "/tied-4");
+        T_CHECK_MSG(want.size() == 4 && got.size() == want.size(),
+            "tied sample events: " + std::to_string(got.size()));
+        for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+            T_CHECK_MSG(got[i].step == want[i].step && got[i].completion == want[i].completion,
+                "tied TP2 x PP2 sample " + std::to_string(i) + ": '" + got[i].completion
+                    + "' vs one rank's '" + want[i].completion + "'");
+    }
     // A bad prompts file is refused before training starts.
     T_CHECK(runCommand(worker + " train" + common + " --sample-prompts " + g_dir
                     + "/none.txt --out " + g_dir + "/run3",

@@ -11,9 +11,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "plan/model_spec.h"
+
 namespace shard::engine::nf4 {
 
-constexpr int64_t kBlockSize = 64;
+constexpr int64_t kBlockSize = plan::kNf4Block;
 
 // bitsandbytes' NF4 values (create_normal_map(0.9677083, use_extra_value=True), normalised to
 // [-1, 1]), ascending; code 7 is exactly 0.
@@ -23,7 +25,7 @@ const std::array<float, 16>& codeTable();
 // mean, quantised in blocks of kNestedBlockSize to 8-bit codes of the signed dynamic map with one
 // fp32 scale per block. 8 + 32 / 256 bits per block of 64 values instead of 32: 0.127 bits per
 // parameter instead of 0.5.
-constexpr int64_t kNestedBlockSize = 256;
+constexpr int64_t kNestedBlockSize = plan::kNf4NestedBlock;
 
 // bitsandbytes' create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8), ascending:
 // for i = 0..6, ±10^(i-6) times the midpoints of linspace(0.1, 1, 2^i + 1), then 0 and 1.
