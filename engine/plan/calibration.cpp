@@ -29,6 +29,7 @@ template<typename Cal, typename Fn> void forEachField(Cal& c, Fn&& fn)
     fn("lse_fp32_per_head_token_gpu", c.lseFp32PerHeadTokenGpu);
     fn("cpu_fused_attention", c.cpuFusedAttention);
     fn("fused_cpu_attention_drops_per_q", c.fusedCpuAttentionDropsPerQ);
+    fn("fused_cpu_attention_tp_drops_per_q", c.fusedCpuAttentionTpDropsPerQ);
     fn("fused_cpu_attention_widened_bytes_per_q", c.fusedCpuAttentionWidenedBytesPerQ);
     fn("ckpt_saved_per_hidden", c.ckptSavedPerHidden);
     fn("bwd_transient_per_hidden", c.bwdTransientPerHidden);

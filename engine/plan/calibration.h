@@ -50,6 +50,13 @@ struct Calibration {
     // measurements (tst_plan_vs_engine_lora, Debian 13 suite) fit 0.
     double cpuFusedAttention = engineUsesFusedCpuAttention() ? 1.0 : 0.0;
     double fusedCpuAttentionDropsPerQ = 0.0;
+    // The same on a tensor-parallel slice (its share of the heads), where the fused kernel keeps
+    // fewer elements per token x slice q width per block than the whole model's fit: fitted on
+    // LibTorch 2.6 (tst_plan_vs_engine_layouts, tiny-15m fp32, TP2 with and without sequence
+    // parallel, recomputation, LoRA, QLoRA and x PP2: the plan was 3-5% over each without it,
+    // within 1% with it). Eager attention (LibTorch 1.13) keeps what the whole model's fit says
+    // on a slice too.
+    double fusedCpuAttentionTpDropsPerQ = 1.5;
     // With a compute dtype narrower than fp32 the engine widens the fused CPU attention's inputs
     // to fp32 on every CPU (LibTorch 2.6's bf16 CPU kernel is slow, with or without AVX-512):
     // bytes per token x q width per block that this adds (measured: tiny-15m, bf16-mixed,

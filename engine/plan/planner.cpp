@@ -239,7 +239,8 @@ struct ActivationBytes {
     double perMicroBatch = 0;
 };
 
-ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
+// `tp`: the tensor-parallel size when `in.model` is a rank's slice of the model (engineStage).
+ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch, int64_t tp = 1)
 {
     const ModelSpec& s = in.model;
     const Calibration& k = in.calibration;
@@ -265,8 +266,8 @@ ActivationBytes engineActivations(const PlanInput& in, int64_t microBatch)
         Dims d = layerDims(s, l);
         double elems = k.actPerHidden * h + k.actPerQ * d.q + k.actPerKv * d.kv
             + (gqa ? k.actPerQGqa * d.q : 0.0) + (s.qkNorm ? k.actPerQkNorm * (d.q + d.kv) : 0.0)
-            + k.actPerIntermediate * d.inter
-            - (fusedCpu ? k.fusedCpuAttentionDropsPerQ * d.q : 0.0);
+            + k.actPerIntermediate * d.inter - (fusedCpu ? k.fusedCpuAttentionDropsPerQ * d.q : 0.0)
+            - (fusedCpu && tp > 1 ? k.fusedCpuAttentionTpDropsPerQ * d.q : 0.0);
         // A narrower compute dtype: the engine runs the fused CPU attention in fp32 (llama_model),
         // which keeps fp32 q, k, v and output (and their fp32 gradients in its backward).
         const double widened = fusedCpu && c != 4 ? k.fusedCpuAttentionWidenedBytesPerQ * d.q : 0.0;
@@ -918,7 +919,7 @@ EngineStage engineStage(const PlanInput& in, const protocol::DeviceMesh& mesh, i
             at, at.usesLora() ? engineLoraStates(at, S, keep) : engineModelStates(at, shapes, S)};
     };
     const int64_t sequences = in.microBatch * in.sequencesPerSample();
-    ActivationBytes act = engineActivations(slice, sequences);
+    ActivationBytes act = engineActivations(slice, sequences, t);
     if (in.sequenceParallel && t > 1) {
         // Sequence parallel keeps 1/t of the positions of what the norms save, their inputs
         // (two of a block's saved hidden-sized tensors; the normed outputs are gathered whole
