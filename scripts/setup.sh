@@ -3,6 +3,14 @@
 # (trixie, LibTorch 2.6), skipping those already present. Safe to run repeatedly; needs root (or
 # sudo) only when something is missing. `setup.sh --list [CODENAME]` prints the package list of
 # a release (default: this machine's) and installs nothing.
+#
+# The GPU build: on Debian 13 with an NVIDIA driver (`nvidia-smi -L` answers, or
+# /proc/driver/nvidia/version exists) it installs CUDA LibTorch, the CUDA toolkit, NCCL, Gloo's
+# CUDA build and cuDNN instead of the CPU LibTorch (apt swaps the conflicting packages either
+# way). SHARD_GPU=1 or 0 overrides the detection (`--list` takes SHARD_GPU only, default 0).
+# Debian 12 has no CUDA LibTorch: there it says so and sets up the CPU build. `setup.sh --gpu`
+# installs nothing and exits 0 when this machine takes the GPU build (the build scripts then
+# configure with SHARD_REQUIRE_CUDA=ON).
 set -euo pipefail
 
 SUPPORTED="Debian 12 (bookworm), Debian 13 (trixie)"
@@ -33,6 +41,26 @@ common_packages() {
     )
 }
 
+# The CPU LibTorch's packages and the GPU build's (Debian 13: contrib and non-free).
+CPU_TORCH=(libtorch-dev libgloo-dev python3-torch)
+GPU_TORCH=(libtorch-cuda-dev libgloo-cuda-dev python3-torch-cuda nvidia-cuda-toolkit libnccl-dev
+    nvidia-cudnn)
+
+# Whether an NVIDIA driver answers here, or SHARD_GPU says.
+gpu_wanted() {
+    case ${SHARD_GPU:-} in
+    1) return 0 ;;
+    0) return 1 ;;
+    "") ;;
+    *)
+        echo "setup: SHARD_GPU must be 1 (the GPU build) or 0 (the CPU build), not '$SHARD_GPU'" >&2
+        exit 1
+        ;;
+    esac
+    [[ -e /proc/driver/nvidia/version ]] && return 0
+    command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1
+}
+
 codename=""
 if [[ ${1:-} == --list ]]; then
     codename=${2:-}
@@ -56,6 +84,34 @@ bookworm | trixie) common_packages ;; # the same names on both; LibTorch 1.13 vs
     exit 1
     ;;
 esac
+
+gpu=0
+if [[ ${1:-} == --list ]]; then
+    SHARD_GPU=${SHARD_GPU:-0}
+    gpu_wanted && gpu=1
+elif gpu_wanted; then
+    if [[ $codename == trixie ]]; then
+        gpu=1
+    elif [[ ${1:-} != --gpu ]]; then
+        echo "setup: this machine has an NVIDIA GPU, but Debian 12 has no CUDA LibTorch: setting up the CPU build."
+        echo "setup: for the GPU build use Debian 13 (these commands then install CUDA LibTorch), or a PyTorch wheel's LibTorch (README, \"The engine on a cluster\")."
+    fi
+fi
+if [[ ${1:-} == --gpu ]]; then
+    ((gpu)) && exit 0
+    exit 1
+fi
+if ((gpu)); then
+    if [[ $codename != trixie ]]; then
+        echo "setup: the GPU build needs Debian 13 (trixie), not $codename" >&2
+        exit 1
+    fi
+    kept=()
+    for p in "${PACKAGES[@]}"; do
+        [[ " ${CPU_TORCH[*]} " == *" $p "* ]] || kept+=("$p")
+    done
+    PACKAGES=("${kept[@]}" "${GPU_TORCH[@]}")
+fi
 
 if [[ ${1:-} == --list ]]; then
     printf '%s\n' "${PACKAGES[@]}"
@@ -89,7 +145,19 @@ if [[ $(id -u) -ne 0 ]]; then
     command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
     SUDO=sudo
 fi
-echo "setup: installing ${#missing[@]} packages ($codename): ${missing[*]}"
+build=CPU
+((gpu)) && build="GPU (CUDA)"
+echo "setup: installing ${#missing[@]} packages ($codename, $build build): ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
+if ((gpu)); then
+    # CUDA LibTorch, the toolkit and cuDNN's installer are in contrib and non-free.
+    for p in libtorch-cuda-dev nvidia-cuda-toolkit; do
+        if ! apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+            echo "setup: apt has no $p: the GPU build needs Debian's contrib and non-free components." >&2
+            echo "setup: add 'contrib non-free' to the Components: line of /etc/apt/sources.list.d/debian.sources (or each deb line of /etc/apt/sources.list) and run this again; or SHARD_GPU=0 for the CPU build" >&2
+            exit 1
+        fi
+    done
+fi
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -4,7 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export CCACHE_BASEDIR="$PWD"
-cmake --preset release >/dev/null
+# The GPU build (setup.sh --gpu: Debian 13 with an NVIDIA driver, or SHARD_GPU=1) must find CUDA.
+cuda=OFF
+if bash scripts/setup.sh --gpu; then cuda=ON; fi
+cmake --preset release -DSHARD_REQUIRE_CUDA=$cuda >/dev/null
 # Only what the main job runs; scripts/test.sh builds the rest (tests, benchmarks).
 cmake --build --preset release --target shard shard-worker shard-studio
 bin=build/release

@@ -28,7 +28,10 @@ if ((all_platforms)); then
 fi
 
 export CCACHE_BASEDIR="$PWD" CCACHE_MAXSIZE=5G
-cmake --preset release >/dev/null
+# The GPU build (setup.sh --gpu: Debian 13 with an NVIDIA driver, or SHARD_GPU=1) must find CUDA.
+cuda=OFF
+if bash scripts/setup.sh --gpu; then cuda=ON; fi
+cmake --preset release -DSHARD_REQUIRE_CUDA=$cuda >/dev/null
 cmake --build --preset release
 phase "this machine's build done"
 ctest --preset release "$@"
