@@ -14,8 +14,9 @@
 #                                   set-up from nothing included (what "a fresh machine" means)
 #
 # ROOT is `bookworm-bare` or `trixie-bare` (debootstrap minbase, nothing added), `trixie-cpu`
-# (setup.sh's trixie packages: the README's commands on Debian 13) or `trixie-cuda` (libtorch-cuda-dev, nvidia-cuda-toolkit, libnccl-dev; cuDNN replaced by a
-# placeholder, see make_cuda_root). In a root the clone is mounted read-only at /src, the build
+# (setup.sh's trixie packages: the README's commands on Debian 13) or `trixie-cuda` (the same
+# commands with the GPU detection forced, SHARD_GPU=1: CUDA LibTorch, the toolkit, NCCL, Gloo's
+# CUDA build; cuDNN replaced by a placeholder, see make_cuda_root). In a root the clone is mounted read-only at /src, the build
 # is in /build (inside the unpacked root, or SHARD_CI_BUILD_DIR on the host when set, kept between
 # runs), and /ccache is the release's ccache (kept in the cache). The roots of one release share
 # it: their compiler and LibTorch headers are the same packages, and ccache's preprocessor mode
@@ -31,12 +32,6 @@ MIRROR=${SHARD_CI_MIRROR:-http://deb.debian.org/debian}
 JOBS=${SHARD_CI_JOBS:-2}
 SUITE_LABELS='^(unit|engine|multirank|gui)$'
 
-CUDA_PACKAGES=(
-    build-essential cmake ninja-build ccache git pkg-config file
-    libtorch-cuda-dev nvidia-cuda-toolkit libnccl-dev libgloo-cuda-dev
-    libspdlog-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev
-)
-# (libtorch-cuda-2.6 needs Gloo's CUDA build, in contrib, which conflicts with libgloo-dev.)
 # The placeholder for nvidia-cudnn (its real post-install script downloads cuDNN from NVIDIA).
 FAKE_CUDNN_VERSION=9.0.0.312~cuda12+fake1
 
@@ -50,7 +45,7 @@ packages_of() {
     case $1 in
     bookworm-bare | trixie-bare) echo "minbase" ;;
     trixie-cpu) bash "$SRC/scripts/setup.sh" --list trixie ;;
-    trixie-cuda) printf '%s\n' "${CUDA_PACKAGES[@]}" ;;
+    trixie-cuda) SHARD_GPU=1 bash "$SRC/scripts/setup.sh" --list trixie ;;
     *) die "unknown root '$1' (known: bookworm-bare, trixie-bare, trixie-cpu, trixie-cuda)" ;;
     esac
 }
@@ -117,7 +112,7 @@ make_cuda_root() {
     local dir=$1
     echo "deb $MIRROR trixie main contrib non-free non-free-firmware" >"$dir/etc/apt/sources.list"
     apt_in "$dir" update
-    apt_in "$dir" install equivs
+    apt_in "$dir" install equivs gcc
     # Placeholder nvidia-cudnn: apt is satisfied; no cuDNN library comes with it.
     cat >"$dir/tmp/nvidia-cudnn.ctl" <<EOF
 Section: non-free/libs
@@ -128,7 +123,13 @@ Architecture: amd64
 Description: placeholder for cuDNN in the CUDA build gate (no library)
 EOF
     chroot "$dir" sh -c 'cd /tmp && equivs-build nvidia-cudnn.ctl >/dev/null && dpkg -i nvidia-cudnn_*.deb'
-    apt_in "$dir" install "${CUDA_PACKAGES[@]}"
+    # setup.sh checks that cuDNN's library is there: an empty one for now (the stub below
+    # replaces it once libtorch_cuda says which symbols it takes).
+    chroot "$dir" sh -c 'echo > /tmp/empty.c && gcc -shared -fPIC -Wl,-soname,libcudnn.so.9 \
+        -o /usr/local/lib/libcudnn.so.9 /tmp/empty.c && ldconfig'
+    # The README's set-up with the GPU detection forced, as on a workstation with a driver.
+    cp "$SRC/scripts/setup.sh" "$dir/tmp/setup.sh"
+    chroot "$dir" env LC_ALL=C.UTF-8 SHARD_GPU=1 bash /tmp/setup.sh
     apt_in "$dir" purge equivs
     apt_in "$dir" autoremove --purge
     # libtorch_cuda needs libcudnn.so.9 to load. A stub with every cudnn* symbol it imports (each

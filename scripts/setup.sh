@@ -118,6 +118,66 @@ if [[ ${1:-} == --list ]]; then
     exit 0
 fi
 
+# a < b for dotted versions ("470.82.01" < "525.60.13").
+version_lt() {
+    [[ $1 != "$2" && $(printf '%s\n' "$1" "$2" | sort -V | sed -n 1p) == "$1" ]]
+}
+
+# The GPU build on a machine whose driver cannot run it yet: said, not fatal (it builds, its tests
+# run, and runs train on the CPU until the driver is fixed).
+if ((gpu)); then
+    driver=""
+    if command -v nvidia-smi >/dev/null; then
+        driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | sed -n 1p || true)
+    fi
+    if [[ -z $driver && -r /proc/driver/nvidia/version ]]; then
+        driver=$(sed -n 's/.*Module  *\([0-9][0-9.]*\).*/\1/p' /proc/driver/nvidia/version | sed -n 1p)
+    fi
+    if [[ -z $driver ]]; then
+        echo "setup: no NVIDIA driver answers here (SHARD_GPU=1 chose the GPU build): it builds and its tests run; runs train on the CPU until a driver is installed (sudo apt install nvidia-driver, non-free; then reboot)."
+    elif version_lt "$driver" 525.60.13; then
+        echo "setup: this machine's NVIDIA driver is $driver, older than 525.60.13, the least CUDA 12 (Debian 13's CUDA LibTorch) runs on: the GPU build installs, but runs train on the CPU until the driver is upgraded (sudo apt install nvidia-driver from Debian 13's non-free, then reboot)."
+    fi
+fi
+
+SUDO=""
+need_root() {
+    if [[ $(id -u) -ne 0 ]]; then
+        command -v sudo >/dev/null || { echo "setup: need root or sudo to $1" >&2; exit 1; }
+        SUDO=sudo
+    fi
+}
+
+# nvidia-cudnn's installer downloads cuDNN from NVIDIA when it is configured: without access it
+# is left half-configured. Say so in words, and how to finish (running this again does).
+cudnn_half_installed() {
+    local status
+    status=$(dpkg-query -W -f='${Status}' nvidia-cudnn 2>/dev/null || true)
+    [[ -n $status && $status != "install ok installed" && $status != *not-installed* ]] || return 1
+    echo "setup: nvidia-cudnn is half installed ($status): its installer could not download cuDNN from NVIDIA (it needs internet access to developer.download.nvidia.com)." >&2
+    echo "setup: when this machine can reach NVIDIA, run this script again (it finishes the install with dpkg --configure -a); or SHARD_GPU=0 bash scripts/setup.sh for the CPU build." >&2
+}
+
+# The GPU build's CUDA LibTorch cannot load without cuDNN's library.
+check_cudnn() {
+    ((gpu)) || return 0
+    if ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so'; then
+        echo "setup: nvidia-cudnn is installed but no libcudnn is in the linker cache: the CUDA LibTorch cannot load without it (its download from NVIDIA did not finish, or the files were removed)." >&2
+        echo "setup: sudo apt-get install --reinstall nvidia-cudnn (needs internet access to NVIDIA), then run this script again; \`shard doctor\` checks the rest." >&2
+        exit 1
+    fi
+}
+
+# A previous run (or apt) left packages half-configured: finish them first, as apt demands.
+if [[ -n $(dpkg --audit 2>/dev/null || true) ]]; then
+    echo "setup: finishing packages a previous install left half-configured (dpkg --configure -a)"
+    need_root "finish them: dpkg --configure -a"
+    if ! $SUDO dpkg --configure -a; then
+        cudnn_half_installed || echo "setup: dpkg --configure -a failed (see above); fix that and run this again" >&2
+        exit 1
+    fi
+fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -136,15 +196,12 @@ if ! command -v npm >/dev/null; then
 fi
 
 if ((${#missing[@]} == 0)); then
+    check_cudnn
     echo "setup: all ${#PACKAGES[@]} packages already installed ($codename)"
     exit 0
 fi
 
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then
-    command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-    SUDO=sudo
-fi
+need_root "install: ${missing[*]}"
 build=CPU
 ((gpu)) && build="GPU (CUDA)"
 echo "setup: installing ${#missing[@]} packages ($codename, $build build): ${missing[*]}"
@@ -153,11 +210,18 @@ $SUDO apt-get update -q
 if ((gpu)); then
     # CUDA LibTorch, the toolkit and cuDNN's installer are in contrib and non-free.
     for p in libtorch-cuda-dev nvidia-cuda-toolkit; do
-        if ! apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+        # (Read whole first: grep -q stopping early would fail the pipe under pipefail.)
+        policy=$(apt-cache policy "$p" 2>/dev/null || true)
+        if ! grep -q 'Candidate: [0-9]' <<<"$policy"; then
             echo "setup: apt has no $p: the GPU build needs Debian's contrib and non-free components." >&2
             echo "setup: add 'contrib non-free' to the Components: line of /etc/apt/sources.list.d/debian.sources (or each deb line of /etc/apt/sources.list) and run this again; or SHARD_GPU=0 for the CPU build" >&2
             exit 1
         fi
     done
 fi
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+    ((gpu)) && cudnn_half_installed
+    echo "setup: apt-get could not install the packages (see above); fix that and run this again" >&2
+    exit 1
+fi
+check_cudnn

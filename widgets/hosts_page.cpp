@@ -14,9 +14,11 @@
 #include <QSettings>
 #include <QSpinBox>
 #include <QTableWidget>
+#include <QTextBrowser>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 
+#include "jobs/local_launcher.h"
 #include "jobs/slurm_launcher.h"
 #include "jobs/ssh_launcher.h"
 #include "widgets/message_bar.h"
@@ -88,6 +90,21 @@ HostsPage::HostsPage(QWidget* parent)
     m_plan->setToolTip(tr("Opens the Plan page with this host's GPU model and count, as its last "
                           "Test found them."));
     m_plan->setEnabled(false);
+    m_doctor = new QPushButton(tr("&Doctor"), this);
+    m_doctor->setObjectName("doctorHost");
+    m_doctor->setToolTip(tr("What the selected host can train with (driver, GPUs, CUDA, NCCL, "
+                            "cuDNN, the worker's LibTorch), and the command that fixes each "
+                            "missing piece: `shard doctor` run there."));
+    m_doctorLocal = new QPushButton(tr("Doctor: this &machine"), this);
+    m_doctorLocal->setObjectName("doctorLocal");
+    m_doctorLocal->setToolTip(tr("The same checks for this machine (`shard doctor`)."));
+    m_doctorView = new QTextBrowser(this);
+    m_doctorView->setObjectName("doctorReport");
+    m_doctorView->setAccessibleName(tr("Doctor report"));
+    m_doctorView->setOpenLinks(false);
+    m_doctorView->setPlaceholderText(
+        tr("Doctor: choose a host and press Doctor, or Doctor: this machine, to see what it can "
+           "train with and how to fix what is missing."));
     m_busy = new QProgressBar(this);
     m_busy->setRange(0, 0);
     m_busy->setVisible(false);
@@ -111,6 +128,10 @@ HostsPage::HostsPage(QWidget* parent)
     buttons->addWidget(m_test);
     buttons->addWidget(m_cancel);
     buttons->addWidget(m_plan);
+    auto* doctorButtons = new QHBoxLayout;
+    doctorButtons->addWidget(m_doctor);
+    doctorButtons->addWidget(m_doctorLocal);
+    doctorButtons->addStretch(1);
 
     auto* help = new QLabel(tr("Connections use your OpenSSH client, so ~/.ssh/config, agents, "
                                "ProxyJump and known hosts apply. Host keys are checked by "
@@ -123,11 +144,15 @@ HostsPage::HostsPage(QWidget* parent)
     formColumn->setContentsMargins(0, 0, 0, 0);
     formColumn->addLayout(form);
     formColumn->addLayout(buttons);
+    formColumn->addLayout(doctorButtons);
     formBox->setMaximumWidth(720);
+    auto* lower = new QHBoxLayout;
+    lower->addWidget(formBox);
+    lower->addWidget(m_doctorView, 2);
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(m_table, 1);
     layout->addWidget(m_message);
-    layout->addWidget(formBox);
+    layout->addLayout(lower, 2);
     layout->addWidget(help);
 
     setTabOrder(m_table, m_name);
@@ -143,6 +168,9 @@ HostsPage::HostsPage(QWidget* parent)
     setTabOrder(m_remove, m_test);
     setTabOrder(m_test, m_cancel);
     setTabOrder(m_cancel, m_plan);
+    setTabOrder(m_plan, m_doctor);
+    setTabOrder(m_doctor, m_doctorLocal);
+    setTabOrder(m_doctorLocal, m_doctorView);
 
     connect(m_table, &QTableWidget::currentCellChanged, this, [this](int row) {
         fillForm(row);
@@ -183,6 +211,8 @@ HostsPage::HostsPage(QWidget* parent)
     connect(m_test, &QPushButton::clicked, this, &HostsPage::testSelected);
     connect(m_cancel, &QPushButton::clicked, this, &HostsPage::cancelTest);
     connect(m_plan, &QPushButton::clicked, this, &HostsPage::planForSelected);
+    connect(m_doctor, &QPushButton::clicked, this, &HostsPage::doctorSelected);
+    connect(m_doctorLocal, &QPushButton::clicked, this, &HostsPage::doctorThisMachine);
 }
 
 QString HostsPage::messageText() const
@@ -395,7 +425,7 @@ void HostsPage::cancelTest()
     connect(w, &QFutureWatcherBase::finished, w, &QObject::deleteLater);
     if (w->isFinished())
         w->deleteLater();
-    m_busy->setVisible(false);
+    m_busy->setVisible(m_doctorWatcher != nullptr);
     m_cancel->setEnabled(false);
     m_test->setEnabled(true);
     m_message->showMessage(tr("Test cancelled."), MessageBar::Kind::Info);
@@ -409,7 +439,7 @@ void HostsPage::onFinished()
     const jobs::Result<jobs::HostCheck> r = m_watcher->result();
     m_watcher->deleteLater();
     m_watcher = nullptr;
-    m_busy->setVisible(false);
+    m_busy->setVisible(m_doctorWatcher != nullptr);
     m_cancel->setEnabled(false);
     m_test->setEnabled(true);
     const QString name = m_testing.name.isEmpty() ? m_testing.address : m_testing.name;
@@ -456,6 +486,110 @@ void HostsPage::planForSelected()
     }
     const HostEntry& h = m_hosts[row];
     Q_EMIT planRequested(h.gpuName, h.gpuMemoryMiB, h.gpuCount);
+}
+
+jobs::Result<QList<jobs::DoctorCheck>> HostsPage::runDoctor(const HostEntry& host)
+{
+    // A local Slurm cluster is this machine; else the SSH login (a Slurm cluster's login node).
+    if (host.address.isEmpty())
+        return jobs::doctorLocal(jobs::LocalLauncher::findWorker());
+    auto r = jobs::doctorRemote(testClient(), sshHost(host), QStringLiteral("shard-worker"));
+    if (!r)
+        return jobs::fail(tr("Doctor could not reach %1: %2")
+                              .arg(host.name.isEmpty() ? host.address : host.name, r.error()));
+    return r;
+}
+
+void HostsPage::doctorSelected()
+{
+    HostEntry host = formEntry();
+    const int row = m_table->currentRow();
+    if (host.address.isEmpty() && host.kind == "ssh" && row >= 0 && row < m_hosts.size())
+        host = m_hosts[row];
+    if (host.kind == "ssh" && host.address.isEmpty()) {
+        m_message->showMessage(tr("Choose a host or enter an address for the Doctor (or "
+                                  "Doctor: this machine)."));
+        Q_EMIT doctorFinished(false, {});
+        return;
+    }
+    startDoctor(host.address.isEmpty() ? tr("this machine")
+                                       : (host.name.isEmpty() ? host.address : host.name),
+        host);
+}
+
+void HostsPage::doctorThisMachine()
+{
+    HostEntry local;
+    local.kind = "slurm"; // an empty address: this machine
+    startDoctor(tr("this machine"), local);
+}
+
+void HostsPage::startDoctor(const QString& subject, const HostEntry& host)
+{
+    if (m_doctorWatcher)
+        return;
+    m_doctorSubject = subject;
+    m_doctorWatcher = new QFutureWatcher<jobs::Result<QList<jobs::DoctorCheck>>>(this);
+    connect(m_doctorWatcher, &QFutureWatcherBase::finished, this, &HostsPage::onDoctorFinished);
+    m_doctorWatcher->setFuture(QtConcurrent::run([host] { return runDoctor(host); }));
+    m_doctorView->setHtml(tr("<p>Checking %1…</p>").arg(subject.toHtmlEscaped()));
+    m_doctor->setEnabled(false);
+    m_doctorLocal->setEnabled(false);
+    m_busy->setVisible(true);
+}
+
+void HostsPage::onDoctorFinished()
+{
+    const jobs::Result<QList<jobs::DoctorCheck>> r = m_doctorWatcher->result();
+    m_doctorWatcher->deleteLater();
+    m_doctorWatcher = nullptr;
+    m_doctor->setEnabled(true);
+    m_doctorLocal->setEnabled(true);
+    m_busy->setVisible(m_watcher != nullptr);
+    if (!r) {
+        m_doctorChecks.clear();
+        m_doctorView->setHtml(QStringLiteral("<p>%1</p>").arg(r.error().toHtmlEscaped()));
+        m_message->showMessage(r.error());
+        Q_EMIT doctorFinished(false, m_doctorSubject);
+        return;
+    }
+    m_doctorChecks = r.value();
+    m_doctorView->setHtml(doctorHtml(m_doctorSubject, m_doctorChecks));
+    int missing = 0;
+    for (const jobs::DoctorCheck& c : m_doctorChecks)
+        missing += c.status == "missing";
+    if (missing > 0)
+        m_message->showMessage(missing == 1
+                ? tr("Doctor: one thing %1 needs is missing; the report says how to fix it.")
+                      .arg(m_doctorSubject)
+                : tr("Doctor: %1 things %2 needs are missing; the report says how to fix them.")
+                      .arg(missing)
+                      .arg(m_doctorSubject));
+    else
+        m_message->showMessage(
+            tr("Doctor: %1 has what it needs.").arg(m_doctorSubject), MessageBar::Kind::Info);
+    Q_EMIT doctorFinished(true, m_doctorSubject);
+}
+
+QString HostsPage::doctorHtml(const QString& subject, const QList<jobs::DoctorCheck>& checks)
+{
+    // A paragraph a check (wraps over the panel's width); the fix on its own line.
+    QString html
+        = tr("<p><b>What %1 can train with</b> (shard doctor)</p>").arg(subject.toHtmlEscaped());
+    for (const jobs::DoctorCheck& c : checks) {
+        // Marks in words as well as colour (readable without colour, and by screen readers).
+        const QString mark = c.status == "ok" ? tr("<span style='color:#2e7d32'>✔ ok</span>")
+            : c.status == "warn"              ? tr("<span style='color:#b26a00'>● note</span>")
+                                              : tr("<span style='color:#c62828'><b>✘ "
+                                                                "missing</b></span>");
+        html += QStringLiteral("<p style='margin-top:2px; margin-bottom:4px'>%1 <b>%2</b>: %3")
+                    .arg(mark, c.name.toHtmlEscaped(), c.detail.toHtmlEscaped());
+        if (!c.fix.isEmpty())
+            html += tr("<br>&nbsp;&nbsp;&nbsp;<i>Fix:</i> <code>%1</code>")
+                        .arg(c.fix.toHtmlEscaped());
+        html += QStringLiteral("</p>");
+    }
+    return html;
 }
 
 void HostsPage::saveSettings() const

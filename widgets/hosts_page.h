@@ -2,11 +2,14 @@
 // a connection test off the UI thread, cancellable. An SSH host is tested by
 // jobs::SshLauncher::checkHost, the check a launch makes, and its failures are
 // jobs::SshClient::describeFailure's words: a host that passes here is one a launch reaches.
+// Its Doctor panel shows jobs::doctor's checks (what `shard doctor` prints) for the selected host
+// or for this machine: what each can train with, and the command that fixes each missing piece.
 #pragma once
 
 #include <QFutureWatcher>
 #include <QWidget>
 
+#include "jobs/doctor.h"
 #include "jobs/host_check.h"
 #include "jobs/result.h"
 #include "jobs/slurm_options.h"
@@ -18,6 +21,7 @@ class QProgressBar;
 class QPushButton;
 class QSpinBox;
 class QTableWidget;
+class QTextBrowser;
 
 namespace shard::widgets {
 
@@ -78,11 +82,27 @@ public:
     // Plans for the selected host's GPUs (found by its last Test): planRequested.
     void planForSelected();
 
+    // The Doctor panel: the checks of the selected host (its SSH login; a Slurm cluster's login
+    // node, or this machine for a local one) or of this machine, off the UI thread; the result
+    // arrives through doctorFinished.
+    void doctorSelected();
+    void doctorThisMachine();
+    bool doctoring() const { return m_doctorWatcher != nullptr; }
+    // The last report: whose it is ("this machine" or the host's name) and its checks.
+    QString doctorSubject() const { return m_doctorSubject; }
+    QList<jobs::DoctorCheck> doctorChecks() const { return m_doctorChecks; }
+    // The checks as the panel renders them (HTML: a row a check, the fix under it).
+    static QString doctorHtml(const QString& subject, const QList<jobs::DoctorCheck>& checks);
+    // Runs the doctor for a host (blocking; the page calls it on a pool thread).
+    static jobs::Result<QList<jobs::DoctorCheck>> runDoctor(const HostEntry& host);
+
     void saveSettings() const;
     void loadSettings();
 
 Q_SIGNALS:
     void testFinished(bool ok, const QString& message);
+    // ok false: the host could not be reached (the message bar says why).
+    void doctorFinished(bool ok, const QString& subject);
     void hostsChanged();
     // "Plan for these GPUs": the host's GPU model as nvidia-smi names it, its memory and count.
     void planRequested(const QString& gpuName, double memoryMiB, int gpuCount);
@@ -93,10 +113,15 @@ private:
     HostEntry formEntry() const;
     void onFinished();
     void updatePlanButton();
+    void startDoctor(const QString& subject, const HostEntry& host);
+    void onDoctorFinished();
 
     QList<HostEntry> m_hosts;
     QFutureWatcher<jobs::Result<jobs::HostCheck>>* m_watcher = nullptr;
     HostEntry m_testing;
+    QFutureWatcher<jobs::Result<QList<jobs::DoctorCheck>>>* m_doctorWatcher = nullptr;
+    QString m_doctorSubject;
+    QList<jobs::DoctorCheck> m_doctorChecks;
 
     QTableWidget* m_table = nullptr;
     QLineEdit* m_name = nullptr;
@@ -112,6 +137,9 @@ private:
     QPushButton* m_test = nullptr;
     QPushButton* m_cancel = nullptr;
     QPushButton* m_plan = nullptr;
+    QPushButton* m_doctor = nullptr;
+    QPushButton* m_doctorLocal = nullptr;
+    QTextBrowser* m_doctorView = nullptr;
     QProgressBar* m_busy = nullptr;
     MessageBar* m_message = nullptr;
 };

@@ -10,6 +10,7 @@
 
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -189,6 +190,32 @@ private Q_SLOTS:
         }
         closeMaster(true);
         delete m_sshd;
+    }
+
+    // `shard doctor --host`: the Hosts page's checks run on a host over SSH (exit 0), a worker
+    // missing there (exit 1, with the fix), and a host that cannot be reached (exit 2).
+    void doctorOverSsh()
+    {
+        QString worker = qEnvironmentVariable("SHARD_WORKER");
+        if (worker.isEmpty())
+            worker = QStringLiteral(SHARD_BINARY_DIR "/engine/worker/shard-worker");
+        if (!QFileInfo(worker).isExecutable())
+            QSKIP("no shard-worker in this build");
+        auto o = shard({"doctor", "--host", "node0", "--worker", worker, "--json"});
+        QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
+        const QJsonArray checks = QJsonDocument::fromJson(o.out.toUtf8())["checks"].toArray();
+        QStringList ok;
+        for (const QJsonValue& c : checks)
+            if (c["status"].toString() == "ok")
+                ok << c["name"].toString();
+        QVERIFY2(ok.contains("shard-worker") && ok.contains("system") && ok.contains("ssh"),
+            qPrintable(o.out));
+        o = shard({"doctor", "--host", "node0", "--worker", "/nonexistent/shard-worker"});
+        QCOMPARE(o.code, 1);
+        QVERIFY2(o.out.contains("MISSING shard-worker"), qPrintable(o.out));
+        o = shard({"doctor", "--host", "nobody@127.0.0.1:1"});
+        QCOMPARE(o.code, 2);
+        QVERIFY2(o.err.startsWith("shard doctor: "), qPrintable(o.err));
     }
 
     void runDetachedThenAttach()

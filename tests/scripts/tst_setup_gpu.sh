@@ -2,7 +2,8 @@
 # scripts/setup.sh's choice of build (issue 35), without installing anything: the GPU build's
 # package list on Debian 13 (CUDA LibTorch, toolkit, NCCL, Gloo's CUDA build, cuDNN, in place of
 # the CPU LibTorch's), the CPU list unchanged without it, Debian 12 refusing the GPU list and
-# setting up the CPU build with its two lines, `--gpu` on this machine, and a bad SHARD_GPU.
+# setting up the CPU build with its two lines, `--gpu` on this machine, a bad SHARD_GPU, and (where
+# the GPU build is installed) a driver too old or missing said without failing.
 set -uo pipefail
 setup=${1:?path to scripts/setup.sh}
 failures=0
@@ -55,6 +56,22 @@ if [[ $codename == bookworm ]] && bash "$setup" >/dev/null 2>&1; then
     out=$(SHARD_GPU=1 bash "$setup" 2>&1)
     check "Debian 12 with a GPU says it builds for the CPU and how to get the GPU build: $out" \
         bash -c '[[ $1 == *"Debian 12 has no CUDA LibTorch"* && $1 == *"use Debian 13"* && $1 == *"already installed"* ]]' _ "$out"
+fi
+# Debian 13 with the GPU build installed (CI's CUDA root): a driver too old for CUDA 12, and none,
+# are said without failing the set-up (nvidia-smi here is a script answering as such a driver's).
+if [[ $codename == trixie && ! -e /proc/driver/nvidia/version ]] &&
+    SHARD_GPU=1 bash "$setup" 2>/dev/null | grep -q "already installed"; then
+    bin=$(mktemp -d)
+    printf '#!/bin/sh\n[ "$1" = --query-gpu=driver_version ] && echo 470.82.01\n' >"$bin/nvidia-smi"
+    chmod +x "$bin/nvidia-smi"
+    out=$(PATH="$bin:$PATH" SHARD_GPU=1 bash "$setup" 2>&1)
+    rc=$?
+    check "an old driver is named with the version CUDA 12 needs (exit $rc): $out" \
+        bash -c '[[ $1 -eq 0 && $2 == *"470.82.01, older than 525.60.13"* && $2 == *"apt install nvidia-driver"* ]]' _ "$rc" "$out"
+    rm -rf "$bin"
+    out=$(SHARD_GPU=1 bash "$setup" 2>&1)
+    check "no driver: the GPU build still sets up, and says runs train on the CPU: $out" \
+        bash -c '[[ $1 == *"no NVIDIA driver answers here"* && $1 == *"already installed"* ]]' _ "$out"
 fi
 echo "tst_setup_gpu: $failures failure(s)"
 exit $((failures > 0))

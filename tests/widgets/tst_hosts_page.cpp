@@ -1,7 +1,8 @@
 // Hosts page: a host that refuses the connection (a real ssh client against a closed loopback
 // port) gives a readable message without blocking the UI; OpenSSH failures are explained; a
 // host that answers (a real sshd on loopback, this build's worker on its PATH) reports its GPUs
-// as nvidia-smi lists them, and "Plan for these GPUs" carries them to the Plan page.
+// as nvidia-smi lists them, "Plan for these GPUs" carries them to the Plan page, and its Doctor
+// panel shows `shard doctor`'s checks run there (and here).
 #include <QtTest>
 
 #include <QLineEdit>
@@ -10,6 +11,7 @@
 #include <QSpinBox>
 #include <QTcpServer>
 #include <QTemporaryDir>
+#include <QTextBrowser>
 
 #include "widgets/hosts_page.h"
 #include "widgets/main_window.h"
@@ -71,9 +73,15 @@ private Q_SLOTS:
         {
             QFile smi(bin.filePath("nvidia-smi"));
             QVERIFY(smi.open(QIODevice::WriteOnly));
+            // The Test's query, and the Doctor's (with compute capability and driver).
             smi.write("#!/bin/sh\n"
-                      "[ \"$1\" = --query-gpu=name,memory.total ] || exit 2\n"
-                      "echo 'NVIDIA H200, 143771 MiB'\necho 'NVIDIA H200, 143771 MiB'\n");
+                      "case \"$1\" in\n"
+                      "--query-gpu=name,memory.total) g='NVIDIA H200, 143771 MiB' ;;\n"
+                      "--query-gpu=name,memory.total,compute_cap,driver_version)\n"
+                      "  g='NVIDIA H200, 143771 MiB, 9.0, 550.54.15' ;;\n"
+                      "*) exit 2 ;;\n"
+                      "esac\n"
+                      "echo \"$g\"; echo \"$g\"\n");
             smi.close();
             smi.setPermissions(smi.permissions() | QFile::ExeOwner);
         }
@@ -122,6 +130,45 @@ private Q_SLOTS:
         again.loadSettings();
         QCOMPARE(again.hosts()[0].gpuCount, 2);
         QCOMPARE(again.hosts()[0].gpuMemoryMiB, 143771.0);
+
+        // The Doctor panel for that host: `shard doctor`'s checks run there over SSH. Its worker
+        // is this build's CPU LibTorch, so the GPUs it lists cannot be used: missing, with the
+        // set-up command that fixes it.
+        window.showPage(Page::Hosts);
+        page->selectHost(0);
+        QSignalSpy doctored(page, &HostsPage::doctorFinished);
+        QTest::mouseClick(shard::test::field<QPushButton>(*page, "doctorHost"), Qt::LeftButton);
+        QTRY_COMPARE_WITH_TIMEOUT(doctored.count(), 1, 60000);
+        QVERIFY2(doctored.first().at(0).toBool(), qPrintable(page->messageText()));
+        QCOMPARE(page->doctorSubject(), QString("box"));
+        const auto check = [&](const QString& name) {
+            for (const auto& c : page->doctorChecks())
+                if (c.name == name)
+                    return c;
+            return shard::jobs::DoctorCheck {};
+        };
+        QCOMPARE(check("shard-worker").status, QString("ok"));
+        QVERIFY2(check("gpu").detail.startsWith("2 GPU(s), driver 550.54.15"),
+            qPrintable(check("gpu").detail));
+        QVERIFY(check("gpu").detail.contains("compute capability 9.0"));
+        QCOMPARE(check("cuda-libtorch").status, QString("missing"));
+        QVERIFY(check("cuda-libtorch").fix.contains("SHARD_GPU=1"));
+        QCOMPARE(check("gpu-memory").status, QString("ok"));
+        auto* report = shard::test::field<QTextBrowser>(*page, "doctorReport");
+        QVERIFY(report->toPlainText().contains("What box can train with"));
+        QVERIFY(
+            report->toPlainText().contains("Fix: on Debian 13: SHARD_GPU=1 bash scripts/setup.sh"));
+        QVERIFY2(page->messageText().contains("one thing box needs is missing"),
+            qPrintable(page->messageText()));
+        if (!qEnvironmentVariableIsEmpty("SHARD_SCREENSHOT_DIR"))
+            window.grab().save(qEnvironmentVariable("SHARD_SCREENSHOT_DIR") + "/hosts-doctor.png");
+
+        // This machine: the same checks, here.
+        QTest::mouseClick(shard::test::field<QPushButton>(*page, "doctorLocal"), Qt::LeftButton);
+        QTRY_COMPARE_WITH_TIMEOUT(doctored.count(), 2, 60000);
+        QCOMPARE(page->doctorSubject(), QString("this machine"));
+        QCOMPARE(check("shard-worker").status, QString("ok"));
+        QVERIFY(check("system").detail.contains("GiB RAM"));
         qunsetenv("SHARD_SSH_CONFIG");
     }
 
