@@ -7,8 +7,10 @@
 #   ci-roots.sh run ROOT CMD...     unpack ROOT, run CMD in it (bash -c), unpack removed after
 #   ci-roots.sh cpu-suite           build everything against LibTorch 2.6 (CPU), run the
 #                                   unit, engine, multirank and gui labels
-#   ci-roots.sh cuda-gate           build shard-worker against CUDA LibTorch 2.6 with the NCCL
-#                                   backend, fail unless --version shows CUDA and NCCL
+#   ci-roots.sh cuda-gate           build the whole project against CUDA LibTorch 2.6 with the
+#                                   NCCL backend (the root setup.sh makes with SHARD_GPU=1), fail
+#                                   unless --version shows CUDA and NCCL, print `shard doctor`,
+#                                   run the unit and gui labels and tst_device_choice (no GPU)
 #   ci-roots.sh fresh-ci RELEASE    a clean clone of this repository in a bare debootstrapped
 #                                   root of RELEASE (bookworm or trixie): `bash .ci/run` there,
 #                                   set-up from nothing included (what "a fresh machine" means)
@@ -31,6 +33,7 @@ WORK=${SHARD_CI_WORK:-/var/tmp/shard-ci-roots}
 MIRROR=${SHARD_CI_MIRROR:-http://deb.debian.org/debian}
 JOBS=${SHARD_CI_JOBS:-2}
 SUITE_LABELS='^(unit|engine|multirank|gui)$'
+CUDA_GATE_LABELS='^(unit|gui)$'
 
 # The placeholder for nvidia-cudnn (its real post-install script downloads cuDNN from NVIDIA).
 FAKE_CUDNN_VERSION=9.0.0.312~cuda12+fake1
@@ -211,6 +214,7 @@ run_in() {
     cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/host-ca-certificates.crt" 2>/dev/null || true
     chroot "$dir" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         HOME=/root LC_ALL=C.UTF-8 TERM=dumb CCACHE_DIR=/ccache CCACHE_BASEDIR=/src \
+        CUDA_GATE_LABELS="$CUDA_GATE_LABELS" \
         NODE_EXTRA_CA_CERTS=/etc/ssl/host-ca-certificates.crt \
         CCACHE_MAXSIZE=5G JOBS="$JOBS" SHARD_CI_ROOT="$name" \
         bash -euo pipefail -c "! command -v git >/dev/null || git config --global --add safe.directory /src; cd /src; $cmd" || rc=$?
@@ -229,17 +233,25 @@ cpu_suite() {
 
 cuda_gate() {
     run_in trixie-cuda '
+        # The whole project against CUDA LibTorch, as SHARD_GPU=1 bash scripts/start.sh builds it.
         # No cuDNN in the root (see make_cuda_root): libtorch_cuda.so links with its cudnn
         # symbols left to load time.
-        cmake --preset worker-only -B /build -DSHARD_REQUIRE_CUDA=ON \
-            -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined
-        cmake --build /build -j $JOBS --target shard-worker
+        cmake --preset release -B /build -DSHARD_REQUIRE_CUDA=ON \
+            -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined >/dev/null
+        cmake --build /build -j $JOBS
         v=$(/build/engine/worker/shard-worker --version)
         echo "$v"
         for want in "LibTorch 2\." "CUDA 12\." "NCCL 2\." "NCCL backend on"; do
             grep -qE "$want" <<<"$v" ||
                 { echo "cuda-gate: shard-worker --version lacks /$want/: the CUDA path is off" >&2; exit 1; }
         done
+        # What a user of this build without a GPU sees.
+        /build/app/shard doctor
+        # The tests that need no GPU: with CUDA LibTorch and no driver, --device auto trains on
+        # the CPU and --device cuda refuses (tst_device_choice); the unit and GUI suites.
+        ctest --test-dir /build -L "$CUDA_GATE_LABELS" -j $JOBS --timeout 600 --output-on-failure
+        ctest --test-dir /build -R "^tst_device_choice\$" --timeout 600 --output-on-failure
+        ccache -s | grep -E "Hits|Misses" || true
         echo "cuda-gate: passed"'
 }
 

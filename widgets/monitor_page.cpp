@@ -108,6 +108,19 @@ MonitorPage::MonitorPage(QWidget* parent)
     m_throughput->addSeries(tr("tokens/s"), Theme::seriesColor(1));
     m_throughput->setYAxisLabel(tr("tokens/s"));
     m_throughput->setSmoothing(0.6);
+    m_margin = new LivePlot(tr("Reward margin"), this);
+    m_margin->setObjectName("marginPlot");
+    m_margin->addSeries(tr("chosen − rejected"), Theme::seriesColor(0));
+    m_margin->setYAxisLabel(tr("margin"));
+    m_margin->setSmoothing(0.6);
+    m_accuracy = new LivePlot(tr("Reward accuracy"), this);
+    m_accuracy->setObjectName("accuracyPlot");
+    m_accuracy->addSeries(tr("train"), Theme::seriesColor(1));
+    m_accuracy->addSeries(tr("eval"), Theme::seriesColor(3));
+    m_accuracy->setYIncludesZero(true);
+    m_accuracy->setYAxisLabel(tr("chosen preferred"));
+    m_accuracy->setLegendVisible(true);
+    m_accuracy->setSmoothing(0.6);
     // A command run's engine may log no learning rate, gradient norm or throughput.
     for (LivePlot* p : {m_lr, m_gradNorm, m_throughput})
         p->setAbsentText(tr("Not logged by this run"));
@@ -168,9 +181,12 @@ MonitorPage::MonitorPage(QWidget* parent)
     memoryLayout->setContentsMargins(0, 0, 0, 0);
     memoryLayout->addWidget(m_memory, 1);
     memoryLayout->addWidget(m_deviceMemory);
-    grid->addWidget(memoryBox, 0, 2, 2, 1);
+    grid->addWidget(memoryBox, 0, 2, 3, 1);
     grid->addWidget(m_gradNorm, 1, 0);
     grid->addWidget(m_throughput, 1, 1);
+    grid->addWidget(m_margin, 2, 0);
+    grid->addWidget(m_accuracy, 2, 1);
+    showPreferenceCharts(false);
     grid->setColumnStretch(0, 3);
     grid->setColumnStretch(1, 3);
     grid->setColumnStretch(2, 2);
@@ -254,7 +270,7 @@ MonitorPage::MonitorPage(QWidget* parent)
     });
     connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
         // Like TensorBoard, smoothing applies to every noisy scalar; the schedule is exact.
-        for (LivePlot* p : {m_loss, m_gradNorm, m_throughput})
+        for (LivePlot* p : {m_loss, m_gradNorm, m_throughput, m_margin, m_accuracy})
             p->setSmoothing(v / 100.0);
     });
     connect(m_logRank, qOverload<int>(&QComboBox::activated), this, [this] {
@@ -524,11 +540,12 @@ void MonitorPage::reset()
     m_scalarTag->clear();
     m_scalars->setPoints(0, {}, {});
     m_scalars->setTitle(QString());
-    for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput}) {
+    for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput, m_margin, m_accuracy}) {
         for (int i = 0; i < p->seriesCount(); ++i)
             p->setPoints(i, {}, {});
         p->clearMarkers();
     }
+    showPreferenceCharts(false);
     m_memory->setBars({});
     m_memory->setCapacity(std::nullopt);
     m_deviceMemory->clear();
@@ -591,6 +608,9 @@ void MonitorPage::onUpdate(const jobs::FollowUpdate& u)
         m_run.config = u.spec;
         m_run.name = QString::fromStdString(u.spec.value("name", std::string()));
         m_totalSteps = u.spec.value("steps", int64_t(0));
+        const std::string objective = u.spec.value("objective", std::string("sft"));
+        if (objective == "dpo" || objective == "orpo")
+            showPreferenceCharts(true);
         if (m_predictor) {
             // The predictor may read a model folder: off the UI thread.
             const quint64 generation = ++m_predictionGeneration;
@@ -632,6 +652,16 @@ void MonitorPage::onUpdate(const jobs::FollowUpdate& u)
         m_lr->appendPoints(0, p.step, p.lr);
         m_gradNorm->appendPoints(0, p.step, p.gradNorm);
         m_throughput->appendPoints(0, p.step, p.tokensPerSec);
+        // A preference run's rewards (also in the Scalars tab under their tags).
+        const auto scalar = [&p](const char* tag) { return p.scalars.value(QLatin1String(tag)); };
+        const jobs::ScalarSeries margin = scalar("train/rewards/margins");
+        const jobs::ScalarSeries accuracy = scalar("train/rewards/accuracies");
+        const jobs::ScalarSeries evalAccuracy = scalar("eval/rewards/accuracies");
+        if (!margin.step.isEmpty() || !accuracy.step.isEmpty())
+            showPreferenceCharts(true);
+        m_margin->appendPoints(0, margin.step, margin.value);
+        m_accuracy->appendPoints(0, accuracy.step, accuracy.value);
+        m_accuracy->appendPoints(1, evalAccuracy.step, evalAccuracy.value);
         updateMemory();
         updateProgress();
         Q_EMIT pointsArrived(pointCount());
@@ -900,16 +930,22 @@ void MonitorPage::resumeRun()
     m_store->resumeRun(m_storeRunId);
 }
 
+void MonitorPage::showPreferenceCharts(bool on)
+{
+    m_margin->setVisible(on);
+    m_accuracy->setVisible(on);
+}
+
 void MonitorPage::flushCharts()
 {
-    for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput})
+    for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput, m_margin, m_accuracy})
         p->flushNow();
     m_memory->flushNow();
 }
 
 void MonitorPage::restyle()
 {
-    for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput})
+    for (LivePlot* p : {m_loss, m_lr, m_gradNorm, m_throughput, m_margin, m_accuracy})
         p->restyle();
     m_memory->restyle();
 }

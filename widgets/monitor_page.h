@@ -83,6 +83,10 @@ public:
     LivePlot* lrPlot() const { return m_lr; }
     LivePlot* gradNormPlot() const { return m_gradNorm; }
     LivePlot* throughputPlot() const { return m_throughput; }
+    // A preference run's (DPO, ORPO) reward margin and accuracy, as TRL logs them: shown for
+    // such runs only (their spec's objective, or the scalars arriving).
+    LivePlot* marginPlot() const { return m_margin; }
+    LivePlot* accuracyPlot() const { return m_accuracy; }
     MemoryBarChart* memoryChart() const { return m_memory; }
     // The run's sample completions (step, prompt, completion), as sample events arrive.
     QTreeWidget* samplesView() const { return m_samples; }
@@ -152,6 +156,9 @@ private:
     LivePlot* m_lr = nullptr;
     LivePlot* m_gradNorm = nullptr;
     LivePlot* m_throughput = nullptr;
+    LivePlot* m_margin = nullptr;
+    LivePlot* m_accuracy = nullptr;
+    void showPreferenceCharts(bool on);
     MemoryBarChart* m_memory = nullptr;
     QLabel* m_deviceMemory = nullptr;
     QPlainTextEdit* m_log = nullptr;

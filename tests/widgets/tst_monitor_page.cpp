@@ -10,6 +10,8 @@
 
 #include <QDir>
 #include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QPlainTextEdit>
 #include <QProcess>
 #include <QProgressBar>
@@ -32,6 +34,7 @@
 #include "widgets/plan_page.h"
 
 #include "../jobs/jobs_test_util.h"
+#include "studio_test_util.h"
 
 using namespace shard::widgets;
 
@@ -519,6 +522,66 @@ private Q_SLOTS:
             page.throughputPlot()->absentTextShown(), QString("Not logged by this run"), 10000);
         QCOMPARE(page.lrPlot()->absentTextShown(), QString()); // the learning rate is logged
         QCOMPARE(page.lossPlot()->absentTextShown(), QString());
+    }
+
+    // A DPO run trained by this build's worker: its reward margin and accuracy (train, and the
+    // held-out pairs' accuracy) are charted beside the loss, as its metrics.jsonl has them; a
+    // supervised run shows no such charts.
+    void preferenceRunChartsMarginAndAccuracy()
+    {
+        const QString worker = shard::test::findWorker();
+        if (worker.isEmpty())
+            QSKIP("no shard-worker in this build");
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const auto run = [&](const QStringList& args) {
+            QProcess p;
+            p.start(worker, args);
+            QVERIFY2(p.waitForFinished(120000) && p.exitCode() == 0,
+                qPrintable(args.join(' ') + ": " + p.readAllStandardError()));
+        };
+        run({"init-model", "--preset", "tiny-1m", "--out", tmp.filePath("model"), "--seed", "1"});
+        run({"make-data", "--task", "arithmetic", "--format", "preference", "--count", "40",
+            "--seed", "2", "--out", tmp.filePath("pairs.jsonl")});
+        run({"train", "--model", tmp.filePath("model"), "--data", tmp.filePath("pairs.jsonl"),
+            "--out", tmp.filePath("dpo"), "--objective", "dpo", "--dpo-beta", "0.1", "--steps", "6",
+            "--micro-batch", "4", "--seq-len", "48", "--threads", "1", "--lr", "1e-3",
+            "--eval-fraction", "0.2", "--eval-every", "3", "--log-every", "1"});
+
+        Service store;
+        MonitorPage page;
+        page.resize(1200, 900);
+        page.show();
+        page.setStore(&store.service);
+        QVERIFY(!page.marginPlot()->isVisible());
+        page.openRunDirectory(tmp.filePath("dpo"));
+        QTRY_COMPARE_WITH_TIMEOUT(page.marginPlot()->series(0).size(), 6, 30000);
+        QVERIFY(page.marginPlot()->isVisible() && page.accuracyPlot()->isVisible());
+        QCOMPARE(page.accuracyPlot()->series(0).size(), 6);
+        QTRY_VERIFY_WITH_TIMEOUT(page.accuracyPlot()->series(1).size() >= 2, 10000); // eval
+        // The points are the run's own: its metrics.jsonl's last margin.
+        QFile metrics(tmp.filePath("dpo/metrics.jsonl"));
+        QVERIFY(metrics.open(QIODevice::ReadOnly));
+        double lastMargin = std::nan("");
+        for (const QByteArray& line : metrics.readAll().split('\n')) {
+            const QJsonObject r = QJsonDocument::fromJson(line).object();
+            if (r["scalars"].toObject().contains("rewards/margins"))
+                lastMargin = r["scalars"]["rewards/margins"].toDouble();
+        }
+        QVERIFY(!std::isnan(lastMargin));
+        QCOMPARE(page.marginPlot()->series(0).values().back(), lastMargin);
+        for (double a : page.accuracyPlot()->series(0).values())
+            QVERIFY(a >= 0.0 && a <= 1.0);
+        if (!qEnvironmentVariableIsEmpty("SHARD_SCREENSHOT_DIR")) {
+            page.flushCharts();
+            page.grab().save(qEnvironmentVariable("SHARD_SCREENSHOT_DIR") + "/monitor-dpo.png");
+        }
+        // Another run, supervised: the charts go.
+        const QString sft
+            = startedRun(tmp, "sft", R"({"name":"sft","steps":3,"strategy":"zero3"})");
+        page.openRunDirectory(sft);
+        QTRY_VERIFY_WITH_TIMEOUT(!page.marginPlot()->isVisible(), 10000);
+        QCOMPARE(page.marginPlot()->series(0).size(), 0);
     }
 
     // A restart in place (launch --max-restarts) is said in the message bar and marked on the
