@@ -116,7 +116,8 @@ QString doctorScript(const QString& workerProgram)
     return QStringLiteral(
         "w=%1\n"
         "echo @@os; (. /etc/os-release 2>/dev/null && echo \"$PRETTY_NAME\")\n"
-        "echo @@cores; nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null\n"
+        "echo @@cores; env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || "
+        "getconf _NPROCESSORS_ONLN 2>/dev/null\n"
         "echo @@mem-kib; awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null\n"
         "echo @@worker-path; command -v \"$w\" 2>/dev/null\n"
         "if command -v \"$w\" >/dev/null 2>&1; then echo @@worker; \"$w\" --version 2>&1; "
@@ -239,11 +240,15 @@ QList<DoctorCheck> diagnose(const DoctorFacts& f)
             .arg(f.ramGiB, 0, 'f', 1));
 
     // shard-worker and its LibTorch.
-    const QString workerFirst = f.workerVersion.section('\n', 0, 0);
+    // Its version and LibTorch lines (the dynamic loader may warn before them).
+    QString workerFirst = f.workerVersion.section('\n', 0, 0);
     QString libtorch;
-    for (const QString& line : f.workerVersion.split('\n'))
+    for (const QString& line : f.workerVersion.split('\n')) {
         if (line.startsWith("LibTorch"))
             libtorch = line;
+        if (line.startsWith("shard-worker "))
+            workerFirst = line;
+    }
     const bool workerOk = !f.workerPath.isEmpty() && f.workerExit == 0;
     const auto cudaMatch
         = QRegularExpression(QStringLiteral("built with CUDA (\\d+)\\.(\\d+)")).match(libtorch);

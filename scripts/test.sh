@@ -2,8 +2,9 @@
 # Sets up a fresh Debian 12 or 13 machine if needed, builds everything (Release, Ninja, ccache)
 # and runs every test through CTest. Extra arguments go to ctest (e.g. -L unit, -R tst_planner).
 # With --all-platforms first (what .ci/run does), it then also builds and tests in Debian 13
-# roots (scripts/ci-roots.sh): the whole project against LibTorch 2.6 (labels unit, engine,
-# multirank, gui) and the CUDA build gate of shard-worker. Needs root for the roots.
+# roots (scripts/ci-roots.sh): the whole project against LibTorch 2.6 (CPU; labels engine,
+# multirank), and against CUDA LibTorch 2.6 as setup.sh installs it with SHARD_GPU=1 (the CUDA
+# gate: labels unit, gui and the device fallback, no GPU needed). Needs root for the roots.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 all_platforms=0
@@ -48,10 +49,10 @@ if ((all_platforms)); then
         i=$((i + 1))
     done
     phase "Debian 13 roots ready"
-    echo "test: Debian 13, LibTorch 2.6 (CPU): whole project, labels unit engine multirank gui"
+    echo "test: Debian 13, LibTorch 2.6 (CPU): whole project, labels engine multirank"
     bash scripts/ci-roots.sh cpu-suite
     phase "Debian 13 suite done"
-    echo "test: Debian 13, CUDA build gate (shard-worker, CUDA LibTorch 2.6, NCCL backend)"
+    echo "test: Debian 13, CUDA gate: whole project against CUDA LibTorch 2.6 (NCCL backend), labels unit gui"
     bash scripts/ci-roots.sh cuda-gate
     phase "CUDA build gate done"
 fi
