@@ -14,6 +14,7 @@
 #include "jobs/ssh_client.h"
 #include "plan/model_spec.h"
 #include "plan/planner.h"
+#include "protocol/cuda_driver.h"
 
 namespace shard::jobs {
 
@@ -49,12 +50,10 @@ QList<Gpu> parseGpus(const QString& smiOutput)
     return gpus;
 }
 
-QString driverFromProc(const QString& line)
+// Dotted versions compared as numbers (protocol/cuda_driver.h).
+int compareVersions(const QString& a, const QString& b)
 {
-    // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ..."
-    const auto m
-        = QRegularExpression(QStringLiteral("Module\\s+(\\d+\\.\\d+(?:\\.\\d+)?)")).match(line);
-    return m.hasMatch() ? m.captured(1) : QString();
+    return protocol::compareDottedVersions(a.toStdString(), b.toStdString());
 }
 
 // The planner's answer to "what fits on these GPUs": per method, the largest preset (by
@@ -192,33 +191,6 @@ DoctorFacts parseDoctorFacts(const QByteArray& output, const QString& workerProg
     return f;
 }
 
-QString minimumDriverFor(int cudaMajor)
-{
-    switch (cudaMajor) {
-    case 11:
-        return QStringLiteral("450.80.02");
-    case 12:
-        return QStringLiteral("525.60.13");
-    case 13:
-        return QStringLiteral("580.65.06");
-    default:
-        return {};
-    }
-}
-
-int compareVersions(const QString& a, const QString& b)
-{
-    const QStringList x = a.split('.');
-    const QStringList y = b.split('.');
-    for (int i = 0; i < std::max(x.size(), y.size()); ++i) {
-        const int p = i < x.size() ? x[i].toInt() : 0;
-        const int q = i < y.size() ? y[i].toInt() : 0;
-        if (p != q)
-            return p < q ? -1 : 1;
-    }
-    return 0;
-}
-
 QList<DoctorCheck> diagnose(const DoctorFacts& f)
 {
     QList<DoctorCheck> checks;
@@ -295,7 +267,8 @@ QList<DoctorCheck> diagnose(const DoctorFacts& f)
     const QList<Gpu> gpus = parseGpus(f.smiOutput);
     QString driver = gpus.isEmpty() ? QString() : gpus.front().driver;
     if (driver.isEmpty())
-        driver = driverFromProc(f.driverProc);
+        driver
+            = QString::fromStdString(protocol::driverVersionFromProc(f.driverProc.toStdString()));
     const bool driverLoaded = !f.driverProc.isEmpty();
     if (gpus.isEmpty()) {
         if (f.smiFound && f.smiExit != 0) {
@@ -355,7 +328,7 @@ QList<DoctorCheck> diagnose(const DoctorFacts& f)
     // The driver against the CUDA the worker was built with.
     if (workerCuda && !driver.isEmpty()) {
         const int major = cudaMatch.captured(1).toInt();
-        const QString needed = minimumDriverFor(major);
+        const QString needed = QString::fromStdString(protocol::minimumDriverForCuda(major));
         if (!needed.isEmpty() && compareVersions(driver, needed) < 0)
             add("driver", "missing",
                 QObject::tr("driver %1 is older than CUDA %2's minimum, %3: shard-worker (built "

@@ -50,12 +50,6 @@ struct DoctorFacts {
 QString doctorScript(const QString& workerProgram);
 DoctorFacts parseDoctorFacts(const QByteArray& output, const QString& workerProgram);
 
-// The NVIDIA driver a CUDA major version needs at least (CUDA's release notes, Linux x86_64):
-// 11: 450.80.02, 12: 525.60.13, 13: 580.65.06; empty for a version it does not know.
-QString minimumDriverFor(int cudaMajor);
-// -1, 0, 1 as a < b, ==, > b, comparing dotted numbers ("535.104.05") field by field.
-int compareVersions(const QString& a, const QString& b);
-
 // The checks, in the order `shard doctor` prints them.
 QList<DoctorCheck> diagnose(const DoctorFacts& facts);
 // True when something a run needs is missing (the worker itself).

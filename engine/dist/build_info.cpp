@@ -28,4 +28,13 @@ std::string buildInfo()
     return info;
 }
 
+std::string cudaBuildVersion()
+{
+#ifdef SHARD_TORCH_CUDA_VERSION
+    return SHARD_TORCH_CUDA_VERSION;
+#else
+    return {};
+#endif
+}
+
 } // namespace shard::dist

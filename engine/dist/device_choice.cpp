@@ -2,14 +2,29 @@
 #include "dist/device_choice.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <stdexcept>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 
 #include "dist/build_info.h"
+#include "protocol/cuda_driver.h"
 
 namespace shard::dist {
+
+namespace {
+
+// The loaded NVIDIA driver's first /proc line; "" without a driver.
+std::string nvidiaDriverLine()
+{
+    std::ifstream in("/proc/driver/nvidia/version");
+    std::string line;
+    std::getline(in, line);
+    return line;
+}
+
+} // namespace
 
 c10::Device chooseDevice(const std::string& requested, int localRank, int visibleGpus)
 {
@@ -24,7 +39,8 @@ c10::Device chooseDevice(const std::string& requested, int localRank, int visibl
         throw std::runtime_error(
             "--device cuda: no CUDA GPU is visible to this rank (shard-worker: " + buildInfo()
             + (visible ? std::string(", CUDA_VISIBLE_DEVICES='") + visible + "'" : std::string())
-            + "); use --device cpu, or a CUDA build of shard-worker on a GPU node");
+            + ")" + protocol::noGpuDriverHint(nvidiaDriverLine(), cudaBuildVersion())
+            + "; use --device cpu, or a CUDA build of shard-worker on a GPU node");
     }
     if (localRank < 0 || localRank >= visibleGpus)
         throw std::runtime_error("local rank " + std::to_string(localRank) + " has no GPU of its "

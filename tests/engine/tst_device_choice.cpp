@@ -118,6 +118,9 @@ void workerRuns()
     T_CHECK(contains(r, "--device cuda: no CUDA GPU is visible to this rank"));
     T_CHECK(contains(r, shard::dist::buildInfo()));
     T_CHECK(contains(r, "use --device cpu"));
+    // A CUDA build says what the driver has to do with it (CI's CUDA root has none loaded).
+    if (!shard::dist::cudaBuildVersion().empty() && !fs::exists("/proc/driver/nvidia/version"))
+        T_CHECK(contains(r, "no NVIDIA driver is loaded on this node"));
     T_CHECK(!fs::exists(g_dir + "/cuda/metrics.jsonl"));
     // Under the launcher, the same error reaches the run's events.
     r = worker(

@@ -10,6 +10,7 @@
 #include <QTest>
 
 #include "jobs/doctor.h"
+#include "protocol/cuda_driver.h"
 
 using namespace shard::jobs;
 
@@ -106,15 +107,32 @@ private Q_SLOTS:
         QVERIFY(w->fix.contains("cmake --build"));
     }
 
+    // The driver rules, shared with the worker's refusal of --device cuda.
     void versions()
     {
-        QCOMPARE(compareVersions("470.82.01", "525.60.13"), -1);
-        QCOMPARE(compareVersions("550.54.15", "525.60.13"), 1);
-        QCOMPARE(compareVersions("525.60.13", "525.60.13"), 0);
-        QCOMPARE(compareVersions("8.6", "8.0"), 1);
-        QCOMPARE(minimumDriverFor(12), QString("525.60.13"));
-        QCOMPARE(minimumDriverFor(13), QString("580.65.06"));
-        QVERIFY(minimumDriverFor(7).isEmpty());
+        using namespace shard::protocol;
+        QCOMPARE(compareDottedVersions("470.82.01", "525.60.13"), -1);
+        QCOMPARE(compareDottedVersions("550.54.15", "525.60.13"), 1);
+        QCOMPARE(compareDottedVersions("525.60.13", "525.60.13"), 0);
+        QCOMPARE(compareDottedVersions("8.6", "8.0"), 1);
+        QCOMPARE(minimumDriverForCuda(12), std::string("525.60.13"));
+        QCOMPARE(minimumDriverForCuda(13), std::string("580.65.06"));
+        QVERIFY(minimumDriverForCuda(7).empty());
+        const std::string proc
+            = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.82.01  Fri Oct 22 2021";
+        QCOMPARE(driverVersionFromProc(proc), std::string("470.82.01"));
+        // What the worker adds when it sees no GPU: the old driver and the one it needs...
+        const std::string old = noGpuDriverHint(proc, "12.4.131");
+        QVERIFY2(
+            old.find("470.82.01, older than 525.60.13, the least CUDA 12") != std::string::npos,
+            old.c_str());
+        // ...no driver at all, a new enough one that shows nothing, and nothing for a CPU build.
+        QVERIFY(noGpuDriverHint("", "12.4.131").find("no NVIDIA driver") != std::string::npos);
+        QVERIFY(noGpuDriverHint(
+                    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue", "12.4.131")
+                    .find("shows this process no GPU")
+            != std::string::npos);
+        QVERIFY(noGpuDriverHint(proc, "").empty());
     }
 
     // A driver older than the worker's CUDA: the GPUs are listed, the driver check says what
