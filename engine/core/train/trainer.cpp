@@ -1127,8 +1127,8 @@ void Trainer::pipelineSchedule(Loop& loop, const std::vector<CopyRows>& inputs, 
         m_strategy->postBackward(0);
 }
 
-std::vector<at::Tensor> Trainer::pipelineSequenceLogProbs(
-    Loop& loop, const std::vector<CopyRows>& batches)
+std::vector<at::Tensor> Trainer::pipelineForwardSums(
+    Loop& loop, const std::vector<CopyRows>& batches, bool logProbs)
 {
     at::NoGradGuard noGrad;
     const size_t P = static_cast<size_t>(m_strategy->pipelineStages());
@@ -1140,7 +1140,7 @@ std::vector<at::Tensor> Trainer::pipelineSequenceLogProbs(
         const size_t end = std::min(batches.size(), w + P);
         for (int c = 0; c < m_strategy->pipelineChunks(); ++c) {
             StagePart part = stagePart(c);
-            part.logProbs = true;
+            part.logProbs = logProbs;
             for (size_t b = w; b < end; ++b) {
                 at::Tensor input;
                 if (!part.first) {
@@ -1149,7 +1149,8 @@ std::vector<at::Tensor> Trainer::pipelineSequenceLogProbs(
                 }
                 StageOut out = loop.runner.stage(part, batches[b].ids, input, batches[b].labels);
                 if (part.last)
-                    sums[b] = out.tokenLogProbs.sum(1).to(at::kDouble);
+                    sums[b] = logProbs ? out.tokenLogProbs.sum(1).to(at::kDouble)
+                                       : out.loss.sum.detach().to(at::kDouble).reshape({1});
                 else
                     m_strategy->pipelineSend(
                         out.hidden.contiguous(), Strategy::PipeTensor::Activation);
@@ -1158,6 +1159,26 @@ std::vector<at::Tensor> Trainer::pipelineSequenceLogProbs(
         m_strategy->pipelineFlush();
     }
     return sums;
+}
+
+std::vector<at::Tensor> Trainer::pipelineReference(Loop& loop,
+    const std::vector<std::vector<TrainRow>>& batches, const std::vector<CopyRows>& inputs,
+    const std::vector<std::pair<int64_t, int64_t>>& pairRanges)
+{
+    std::vector<at::Tensor> reference(batches.size());
+    if (m_preference->objective != "dpo")
+        return reference;
+    if (!m_reference.defined()) {
+        // The base with its adapters off, through the stages without gradients (collective).
+        AdaptersOff off(loop.runner);
+        return pipelineForwardSums(loop, inputs, true);
+    }
+    if (m_strategy->pipelineStage() == m_strategy->pipelineStages() - 1)
+        for (size_t k = 0; k < batches.size(); ++k)
+            if (pairRanges[k].second > pairRanges[k].first)
+                reference[k]
+                    = precomputedReference(batches[k], pairRanges[k].first, pairRanges[k].second);
+    return reference;
 }
 
 Trainer::CopyRows Trainer::copyRows(const std::vector<TrainRow>& rows, int64_t lo, int64_t hi) const
@@ -1178,28 +1199,6 @@ at::Tensor Trainer::activationBuffer(const ModelRunner& runner, const at::Tensor
     const int64_t positions = runner.sequenceParallel() ? ids.size(1) / m_mesh.tp : ids.size(1);
     return at::empty({ids.size(0), positions, m_model->spec().hiddenSize},
         at::TensorOptions().dtype(m_computeDtype).device(m_device));
-}
-
-at::Tensor Trainer::pipelineEvalSum(
-    Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi)
-{
-    const CopyRows in = copyRows(rows, lo, hi);
-    at::Tensor sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
-    for (int c = 0; c < m_strategy->pipelineChunks(); ++c) {
-        const StagePart part = stagePart(c);
-        at::Tensor input;
-        if (!part.first) {
-            input = activationBuffer(loop.runner, in.ids);
-            m_strategy->pipelineRecv(input, Strategy::PipeTensor::Activation);
-        }
-        StageOut out = loop.runner.stage(part, in.ids, input, in.labels);
-        if (part.last)
-            sum.add_(out.loss.sum.detach().to(at::kDouble).reshape({1}));
-        else
-            m_strategy->pipelineSend(out.hidden.contiguous(), Strategy::PipeTensor::Activation);
-    }
-    m_strategy->pipelineFlush();
-    return sum;
 }
 
 Trainer::PairForward Trainer::pairForward(
@@ -1293,21 +1292,12 @@ void Trainer::preferenceMicroSteps(
     if (m_mesh.pp > 1) {
         // Pipeline parallel: the policy's sequences go through the stages in the 1F1B order, and
         // the last stage turns their log-probabilities into the pair loss. A live DPO reference
-        // is a pass without gradients through the stages before it (pipelineSequenceLogProbs).
+        // is a pass without gradients through the stages before it (pipelineForwardSums).
         std::vector<CopyRows> inputs;
         for (const auto& rows : micro)
             inputs.push_back(copyRows(rows, 2 * lo, 2 * hi));
-        const bool last = m_strategy->pipelineStage() == m_strategy->pipelineStages() - 1;
-        std::vector<at::Tensor> reference(micro.size());
-        if (m_preference->objective == "dpo") {
-            if (!m_reference.defined()) {
-                AdaptersOff off(loop.runner);
-                reference = pipelineSequenceLogProbs(loop, inputs);
-            } else if (last && hi > lo) {
-                for (size_t k = 0; k < micro.size(); ++k)
-                    reference[k] = precomputedReference(micro[k], lo, hi);
-            }
-        }
+        const std::vector<at::Tensor> reference = pipelineReference(
+            loop, micro, inputs, std::vector<std::pair<int64_t, int64_t>>(micro.size(), {lo, hi}));
         pipelineSchedule(
             loop, inputs, true, 1.0,
             [&](int k, const StageOut& out) {
@@ -1348,7 +1338,7 @@ void Trainer::precomputeReference(Io& io, Loop& loop)
     m_reference = at::zeros({2 * total}, at::TensorOptions().dtype(at::kDouble).device(m_device));
     const int64_t chunk = m_spec.microBatch * dataParallel();
     // Pipeline parallel: as many chunks as stages go through the stages at once
-    // (pipelineSequenceLogProbs); otherwise one chunk at a time.
+    // (pipelineForwardSums); otherwise one chunk at a time.
     const int64_t window = chunk * m_mesh.pp;
     for (int64_t w = 0; w < total; w += window) {
         launch::RankHeartbeat::report(0, launch::RankPhase::Setup);
@@ -1376,7 +1366,7 @@ void Trainer::precomputeReference(Io& io, Loop& loop)
         }
         std::vector<at::Tensor> sums;
         if (m_mesh.pp > 1) {
-            sums = pipelineSequenceLogProbs(loop, batches); // defined on the last stage
+            sums = pipelineForwardSums(loop, batches, true); // defined on the last stage
         } else {
             for (const CopyRows& in : batches)
                 sums.push_back(loop.runner.tokenLogProbs(in.ids, in.labels).sum(1).to(at::kDouble));
@@ -1487,19 +1477,13 @@ double Trainer::evaluate(Loop& loop, std::map<std::string, double>& scalars)
                 inputs.push_back(copyRows(
                     batches.back(), 2 * copyPairs.back().first, 2 * copyPairs.back().second));
             }
-            std::vector<at::Tensor> reference(batches.size());
-            if (m_preference->objective == "dpo" && !m_reference.defined()) {
-                AdaptersOff off(loop.runner);
-                reference = pipelineSequenceLogProbs(loop, inputs);
-            }
-            const std::vector<at::Tensor> policy = pipelineSequenceLogProbs(loop, inputs);
+            const std::vector<at::Tensor> reference
+                = pipelineReference(loop, batches, inputs, copyPairs);
+            const std::vector<at::Tensor> policy = pipelineForwardSums(loop, inputs, true);
             for (size_t i = 0; i < batches.size(); ++i) {
                 const auto [lo, hi] = copyPairs[i];
-                if (!policy[i].defined() || hi <= lo)
-                    continue;
-                if (m_preference->objective == "dpo" && m_reference.defined())
-                    reference[i] = precomputedReference(batches[i], lo, hi);
-                add(pairLoss(inputs[i].labels, policy[i], reference[i]));
+                if (policy[i].defined() && hi > lo)
+                    add(pairLoss(inputs[i].labels, policy[i], reference[i]));
             }
         }
         for (int64_t b = 0; m_mesh.pp <= 1 && b < pairs; b += chunk) {
@@ -1521,20 +1505,24 @@ double Trainer::evaluate(Loop& loop, std::map<std::string, double>& scalars)
     double tokens = 0.0;
     at::Tensor sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m_device));
     const int64_t chunk = m_spec.microBatch * dataParallel();
+    std::vector<CopyRows> staged; // pipeline parallel: every chunk in one pass through the stages
     for (int64_t b = 0; b < static_cast<int64_t>(rows.size()); b += chunk) {
         const int64_t e = std::min<int64_t>(rows.size(), b + chunk);
         std::vector<TrainRow> batch(rows.begin() + b, rows.begin() + e);
         // The last chunk may have fewer rows than copies: a copy without rows still runs the
         // forward (sharded strategies gather inside it), on a masked row (copyRows).
         const auto [lo, hi] = m_mesh.dataRows(m_rank, e - b);
-        if (m_mesh.pp > 1) {
-            sum.add_(pipelineEvalSum(loop, batch, lo, hi));
-        } else {
-            const CopyRows in = copyRows(batch, lo, hi);
+        const CopyRows in = copyRows(batch, lo, hi);
+        if (m_mesh.pp > 1)
+            staged.push_back(in);
+        else
             sum.add_(loop.runner.lossSum(in.ids, in.labels).sum.detach().to(at::kDouble));
-        }
         tokens += static_cast<double>(countTokens(batch));
     }
+    if (!staged.empty())
+        for (const at::Tensor& s : pipelineForwardSums(loop, staged, false))
+            if (s.defined()) // the last stage's
+                sum.add_(s);
     m_strategy->allReduceSumInPlace(sum);
     return tokens > 0 ? hostsync::readValue(sum) / tokens : 0.0;
 }

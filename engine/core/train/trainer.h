@@ -138,15 +138,19 @@ private:
     void pipelineSchedule(Loop& loop, const std::vector<CopyRows>& inputs, bool logProbs,
         double gradScale, const std::function<at::Tensor(int, const StageOut&)>& lastLoss,
         Step& done);
-    // Pipeline parallel, without gradients: each batch's sequence log-probabilities (rows, fp64,
-    // on the device), defined on the last stage only (undefined elsewhere). Collective over the
-    // pipeline group: every stage calls it with its copy's batches.
-    std::vector<at::Tensor> pipelineSequenceLogProbs(
-        Loop& loop, const std::vector<CopyRows>& batches);
-    // Pipeline parallel: this stage's forward of rows [lo, hi) of `rows` without gradients,
-    // the activation passed on; the last stage returns the loss sum (fp64, on the device).
-    at::Tensor pipelineEvalSum(
-        Loop& loop, const std::vector<TrainRow>& rows, int64_t lo, int64_t hi);
+    // Pipeline parallel, without gradients: each batch's sums, defined on the last stage only
+    // (undefined elsewhere), fp64 on the device: its rows' sequence log-probabilities
+    // (`logProbs`), or its loss sum (shape {1}). Collective over the pipeline group: every stage
+    // calls it with its copy's batches.
+    std::vector<at::Tensor> pipelineForwardSums(
+        Loop& loop, const std::vector<CopyRows>& batches, bool logProbs);
+    // DPO's reference sums of each batch of pairs under pipeline parallel (defined on the last
+    // stage; none for ORPO): the live reference, the base with its adapters off through the
+    // stages without gradients (collective), or the precomputed one for the pairs [lo, hi) of
+    // pairRanges.
+    std::vector<at::Tensor> pipelineReference(Loop& loop,
+        const std::vector<std::vector<TrainRow>>& batches, const std::vector<CopyRows>& inputs,
+        const std::vector<std::pair<int64_t, int64_t>>& pairRanges);
     // A data-parallel copy's rows [lo, hi) of `rows` as ids and labels (on the host). A copy
     // with none (fewer rows than copies) gets the first row with every label masked: it adds
     // nothing to a sum, and the forward still runs, which sharded stages gather inside.
