@@ -161,7 +161,10 @@ cudnn_half_installed() {
 # The GPU build's CUDA LibTorch cannot load without cuDNN's library.
 check_cudnn() {
     ((gpu)) || return 0
-    if ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so'; then
+    # (Read whole first: grep -q stopping early would fail the pipe under pipefail.)
+    local libs
+    libs=$(/sbin/ldconfig -p 2>/dev/null || true)
+    if ! grep -q 'libcudnn\.so' <<<"$libs"; then
         echo "setup: nvidia-cudnn is installed but no libcudnn is in the linker cache: the CUDA LibTorch cannot load without it (its download from NVIDIA did not finish, or the files were removed)." >&2
         echo "setup: sudo apt-get install --reinstall nvidia-cudnn (needs internet access to NVIDIA), then run this script again; \`shard doctor\` checks the rest." >&2
         exit 1
@@ -180,7 +183,7 @@ fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true) != "install ok installed" ]]; then
         missing+=("$p")
     fi
 done

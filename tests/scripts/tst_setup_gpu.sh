@@ -59,8 +59,9 @@ if [[ $codename == bookworm ]] && bash "$setup" >/dev/null 2>&1; then
 fi
 # Debian 13 with the GPU build installed (CI's CUDA root): a driver too old for CUDA 12, and none,
 # are said without failing the set-up (nvidia-smi here is a script answering as such a driver's).
-if [[ $codename == trixie && ! -e /proc/driver/nvidia/version ]] &&
-    SHARD_GPU=1 bash "$setup" 2>/dev/null | grep -q "already installed"; then
+installed=""
+[[ $codename == trixie ]] && installed=$(SHARD_GPU=1 bash "$setup" 2>/dev/null || true)
+if [[ $codename == trixie && ! -e /proc/driver/nvidia/version && $installed == *"already installed"* ]]; then
     bin=$(mktemp -d)
     printf '#!/bin/sh\n[ "$1" = --query-gpu=driver_version ] && echo 470.82.01\n' >"$bin/nvidia-smi"
     chmod +x "$bin/nvidia-smi"
