@@ -5,6 +5,8 @@
 // host through jobs::SshClient): the system, the worker's `--version`, the NVIDIA driver and
 // `nvidia-smi`'s GPUs, NCCL and cuDNN in the linker cache and dpkg's state of nvidia-cudnn, and
 // the SSH and Slurm clients. diagnose() judges them, so a host is judged exactly as this machine.
+// The script and the judgement are plan/doctor.h's (Qt-free: `shard-worker doctor` prints the
+// same checks on a node without the studio); these are them in Qt's types.
 #pragma once
 
 #include <QByteArray>

@@ -10,7 +10,8 @@
 #   ci-roots.sh cuda-gate           build the whole project against CUDA LibTorch 2.6 with the
 #                                   NCCL backend (the root setup.sh makes with SHARD_GPU=1), fail
 #                                   unless --version shows CUDA and NCCL, print `shard doctor`,
-#                                   run the unit and gui labels and tst_device_choice (no GPU)
+#                                   run the unit and gui labels and tst_device_choice (no GPU),
+#                                   install its .deb in a clean root (tst_deb_install)
 #   ci-roots.sh fresh-ci RELEASE    a clean clone of this repository in a bare debootstrapped
 #                                   root of RELEASE (bookworm or trixie): `bash .ci/run` there,
 #                                   set-up from nothing included (what "a fresh machine" means)
@@ -203,6 +204,9 @@ run_in() {
     mount -o remount,bind,ro "$dir/src"
     # SHARD_CI_CCACHE: a ccache folder of the host's to use instead of the release's.
     mount --bind "${SHARD_CI_CCACHE:-$CACHE/ccache-${name%%-*}}" "$dir/ccache"
+    # The package test's minbase tarballs and apt downloads (tests/package), shared with the host.
+    mkdir -p /var/cache/shard-studio-test "$dir/var/cache/shard-studio-test"
+    mount --bind /var/cache/shard-studio-test "$dir/var/cache/shard-studio-test"
     if ((${SHARD_CI_CLONE:-0})); then
         # A clean clone made by the host's git (a bare root has none), owned by root there.
         git clone -q "$SRC" "$dir/root/clone"
@@ -253,6 +257,10 @@ cuda_gate() {
         # the CPU and --device cuda refuses (tst_device_choice); the unit and GUI suites.
         ctest --test-dir /build -L "$CUDA_GATE_LABELS" -j $JOBS --timeout 600 --output-on-failure
         ctest --test-dir /build -R "^tst_device_choice\$" --timeout 600 --output-on-failure
+        # The package of this build: it depends on the CUDA LibTorch packages, installs with apt
+        # in a clean Debian 13 root, and shard doctor, plan, demo and the studio run there. Its
+        # root (~4 GB) is made on disk, not in the tmpfs /tmp.
+        TMPDIR=/var/tmp ctest --test-dir /build -R "^tst_deb_install\$" --timeout 1200 --output-on-failure
         ccache -s | grep -E "Hits|Misses" || true
         echo "cuda-gate: passed"'
 }

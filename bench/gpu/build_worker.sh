@@ -1,6 +1,7 @@
 # Sourced by the bench/gpu scripts (with $root, $build and $script_name set): checks for NVIDIA
 # GPUs and a CUDA build of PyTorch (its LibTorch is what shard-worker builds against; Debian's
-# LibTorch is CPU-only), builds shard-worker with the NCCL backend (nccl.h + libnccl from the
+# LibTorch is CPU-only), builds shard-worker with the NCCL backend through the workstation's CMake
+# preset (nccl.h + libnccl from the
 # wheel's nvidia-nccl package, or from $CUDA_HOME) and sets $worker, $ngpu, $py and
 # LD_LIBRARY_PATH. Env: PYTHON, CUDA_HOME, SHARD_GPU_DEPS (carried_deps.sh: the worker's
 # libraries, nccl.h and libcudart_static.a for a machine that lacks them).
@@ -65,16 +66,30 @@ if [[ -n ${SHARD_GPU_DEPS:-} ]]; then
 fi
 
 mkdir -p "$build"
-echo "{\"check\":\"configure\",\"gpus\":$ngpu,\"torch_cuda\":\"$torch_cuda\",\"prefix\":\"$prefix\"}"
-# SHARD_WITH_GLOO=AUTO: a wheel's LibTorch may lack Gloo's headers; the GPU runs use NCCL.
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DSHARD_BUILD_STUDIO=OFF -DSHARD_BUILD_TESTS=OFF -DSHARD_BUILD_BENCH=OFF \
-    -DCMAKE_PREFIX_PATH="${deps_prefix:+$deps_prefix;}$prefix" -DCUDAToolkit_ROOT="$cuda_home" \
-    -DSHARD_WITH_GLOO=AUTO "${nccl_args[@]}" "${deps_cmake_args[@]}" \
-    > "$build.configure.log" 2>&1 || fail "configure failed, see $build.configure.log"
-grep -q "NCCL backend ON" "$build.configure.log" || fail "NCCL was not found, see $build.configure.log"
+# The workstation's preset (CMakePresets.json: `release`, what scripts/setup.sh builds with
+# SHARD_GPU=1) where this machine has its libraries (Qt, QCustomPlot, yaml-cpp, ...); without them
+# (the device tool's machines have no Qt) `worker-only`, the same preset less the studio, the CLI
+# and the tests. Either way SHARD_REQUIRE_CUDA=ON: the configure fails unless LibTorch has CUDA
+# and the NCCL backend is built.
+configure() {
+    rm -f "$build/CMakeCache.txt"
+    # SHARD_WITH_GLOO=AUTO: a wheel's LibTorch may lack Gloo's headers; the GPU runs use NCCL.
+    (cd "$root" && cmake --preset "$1" -B "$build" -DSHARD_REQUIRE_CUDA=ON \
+        -DSHARD_BUILD_TESTS=OFF -DSHARD_BUILD_BENCH=OFF \
+        -DCMAKE_PREFIX_PATH="${deps_prefix:+$deps_prefix;}$prefix" -DCUDAToolkit_ROOT="$cuda_home" \
+        -DSHARD_WITH_GLOO=AUTO "${nccl_args[@]}" "${deps_cmake_args[@]}") > "$build.configure-$1.log" 2>&1
+}
+preset=release
+if ! configure release; then
+    preset=worker-only
+    configure worker-only ||
+        fail "configure failed (preset worker-only; release: $(grep -m1 -A2 'CMake Error' "$build.configure-release.log" | tr '\n' ' ')), see $build.configure-worker-only.log"
+fi
+echo "{\"check\":\"configure\",\"preset\":\"$preset\",\"gpus\":$ngpu,\"torch_cuda\":\"$torch_cuda\",\"prefix\":\"$prefix\"}"
 # -k 0: every compile error in one pass (a GPU machine's minutes are few).
-cmake --build "$build" --target shard-worker -j "$(nproc)" -- -k 0 > "$build.build.log" 2>&1 \
+targets=(shard-worker)
+[[ $preset == release ]] && targets+=(shard)
+cmake --build "$build" --target "${targets[@]}" -j "$(nproc)" -- -k 0 > "$build.build.log" 2>&1 \
     || fail "build failed, see $build.build.log"
 worker=$build/engine/worker/shard-worker
 torch_lib=$(dirname "$prefix")/../lib

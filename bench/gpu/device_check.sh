@@ -29,7 +29,7 @@ cd "$root" || exit 1
 OUT=$out bash "$here/train_vs_fsdp2.sh" > "$out/train.log" 2>&1
 rc=$?
 echo "train_vs_fsdp2: exit $rc at $(since)" >> "$report"
-cp build/gpu.configure.log "$out/configure.log" 2>/dev/null
+cat build/gpu.configure-*.log > "$out/configure.log" 2>/dev/null
 [[ -f build/gpu.build.log ]] && grep -E "FAILED:|error|Error" -A4 build/gpu.build.log | head -c 400000 \
     > "$out/build-errors.txt"
 if [[ -x build/gpu/engine/worker/shard-worker ]]; then

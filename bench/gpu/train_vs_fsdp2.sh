@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU engine against eager PyTorch + FSDP2 on one GPU, in one command (issue 12's proof):
-#   1. builds shard-worker against the machine's CUDA PyTorch (build_worker.sh),
+#   1. builds shard-worker against the machine's CUDA PyTorch (build_worker.sh: the workstation's
+#      CMake preset) and prints `shard doctor` (or `shard-worker doctor` without Qt),
 #   2. runs the NCCL collectives at world size 1 (and one rank per GPU where there are several),
 #   3. trains a Llama-3.2-1B-shaped model (random weights, shard-worker init-model) in bf16 at
 #      sequence length 2048 for STEPS steps under zero3 at 1 rank, without and with activation
@@ -53,6 +54,15 @@ else
 fi
 micro=${MICRO:-1}
 "$worker" --version
+# What this machine trains with, as a user's `shard doctor` says it: the CLI where the build has it
+# (the workstation preset), else the worker's own doctor (the same checks, plan/doctor.h).
+cli=$(dirname "$worker")/../../app/shard
+echo "== doctor"
+if [[ -x $cli ]]; then
+    SHARD_WORKER=$worker "$cli" doctor
+else
+    "$worker" doctor
+fi
 
 "$worker" init-model --preset "$preset" --out "$work/model" --seed 1 --dtype "$stored" >/dev/null
 # One row of SEQ random ids below the vocabulary, repeated for every micro-batch of every step.

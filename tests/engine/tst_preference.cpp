@@ -12,6 +12,7 @@
 // prefer the chosen answers; refusals with their fixes.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -531,7 +532,7 @@ void testPlan(const Metrics& dpo, const Metrics& orpo, const Metrics& dpoPp2);
 void testRanks()
 {
     // zero3 at 2 and 4 ranks equals 1 rank (same global batch of 4 pairs) over 6 steps, and so
-    // do ddp and ORPO at 2.
+    // do ddp, tensor and pipeline parallel, offload, and ORPO at 2.
     const std::string common = "--objective dpo --steps 6 --eval-fraction 0.2 --eval-every 3 ";
     const Metrics one = run("r1", 1, common + "--strategy zero3 --micro-batch 4");
     const Metrics two = run("r2", 2, common + "--strategy zero3 --micro-batch 2");
@@ -556,8 +557,17 @@ void testRanks()
         common + "--pipeline-parallel 2 --strategy zero3 --micro-batch 1 --grad-accum 2");
     const Metrics tp2pp2 = run("r4tppp", 4,
         common + "--tensor-parallel 2 --pipeline-parallel 2 --micro-batch 2 --grad-accum 2");
+    // Offload: the fp32 masters, gradient shards and AdamW state (and with params+optimizer the
+    // compute shards) in host memory, the reference log-probabilities precomputed as for any
+    // full fine-tune (SHARD_OFFLOAD_ON_CPU=1: offload's code path with host-to-host copies).
+    ::setenv("SHARD_OFFLOAD_ON_CPU", "1", 1);
+    const Metrics off1
+        = run("r1off", 1, common + "--strategy zero3 --micro-batch 4 --offload optimizer");
+    const Metrics off2
+        = run("r2off", 2, common + "--strategy zero3 --micro-batch 2 --offload params+optimizer");
+    ::unsetenv("SHARD_OFFLOAD_ON_CPU");
     for (const Metrics* m :
-        {&two, &four, &ddp, &tp2, &sp2, &tp2dp2, &pp2, &pp2v2, &pp2dp2, &tp2pp2}) {
+        {&two, &four, &ddp, &tp2, &sp2, &tp2dp2, &pp2, &pp2v2, &pp2dp2, &tp2pp2, &off1, &off2}) {
         T_CHECK(m->loss.size() == 6 && one.loss.size() == 6);
         double worst = 0;
         for (size_t i = 0; i < std::min(m->loss.size(), one.loss.size()); ++i)

@@ -6,6 +6,9 @@
 #include <thread>
 
 #include <QFileInfo>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QProcess>
 #include <QTest>
 
@@ -95,6 +98,42 @@ private Q_SLOTS:
                 QVERIFY2(!c.fix.isEmpty(), qPrintable(c.name));
         // The text `shard doctor` prints: a line a check.
         QVERIFY(formatDoctor(checks.value()).contains(QRegularExpression("^ok +system ")));
+    }
+
+    // `shard-worker doctor` (a node with the worker alone) prints the same checks as `shard
+    // doctor` for the same worker: one judgement (plan/doctor.h) behind both.
+    void workerDoctor()
+    {
+        const QString worker = builtWorker();
+        if (worker.isEmpty())
+            QSKIP("no shard-worker in this build");
+        QProcess p;
+        p.start(worker, {"doctor", "--json"});
+        QVERIFY(p.waitForFinished(90000));
+        QCOMPARE(p.exitCode(), 0);
+        const QJsonArray fromWorker
+            = QJsonDocument::fromJson(p.readAllStandardOutput()).object().value("checks").toArray();
+        const auto checks = doctorLocal(QFileInfo(worker).canonicalFilePath());
+        QVERIFY(checks.ok());
+        QCOMPARE(fromWorker.size(), checks.value().size());
+        for (int i = 0; i < fromWorker.size(); ++i) {
+            const QJsonObject c = fromWorker.at(i).toObject();
+            QCOMPARE(c.value("name").toString(), checks.value().at(i).name);
+            QCOMPARE(c.value("status").toString(), checks.value().at(i).status);
+        }
+        QVERIFY(find(checks.value(), "shard-worker")->detail.contains("LibTorch"));
+        // Another worker that is not there: exit 1, the text names it and the fix.
+        QProcess missing;
+        missing.start(worker, {"doctor", "--worker", "/nonexistent/shard-worker"});
+        QVERIFY(missing.waitForFinished(90000));
+        QCOMPARE(missing.exitCode(), 1);
+        const QString text = QString::fromUtf8(missing.readAllStandardOutput());
+        QVERIFY2(
+            text.contains(QRegularExpression("^MISSING +shard-worker +'/nonexistent/shard-worker' "
+                                             "not found",
+                QRegularExpression::MultilineOption)),
+            qPrintable(text));
+        QVERIFY2(text.contains("fix: build it"), qPrintable(text));
     }
 
     void missingWorker()
@@ -221,7 +260,7 @@ private Q_SLOTS:
         const DoctorCheck* c = find(checks, "cuda-libtorch");
         QVERIFY(c && c->status == "missing");
         QVERIFY(c->fix.contains("SHARD_GPU=1 bash scripts/setup.sh"));
-        QVERIFY(find(checks, "gpu")->detail.startsWith("2 GPU(s), driver 550.54.15"));
+        QVERIFY(find(checks, "gpu")->detail.startsWith("2 GPUs, driver 550.54.15"));
         // Two cards without the NCCL backend cannot exchange gradients.
         QCOMPARE(find(checks, "nccl")->status, QString("missing"));
     }

@@ -148,7 +148,7 @@ private Q_SLOTS:
             return shard::jobs::DoctorCheck {};
         };
         QCOMPARE(check("shard-worker").status, QString("ok"));
-        QVERIFY2(check("gpu").detail.startsWith("2 GPU(s), driver 550.54.15"),
+        QVERIFY2(check("gpu").detail.startsWith("2 GPUs, driver 550.54.15"),
             qPrintable(check("gpu").detail));
         QVERIFY(check("gpu").detail.contains("compute capability 9.0"));
         QCOMPARE(check("gpu-memory").status, QString("ok"));
