@@ -457,6 +457,11 @@ LaunchPage::LaunchPage(QWidget* parent)
     });
     connect(m_lora, &LoraFields::changed, this, changed);
     connect(m_parallel, &ParallelFields::changed, this, changed);
+    // Full fine-tuning's live DPO reference is not offered under tensor or pipeline parallel.
+    connect(m_parallel, &ParallelFields::changed, m_lora, [this] {
+        m_lora->setModelParallel(
+            m_parallel->tensorParallel() > 1 || m_parallel->pipelineStages() > 1);
+    });
     // Preference pairs are not packed (the engine refuses it).
     auto packingChoice
         = [this] { m_packing->setEnabled(m_lora->objective() == QLatin1String("sft")); };

@@ -101,11 +101,14 @@ LoraFields::LoraFields(QWidget* parent)
     m_reference = new QComboBox(parent);
     m_reference->setObjectName("reference");
     m_reference->addItem(tr("automatic"), "auto");
-    m_reference->addItem(tr("live (LoRA base, adapters off)"), "live");
+    m_reference->addItem(tr("live (each step)"), "live");
     m_reference->addItem(tr("precomputed before training"), "precomputed");
-    m_reference->setToolTip(tr("DPO's reference log-probabilities: with LoRA/QLoRA the base with "
-                               "its adapters off, each step; or one pass over the data before "
-                               "training (full fine-tuning keeps no second copy of the model)"));
+    m_reference->setToolTip(tr("DPO's reference log-probabilities: live, a forward without "
+                               "gradients each step (with LoRA/QLoRA the base with its adapters "
+                               "off; with full fine-tuning a frozen copy of the model, sharded "
+                               "like it); or precomputed, one pass over the data before training "
+                               "(no copy). Automatic: live with LoRA/QLoRA, precomputed with full "
+                               "fine-tuning"));
 
     connect(m_method, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
         updateEnabled();
@@ -165,14 +168,24 @@ void LoraFields::updateEnabled()
         w->setEnabled(dpo);
     m_labelSmoothing->setEnabled(dpo && m_dpoLoss->currentData().toString() == "sigmoid");
     m_orpoLambda->setEnabled(objective == "orpo");
-    // A live reference is the LoRA base with its adapters off: full fine-tuning has none.
+    // Full fine-tuning's live reference is a frozen copy of the model, placed over data-parallel
+    // ranks only (the engine refuses it under tensor or pipeline parallel).
     if (auto* model = qobject_cast<QStandardItemModel*>(m_reference->model())) {
         const int live = m_reference->findData("live");
+        const bool offered = method != "full" || !m_modelParallel;
         if (QStandardItem* item = model->item(live))
-            item->setEnabled(method != "full");
-        if (method == "full" && m_reference->currentIndex() == live)
+            item->setEnabled(offered);
+        if (!offered && m_reference->currentIndex() == live)
             m_reference->setCurrentIndex(m_reference->findData("auto"));
     }
+}
+
+void LoraFields::setModelParallel(bool on)
+{
+    if (on == m_modelParallel)
+        return;
+    m_modelParallel = on;
+    updateEnabled();
 }
 
 QString LoraFields::objective() const

@@ -3,7 +3,8 @@
 // training objective (supervised, DPO, ORPO) with DPO's loss, beta, label smoothing and
 // reference, and ORPO's lambda. The LoRA fields are enabled only for LoRA and QLoRA, double
 // quantisation only for QLoRA, each objective's fields only for it (label smoothing for DPO's
-// sigmoid loss; a live reference only with LoRA/QLoRA, as the engine trains). The ranges are the
+// sigmoid loss; a live reference, the LoRA base or a frozen copy of the model, except for full
+// fine-tuning under tensor or pipeline parallel, as the engine trains). The ranges are the
 // engine's (rank >= 1, dropout in [0, 1)), so the form offers nothing the engine refuses; the
 // targets are checked by the run spec's validation where the page shows its errors.
 #pragma once
@@ -44,6 +45,10 @@ public:
 
     // The objective chosen: "sft", "dpo" or "orpo".
     QString objective() const;
+    // Whether the layout splits the model (ParallelFields: tensor parallel or pipeline stages):
+    // full fine-tuning's live reference (a frozen copy of the model) is then not offered, as the
+    // engine refuses it.
+    void setModelParallel(bool on);
 
     // Keys method, loraRank, ... in the settings' current group.
     void save(QSettings& settings) const;
@@ -69,6 +74,7 @@ private:
     QDoubleSpinBox* m_orpoLambda = nullptr;
     QDoubleSpinBox* m_dpoNllWeight = nullptr;
     QComboBox* m_reference = nullptr; // auto, live, precomputed
+    bool m_modelParallel = false;
 };
 
 } // namespace shard::widgets

@@ -434,6 +434,11 @@ PlanPage::PlanPage(QWidget* parent)
     for (QSpinBox* s : {m_gpus, m_nodes, m_shardGroup, m_microBatch, m_seqLen, m_gradAccum})
         connect(s, qOverload<int>(&QSpinBox::valueChanged), this, &PlanPage::scheduleRecompute);
     connect(m_parallel, &ParallelFields::changed, this, &PlanPage::scheduleRecompute);
+    // Full fine-tuning's live DPO reference is not offered under tensor or pipeline parallel.
+    connect(m_parallel, &ParallelFields::changed, m_lora, [this] {
+        m_lora->setModelParallel(
+            m_parallel->tensorParallel() > 1 || m_parallel->pipelineStages() > 1);
+    });
     for (QDoubleSpinBox* s : {m_customGiB, m_hostGiB})
         connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this,
             &PlanPage::scheduleRecompute);

@@ -194,9 +194,11 @@ PlanInput buildInput(const PlanOptions& o)
         if (o.reference != "auto" && o.reference != "live" && o.reference != "precomputed")
             throw std::runtime_error(
                 "--reference '" + o.reference + "' is not one of auto, live, precomputed");
-        if (probe.resolvedReference() == "live" && !probe.usesLora())
-            throw std::runtime_error("--reference live needs --method lora or qlora (the base "
-                                     "with its adapters off); full fine-tuning uses precomputed");
+        if (probe.resolvedReference() == "live" && !probe.usesLora() && (in.tp > 1 || in.pp > 1))
+            throw std::runtime_error("--reference live with full fine-tuning keeps a frozen copy "
+                                     "of the model, placed over data-parallel ranks only (not "
+                                     "split by --tp or --pp); use --reference precomputed or "
+                                     "--method lora");
         in.objective = o.objective;
         in.reference = probe.resolvedReference();
     }
@@ -818,7 +820,7 @@ const CommandRegistration kPlan([](CLI::App& app) {
             ->type_name("O"),
         sub->add_option("--reference", o->reference,
                "DPO's reference: auto (default), live (LoRA/QLoRA: the base with its adapters "
-               "off) or precomputed")
+               "off; full: a frozen copy of the model) or precomputed")
             ->type_name("R"),
         sub->add_option("--lora-rank", o->loraRank, "LoRA rank r (default 8)")->type_name("R"),
         sub->add_option("--lora-alpha", o->loraAlpha, "LoRA alpha (default 16)")->type_name("A"),

@@ -200,6 +200,16 @@ ShardedStrategy::ShardedStrategy(engine::StrategyOptions options)
     const std::string backend = backendEnv && *backendEnv ? backendEnv
         : m_options.device.is_cuda()                      ? "nccl"
                                                           : "gloo";
+    if (auto* trained = dynamic_cast<ShardedStrategy*>(m_options.shareGroupsOf)) {
+        // A frozen copy of the trained model: the same placement over the same groups.
+        if (trained->m_stages > 1 || trained->m_tp)
+            throw std::logic_error("a frozen copy of the model under tensor or pipeline parallel");
+        m_world = trained->m_world;
+        m_shard = trained->m_shard;
+        m_replicate = trained->m_replicate;
+        m_offload = m_offloadParams = false; // a frozen copy stays on the device
+        return;
+    }
     m_world = dist::createCommunicator(backend, env);
     auto solo = [&] { // this rank alone, on its own device
         dist::RankEnv one = env;

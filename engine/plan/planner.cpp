@@ -1241,6 +1241,17 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     Internal st = paper ? paperModelStates(in, static_cast<double>(shapes.params), res.shardDegree)
         : in.usesLora() ? engineLoraStates(in, res.shardDegree)
                         : engineModelStates(in, shapes, res.shardDegree);
+    if (in.liveReferenceCopy()) {
+        // DPO's live reference under full fine-tuning: a frozen copy of the model in the compute
+        // dtype, 1/S of it under zero3 / hybrid (gathered unit by unit for its forward, before
+        // the policy's, so nothing of it at the peak), whole under ddp / zero1 / zero2.
+        const bool sharded = in.strategy == Strategy::Zero3 || in.strategy == Strategy::Hybrid;
+        const int64_t reference
+            = toBytes(dtypeBytes(in).compute * unitSizes(shapes, res.shardDegree).total
+                / static_cast<double>(sharded ? res.shardDegree : 1));
+        for (MemoryBreakdown* m : {&st.mem, &st.midMem, &st.endMem, &st.fwdMem, &st.firstBlockMem})
+            m->frozenBase += reference;
+    }
     const int64_t sequences = in.microBatch * in.sequencesPerSample();
     ActivationBytes act
         = paper ? paperActivations(in, sequences) : engineActivations(in, sequences);
@@ -1308,13 +1319,15 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
     if (in.objective != "sft")
         res.notes.push_back(in.objective + ": each micro-batch element is a pair, two sequences "
             + "(chosen, rejected) in one forward"
-            + (in.objective == "orpo"        ? std::string("; no reference model")
-                    : in.reference == "live" ? std::string("; the reference is the base with its "
-                                                           "adapters off: no second copy, one "
-                                                           "more forward without gradients")
-                                             : std::string("; the reference log-probabilities are "
-                                                           "computed in one pass before training "
-                                                           "and kept (16 bytes a pair)")));
+            + (in.objective == "orpo" ? std::string("; no reference model")
+                    : in.liveReferenceCopy()
+                    ? std::string("; the reference is a frozen copy of the model in the compute "
+                                  "dtype (frozen base), one more forward without gradients")
+                    : in.reference == "live"
+                    ? std::string("; the reference is the base with its adapters off: no second "
+                                  "copy, one more forward without gradients")
+                    : std::string("; the reference log-probabilities are computed in one pass "
+                                  "before training and kept (16 bytes a pair)")));
     if (in.strategy == Strategy::Hybrid && in.shardGroup == res.worldSize && res.worldSize > 1)
         res.notes.push_back("hybrid with one group of all " + std::to_string(res.worldSize)
             + " GPUs shards like zero3");
@@ -1489,9 +1502,10 @@ const std::vector<PlanComponent>& planComponents()
             "A fixed amount per device (on GPU the CUDA context and the caching allocator's "
             "reserve; 0 on CPU, where the engine counts its tensors) plus fragmentation as a "
             "share of the rest."},
-        {"frozen_base", "frozen base", &M::frozenBase, H::Lora, true,
+        {"frozen_base", "frozen base", &M::frozenBase, H::Frozen, true,
             "LoRA: the frozen base weights in the compute dtype (sharded 1/S under ZeRO-3 and "
-            "hybrid)."},
+            "hybrid). DPO with a live reference under full fine-tuning: the reference, a frozen "
+            "copy of the model, held the same way."},
         {"quantized_base", "NF4 base", &M::quantizedBase, H::Qlora, true,
             "QLoRA: the base projections in NF4 with their block scales."},
         {"adapters", "adapters", &M::adapters, H::Lora, true,
@@ -1513,6 +1527,8 @@ bool heldUnder(const PlanComponent& c, const PlanInput& in)
         return !in.usesLora();
     case PlanComponent::Held::Lora:
         return in.usesLora();
+    case PlanComponent::Held::Frozen:
+        return in.usesLora() || in.liveReferenceCopy();
     case PlanComponent::Held::Qlora:
         return in.method == Method::Qlora;
     }

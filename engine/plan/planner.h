@@ -123,12 +123,18 @@ struct PlanInput {
     bool qloraDoubleQuant = true; // QLoRA: 8-bit block scales (see nf4Bytes)
     // The training objective (run spec `objective`): sft, or dpo / orpo on preference pairs,
     // whose micro-batch counts pairs: two sequences (chosen, rejected) in one forward. DPO's
-    // reference: "live" (LoRA: the base with its adapters off, a forward without gradients
-    // before the policy's, which holds nothing at the peak) or "precomputed" (16 bytes a record).
+    // reference: "live" (a forward without gradients before the policy's, which holds nothing at
+    // the peak: with LoRA the base with its adapters off; with full fine-tuning a frozen copy of
+    // the model, counted in frozenBase) or "precomputed" (16 bytes a record).
     std::string objective = "sft";
     std::string reference;
 
     bool usesLora() const { return method != Method::Full; }
+    // DPO's live reference under full fine-tuning: a frozen copy of the model beside it.
+    bool liveReferenceCopy() const
+    {
+        return objective == "dpo" && reference == "live" && !usesLora();
+    }
     // Sequences of one micro-batch element: 2 for preference pairs.
     int64_t sequencesPerSample() const { return objective == "sft" ? 1 : 2; }
     int64_t worldSize() const { return gpusPerNode * nodes; }
@@ -176,8 +182,10 @@ struct PlanComponent {
     const char* key;   // JSON key, e.g. "sharded_params"
     const char* label; // as views show it, e.g. "sharded params" (measured ones as the Monitor)
     int64_t MemoryBreakdown::*bytes;
-    enum class Held { Always, Full, Lora, Qlora } held; // under which fine-tuning (Lora: and QLoRA)
-    bool modelState;                                    // counted in MemoryBreakdown::modelStates()
+    // Under which fine-tuning (Lora: and QLoRA; Frozen: LoRA, QLoRA or a live DPO reference
+    // copy).
+    enum class Held { Always, Full, Lora, Qlora, Frozen } held;
+    bool modelState;     // counted in MemoryBreakdown::modelStates()
     const char* meaning; // what it holds, in a sentence or two (the Plan page's tooltip)
 };
 

@@ -241,12 +241,13 @@ void validateObjective(const RunSpec& s)
         if (!(s.dpoNllWeight >= 0))
             throw std::runtime_error("run spec: dpo_nll_weight must be >= 0 (got "
                 + std::to_string(s.dpoNllWeight) + ")");
-        if (s.resolvedReference() == "live" && !s.usesLora())
+        if (s.resolvedReference() == "live" && !s.usesLora()
+            && (s.tensorParallel > 1 || s.pipelineParallel > 1))
             throw std::runtime_error(
-                "run spec: reference live with full fine-tuning needs a second, frozen copy of "
-                "the model, which this engine does not keep; use --reference precomputed (the "
-                "reference log-probabilities computed in one pass before training) or --method "
-                "lora");
+                "run spec: reference live with full fine-tuning keeps a frozen copy of the model "
+                "beside it, which this engine places over data-parallel ranks only (not split by "
+                "tensor or pipeline parallel); use --reference precomputed (the reference "
+                "log-probabilities computed in one pass before training) or --method lora");
     } else {
         if (!(s.orpoLambda >= 0))
             throw std::runtime_error(

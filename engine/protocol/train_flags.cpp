@@ -121,8 +121,9 @@ const std::vector<TrainFlag>& trainFlags()
             "--orpo-lambda", orpoLambda, "ORPO's weight of the odds-ratio term (default 0.1)"),
         SHARD_FLAG("--reference", reference,
             "DPO's reference log-probabilities: auto (default: live with lora/qlora, precomputed "
-            "with full), live (the base with its adapters off, each step) or precomputed (one "
-            "pass over the data before training)"),
+            "with full), live (each step: the base with its adapters off, or with full "
+            "fine-tuning a frozen copy of the model sharded like it) or precomputed (one pass "
+            "over the data before training)"),
         SHARD_FLAG("--lora-rank", loraRank, "LoRA rank r (default 8)"),
         SHARD_FLAG("--lora-alpha", loraAlpha,
             "LoRA alpha: the adapter term is scaled by alpha / r (default 16)"),

@@ -513,6 +513,11 @@ void testStepOne()
         {"s1-lora-live-pp2",
             {2, "--pipeline-parallel 2 --micro-batch 2 --grad-accum 2 --method lora"}},
         {"s1-bf16-ckpt", {1, "--micro-batch 4 --precision bf16-mixed --checkpointing full"}},
+        // Full fine-tuning's live reference: a frozen copy of the model, sharded like it.
+        {"s1-full-live", {2, "--strategy zero3 --micro-batch 2 --reference live"}},
+        {"s1-full-live-ddp", {2, "--strategy ddp --micro-batch 2 --reference live"}},
+        {"s1-full-live-bf16",
+            {1, "--micro-batch 4 --reference live --precision bf16-mixed --checkpointing full"}},
     };
     for (const auto& [name, how] : runs) {
         const Metrics m = run(name, how.first, "--objective dpo --steps 2 " + how.second);
@@ -528,6 +533,7 @@ void testStepOne()
 }
 
 void testPlan(const Metrics& dpo, const Metrics& orpo, const Metrics& dpoPp2);
+void testLiveCopy(const Metrics& precomputed);
 
 void testRanks()
 {
@@ -606,6 +612,53 @@ void testRanks()
         T_CHECK(std::abs(l1.loss[i] - lPp.loss[i]) <= 1e-5 * std::abs(l1.loss[i]));
     T_CHECK(lPp.evalAccuracy == l1.evalAccuracy);
     testPlan(one, o1, pp2);
+    testLiveCopy(one);
+}
+
+void testLiveCopy(const Metrics& precomputed)
+{
+    // Full fine-tuning's live reference, a frozen copy of the model sharded like it, computes
+    // the reference log-probabilities the precomputed pass computes: the same losses over 6
+    // steps (1 rank with the reference precomputed against every strategy with the copy), the
+    // same held-out reward accuracy.
+    const std::string common
+        = "--objective dpo --reference live --steps 6 --eval-fraction 0.2 --eval-every 3 ";
+    const Metrics one = run("c1", 1, common + "--strategy zero3 --micro-batch 4");
+    const Metrics two = run("c2", 2, common + "--strategy zero3 --micro-batch 2");
+    const Metrics four = run("c4", 4, common + "--strategy zero3 --micro-batch 1");
+    const Metrics ddp = run("c2ddp", 2, common + "--strategy ddp --micro-batch 1 --grad-accum 2");
+    const Metrics z1 = run("c2z1", 2, common + "--strategy zero1 --micro-batch 2");
+    const Metrics z2 = run("c2z2", 2, common + "--strategy zero2 --micro-batch 2");
+    const Metrics hybrid
+        = run("c4hy", 4, common + "--strategy hybrid --shard-group 2 --micro-batch 1");
+    // Offload moves the trained model's state to host memory; the copy stays where it computes.
+    ::setenv("SHARD_OFFLOAD_ON_CPU", "1", 1);
+    const Metrics off
+        = run("c2off", 2, common + "--strategy zero3 --micro-batch 2 --offload params+optimizer");
+    ::unsetenv("SHARD_OFFLOAD_ON_CPU");
+    for (const Metrics* m : {&one, &two, &four, &ddp, &z1, &z2, &hybrid, &off}) {
+        T_CHECK(m->loss.size() == 6 && precomputed.loss.size() == 6);
+        double worst = 0;
+        for (size_t i = 0; i < std::min(m->loss.size(), precomputed.loss.size()); ++i)
+            worst = std::max(
+                worst, std::abs(m->loss[i] - precomputed.loss[i]) / std::abs(precomputed.loss[i]));
+        std::printf(
+            "live copy vs precomputed reference over 6 steps: max rel loss diff %.3g\n", worst);
+        T_CHECK(worst <= 1e-5);
+        T_CHECK(m->evalAccuracy == precomputed.evalAccuracy);
+    }
+    // The planner counts the copy (fp32 here, whole on one rank): the peak grows by what the
+    // plan adds, and the plan holds the peak within 5%.
+    const double added = double(one.peak - precomputed.peak);
+    const double planned = double(one.plannedPeak - precomputed.plannedPeak);
+    std::printf("live copy: peak %.2f MiB (precomputed %.2f MiB), planned %.2f MiB (%.2f MiB); "
+                "the copy adds %.2f MiB measured, %.2f MiB planned\n",
+        one.peak / 1048576.0, precomputed.peak / 1048576.0, one.plannedPeak / 1048576.0,
+        precomputed.plannedPeak / 1048576.0, added / 1048576.0, planned / 1048576.0);
+    T_CHECK(planned > 0 && std::abs(added / planned - 1.0) <= 0.05);
+    T_CHECK_MSG(
+        std::abs(double(one.peak) / double(std::max<int64_t>(1, one.plannedPeak)) - 1.0) <= 0.05,
+        "live copy: the planner's peak is more than 5% off the measured one");
 }
 
 void testPlan(const Metrics& dpo, const Metrics& orpo, const Metrics& dpoPp2)
@@ -703,9 +756,13 @@ void testRefusals()
         && sftOnPairs.output.find("--objective dpo or --objective orpo") != std::string::npos);
     const auto packed = worker(trainArgs(g_dir + "/x4", "--objective dpo --packing --steps 1"));
     T_CHECK(packed.code != 0 && packed.output.find("drop --packing") != std::string::npos);
-    const auto live
-        = worker(trainArgs(g_dir + "/x5", "--objective dpo --reference live --steps 1"));
-    T_CHECK(live.code != 0 && live.output.find("--reference precomputed") != std::string::npos);
+    // Full fine-tuning's live reference is a copy over data-parallel ranks only.
+    const auto live = worker("launch --nproc-per-node 2 -- "
+        + trainArgs(g_dir + "/x5",
+            "--objective dpo --reference live --pipeline-parallel 2 "
+            "--micro-batch 2 --grad-accum 2 --steps 1"));
+    T_CHECK_MSG(live.code != 0 && live.output.find("--reference precomputed") != std::string::npos,
+        live.output);
     const auto smooth = worker(
         trainArgs(g_dir + "/x6", "--objective dpo --dpo-loss ipo --dpo-label-smoothing 0.1"));
     T_CHECK(smooth.code != 0 && smooth.output.find("cDPO") != std::string::npos);

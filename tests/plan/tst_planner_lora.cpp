@@ -206,6 +206,32 @@ void testStrategies()
     CHECK_EQ(q3.frozenBase, 2 * (P - Q) / 8);
 }
 
+// DPO with a live reference under full fine-tuning: a frozen bf16 copy of the model in the
+// frozen base row, 1/S of it under zero3, whole under ddp and zero2; none when precomputed.
+void testLiveReferenceCopy()
+{
+    const int64_t P = parameterCount(preset("llama-3.1-8b"));
+    auto dpo = [](Strategy s, const std::string& reference) {
+        PlanInput in = eightB(Method::Full, s, 8);
+        in.objective = "dpo";
+        in.reference = reference;
+        return plan(in);
+    };
+    for (Strategy s : {Strategy::Ddp, Strategy::Zero2, Strategy::Zero3}) {
+        const PlanResult live = dpo(s, "live");
+        const PlanResult pre = dpo(s, "precomputed");
+        const int64_t copy = s == Strategy::Zero3 ? 2 * P / 8 : 2 * P;
+        CHECK_EQ(live.perDevice.frozenBase, copy);
+        CHECK_EQ(pre.perDevice.frozenBase, int64_t(0));
+        CHECK(live.perDevice.total() - pre.perDevice.total() >= copy);
+        bool shown = false;
+        for (const PlanComponent& c : planComponents())
+            if (c.bytes == &MemoryBreakdown::frozenBase)
+                shown = heldUnder(c, live.input) && !heldUnder(c, pre.input);
+        CHECK(shown);
+    }
+}
+
 // Llama-3.1-8B on one 24 GB card, batch 2 x 2048, bf16-mixed, activation checkpointing:
 // full fine-tuning does not fit, LoRA needs the bf16 base, QLoRA a quarter of it.
 void testOrderingOn24GiB()
@@ -290,6 +316,7 @@ int main()
     testAdapterCounts();
     testCategoriesOneGpu();
     testStrategies();
+    testLiveReferenceCopy();
     testOrderingOn24GiB();
     testBridge();
     testErrors();

@@ -743,25 +743,36 @@ private Q_SLOTS:
         QCOMPARE(spec.value().resolvedReference(), std::string("precomputed"));
         QVERIFY(!spec.value().packing);
         QVERIFY(page.commandPreview().contains("\"objective\": \"dpo\""));
-        // A live reference is the LoRA base: offered with LoRA only.
+        // A live reference: with LoRA the base, with full fine-tuning a frozen copy of the
+        // model, which the engine places over data-parallel ranks only (not under pipeline or
+        // tensor parallel, where LoRA's is still offered).
         auto* reference = page.findChild<QComboBox*>("reference");
         auto* items = qobject_cast<QStandardItemModel*>(reference->model());
-        QVERIFY(items && !items->item(reference->findData("live"))->isEnabled());
+        QVERIFY(items && items->item(reference->findData("live"))->isEnabled());
+        reference->setCurrentIndex(reference->findData("live"));
+        QCOMPARE(page.spec().value().resolvedReference(), std::string("live"));
+        QCOMPARE(page.spec().value().method, std::string("full"));
         auto* method = page.findChild<QComboBox*>("method");
+        auto* ranks = page.findChild<QSpinBox*>("ranks");
+        auto* pp = page.findChild<QSpinBox*>("pipelineParallel");
+        ranks->setValue(2);
+        pp->setValue(2);
+        QTRY_VERIFY(!items->item(reference->findData("live"))->isEnabled());
+        QCOMPARE(reference->currentData().toString(), QString("auto"));
         method->setCurrentIndex(method->findData("lora"));
         QVERIFY(items->item(reference->findData("live"))->isEnabled());
         reference->setCurrentIndex(reference->findData("live"));
         QCOMPARE(page.spec().value().resolvedReference(), std::string("live"));
         method->setCurrentIndex(method->findData("full"));
         QCOMPARE(reference->currentData().toString(), QString("auto"));
+        pp->setValue(1);
+        QTRY_VERIFY(items->item(reference->findData("live"))->isEnabled());
         // Label smoothing goes with the sigmoid loss only.
         auto* loss = page.findChild<QComboBox*>("dpoLoss");
         loss->setCurrentIndex(loss->findData("ipo"));
         QVERIFY(!page.findChild<QDoubleSpinBox*>("dpoLabelSmoothing")->isEnabled());
         QVERIFY(page.spec());
         // Pipeline stages train DPO too (the pair loss on the last stage): nothing to refuse.
-        auto* ranks = page.findChild<QSpinBox*>("ranks");
-        auto* pp = page.findChild<QSpinBox*>("pipelineParallel");
         ranks->setValue(2);
         pp->setValue(2);
         QTRY_VERIFY(page.spec() && page.spec().value().pipelineParallel == 2);

@@ -236,6 +236,17 @@ private Q_SLOTS:
         for (const auto& n : page.chosen()->notes)
             noted = noted || n.find("two sequences") != std::string::npos;
         QVERIFY(noted);
+        // Full fine-tuning's live reference: a frozen bf16 copy, 1/8 of it on each GPU under
+        // zero3, in the frozen base row.
+        const int64_t precomputedTotal = page.chosen()->perDevice.total();
+        QCOMPARE(page.chosen()->perDevice.frozenBase, int64_t(0));
+        selectData(field<QComboBox>(page, "reference"), "live");
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.reference == "live");
+        QCOMPARE(page.chosen()->perDevice.frozenBase,
+            2 * plan::parameterCount(plan::resolveModel("llama-3.1-8b")) / 8);
+        QVERIFY(page.chosen()->perDevice.total() > precomputedTotal);
+        selectData(field<QComboBox>(page, "reference"), "auto");
+        QTRY_VERIFY(page.chosen() && page.chosen()->input.reference == "precomputed");
         selectData(field<QComboBox>(page, "method"), "lora");
         QTRY_VERIFY(page.chosen() && page.chosen()->input.reference == "live");
         selectData(field<QComboBox>(page, "objective"), "orpo");

@@ -367,6 +367,9 @@ struct Trainer::Loop {
         schedule.totalSteps = t.m_spec.scheduleSteps > 0 ? t.m_spec.scheduleSteps : t.m_steps;
         schedule.startStep = t.m_spec.scheduleStart;
         schedule.minLrRatio = t.m_spec.minLrRatio;
+        if (t.m_referenceModel)
+            reference = std::make_unique<ModelRunner>(*t.m_referenceModel, *t.m_referenceStrategy,
+                ForwardConfig {t.m_computeDtype, false, t.m_device, t.m_spec.sequenceParallel});
     }
 
     // Live and peak bytes where the tensors are: the GPU's caching allocator on CUDA, the
@@ -386,6 +389,8 @@ struct Trainer::Loop {
     }
 
     ModelRunner runner;
+    // DPO's live reference under full fine-tuning: the frozen copy's forwards.
+    std::unique_ptr<ModelRunner> reference;
     AdamW adamw;
     LrSchedule schedule;
     TrainResult result;
@@ -561,6 +566,19 @@ Trainer::Trainer(protocol::RunSpec spec, TrainerOptions options)
     so.rank = m_rankEnv;
     so.mesh = m_mesh;
     m_strategy = makeStrategy(so, m_worldSize);
+    if (m_spec.resolvedReference() == "live" && !m_spec.usesLora()) {
+        // DPO's reference under full fine-tuning: the model as it starts, frozen, in the compute
+        // dtype, over the same ranks and groups (protocol::validate refused tensor and pipeline
+        // parallel).
+        m_referenceModel = std::make_unique<LlamaModel>(ms);
+        for (Param* p : m_referenceModel->params())
+            p->frozen = true;
+        StrategyOptions ro = so;
+        ro.checkpointing = false; // its forward keeps no graph
+        ro.spec.offload = "none";
+        ro.shareGroupsOf = m_strategy.get();
+        m_referenceStrategy = makeStrategy(ro, m_worldSize);
+    }
 }
 
 Trainer::~Trainer() = default;
@@ -771,6 +789,15 @@ void Trainer::placeModel(Io& io, bool resuming, int threads)
         at::Tensor t = weights.tensor(p.info.name);
         return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
     });
+    if (m_referenceStrategy) {
+        // The model folder's weights, on a resume too (the reference never trains).
+        m_referenceStrategy->setup(*m_referenceModel, [&](const Param& p) {
+            at::Tensor t = weights.tensor(p.info.name);
+            return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+        });
+        io.log->info(strprintf("DPO reference: a frozen copy of the model, %s on this rank",
+            mib(m_referenceStrategy->memory().frozenParams).c_str()));
+    }
     m_weights.reset(); // unmap
     const auto& ms = m_model->spec();
     io.log->info(strprintf("model %s (%lld parameters, %lld trained, %d layers), strategy %s "
@@ -1210,6 +1237,13 @@ Trainer::PairForward Trainer::pairForward(
     if (m_preference->objective == "dpo") {
         if (m_reference.defined()) {
             reference = precomputedReference(rows, lo, hi);
+        } else if (loop.reference) {
+            // Full fine-tuning: the frozen copy, a forward without gradients before the
+            // policy's; under zero3 its root is released after it as its blocks were (the
+            // strategy's after-step release: the copy has no step of its own).
+            at::NoGradGuard noGrad;
+            reference = loop.reference->tokenLogProbs(ids, labels).sum(1).to(at::kDouble);
+            m_referenceStrategy->afterOptimizerStep();
         } else {
             // The reference is the base with its adapters off: a forward without gradients
             // before the policy's (under zero3 it gathers each unit once more).
@@ -1560,6 +1594,11 @@ void Trainer::writeMetrics(Io& io, Loop& loop, protocol::MetricRecord& rec, int6
     mine.shardedParamBytes = mb.shardedParams;
     mine.gatheredParamBytes = mb.gatheredParams;
     mine.frozenParamBytes = mb.frozenParams;
+    if (m_referenceStrategy) { // DPO's live reference under full fine-tuning
+        const MemoryBreakdown ref = m_referenceStrategy->memory();
+        mine.frozenParamBytes += ref.frozenParams;
+        mine.gatheredParamBytes += ref.gatheredParams;
+    }
     mine.gradBytes = mb.grads;
     // Offloaded AdamW state lives in host memory with the masters it updates.
     const bool offloaded = m_spec.offload != "none";

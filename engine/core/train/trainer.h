@@ -212,6 +212,10 @@ private:
     std::unique_ptr<TrainingSamples> m_samples;      // sample_every > 0
     std::unique_ptr<lora::AdapterSource> m_adapters; // method lora: the adapters' first values
     std::unique_ptr<PreferenceConfig> m_preference;  // objective dpo or orpo
+    // DPO with a live reference under full fine-tuning: a frozen copy of the model, placed by
+    // a strategy of its own over the trained strategy's groups (sharded like it under zero3).
+    std::unique_ptr<LlamaModel> m_referenceModel;
+    std::unique_ptr<Strategy> m_referenceStrategy;
     // DPO, reference precomputed: (chosen, rejected) summed log-probabilities per record, by
     // the record's global number (fp64, 2 x records, on the device).
     at::Tensor m_reference;
