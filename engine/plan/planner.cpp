@@ -551,10 +551,11 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     double sharded = mb * owned, opt = ob * owned, fullGrads = 0;
     double gatheredA = 0, gatheredM = 0, gatheredB = 0;
     double gradsM = 0, commM = 0, gradsB = 0, commB = 0;
-    // ddp: the shard group has one rank; the reduced gradient is all-reduced over the replicas
-    // one unit at a time after backward (its transient: the largest unit).
+    // ddp: the shard group has one rank; each unit's flat gradient is all-reduced over the
+    // replicas in place, started inside backward (ShardedStrategy::reduceUnit: the output is the
+    // input, no second buffer).
     const double n = in.strategy == Strategy::Ddp ? P : Pp;
-    const double outFrac = in.strategy == Strategy::Ddp ? 1.0 : 1.0 / static_cast<double>(S);
+    const double outFrac = in.strategy == Strategy::Ddp ? 0.0 : 1.0 / static_cast<double>(S);
     const double recv = in.strategy == Strategy::Ddp ? (W > 1 ? std::max(Pr, Pb) : 0.0)
                                                      : (S > 1 ? recvFrac : 0.0) * Pp;
     const double blockComm = r * Pb * (1.0 + outFrac + (S > 1 ? recvFrac : 0.0));
