@@ -2,9 +2,6 @@
 // CLI (see doctor.h).
 #include "jobs/doctor.h"
 
-#include <QJsonObject>
-#include <QObject>
-
 #include "jobs/ssh_client.h"
 #include "plan/doctor.h"
 
@@ -19,50 +16,6 @@ std::string str(const QString& s)
 QString qstr(const std::string& s)
 {
     return QString::fromStdString(s);
-}
-
-doctor::Facts toStd(const DoctorFacts& f)
-{
-    doctor::Facts d;
-    d.os = str(f.os);
-    d.cores = f.cores;
-    d.ramGiB = f.ramGiB;
-    d.workerProgram = str(f.workerProgram);
-    d.workerPath = str(f.workerPath);
-    d.workerExit = f.workerExit;
-    d.workerVersion = str(f.workerVersion);
-    d.driverProc = str(f.driverProc);
-    d.smiFound = f.smiFound;
-    d.smiExit = f.smiExit;
-    d.smiOutput = str(f.smiOutput);
-    d.linkerLibs = str(f.linkerLibs);
-    d.cudnnPackage = str(f.cudnnPackage);
-    d.ssh = str(f.ssh);
-    d.slurm = str(f.slurm);
-    d.complete = f.complete;
-    return d;
-}
-
-DoctorFacts fromStd(const doctor::Facts& d)
-{
-    DoctorFacts f;
-    f.os = qstr(d.os);
-    f.cores = d.cores;
-    f.ramGiB = d.ramGiB;
-    f.workerProgram = qstr(d.workerProgram);
-    f.workerPath = qstr(d.workerPath);
-    f.workerExit = d.workerExit;
-    f.workerVersion = qstr(d.workerVersion);
-    f.driverProc = qstr(d.driverProc);
-    f.smiFound = d.smiFound;
-    f.smiExit = d.smiExit;
-    f.smiOutput = qstr(d.smiOutput);
-    f.linkerLibs = qstr(d.linkerLibs);
-    f.cudnnPackage = qstr(d.cudnnPackage);
-    f.ssh = qstr(d.ssh);
-    f.slurm = qstr(d.slurm);
-    f.complete = d.complete;
-    return f;
 }
 
 std::vector<doctor::Check> toStd(const QList<DoctorCheck>& checks)
@@ -90,12 +43,12 @@ QString doctorScript(const QString& workerProgram)
 
 DoctorFacts parseDoctorFacts(const QByteArray& output, const QString& workerProgram)
 {
-    return fromStd(doctor::parseFacts(output.toStdString(), str(workerProgram)));
+    return doctor::parseFacts(output.toStdString(), str(workerProgram));
 }
 
-QList<DoctorCheck> diagnose(const DoctorFacts& f)
+QList<DoctorCheck> diagnoseFacts(const DoctorFacts& f)
 {
-    return fromStd(doctor::diagnose(toStd(f)));
+    return fromStd(doctor::diagnose(f));
 }
 
 bool workerMissing(const QList<DoctorCheck>& checks)
@@ -118,16 +71,12 @@ Result<QList<DoctorCheck>> doctorRemote(
     auto r = ssh.run(host, doctorScript(workerProgram), {}, 60000);
     if (!r)
         return fail(r.error());
-    return diagnose(parseDoctorFacts(r->out, workerProgram));
+    return diagnoseFacts(parseDoctorFacts(r->out, workerProgram));
 }
 
-QJsonArray toJson(const QList<DoctorCheck>& checks)
+std::string doctorJson(const QList<DoctorCheck>& checks)
 {
-    QJsonArray out;
-    for (const DoctorCheck& c : checks)
-        out.append(QJsonObject {
-            {"name", c.name}, {"status", c.status}, {"detail", c.detail}, {"fix", c.fix}});
-    return out;
+    return doctor::toJson(toStd(checks));
 }
 
 QString formatDoctor(const QList<DoctorCheck>& checks)

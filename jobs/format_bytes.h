@@ -4,17 +4,13 @@
 
 #include <QString>
 
+#include "plan/planner.h"
+
 namespace shard::jobs {
 
 inline QString formatBytes(double bytes)
 {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024.0 && u < 4) {
-        bytes /= 1024.0;
-        ++u;
-    }
-    return QString("%1 %2").arg(bytes, 0, 'f', u == 0 ? 0 : (bytes < 10 ? 2 : 1)).arg(units[u]);
+    return QString::fromStdString(plan::formatBytesShort(bytes));
 }
 
 // "m:ss", or "h:mm:ss" from an hour on; "—" for what is not a duration.

@@ -11,8 +11,6 @@
 
 #include <QCoreApplication>
 #include <QFileInfo>
-#include <QJsonDocument>
-#include <QJsonObject>
 #include <QStandardPaths>
 #include <QString>
 
@@ -58,10 +56,7 @@ int doctor(bool asJson, const std::string& hostSpec, const std::string& workerOn
         return 2;
     }
     if (asJson)
-        std::printf("%s\n",
-            QJsonDocument(QJsonObject {{"checks", jobs::toJson(checks.value())}})
-                .toJson(QJsonDocument::Indented)
-                .constData());
+        std::printf("%s\n", jobs::doctorJson(checks.value()).c_str());
     else
         std::printf("%s", qPrintable(jobs::formatDoctor(checks.value())));
     return jobs::workerMissing(checks.value()) ? 1 : 0;

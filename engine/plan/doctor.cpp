@@ -80,19 +80,6 @@ std::string fixed(double v, int decimals)
     return buf;
 }
 
-// "3.25 MiB", "36.3 MiB", "1.50 GiB" (binary units; two decimals below 10, one above), as the
-// studio writes bytes (jobs/format_bytes.h).
-std::string formatBytes(double bytes)
-{
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024.0 && u < 4) {
-        bytes /= 1024.0;
-        ++u;
-    }
-    return fixed(bytes, u == 0 ? 0 : (bytes < 10 ? 2 : 1)) + " " + units[u];
-}
-
 std::string shellQuote(const std::string& s)
 {
     std::string out = "'";
@@ -360,7 +347,8 @@ std::vector<Check> diagnose(const Facts& f)
         std::vector<std::string> kinds;
         std::vector<int> counts;
         for (const Gpu& g : gpus) {
-            const std::string kind = g.name + " (" + formatBytes(g.memoryMiB * 1024.0 * 1024.0)
+            const std::string kind = g.name + " ("
+                + plan::formatBytesShort(g.memoryMiB * 1024.0 * 1024.0)
                 + (g.computeCap.empty() ? "" : ", compute capability " + g.computeCap) + ")";
             const auto at = std::find(kinds.begin(), kinds.end(), kind);
             if (at != kinds.end()) {
@@ -425,7 +413,7 @@ std::vector<Check> diagnose(const Facts& f)
             smallest = std::min(smallest, g.memoryMiB);
         if (smallest > 0) {
             const Fit one = presetFit(smallest, 1, bf16);
-            const std::string card = formatBytes(smallest * 1024.0 * 1024.0);
+            const std::string card = plan::formatBytesShort(smallest * 1024.0 * 1024.0);
             const std::string how = std::string("2048 tokens, micro-batch 1, full checkpointing, ")
                 + (bf16 ? "bf16-mixed" : "fp32");
             const std::string n = std::to_string(gpus.size());

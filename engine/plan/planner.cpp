@@ -1964,6 +1964,19 @@ std::string formatGiB(int64_t bytes)
     return buf;
 }
 
+std::string formatBytesShort(double bytes)
+{
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 4) {
+        bytes /= 1024.0;
+        ++u;
+    }
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.*f %s", u == 0 ? 0 : (bytes < 10 ? 2 : 1), bytes, units[u]);
+    return buf;
+}
+
 std::string formatBytes(int64_t bytes)
 {
     const double b = static_cast<double>(bytes);

@@ -293,5 +293,8 @@ int64_t physicalMemoryBytes();
 // "12.35 GiB"-style formatting with two decimals (binary units).
 std::string formatGiB(int64_t bytes);
 std::string formatBytes(int64_t bytes);
+// "512 B", "3.25 MiB", "36.3 MiB", "1.50 GiB": binary units, two decimals below 10 and one above
+// (the studio's rule: jobs::formatBytes is this in Qt's type; the doctor writes it too).
+std::string formatBytesShort(double bytes);
 
 } // namespace shard::plan

@@ -80,9 +80,9 @@ private Q_SLOTS:
         QCOMPARE(f.cores, int(std::thread::hardware_concurrency()));
         QVERIFY2(f.ramGiB > 0.5, qPrintable(QString::number(f.ramGiB)));
         QCOMPARE(f.workerExit, 0);
-        QCOMPARE(
-            QFileInfo(f.workerPath).canonicalFilePath(), QFileInfo(worker).canonicalFilePath());
-        QVERIFY(f.workerVersion.contains("LibTorch"));
+        QCOMPARE(QFileInfo(QString::fromStdString(f.workerPath)).canonicalFilePath(),
+            QFileInfo(worker).canonicalFilePath());
+        QVERIFY(f.workerVersion.find("LibTorch") != std::string::npos);
 
         const auto checks = doctorLocal(worker);
         QVERIFY(checks.ok());
@@ -183,7 +183,7 @@ private Q_SLOTS:
                 kLibs, "install ok installed 9.1.0.70~cuda12+1"),
             "shard-worker");
         QVERIFY(f.complete);
-        const auto checks = diagnose(f);
+        const auto checks = diagnoseFacts(f);
         const DoctorCheck* d = find(checks, "driver");
         QVERIFY(d);
         QCOMPARE(d->status, QString("missing"));
@@ -197,7 +197,7 @@ private Q_SLOTS:
         QCOMPARE(find(checks, "cudnn")->status, QString("ok"));
         QCOMPARE(find(checks, "nccl")->status, QString("ok"));
         // A new enough driver passes.
-        const auto good = diagnose(
+        const auto good = diagnoseFacts(
             parseDoctorFacts(scriptOutput(kCudaWorker, "NVIDIA H200, 143771 MiB, 9.0, 550.54.15",
                                  kLibs, "install ok installed 9.1.0.70~cuda12+1"),
                 "shard-worker"));
@@ -210,7 +210,7 @@ private Q_SLOTS:
     void cudnnHalfInstalled()
     {
         const QByteArray nccl = kLibs.left(kLibs.indexOf('\n'));
-        const auto half = diagnose(
+        const auto half = diagnoseFacts(
             parseDoctorFacts(scriptOutput(kCudaWorker, "NVIDIA H200, 143771 MiB, 9.0, 550.54.15",
                                  nccl, "install ok half-configured 9.1.0.70~cuda12+1"),
                 "shard-worker"));
@@ -220,14 +220,14 @@ private Q_SLOTS:
         QVERIFY2(c->detail.contains("half-configured"), qPrintable(c->detail));
         QVERIFY(
             c->fix.contains("dpkg --configure -a") && c->fix.contains("--reinstall nvidia-cudnn"));
-        const auto noLib = diagnose(
+        const auto noLib = diagnoseFacts(
             parseDoctorFacts(scriptOutput(kCudaWorker, "NVIDIA H200, 143771 MiB, 9.0, 550.54.15",
                                  nccl, "install ok installed 9.1.0.70~cuda12+1"),
                 "shard-worker"));
         QCOMPARE(find(noLib, "cudnn")->status, QString("missing"));
         QVERIFY(find(noLib, "cudnn")->detail.contains("no libcudnn"));
         // No package and no library: a note (the engine's models do not call cuDNN).
-        const auto none = diagnose(parseDoctorFacts(
+        const auto none = diagnoseFacts(parseDoctorFacts(
             scriptOutput(kCudaWorker, "NVIDIA H200, 143771 MiB, 9.0, 550.54.15", nccl), "w"));
         QCOMPARE(find(none, "cudnn")->status, QString("warn"));
     }
@@ -235,7 +235,7 @@ private Q_SLOTS:
     // The CUDA LibTorch cannot load without cuDNN: the worker fails, and the fix is cuDNN's.
     void workerCannotLoadCudnn()
     {
-        const auto checks = diagnose(parseDoctorFacts(
+        const auto checks = diagnoseFacts(parseDoctorFacts(
             scriptOutput("shard-worker: error while loading shared libraries: libcudnn.so.9: "
                          "cannot open shared object file: No such file or directory",
                 "NVIDIA H200, 143771 MiB, 9.0, 550.54.15", {},
@@ -252,10 +252,10 @@ private Q_SLOTS:
     // GPUs with a CPU-only worker: the worker cannot use them; the fix is the GPU set-up.
     void gpusWithCpuWorker()
     {
-        const auto checks
-            = diagnose(parseDoctorFacts(scriptOutput(kCpuWorker,
-                                            "NVIDIA A100-SXM4-80GB, 81920 MiB, 8.0, 550.54.15\n"
-                                            "NVIDIA A100-SXM4-80GB, 81920 MiB, 8.0, 550.54.15"),
+        const auto checks = diagnoseFacts(
+            parseDoctorFacts(scriptOutput(kCpuWorker,
+                                 "NVIDIA A100-SXM4-80GB, 81920 MiB, 8.0, 550.54.15\n"
+                                 "NVIDIA A100-SXM4-80GB, 81920 MiB, 8.0, 550.54.15"),
                 "shard-worker"));
         const DoctorCheck* c = find(checks, "cuda-libtorch");
         QVERIFY(c && c->status == "missing");
@@ -270,7 +270,7 @@ private Q_SLOTS:
     // under zero3 fit more.
     void gpuMemory()
     {
-        const auto small = diagnose(parseDoctorFacts(
+        const auto small = diagnoseFacts(parseDoctorFacts(
             scriptOutput(kCudaWorker, "NVIDIA GeForce GT 1030, 2048 MiB, 6.1, 550.54.15", kLibs),
             "w"));
         const DoctorCheck* m = find(small, "gpu-memory");
@@ -283,7 +283,8 @@ private Q_SLOTS:
         QByteArray eight;
         for (int i = 0; i < 8; ++i)
             eight += "NVIDIA H200, 143771 MiB, 9.0, 550.54.15\n";
-        const auto big = diagnose(parseDoctorFacts(scriptOutput(kCudaWorker, eight, kLibs), "w"));
+        const auto big
+            = diagnoseFacts(parseDoctorFacts(scriptOutput(kCudaWorker, eight, kLibs), "w"));
         const DoctorCheck* b = find(big, "gpu-memory");
         QVERIFY(b);
         QCOMPARE(b->status, QString("ok"));
@@ -298,7 +299,7 @@ private Q_SLOTS:
     // nvidia-smi fails because the kernel module and the libraries differ (after an upgrade).
     void driverMismatch()
     {
-        const auto checks = diagnose(parseDoctorFacts(
+        const auto checks = diagnoseFacts(parseDoctorFacts(
             scriptOutput(kCudaWorker, "Failed to initialize NVML: Driver/library version mismatch",
                 kLibs, {},
                 "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 2024"),
@@ -316,7 +317,7 @@ private Q_SLOTS:
     {
         QByteArray out = scriptOutput(kCpuWorker);
         out.truncate(out.indexOf("@@libs"));
-        const auto checks = diagnose(parseDoctorFacts(out, "w"));
+        const auto checks = diagnoseFacts(parseDoctorFacts(out, "w"));
         QVERIFY(find(checks, "doctor") && find(checks, "doctor")->status == "warn");
     }
 };
