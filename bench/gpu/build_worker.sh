@@ -79,8 +79,20 @@ configure() {
         -DCMAKE_PREFIX_PATH="${deps_prefix:+$deps_prefix;}$prefix" -DCUDAToolkit_ROOT="$cuda_home" \
         -DSHARD_WITH_GLOO=AUTO "${nccl_args[@]}" "${deps_cmake_args[@]}") > "$build.configure-$1.log" 2>&1
 }
+# Qt 6's CMake package decides which: without it the release configure can only fail (after
+# its find_package(Torch)), so it is not tried.
+has_qt6() {
+    local d
+    for d in /usr/lib/*/cmake/Qt6Widgets /usr/lib/cmake/Qt6Widgets /usr/local/lib/cmake/Qt6Widgets \
+        ${deps_prefix:-} ${CMAKE_PREFIX_PATH:+${CMAKE_PREFIX_PATH//:/ }}; do
+        [[ -e $d/Qt6WidgetsConfig.cmake || -e $d/lib/cmake/Qt6Widgets/Qt6WidgetsConfig.cmake ]] &&
+            return 0
+    done
+    return 1
+}
 preset=release
-if ! configure release; then
+if ! has_qt6 || ! configure release; then
+    has_qt6 || echo "no Qt 6 (Qt6WidgetsConfig.cmake): the worker-only preset" > "$build.configure-release.log"
     preset=worker-only
     configure worker-only ||
         fail "configure failed (preset worker-only; release: $(grep -m1 -A2 'CMake Error' "$build.configure-release.log" | tr '\n' ' ')), see $build.configure-worker-only.log"
