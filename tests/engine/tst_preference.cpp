@@ -498,6 +498,19 @@ Metrics run(const std::string& name, int ranks, const std::string& extra)
     return readMetrics(out);
 }
 
+// `m` has the losses of `ref` over its 6 steps within 1e-5 relative, and its held-out reward
+// accuracy.
+void checkSameRun(const char* what, const Metrics& m, const Metrics& ref)
+{
+    T_CHECK(m.loss.size() == 6 && ref.loss.size() == 6);
+    double worst = 0;
+    for (size_t i = 0; i < std::min(m.loss.size(), ref.loss.size()); ++i)
+        worst = std::max(worst, std::abs(m.loss[i] - ref.loss[i]) / std::abs(ref.loss[i]));
+    std::printf("%s over 6 steps: max rel loss diff %.3g\n", what, worst);
+    T_CHECK(worst <= 1e-5);
+    T_CHECK(m.evalAccuracy == ref.evalAccuracy);
+}
+
 void testStepOne()
 {
     // Step 1: the policy is the reference, so the sigmoid loss is ln 2 and every reward is 0,
@@ -573,15 +586,8 @@ void testRanks()
         = run("r2off", 2, common + "--strategy zero3 --micro-batch 2 --offload params+optimizer");
     ::unsetenv("SHARD_OFFLOAD_ON_CPU");
     for (const Metrics* m :
-        {&two, &four, &ddp, &tp2, &sp2, &tp2dp2, &pp2, &pp2v2, &pp2dp2, &tp2pp2, &off1, &off2}) {
-        T_CHECK(m->loss.size() == 6 && one.loss.size() == 6);
-        double worst = 0;
-        for (size_t i = 0; i < std::min(m->loss.size(), one.loss.size()); ++i)
-            worst = std::max(worst, std::abs(m->loss[i] - one.loss[i]) / std::abs(one.loss[i]));
-        std::printf("ranks vs 1 rank over 6 steps: max rel loss diff %.3g\n", worst);
-        T_CHECK(worst <= 1e-5);
-        T_CHECK(m->evalAccuracy == one.evalAccuracy);
-    }
+        {&two, &four, &ddp, &tp2, &sp2, &tp2dp2, &pp2, &pp2v2, &pp2dp2, &tp2pp2, &off1, &off2})
+        checkSameRun("ranks vs 1 rank", *m, one);
     const Metrics o1 = run("o1", 1, "--objective orpo --steps 6 --strategy zero3 --micro-batch 4");
     const Metrics o2 = run("o2", 2, "--objective orpo --steps 6 --strategy zero3 --micro-batch 2");
     const Metrics oTp
@@ -623,29 +629,27 @@ void testLiveCopy(const Metrics& precomputed)
     // same held-out reward accuracy.
     const std::string common
         = "--objective dpo --reference live --steps 6 --eval-fraction 0.2 --eval-every 3 ";
-    const Metrics one = run("c1", 1, common + "--strategy zero3 --micro-batch 4");
-    const Metrics two = run("c2", 2, common + "--strategy zero3 --micro-batch 2");
-    const Metrics four = run("c4", 4, common + "--strategy zero3 --micro-batch 1");
-    const Metrics ddp = run("c2ddp", 2, common + "--strategy ddp --micro-batch 1 --grad-accum 2");
-    const Metrics z1 = run("c2z1", 2, common + "--strategy zero1 --micro-batch 2");
-    const Metrics z2 = run("c2z2", 2, common + "--strategy zero2 --micro-batch 2");
-    const Metrics hybrid
-        = run("c4hy", 4, common + "--strategy hybrid --shard-group 2 --micro-batch 1");
-    // Offload moves the trained model's state to host memory; the copy stays where it computes.
-    ::setenv("SHARD_OFFLOAD_ON_CPU", "1", 1);
-    const Metrics off
-        = run("c2off", 2, common + "--strategy zero3 --micro-batch 2 --offload params+optimizer");
-    ::unsetenv("SHARD_OFFLOAD_ON_CPU");
-    for (const Metrics* m : {&one, &two, &four, &ddp, &z1, &z2, &hybrid, &off}) {
-        T_CHECK(m->loss.size() == 6 && precomputed.loss.size() == 6);
-        double worst = 0;
-        for (size_t i = 0; i < std::min(m->loss.size(), precomputed.loss.size()); ++i)
-            worst = std::max(
-                worst, std::abs(m->loss[i] - precomputed.loss[i]) / std::abs(precomputed.loss[i]));
-        std::printf(
-            "live copy vs precomputed reference over 6 steps: max rel loss diff %.3g\n", worst);
-        T_CHECK(worst <= 1e-5);
-        T_CHECK(m->evalAccuracy == precomputed.evalAccuracy);
+    const std::vector<std::tuple<std::string, int, std::string>> runs = {
+        {"c1", 1, "--strategy zero3 --micro-batch 4"},
+        {"c2", 2, "--strategy zero3 --micro-batch 2"},
+        {"c4", 4, "--strategy zero3 --micro-batch 1"},
+        {"c2ddp", 2, "--strategy ddp --micro-batch 1 --grad-accum 2"},
+        {"c2z1", 2, "--strategy zero1 --micro-batch 2"},
+        {"c2z2", 2, "--strategy zero2 --micro-batch 2"},
+        {"c4hy", 4, "--strategy hybrid --shard-group 2 --micro-batch 1"},
+        // Offload moves the trained model's state to host memory; the copy stays where it
+        // computes.
+        {"c2off", 2, "--strategy zero3 --micro-batch 2 --offload params+optimizer"},
+    };
+    Metrics one;
+    for (const auto& [name, ranks, how] : runs) {
+        if (how.find("--offload") != std::string::npos)
+            ::setenv("SHARD_OFFLOAD_ON_CPU", "1", 1);
+        const Metrics m = run(name, ranks, common + how);
+        ::unsetenv("SHARD_OFFLOAD_ON_CPU");
+        checkSameRun("live copy vs precomputed reference", m, precomputed);
+        if (name == "c1")
+            one = m;
     }
     // The planner counts the copy (fp32 here, whole on one rank): the peak grows by what the
     // plan adds, and the plan holds the peak within 5%.
