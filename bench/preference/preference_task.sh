@@ -5,7 +5,7 @@
 # right answer chosen, the model's rejected) and the model is tuned on them for 1000 steps with
 # DPO (full; with the chosen answers' NLL added, full and LoRA), ORPO, and supervised on the
 # chosen answers alone as the control. Reports the held-out reward accuracy (5% of the pairs) and
-# the greedy accuracy on 1000 held-out questions (seed 1000) of each. About 25 minutes on 2 cores.
+# the greedy accuracy on 1000 held-out questions (seed 1000) of each. About 40 minutes on 2 cores.
 #   bench/preference/preference_task.sh [BUILD_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
