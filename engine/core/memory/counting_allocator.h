@@ -20,6 +20,12 @@ public:
     // Starts a new peak window at the current level (peak "since the previous record").
     void resetPeak();
     int64_t allocations() const;
+    // The largest live bytes since the process started (resetPeak does not touch it).
+    int64_t highWaterBytes() const;
+    // Freed blocks kept for reuse (not live), and the cap on them: SHARD_ALLOC_CACHE_MB when set,
+    // else the high-water mark, at least 1 GiB.
+    int64_t cachedBytes() const;
+    int64_t cacheCapBytes() const;
 
     // The limit on live bytes (0 = none).
     int64_t limitBytes() const;
