@@ -168,11 +168,16 @@ void LoraFields::updateEnabled()
         w->setEnabled(dpo);
     m_labelSmoothing->setEnabled(dpo && m_dpoLoss->currentData().toString() == "sigmoid");
     m_orpoLambda->setEnabled(objective == "orpo");
-    // Full fine-tuning's live reference is a frozen copy of the model, placed over data-parallel
-    // ranks only (the engine refuses it under tensor or pipeline parallel).
+    // The engine's rule for a live reference (full fine-tuning's is refused under tensor or
+    // pipeline parallel): the item is offered where the engine runs it.
     if (auto* model = qobject_cast<QStandardItemModel*>(m_reference->model())) {
         const int live = m_reference->findData("live");
-        const bool offered = method != "full" || !m_modelParallel;
+        protocol::RunSpec probe;
+        probe.objective = "dpo";
+        probe.reference = "live";
+        probe.method = method.toStdString();
+        probe.tensorParallel = m_modelParallel ? 2 : 1; // any split refuses alike
+        const bool offered = protocol::liveReferenceRefusal(probe).empty();
         if (QStandardItem* item = model->item(live))
             item->setEnabled(offered);
         if (!offered && m_reference->currentIndex() == live)

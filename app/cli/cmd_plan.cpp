@@ -194,11 +194,10 @@ PlanInput buildInput(const PlanOptions& o)
         if (o.reference != "auto" && o.reference != "live" && o.reference != "precomputed")
             throw std::runtime_error(
                 "--reference '" + o.reference + "' is not one of auto, live, precomputed");
-        if (probe.resolvedReference() == "live" && !probe.usesLora() && (in.tp > 1 || in.pp > 1))
-            throw std::runtime_error("--reference live with full fine-tuning keeps a frozen copy "
-                                     "of the model, placed over data-parallel ranks only (not "
-                                     "split by --tp or --pp); use --reference precomputed or "
-                                     "--method lora");
+        probe.tensorParallel = static_cast<int>(in.tp);
+        probe.pipelineParallel = static_cast<int>(in.pp);
+        if (const std::string why = protocol::liveReferenceRefusal(probe); !why.empty())
+            throw std::runtime_error("--" + why);
         in.objective = o.objective;
         in.reference = probe.resolvedReference();
     }

@@ -19,6 +19,7 @@
 
 #include "core/memory/host_transfer.h"
 #include "core/memory/storage.h"
+#include "core/model/fused_ops.h"
 #include "core/model/nf4.h"
 #include "core/model/tensor_parallel.h"
 #include "core/train/host_sync.h"
@@ -502,7 +503,7 @@ void ShardedStrategy::issueGather(int unit)
     for (const auto& p : s.params) {
         at::Tensor out = flat.narrow(0, p.gatheredOffset, ws * p.shardNumel);
         at::Tensor mine = out.narrow(0, me * p.shardNumel, p.shardNumel);
-        mine.copy_(from.narrow(0, p.offset, p.shardNumel));
+        engine::fused::copyCast(mine, from.narrow(0, p.offset, p.shardNumel));
         s.gatherWork.push_back(m_shard->allGather(out, mine));
     }
 }
@@ -837,7 +838,7 @@ void ShardedStrategy::reduceUnit(int unit)
         at::Tensor& leaf = s.leaves[i];
         at::Tensor in = s.reduceIn.narrow(0, p.gatheredOffset, ws * p.shardNumel);
         if (leaf.grad().defined())
-            in.narrow(0, 0, p.d0 * p.rowNumel).copy_(leaf.grad().reshape({-1}));
+            engine::fused::copyCast(in.narrow(0, 0, p.d0 * p.rowNumel), leaf.grad().reshape({-1}));
         leaf.mutable_grad() = at::Tensor(); // the unsharded gradient is freed
         if (!replicateOnly)
             s.reduceWork.push_back(
@@ -879,12 +880,12 @@ void ShardedStrategy::writeOwnGradients(UnitState& s)
         at::Tensor out = s.shardGrad.narrow(0, p.offset, p.shardNumel);
         if (leaf.grad().defined()) {
             at::Tensor g = leaf.grad().reshape({-1});
-            if (g.scalar_type() != m_options.reduceDtype)
-                g = g.to(m_options.reduceDtype);
+            if (g.scalar_type() != m_options.reduceDtype) // rounded as the collective would
+                g = engine::fused::cast(g, m_options.reduceDtype);
             if (fresh)
-                out.copy_(g);
+                engine::fused::copyCast(out, g);
             else
-                out.add_(g.to(at::kFloat));
+                out.add_(engine::fused::cast(g, at::kFloat));
         } else if (fresh) {
             out.zero_();
         }
@@ -926,7 +927,7 @@ void ShardedStrategy::addToShardGrad(UnitState& s, const at::Tensor& reduced)
             ? hostZeros(s.shardNumel, at::kFloat, m_options.device)
             : at::zeros(
                 {s.shardNumel}, at::TensorOptions().dtype(at::kFloat).device(m_options.device));
-    s.shardGrad.add_(reduced.to(at::kFloat));
+    s.shardGrad.add_(engine::fused::cast(reduced, at::kFloat));
 }
 
 std::vector<engine::OptimTarget> ShardedStrategy::optimizerTargets()
@@ -1017,6 +1018,14 @@ void ShardedStrategy::afterOptimizerStep()
     }
     for (int u = 0; u < static_cast<int>(m_units.size()); ++u)
         waitGather(u);
+}
+
+void ShardedStrategy::reshard()
+{
+    if (!m_paramsSharded)
+        return; // ddp, zero1/2: the parameters stay gathered
+    for (int u = 0; u < static_cast<int>(m_units.size()); ++u)
+        releaseGathered(u);
 }
 
 void ShardedStrategy::zeroGrad()

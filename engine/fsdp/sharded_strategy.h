@@ -46,6 +46,7 @@ public:
     double allReduceSum(double local) override;
     void allReduceSumInPlace(at::Tensor& t) override;
     void afterOptimizerStep() override;
+    void reshard() override;
     void zeroGrad() override;
 
     engine::MemoryBreakdown memory() const override;

@@ -712,6 +712,15 @@ LoraSizes loraSizes(
 
 // Model states of a LoRA / QLoRA step (one moment: they change little over the step; the
 // activations and logits decide the peak as for full fine-tuning).
+// How many ranks share a frozen copy (a LoRA base, DPO's live reference): zero3 / hybrid keep
+// 1/S of it and gather it unit by unit; ddp / zero1 / zero2 keep it gathered for the whole run,
+// and that one copy is all they hold of it.
+double frozenShare(const PlanInput& in, int64_t S)
+{
+    const bool sharded = in.strategy == Strategy::Zero3 || in.strategy == Strategy::Hybrid;
+    return sharded ? static_cast<double>(S) : 1.0;
+}
+
 Internal engineLoraStates(
     const PlanInput& in, int64_t S, const std::function<bool(const ParamInfo&)>& keep = {})
 {
@@ -725,12 +734,10 @@ Internal engineLoraStates(
 
     Internal o;
     MemoryBreakdown& m = o.mem;
-    // zero3 / hybrid keep 1/S of the frozen base and gather it unit by unit; ddp / zero1 /
-    // zero2 keep it gathered for the whole run, and that one copy is all they hold of it.
-    const double frozenShare = zero3 ? Sd : 1.0;
-    m.frozenBase = toBytes(c * z.frozen / frozenShare);
+    const double share = frozenShare(in, S);
+    m.frozenBase = toBytes(c * z.frozen / share);
     const bool dq = in.qloraDoubleQuant;
-    m.quantizedBase = toBytes(nf4Bytes(z.quantized, dq) / frozenShare);
+    m.quantizedBase = toBytes(nf4Bytes(z.quantized, dq) / share);
     // zero3 / hybrid gather the root and `blocks` blocks (packed under QLoRA).
     auto gatheredWith = [&](double blocks) {
         if (S == 1 || !zero3)
@@ -1246,10 +1253,8 @@ PlanResult planWith(const PlanInput& in, const ModelShapes& shapes)
         // DPO's live reference under full fine-tuning: a frozen copy of the model in the compute
         // dtype, 1/S of it under zero3 / hybrid (gathered unit by unit for its forward, before
         // the policy's, so nothing of it at the peak), whole under ddp / zero1 / zero2.
-        const bool sharded = in.strategy == Strategy::Zero3 || in.strategy == Strategy::Hybrid;
-        const int64_t reference
-            = toBytes(dtypeBytes(in).compute * unitSizes(shapes, res.shardDegree).total
-                / static_cast<double>(sharded ? res.shardDegree : 1));
+        const int64_t reference = toBytes(dtypeBytes(in).compute
+            * unitSizes(shapes, res.shardDegree).total / frozenShare(in, res.shardDegree));
         for (MemoryBreakdown* m : {&st.mem, &st.midMem, &st.endMem, &st.fwdMem, &st.firstBlockMem})
             m->frozenBase += reference;
     }

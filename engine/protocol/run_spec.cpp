@@ -241,13 +241,8 @@ void validateObjective(const RunSpec& s)
         if (!(s.dpoNllWeight >= 0))
             throw std::runtime_error("run spec: dpo_nll_weight must be >= 0 (got "
                 + std::to_string(s.dpoNllWeight) + ")");
-        if (s.resolvedReference() == "live" && !s.usesLora()
-            && (s.tensorParallel > 1 || s.pipelineParallel > 1))
-            throw std::runtime_error(
-                "run spec: reference live with full fine-tuning keeps a frozen copy of the model "
-                "beside it, which this engine places over data-parallel ranks only (not split by "
-                "tensor or pipeline parallel); use --reference precomputed (the reference "
-                "log-probabilities computed in one pass before training) or --method lora");
+        if (const std::string why = liveReferenceRefusal(s); !why.empty())
+            throw std::runtime_error("run spec: " + why);
     } else {
         if (!(s.orpoLambda >= 0))
             throw std::runtime_error(
@@ -297,6 +292,17 @@ void validateLora(const RunSpec& s)
 }
 
 } // namespace
+
+std::string liveReferenceRefusal(const RunSpec& s)
+{
+    if (s.resolvedReference() != "live" || s.usesLora()
+        || (s.tensorParallel <= 1 && s.pipelineParallel <= 1))
+        return {};
+    return "reference live with full fine-tuning keeps a frozen copy of the model beside it, "
+           "which this engine places over data-parallel ranks only (not split by tensor or "
+           "pipeline parallel, --tp / --pp); use --reference precomputed (the reference "
+           "log-probabilities computed in one pass before training) or --method lora";
+}
 
 void validate(const RunSpec& s)
 {

@@ -170,6 +170,11 @@ nlohmann::json toJson(const RunSpec& s);
 RunSpec runSpecFromJson(const nlohmann::json& j);
 // Throws std::runtime_error describing the first invalid field and how to fix it.
 void validate(const RunSpec& s);
+// Why DPO's live reference cannot run with these settings, and what to use instead; empty when
+// it can. Full fine-tuning's live reference is a frozen copy of the model, which the engine
+// places over data-parallel ranks only: refused under tensor or pipeline parallel. validate,
+// `shard plan` and the studio's reference choice ask this one rule.
+std::string liveReferenceRefusal(const RunSpec& s);
 
 // The value of `flag` in a worker command line ("--flag V" or "--flag=V"; the last one wins), or
 // nullopt when it is not there.

@@ -1,11 +1,12 @@
-// The fused ops (engine/core/model/fused_ops.h): the vectorized bf16 <-> fp32 casts equal
-// at::Tensor::to bit for bit (rounding ties, NaN, infinities, subnormals) in value and gradient;
-// bf16 products through the fp32 GEMM are the exact products rounded to bf16 once (what a bf16 GEMM
-// with fp32 accumulation returns, up to summation order), forward and backward; fp32 is untouched.
-// The reference is the fp64 product, not ATen's bf16 GEMM: LibTorch 1.13's scalar bf16 loop (CPUs
-// without AVX-512) accumulates some layouts in bf16 (relative errors of several units measured on
-// the backward's layout). The fused layers (RMSNorm, rotary embeddings, SwiGLU) against the
-// composed ATen ops they replace. The decode matrix-vector product against the exact product.
+// The fused ops (engine/core/model/fused_ops.h): the vectorized bf16 <-> fp32 casts (copyCast into
+// a given buffer too) equal at::Tensor::to bit for bit (rounding ties, NaN, infinities, subnormals)
+// in value and gradient; bf16 products through the fp32 GEMM are the exact products rounded to bf16
+// once (what a bf16 GEMM with fp32 accumulation returns, up to summation order), forward and
+// backward; fp32 is untouched. The reference is the fp64 product, not ATen's bf16 GEMM:
+// LibTorch 1.13's scalar bf16 loop (CPUs without AVX-512) accumulates some layouts in bf16
+// (relative errors of several units measured on the backward's layout). The fused layers (RMSNorm,
+// rotary embeddings, SwiGLU) against the composed ATen ops they replace. The decode matrix-vector
+// product against the exact product.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -231,6 +232,24 @@ int main()
     T_CHECK(bitEqual(
         fused::cast(viaAten, at::kFloat).nan_to_num(0), viaAten.to(at::kFloat).nan_to_num(0)));
     T_CHECK(bitEqual(fused::cast(x, at::kFloat), x)); // same dtype: the tensor itself
+    {
+        // copyCast into a slice of a larger buffer (as the sharded strategy's gathers and shard
+        // gradients use it) equals copy_ there, and leaves the rest of the buffer alone.
+        at::Tensor flat = at::full({x.numel() + 10}, 7.0, at::kBFloat16);
+        fused::copyCast(flat.narrow(0, 5, x.numel()), x);
+        const at::Tensor got = flat.narrow(0, 5, x.numel());
+        T_CHECK(bitEqual(got.isnan(), viaAten.isnan()));
+        T_CHECK(bitEqual(got.masked_fill(got.isnan(), 0), viaAten.masked_fill(viaAten.isnan(), 0)));
+        T_CHECK(bitEqual(flat.narrow(0, 0, 5), at::full({5}, 7.0, at::kBFloat16)));
+        T_CHECK(bitEqual(flat.narrow(0, x.numel() + 5, 5), at::full({5}, 7.0, at::kBFloat16)));
+        at::Tensor wide = at::zeros({x.numel()}, at::kFloat);
+        fused::copyCast(wide, viaAten);
+        T_CHECK(bitEqual(wide.nan_to_num(0), viaAten.to(at::kFloat).nan_to_num(0)));
+        // A strided destination takes copy_.
+        at::Tensor strided = at::zeros({2 * 64}, at::kBFloat16).view({64, 2}).select(1, 0);
+        fused::copyCast(strided, x.narrow(0, 0, 64));
+        T_CHECK(bitEqual(strided, x.narrow(0, 0, 64).to(at::kBFloat16)));
+    }
     {
         // The gradient goes back to the source dtype, as ToCopyBackward's.
         at::Tensor w = at::randn({33, 17}).requires_grad_(true);

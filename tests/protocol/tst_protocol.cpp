@@ -271,6 +271,32 @@ private Q_SLOTS:
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, validate(spec));
     }
 
+    // DPO's live reference: one rule for validate, `shard plan` and the studio. Full fine-tuning
+    // keeps a frozen copy of the model, placed over data-parallel ranks only.
+    void liveReferenceRule()
+    {
+        RunSpec s;
+        s.objective = "dpo";
+        s.reference = "live";
+        s.method = "full";
+        QVERIFY(liveReferenceRefusal(s).empty());
+        s.pipelineParallel = 2;
+        const std::string why = liveReferenceRefusal(s);
+        QVERIFY(why.find("--reference precomputed") != std::string::npos);
+        QVERIFY(why.find("--method lora") != std::string::npos);
+        s.pipelineParallel = 1;
+        s.tensorParallel = 2;
+        QVERIFY(!liveReferenceRefusal(s).empty());
+        s.method = "lora"; // the reference is the base with its adapters off: no copy
+        QVERIFY(liveReferenceRefusal(s).empty());
+        s.method = "full";
+        s.reference = "auto"; // precomputed with full fine-tuning
+        QVERIFY(liveReferenceRefusal(s).empty());
+        s.reference = "live";
+        s.objective = "sft";
+        QVERIFY(liveReferenceRefusal(s).empty());
+    }
+
     void configDifferencesIgnoreDefaults()
     {
         // One spec states the defaults, the other leaves them out: nothing differs.

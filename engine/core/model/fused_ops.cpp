@@ -49,25 +49,22 @@ bool widened(const at::Tensor& a, const at::Tensor& b)
 
 constexpr int64_t kGrain = 32768;
 
-// bf16 -> fp32: the bf16 bits are the upper half of the fp32 value.
-at::Tensor widen(const at::Tensor& t)
+// bf16 -> fp32 into out (contiguous, as many elements): the bf16 bits are the upper half of the
+// fp32 value.
+void widenInto(const at::Tensor& src, const at::Tensor& out)
 {
-    const at::Tensor src = t.contiguous();
-    at::Tensor out = at::empty(src.sizes(), src.options().dtype(at::kFloat));
     const auto* in = reinterpret_cast<const uint16_t*>(src.data_ptr<at::BFloat16>());
     auto* o = reinterpret_cast<uint32_t*>(out.data_ptr<float>());
     at::parallel_for(0, src.numel(), kGrain, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i)
             o[i] = static_cast<uint32_t>(in[i]) << 16;
     });
-    return out;
 }
 
-// fp32 -> bf16, round to nearest even; NaN stays a quiet NaN (c10::round_to_nearest_even).
-at::Tensor narrow(const at::Tensor& t)
+// fp32 -> bf16 into out, round to nearest even; NaN stays a quiet NaN
+// (c10::round_to_nearest_even).
+void narrowInto(const at::Tensor& src, const at::Tensor& out)
 {
-    const at::Tensor src = t.contiguous();
-    at::Tensor out = at::empty(src.sizes(), src.options().dtype(at::kBFloat16));
     const auto* in = reinterpret_cast<const uint32_t*>(src.data_ptr<float>());
     auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
     at::parallel_for(0, src.numel(), kGrain, [&](int64_t b, int64_t e) {
@@ -78,6 +75,21 @@ at::Tensor narrow(const at::Tensor& t)
             o[i] = nan ? static_cast<uint16_t>(0x7fc0u) : static_cast<uint16_t>(rounded);
         }
     });
+}
+
+at::Tensor widen(const at::Tensor& t)
+{
+    const at::Tensor src = t.contiguous();
+    at::Tensor out = at::empty(src.sizes(), src.options().dtype(at::kFloat));
+    widenInto(src, out);
+    return out;
+}
+
+at::Tensor narrow(const at::Tensor& t)
+{
+    const at::Tensor src = t.contiguous();
+    at::Tensor out = at::empty(src.sizes(), src.options().dtype(at::kBFloat16));
+    narrowInto(src, out);
     return out;
 }
 
@@ -196,6 +208,18 @@ struct WideMatmul : torch::autograd::Function<WideMatmul> {
 };
 
 } // namespace
+
+void copyCast(const at::Tensor& dst, const at::Tensor& src)
+{
+    const bool onePass = dst.is_cpu() && src.is_cpu() && dst.is_contiguous() && src.is_contiguous()
+        && dst.numel() == src.numel();
+    if (onePass && src.scalar_type() == at::kBFloat16 && dst.scalar_type() == at::kFloat)
+        widenInto(src, dst);
+    else if (onePass && src.scalar_type() == at::kFloat && dst.scalar_type() == at::kBFloat16)
+        narrowInto(src, dst);
+    else
+        dst.copy_(src);
+}
 
 at::Tensor cast(const at::Tensor& t, at::ScalarType dtype)
 {

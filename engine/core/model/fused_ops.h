@@ -19,6 +19,10 @@ bool bf16GemmThroughFp32();
 // through one vectorizable pass (widening is exact, narrowing rounds to nearest even as
 // c10::BFloat16 does); LibTorch 1.13's conversion copy is several times slower here.
 at::Tensor cast(const at::Tensor& t, at::ScalarType dtype);
+// dst = src converted to dst's dtype, without autograd: the same one pass for bf16 <-> fp32 on
+// the CPU when both are contiguous, dst.copy_(src) otherwise. The sharded strategy's casts of its
+// fp32 masters into gathered compute-dtype buffers and of gradients into fp32 shard gradients.
+void copyCast(const at::Tensor& dst, const at::Tensor& src);
 
 // x (..., in) times w (out, in) transposed, plus bias (out) when defined.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {});

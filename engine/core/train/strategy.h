@@ -144,6 +144,10 @@ public:
     virtual void allReduceSumInPlace(at::Tensor& /*t*/) { }
     // After AdamW updated the masters (e.g. refresh compute copies).
     virtual void afterOptimizerStep() { }
+    // Frees the gathered (unsharded) parameters a strategy that shards them holds, the root's
+    // included, as FSDP2's FSDPModule.reshard(); their next use gathers them again. A model that
+    // never steps (DPO's frozen reference copy) calls it after its forward. No-op otherwise.
+    virtual void reshard() { }
     virtual void zeroGrad() = 0;
 
     // Parameter and gradient bytes by category (the loop adds optimizer and activations).

@@ -781,20 +781,20 @@ void Trainer::placeModel(Io& io, bool resuming, int threads)
     // DPO's precomputed reference is the model before training: a resume computes it again from
     // the weights, then the checkpoint replaces them.
     const bool referenceFromWeights = m_spec.resolvedReference() == "precomputed";
+    auto readWeight = [&](const Param& p) { // the model folder's value, in fp32
+        at::Tensor t = weights.tensor(p.info.name);
+        return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+    };
     m_strategy->setup(*m_model, [&](const Param& p) {
         if (resuming && !p.frozen && !referenceFromWeights) // a LoRA base is not in the checkpoint
             return at::zeros(p.info.shape, at::kFloat);
         if (m_adapters && lora::isAdapterName(p.info.name))
             return resuming ? at::zeros(p.info.shape, at::kFloat) : m_adapters->value(p);
-        at::Tensor t = weights.tensor(p.info.name);
-        return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+        return readWeight(p);
     });
     if (m_referenceStrategy) {
         // The model folder's weights, on a resume too (the reference never trains).
-        m_referenceStrategy->setup(*m_referenceModel, [&](const Param& p) {
-            at::Tensor t = weights.tensor(p.info.name);
-            return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
-        });
+        m_referenceStrategy->setup(*m_referenceModel, readWeight);
         io.log->info(strprintf("DPO reference: a frozen copy of the model, %s on this rank",
             mib(m_referenceStrategy->memory().frozenParams).c_str()));
     }
@@ -1239,11 +1239,10 @@ Trainer::PairForward Trainer::pairForward(
             reference = precomputedReference(rows, lo, hi);
         } else if (loop.reference) {
             // Full fine-tuning: the frozen copy, a forward without gradients before the
-            // policy's; under zero3 its root is released after it as its blocks were (the
-            // strategy's after-step release: the copy has no step of its own).
+            // policy's; under zero3 its root is released after it as its blocks were.
             at::NoGradGuard noGrad;
             reference = loop.reference->tokenLogProbs(ids, labels).sum(1).to(at::kDouble);
-            m_referenceStrategy->afterOptimizerStep();
+            m_referenceStrategy->reshard();
         } else {
             // The reference is the base with its adapters off: a forward without gradients
             // before the policy's (under zero3 it gathers each unit once more).
