@@ -710,8 +710,6 @@ LoraSizes loraSizes(
     return z;
 }
 
-// Model states of a LoRA / QLoRA step (one moment: they change little over the step; the
-// activations and logits decide the peak as for full fine-tuning).
 // How many ranks share a frozen copy (a LoRA base, DPO's live reference): zero3 / hybrid keep
 // 1/S of it and gather it unit by unit; ddp / zero1 / zero2 keep it gathered for the whole run,
 // and that one copy is all they hold of it.
@@ -721,6 +719,8 @@ double frozenShare(const PlanInput& in, int64_t S)
     return sharded ? static_cast<double>(S) : 1.0;
 }
 
+// Model states of a LoRA / QLoRA step (one moment: they change little over the step; the
+// activations and logits decide the peak as for full fine-tuning).
 Internal engineLoraStates(
     const PlanInput& in, int64_t S, const std::function<bool(const ParamInfo&)>& keep = {})
 {

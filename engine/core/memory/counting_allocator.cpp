@@ -138,11 +138,12 @@ BlockCache& blockCache()
     return *cache;
 }
 
-// Transparent huge pages for a fresh block of 2 MiB or more (SHARD_ALLOC_THP=0 turns it off), as
-// PyTorch's CPU allocator does under THP_MEM_ALLOC_ENABLE: the kernel then maps and zeroes the
-// block 2 MiB at a time on first touch, not 4 KiB: the 112M model's 2 zero3 ranks took 0.5 M page
-// faults to load and run 3 steps instead of 1.6 M. Only the whole 2 MiB pages
-// inside the block are advised; the system's THP setting (madvise or always) decides the rest.
+// Transparent huge pages for a fresh block of 4 MiB or more, so that at least one whole 2 MiB
+// page lies inside it (SHARD_ALLOC_THP=0 turns it off), as PyTorch's CPU allocator does under
+// THP_MEM_ALLOC_ENABLE: the kernel then maps and zeroes the block 2 MiB at a time on first touch,
+// not 4 KiB: the 112M model's 2 zero3 ranks took 0.5 M page faults to load and run 3 steps
+// instead of 1.6 M. Only the whole 2 MiB pages inside the block are advised; the system's THP
+// setting (madvise or always) decides the rest.
 constexpr size_t kHugePage = size_t(2) << 20;
 
 bool hugePagesWanted()
