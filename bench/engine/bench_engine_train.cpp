@@ -2,6 +2,8 @@
 // large fp32 matmul's FLOP/s with the same thread count. Prints one JSON object.
 // usage: bench_engine_train --preset tiny-15m --batch 4 --seq 256 --steps 6 --threads 2
 //        [--precision fp32|bf16-mixed] [--checkpointing none|full] [--layers N] [--vocab V]
+//        [--strategy single|ddp|zero3|...] (default single: the in-process strategy; the others
+//        are shard-worker's sharded strategy at one rank, for profiling the product's step)
 //        [--profile-steps N] (self time per ATen op over N extra steps, in "profile")
 //        [--model-out DIR] (only writes the model folder there: config.json for bench_eager.py,
 //        seeded weights for shard-worker train)
@@ -29,13 +31,17 @@
 #include "core/train/model_runner.h"
 #include "core/train/trainer.h"
 #include "op_profile.h"
+#ifdef SHARD_HAVE_FSDP
+#include "fsdp/register_strategies.h"
+#endif
 
 using namespace shard;
 using namespace shard::engine;
 
 int main(int argc, char** argv)
 {
-    std::string preset = "tiny-15m", precision = "fp32", checkpointing = "none";
+    std::string preset = "tiny-15m", precision = "fp32", checkpointing = "none",
+                strategy = "single";
     std::filesystem::path modelOut;
     int64_t batch = 4, seq = 256, steps = 6, layers = 0, vocab = 0, profileSteps = 0;
     int threads = 2;
@@ -59,6 +65,8 @@ int main(int argc, char** argv)
             layers = std::stoll(v);
         else if (k == "--vocab")
             vocab = std::stoll(v);
+        else if (k == "--strategy")
+            strategy = v;
         else if (k == "--profile-steps")
             profileSteps = std::stoll(v);
         else if (k == "--model-out")
@@ -117,6 +125,15 @@ int main(int argc, char** argv)
         rs.precision = precision;
         rs.checkpointing = checkpointing;
         rs.shuffle = false;
+        // Unregistered, a strategy name at one rank is the single-process strategy.
+        if (strategy != "single") {
+            rs.strategy = strategy;
+#ifdef SHARD_HAVE_FSDP
+            fsdp::registerStrategies();
+#else
+            throw std::runtime_error("--strategy " + strategy + " needs shard_fsdp in this build");
+#endif
+        }
         Trainer trainer(rs, TrainerOptions {false, false, false});
         TrainResult result = trainer.run();
         const int64_t params = trainer.model().numParams();

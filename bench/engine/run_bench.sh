@@ -115,11 +115,12 @@ SHARD_BF16_GEMM=native SHARD_ALLOC_CACHE_MB=0 "$engine" "${model[@]}" "${shape[@
     --profile-steps 1 2>/dev/null | tag 0 prof-before-fp32
 eager 0 prof-eager-fp32 fp32 1 --profile-steps 1
 
-# Ranks: global batch 4 x 256 per step, $threads threads in total.
+# Ranks: global batch 4 x 256 per step, $threads threads in total; the median of the steps after
+# the first (three of them).
 train() { # name ranks strategy precision
     local name=$1 ranks=$2 strategy=$3 precision=$4 t=$((threads / $2))
     ((t < 1)) && t=1
-    local args=(train --model "$out/m112" --data "$out/m112/data.jsonl" --steps $steps
+    local args=(train --model "$out/m112" --data "$out/m112/data.jsonl" --steps $((steps + 1))
         --seq-len 256 --micro-batch $((4 / ranks)) --strategy "$strategy" --threads $t
         --precision "$precision" --lr 1e-4 --no-shuffle --log-every 1 --out "$out/$name")
     if ((ranks == 1)); then

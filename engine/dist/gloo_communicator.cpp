@@ -223,12 +223,12 @@ WorkPtr GlooCommunicator::issueReduceScatter(const at::Tensor& output, const at:
     at::Tensor out = output.variable_data().view({-1});
     return std::make_shared<GlooWork>(work, [received, out, w, c]() mutable {
         // Summed in rank order, so every rank's result is bit-identical to a 1-rank reference
-        // that adds the W slots in the same order.
+        // that adds the W slots in the same order; straight into the output (W >= 2 here), with
+        // no accumulator to allocate and copy.
         at::Tensor slots = received.view({w, c});
-        at::Tensor acc = slots[0].clone();
-        for (int64_t r = 1; r < w; ++r)
-            acc.add_(slots[r]);
-        out.copy_(acc);
+        at::add_out(out, slots[0], slots[1]);
+        for (int64_t r = 2; r < w; ++r)
+            out.add_(slots[r]);
     });
 }
 

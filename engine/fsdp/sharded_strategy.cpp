@@ -827,7 +827,8 @@ void ShardedStrategy::reduceUnit(int unit)
         return;
     }
     const at::TensorOptions opts = at::TensorOptions().dtype(reduce).device(m_options.device);
-    s.reduceIn = at::zeros({s.gatheredNumel}, opts);
+    // Every slot is written below: the gradient's rows, then zeros over the padding.
+    s.reduceIn = at::empty({s.gatheredNumel}, opts);
     // DDP (a shard group of one, several replicas): the flat gradient is the shard, and its
     // all-reduce over the replicas starts here, inside backward, while earlier units compute
     // (as PyTorch's DDP buckets do); sharded groups reduce-scatter each parameter.
@@ -837,8 +838,11 @@ void ShardedStrategy::reduceUnit(int unit)
         const ParamSlot& p = s.params[i];
         at::Tensor& leaf = s.leaves[i];
         at::Tensor in = s.reduceIn.narrow(0, p.gatheredOffset, ws * p.shardNumel);
-        if (leaf.grad().defined())
-            engine::fused::copyCast(in.narrow(0, 0, p.d0 * p.rowNumel), leaf.grad().reshape({-1}));
+        const int64_t rows = leaf.grad().defined() ? p.d0 * p.rowNumel : 0;
+        if (rows > 0)
+            engine::fused::copyCast(in.narrow(0, 0, rows), leaf.grad().reshape({-1}));
+        if (rows < in.numel())
+            in.narrow(0, rows, in.numel() - rows).zero_();
         leaf.mutable_grad() = at::Tensor(); // the unsharded gradient is freed
         if (!replicateOnly)
             s.reduceWork.push_back(
@@ -880,7 +884,9 @@ void ShardedStrategy::writeOwnGradients(UnitState& s)
         at::Tensor out = s.shardGrad.narrow(0, p.offset, p.shardNumel);
         if (leaf.grad().defined()) {
             at::Tensor g = leaf.grad().reshape({-1});
-            if (g.scalar_type() != m_options.reduceDtype) // rounded as the collective would
+            // Rounded as the collective would; widening into an fp32 reduce is exact, and the
+            // shard gradient is fp32: no rounding and no intermediate copy then.
+            if (g.scalar_type() != m_options.reduceDtype && m_options.reduceDtype != at::kFloat)
                 g = engine::fused::cast(g, m_options.reduceDtype);
             if (fresh)
                 engine::fused::copyCast(out, g);
@@ -922,11 +928,16 @@ void ShardedStrategy::finishReduces()
 
 void ShardedStrategy::addToShardGrad(UnitState& s, const at::Tensor& reduced)
 {
+    if (!s.shardGrad.defined() && !s.offloaded) {
+        // The first gradient of the step is the shard gradient: written once (widened from the
+        // reduce dtype), not added into zeros.
+        s.shardGrad = at::empty(
+            {s.shardNumel}, at::TensorOptions().dtype(at::kFloat).device(m_options.device));
+        engine::fused::copyCast(s.shardGrad, reduced);
+        return;
+    }
     if (!s.shardGrad.defined())
-        s.shardGrad = s.offloaded
-            ? hostZeros(s.shardNumel, at::kFloat, m_options.device)
-            : at::zeros(
-                {s.shardNumel}, at::TensorOptions().dtype(at::kFloat).device(m_options.device));
+        s.shardGrad = hostZeros(s.shardNumel, at::kFloat, m_options.device);
     s.shardGrad.add_(engine::fused::cast(reduced, at::kFloat));
 }
 

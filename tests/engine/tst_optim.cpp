@@ -116,6 +116,33 @@ int main()
         std::printf("AdamW %s kernel: matches the textbook update\n", name.c_str());
     }
 
+    // AdamW::reserve (the trainer's, before the first step): zero state of each target's shape,
+    // steps after it bit-identical to state created by the first step, and state already there
+    // (a resumed run's) kept as it is.
+    {
+        AdamW lazy(AdamWConfig {0.9, 0.95, 1e-8, 0.1});
+        AdamW early(AdamWConfig {0.9, 0.95, 1e-8, 0.1});
+        at::Tensor wl = at::tensor({1.0f, -2.0f, 0.5f}), we = wl.clone();
+        at::Tensor nl = at::tensor({0.25f, 4.0f}), ne = nl.clone();
+        early.reserve({{"w", we, {}, true}, {"n", ne, {}, false}});
+        T_CHECK(early.stateBytes() == 2 * 4 * (3 + 2) && lazy.stateBytes() == 0);
+        T_CHECK(early.state().at("w").m.sizes() == we.sizes()
+            && early.state().at("n").v.sizes() == ne.sizes());
+        T_CHECK(early.state().at("w").m.abs().sum().item<float>() == 0.0f);
+        for (int s = 0; s < 3; ++s) {
+            const at::Tensor gw = at::tensor({0.5f - s, 0.125f * s, -1.0f});
+            const at::Tensor gn = at::tensor({2.0f, -0.75f + s});
+            lazy.step({{"w", wl, gw.clone(), true}, {"n", nl, gn.clone(), false}}, 0.01, 0.5);
+            early.step({{"w", we, gw.clone(), true}, {"n", ne, gn.clone(), false}}, 0.01, 0.5);
+        }
+        T_CHECK_MSG(at::equal(wl, we) && at::equal(nl, ne), "reserve: the same parameters");
+        T_CHECK(at::equal(lazy.state().at("w").v, early.state().at("w").v));
+        const at::Tensor mBefore = early.state().at("w").m.clone();
+        early.reserve({{"w", we, {}, true}, {"n", ne, {}, false}});
+        T_CHECK_MSG(at::equal(early.state().at("w").m, mBefore), "reserve keeps existing state");
+        std::printf("AdamW reserve: zero state up front, the same steps as lazily made state\n");
+    }
+
     // Schedules.
     {
         LrSchedule s;

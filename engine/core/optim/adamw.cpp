@@ -16,9 +16,29 @@
 
 namespace shard::engine {
 
+namespace {
+
+AdamW::State zeroState(const at::Tensor& master)
+{
+    return {at::zeros_like(master), at::zeros_like(master)};
+}
+
+} // namespace
+
 bool fusedAdamWAvailable()
 {
     return SHARD_TORCH_HAS_FUSED_ADAMW != 0;
+}
+
+void AdamW::reserve(const std::vector<OptimTarget>& targets)
+{
+    for (const auto& t : targets) {
+        if (!t.master.defined())
+            continue;
+        auto& st = m_state[t.name];
+        if (!st.m.defined())
+            st = zeroState(t.master);
+    }
 }
 
 void AdamW::step(const std::vector<OptimTarget>& targets, double lr, double gradScale)
@@ -75,10 +95,8 @@ void AdamW::update(const std::vector<OptimTarget>& targets, double lr, double ho
             throw std::runtime_error("AdamW: target '" + t.name
                 + "' must be contiguous fp32 with a gradient of the same size");
         auto& st = m_state[t.name];
-        if (!st.m.defined()) {
-            st.m = at::zeros_like(t.master);
-            st.v = at::zeros_like(t.master);
-        }
+        if (!st.m.defined())
+            st = zeroState(t.master);
         AdamWKernel kernel = m_config.kernel;
         if (kernel == AdamWKernel::Auto)
             kernel = t.master.is_cpu()  ? AdamWKernel::Loop

@@ -42,6 +42,11 @@ public:
     // The same with the factor as a one-element fp64 tensor on the device (undefined = 1), so
     // the step reads nothing back to the host on a GPU.
     void step(const std::vector<OptimTarget>& targets, double lr, const at::Tensor& gradScale);
+    // Creates the zero state (m, v) of every target that has none yet, as the first step would:
+    // the trainer calls it before the first step so that the optimizer's memory is in place
+    // from the start (a step's footprint is the same from the first step on, and a run that
+    // cannot hold its optimizer state fails before it trains, not after its first step).
+    void reserve(const std::vector<OptimTarget>& targets);
     int64_t stepCount() const { return m_step; }
     int64_t stateBytes() const;
 
