@@ -838,11 +838,11 @@ void ShardedStrategy::reduceUnit(int unit)
         const ParamSlot& p = s.params[i];
         at::Tensor& leaf = s.leaves[i];
         at::Tensor in = s.reduceIn.narrow(0, p.gatheredOffset, ws * p.shardNumel);
-        const int64_t rows = leaf.grad().defined() ? p.d0 * p.rowNumel : 0;
-        if (rows > 0)
-            engine::fused::copyCast(in.narrow(0, 0, rows), leaf.grad().reshape({-1}));
-        if (rows < in.numel())
-            in.narrow(0, rows, in.numel() - rows).zero_();
+        const int64_t filled = leaf.grad().defined() ? p.d0 * p.rowNumel : 0;
+        if (filled > 0)
+            engine::fused::copyCast(in.narrow(0, 0, filled), leaf.grad().reshape({-1}));
+        if (filled < in.numel())
+            in.narrow(0, filled, in.numel() - filled).zero_();
         leaf.mutable_grad() = at::Tensor(); // the unsharded gradient is freed
         if (!replicateOnly)
             s.reduceWork.push_back(
@@ -928,16 +928,17 @@ void ShardedStrategy::finishReduces()
 
 void ShardedStrategy::addToShardGrad(UnitState& s, const at::Tensor& reduced)
 {
-    if (!s.shardGrad.defined() && !s.offloaded) {
-        // The first gradient of the step is the shard gradient: written once (widened from the
-        // reduce dtype), not added into zeros.
-        s.shardGrad = at::empty(
-            {s.shardNumel}, at::TensorOptions().dtype(at::kFloat).device(m_options.device));
-        engine::fused::copyCast(s.shardGrad, reduced);
-        return;
-    }
-    if (!s.shardGrad.defined())
+    if (!s.shardGrad.defined()) {
+        if (!s.offloaded) {
+            // The first gradient of the step is the shard gradient: written once (widened from
+            // the reduce dtype), not added into zeros.
+            s.shardGrad = at::empty(
+                {s.shardNumel}, at::TensorOptions().dtype(at::kFloat).device(m_options.device));
+            engine::fused::copyCast(s.shardGrad, reduced);
+            return;
+        }
         s.shardGrad = hostZeros(s.shardNumel, at::kFloat, m_options.device);
+    }
     s.shardGrad.add_(engine::fused::cast(reduced, at::kFloat));
 }
 

@@ -16,29 +16,24 @@
 
 namespace shard::engine {
 
-namespace {
-
-AdamW::State zeroState(const at::Tensor& master)
-{
-    return {at::zeros_like(master), at::zeros_like(master)};
-}
-
-} // namespace
-
 bool fusedAdamWAvailable()
 {
     return SHARD_TORCH_HAS_FUSED_ADAMW != 0;
 }
 
+AdamW::State& AdamW::stateFor(const OptimTarget& t)
+{
+    State& st = m_state[t.name];
+    if (!st.m.defined())
+        st = {at::zeros_like(t.master), at::zeros_like(t.master)};
+    return st;
+}
+
 void AdamW::reserve(const std::vector<OptimTarget>& targets)
 {
-    for (const auto& t : targets) {
-        if (!t.master.defined())
-            continue;
-        auto& st = m_state[t.name];
-        if (!st.m.defined())
-            st = zeroState(t.master);
-    }
+    for (const auto& t : targets)
+        if (t.master.defined())
+            stateFor(t);
 }
 
 void AdamW::step(const std::vector<OptimTarget>& targets, double lr, double gradScale)
@@ -94,9 +89,7 @@ void AdamW::update(const std::vector<OptimTarget>& targets, double lr, double ho
             || t.master.numel() != t.grad.numel())
             throw std::runtime_error("AdamW: target '" + t.name
                 + "' must be contiguous fp32 with a gradient of the same size");
-        auto& st = m_state[t.name];
-        if (!st.m.defined())
-            st = zeroState(t.master);
+        State& st = stateFor(t);
         AdamWKernel kernel = m_config.kernel;
         if (kernel == AdamWKernel::Auto)
             kernel = t.master.is_cpu()  ? AdamWKernel::Loop

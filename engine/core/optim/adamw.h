@@ -58,6 +58,8 @@ public:
     void setStepCount(int64_t step) { m_step = step; }
 
 private:
+    // Target t's state, made zero (of t.master's shape) where it has none yet.
+    State& stateFor(const OptimTarget& t);
     void update(const std::vector<OptimTarget>& targets, double lr, double hostScale,
         const at::Tensor& deviceScale);
 

@@ -668,12 +668,8 @@ TrainResult Trainer::run()
         if (resuming)
             resume(io, loop);
         announceStart(io, loop, resuming);
-        // The optimizer's state before the first step, not during it: every step then has the
-        // same footprint, so the second reuses the first's freed blocks (lazily, AdamW's
-        // first step took the blocks the first forward had freed, and the second step faulted
-        // fresh pages in for its activations: 0.45 s more than the steps after it, for the
-        // 112M model under zero3 at one rank in bf16); a run that cannot hold its state fails
-        // here rather than after a step.
+        // The optimizer's state before the first step (docs/ARCHITECTURE.md, "Engine speed on
+        // the CPU").
         loop.adamw.reserve(m_strategy->optimizerTargets());
         loop.resetPeaks();
         loop.readsAtLastRecord = hostsync::count();
