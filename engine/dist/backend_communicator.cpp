@@ -55,8 +55,14 @@ WorkPtr BackendCommunicator::reduceScatter(const at::Tensor& output, const at::T
     checkTensor(output, "reduceScatter", "output");
     checkTensor(input, "reduceScatter", "input");
     const int64_t w = worldSize();
-    if (output.scalar_type() != input.scalar_type())
-        throw std::invalid_argument("reduceScatter: output and input dtypes differ");
+    const bool widening = output.scalar_type() == at::kFloat
+        && (input.scalar_type() == at::kBFloat16 || input.scalar_type() == at::kHalf);
+    if (output.scalar_type() != input.scalar_type() && !(widening && sumsIntoWiderOutput()))
+        throw std::invalid_argument("reduceScatter: output and input dtypes differ (output "
+            + std::string(c10::toString(output.scalar_type())) + ", input "
+            + c10::toString(input.scalar_type()) + "; " + m_backend
+            + (sumsIntoWiderOutput() ? " takes only a Float output for a BFloat16 or Half input)"
+                                     : " takes the same dtype for both)"));
     if (input.numel() != w * output.numel())
         throw std::invalid_argument("reduceScatter: input has " + std::to_string(input.numel())
             + " elements, expected world size x output = " + std::to_string(w * output.numel()));

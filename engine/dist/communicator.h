@@ -60,8 +60,14 @@ public:
     // slot r = output[r*C, (r+1)*C). input may be this rank's own slot of output.
     virtual WorkPtr allGather(const at::Tensor& output, const at::Tensor& input) = 0;
     // input (W*C elements) is summed across ranks; output (C elements) receives slot `rank()`
-    // of the sum. Divide by worldSize() yourself for an average (Gloo has no AVG).
+    // of the sum. Divide by worldSize() yourself for an average (Gloo has no AVG). Where
+    // sumsIntoWiderOutput(), a float32 output may take a bfloat16 or float16 input.
     virtual WorkPtr reduceScatter(const at::Tensor& output, const at::Tensor& input) = 0;
+    // Whether reduceScatter takes a float32 output for a bfloat16 or float16 input: the input
+    // travels in its own dtype and the received slots are summed in float32, in rank order. The
+    // result is bit for bit the float32 reduce of the widened input (widening is exact) at half
+    // its bytes on the wire. Gloo sums on the host and can; NCCL reduces in the buffers' dtype.
+    virtual bool sumsIntoWiderOutput() const { return false; }
     // In-place sum across ranks.
     virtual WorkPtr allReduce(const at::Tensor& tensor) = 0;
     // In-place: every rank receives root's tensor (root is a rank of this communicator).

@@ -2,6 +2,7 @@
 // c10d::Work is wrapped so that wait() also runs the local part of composite operations.
 #include "dist/gloo_communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -61,6 +62,24 @@ private:
     c10::intrusive_ptr<c10d::Work> m_work;
     std::function<void()> m_finish;
     bool m_done = false;
+};
+
+// Waits for several c10d works (point-to-point sends and receives) in turn.
+class GlooWorks final : public Work {
+public:
+    explicit GlooWorks(std::vector<c10::intrusive_ptr<c10d::Work>> works)
+        : m_works(std::move(works))
+    {
+    }
+    void wait() override
+    {
+        for (auto& w : m_works)
+            w->wait();
+        m_works.clear();
+    }
+
+private:
+    std::vector<c10::intrusive_ptr<c10d::Work>> m_works;
 };
 
 // Runs `next` once `first` is done, then waits for it and runs `finish`.
@@ -199,14 +218,32 @@ WorkPtr GlooCommunicator::issue(
 
 WorkPtr GlooCommunicator::issueAllGather(const at::Tensor& output, const at::Tensor& input)
 {
+    // Point to point over the group's full mesh: this rank's slot goes to every other rank and
+    // theirs land straight in their slots of the output. c10d's Gloo all-gather gathers into a
+    // buffer of its own and copies it into the output, a copy of the whole gathered tensor per
+    // call (twice per block and step under zero3); W-1 sends and receives move the same
+    // (W-1)/W of the bytes as its ring, with no copy. Every member issues the same all-gathers
+    // in the same order, so the tags agree; they do not meet the collectives' slots (those
+    // carry a prefix in their high bits).
     const int64_t w = worldSize();
     at::Tensor out = wire(output);
+    at::Tensor in = wire(input);
     const int64_t slot = out.numel() / w;
-    std::vector<std::vector<at::Tensor>> outputs(1);
-    for (int64_t r = 0; r < w; ++r)
-        outputs[0].push_back(out.narrow(0, r * slot, slot));
-    std::vector<at::Tensor> inputs {wire(input)};
-    return std::make_shared<GlooWork>(m_group->allgather(outputs, inputs), nullptr);
+    const int tag = m_p2pTag;
+    m_p2pTag = (m_p2pTag + 1) % (1 << 30);
+    at::Tensor mine = out.narrow(0, rank() * slot, slot);
+    if (mine.data_ptr() != in.data_ptr())
+        mine.copy_(in);
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (int r = 0; r < w; ++r) {
+        if (r == rank())
+            continue;
+        std::vector<at::Tensor> send {mine};
+        works.push_back(m_group->send(send, r, tag));
+        std::vector<at::Tensor> recv {out.narrow(0, r * slot, slot)};
+        works.push_back(m_group->recv(recv, r, tag));
+    }
+    return std::make_shared<GlooWorks>(std::move(works));
 }
 
 WorkPtr GlooCommunicator::issueReduceScatter(const at::Tensor& output, const at::Tensor& input)
@@ -226,9 +263,23 @@ WorkPtr GlooCommunicator::issueReduceScatter(const at::Tensor& output, const at:
         // that adds the W slots in the same order; straight into the output (W >= 2 here), with
         // no accumulator to allocate and copy.
         at::Tensor slots = received.view({w, c});
-        at::add_out(out, slots[0], slots[1]);
-        for (int64_t r = 2; r < w; ++r)
-            out.add_(slots[r]);
+        if (out.scalar_type() == received.scalar_type()) {
+            at::add_out(out, slots[0], slots[1]);
+            for (int64_t r = 2; r < w; ++r)
+                out.add_(slots[r]);
+            return;
+        }
+        // A narrow input summed into a float32 output (sumsIntoWiderOutput): each slot widens
+        // exactly and the sums are float32's. ATen adds a narrow tensor to a float32 one through
+        // a widened copy, so this goes in chunks that stay in cache and keep that copy small.
+        constexpr int64_t kChunk = int64_t(1) << 16;
+        for (int64_t from = 0; from < c; from += kChunk) {
+            const int64_t len = std::min(kChunk, c - from);
+            at::Tensor o = out.narrow(0, from, len);
+            o.copy_(slots[0].narrow(0, from, len));
+            for (int64_t r = 1; r < w; ++r)
+                o.add_(slots[r].narrow(0, from, len));
+        }
     });
 }
 

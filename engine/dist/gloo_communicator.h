@@ -26,6 +26,8 @@ public:
     static std::shared_ptr<GlooCommunicator> create(const RankEnv& env);
     ~GlooCommunicator() override;
     void barrier() override;
+    // The received slots are summed on the host, so they can be summed into float32.
+    bool sumsIntoWiderOutput() const override { return true; }
 
 private:
     struct Shared;
@@ -42,6 +44,7 @@ private:
     std::shared_ptr<Shared> m_shared; // store, device, timeouts, group counter
     c10::intrusive_ptr<c10d::ProcessGroupGloo> m_group;
     int m_groupCounter = 0;
+    int m_p2pTag = 0; // the next all-gather's point-to-point tag
     std::string m_prefix;
 };
 

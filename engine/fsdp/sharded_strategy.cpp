@@ -72,7 +72,7 @@ struct ShardedStrategy::UnitState {
     std::vector<at::Tensor> leaves; // unsharded parameters: views of gathered, requires grad
     std::vector<dist::WorkPtr> gatherWork;
     std::vector<dist::WorkPtr> reduceWork;
-    at::Tensor reduceIn;  // reduce dtype, Ws * shard per parameter
+    at::Tensor reduceIn;  // wire dtype (reduceWireDtype), Ws * shard per parameter
     at::Tensor reduceOut; // reduce dtype [shardNumel]
 
     // Slot i's reduced gradient, this rank's rows as the optimizer updates them (the leaf's
@@ -827,12 +827,13 @@ void ShardedStrategy::reduceUnit(int unit)
         return;
     }
     const at::TensorOptions opts = at::TensorOptions().dtype(reduce).device(m_options.device);
-    // Every slot is written below: the gradient's rows, then zeros over the padding.
-    s.reduceIn = at::empty({s.gatheredNumel}, opts);
     // DDP (a shard group of one, several replicas): the flat gradient is the shard, and its
     // all-reduce over the replicas starts here, inside backward, while earlier units compute
     // (as PyTorch's DDP buckets do); sharded groups reduce-scatter each parameter.
     const bool replicateOnly = ws == 1 && m_replicate;
+    // Every slot is written below: the gradient's rows, then zeros over the padding.
+    s.reduceIn
+        = at::empty({s.gatheredNumel}, opts.dtype(replicateOnly ? reduce : reduceWireDtype(s)));
     s.reduceOut = replicateOnly ? s.reduceIn : at::empty({s.shardNumel}, opts);
     for (size_t i = 0; i < s.params.size(); ++i) {
         const ParamSlot& p = s.params[i];
@@ -851,6 +852,24 @@ void ShardedStrategy::reduceUnit(int unit)
     if (replicateOnly)
         s.reduceWork.push_back(m_replicate->allReduce(s.reduceOut));
     m_pendingReduce.push_back(unit);
+}
+
+at::ScalarType ShardedStrategy::reduceWireDtype(const UnitState& s) const
+{
+    // bf16 (or fp16) gradients under an fp32 reduce travel in their own dtype where the shard
+    // group sums them into fp32 itself (Gloo): the same fp32 sums, bit for bit, at half the
+    // bytes (dist::Communicator::sumsIntoWiderOutput). The leaves' dtype decides, the same on
+    // every rank, whichever gradients this rank's micro-batch left undefined.
+    const at::ScalarType reduce = m_options.reduceDtype;
+    if (reduce != at::kFloat || !m_shard->sumsIntoWiderOutput() || s.leaves.empty())
+        return reduce;
+    const at::ScalarType leaf = s.leaves.front().scalar_type();
+    if (leaf != at::kBFloat16 && leaf != at::kHalf)
+        return reduce;
+    for (const at::Tensor& l : s.leaves)
+        if (l.scalar_type() != leaf)
+            return reduce;
+    return leaf;
 }
 
 void ShardedStrategy::writeOwnGradients(UnitState& s)

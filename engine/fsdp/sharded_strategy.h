@@ -95,6 +95,9 @@ private:
     // The unit's NF4 weights in the compute dtype, by position in m_order (others undefined).
     std::vector<at::Tensor> dequantized(int unit);
     void reduceUnit(int unit);
+    // The dtype a unit's gradients cross the shard group in: the reduce dtype, or the
+    // gradients' own narrower one where the group sums that into fp32 (Gloo).
+    at::ScalarType reduceWireDtype(const UnitState& s) const;
     void finishReduces();
     // Adds a reduced gradient shard (on the shard gradient's device) into its fp32 sum.
     void addToShardGrad(UnitState& s, const at::Tensor& reduced);

@@ -378,7 +378,19 @@ struct StateSizes {
     bool accumulate;         // grad-accum > 1
     int64_t W;               // world size
     double K;                // micro-steps per step
+    double rw;               // bytes per element of the shard group's reduce input and sends
 };
+
+// Bytes per element a shard group's reduce-scatter sends, and its input holds: the reduce
+// dtype's, or on CPU ranks (Gloo) the compute dtype's where that is narrower: Gloo sums bf16
+// gradients into the fp32 reduce itself (ShardedStrategy::reduceWireDtype). DDP's all-reduce and
+// hybrid's replica all-reduce stay in the reduce dtype.
+double reduceWireBytes(const PlanInput& in, const DtypeBytes& d)
+{
+    if (in.strategy == Strategy::Ddp || in.device.kind != DeviceKind::Cpu)
+        return d.reduce;
+    return std::min(d.compute, d.reduce);
+}
 
 StateSizes stateSizes(const PlanInput& in, const ModelShapes& shapes, int64_t S)
 {
@@ -400,6 +412,7 @@ StateSizes stateSizes(const PlanInput& in, const ModelShapes& shapes, int64_t S)
     z.accumulate = in.gradAccum > 1;
     z.W = in.worldSize();
     z.K = static_cast<double>(in.gradAccum);
+    z.rw = reduceWireBytes(in, d);
     return z;
 }
 
@@ -413,13 +426,13 @@ void commVolumes(const PlanInput& in, const StateSizes& z, int64_t S, Internal& 
         o.reduceBytes = 2.0 * ringFraction(z.W) * z.r * z.P;
         break;
     case Strategy::Zero1:
-        o.reduceBytes = ringFraction(z.W) * z.r * z.Pp;
+        o.reduceBytes = ringFraction(z.W) * z.rw * z.Pp;
         o.gatherBytes = ringFraction(z.W) * z.c * z.Pp;
         break;
     case Strategy::Zero2:
     case Strategy::Zero3:
     case Strategy::Hybrid: {
-        o.reduceBytes = ringFraction(S) * z.r * z.Pp;
+        o.reduceBytes = ringFraction(S) * z.rw * z.Pp;
         const double perMicroStep
             = in.strategy == Strategy::Zero2 ? z.Pp : 2.0 * (z.Pp - z.Pr) + z.Pr;
         o.gatherBytes = z.K * ringFraction(S) * z.c * perMicroStep;
@@ -465,7 +478,7 @@ Internal engineModelStatesGpu(const PlanInput& in, const ModelShapes& shapes, in
 {
     const Calibration& k = in.calibration;
     const StateSizes z = stateSizes(in, shapes, S);
-    const auto [c, mb, gb, ob, r, P, Pp, Pr, Pb, Ph, shard, owned, accumulate, W, K] = z;
+    const auto [c, mb, gb, ob, r, P, Pp, Pr, Pb, Ph, shard, owned, accumulate, W, K, rw] = z;
     const double recvFrac = k.reduceScatterRecvGpuIsShard ? 1.0 / static_cast<double>(S) : 1.0;
 
     Internal o;
@@ -540,7 +553,7 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
         return engineModelStatesGpu(in, shapes, S);
     const Calibration& k = in.calibration;
     const StateSizes z = stateSizes(in, shapes, S);
-    const auto [c, mb, gb, ob, r, P, Pp, Pr, Pb, Ph, shard, owned, accumulate, W, K] = z;
+    const auto [c, mb, gb, ob, r, P, Pp, Pr, Pb, Ph, shard, owned, accumulate, W, K, rw] = z;
     const double recvFrac = k.reduceScatterRecvCpu; // CPU only: GPUs returned above
     // One shard rank with an fp32 compute dtype: the gathered parameters are the masters.
     const bool aliased = S == 1 && c == mb && in.offload == Offload::None;
@@ -558,12 +571,13 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     const double outFrac = in.strategy == Strategy::Ddp ? 0.0 : 1.0 / static_cast<double>(S);
     const double recv = in.strategy == Strategy::Ddp ? (W > 1 ? std::max(Pr, Pb) : 0.0)
                                                      : (S > 1 ? recvFrac : 0.0) * Pp;
-    const double blockComm = r * Pb * (1.0 + outFrac + (S > 1 ? recvFrac : 0.0));
+    // The reduce input and Gloo's receive buffer in the wire dtype, the output in the reduce's.
+    const double blockComm = Pb * (rw + r * outFrac + (S > 1 ? rw * recvFrac : 0.0));
     // One rank without offload writes each unit's gradients straight into its fp32 shard
     // gradient (ShardedStrategy::writeOwnGradients): no reduce input or output.
     const bool solo = S == 1 && W == 1 && in.offload == Offload::None;
-    gradsB = solo ? gb * n : r * n * (1.0 + outFrac);
-    commB = r * recv;
+    gradsB = solo ? gb * n : n * (rw + r * outFrac);
+    commB = rw * recv;
     gradsM = c * Ph;
     commM = solo ? gb * Pb : blockComm;
     switch (in.strategy) {
@@ -608,7 +622,7 @@ Internal engineModelStates(const PlanInput& in, const ModelShapes& shapes, int64
     fillModelStates(o.endMem, sharded, gatheredB, gradsB, opt, commB);
     o.hasEnd = true;
     fillModelStates(o.firstBlockMem, sharded, gatheredB,
-        solo ? gradsB : std::max(0.0, gradsB - r * Pb * (1.0 + outFrac)), opt, commB);
+        solo ? gradsB : std::max(0.0, gradsB - Pb * (rw + r * outFrac)), opt, commB);
     o.hasFirstBlock = true;
     // The last block's forward: it is gathered besides the root, no gradient exists yet.
     const bool sharded3
@@ -726,6 +740,7 @@ Internal engineLoraStates(
 {
     const DtypeBytes d = dtypeBytes(in);
     const double c = d.compute, mb = d.master, gb = d.grad, ob = d.optimizer, r = d.reduce;
+    const double rw = reduceWireBytes(in, d);
     const LoraSizes z = loraSizes(in, S, keep);
     const double Sd = static_cast<double>(S);
     const int64_t W = in.worldSize();
@@ -757,8 +772,8 @@ Internal engineLoraStates(
     m.adapters = toBytes(mb * owned + (aliased ? 0.0 : c * z.adapters));
     // The sharded (or replicated) gradient, the unsharded leaf gradients and, on more than one
     // rank, the reduce input and output.
-    m.adapterGrads = toBytes(
-        gb * owned + c * z.adaptersExact + (W > 1 ? r * z.adapters * (1.0 + 1.0 / Sd) : 0.0));
+    m.adapterGrads
+        = toBytes(gb * owned + c * z.adaptersExact + (W > 1 ? (rw + r / Sd) * z.adapters : 0.0));
     m.adapterOptimizer = toBytes(ob * owned);
     o.endMem = m;
     o.hasEnd = false;
@@ -789,12 +804,12 @@ Internal engineLoraStates(
         break;
     case Strategy::Zero1:
     case Strategy::Zero2:
-        o.reduceBytes = ring * r * z.adapters;
+        o.reduceBytes = ring * rw * z.adapters;
         o.gatherBytes = ring * c * z.adapters;
         break;
     case Strategy::Zero3:
     case Strategy::Hybrid: {
-        o.reduceBytes = ring * r * z.adapters;
+        o.reduceBytes = ring * rw * z.adapters;
         const double blocks = c * (z.frozen - z.frozenRoot)
             + nf4Bytes(z.quantized, in.qloraDoubleQuant) + c * z.adapters;
         o.gatherBytes = K * ring * (2.0 * blocks + c * z.frozenRoot);

@@ -207,6 +207,33 @@ void testCollectives(Communicator& comm, nlohmann::json& report)
     }
     report["dtypes"] = types.size();
     report["slot_sizes"] = slots;
+
+    // A narrow input summed into a float32 output (Gloo: Communicator::sumsIntoWiderOutput), as
+    // FSDP's fp32 reduce of bf16 gradients uses it: bit for bit the float32 sum, in rank order,
+    // of the widened slots (fractions, so that float32 rounds), at the narrow dtype's bytes.
+    if (!comm.sumsIntoWiderOutput())
+        return;
+    for (auto type : {at::kBFloat16, at::kHalf})
+        for (int64_t c : slots) {
+            ++salt;
+            const std::string tag = name(type) + " into Float C=" + std::to_string(c);
+            auto narrow = [&](int r) {
+                return filled(w * c, type, [&](int64_t i) { return valueOf(r, i, salt) / 7.0; });
+            };
+            at::Tensor rs = dev(at::empty({c}, at::kFloat));
+            const auto before = comm.stats();
+            comm.reduceScatter(rs, dev(narrow(me)))->wait();
+            rs = host(rs);
+            at::Tensor want = narrow(0).narrow(0, me * c, c).to(at::kFloat);
+            for (int r = 1; r < w; ++r)
+                want = want + narrow(r).narrow(0, me * c, c).to(at::kFloat);
+            check(at::equal(rs, want), "reduceScatter " + tag);
+            check(comm.stats().bytes(Collective::ReduceScatter)
+                        - before.bytes(Collective::ReduceScatter)
+                    == expectedBytes(Collective::ReduceScatter, w * c, 2, w, me, 0),
+                "reduceScatter bytes " + tag);
+        }
+    report["widening_reduce_scatter"] = true;
 }
 
 // FSDP's use: a parameter of d0 rows split on dim 0 into W chunks of ceil(d0/W) rows, padded at
@@ -310,6 +337,10 @@ void testWireTraffic(Communicator& comm, nlohmann::json& report)
         {"broadcast", Collective::Broadcast, [&] { comm.broadcast(buf, 0)->wait(); }},
         {"broadcast_root1", Collective::Broadcast, [&] { comm.broadcast(buf, 1)->wait(); }},
     };
+    // bf16 gradients into an fp32 reduce: half reduce_scatter's bytes on the socket.
+    if (comm.sumsIntoWiderOutput())
+        cases.push_back({"reduce_scatter_bf16_into_fp32", Collective::ReduceScatter,
+            [&] { comm.reduceScatter(small, bbuf)->wait(); }});
     // A barrier's own traffic, to subtract.
     comm.barrier();
     int64_t t0 = dist::tcpBytesSent();

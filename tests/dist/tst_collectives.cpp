@@ -34,6 +34,8 @@ void runCollectives(int world)
     auto report = lastSelftestReport(p.out);
     SHARD_EXPECT(report.value("failures", -1) == 0, "rank 0 reported failures: " + p.out);
     SHARD_EXPECT(report.value("world_size", 0) == world, "world size in the report");
+    SHARD_EXPECT(report.value("widening_reduce_scatter", false),
+        "a bf16 / fp16 input summed into an fp32 output was tested");
     if (world == 4)
         SHARD_EXPECT(report.value("hybrid_groups", false), "hybrid groups were tested");
     std::printf(
@@ -64,10 +66,14 @@ void runWire(int world)
     const int64_t n = int64_t(3) << 19; // the selftest's buffer: fp32 elements
     const int64_t w = world;
     const std::map<std::string, int64_t> expected = {
-        {"all_gather", (w - 1) * (n / w) * 4}, {"reduce_scatter", (w - 1) * (n / w) * 4},
-        {"all_reduce", 2 * (w - 1) * (n / w) * 4}, {"all_reduce_bf16", 2 * (w - 1) * (n / w) * 2},
+        {"all_gather", (w - 1) * (n / w) * 4},
+        {"reduce_scatter", (w - 1) * (n / w) * 4},
+        {"all_reduce", 2 * (w - 1) * (n / w) * 4},
+        {"all_reduce_bf16", 2 * (w - 1) * (n / w) * 2},
         {"broadcast", (world == 2 ? 1 : 2) * n * 4}, // rank 0 is the root: ceil(log2 W) copies
         {"broadcast_root1", 0},                      // rank 0 is a leaf when rank 1 is the root
+        // bf16 gradients into an fp32 reduce: the bf16 bytes cross the socket
+        {"reduce_scatter_bf16_into_fp32", (w - 1) * (n / w) * 2},
     };
     SHARD_EXPECT(
         report.contains("wire") && report["wire"].size() == expected.size(), "wire rows: " + p.out);
@@ -85,7 +91,7 @@ void runWire(int world)
         SHARD_EXPECT(diff <= 0.02 * static_cast<double>(counted) + 16384.0,
             name + ": kernel measured " + std::to_string(measured) + " vs counted "
                 + std::to_string(counted));
-        std::printf("  %d ranks %-16s counted %10lld  kernel %10lld\n", world, name.c_str(),
+        std::printf("  %d ranks %-29s counted %10lld  kernel %10lld\n", world, name.c_str(),
             static_cast<long long>(counted), static_cast<long long>(measured));
     }
 }

@@ -57,7 +57,10 @@ int main()
     expectThrows([&] { comm->allGather(at::empty({8}, at::kFloat), strided); },
         "allGather: input must be contiguous");
     expectThrows([&] { comm->reduceScatter(at::empty({4}, at::kLong), f4); },
-        "reduceScatter: output and input dtypes differ");
+        "reduceScatter: output and input dtypes differ (output Long, input Float; gloo takes "
+        "only a Float output for a BFloat16 or Half input)");
+    expectThrows([&] { comm->reduceScatter(at::empty({4}, at::kBFloat16), f4); },
+        "reduceScatter: output and input dtypes differ (output BFloat16, input Float");
     expectThrows([&] { comm->reduceScatter(at::empty({2}, at::kFloat), f4); },
         "reduceScatter: input has 4 elements, expected world size x output = 2");
     expectThrows([&] { comm->allReduce(strided); }, "allReduce: tensor must be contiguous");
@@ -73,6 +76,12 @@ int main()
     at::Tensor reduced = at::zeros({4}, at::kFloat);
     comm->reduceScatter(reduced, f4)->wait();
     expect(reduced.equal(f4), "one-rank reduce-scatter copies the input");
+    // A bf16 input into a float32 output (Gloo sums into the wider dtype): widened exactly.
+    expect(comm->sumsIntoWiderOutput(), "gloo sums a narrow input into a float32 output");
+    at::Tensor wide = at::zeros({4}, at::kFloat);
+    const at::Tensor b4 = f4.div(3.0).to(at::kBFloat16);
+    comm->reduceScatter(wide, b4)->wait();
+    expect(wide.equal(b4.to(at::kFloat)), "one-rank bf16 into fp32 reduce-scatter widens");
     at::Tensor inPlace = f4.clone();
     comm->allReduce(inPlace)->wait();
     comm->broadcast(inPlace, 0)->wait();

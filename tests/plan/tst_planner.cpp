@@ -366,6 +366,35 @@ void testPureBf16AndFp16()
     CHECK_THROWS_WITH(plan(in), "bf16 reduce goes with bf16-mixed");
 }
 
+// CPU ranks (Gloo) send bf16 gradients in bf16 under the fp32 reduce and sum them into fp32 on
+// arrival (ShardedStrategy::reduceWireDtype): the sharded strategies' reduce-scatter sends, and
+// its input and receive buffers hold, the compute dtype's bytes; ddp's all-reduce stays fp32.
+void testCpuBf16ReduceWire()
+{
+    PlanInput in;
+    in.model = preset("tiny-15m");
+    in.strategy = Strategy::Zero3;
+    in.gpusPerNode = 2;
+    in.precision = Precision::Bf16Mixed;
+    in.microBatch = 2;
+    in.seqLen = 256;
+    in.device = DeviceSpec::cpu(int64_t(24) << 30);
+    const PlanResult fp32Reduce = plan(in);
+    in.bf16Reduce = true;
+    const PlanResult bf16Reduce = plan(in);
+    CHECK_EQ(fp32Reduce.reduceBytesPerDevicePerStep, bf16Reduce.reduceBytesPerDevicePerStep);
+    CHECK_EQ(fp32Reduce.gatherBytesPerDevicePerStep, bf16Reduce.gatherBytesPerDevicePerStep);
+    in.bf16Reduce = false;
+    in.device = DeviceSpec::gpu(80);
+    const PlanResult gpu = plan(in);
+    CHECK_EQ(gpu.reduceBytesPerDevicePerStep, 2 * fp32Reduce.reduceBytesPerDevicePerStep);
+    in.device = DeviceSpec::cpu(int64_t(24) << 30);
+    in.strategy = Strategy::Ddp;
+    const PlanResult ddp = plan(in);
+    in.device = DeviceSpec::gpu(80);
+    CHECK_EQ(ddp.reduceBytesPerDevicePerStep, plan(in).reduceBytesPerDevicePerStep);
+}
+
 // ZeRO paper (Rajbhandari et al. 2020), Figure 1: psi = 7.5B, N = 64, K = 12.
 void testZeroPaper()
 {
@@ -1081,6 +1110,7 @@ int main()
     testQwenDdpZero12();
     testHybridOffload();
     testPureBf16AndFp16();
+    testCpuBf16ReduceWire();
     testZeroPaper();
     testTensorAndPipelineParallel();
     testStageBalance();

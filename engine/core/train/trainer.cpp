@@ -667,10 +667,10 @@ TrainResult Trainer::run()
             precomputeReference(io, loop);
         if (resuming)
             resume(io, loop);
-        announceStart(io, loop, resuming);
         // The optimizer's state before the first step (docs/ARCHITECTURE.md, "Engine speed on
-        // the CPU").
+        // the CPU"), and before "start": a run that cannot hold it never says it started.
         loop.adamw.reserve(m_strategy->optimizerTargets());
+        announceStart(io, loop, resuming);
         loop.resetPeaks();
         loop.readsAtLastRecord = hostsync::count();
         loop.runPeak = loop.peakBytes();
