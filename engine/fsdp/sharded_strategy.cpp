@@ -834,7 +834,14 @@ void ShardedStrategy::reduceUnit(int unit)
     // Every slot is written below: the gradient's rows, then zeros over the padding.
     s.reduceIn
         = at::empty({s.gatheredNumel}, opts.dtype(replicateOnly ? reduce : reduceWireDtype(s)));
-    s.reduceOut = replicateOnly ? s.reduceIn : at::empty({s.shardNumel}, opts);
+    if (replicateOnly)
+        s.reduceOut = s.reduceIn;
+    else if (reduce == at::kFloat && !s.offloaded && !s.shardGrad.defined())
+        // The step's first reduce of a unit: its fp32 sum is the shard gradient, written by the
+        // collective in place (finishReduces has no reduce output to copy from then).
+        s.reduceOut = s.shardGrad = at::empty({s.shardNumel}, opts);
+    else
+        s.reduceOut = at::empty({s.shardNumel}, opts);
     for (size_t i = 0; i < s.params.size(); ++i) {
         const ParamSlot& p = s.params[i];
         at::Tensor& leaf = s.leaves[i];
@@ -935,7 +942,7 @@ void ShardedStrategy::finishReduces()
             m_replicate->allReduce(s.reduceOut)->wait();
         if (s.offloaded)
             landing.emplace_back(&s, toHost.start(s.reduceOut));
-        else
+        else if (!s.reduceOut.is_same(s.shardGrad))
             addToShardGrad(s, s.reduceOut);
         s.reduceOut = at::Tensor(); // toHost holds it until its copy has landed
     }
@@ -1083,7 +1090,8 @@ engine::MemoryBreakdown ShardedStrategy::memory() const
         (s.offloaded ? m.offloaded : m.grads) += bytesOf(s.shardGrad);
         for (const auto& leaf : s.leaves)
             m.grads += bytesOf(leaf.grad());
-        m.other += bytesOf(s.reduceIn) + bytesOf(s.reduceOut);
+        m.other
+            += bytesOf(s.reduceIn) + (s.reduceOut.is_same(s.shardGrad) ? 0 : bytesOf(s.reduceOut));
         for (const auto& p : s.params)
             m.frozenParams += bytesOf(p.nested.scale);
     }
